@@ -1,0 +1,36 @@
+"""geasync: asyncio-native execution over Huawei CANN Graph Engine v2 (``GeSession``).
+
+On a machine without an Ascend NPU, geasync runs on its embedded native CPU twin of the GE v2 runtime.
+
+    import numpy as np, geasync as ga
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx("examples/models/mlp.onnx"))
+        (y,) = s.run_graph(1, [np.random.rand(4, 784).astype(np.float32)])
+"""
+
+from ._lib import BACKEND as backend
+from ._lib import finalize, live_counters
+from .allocator import Allocator, DeviceAllocator
+from .errors import ExecutionModeError, GeError, SessionClosedError
+from .graph import Graph
+from .session import CompiledGraphSummary, Session
+from .stream import Stream
+from .tensor import Tensor
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Allocator",
+    "CompiledGraphSummary",
+    "DeviceAllocator",
+    "ExecutionModeError",
+    "GeError",
+    "Graph",
+    "Session",
+    "SessionClosedError",
+    "Stream",
+    "Tensor",
+    "backend",
+    "finalize",
+    "live_counters",
+]

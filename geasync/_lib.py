@@ -1,0 +1,437 @@
+"""The only module that touches ``ffi`` / ``lib`` of the native extension.
+
+Everything above it (Session, Graph, Tensor, Stream, Allocator) calls the small functions here, which check each
+status with one helper (``_check``) that turns it into a :class:`~geasync.errors.GeError` carrying GE's message,
+read on the calling thread right after the failure (GE's error text is per thread, read-and-clear).
+cffi releases the GIL on every ``lib`` call, so blocking calls here never stall other Python threads.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ._twin import ffi, lib
+from .errors import GeError
+
+BACKEND = ffi.string(lib.ga_backend_name()).decode()
+
+# numpy dtype <-> ge::DataType
+_NP_TO_GE: dict[np.dtype, int] = {
+    np.dtype(np.float32): 0,
+    np.dtype(np.float16): 1,
+    np.dtype(np.int8): 2,
+    np.dtype(np.int32): 3,
+    np.dtype(np.uint8): 4,
+    np.dtype(np.int16): 6,
+    np.dtype(np.uint16): 7,
+    np.dtype(np.uint32): 8,
+    np.dtype(np.int64): 9,
+    np.dtype(np.uint64): 10,
+    np.dtype(np.float64): 11,
+    np.dtype(np.bool_): 12,
+}
+_GE_TO_NP: dict[int, np.dtype] = {v: k for k, v in _NP_TO_GE.items()}
+PLACEMENT_DEVICE = 0
+PLACEMENT_HOST = 1
+MEMCPY_HOST_TO_DEVICE = 1
+MEMCPY_DEVICE_TO_HOST = 2
+MEMCPY_DEVICE_TO_DEVICE = 3
+MAX_DIMS = 25
+
+
+def ge_dtype(dtype: Any) -> int:
+    """ge::DataType of a numpy dtype; TypeError for dtypes GE has no equivalent of."""
+    dt = np.dtype(dtype)
+    try:
+        return _NP_TO_GE[dt]
+    except KeyError:
+        supported = ", ".join(sorted(str(d) for d in _NP_TO_GE))
+        raise TypeError(f"dtype {dt} has no GE equivalent; supported: {supported}") from None
+
+
+def np_dtype(ge_type: int) -> np.dtype:
+    try:
+        return _GE_TO_NP[ge_type]
+    except KeyError:
+        raise GeError(0xFFFFFFFF, f"the runtime returned a tensor of ge::DataType {ge_type}, which numpy "
+                      "cannot represent", "geasync") from None
+
+
+# --- errors ------------------------------------------------------------------------------------------------
+
+def _last_error(api: str) -> tuple[str, str]:
+    message = ffi.string(lib.ga_last_error()).decode("utf-8", "replace")
+    native_api = ffi.string(lib.ga_last_api()).decode("utf-8", "replace")
+    return message, native_api or api
+
+
+def _check(status: int, api: str, context: str = "") -> None:
+    """The one place where a status code becomes an exception."""
+    if status != 0:
+        message, native_api = _last_error(api)
+        raise GeError(status, message, native_api, context)
+
+
+# --- runtime lifetime ------------------------------------------------------------------------------------
+
+_init_lock = threading.Lock()
+_initialized = False
+_init_pid = -1
+
+
+def ensure_initialized(options: Mapping[str, str] | None = None) -> None:
+    """GEInitializeV2 once per process, lazily; GEFinalizeV2 at interpreter exit."""
+    global _initialized, _init_pid
+    if _initialized and _init_pid == os.getpid():
+        return
+    with _init_lock:
+        if _initialized and _init_pid == os.getpid():
+            return
+        opts, keep = _options(options or {})
+        _check(lib.ga_initialize(opts), "GEInitializeV2", "geasync runtime initialisation")
+        _initialized = True
+        _init_pid = os.getpid()
+
+
+def finalize() -> None:
+    """GEFinalizeV2: every live session becomes unusable; pending RunGraphAsync jobs are reported abandoned."""
+    global _initialized
+    with _init_lock:
+        if not _initialized:
+            return
+        _initialized = False
+        _check(lib.ga_finalize(), "GEFinalizeV2", "geasync.finalize()")
+
+
+@atexit.register
+def _finalize_at_exit() -> None:
+    if _initialized and _init_pid == os.getpid():
+        try:
+            finalize()
+        except GeError:
+            pass  # nothing useful to do with a failure while the interpreter exits
+
+
+def live_counters() -> dict[str, int]:
+    """Live native objects (shim handles, and on the twin its own objects) for leak checks in tests."""
+    c = ffi.new("ga_live_counters *")
+    lib.ga_get_live_counters(c)
+    out = {name: int(getattr(c, name)) for name, _ in ffi.typeof("ga_live_counters").fields}
+    if BACKEND == "twin":
+        t = ffi.new("geasync_twin_counters *")
+        lib.geasync_twin_live_counters(t)
+        out.update({f"twin_{name}": int(getattr(t, name)) for name, _ in ffi.typeof("geasync_twin_counters").fields})
+    return out
+
+
+# --- helpers -------------------------------------------------------------------------------------------------
+
+def _options(options: Mapping[str, str]) -> tuple[Any, list[Any]]:
+    """A ga_options struct over C strings; the returned list keeps them alive for the call."""
+    keep: list[Any] = []
+    keys = [ffi.new("char[]", str(k).encode()) for k in options]
+    values = [ffi.new("char[]", str(v).encode()) for v in options.values()]
+    ckeys = ffi.new("const char *[]", keys) if keys else ffi.NULL
+    cvalues = ffi.new("const char *[]", values) if values else ffi.NULL
+    opts = ffi.new("ga_options *", {"keys": ckeys, "values": cvalues, "count": len(keys)})
+    keep += [keys, values, ckeys, cvalues]
+    return opts, keep
+
+
+def address_of(cdata: Any) -> int:
+    return int(ffi.cast("uintptr_t", cdata))
+
+
+def pointer(address: int) -> Any:
+    return ffi.cast("void *", address)
+
+
+class InputDescs:
+    """ga_tensor_desc[] for a run, built from (data address, nbytes, ge dtype, placement, shape) rows.
+
+    Holds every cdata the descriptors point into (``keep``) so the memory outlives the native call.
+    """
+
+    __slots__ = ("array", "count", "keep")
+
+    def __init__(self, rows: Sequence[tuple[Any, int, int, int, tuple[int, ...]]], keep: list[Any]) -> None:
+        self.count = len(rows)
+        self.array = ffi.new("ga_tensor_desc[]", max(1, self.count))
+        for i, (data, nbytes, dtype, placement, shape) in enumerate(rows):
+            d = self.array[i]
+            d.data = data
+            d.size = nbytes
+            d.dtype = dtype
+            d.placement = placement
+            d.ndim = len(shape)
+            for k, v in enumerate(shape):
+                d.dims[k] = v
+        self.keep = keep
+
+
+def buffer_pointer(array: np.ndarray) -> Any:
+    """A void* over a C-contiguous array; the cdata keeps the array alive."""
+    return ffi.cast("void *", ffi.from_buffer(array, require_writable=False)) if array.nbytes else ffi.NULL
+
+
+def from_buffer(array: np.ndarray) -> Any:
+    return ffi.from_buffer(array, require_writable=False)
+
+
+# --- native tensors ------------------------------------------------------------------------------------------
+
+class NativeTensor:
+    """An owned ga_tensor: its description, and an owner cdata whose collection destroys the tensor."""
+
+    __slots__ = ("owner", "address", "nbytes", "ge_dtype", "placement", "shape")
+
+    def __init__(self, handle: Any) -> None:
+        desc = ffi.new("ga_tensor_desc *")
+        lib.ga_tensor_describe(handle, desc)
+        self.address = address_of(desc.data)
+        self.nbytes = int(desc.size)
+        self.ge_dtype = int(desc.dtype)
+        self.placement = int(desc.placement)
+        self.shape = tuple(int(desc.dims[k]) for k in range(desc.ndim))
+        # The owner is a char* at the data whose collection destroys the native tensor: numpy views made with
+        # ffi.buffer(owner) keep it (and so the memory) alive for as long as any view lives.
+        self.owner = ffi.gc(ffi.cast("char *", desc.data), _tensor_destroyer(handle))
+
+    def host_view(self) -> np.ndarray:
+        dtype = np_dtype(self.ge_dtype)
+        count = int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        if count == 0 or self.nbytes == 0:
+            return np.empty(self.shape, dtype=dtype)
+        buf = ffi.buffer(self.owner, count * dtype.itemsize)
+        return np.frombuffer(buf, dtype=dtype).reshape(self.shape)
+
+
+def _tensor_destroyer(handle: Any):
+    return lambda _ptr: lib.ga_tensor_destroy(handle)
+
+
+def _take_outputs(outs: Any) -> list[NativeTensor]:
+    try:
+        n = lib.ga_outputs_count(outs)
+        return [NativeTensor(lib.ga_outputs_take(outs, i)) for i in range(n)]
+    finally:
+        lib.ga_outputs_destroy(outs)
+
+
+# --- sessions and graphs -------------------------------------------------------------------------------------
+
+def session_create(options: Mapping[str, str], context: str) -> Any:
+    opts, keep = _options(options)
+    out = ffi.new("ga_session **")
+    _check(lib.ga_session_create(opts, out), "GeSession", context)
+    return out[0]
+
+
+def session_destroy(handle: Any) -> None:
+    lib.ga_session_destroy(handle)
+
+
+def session_id(handle: Any) -> int:
+    return int(lib.ga_session_id(handle))
+
+
+def graph_parse_onnx(model: bytes, context: str) -> Any:
+    out = ffi.new("ga_graph **")
+    buf = ffi.from_buffer(model)
+    _check(lib.ga_graph_parse_onnx(buf, len(model), ffi.NULL, out), "aclgrphParseONNXFromMem", context)
+    return ffi.gc(out[0], lib.ga_graph_destroy)
+
+
+def add_graph(handle: Any, graph_id: int, graph: Any, options: Mapping[str, str], clone: bool, context: str) -> None:
+    opts, keep = _options(options)
+    fn = lib.ga_session_add_graph_clone if clone else lib.ga_session_add_graph
+    _check(fn(handle, graph_id, graph, opts), "GeSession::AddGraphClone" if clone else "GeSession::AddGraph", context)
+
+
+def remove_graph(handle: Any, graph_id: int, context: str) -> None:
+    _check(lib.ga_session_remove_graph(handle, graph_id), "GeSession::RemoveGraph", context)
+
+
+def compile_graph(handle: Any, graph_id: int, descs: InputDescs | None, context: str) -> None:
+    if descs is None:
+        _check(lib.ga_session_compile_graph(handle, graph_id, ffi.NULL, 0, 0), "GeSession::CompileGraph", context)
+    else:
+        _check(lib.ga_session_compile_graph(handle, graph_id, descs.array, descs.count, 1), "GeSession::CompileGraph",
+               context)
+
+
+def load_graph(handle: Any, graph_id: int, options: Mapping[str, str], stream: int, context: str) -> None:
+    opts, keep = _options(options)
+    _check(lib.ga_session_load_graph(handle, graph_id, opts, pointer(stream)), "GeSession::LoadGraph", context)
+
+
+def is_graph_need_rebuild(handle: Any, graph_id: int) -> bool:
+    return bool(lib.ga_session_is_graph_need_rebuild(handle, graph_id))
+
+
+def compiled_graph_summary(handle: Any, graph_id: int, context: str) -> dict[str, Any]:
+    summary = ffi.new("ga_graph_summary *")
+    cap = 64
+    while True:
+        descs = ffi.new("ga_tensor_desc[]", cap)
+        _check(lib.ga_session_get_compiled_graph_summary(handle, graph_id, summary, descs, cap),
+               "GeSession::GetCompiledGraphSummary", context)
+        if summary.output_count <= cap:
+            break
+        cap = int(summary.output_count)
+    outputs = []
+    for i in range(summary.output_count):
+        d = descs[i]
+        dt = _GE_TO_NP.get(int(d.dtype))
+        outputs.append((tuple(int(d.dims[k]) for k in range(d.ndim)), dt))
+    return {
+        "is_static": bool(summary.is_static),
+        "const_memory_size": int(summary.const_memory_size),
+        "feature_memory_size": int(summary.feature_memory_size),
+        "stream_num": int(summary.stream_num),
+        "event_num": int(summary.event_num),
+        "outputs": outputs,
+    }
+
+
+# GE's RunGraph takes a process-wide try-lock and fails a concurrent caller with GE_SESS_ALREADY_RUNNING;
+# geasync serialises synchronous runs instead (waiting with the GIL released costs nothing else).
+_run_graph_lock = threading.Lock()
+
+
+def run_graph(handle: Any, graph_id: int, descs: InputDescs, context: str) -> list[NativeTensor]:
+    out = ffi.new("ga_outputs **")
+    with _run_graph_lock:
+        status = lib.ga_session_run_graph(handle, graph_id, descs.array, descs.count, out)
+        _check(status, "GeSession::RunGraph", context)
+    return _take_outputs(out[0])
+
+
+def run_graph_with_stream_async(handle: Any, graph_id: int, stream: int, descs: InputDescs,
+                                context: str) -> list[NativeTensor]:
+    out = ffi.new("ga_outputs **")
+    _callback_errors.clear()
+    status = lib.ga_session_run_graph_with_stream_async(handle, graph_id, pointer(stream), descs.array, descs.count,
+                                                        out)
+    if status != 0:
+        message, api = _last_error("GeSession::RunGraphWithStreamAsync")
+        err = GeError(status, message, api, context)
+        raise err from _callback_errors.pop()
+    return _take_outputs(out[0])
+
+
+# --- allocators --------------------------------------------------------------------------------------------
+
+class _CallbackErrors(threading.local):
+    """The last exception raised by a Python allocator callback on this thread (cffi cannot propagate it)."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+
+    def clear(self) -> None:
+        self.error = None
+
+    def pop(self) -> BaseException | None:
+        e, self.error = self.error, None
+        return e
+
+
+_callback_errors = _CallbackErrors()
+_allocator_handles: dict[int, Any] = {}  # handle address -> ffi.new_handle(allocator), until the shim releases it
+_allocator_lock = threading.Lock()
+
+
+def _on_callback_error(exc_type, exc_value, tb) -> None:
+    _callback_errors.error = exc_value
+
+
+@ffi.def_extern(onerror=_on_callback_error)
+def _ga_py_alloc_malloc(user, size):
+    allocator = ffi.from_handle(user)
+    address = allocator.malloc(int(size))
+    if not isinstance(address, int) or isinstance(address, bool):
+        raise TypeError(f"{type(allocator).__name__}.malloc() must return an int address, got {type(address).__name__}")
+    return ffi.cast("void *", address)
+
+
+@ffi.def_extern(onerror=_on_callback_error)
+def _ga_py_alloc_free(user, addr):
+    ffi.from_handle(user).free(address_of(addr))
+
+
+@ffi.def_extern(onerror=_on_callback_error)
+def _ga_py_alloc_release(user):
+    with _allocator_lock:
+        _allocator_handles.pop(address_of(user), None)
+
+
+def register_external_allocator(handle: Any, stream: int, allocator: Any, context: str) -> None:
+    user = ffi.new_handle(allocator)
+    with _allocator_lock:
+        _allocator_handles[address_of(user)] = user
+    status = lib.ga_session_register_external_allocator(handle, pointer(stream), lib._ga_py_alloc_malloc,
+                                                        lib._ga_py_alloc_free, lib._ga_py_alloc_release, user)
+    _check(status, "GeSession::RegisterExternalAllocator", context)
+
+
+def register_default_allocator(handle: Any, stream: int, context: str) -> None:
+    _check(lib.ga_session_register_default_allocator(handle, pointer(stream)), "GeSession::RegisterExternalAllocator",
+           context)
+
+
+def unregister_external_allocator(handle: Any, stream: int, context: str) -> None:
+    _check(lib.ga_session_unregister_external_allocator(handle, pointer(stream)),
+           "GeSession::UnregisterExternalAllocator", context)
+
+
+# --- streams and device memory -------------------------------------------------------------------------------
+
+def stream_create(device_id: int, context: str) -> int:
+    out = ffi.new("void **")
+    _check(lib.ga_stream_create(device_id, out), "aclrtCreateStream", context)
+    return address_of(out[0])
+
+
+def stream_destroy(stream: int, context: str) -> None:
+    _check(lib.ga_stream_destroy(pointer(stream)), "aclrtDestroyStream", context)
+
+
+def stream_synchronize(stream: int, timeout_ms: int, context: str) -> None:
+    _check(lib.ga_stream_synchronize(pointer(stream), timeout_ms), "aclrtSynchronizeStream", context)
+
+
+def stream_query(stream: int, context: str) -> bool:
+    out = ffi.new("int *")
+    _check(lib.ga_stream_query(pointer(stream), out), "aclrtStreamQuery", context)
+    return bool(out[0])
+
+
+def device_malloc(size: int, device_id: int, context: str) -> int:
+    out = ffi.new("void **")
+    _check(lib.ga_device_malloc(device_id, size, out), "aclrtMalloc", context)
+    return address_of(out[0])
+
+
+def device_free(address: int, context: str) -> None:
+    _check(lib.ga_device_free(pointer(address)), "aclrtFree", context)
+
+
+def device_buffer(size: int, device_id: int, context: str) -> Any:
+    """Device memory owned by the returned cdata (freed with aclrtFree when it is collected)."""
+    address = device_malloc(max(1, size), device_id, context)
+    return ffi.gc(ffi.cast("char *", address), lib.ga_device_free)
+
+
+def memcpy(dst: Any, dst_max: int, src: Any, count: int, kind: int, context: str) -> None:
+    if count == 0:
+        return
+    _check(lib.ga_memcpy(dst, dst_max, src, count, kind), "aclrtMemcpy", context)
+
+
+def addresses(items: Iterable[Any]) -> list[int]:
+    return [address_of(x) for x in items]

@@ -1,0 +1,157 @@
+/* geasync.h: the plain C ABI of the geasync shim over GE v2 / ACL (the twin or a real CANN install).
+ * Opaque handles, POD tensor descriptors and uint32_t statuses only, so cffi (API mode) can bind it.
+ * The same declarations are read by cffi's cdef: keep everything between the CDEF markers free of
+ * preprocessor directives.
+ *
+ * Ownership: the shim owns native memory. A ga_tensor owns its data until ga_tensor_destroy; a ga_outputs
+ * owns the tensors not yet taken. Errors: every failing call stores a message for the calling thread,
+ * read with ga_last_error() / ga_last_api() before the next ga_* call on that thread. */
+#ifndef GEASYNC_GEASYNC_H_
+#define GEASYNC_GEASYNC_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CDEF BEGIN */
+typedef uint32_t ga_status;
+
+typedef struct ga_session ga_session;
+typedef struct ga_graph ga_graph;
+typedef struct ga_tensor ga_tensor;
+typedef struct ga_outputs ga_outputs;
+typedef struct ga_completion_queue ga_completion_queue;
+
+/* Borrowed view of a tensor: the memory at data stays owned by the caller (inputs) or the ga_tensor (outputs).
+ * dtype uses ge::DataType numbering; placement 0 = device (HBM), 1 = host. */
+typedef struct ga_tensor_desc {
+  void *data;
+  size_t size;
+  int32_t dtype;
+  int32_t placement;
+  uint32_t ndim;
+  int64_t dims[25];
+} ga_tensor_desc;
+
+/* String maps (GE options) as parallel arrays. */
+typedef struct ga_options {
+  const char *const *keys;
+  const char *const *values;
+  size_t count;
+} ga_options;
+
+typedef struct ga_graph_summary {
+  int32_t is_static;
+  size_t const_memory_size;
+  size_t feature_memory_size;
+  size_t stream_num;
+  size_t event_num;
+  size_t output_count;
+} ga_graph_summary;
+
+/* A finished piece of asynchronous work, drained from a completion queue on the consumer's thread.
+ * kind 0: RunGraphAsync callback (status = GE callback status, outputs on success);
+ * kind 1: host function on a stream reached (status 0);
+ * kind 2: abandoned: the runtime dropped the job without a callback (session destroyed, GE finalised). */
+typedef struct ga_completion {
+  uint64_t token;
+  ga_status status;
+  int32_t kind;
+  ga_outputs *outputs;
+  char *error_message;
+} ga_completion;
+
+typedef struct ga_live_counters {
+  int64_t sessions;
+  int64_t graphs;
+  int64_t tensors;
+  int64_t outputs_lists;
+  int64_t streams;
+  int64_t completion_queues;
+  int64_t pending_completions;
+  int64_t allocators;
+} ga_live_counters;
+
+/* External allocator bridge: called only on the thread that is inside a ga_* call (never on a runtime thread). */
+typedef void *(*ga_alloc_malloc_fn)(void *user, size_t size);
+typedef void (*ga_alloc_free_fn)(void *user, void *addr);
+typedef void (*ga_alloc_release_fn)(void *user);
+
+/* Runtime */
+ga_status ga_initialize(const ga_options *options);
+ga_status ga_finalize(void);
+const char *ga_last_error(void);
+const char *ga_last_api(void);
+const char *ga_backend_name(void);
+void ga_get_live_counters(ga_live_counters *out);
+
+/* Sessions */
+ga_status ga_session_create(const ga_options *options, ga_session **out);
+void ga_session_destroy(ga_session *session);
+uint64_t ga_session_id(const ga_session *session);
+
+/* Graphs */
+ga_status ga_graph_parse_onnx(const void *buffer, size_t size, const ga_options *parser_params, ga_graph **out);
+void ga_graph_destroy(ga_graph *graph);
+ga_status ga_session_add_graph(ga_session *session, uint32_t graph_id, const ga_graph *graph, const ga_options *options);
+ga_status ga_session_add_graph_clone(ga_session *session, uint32_t graph_id, const ga_graph *graph,
+                                     const ga_options *options);
+ga_status ga_session_remove_graph(ga_session *session, uint32_t graph_id);
+ga_status ga_session_compile_graph(ga_session *session, uint32_t graph_id, const ga_tensor_desc *inputs,
+                                   size_t input_count, int with_inputs);
+ga_status ga_session_load_graph(ga_session *session, uint32_t graph_id, const ga_options *options, void *stream);
+int ga_session_is_graph_need_rebuild(ga_session *session, uint32_t graph_id);
+ga_status ga_session_get_compiled_graph_summary(ga_session *session, uint32_t graph_id, ga_graph_summary *summary,
+                                                ga_tensor_desc *output_descs, size_t output_capacity);
+
+/* Runs. Inputs are borrowed: for run_graph until return, for the stream mode until the stream has passed the run,
+ * for run_graph_async until its completion is drained. */
+ga_status ga_session_run_graph(ga_session *session, uint32_t graph_id, const ga_tensor_desc *inputs,
+                               size_t input_count, ga_outputs **outputs);
+ga_status ga_session_run_graph_with_stream_async(ga_session *session, uint32_t graph_id, void *stream,
+                                                 const ga_tensor_desc *inputs, size_t input_count,
+                                                 ga_outputs **outputs);
+ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, const ga_tensor_desc *inputs,
+                                     size_t input_count, ga_completion_queue *queue, uint64_t token);
+
+/* Allocators (process-wide, keyed by stream, as in GE). */
+ga_status ga_session_register_external_allocator(ga_session *session, void *stream, ga_alloc_malloc_fn malloc_fn,
+                                                 ga_alloc_free_fn free_fn, ga_alloc_release_fn release_fn,
+                                                 void *user);
+ga_status ga_session_register_default_allocator(ga_session *session, void *stream);
+ga_status ga_session_unregister_external_allocator(ga_session *session, void *stream);
+
+/* Output tensors */
+size_t ga_outputs_count(const ga_outputs *outputs);
+ga_tensor *ga_outputs_take(ga_outputs *outputs, size_t index);
+void ga_outputs_destroy(ga_outputs *outputs);
+void ga_tensor_describe(const ga_tensor *tensor, ga_tensor_desc *out);
+void ga_tensor_destroy(ga_tensor *tensor);
+
+/* Completion queue: multi-producer (runtime threads), single consumer; fd becomes readable when records wait. */
+ga_status ga_cq_create(ga_completion_queue **out);
+int ga_cq_fd(const ga_completion_queue *queue);
+size_t ga_cq_drain(ga_completion_queue *queue, ga_completion *out, size_t capacity);
+size_t ga_cq_pending(const ga_completion_queue *queue);
+void ga_cq_destroy(ga_completion_queue *queue);
+void ga_completion_release(ga_completion *completion);
+ga_status ga_stream_launch_completion(void *stream, ga_completion_queue *queue, uint64_t token);
+
+/* Streams and device memory (ACL) */
+ga_status ga_stream_create(int32_t device_id, void **out);
+ga_status ga_stream_destroy(void *stream);
+ga_status ga_stream_synchronize(void *stream, int32_t timeout_ms);
+ga_status ga_stream_query(void *stream, int *complete);
+ga_status ga_device_malloc(int32_t device_id, size_t size, void **out);
+ga_status ga_device_free(void *ptr);
+ga_status ga_memcpy(void *dst, size_t dst_max, const void *src, size_t count, int32_t kind);
+/* CDEF END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GEASYNC_GEASYNC_H_ */

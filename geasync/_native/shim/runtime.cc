@@ -1,0 +1,170 @@
+// Shim: process-level calls (GE initialise/finalise, the per-thread error slot, live counters) and the
+// small helpers shared by the other shim files (options, device context, tensor conversion).
+#include <cstdlib>
+#include <cstring>
+
+#include "shim_internal.h"
+
+namespace shim {
+namespace {
+thread_local std::string t_error;
+thread_local std::string t_api;
+std::atomic<int32_t> g_default_device{0};
+}  // namespace
+
+Counters &Live() {
+  static Counters *c = new Counters();  // leaked: read during interpreter exit
+  return *c;
+}
+
+ga_status Fail(const char *api, ga_status status, const std::string &fallback) {
+  std::string msg = ge::GEGetErrorMsgV3().GetString();
+  if (msg.empty()) msg = fallback;
+  if (msg.empty()) msg = std::string(api) + " returned status " + std::to_string(status) + " without a message";
+  return FailWith(api, status, msg);
+}
+
+ga_status FailWith(const char *api, ga_status status, const std::string &message) {
+  t_api = api;
+  t_error = message;
+  return status;
+}
+
+void ClearErrors() {
+  (void)ge::GEGetErrorMsgV3();
+  (void)aclGetRecentErrMsg();
+}
+
+std::map<ge::AscendString, ge::AscendString> ToMap(const ga_options *options) {
+  std::map<ge::AscendString, ge::AscendString> m;
+  if (options == nullptr) return m;
+  for (size_t i = 0; i < options->count; ++i) {
+    if (options->keys[i] == nullptr || options->values[i] == nullptr) continue;
+    m[ge::AscendString(options->keys[i])] = ge::AscendString(options->values[i]);
+  }
+  return m;
+}
+
+aclError EnsureDevice(int32_t device) {
+  thread_local int32_t current = -1;
+  if (current == device) return ACL_SUCCESS;
+  const aclError e = aclrtSetDevice(device);
+  if (e == ACL_SUCCESS) current = device;
+  return e;
+}
+
+int32_t DefaultDevice() { return g_default_device.load(); }
+void SetDefaultDevice(int32_t device) { g_default_device.store(device); }
+
+bool ToGertTensors(const ga_tensor_desc *descs, size_t count, std::vector<gert::Tensor> *out, std::string *error) {
+  out->clear();
+  if (count > 0 && descs == nullptr) {
+    *error = "inputs is null but input_count is " + std::to_string(count);
+    return false;
+  }
+  out->reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    const ga_tensor_desc &d = descs[i];
+    if (d.ndim > gert::kMaxDimNum) {
+      *error = "input " + std::to_string(i) + " has " + std::to_string(d.ndim) + " dims; GE allows at most 25";
+      return false;
+    }
+    gert::StorageShape shape;
+    for (uint32_t k = 0; k < d.ndim; ++k) {
+      shape.MutableOriginShape().AppendDim(d.dims[k]);
+      shape.MutableStorageShape().AppendDim(d.dims[k]);
+    }
+    gert::Tensor t(shape, gert::StorageFormat(ge::FORMAT_ND, ge::FORMAT_ND), static_cast<ge::DataType>(d.dtype));
+    const auto placement = d.placement == 0 ? gert::kOnDeviceHbm : gert::kOnHost;
+    t.SetData(gert::TensorData(d.data, nullptr, d.size, placement));  // borrowed: no manager
+    out->push_back(std::move(t));
+  }
+  return true;
+}
+
+ga_outputs *MakeOutputs(std::vector<gert::Tensor> &&tensors) {
+  auto *outs = new (std::nothrow) ga_outputs();
+  if (outs == nullptr) return nullptr;
+  for (auto &t : tensors) {
+    auto *h = new (std::nothrow) ga_tensor{std::move(t)};
+    if (h == nullptr) {
+      ga_outputs_destroy(outs);
+      return nullptr;
+    }
+    Live().tensors.fetch_add(1);
+    outs->items.push_back(h);
+  }
+  Live().outputs_lists.fetch_add(1);
+  return outs;
+}
+
+}  // namespace shim
+
+extern "C" {
+
+ga_status ga_initialize(const ga_options *options) {
+  shim::ClearErrors();
+  const auto opts = shim::ToMap(options);
+  for (const auto &kv : opts) {
+    if (std::strcmp(kv.first.GetString(), "ge.exec.deviceId") == 0) {
+      const long v = std::strtol(kv.second.GetString(), nullptr, 10);
+      shim::SetDefaultDevice(v < 0 ? 0 : static_cast<int32_t>(v));
+    }
+  }
+  const ge::Status st = ge::GEInitializeV2(opts);
+  if (st != ge::SUCCESS) return shim::Fail("GEInitializeV2", st);
+  return 0;
+}
+
+const char *ga_last_error(void) { return shim::t_error.c_str(); }
+const char *ga_last_api(void) { return shim::t_api.c_str(); }
+
+void ga_get_live_counters(ga_live_counters *out) {
+  if (out == nullptr) return;
+  auto &c = shim::Live();
+  out->sessions = c.sessions.load();
+  out->graphs = c.graphs.load();
+  out->tensors = c.tensors.load();
+  out->outputs_lists = c.outputs_lists.load();
+  out->streams = c.streams.load();
+  out->completion_queues = c.completion_queues.load();
+  out->pending_completions = c.pending_completions.load();
+  out->allocators = c.allocators.load();
+}
+
+size_t ga_outputs_count(const ga_outputs *outputs) { return outputs == nullptr ? 0 : outputs->items.size(); }
+
+ga_tensor *ga_outputs_take(ga_outputs *outputs, size_t index) {
+  if (outputs == nullptr || index >= outputs->items.size()) return nullptr;
+  ga_tensor *t = outputs->items[index];
+  outputs->items[index] = nullptr;
+  return t;
+}
+
+void ga_outputs_destroy(ga_outputs *outputs) {
+  if (outputs == nullptr) return;
+  for (ga_tensor *t : outputs->items) ga_tensor_destroy(t);
+  delete outputs;
+  shim::Live().outputs_lists.fetch_sub(1);
+}
+
+void ga_tensor_describe(const ga_tensor *tensor, ga_tensor_desc *out) {
+  if (tensor == nullptr || out == nullptr) return;
+  std::memset(out, 0, sizeof(*out));
+  const gert::Tensor &t = tensor->tensor;
+  out->data = t.GetAddr();
+  out->size = t.GetSize();
+  out->dtype = static_cast<int32_t>(t.GetDataType());
+  out->placement = t.GetPlacement() == gert::kOnDeviceHbm ? 0 : 1;
+  const gert::Shape &shape = t.GetStorageShape();
+  out->ndim = static_cast<uint32_t>(shape.GetDimNum());
+  for (size_t k = 0; k < shape.GetDimNum(); ++k) out->dims[k] = shape.GetDim(k);
+}
+
+void ga_tensor_destroy(ga_tensor *tensor) {
+  if (tensor == nullptr) return;
+  delete tensor;  // the TensorData manager returns the memory to its owner (GE block or allocator)
+  shim::Live().tensors.fetch_sub(1);
+}
+
+}  // extern "C"

@@ -1,0 +1,68 @@
+// Shared internals of the shim (the C ABI of include/geasync.h over the GE v2 / ACL C++ API):
+// handle structs, the per-thread error slot, live counters and helpers used by several shim files.
+// Written only against GE/ACL headers, so the same source builds against the twin and a real CANN.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "acl/acl_rt.h"
+#include "exe_graph/runtime/tensor.h"
+#include "ge/ge_api_v2.h"
+#include "geasync.h"
+#include "graph/graph.h"
+
+namespace shim {
+
+// Live counters of shim handles (ga_get_live_counters); every create/destroy pair updates one.
+struct Counters {
+  std::atomic<int64_t> sessions{0}, graphs{0}, tensors{0}, outputs_lists{0}, streams{0}, completion_queues{0},
+      pending_completions{0}, allocators{0};
+};
+Counters &Live();
+
+// Records a failure for the calling thread: the GE error text (read and cleared here, on the thread that saw the
+// failure, as GE requires) or `fallback` when GE said nothing. Returns status for `return Fail(...)` chains.
+ga_status Fail(const char *api, ga_status status, const std::string &fallback = std::string());
+// Records a failure whose text the shim composes itself (argument checks, ACL errors).
+ga_status FailWith(const char *api, ga_status status, const std::string &message);
+// Clears stale GE/ACL messages on this thread before a call whose failure text we will read.
+void ClearErrors();
+
+std::map<ge::AscendString, ge::AscendString> ToMap(const ga_options *options);
+
+// Makes `device` the calling thread's current ACL device (threads touching streams need a context).
+aclError EnsureDevice(int32_t device);
+int32_t DefaultDevice();  // from GEInitializeV2's ge.exec.deviceId, else 0
+void SetDefaultDevice(int32_t device);
+
+// Borrowed gert::Tensors over the caller's descriptors (the caller keeps the memory alive).
+bool ToGertTensors(const ga_tensor_desc *descs, size_t count, std::vector<gert::Tensor> *out, std::string *error);
+// Moves runtime tensors into a new ga_outputs (nullptr on allocation failure).
+ga_outputs *MakeOutputs(std::vector<gert::Tensor> &&tensors);
+
+// A completion queue with shared ownership: the consumer's handle and every outstanding request hold a reference,
+// so the queue (and its eventfd) outlive the last completion the runtime may still deliver.
+void CqRetain(ga_completion_queue *q);
+void CqRelease(ga_completion_queue *q);
+// Pushes a record (takes ownership of outputs and error text) and signals the consumer once per batch.
+void CqPush(ga_completion_queue *q, uint64_t token, ga_status status, int32_t kind, ga_outputs *outputs,
+            const std::string &error);
+
+}  // namespace shim
+
+struct ga_tensor {
+  gert::Tensor tensor;
+};
+
+struct ga_outputs {
+  std::vector<ga_tensor *> items;
+};
+
+struct ga_graph {
+  ge::Graph graph;
+};

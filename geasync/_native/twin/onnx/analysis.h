@@ -1,0 +1,31 @@
+// Whole-graph shape/dtype propagation with constant folding, shared by InferShapes (unknown dims allowed) and
+// CompilePlan (everything static, every constant-input node folded).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model.h"
+
+namespace twin {
+namespace onnx {
+
+struct Analysis {
+  std::vector<TensorDesc> desc;     // per value id
+  std::vector<const void *> cdata;  // per value id: contents if known at compile time, else nullptr
+  std::vector<char> node_folded;    // per node (topo order): computed at compile time, no kernel at run
+  std::vector<std::vector<TensorDesc>> node_out;  // per node: descs of all outputs, omitted ones included
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> folded_storage;  // owns folded values
+  size_t folded_bytes = 0;
+};
+
+// Checks caller-supplied descs against the model's Data inputs (count, dtype, rank, known dims, size limits).
+bool CheckInputDescs(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool need_static, std::string *err);
+
+// Propagates descs through the graph in topological order and folds nodes whose inputs are all constant.
+// compile=true: every shape must be static and all foldable nodes are folded; otherwise only small ones are.
+bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool compile, Analysis *a, std::string *err);
+
+}  // namespace onnx
+}  // namespace twin

@@ -1,0 +1,51 @@
+// Numpy-style multidirectional broadcasting: shape rule (with unknown dims) and a precomputed two-operand
+// iteration plan whose innermost loop is contiguous or scalar for each operand.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+namespace twin {
+namespace onnx {
+
+// Broadcast result of a and b; -1 propagates. False + reason on a definite mismatch.
+bool BroadcastShapes(const std::vector<int64_t> &a, const std::vector<int64_t> &b, std::vector<int64_t> *out,
+                     std::string *reason);
+
+// Iteration plan for out = f(a, b) with static shapes. Size-1 output dims are dropped and mergeable dims
+// collapsed; the innermost stride of each operand is 0 (broadcast) or 1.
+struct Broadcast2 {
+  std::vector<int64_t> dims;    // collapsed output dims (at least one)
+  std::vector<int64_t> sa, sb;  // element strides per collapsed dim
+  int64_t total = 0;
+
+  void Init(const std::vector<int64_t> &a, const std::vector<int64_t> &b, const std::vector<int64_t> &out);
+};
+
+// Calls f(a_ptr, b_ptr, out_ptr, n, a_step, b_step) for each innermost run; counters must hold dims.size() values.
+template <class T, class F>
+void ForEachRun(const Broadcast2 &bc, const T *a, const T *b, T *out, int64_t *counters, F f) {
+  if (bc.total == 0) return;
+  const size_t r = bc.dims.size();
+  const int64_t inner = bc.dims[r - 1];
+  const int64_t ia = bc.sa[r - 1], ib = bc.sb[r - 1];
+  for (size_t d = 0; d < r; ++d) counters[d] = 0;
+  int64_t oa = 0, ob = 0;
+  for (int64_t o = 0; o < bc.total; o += inner) {
+    f(a + oa, b + ob, out + o, inner, ia, ib);
+    // Advance the outer counters (odometer).
+    for (size_t d = r - 1; d-- > 0;) {
+      oa += bc.sa[d];
+      ob += bc.sb[d];
+      if (++counters[d] < bc.dims[d]) break;
+      oa -= bc.sa[d] * bc.dims[d];
+      ob -= bc.sb[d] * bc.dims[d];
+      counters[d] = 0;
+    }
+  }
+}
+
+}  // namespace onnx
+}  // namespace twin

@@ -1,0 +1,103 @@
+// The twin's ONNX engine: the only interface between the GE twin (sessions, graphs, threads) and the
+// code that decodes ONNX ModelProto bytes, infers shapes and runs kernels on host memory.
+// Nothing here knows about GE, ACL or Python; errors come back as text, never as exceptions or aborts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace twin {
+namespace onnx {
+
+// Element types are numbered like ge::DataType so descriptors cross the GE boundary unchanged.
+enum class ElemType : int32_t {
+  kFloat = 0,
+  kFloat16 = 1,
+  kInt8 = 2,
+  kInt32 = 3,
+  kUint8 = 4,
+  kInt16 = 6,
+  kUint16 = 7,
+  kUint32 = 8,
+  kInt64 = 9,
+  kUint64 = 10,
+  kDouble = 11,
+  kBool = 12,
+  kBf16 = 27,
+  kUndefined = 28,
+};
+
+// Bytes per element; 0 for kUndefined.
+size_t ElemSize(ElemType t);
+// "float32", "int64", ... for messages.
+const char *ElemTypeName(ElemType t);
+
+// A tensor's type and shape. A dim of -1 is unknown (symbolic in the model, e.g. a batch dim "N").
+struct TensorDesc {
+  ElemType dtype = ElemType::kUndefined;
+  std::vector<int64_t> dims;
+
+  bool IsStatic() const;       // no -1 dims
+  int64_t NumElements() const; // -1 if not static
+  size_t Bytes() const;        // 0 if not static
+};
+
+struct ValueInfo {
+  std::string name;
+  TensorDesc desc;
+};
+
+// A decoded and structurally validated ONNX graph. Immutable and safe to share between threads.
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Graph inputs that are not initializers, in declaration order (GE's Data nodes).
+  virtual const std::vector<ValueInfo> &inputs() const = 0;
+  virtual const std::vector<ValueInfo> &outputs() const = 0;
+  virtual const std::string &graph_name() const = 0;
+  virtual int64_t opset_version() const = 0;  // of the default ("" / "ai.onnx") domain
+  virtual size_t node_count() const = 0;
+  virtual size_t initializer_bytes() const = 0;  // total bytes of initializers and Constant values
+};
+
+// Decodes ModelProto bytes (protobuf wire format, no protobuf library) and validates the graph structure:
+// supported ops and domains, required attributes, every consumed value produced exactly once (no dangling edges),
+// no cycles. Returns nullptr and sets *error on failure; the message names the node, its op and the reason, e.g.
+//   node 'conv1' (op Conv): operator not supported by the twin
+//   node 'add_3' (op Add): input 'x9' is not produced by any node, initializer or graph input
+//   corrupt ONNX model: truncated varint at byte 1234
+// Never crashes, whatever the bytes.
+std::shared_ptr<const Model> ParseModel(const void *data, size_t size, std::string *error);
+
+// Infers output descs from input descs that may contain unknown (-1) dims; used at GE compile time with the
+// Data nodes' shapes. Unknown dims propagate as -1. Fails (false + *error naming node, op and reason) on
+// a definite mismatch: wrong input count or dtype, incompatible broadcast, MatMul inner dims, bad Reshape, ...
+bool InferShapes(const Model &model, const std::vector<TensorDesc> &inputs, std::vector<TensorDesc> *outputs,
+                 std::string *error);
+
+// A model compiled for fully static input descs: shapes of every value known, intermediates planned.
+// Owns its intermediate buffers, so Run is NOT re-entrant: callers serialise Run calls on one Plan
+// (GE executes one job at a time per loaded model). Different Plans may run concurrently.
+class Plan {
+ public:
+  virtual ~Plan() = default;
+  virtual const std::vector<TensorDesc> &input_descs() const = 0;
+  virtual const std::vector<TensorDesc> &output_descs() const = 0;
+  virtual size_t const_bytes() const = 0;      // initializers / constants held by the plan
+  virtual size_t workspace_bytes() const = 0;  // intermediate buffers owned by the plan
+  // inputs[i] points to input_descs()[i].Bytes() readable bytes; outputs[i] to output_descs()[i].Bytes()
+  // writable bytes (may be nullptr when that size is 0). Returns false + *error (node, op, reason) on failure.
+  virtual bool Run(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
+                   std::string *error) = 0;
+};
+
+// Compiles for concrete input descs (all dims known; count and dtypes must match model.inputs(), dims must
+// agree wherever the model's dims are known). Returns nullptr + *error on failure.
+std::unique_ptr<Plan> CompilePlan(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs,
+                                  std::string *error);
+
+}  // namespace onnx
+}  // namespace twin

@@ -1,0 +1,125 @@
+// The operator table (built once, immutable afterwards) and helpers shared by op implementations:
+// attribute accessors, axis normalisation, the byte-copy kernel.
+#include "op_registry.h"
+
+#include <map>
+
+namespace twin {
+namespace onnx {
+namespace {
+
+using OpTable = std::map<std::string, OpDef>;
+
+OpTable BuildTable() {
+  std::vector<OpDef> ops;
+  RegisterElementwiseOps(&ops);
+  RegisterMatMulOps(&ops);
+  RegisterSoftmaxOps(&ops);
+  RegisterShapeOps(&ops);
+  RegisterCastOps(&ops);
+  RegisterConstantOps(&ops);
+  OpTable table;
+  for (const OpDef &d : ops) table.emplace(d.op_type, d);
+  return table;
+}
+
+const char *AttrTypeName(int32_t t) {
+  switch (t) {
+    case kAttrFloat: return "float";
+    case kAttrInt: return "int";
+    case kAttrString: return "string";
+    case kAttrTensor: return "tensor";
+    case kAttrGraph: return "graph";
+    case kAttrFloats: return "floats";
+    case kAttrInts: return "ints";
+    case kAttrStrings: return "strings";
+    case kAttrTensors: return "tensors";
+    case kAttrGraphs: return "graphs";
+    default: return "other";
+  }
+}
+
+bool WrongType(const Attribute &a, const char *want, std::string *reason) {
+  *reason = "attribute '" + a.name + "' must be of type " + want + ", not " + AttrTypeName(a.type);
+  return false;
+}
+
+class CopyKernel : public Kernel {
+ public:
+  explicit CopyKernel(size_t bytes) : bytes_(bytes) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    if (out[0] != in[0]) CopyBytes(out[0], in[0], bytes_);
+    return true;
+  }
+
+ private:
+  size_t bytes_;
+};
+
+}  // namespace
+
+const OpDef *FindOp(const std::string &op_type) {
+  static const OpTable table = BuildTable();  // thread-safe one-time init; read-only afterwards
+  auto it = table.find(op_type);
+  return it == table.end() ? nullptr : &it->second;
+}
+
+const Attribute *Node::FindAttr(const char *attr_name) const {
+  for (const Attribute &a : attrs)
+    if (a.name == attr_name) return &a;
+  return nullptr;
+}
+
+std::string Node::Where() const { return "node '" + name + "' (op " + op_type + "): "; }
+
+bool AttrInt(const Node &n, const char *name, int64_t def, int64_t *v, std::string *reason) {
+  const Attribute *a = n.FindAttr(name);
+  if (!a) {
+    *v = def;
+    return true;
+  }
+  if (a->type != kAttrInt) return WrongType(*a, "int", reason);
+  *v = a->i;
+  return true;
+}
+
+bool AttrFloat(const Node &n, const char *name, float def, float *v, std::string *reason) {
+  const Attribute *a = n.FindAttr(name);
+  if (!a) {
+    *v = def;
+    return true;
+  }
+  if (a->type != kAttrFloat) return WrongType(*a, "float", reason);
+  *v = a->f;
+  return true;
+}
+
+bool AttrInts(const Node &n, const char *name, std::vector<int64_t> *v, bool *present, std::string *reason) {
+  const Attribute *a = n.FindAttr(name);
+  *present = a != nullptr;
+  v->clear();
+  if (!a) return true;
+  if (a->type != kAttrInts) return WrongType(*a, "ints", reason);
+  *v = a->ints;
+  return true;
+}
+
+bool NormalizeAxis(int64_t axis, int64_t rank, bool allow_end, int64_t *out, std::string *reason) {
+  int64_t hi = allow_end ? rank : rank - 1;
+  int64_t lo = allow_end ? -rank : -rank;
+  if (axis < lo || axis > hi) {
+    *reason = "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank);
+    return false;
+  }
+  *out = axis < 0 ? axis + rank : axis;
+  return true;
+}
+
+std::string DtypeNotSupported(ElemType t, const char *what) {
+  return std::string(what) + " dtype " + ElemTypeName(t) + " is not supported by the twin";
+}
+
+std::unique_ptr<Kernel> MakeCopyKernel(size_t bytes) { return std::unique_ptr<Kernel>(new CopyKernel(bytes)); }
+
+}  // namespace onnx
+}  // namespace twin

@@ -1,0 +1,81 @@
+// The operator table: op_type -> {arity, parse-time attribute check, shape/dtype inference, kernel factory}.
+// Adding an op = one ops_*.cc file defining OpDefs and one Register* line in op_registry.cc.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "model.h"
+
+namespace twin {
+namespace onnx {
+
+// Shape/dtype inference input. in[i] is nullptr for an omitted optional input; in_data[i] holds the contents
+// of inputs known at compile time (initializers, Constants, folded subgraphs), else nullptr.
+struct InferCtx {
+  const Node *node = nullptr;
+  int64_t opset = 0;
+  bool need_static = false;  // CompilePlan: a shape that cannot be determined is an error
+  std::vector<const TensorDesc *> in;
+  std::vector<const void *> in_data;
+  std::vector<TensorDesc> out;  // sized to the node's output count by the caller
+
+  bool has(size_t i) const { return i < in.size() && in[i] != nullptr; }
+};
+
+// A kernel prepared for static shapes. Run must not allocate in the common path. in[i] is nullptr for omitted
+// optional inputs; otherwise pointers are non-null and aligned for their dtype, even for zero-size tensors.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual bool Run(const void *const *in, void *const *out, std::string *reason) = 0;
+};
+
+struct KernelCtx {
+  const Node *node = nullptr;
+  int64_t opset = 0;
+  std::vector<const TensorDesc *> in;  // all static
+  std::vector<const void *> in_data;   // compile-time constant inputs, else nullptr
+  std::vector<TensorDesc> out;         // all static
+};
+
+using CheckFn = bool (*)(const Node &node, int64_t opset, std::string *reason);
+using InferFn = bool (*)(InferCtx *ctx, std::string *reason);
+using PrepareFn = std::unique_ptr<Kernel> (*)(const KernelCtx &ctx, std::string *reason);
+
+struct OpDef {
+  const char *op_type;
+  int min_inputs, max_inputs;
+  int min_outputs, max_outputs;
+  CheckFn check;      // parse-time attribute validation; may be nullptr
+  InferFn infer;      // required
+  PrepareFn prepare;  // required
+  bool foldable;      // false for ops whose result must not be computed at compile time (e.g. random)
+};
+
+const OpDef *FindOp(const std::string &op_type);
+
+// Per-family registration; each ops_*.cc defines one.
+void RegisterElementwiseOps(std::vector<OpDef> *ops);
+void RegisterMatMulOps(std::vector<OpDef> *ops);
+void RegisterSoftmaxOps(std::vector<OpDef> *ops);
+void RegisterShapeOps(std::vector<OpDef> *ops);
+void RegisterCastOps(std::vector<OpDef> *ops);
+void RegisterConstantOps(std::vector<OpDef> *ops);
+
+// Attribute accessors: false + reason if present with the wrong type.
+bool AttrInt(const Node &n, const char *name, int64_t def, int64_t *v, std::string *reason);
+bool AttrFloat(const Node &n, const char *name, float def, float *v, std::string *reason);
+bool AttrInts(const Node &n, const char *name, std::vector<int64_t> *v, bool *present, std::string *reason);
+
+// Normalises axis into [0, rank) (or [0, rank] when allow_end); false + reason if out of range.
+bool NormalizeAxis(int64_t axis, int64_t rank, bool allow_end, int64_t *out, std::string *reason);
+std::string DtypeNotSupported(ElemType t, const char *what = "input");
+
+// Kernel that copies input 0 to output 0 byte for byte (Identity, Reshape, Flatten, ...).
+std::unique_ptr<Kernel> MakeCopyKernel(size_t bytes);
+
+}  // namespace onnx
+}  // namespace twin

@@ -1,0 +1,206 @@
+// Cast between all numeric dtypes the twin represents (float32/16, bfloat16, float64, [u]int8..64, bool).
+// Float -> int truncates toward zero like numpy's astype; NaN/out-of-range give numpy's x86 results, never UB.
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "op_registry.h"
+
+namespace twin {
+namespace onnx {
+namespace {
+
+struct HalfTag {};
+struct Bf16Tag {};
+struct BoolTag {};
+
+enum Kind { kFloatLike, kSigned, kUnsigned, kBoolean };
+
+template <class T>
+struct Tr {
+  using St = T;  // storage type
+  static constexpr Kind kind =
+      std::is_floating_point<T>::value ? kFloatLike : (std::is_signed<T>::value ? kSigned : kUnsigned);
+};
+template <>
+struct Tr<HalfTag> {
+  using St = uint16_t;
+  static constexpr Kind kind = kFloatLike;
+};
+template <>
+struct Tr<Bf16Tag> {
+  using St = uint16_t;
+  static constexpr Kind kind = kFloatLike;
+};
+template <>
+struct Tr<BoolTag> {
+  using St = uint8_t;
+  static constexpr Kind kind = kBoolean;
+};
+
+template <class S>
+double LoadFloat(typename Tr<S>::St x) {
+  if constexpr (std::is_same<S, HalfTag>::value) return HalfToFloat(x);
+  else if constexpr (std::is_same<S, Bf16Tag>::value) return Bf16ToFloat(x);
+  else return static_cast<double>(x);
+}
+
+// double -> float without the UB of converting an out-of-range finite value.
+inline float NarrowToFloat(double v) {
+  if (v > static_cast<double>(FLT_MAX)) return std::numeric_limits<float>::infinity();
+  if (v < -static_cast<double>(FLT_MAX)) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(v);
+}
+
+template <class D>
+typename Tr<D>::St StoreFloat(double v) {
+  using St = typename Tr<D>::St;
+  if constexpr (std::is_same<D, HalfTag>::value) return FloatToHalf(NarrowToFloat(v));
+  else if constexpr (std::is_same<D, Bf16Tag>::value) return FloatToBf16(NarrowToFloat(v));
+  else if constexpr (std::is_same<D, float>::value) return NarrowToFloat(v);
+  else if constexpr (std::is_same<D, double>::value) return v;
+  else if constexpr (Tr<D>::kind == kBoolean) return v != 0.0 ? 1 : 0;  // NaN -> true, like numpy
+  else if constexpr (std::is_same<D, uint64_t>::value) {
+    if (v >= 9223372036854775808.0 && v < 18446744073709551616.0) return static_cast<uint64_t>(v);
+    if (std::isnan(v) || v >= 9223372036854775808.0 || v < -9223372036854775808.0)
+      return static_cast<uint64_t>(std::numeric_limits<int64_t>::min());
+    return static_cast<uint64_t>(static_cast<int64_t>(v));
+  } else if constexpr (sizeof(St) == 8 || std::is_same<D, uint32_t>::value) {
+    // numpy (x86) converts through a 64-bit truncation; invalid -> INT64_MIN.
+    int64_t i = std::numeric_limits<int64_t>::min();
+    if (!std::isnan(v) && v < 9223372036854775808.0 && v >= -9223372036854775808.0) i = static_cast<int64_t>(v);
+    return static_cast<St>(i);
+  } else {
+    // Narrower ints go through a 32-bit truncation; invalid -> INT32_MIN, then wrap.
+    int32_t i = std::numeric_limits<int32_t>::min();
+    if (!std::isnan(v) && v < 2147483648.0 && v > -2147483649.0) i = static_cast<int32_t>(v);
+    return static_cast<St>(i);
+  }
+}
+
+template <class S, class D>
+typename Tr<D>::St Convert(typename Tr<S>::St x) {
+  using SD = typename Tr<D>::St;
+  if constexpr (Tr<S>::kind == kFloatLike) {
+    if constexpr (std::is_same<S, float>::value && std::is_same<D, HalfTag>::value) return FloatToHalf(x);
+    else if constexpr (std::is_same<S, float>::value && std::is_same<D, Bf16Tag>::value) return FloatToBf16(x);
+    else return StoreFloat<D>(LoadFloat<S>(x));
+  } else {
+    // Integer or bool source.
+    if constexpr (Tr<S>::kind == kBoolean) x = x != 0 ? 1 : 0;
+    if constexpr (Tr<D>::kind == kBoolean) return x != 0 ? 1 : 0;
+    else if constexpr (std::is_same<D, HalfTag>::value) return FloatToHalf(static_cast<float>(x));
+    else if constexpr (std::is_same<D, Bf16Tag>::value) return FloatToBf16(static_cast<float>(x));
+    else return static_cast<SD>(x);  // int -> float rounds; int -> int wraps (never UB)
+  }
+}
+
+using CastFn = void (*)(const void *, void *, int64_t);
+
+template <class S, class D>
+void CastLoop(const void *in, void *out, int64_t n) {
+  const auto *x = static_cast<const typename Tr<S>::St *>(in);
+  auto *y = static_cast<typename Tr<D>::St *>(out);
+  for (int64_t i = 0; i < n; ++i) y[i] = Convert<S, D>(x[i]);
+}
+
+template <class S>
+CastFn PickDst(ElemType d) {
+  switch (d) {
+    case ElemType::kFloat: return CastLoop<S, float>;
+    case ElemType::kFloat16: return CastLoop<S, HalfTag>;
+    case ElemType::kBf16: return CastLoop<S, Bf16Tag>;
+    case ElemType::kDouble: return CastLoop<S, double>;
+    case ElemType::kInt8: return CastLoop<S, int8_t>;
+    case ElemType::kInt16: return CastLoop<S, int16_t>;
+    case ElemType::kInt32: return CastLoop<S, int32_t>;
+    case ElemType::kInt64: return CastLoop<S, int64_t>;
+    case ElemType::kUint8: return CastLoop<S, uint8_t>;
+    case ElemType::kUint16: return CastLoop<S, uint16_t>;
+    case ElemType::kUint32: return CastLoop<S, uint32_t>;
+    case ElemType::kUint64: return CastLoop<S, uint64_t>;
+    case ElemType::kBool: return CastLoop<S, BoolTag>;
+    default: return nullptr;
+  }
+}
+
+CastFn PickCast(ElemType s, ElemType d) {
+  switch (s) {
+    case ElemType::kFloat: return PickDst<float>(d);
+    case ElemType::kFloat16: return PickDst<HalfTag>(d);
+    case ElemType::kBf16: return PickDst<Bf16Tag>(d);
+    case ElemType::kDouble: return PickDst<double>(d);
+    case ElemType::kInt8: return PickDst<int8_t>(d);
+    case ElemType::kInt16: return PickDst<int16_t>(d);
+    case ElemType::kInt32: return PickDst<int32_t>(d);
+    case ElemType::kInt64: return PickDst<int64_t>(d);
+    case ElemType::kUint8: return PickDst<uint8_t>(d);
+    case ElemType::kUint16: return PickDst<uint16_t>(d);
+    case ElemType::kUint32: return PickDst<uint32_t>(d);
+    case ElemType::kUint64: return PickDst<uint64_t>(d);
+    case ElemType::kBool: return PickDst<BoolTag>(d);
+    default: return nullptr;
+  }
+}
+
+bool CheckCast(const Node &n, int64_t, std::string *reason) {
+  const Attribute *a = n.FindAttr("to");
+  if (!a) {
+    *reason = "required attribute 'to' is missing";
+    return false;
+  }
+  if (a->type != kAttrInt) {
+    *reason = "attribute 'to' must be of type int";
+    return false;
+  }
+  return true;
+}
+
+bool InferCast(InferCtx *c, std::string *reason) {
+  const int64_t to = c->node->FindAttr("to")->i;
+  ElemType dst;
+  if (!OnnxTypeToElemType(to, &dst)) {
+    *reason = std::string("cast to ") + OnnxTypeName(to) + " is not supported by the twin";
+    return false;
+  }
+  if (!PickCast(c->in[0]->dtype, dst)) {
+    *reason = DtypeNotSupported(c->in[0]->dtype);
+    return false;
+  }
+  c->out[0].dtype = dst;
+  c->out[0].dims = c->in[0]->dims;
+  return true;
+}
+
+class CastKernel : public Kernel {
+ public:
+  CastKernel(CastFn fn, int64_t n) : fn_(fn), n_(n) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    fn_(in[0], out[0], n_);
+    return true;
+  }
+
+ private:
+  CastFn fn_;
+  int64_t n_;
+};
+
+std::unique_ptr<Kernel> PrepareCast(const KernelCtx &c, std::string *reason) {
+  if (c.in[0]->dtype == c.out[0].dtype) return MakeCopyKernel(c.out[0].Bytes());
+  CastFn fn = PickCast(c.in[0]->dtype, c.out[0].dtype);
+  if (!fn) {
+    *reason = DtypeNotSupported(c.in[0]->dtype);
+    return nullptr;
+  }
+  return std::make_unique<CastKernel>(fn, c.out[0].NumElements());
+}
+
+}  // namespace
+
+void RegisterCastOps(std::vector<OpDef> *ops) {
+  ops->push_back({"Cast", 1, 1, 1, 1, CheckCast, InferCast, PrepareCast, true});
+}
+
+}  // namespace onnx
+}  // namespace twin

@@ -1,0 +1,257 @@
+// MatMul (numpy matmul semantics: 1-D promotion, broadcast batch dims) and Gemm (alpha, beta, transA, transB,
+// optional unidirectionally broadcast C). Both run on the blocked core in gemm.cc.
+#include <algorithm>
+
+#include "broadcast.h"
+#include "gemm.h"
+#include "op_registry.h"
+
+namespace twin {
+namespace onnx {
+namespace {
+
+bool MatMulType(ElemType t) { return t == ElemType::kFloat || t == ElemType::kDouble; }
+
+bool CheckSameFloatTypes(const InferCtx &c, size_t count, std::string *reason) {
+  for (size_t i = 0; i < count; ++i) {
+    if (!c.has(i)) continue;
+    if (!MatMulType(c.in[i]->dtype)) {
+      *reason = DtypeNotSupported(c.in[i]->dtype);
+      return false;
+    }
+    if (c.in[i]->dtype != c.in[0]->dtype) {
+      *reason = std::string("input dtypes ") + ElemTypeName(c.in[0]->dtype) + " and " + ElemTypeName(c.in[i]->dtype) +
+                " differ";
+      return false;
+    }
+  }
+  return true;
+}
+
+// ---- MatMul ----
+
+struct MatMulShape {
+  std::vector<int64_t> a_batch, b_batch, batch;  // batch dims (broadcast)
+  int64_t M = 0, K = 0, N = 0, Kb = 0;
+  bool a_vec = false, b_vec = false;
+};
+
+bool MatMulDims(const std::vector<int64_t> &a, const std::vector<int64_t> &b, MatMulShape *s, std::vector<int64_t> *out,
+                std::string *reason) {
+  if (a.empty() || b.empty()) {
+    *reason = "inputs must have rank >= 1, got shapes " + ShapeStr(a) + " and " + ShapeStr(b);
+    return false;
+  }
+  std::vector<int64_t> a2 = a, b2 = b;
+  s->a_vec = a.size() == 1;
+  s->b_vec = b.size() == 1;
+  if (s->a_vec) a2.insert(a2.begin(), 1);
+  if (s->b_vec) b2.push_back(1);
+  s->M = a2[a2.size() - 2];
+  s->K = a2[a2.size() - 1];
+  s->Kb = b2[b2.size() - 2];
+  s->N = b2[b2.size() - 1];
+  if (s->K >= 0 && s->Kb >= 0 && s->K != s->Kb) {
+    *reason = "inner dimensions do not match: shapes " + ShapeStr(a) + " and " + ShapeStr(b);
+    return false;
+  }
+  s->a_batch.assign(a2.begin(), a2.end() - 2);
+  s->b_batch.assign(b2.begin(), b2.end() - 2);
+  std::string r2;
+  if (!BroadcastShapes(s->a_batch, s->b_batch, &s->batch, &r2)) {
+    *reason = "batch dimensions of shapes " + ShapeStr(a) + " and " + ShapeStr(b) + " cannot be broadcast together";
+    return false;
+  }
+  *out = s->batch;
+  if (!s->a_vec) out->push_back(s->M);
+  if (!s->b_vec) out->push_back(s->N);
+  return true;
+}
+
+bool InferMatMul(InferCtx *c, std::string *reason) {
+  if (!CheckSameFloatTypes(*c, 2, reason)) return false;
+  MatMulShape s;
+  c->out[0].dtype = c->in[0]->dtype;
+  return MatMulDims(c->in[0]->dims, c->in[1]->dims, &s, &c->out[0].dims, reason);
+}
+
+template <class T>
+class MatMulKernel : public Kernel {
+ public:
+  MatMulKernel(int64_t M, int64_t N, int64_t K, std::vector<int64_t> a_off, std::vector<int64_t> b_off)
+      : M_(M), N_(N), K_(K), a_off_(std::move(a_off)), b_off_(std::move(b_off)) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const T *A = static_cast<const T *>(in[0]);
+    const T *B = static_cast<const T *>(in[1]);
+    T *C = static_cast<T *>(out[0]);
+    const int64_t mn = M_ * N_;
+    std::fill(C, C + mn * static_cast<int64_t>(a_off_.size()), T(0));
+    for (size_t bi = 0; bi < a_off_.size(); ++bi)
+      GemmAccumulate<T>(false, false, M_, N_, K_, T(1), A + a_off_[bi], B + b_off_[bi], C + mn * bi);
+    return true;
+  }
+
+ private:
+  int64_t M_, N_, K_;
+  std::vector<int64_t> a_off_, b_off_;  // element offset of each batch's matrices
+};
+
+std::unique_ptr<Kernel> PrepareMatMul(const KernelCtx &c, std::string *reason) {
+  MatMulShape s;
+  std::vector<int64_t> out;
+  if (!MatMulDims(c.in[0]->dims, c.in[1]->dims, &s, &out, reason)) return nullptr;
+  // Batch offsets: walk the broadcast batch index space once, here, so Run does not.
+  const size_t r = s.batch.size();
+  int64_t nb = 1;
+  for (int64_t d : s.batch) nb *= d;
+  std::vector<int64_t> a_off, b_off;
+  a_off.reserve(nb);
+  b_off.reserve(nb);
+  std::vector<int64_t> idx(r, 0);
+  for (int64_t bi = 0; bi < nb; ++bi) {
+    int64_t ao = 0, bo = 0, as = s.M * s.K, bs = s.K * s.N;
+    for (size_t d = r; d-- > 0;) {
+      if (d >= r - s.a_batch.size()) {
+        int64_t dim = s.a_batch[d - (r - s.a_batch.size())];
+        ao += (dim == 1 ? 0 : idx[d]) * as;
+        as *= dim;
+      }
+      if (d >= r - s.b_batch.size()) {
+        int64_t dim = s.b_batch[d - (r - s.b_batch.size())];
+        bo += (dim == 1 ? 0 : idx[d]) * bs;
+        bs *= dim;
+      }
+    }
+    a_off.push_back(ao);
+    b_off.push_back(bo);
+    for (size_t d = r; d-- > 0;) {
+      if (++idx[d] < s.batch[d]) break;
+      idx[d] = 0;
+    }
+  }
+  switch (c.out[0].dtype) {
+    case ElemType::kFloat: return std::make_unique<MatMulKernel<float>>(s.M, s.N, s.K, a_off, b_off);
+    case ElemType::kDouble: return std::make_unique<MatMulKernel<double>>(s.M, s.N, s.K, a_off, b_off);
+    default: *reason = DtypeNotSupported(c.out[0].dtype); return nullptr;
+  }
+}
+
+// ---- Gemm ----
+
+struct GemmAttrs {
+  float alpha = 1.f, beta = 1.f;
+  int64_t trans_a = 0, trans_b = 0;
+};
+
+bool GemmReadAttrs(const Node &n, GemmAttrs *g, std::string *reason) {
+  return AttrFloat(n, "alpha", 1.f, &g->alpha, reason) && AttrFloat(n, "beta", 1.f, &g->beta, reason) &&
+         AttrInt(n, "transA", 0, &g->trans_a, reason) && AttrInt(n, "transB", 0, &g->trans_b, reason);
+}
+
+bool CheckGemm(const Node &n, int64_t, std::string *reason) {
+  GemmAttrs g;
+  return GemmReadAttrs(n, &g, reason);  // opset < 7 'broadcast' is ignored: broadcasting C is a superset
+}
+
+bool InferGemm(InferCtx *c, std::string *reason) {
+  if (!CheckSameFloatTypes(*c, 3, reason)) return false;
+  GemmAttrs g;
+  if (!GemmReadAttrs(*c->node, &g, reason)) return false;
+  const auto &a = c->in[0]->dims, &b = c->in[1]->dims;
+  if (a.size() != 2 || b.size() != 2) {
+    *reason = "A and B must be 2-D, got shapes " + ShapeStr(a) + " and " + ShapeStr(b);
+    return false;
+  }
+  int64_t M = g.trans_a ? a[1] : a[0], K = g.trans_a ? a[0] : a[1];
+  int64_t Kb = g.trans_b ? b[1] : b[0], N = g.trans_b ? b[0] : b[1];
+  if (K >= 0 && Kb >= 0 && K != Kb) {
+    *reason = "inner dimensions do not match: A " + ShapeStr(a) + (g.trans_a ? " (transposed)" : "") + ", B " +
+              ShapeStr(b) + (g.trans_b ? " (transposed)" : "");
+    return false;
+  }
+  if (c->has(2)) {
+    const auto &cd = c->in[2]->dims;
+    bool ok = cd.size() <= 2;
+    std::vector<int64_t> y = {M, N};
+    for (size_t i = 0; ok && i < cd.size(); ++i) {
+      int64_t want = y[2 - cd.size() + i];
+      if (cd[i] != 1 && cd[i] >= 0 && want >= 0 && cd[i] != want) ok = false;
+    }
+    if (!ok) {
+      *reason = "C of shape " + ShapeStr(cd) + " cannot be broadcast to " + ShapeStr(y);
+      return false;
+    }
+  }
+  c->out[0].dtype = c->in[0]->dtype;
+  c->out[0].dims = {M, N};
+  return true;
+}
+
+template <class T>
+class GemmKernel : public Kernel {
+ public:
+  GemmKernel(const GemmAttrs &g, int64_t M, int64_t N, int64_t K, bool has_c, int64_t c_rows, int64_t c_cols)
+      : g_(g), M_(M), N_(N), K_(K), has_c_(has_c), c_rows_(c_rows), c_cols_(c_cols) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    T *Y = static_cast<T *>(out[0]);
+    if (has_c_) {
+      const T *C = static_cast<const T *>(in[2]);
+      const T beta = static_cast<T>(g_.beta);
+      for (int64_t i = 0; i < M_; ++i) {
+        const T *crow = C + (c_rows_ == 1 ? 0 : i) * c_cols_;
+        T *y = Y + i * N_;
+        if (c_cols_ == 1) {
+          const T v = beta * crow[0];
+          for (int64_t j = 0; j < N_; ++j) y[j] = v;
+        } else {
+          for (int64_t j = 0; j < N_; ++j) y[j] = beta * crow[j];
+        }
+      }
+    } else {
+      std::fill(Y, Y + M_ * N_, T(0));
+    }
+    GemmAccumulate<T>(g_.trans_a != 0, g_.trans_b != 0, M_, N_, K_, static_cast<T>(g_.alpha),
+                      static_cast<const T *>(in[0]), static_cast<const T *>(in[1]), Y);
+    return true;
+  }
+
+ private:
+  GemmAttrs g_;
+  int64_t M_, N_, K_;
+  bool has_c_;
+  int64_t c_rows_, c_cols_;
+};
+
+std::unique_ptr<Kernel> PrepareGemm(const KernelCtx &c, std::string *reason) {
+  GemmAttrs g;
+  if (!GemmReadAttrs(*c.node, &g, reason)) return nullptr;
+  const auto &a = c.in[0]->dims;
+  const int64_t M = c.out[0].dims[0], N = c.out[0].dims[1];
+  const int64_t K = g.trans_a ? a[0] : a[1];
+  const bool has_c = c.in.size() > 2 && c.in[2] != nullptr;
+  int64_t c_rows = 1, c_cols = 1;
+  if (has_c) {
+    const auto &cd = c.in[2]->dims;
+    if (cd.size() == 2) {
+      c_rows = cd[0];
+      c_cols = cd[1];
+    } else if (cd.size() == 1) {
+      c_cols = cd[0];
+    }
+  }
+  switch (c.out[0].dtype) {
+    case ElemType::kFloat: return std::make_unique<GemmKernel<float>>(g, M, N, K, has_c, c_rows, c_cols);
+    case ElemType::kDouble: return std::make_unique<GemmKernel<double>>(g, M, N, K, has_c, c_rows, c_cols);
+    default: *reason = DtypeNotSupported(c.out[0].dtype); return nullptr;
+  }
+}
+
+}  // namespace
+
+void RegisterMatMulOps(std::vector<OpDef> *ops) {
+  ops->push_back({"MatMul", 2, 2, 1, 1, nullptr, InferMatMul, PrepareMatMul, true});
+  ops->push_back({"Gemm", 2, 3, 1, 1, CheckGemm, InferGemm, PrepareGemm, true});
+}
+
+}  // namespace onnx
+}  // namespace twin

@@ -1,0 +1,284 @@
+// Data-movement ops whose output shape is the interesting part: Reshape (shape input must be known at compile
+// time), Flatten, Transpose, Identity. All dtypes are supported since they only move bytes.
+#include <algorithm>
+
+#include "op_registry.h"
+
+namespace twin {
+namespace onnx {
+namespace {
+
+// Product of dims[lo, hi): 0 if any is 0, -1 if any is unknown, else the product (limits checked by the caller).
+int64_t GroupProduct(const std::vector<int64_t> &dims, size_t lo, size_t hi) {
+  int64_t p = 1;
+  bool unknown = false;
+  for (size_t i = lo; i < hi; ++i) {
+    if (dims[i] == 0) return 0;
+    if (dims[i] < 0) unknown = true;
+    else if (!unknown) {
+      if (p > kMaxElements / dims[i]) return kMaxElements + 1;  // flagged by the caller's limit check
+      p *= dims[i];
+    }
+  }
+  return unknown ? -1 : p;
+}
+
+bool AnyDtype(ElemType t, std::string *reason) {
+  if (ElemSize(t) == 0) {
+    *reason = DtypeNotSupported(t);
+    return false;
+  }
+  return true;
+}
+
+// ---- Identity ----
+
+bool InferIdentity(InferCtx *c, std::string *reason) {
+  if (!AnyDtype(c->in[0]->dtype, reason)) return false;
+  c->out[0] = *c->in[0];
+  return true;
+}
+
+std::unique_ptr<Kernel> PrepareCopy(const KernelCtx &c, std::string *) { return MakeCopyKernel(c.out[0].Bytes()); }
+
+// ---- Reshape ----
+
+bool CheckReshape(const Node &n, int64_t opset, std::string *reason) {
+  if (opset >= 5 && n.input_names.size() != 2) {
+    *reason = "expects 2 inputs (data, shape), got " + std::to_string(n.input_names.size());
+    return false;
+  }
+  if (opset < 5) {
+    const Attribute *a = n.FindAttr("shape");
+    if (!a || a->type != kAttrInts) {
+      *reason = "requires an ints attribute 'shape' at opset < 5";
+      return false;
+    }
+  }
+  int64_t allowzero;
+  return AttrInt(n, "allowzero", 0, &allowzero, reason);
+}
+
+bool InferReshape(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0];
+  if (!AnyDtype(x.dtype, reason)) return false;
+  std::vector<int64_t> shape;
+  if (c->opset < 5) {
+    shape = c->node->FindAttr("shape")->ints;
+  } else {
+    const TensorDesc &s = *c->in[1];
+    if (s.dtype != ElemType::kInt64 || s.dims.size() != 1) {
+      *reason = "shape input '" + c->node->input_names[1] + "' must be a 1-D int64 tensor, got " + DescStr(s);
+      return false;
+    }
+    if (!c->in_data[1]) {
+      if (c->need_static || s.dims[0] < 0 || s.dims[0] > static_cast<int64_t>(kMaxRank)) {
+        *reason = "shape input '" + c->node->input_names[1] +
+                  "' is not a compile-time constant (it depends on runtime data), which the twin does not support";
+        return false;
+      }
+      c->out[0].dtype = x.dtype;
+      c->out[0].dims.assign(s.dims[0], -1);  // rank known, dims not
+      return true;
+    }
+    shape.resize(s.dims[0]);
+    CopyBytes(shape.data(), c->in_data[1], shape.size() * sizeof(int64_t));
+  }
+  int64_t allowzero;
+  if (!AttrInt(*c->node, "allowzero", 0, &allowzero, reason)) return false;
+  if (shape.size() > kMaxRank) {
+    *reason = "target shape has rank " + std::to_string(shape.size()) + ", above the supported maximum";
+    return false;
+  }
+  std::vector<int64_t> out(shape.size());
+  int infer_at = -1;
+  bool has_zero = false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    int64_t v = shape[i];
+    if (v == -1) {
+      if (infer_at >= 0) {
+        *reason = "target shape " + ShapeStr(shape) + " has more than one -1";
+        return false;
+      }
+      infer_at = static_cast<int>(i);
+      out[i] = -1;
+    } else if (v == 0 && !allowzero) {
+      if (i >= x.dims.size()) {
+        *reason = "target shape " + ShapeStr(shape) + " copies dimension " + std::to_string(i) +
+                  " (0) but the input " + ShapeStr(x.dims) + " has rank " + std::to_string(x.dims.size());
+        return false;
+      }
+      out[i] = x.dims[i];
+    } else if (v < 0) {
+      *reason = "target shape contains invalid value " + std::to_string(v);
+      return false;
+    } else {
+      if (v == 0) has_zero = true;
+      out[i] = v;
+    }
+  }
+  if (has_zero && infer_at >= 0) {
+    *reason = "target shape may not contain both 0 and -1 when allowzero=1";
+    return false;
+  }
+  const int64_t in_n = GroupProduct(x.dims, 0, x.dims.size());
+  const int64_t known = GroupProduct(out, 0, out.size());  // -1 when an inferred/copied dim is unknown
+  std::string bad = "cannot reshape input of shape " + ShapeStr(x.dims) + " to " + ShapeStr(shape);
+  if (infer_at >= 0) {
+    int64_t rest = 1;
+    bool rest_unknown = false;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (static_cast<int>(i) == infer_at) continue;
+      if (out[i] < 0) rest_unknown = true;
+      else if (out[i] == 0) rest = 0;
+      else if (rest != 0 && !rest_unknown) rest = (rest > kMaxElements / out[i]) ? kMaxElements + 1 : rest * out[i];
+    }
+    if (!rest_unknown && in_n >= 0) {
+      if (rest == 0 || in_n % rest != 0) {
+        *reason = bad;
+        return false;
+      }
+      out[infer_at] = in_n / rest;
+    }
+  } else if (known >= 0 && in_n >= 0 && known != in_n) {
+    *reason = bad;
+    return false;
+  }
+  c->out[0].dtype = x.dtype;
+  c->out[0].dims = std::move(out);
+  return true;
+}
+
+// ---- Flatten ----
+
+bool InferFlatten(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0];
+  if (!AnyDtype(x.dtype, reason)) return false;
+  int64_t axis, norm;
+  if (!AttrInt(*c->node, "axis", 1, &axis, reason)) return false;
+  if (!NormalizeAxis(axis, static_cast<int64_t>(x.dims.size()), true, &norm, reason)) return false;
+  c->out[0].dtype = x.dtype;
+  c->out[0].dims = {GroupProduct(x.dims, 0, norm), GroupProduct(x.dims, norm, x.dims.size())};
+  return true;
+}
+
+// ---- Transpose ----
+
+bool ReadPerm(const Node &n, size_t rank, std::vector<int64_t> *perm, std::string *reason) {
+  bool present;
+  if (!AttrInts(n, "perm", perm, &present, reason)) return false;
+  if (!present) {
+    perm->resize(rank);
+    for (size_t i = 0; i < rank; ++i) (*perm)[i] = static_cast<int64_t>(rank - 1 - i);
+    return true;
+  }
+  std::vector<char> seen(rank, 0);
+  bool ok = perm->size() == rank;
+  for (size_t i = 0; ok && i < perm->size(); ++i) {
+    int64_t p = (*perm)[i];
+    if (p < 0) p += static_cast<int64_t>(rank);  // tolerated like onnxruntime
+    if (p < 0 || p >= static_cast<int64_t>(rank) || seen[p]) ok = false;
+    else {
+      seen[p] = 1;
+      (*perm)[i] = p;
+    }
+  }
+  if (!ok) {
+    *reason = "perm is not a permutation of the " + std::to_string(rank) + " input axes";
+    return false;
+  }
+  return true;
+}
+
+bool InferTranspose(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0];
+  if (!AnyDtype(x.dtype, reason)) return false;
+  std::vector<int64_t> perm;
+  if (!ReadPerm(*c->node, x.dims.size(), &perm, reason)) return false;
+  c->out[0].dtype = x.dtype;
+  c->out[0].dims.resize(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) c->out[0].dims[i] = x.dims[perm[i]];
+  return true;
+}
+
+template <class T>  // T only fixes the element width
+class TransposeKernel : public Kernel {
+ public:
+  TransposeKernel(std::vector<int64_t> dims, std::vector<int64_t> strides, int64_t total)
+      : dims_(std::move(dims)), strides_(std::move(strides)), total_(total), idx_(dims_.size()) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    if (total_ == 0) return true;
+    const T *x = static_cast<const T *>(in[0]);
+    T *y = static_cast<T *>(out[0]);
+    const size_t r = dims_.size();
+    const int64_t inner = dims_[r - 1], is = strides_[r - 1];
+    std::fill(idx_.begin(), idx_.end(), 0);
+    int64_t off = 0;
+    for (int64_t o = 0; o < total_; o += inner) {
+      const T *src = x + off;
+      T *dst = y + o;
+      for (int64_t j = 0; j < inner; ++j) dst[j] = src[j * is];
+      for (size_t d = r - 1; d-- > 0;) {
+        off += strides_[d];
+        if (++idx_[d] < dims_[d]) break;
+        off -= strides_[d] * dims_[d];
+        idx_[d] = 0;
+      }
+    }
+    return true;
+  }
+
+ private:
+  std::vector<int64_t> dims_, strides_;  // output dims and the matching input strides, size-1 dims dropped
+  int64_t total_;
+  std::vector<int64_t> idx_;
+};
+
+std::unique_ptr<Kernel> PrepareTranspose(const KernelCtx &c, std::string *reason) {
+  const auto &in = c.in[0]->dims;
+  std::vector<int64_t> perm;
+  if (!ReadPerm(*c.node, in.size(), &perm, reason)) return nullptr;
+  std::vector<int64_t> in_strides(in.size());
+  int64_t acc = 1;
+  for (size_t i = in.size(); i-- > 0;) {
+    in_strides[i] = acc;
+    acc *= in[i];
+  }
+  std::vector<int64_t> dims, strides;
+  int64_t total = 1;
+  for (size_t i = 0; i < perm.size(); ++i) {
+    const int64_t d = in[perm[i]];
+    total *= d;
+    if (d == 1) continue;
+    if (!dims.empty() && strides.back() == in_strides[perm[i]] * d) {  // contiguous run: merge
+      dims.back() *= d;
+      strides.back() = in_strides[perm[i]];
+      continue;
+    }
+    dims.push_back(d);
+    strides.push_back(in_strides[perm[i]]);
+  }
+  if (dims.empty()) {
+    dims.push_back(1);
+    strides.push_back(1);
+  }
+  switch (ElemSize(c.out[0].dtype)) {
+    case 1: return std::make_unique<TransposeKernel<uint8_t>>(dims, strides, total);
+    case 2: return std::make_unique<TransposeKernel<uint16_t>>(dims, strides, total);
+    case 4: return std::make_unique<TransposeKernel<uint32_t>>(dims, strides, total);
+    case 8: return std::make_unique<TransposeKernel<uint64_t>>(dims, strides, total);
+    default: *reason = DtypeNotSupported(c.out[0].dtype); return nullptr;
+  }
+}
+
+}  // namespace
+
+void RegisterShapeOps(std::vector<OpDef> *ops) {
+  ops->push_back({"Identity", 1, 1, 1, 1, nullptr, InferIdentity, PrepareCopy, true});
+  ops->push_back({"Reshape", 1, 2, 1, 1, CheckReshape, InferReshape, PrepareCopy, true});
+  ops->push_back({"Flatten", 1, 1, 1, 1, nullptr, InferFlatten, PrepareCopy, true});
+  ops->push_back({"Transpose", 1, 1, 1, 1, nullptr, InferTranspose, PrepareTranspose, true});
+}
+
+}  // namespace onnx
+}  // namespace twin

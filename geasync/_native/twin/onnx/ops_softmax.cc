@@ -1,0 +1,96 @@
+// Softmax: opset >= 13 normalises along one axis (default -1); opset < 13 coerces the input to 2-D at `axis`
+// (default 1) and normalises each row.
+#include <algorithm>
+#include <cmath>
+
+#include "op_registry.h"
+
+namespace twin {
+namespace onnx {
+namespace {
+
+bool ReadAxis(const Node &n, int64_t opset, int64_t *axis, std::string *reason) {
+  return AttrInt(n, "axis", opset >= 13 ? -1 : 1, axis, reason);
+}
+
+bool CheckSoftmax(const Node &n, int64_t opset, std::string *reason) {
+  int64_t axis;
+  return ReadAxis(n, opset, &axis, reason);
+}
+
+bool InferSoftmax(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0];
+  if (x.dtype != ElemType::kFloat && x.dtype != ElemType::kDouble) {
+    *reason = DtypeNotSupported(x.dtype);
+    return false;
+  }
+  int64_t axis, norm;
+  if (!ReadAxis(*c->node, c->opset, &axis, reason)) return false;
+  if (!NormalizeAxis(axis, static_cast<int64_t>(x.dims.size()), false, &norm, reason)) return false;
+  c->out[0] = x;
+  return true;
+}
+
+template <class T>
+class SoftmaxKernel : public Kernel {
+ public:
+  SoftmaxKernel(int64_t outer, int64_t n, int64_t inner)
+      : outer_(outer), n_(n), inner_(inner), mx_(inner), sum_(inner) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    if (n_ == 0) return true;
+    const T *x = static_cast<const T *>(in[0]);
+    T *y = static_cast<T *>(out[0]);
+    for (int64_t o = 0; o < outer_; ++o) {
+      const T *xo = x + o * n_ * inner_;
+      T *yo = y + o * n_ * inner_;
+      // All inner lanes advance together so memory is read row by row.
+      std::copy(xo, xo + inner_, mx_.begin());
+      for (int64_t k = 1; k < n_; ++k)
+        for (int64_t j = 0; j < inner_; ++j) mx_[j] = std::max(mx_[j], xo[k * inner_ + j]);
+      std::fill(sum_.begin(), sum_.end(), T(0));
+      for (int64_t k = 0; k < n_; ++k)
+        for (int64_t j = 0; j < inner_; ++j) {
+          const T e = std::exp(xo[k * inner_ + j] - mx_[j]);
+          yo[k * inner_ + j] = e;
+          sum_[j] += e;
+        }
+      for (int64_t k = 0; k < n_; ++k)
+        for (int64_t j = 0; j < inner_; ++j) yo[k * inner_ + j] /= sum_[j];
+    }
+    return true;
+  }
+
+ private:
+  int64_t outer_, n_, inner_;
+  std::vector<T> mx_, sum_;
+};
+
+std::unique_ptr<Kernel> PrepareSoftmax(const KernelCtx &c, std::string *reason) {
+  const auto &dims = c.in[0]->dims;
+  int64_t axis, norm;
+  if (!ReadAxis(*c.node, c.opset, &axis, reason)) return nullptr;
+  if (!NormalizeAxis(axis, static_cast<int64_t>(dims.size()), false, &norm, reason)) return nullptr;
+  int64_t outer = 1, n = 1, inner = 1;
+  for (int64_t i = 0; i < norm; ++i) outer *= dims[i];
+  if (c.opset >= 13) {
+    n = dims[norm];
+    for (size_t i = norm + 1; i < dims.size(); ++i) inner *= dims[i];
+  } else {
+    for (size_t i = norm; i < dims.size(); ++i) n *= dims[i];
+  }
+  if (outer == 0 || n == 0 || inner == 0) outer = n = inner = 0;
+  switch (c.out[0].dtype) {
+    case ElemType::kFloat: return std::make_unique<SoftmaxKernel<float>>(outer, n, inner);
+    case ElemType::kDouble: return std::make_unique<SoftmaxKernel<double>>(outer, n, inner);
+    default: *reason = DtypeNotSupported(c.out[0].dtype); return nullptr;
+  }
+}
+
+}  // namespace
+
+void RegisterSoftmaxOps(std::vector<OpDef> *ops) {
+  ops->push_back({"Softmax", 1, 1, 1, 1, CheckSoftmax, InferSoftmax, PrepareSoftmax, true});
+}
+
+}  // namespace onnx
+}  // namespace twin

@@ -1,0 +1,182 @@
+// Graph-level shape inference and constant folding (Analyze), and the public InferShapes entry point.
+// Per-op rules live with each op's OpDef::infer in ops_*.cc.
+#include <new>
+
+#include "analysis.h"
+#include "common.h"
+#include "op_registry.h"
+
+namespace twin {
+namespace onnx {
+namespace {
+
+// Folding while only inferring shapes is for small shape-like tensors; big ones are left to CompilePlan.
+constexpr int64_t kInferFoldLimit = int64_t(1) << 16;
+
+}  // namespace
+
+bool CheckInputDescs(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool need_static, std::string *err) {
+  if (inputs.size() != m.inputs_.size()) {
+    *err = "model '" + m.graph_name_ + "' has " + std::to_string(m.inputs_.size()) + " inputs, got descs for " +
+           std::to_string(inputs.size());
+    return false;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorDesc &want = m.inputs_[i].desc;
+    const TensorDesc &got = inputs[i];
+    const std::string who = "input '" + m.inputs_[i].name + "'";
+    if (got.dtype != want.dtype) {
+      *err = who + ": dtype " + ElemTypeName(got.dtype) + " does not match the model's " + ElemTypeName(want.dtype);
+      return false;
+    }
+    if (m.input_rank_known_[i]) {
+      bool ok = got.dims.size() == want.dims.size();
+      for (size_t d = 0; ok && d < got.dims.size(); ++d)
+        if (want.dims[d] >= 0 && got.dims[d] >= 0 && want.dims[d] != got.dims[d]) ok = false;
+      if (!ok) {
+        *err = who + ": shape " + ShapeStr(got.dims) + " does not match the model's " + ShapeStr(want.dims);
+        return false;
+      }
+    }
+    int64_t n;
+    std::string reason;
+    if (!CheckedNumElements(got.dims, &n, &reason)) {
+      *err = who + ": " + reason;
+      return false;
+    }
+    if (need_static && !got.IsStatic()) {
+      *err = who + ": shape " + ShapeStr(got.dims) + " is not fully known";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool compile, Analysis *a, std::string *err) {
+  if (!CheckInputDescs(m, inputs, compile, err)) return false;
+  const size_t nv = m.values_.size();
+  a->desc.assign(nv, TensorDesc());
+  a->cdata.assign(nv, nullptr);
+  a->node_folded.assign(m.nodes_.size(), 0);
+  a->node_out.assign(m.nodes_.size(), {});
+  for (size_t i = 0; i < m.input_values_.size(); ++i) a->desc[m.input_values_[i]] = inputs[i];
+  for (size_t v = 0; v < nv; ++v) {
+    const Value &val = m.values_[v];
+    if (val.kind != ValueKind::kInitializer) continue;
+    const ConstTensor &t = *m.initializers_[val.index];
+    a->desc[v] = t.desc;
+    a->cdata[v] = t.data.empty() ? EmptyTensorData() : t.data.data();
+  }
+  for (size_t k = 0; k < m.nodes_.size(); ++k) {
+    const Node &n = m.nodes_[k];
+    const OpDef &op = *n.op;
+    InferCtx ctx;
+    ctx.node = &n;
+    ctx.opset = m.opset_;
+    ctx.need_static = compile;
+    bool all_const = op.foldable;
+    for (int vid : n.inputs) {
+      ctx.in.push_back(vid < 0 ? nullptr : &a->desc[vid]);
+      ctx.in_data.push_back(vid < 0 ? nullptr : a->cdata[vid]);
+      if (vid >= 0 && !a->cdata[vid]) all_const = false;
+    }
+    ctx.out.assign(n.outputs.size(), TensorDesc());
+    std::string reason;
+    if (!op.infer(&ctx, &reason)) {
+      *err = n.Where() + reason;
+      return false;
+    }
+    int64_t total = 0;
+    bool all_static = true;
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      const TensorDesc &d = ctx.out[o];
+      int64_t cnt;
+      if (!CheckedNumElements(d.dims, &cnt, &reason)) {
+        *err = n.Where() + "output '" + n.output_names[o] + "': " + reason;
+        return false;
+      }
+      if (d.dtype == ElemType::kUndefined) {
+        *err = n.Where() + "could not infer the dtype of output '" + n.output_names[o] + "'";
+        return false;
+      }
+      if (cnt < 0) {
+        all_static = false;
+        if (compile) {
+          *err = n.Where() + "shape of output '" + n.output_names[o] + "' " + ShapeStr(d.dims) +
+                 " cannot be determined at compile time";
+          return false;
+        }
+      } else {
+        total += cnt;
+      }
+      if (n.outputs[o] >= 0) a->desc[n.outputs[o]] = d;
+    }
+    a->node_out[k] = ctx.out;
+    if (n.const_value) {  // Constant: its value was decoded with the model
+      a->cdata[n.outputs[0]] = n.const_value->data.empty() ? EmptyTensorData() : n.const_value->data.data();
+      a->node_folded[k] = 1;
+      continue;
+    }
+    if (!all_const || !all_static || (!compile && total > kInferFoldLimit)) continue;
+    // Fold: run the kernel now, keep the results as constants.
+    KernelCtx kctx;
+    kctx.node = &n;
+    kctx.opset = m.opset_;
+    kctx.in = ctx.in;
+    kctx.in_data = ctx.in_data;
+    kctx.out = ctx.out;
+    std::unique_ptr<Kernel> kernel = op.prepare(kctx, &reason);
+    if (!kernel) {
+      *err = n.Where() + reason;
+      return false;
+    }
+    std::vector<std::shared_ptr<std::vector<uint8_t>>> bufs;
+    std::vector<void *> outs;
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      bufs.push_back(std::make_shared<std::vector<uint8_t>>(ctx.out[o].Bytes()));
+      outs.push_back(bufs.back()->empty() ? const_cast<void *>(EmptyTensorData()) : bufs.back()->data());
+    }
+    if (!kernel->Run(ctx.in_data.data(), outs.data(), &reason)) {
+      *err = n.Where() + reason;
+      return false;
+    }
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      if (n.outputs[o] < 0) continue;
+      a->cdata[n.outputs[o]] = outs[o];
+      a->folded_bytes += bufs[o]->size();
+      a->folded_storage.push_back(bufs[o]);
+    }
+    a->node_folded[k] = 1;
+  }
+  return true;
+}
+
+bool InferShapes(const Model &model, const std::vector<TensorDesc> &inputs, std::vector<TensorDesc> *outputs,
+                 std::string *error) {
+  std::string err;
+  try {
+    const ModelImpl *m = dynamic_cast<const ModelImpl *>(&model);
+    if (!m) {
+      err = "InferShapes: model was not created by ParseModel";
+    } else {
+      Analysis a;
+      if (Analyze(*m, inputs, /*compile=*/false, &a, &err)) {
+        std::vector<TensorDesc> out;
+        for (int vid : m->output_values_) out.push_back(a.desc[vid]);
+        if (outputs) *outputs = std::move(out);
+        return true;
+      }
+    }
+  } catch (const std::bad_alloc &) {
+    err = "out of memory during shape inference";
+  } catch (const std::exception &e) {
+    err = std::string("internal error during shape inference: ") + e.what();
+  } catch (...) {
+    err = "internal error during shape inference";
+  }
+  if (error) *error = err;
+  return false;
+}
+
+}  // namespace onnx
+}  // namespace twin

@@ -1,0 +1,197 @@
+// GE twin: process-wide state (GEInitializeV2 / GEFinalizeV2), the per-thread error context read and
+// cleared by GEGetErrorMsgV3, the session registry that finalisation walks, and the worker queue.
+#include <atomic>
+#include <cstdlib>
+#include <set>
+#include <vector>
+
+#include "acl/acl_base.h"
+#include "ge_internal.h"
+
+namespace ge {
+// Defined in ge_session.cc: stops a session's threads and marks it unusable.
+void FinalizeSessionImpl(SessionImpl *s);
+}  // namespace ge
+
+namespace twin {
+namespace {
+thread_local std::string t_error;
+thread_local std::string t_warning;
+
+struct GlobalState {
+  std::mutex mu;
+  bool initialized = false;
+  std::map<std::string, std::string> options;
+  std::set<ge::SessionImpl *> sessions;
+};
+// Leaked on purpose: sessions and threads may still touch it during static destruction at exit.
+GlobalState &Global() {
+  static GlobalState *g = new GlobalState();
+  return *g;
+}
+std::atomic<bool> g_initialized{false};
+}  // namespace
+
+void ReportError(const std::string &msg) {
+  if (!t_error.empty()) t_error += "\n";
+  t_error += msg;
+}
+void ReportWarning(const std::string &msg) {
+  if (!t_warning.empty()) t_warning += "\n";
+  t_warning += msg;
+}
+std::string E10062(const std::string &what, const std::string &why) {
+  return "E10062: Failed to " + what + ". Reason: " + why + ".";
+}
+bool GeInitialized() { return g_initialized.load(std::memory_order_acquire); }
+
+void SessionRegistry::Add(ge::SessionImpl *s) {
+  std::lock_guard<std::mutex> lk(Global().mu);
+  Global().sessions.insert(s);
+}
+void SessionRegistry::Remove(ge::SessionImpl *s) {
+  std::lock_guard<std::mutex> lk(Global().mu);
+  Global().sessions.erase(s);
+}
+void SessionRegistry::FinalizeAll() {
+  std::vector<ge::SessionImpl *> all;
+  {
+    std::lock_guard<std::mutex> lk(Global().mu);
+    all.assign(Global().sessions.begin(), Global().sessions.end());
+  }
+  // Sessions stay registered (the user still owns them) but become unusable.
+  for (ge::SessionImpl *s : all) ge::FinalizeSessionImpl(s);
+}
+
+struct WorkQueue::State {
+  std::string name;
+  size_t capacity = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::condition_variable space_cv;
+  std::deque<std::function<void()>> jobs;
+  bool stopped = false;
+  std::thread thread;
+};
+
+WorkQueue::WorkQueue(std::string name, size_t capacity) : st_(std::make_shared<State>()) {
+  st_->name = std::move(name);
+  st_->capacity = capacity;
+}
+
+WorkQueue::PushResult WorkQueue::Push(std::function<void()> job, bool block_when_full) {
+  std::shared_ptr<State> st = st_;
+  std::unique_lock<std::mutex> lk(st->mu);
+  if (st->stopped) return PushResult::kStopped;
+  if (st->capacity != 0 && st->jobs.size() >= st->capacity) {
+    if (!block_when_full) return PushResult::kFull;
+    st->space_cv.wait(lk, [&] { return st->stopped || st->jobs.size() < st->capacity; });
+    if (st->stopped) return PushResult::kStopped;
+  }
+  st->jobs.push_back(std::move(job));
+  if (!st->thread.joinable()) {
+    // Started lazily: most queues (one per loaded model) never see a job.
+    st->thread = std::thread([st] {
+      for (;;) {
+        std::function<void()> next;
+        {
+          std::unique_lock<std::mutex> l(st->mu);
+          st->cv.wait(l, [&] { return st->stopped || !st->jobs.empty(); });
+          if (st->stopped) return;
+          next = std::move(st->jobs.front());
+          st->jobs.pop_front();
+          st->space_cv.notify_one();
+        }
+        next();
+      }
+    });
+  }
+  st->cv.notify_one();
+  return PushResult::kOk;
+}
+
+void WorkQueue::Stop() {
+  std::shared_ptr<State> st = st_;
+  std::deque<std::function<void()>> dropped;
+  std::thread worker;
+  {
+    std::lock_guard<std::mutex> lk(st->mu);
+    st->stopped = true;
+    dropped.swap(st->jobs);
+    worker = std::move(st->thread);
+    st->cv.notify_all();
+    st->space_cv.notify_all();
+  }
+  if (worker.joinable()) {
+    if (worker.get_id() == std::this_thread::get_id()) {
+      worker.detach();  // the running job owns the last reference to us; the loop exits after it
+    } else {
+      worker.join();
+    }
+  }
+  // Dropped jobs are destroyed last, outside the lock, without being run (GE calls no callback for them);
+  // their destructors may release the owner of this queue, so nothing touches `this` after this point.
+  dropped.clear();
+}
+
+size_t WorkQueue::Queued() {
+  std::lock_guard<std::mutex> lk(st_->mu);
+  return st_->jobs.size();
+}
+
+}  // namespace twin
+
+namespace ge {
+Status GEInitializeV2(const std::map<AscendString, AscendString> &options) {
+  auto &g = twin::Global();
+  std::lock_guard<std::mutex> lk(g.mu);
+  std::map<std::string, std::string> opts;
+  for (const auto &kv : options) opts[kv.first.GetString()] = kv.second.GetString();
+  if (g.initialized) {
+    if (opts != g.options) twin::ReportWarning("GEInitializeV2: GE is already initialized; the new options are ignored");
+    return SUCCESS;
+  }
+  auto it = opts.find("ge.exec.deviceId");
+  if (it != opts.end()) {
+    char *end = nullptr;
+    const long v = std::strtol(it->second.c_str(), &end, 10);
+    if (it->second.empty() || *end != '\0' || v < -1 || v > 63) {
+      twin::ReportError(twin::E10062("call GEInitializeV2", "option ge.exec.deviceId='" + it->second +
+                                                                  "' is not a device id"));
+      return PARAM_INVALID;
+    }
+  }
+  const aclError acl = aclInit(nullptr);
+  if (acl != ACL_SUCCESS && acl != ACL_ERROR_REPEAT_INITIALIZE) {
+    twin::ReportError("GEInitializeV2: aclInit failed with " + std::to_string(acl));
+    return FAILED;
+  }
+  g.options = std::move(opts);
+  g.initialized = true;
+  twin::g_initialized.store(true, std::memory_order_release);
+  return SUCCESS;
+}
+
+Status GEFinalizeV2() {
+  {
+    std::lock_guard<std::mutex> lk(twin::Global().mu);
+    if (!twin::Global().initialized) return SUCCESS;
+    twin::Global().initialized = false;
+    twin::g_initialized.store(false, std::memory_order_release);
+  }
+  twin::SessionRegistry::FinalizeAll();
+  return SUCCESS;
+}
+
+AscendString GEGetErrorMsgV3() {
+  AscendString s(twin::t_error.c_str());
+  twin::t_error.clear();
+  return s;
+}
+
+AscendString GEGetWarningMsgV3() {
+  AscendString s(twin::t_warning.c_str());
+  twin::t_warning.clear();
+  return s;
+}
+}  // namespace ge

@@ -1,0 +1,241 @@
+"""``Session``: a GE v2 ``GeSession`` with the synchronous contract of GE's Python package (seed document 002).
+
+Clause by clause: wrong argument types raise ``TypeError``; runtime failures raise ``GeError`` with GE's message
+and the API context; ``copy`` / ``deepcopy`` raise ``RuntimeError``. Beyond seed 002: compile/load, compiled-graph
+summaries, ``session_id``, ``close()`` and use as a context manager, and numpy arrays wherever Tensors are taken.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence
+
+from . import _lib
+from .allocator import Allocator
+from .errors import SessionClosedError
+from .graph import Graph
+from .stream import stream_address
+from .tensor import Tensor, as_tensor, input_descs
+
+__all__ = ["Session", "CompiledGraphSummary"]
+
+
+@dataclass(frozen=True)
+class CompiledGraphSummary:
+    """What GE reports about a compiled graph (``GetCompiledGraphSummary``)."""
+
+    is_static: bool
+    const_memory_size: int
+    feature_memory_size: int
+    stream_num: int
+    event_num: int
+    output_shapes: list  # -1 marks a dim that depends on the inputs
+    output_dtypes: list
+
+
+def _check_graph_id(graph_id: Any) -> int:
+    if not isinstance(graph_id, int) or isinstance(graph_id, bool):
+        raise TypeError(f"graph_id must be an int, got {type(graph_id).__name__}")
+    if not 0 <= graph_id <= 0xFFFFFFFF:
+        raise ValueError(f"graph_id must fit in uint32, got {graph_id}")
+    return graph_id
+
+
+def _check_options(options: Any, what: str) -> dict:
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise TypeError(f"{what} must be a dict or None, got {type(options).__name__}")
+    for k, v in options.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"{what} keys and values must be str, got {k!r}: {v!r}")
+    return options
+
+
+def _check_inputs(inputs: Any, what: str, *, require_list: bool) -> list[Tensor]:
+    if require_list and not isinstance(inputs, list):
+        raise TypeError(f"{what} must be a list, got {type(inputs).__name__}")
+    if not isinstance(inputs, (list, tuple)):
+        raise TypeError(f"{what} must be a list of Tensor, got {type(inputs).__name__}")
+    return [as_tensor(x, what=f"{what}[{i}]") for i, x in enumerate(inputs)]
+
+
+class Session:
+    """A GE v2 session: add graphs, then run them. Not copyable."""
+
+    def __init__(self, options: Optional[dict] = None) -> None:
+        self._handle: Any = None
+        opts = _check_options(options, "options")
+        _lib.ensure_initialized()
+        self._lock = threading.RLock()
+        self._handle = _lib.session_create(opts, "Session.__init__()")
+
+    # --- lifetime ---
+    def _live(self, context: str) -> Any:
+        handle = self._handle
+        if handle is None:
+            raise SessionClosedError(0xFFFFFFFF, "the session is closed; create a new Session", "geasync", context)
+        return handle
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def close(self) -> None:
+        """Release the session: its graphs are unloaded and its threads joined. Idempotent."""
+        with self._lock:
+            handle, self._handle = self._handle, None
+        if handle is not None:
+            _lib.session_destroy(handle)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_handle", None) is not None:
+            warnings.warn(f"unclosed {self!r}; use 'with Session()' or call close()", ResourceWarning, stacklevel=2)
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    def __copy__(self):
+        raise RuntimeError("Session does not support copy")
+
+    def __deepcopy__(self, memo):
+        raise RuntimeError("Session does not support deepcopy")
+
+    def __reduce__(self):
+        raise RuntimeError("Session cannot be pickled")
+
+    @property
+    def session_id(self) -> int:
+        return _lib.session_id(self._live("Session.session_id"))
+
+    def __repr__(self) -> str:
+        if self._handle is None:
+            return "<geasync.Session closed>"
+        return f"<geasync.Session id={self.session_id} backend={_lib.BACKEND}>"
+
+    # --- graphs ---
+    def add_graph(self, graph_id: int, graph: Graph, options: Optional[dict] = None) -> None:
+        """Add ``graph`` under ``graph_id`` (GE parses it now: corrupt or unsupported models raise GeError)."""
+        self._add(graph_id, graph, options, clone=False)
+
+    def add_graph_clone(self, graph_id: int, graph: Graph, options: Optional[dict] = None) -> None:
+        """Add a copy of ``graph`` (GE's AddGraphClone): the same Graph may be added any number of times this way."""
+        self._add(graph_id, graph, options, clone=True)
+
+    def _add(self, graph_id: Any, graph: Any, options: Any, clone: bool) -> None:
+        _check_graph_id(graph_id)
+        if not isinstance(graph, Graph):
+            raise TypeError(f"graph must be a geasync.Graph, got {type(graph).__name__}")
+        opts = _check_options(options, "options")
+        api = "add_graph_clone" if clone else "add_graph"
+        context = f"Session.{api}(graph_id={graph_id})"
+        handle = self._live(context)
+        _lib.add_graph(handle, graph_id, graph._handle(context), opts, clone, context)
+
+    def remove_graph(self, graph_id: int) -> None:
+        """Remove a graph; a running graph is removed once its runs finish (GE defers it)."""
+        _check_graph_id(graph_id)
+        context = f"Session.remove_graph(graph_id={graph_id})"
+        _lib.remove_graph(self._live(context), graph_id, context)
+
+    def compile_graph(self, graph_id: int, inputs: Optional[Sequence[Any]] = None) -> None:
+        """Compile now (runs compile on demand). ``inputs`` (Tensors/arrays) set the Data nodes' shapes and dtypes."""
+        _check_graph_id(graph_id)
+        context = f"Session.compile_graph(graph_id={graph_id})"
+        handle = self._live(context)
+        descs = None if inputs is None else input_descs(_check_inputs(inputs, "inputs", require_list=False))
+        _lib.compile_graph(handle, graph_id, descs, context)
+
+    def load_graph(self, graph_id: int, options: Optional[dict] = None, stream: Any = None) -> None:
+        """Load now (compiling first if needed); runs load on demand."""
+        _check_graph_id(graph_id)
+        opts = _check_options(options, "options")
+        address = 0 if stream is None else stream_address(stream, "stream")
+        context = f"Session.load_graph(graph_id={graph_id})"
+        _lib.load_graph(self._live(context), graph_id, opts, address, context)
+
+    def is_graph_need_rebuild(self, graph_id: int) -> bool:
+        _check_graph_id(graph_id)
+        return _lib.is_graph_need_rebuild(self._live("Session.is_graph_need_rebuild()"), graph_id)
+
+    def get_compiled_graph_summary(self, graph_id: int) -> CompiledGraphSummary:
+        """GE's summary of a compiled graph; GeError (GE_GRAPH_NOT_BUILT) if it is not compiled yet."""
+        _check_graph_id(graph_id)
+        context = f"Session.get_compiled_graph_summary(graph_id={graph_id})"
+        s = _lib.compiled_graph_summary(self._live(context), graph_id, context)
+        return CompiledGraphSummary(
+            is_static=s["is_static"], const_memory_size=s["const_memory_size"],
+            feature_memory_size=s["feature_memory_size"], stream_num=s["stream_num"], event_num=s["event_num"],
+            output_shapes=[shape for shape, _ in s["outputs"]], output_dtypes=[dt for _, dt in s["outputs"]])
+
+    # --- runs ---
+    def run_graph(self, graph_id: int, inputs: List[Tensor]) -> List[Tensor]:
+        """Run synchronously (GE RunGraph); returns host output Tensors. The first run fixes the graph's mode."""
+        _check_graph_id(graph_id)
+        tensors = _check_inputs(inputs, "inputs", require_list=False)
+        context = f"Session.run_graph(graph_id={graph_id})"
+        handle = self._live(context)
+        outs = _lib.run_graph(handle, graph_id, input_descs(tensors), context)
+        return [Tensor._from_native(o) for o in outs]
+
+    def run_graph_with_stream_async(self, graph_id: int, stream: int, inputs: List[Tensor]) -> List[Tensor]:
+        """Enqueue a run on ``stream`` (GE RunGraphWithStreamAsync) and return its device output Tensors at once.
+
+        The outputs (and the inputs, which must stay alive) are valid once the stream is synchronized. Output memory
+        comes from the allocator registered for the stream; a stream with none gets geasync's device allocator.
+        """
+        _check_graph_id(graph_id)
+        address = stream_address(stream, "stream")
+        tensors = _check_inputs(inputs, "inputs", require_list=True)
+        context = f"Session.run_graph_with_stream_async(graph_id={graph_id})"
+        handle = self._live(context)
+        if not _registered_allocator(address):
+            _lib.register_default_allocator(handle, address, context)
+            _mark_allocator(address, default=True)
+        outs = _lib.run_graph_with_stream_async(handle, graph_id, address, input_descs(tensors), context)
+        return [Tensor._from_native(o) for o in outs]
+
+    # --- allocators ---
+    def register_external_allocator(self, stream: int, allocator: Allocator) -> None:
+        """Use ``allocator`` for output memory of runs on ``stream`` (process-wide, the last registration wins)."""
+        address = stream_address(stream, "stream")
+        if not isinstance(allocator, Allocator):
+            raise TypeError(f"allocator must be a geasync.Allocator instance, got {type(allocator).__name__}")
+        context = "Session.register_external_allocator()"
+        _lib.register_external_allocator(self._live(context), address, allocator, context)
+        _mark_allocator(address, default=False)
+
+    def unregister_external_allocator(self, stream: int) -> None:
+        address = stream_address(stream, "stream")
+        context = "Session.unregister_external_allocator()"
+        _lib.unregister_external_allocator(self._live(context), address, context)
+        _unmark_allocator(address)
+
+
+# GE keeps allocators in a process-wide map keyed by stream; this mirrors which streams have one.
+_allocator_streams: dict[int, bool] = {}
+_allocator_streams_lock = threading.Lock()
+
+
+def _registered_allocator(address: int) -> bool:
+    with _allocator_streams_lock:
+        return address in _allocator_streams
+
+
+def _mark_allocator(address: int, default: bool) -> None:
+    with _allocator_streams_lock:
+        _allocator_streams[address] = default
+
+
+def _unmark_allocator(address: int) -> None:
+    with _allocator_streams_lock:
+        _allocator_streams.pop(address, None)
