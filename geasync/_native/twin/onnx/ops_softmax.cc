@@ -26,7 +26,8 @@ bool InferSoftmax(InferCtx *c, std::string *reason) {
   }
   int64_t axis, norm;
   if (!ReadAxis(*c->node, c->opset, &axis, reason)) return false;
-  if (!NormalizeAxis(axis, static_cast<int64_t>(x.dims.size()), false, &norm, reason)) return false;
+  // opset < 13 coerces to 2-D, where axis == rank is meaningful ([N, 1]).
+  if (!NormalizeAxis(axis, static_cast<int64_t>(x.dims.size()), c->opset < 13, &norm, reason)) return false;
   c->out[0] = x;
   return true;
 }
@@ -69,7 +70,7 @@ std::unique_ptr<Kernel> PrepareSoftmax(const KernelCtx &c, std::string *reason) 
   const auto &dims = c.in[0]->dims;
   int64_t axis, norm;
   if (!ReadAxis(*c.node, c.opset, &axis, reason)) return nullptr;
-  if (!NormalizeAxis(axis, static_cast<int64_t>(dims.size()), false, &norm, reason)) return nullptr;
+  if (!NormalizeAxis(axis, static_cast<int64_t>(dims.size()), c.opset < 13, &norm, reason)) return nullptr;
   int64_t outer = 1, n = 1, inner = 1;
   for (int64_t i = 0; i < norm; ++i) outer *= dims[i];
   if (c.opset >= 13) {

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds geasync's native code with AddressSanitizer + UndefinedBehaviorSanitizer (GEASYNC_SANITIZE=1) into its
+# own virtual environment and runs the test suite under it. Extra arguments go to pytest.
+#   bash tools/run_sanitized_tests.sh                 # whole suite
+#   bash tools/run_sanitized_tests.sh tests/test_ops.py -x
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${GEASYNC_ASAN_VENV:-.venv-asan}
+python3 -m venv "$venv"
+"$venv/bin/pip" install -q --upgrade pip
+GEASYNC_SANITIZE=1 "$venv/bin/pip" install -q --force-reinstall --no-deps --no-cache-dir .
+"$venv/bin/pip" install -q ".[test]"
+libasan=$(gcc -print-file-name=libasan.so)
+libubsan=$(gcc -print-file-name=libubsan.so)
+# Python's allocator makes leak reports noise: leaks are checked by the live counters instead.
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_init_order=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export PYTHONMALLOC=malloc
+# the pytest script (not `python -m pytest`) keeps the source tree off sys.path: the installed build is tested
+LD_PRELOAD="$libasan $libubsan" "$venv/bin/pytest" -p no:cacheprovider -q "$@"
