@@ -11,7 +11,8 @@ On a machine without an Ascend NPU, geasync runs on its embedded native CPU twin
 from ._lib import BACKEND as backend
 from ._lib import finalize, live_counters
 from .allocator import Allocator, DeviceAllocator
-from .errors import ExecutionModeError, GeError, SessionClosedError
+from ._guard import SessionStatistics
+from .errors import ExecutionModeError, GeError, SessionBrokenError, SessionClosedError
 from .graph import Graph
 from .session import CompiledGraphSummary, Session
 from .stream import Stream
@@ -27,7 +28,9 @@ __all__ = [
     "GeError",
     "Graph",
     "Session",
+    "SessionBrokenError",
     "SessionClosedError",
+    "SessionStatistics",
     "Stream",
     "Tensor",
     "backend",

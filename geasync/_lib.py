@@ -11,7 +11,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -84,11 +84,26 @@ _initialized = False
 _init_pid = -1
 
 
+def same_process() -> bool:
+    return not _initialized or _init_pid == os.getpid()
+
+
+def check_process(context: str) -> None:
+    """A forked child cannot use the runtime its parent initialised (GE/ACL threads do not survive fork)."""
+    if _initialized and _init_pid != os.getpid():
+        raise GeError(0xFFFFFFFF, f"geasync's runtime was initialised in process {_init_pid} and this process "
+                      f"({os.getpid()}) is a fork of it: GE and ACL worker threads do not survive fork(). Use the "
+                      "'spawn' or 'forkserver' start method (multiprocessing.get_context('spawn')), or create "
+                      "everything after the fork in a process that never used geasync before forking.",
+                      "fork", context)
+
+
 def ensure_initialized(options: Mapping[str, str] | None = None) -> None:
     """GEInitializeV2 once per process, lazily; GEFinalizeV2 at interpreter exit."""
     global _initialized, _init_pid
     if _initialized and _init_pid == os.getpid():
         return
+    check_process("geasync runtime initialisation")
     with _init_lock:
         if _initialized and _init_pid == os.getpid():
             return
@@ -119,6 +134,9 @@ def _finalize_at_exit() -> None:
 
 def live_counters() -> dict[str, int]:
     """Live native objects (shim handles, and on the twin its own objects) for leak checks in tests."""
+    from . import _hub  # completions already delivered to a gone loop's hub are released first
+
+    _hub.reap_orphans()
     c = ffi.new("ga_live_counters *")
     lib.ga_get_live_counters(c)
     out = {name: int(getattr(c, name)) for name, _ in ffi.typeof("ga_live_counters").fields}
@@ -433,5 +451,68 @@ def memcpy(dst: Any, dst_max: int, src: Any, count: int, kind: int, context: str
     _check(lib.ga_memcpy(dst, dst_max, src, count, kind), "aclrtMemcpy", context)
 
 
-def addresses(items: Iterable[Any]) -> list[int]:
-    return [address_of(x) for x in items]
+# --- completion queues (the event-loop layer) ----------------------------------------------------------------
+
+COMPLETION_RUN = 0
+COMPLETION_HOST_FUNC = 1
+COMPLETION_ABANDONED = 2
+
+
+class CompletionQueue:
+    """A native completion queue: runtime threads push records and write its eventfd once per batch.
+
+    Only its consumer drains it (one event loop's hub, or the orphan reaper once that loop is gone).
+    ``close()`` drops the consumer's reference; the native queue lives on until the runtime holds none.
+    """
+
+    __slots__ = ("_cq", "fd", "_buf", "_cap")
+
+    def __init__(self, capacity: int = 256) -> None:
+        out = ffi.new("ga_completion_queue **")
+        _check(lib.ga_cq_create(out), "eventfd", "geasync completion hub")
+        self._cq = out[0]
+        self.fd = int(lib.ga_cq_fd(self._cq))
+        self._cap = capacity
+        self._buf = ffi.new("ga_completion[]", capacity)
+
+    def drain(self) -> list[tuple[int, int, int, list[NativeTensor] | None, str]]:
+        """(token, status, kind, outputs, error text) records; re-arms the eventfd first, so none is missed."""
+        records = []
+        buf = self._buf
+        while True:
+            n = lib.ga_cq_drain(self._cq, buf, self._cap)
+            for i in range(n):
+                c = buf[i]
+                text = ffi.string(c.error_message).decode("utf-8", "replace") if c.error_message else ""
+                outs = None
+                if c.outputs != ffi.NULL:
+                    handle, c.outputs = c.outputs, ffi.NULL
+                    outs = _take_outputs(handle)
+                lib.ga_completion_release(ffi.addressof(buf, i))
+                records.append((int(c.token), int(c.status), int(c.kind), outs, text))
+            if n < self._cap:
+                return records
+
+    def pending(self) -> int:
+        return int(lib.ga_cq_pending(self._cq))
+
+    def close(self) -> None:
+        cq, self._cq = self._cq, ffi.NULL
+        if cq != ffi.NULL:
+            lib.ga_cq_destroy(cq)
+
+    @property
+    def handle(self) -> Any:
+        return self._cq
+
+
+def run_graph_async_submit(handle: Any, graph_id: int, descs: InputDescs, queue: CompletionQueue, token: int,
+                           context: str) -> None:
+    """RunGraphAsync: submits and returns at once; the completion arrives on ``queue`` under ``token``."""
+    status = lib.ga_session_run_graph_async(handle, graph_id, descs.array, descs.count, queue.handle, token)
+    _check(status, "GeSession::RunGraphAsync", context)
+
+
+def stream_launch_completion(stream: int, queue: CompletionQueue, token: int, context: str) -> None:
+    """aclrtLaunchHostFunc on ``stream``: when the stream reaches it, ``token`` completes on ``queue``."""
+    _check(lib.ga_stream_launch_completion(pointer(stream), queue.handle, token), "aclrtLaunchHostFunc", context)

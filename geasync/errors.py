@@ -7,7 +7,7 @@ exceptions in exactly one place (``geasync._lib``).
 
 from __future__ import annotations
 
-__all__ = ["GeError", "ExecutionModeError", "SessionClosedError", "STATUS_NAMES"]
+__all__ = ["GeError", "ExecutionModeError", "SessionClosedError", "SessionBrokenError", "STATUS_NAMES"]
 
 # GE's main status codes (ge_api_error_codes) and the ACL codes the shim may return.
 STATUS_NAMES: dict[int, str] = {
@@ -75,3 +75,10 @@ class ExecutionModeError(GeError):
 
 class SessionClosedError(GeError):
     """The session (or stream) was closed; create a new one."""
+
+
+class SessionBrokenError(GeError):
+    """The runtime will never complete this request (session closed, GE finalised, async queue stopped).
+
+    Create a new Session; requests already in flight on the old one have been released.
+    """

@@ -12,9 +12,12 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence
 
-from . import _lib
+import anyio
+
+from . import _hub, _lib
+from ._guard import RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry, Pins, SessionStatistics, Slots
 from .allocator import Allocator
-from .errors import SessionClosedError
+from .errors import GeError, SessionBrokenError, SessionClosedError
 from .graph import Graph
 from .stream import stream_address
 from .tensor import Tensor, as_tensor, input_descs
@@ -62,21 +65,36 @@ def _check_inputs(inputs: Any, what: str, *, require_list: bool) -> list[Tensor]
     return [as_tensor(x, what=f"{what}[{i}]") for i, x in enumerate(inputs)]
 
 
-class Session:
-    """A GE v2 session: add graphs, then run them. Not copyable."""
+DEFAULT_MAX_IN_FLIGHT = 512  # below GE's per-model queue (1024), so RunGraphAsync never fails or blocks for space
 
-    def __init__(self, options: Optional[dict] = None) -> None:
+
+class Session:
+    """A GE v2 session: add graphs, then run them. Not copyable.
+
+    Keyword-only, beyond seed 002: ``max_in_flight`` bounds the session's concurrent async requests (further ones
+    wait without blocking the loop); ``freeze_inputs=False`` leaves numpy inputs writable while pinned.
+    """
+
+    def __init__(self, options: Optional[dict] = None, *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+                 freeze_inputs: bool = True) -> None:
         self._handle: Any = None
         opts = _check_options(options, "options")
+        if not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) or max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be a positive int, got {max_in_flight!r}")
         _lib.ensure_initialized()
         self._lock = threading.RLock()
+        self._modes = ModeRegistry()
+        self._slots = Slots(max_in_flight)
+        self._freeze_inputs = bool(freeze_inputs)
+        self._closing = False
         self._handle = _lib.session_create(opts, "Session.__init__()")
 
     # --- lifetime ---
     def _live(self, context: str) -> Any:
         handle = self._handle
-        if handle is None:
+        if handle is None or self._closing:
             raise SessionClosedError(0xFFFFFFFF, "the session is closed; create a new Session", "geasync", context)
+        _lib.check_process(context)
         return handle
 
     @property
@@ -84,17 +102,37 @@ class Session:
         return self._handle is None
 
     def close(self) -> None:
-        """Release the session: its graphs are unloaded and its threads joined. Idempotent."""
+        """Release the session now: its graphs are unloaded and GE's threads joined. Idempotent.
+
+        Async requests still queued in GE are dropped by it; their awaiting tasks get SessionBrokenError.
+        Use ``await aclose()`` (or ``async with``) to let in-flight work finish first.
+        """
         with self._lock:
             handle, self._handle = self._handle, None
-        if handle is not None:
+        if handle is not None and _lib.same_process():
             _lib.session_destroy(handle)
+        _hub.reap_orphans()
+
+    async def aclose(self) -> None:
+        """Stop taking requests, wait (without blocking the loop) for the in-flight ones, then close()."""
+        self._closing = True
+        try:
+            while self._slots.in_flight or self._slots.waiting:
+                await anyio.sleep(0.002)
+        finally:
+            self.close()
 
     def __enter__(self) -> "Session":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    async def __aenter__(self) -> "Session":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
 
     def __del__(self) -> None:
         if getattr(self, "_handle", None) is not None:
@@ -140,12 +178,14 @@ class Session:
         context = f"Session.{api}(graph_id={graph_id})"
         handle = self._live(context)
         _lib.add_graph(handle, graph_id, graph._handle(context), opts, clone, context)
+        self._modes.reset(graph_id)  # a fresh graph under this id has no run mode yet
 
     def remove_graph(self, graph_id: int) -> None:
         """Remove a graph; a running graph is removed once its runs finish (GE defers it)."""
         _check_graph_id(graph_id)
         context = f"Session.remove_graph(graph_id={graph_id})"
         _lib.remove_graph(self._live(context), graph_id, context)
+        self._modes.reset(graph_id)
 
     def compile_graph(self, graph_id: int, inputs: Optional[Sequence[Any]] = None) -> None:
         """Compile now (runs compile on demand). ``inputs`` (Tensors/arrays) set the Data nodes' shapes and dtypes."""
@@ -184,25 +224,122 @@ class Session:
         tensors = _check_inputs(inputs, "inputs", require_list=False)
         context = f"Session.run_graph(graph_id={graph_id})"
         handle = self._live(context)
+        self._modes.claim(graph_id, RUN_GRAPH, context)
         outs = _lib.run_graph(handle, graph_id, input_descs(tensors), context)
         return [Tensor._from_native(o) for o in outs]
 
     def run_graph_with_stream_async(self, graph_id: int, stream: int, inputs: List[Tensor]) -> List[Tensor]:
         """Enqueue a run on ``stream`` (GE RunGraphWithStreamAsync) and return its device output Tensors at once.
 
-        The outputs (and the inputs, which must stay alive) are valid once the stream is synchronized. Output memory
-        comes from the allocator registered for the stream; a stream with none gets geasync's device allocator.
+        The outputs are valid once the stream is synchronized. The inputs are pinned (and numpy inputs read-only)
+        until the stream has passed the run. Output memory comes from the allocator registered for the stream;
+        a stream with none gets geasync's device allocator.
         """
         _check_graph_id(graph_id)
         address = stream_address(stream, "stream")
         tensors = _check_inputs(inputs, "inputs", require_list=True)
         context = f"Session.run_graph_with_stream_async(graph_id={graph_id})"
         handle = self._live(context)
+        self._modes.claim(graph_id, RUN_GRAPH_WITH_STREAM_ASYNC, context)
+        _hub.stream_pins.reap()
         if not _registered_allocator(address):
             _lib.register_default_allocator(handle, address, context)
             _mark_allocator(address, default=True)
-        outs = _lib.run_graph_with_stream_async(handle, graph_id, address, input_descs(tensors), context)
+        descs = input_descs(tensors)
+        pins = self._pin(descs, tensors)
+        try:
+            outs = _lib.run_graph_with_stream_async(handle, graph_id, address, descs, context)
+        except BaseException:
+            self._unpin(pins)
+            raise
+        # A host function after the run tells when the stream no longer reads the inputs.
+        _hub.stream_pins.hold(address, lambda: self._unpin(pins), context)
         return [Tensor._from_native(o) for o in outs]
+
+    async def run_graph_async(self, graph_id: int, inputs: List[Tensor], *,
+                              timeout: Optional[float] = None) -> List[Tensor]:
+        """Run on GE's runtime threads (RunGraphAsync) and await the outputs without blocking the event loop.
+
+        Works under asyncio, uvloop and trio. At most ``max_in_flight`` requests of the session are submitted at
+        once; further ones wait here. Cancelling the awaiting task (or ``timeout``, in seconds) raises at once, but
+        the inputs stay pinned until the runtime reports completion.
+        """
+        _check_graph_id(graph_id)
+        tensors = _check_inputs(inputs, "inputs", require_list=False)
+        context = f"Session.run_graph_async(graph_id={graph_id})"
+        self._live(context)
+        self._modes.claim(graph_id, RUN_GRAPH_ASYNC, context)
+        if timeout is None:
+            return await self._run_async(graph_id, tensors, context)
+        with anyio.fail_after(timeout):
+            return await self._run_async(graph_id, tensors, context)
+
+    async def _run_async(self, graph_id: int, tensors: list[Tensor], context: str) -> List[Tensor]:
+        slots = self._slots
+        await slots.acquire()
+        try:
+            handle = self._live(context)
+            hub = _hub.current_hub()
+            descs = input_descs(tensors)
+            pins = self._pin(descs, tensors)
+        except BaseException:
+            slots.release()
+            raise
+        token = hub.new_token()
+        waiter = hub.new_waiter()
+
+        def settle(status: int, kind: int, outputs: Any, text: str) -> tuple[Any, Optional[BaseException]]:
+            if kind == _lib.COMPLETION_ABANDONED or status != 0:
+                slots.failed += 1
+            else:
+                slots.completed += 1
+            if kind == _lib.COMPLETION_ABANDONED:
+                return None, SessionBrokenError(status, f"{text}; create a new Session", "GeSession::RunGraphAsync",
+                                                context)
+            if status != 0:
+                return None, GeError(status, text, "GeSession::RunGraphAsync", context)
+            return [Tensor._from_native(o) for o in outputs], None
+
+        def release(wanted: bool) -> None:
+            self._unpin(pins)
+            if not wanted:
+                slots.cancelled += 1
+            slots.release()
+
+        hub.register(token, _hub.Request(settle, release, waiter))
+        try:
+            _lib.run_graph_async_submit(handle, graph_id, descs, hub.queue, token, context)
+        except BaseException:
+            hub.forget(token)
+            self._unpin(pins)
+            slots.release()
+            raise
+        return await hub.wait(waiter)
+
+    async def run_graph_in_thread(self, graph_id: int, inputs: List[Tensor]) -> List[Tensor]:
+        """``run_graph`` (RunGraph mode) in a worker thread, for async code that wants RunGraph semantics.
+
+        Cancelling waits for the worker to finish the run (the inputs are in use until then).
+        """
+        return await anyio.to_thread.run_sync(self.run_graph, graph_id, inputs)
+
+    def statistics(self) -> SessionStatistics:
+        """In flight, waiting for a slot, completed, failed, cancelled (completions nobody awaited any more),
+        pinned input bytes, and the in-flight bound."""
+        _hub.reap_orphans()
+        return self._slots.snapshot()
+
+    def _pin(self, descs: Any, tensors: list[Tensor]) -> Pins:
+        arrays = [t._array for t in tensors if t._array is not None]
+        nbytes = sum(t.nbytes for t in tensors)
+        pins = Pins([descs, tensors], arrays, nbytes, self._freeze_inputs)
+        self._slots.pinned_bytes += nbytes
+        return pins
+
+    def _unpin(self, pins: Pins) -> None:
+        if pins.objects:
+            self._slots.pinned_bytes -= pins.nbytes
+            pins.release()
 
     # --- allocators ---
     def register_external_allocator(self, stream: int, allocator: Allocator) -> None:

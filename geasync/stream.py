@@ -10,8 +10,8 @@ import threading
 import warnings
 from typing import Any
 
-from . import _lib
-from .errors import SessionClosedError
+from . import _hub, _lib
+from .errors import GeError, SessionClosedError
 
 __all__ = ["Stream", "stream_address"]
 
@@ -51,23 +51,65 @@ class Stream:
         """
         ms = -1 if timeout is None else max(1, int(timeout * 1000))
         _lib.stream_synchronize(self.address, ms, "Stream.synchronize()")
+        _hub.stream_pins.reap()
+
+    async def synchronize_async(self) -> None:
+        """Wait until every task enqueued so far has finished, without blocking any thread: a host function
+        enqueued on the stream (aclrtLaunchHostFunc) completes an awaitable on this event loop.
+
+        Works under asyncio, uvloop and trio. Cancelling stops the wait only; the stream is unaffected.
+        """
+        address = self.address
+        context = "Stream.synchronize_async()"
+        hub = _hub.current_hub()
+        token = hub.new_token()
+        waiter = hub.new_waiter()
+
+        def settle(status: int, kind: int, outputs: Any, text: str) -> tuple[Any, BaseException | None]:
+            if status != 0:
+                return None, GeError(status, text, "aclrtLaunchHostFunc", context)
+            return None, None
+
+        hub.register(token, _hub.Request(settle, lambda wanted: None, waiter))
+        try:
+            _lib.stream_launch_completion(address, hub.queue, token, context)
+        except BaseException:
+            hub.forget(token)
+            raise
+        await hub.wait(waiter)
+        _hub.stream_pins.reap()
 
     def query(self) -> bool:
         """True when every task enqueued so far has finished (aclrtStreamQuery; never blocks)."""
-        return _lib.stream_query(self.address, "Stream.query()")
+        done = _lib.stream_query(self.address, "Stream.query()")
+        if done:
+            _hub.stream_pins.reap()
+        return done
 
     def close(self) -> None:
         """Wait for queued work, then destroy the stream. Idempotent."""
         with self._lock:
             address, self._address = self._address, 0
-        if address:
-            _lib.stream_destroy(address, "Stream.close()")
+        if address and _lib.same_process():
+            _lib.stream_destroy(address, "Stream.close()")  # waits for the queued work
+            _hub.stream_pins.reap()
 
     def __enter__(self) -> "Stream":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    async def __aenter__(self) -> "Stream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        # Destroying waits for queued work: wait for it on the loop first, so close() does not block it.
+        if self._address:
+            try:
+                await self.synchronize_async()
+            finally:
+                self.close()
 
     def __del__(self) -> None:
         if getattr(self, "_address", 0):

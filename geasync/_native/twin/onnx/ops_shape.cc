@@ -97,14 +97,14 @@ bool InferReshape(InferCtx *c, std::string *reason) {
     int64_t v = shape[i];
     if (v == -1) {
       if (infer_at >= 0) {
-        *reason = "target shape " + ShapeStr(shape) + " has more than one -1";
+        *reason = "target shape has more than one -1";
         return false;
       }
       infer_at = static_cast<int>(i);
       out[i] = -1;
     } else if (v == 0 && !allowzero) {
       if (i >= x.dims.size()) {
-        *reason = "target shape " + ShapeStr(shape) + " copies dimension " + std::to_string(i) +
+        *reason = "target shape copies dimension " + std::to_string(i) +
                   " (0) but the input " + ShapeStr(x.dims) + " has rank " + std::to_string(x.dims.size());
         return false;
       }
@@ -123,7 +123,9 @@ bool InferReshape(InferCtx *c, std::string *reason) {
   }
   const int64_t in_n = GroupProduct(x.dims, 0, x.dims.size());
   const int64_t known = GroupProduct(out, 0, out.size());  // -1 when an inferred/copied dim is unknown
-  std::string bad = "cannot reshape input of shape " + ShapeStr(x.dims) + " to " + ShapeStr(shape);
+  std::string target = "[";
+  for (size_t i = 0; i < shape.size(); ++i) target += (i ? "," : "") + std::to_string(shape[i]);
+  std::string bad = "cannot reshape input of shape " + ShapeStr(x.dims) + " to " + target + "]";
   if (infer_at >= 0) {
     int64_t rest = 1;
     bool rest_unknown = false;

@@ -1,0 +1,275 @@
+"""The lifetime guard: per-request input pins, per-graph run-mode exclusivity, the in-flight bound and statistics.
+
+GE borrows input memory until it reports completion (RunGraphAsync: its callback; stream mode: the stream passing
+the run). A request's pins hold every input object until then, even when the awaiting task was cancelled, and
+numpy inputs are made read-only for the flight so that a write mid-flight raises instead of racing the runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .errors import ExecutionModeError
+
+RUN_GRAPH = "RunGraph"
+RUN_GRAPH_ASYNC = "RunGraphAsync"
+RUN_GRAPH_WITH_STREAM_ASYNC = "RunGraphWithStreamAsync"
+
+_PYTHON_API = {
+    RUN_GRAPH: "Session.run_graph / run_graph_in_thread",
+    RUN_GRAPH_ASYNC: "Session.run_graph_async",
+    RUN_GRAPH_WITH_STREAM_ASYNC: "Session.run_graph_with_stream_async",
+}
+# What GE returns for a conflicting call in each mode (ge_v2_contract.md §3).
+_CONFLICT_STATUS = {RUN_GRAPH: 1343225956, RUN_GRAPH_ASYNC: 1343225956, RUN_GRAPH_WITH_STREAM_ASYNC: 0xFFFFFFFF}
+
+
+class ModeRegistry:
+    """GE's per-graph run-mode exclusivity, checked before the runtime is called so the error can say more."""
+
+    def __init__(self) -> None:
+        self._modes: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def claim(self, graph_id: int, mode: str, context: str) -> None:
+        with self._lock:
+            established = self._modes.setdefault(graph_id, mode)
+        if established == mode:
+            return
+        ge_text = (f"E10062: Failed to call {mode}. Reason: {established} was already called for the graph "
+                   f"(graph_id={graph_id}). {mode} and {established} are mutually exclusive and cannot be used "
+                   "together.")
+        hint = (f"graph {graph_id} already runs in {established} mode ({_PYTHON_API[established]}), fixed by its "
+                f"first run; {_PYTHON_API[mode]} needs {mode} mode. To change the mode, remove_graph({graph_id}) "
+                f"and add_graph({graph_id}, <a fresh Graph>) again, or add the model under another graph id.")
+        raise ExecutionModeError(_CONFLICT_STATUS[mode], f"{ge_text} {hint}", f"GeSession::{mode}", context)
+
+    def mode(self, graph_id: int) -> str | None:
+        with self._lock:
+            return self._modes.get(graph_id)
+
+    def reset(self, graph_id: int) -> None:
+        with self._lock:
+            self._modes.pop(graph_id, None)
+
+
+class _Freezer:
+    """Marks numpy arrays read-only while any request pins them and restores the flag after the last one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._frozen: dict[int, list[Any]] = {}  # id(array) -> [array, pin count, was writeable]
+
+    def freeze(self, arrays: Sequence[np.ndarray]) -> None:
+        with self._lock:
+            for a in arrays:
+                entry = self._frozen.get(id(a))
+                if entry is None:
+                    was_writeable = a.flags.writeable
+                    if was_writeable:
+                        a.flags.writeable = False
+                    self._frozen[id(a)] = [a, 1, was_writeable]
+                else:
+                    entry[1] += 1
+
+    def thaw(self, arrays: Sequence[np.ndarray]) -> None:
+        with self._lock:
+            for a in arrays:
+                entry = self._frozen.get(id(a))
+                if entry is None:
+                    continue
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._frozen[id(a)]
+                    if entry[2]:
+                        a.flags.writeable = True
+
+
+FREEZER = _Freezer()
+
+
+class Pins:
+    """Everything a request's native memory depends on, held until the runtime reports completion."""
+
+    __slots__ = ("objects", "frozen", "nbytes")
+
+    def __init__(self, objects: list[Any], arrays: list[np.ndarray], nbytes: int, freeze: bool) -> None:
+        self.objects = objects
+        self.nbytes = nbytes
+        self.frozen = [a for a in arrays if a.flags.writeable or id(a) in FREEZER._frozen] if freeze else []
+        if self.frozen:
+            FREEZER.freeze(self.frozen)
+
+    def release(self) -> None:
+        if self.frozen:
+            FREEZER.thaw(self.frozen)
+            self.frozen = []
+        self.objects = []
+
+
+@dataclass(frozen=True)
+class SessionStatistics:
+    """A snapshot of a session's asynchronous activity (``Session.statistics()``)."""
+
+    in_flight: int
+    waiting: int
+    completed: int
+    failed: int
+    cancelled: int
+    pinned_bytes: int
+    max_in_flight: int
+
+
+class Slots:
+    """The in-flight bound of a session. Waiters park without blocking their loop; a released slot goes to the
+    oldest waiter, woken on its own loop (directly when that is the current thread's loop)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_flight = 0
+        self._lock = threading.Lock()
+        self._waiters: collections.deque[tuple[Callable[[], bool], Any]] = collections.deque()
+        self.completed = 0
+        self.failed = 0
+        self.cancelled = 0
+        self.pinned_bytes = 0
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def try_acquire(self) -> bool:
+        with self._lock:
+            if self.in_flight < self.limit and not self._waiters:
+                self.in_flight += 1
+                return True
+            return False
+
+    async def acquire(self) -> None:
+        if self.try_acquire():
+            return
+        if _current_backend() == "trio":
+            await self._acquire_trio()
+        else:
+            await self._acquire_asyncio()
+
+    async def _acquire_asyncio(self) -> None:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+
+        def grant() -> bool:
+            if fut.done():
+                return False
+            if _running_loop() is loop:
+                fut.set_result(None)
+            else:
+                loop.call_soon_threadsafe(_grant_future, fut, self)
+            return True
+
+        if self._park(grant):
+            return
+        try:
+            await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled():
+                self.release()  # granted, but the task was cancelled before it could use the slot
+            else:
+                fut.cancel()
+            raise
+
+    async def _acquire_trio(self) -> None:
+        import trio
+
+        event = trio.Event()
+        token = trio.lowlevel.current_trio_token()
+        thread = threading.get_ident()
+        state = {"granted": False, "abandoned": False}
+        state_lock = threading.Lock()  # a grant from another loop's thread races the cancellation below
+
+        def grant() -> bool:
+            with state_lock:
+                if state["abandoned"]:
+                    return False
+                state["granted"] = True
+            if threading.get_ident() == thread:
+                event.set()
+            else:
+                token.run_sync_soon(event.set)
+            return True
+
+        if self._park(grant):
+            return
+        try:
+            await event.wait()
+        except BaseException:
+            with state_lock:
+                granted = state["granted"]
+                state["abandoned"] = not granted
+            if granted:
+                self.release()
+            raise
+
+    def _park(self, grant: Callable[[], bool]) -> bool:
+        """Queues a waiter; returns True if a slot was free after all (no wait needed)."""
+        with self._lock:
+            if self.in_flight < self.limit and not self._waiters:
+                self.in_flight += 1
+                return True
+            self._waiters.append((grant, None))
+            return False
+
+    def release(self) -> None:
+        while True:
+            with self._lock:
+                if not self._waiters:
+                    self.in_flight -= 1
+                    return
+                grant, _ = self._waiters.popleft()
+            # The slot passes to the waiter (in_flight unchanged); skip waiters that gave up.
+            if grant():
+                return
+
+    def snapshot(self) -> SessionStatistics:
+        with self._lock:
+            return SessionStatistics(self.in_flight, len(self._waiters), self.completed, self.failed,
+                                     self.cancelled, self.pinned_bytes, self.limit)
+
+
+def _grant_future(fut: "asyncio.Future[None]", slots: Slots) -> None:
+    if fut.done():
+        slots.release()  # the waiter gave up while the grant was in transit: pass the slot on
+    else:
+        fut.set_result(None)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _current_backend() -> str:
+    """ "asyncio" (incl. uvloop) or "trio", for the calling task."""
+    if _running_loop() is not None:
+        return "asyncio"
+    import sys
+
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            trio.lowlevel.current_trio_token()
+            return "trio"
+        except RuntimeError:
+            pass
+    raise RuntimeError("geasync's async API must be awaited inside an asyncio (or uvloop) or trio event loop")
+
+
+current_backend = _current_backend
+running_loop = _running_loop

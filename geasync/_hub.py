@@ -1,0 +1,387 @@
+"""Completion hubs: the single way runtime completions come back into an event loop.
+
+One hub per event loop owns a native completion queue. Runtime threads (GE's model threads, ACL's callback thread)
+push records there and write its eventfd once per batch; they never enter Python. The hub drains the queue on the
+loop's thread -- ``loop.add_reader`` on asyncio and uvloop, a system task on ``trio.lowlevel.wait_readable`` on
+trio -- and settles each request's waiter there, after checking it is still wanted.
+
+When a loop goes away with requests in flight, its hub becomes an orphan: a Python reaper thread drains it until the
+runtime has delivered every completion, releasing pins and outputs, and only then closes the queue (so a late
+eventfd write never hits a reused descriptor).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import select
+import threading
+import weakref
+from typing import Any, Callable
+
+from . import _lib
+from ._guard import current_backend
+
+# A request's settle function gets (status, kind, outputs, error text) and returns (result, exception).
+Settle = Callable[[int, int, Any, str], tuple[Any, BaseException | None]]
+
+
+class Request:
+    """A piece of native async work the hub waits for: its waiter and what to release when it completes."""
+
+    __slots__ = ("settle", "release", "waiter")
+
+    def __init__(self, settle: Settle, release: Callable[[bool], None], waiter: Any) -> None:
+        self.settle = settle
+        self.release = release  # release(wanted): called once, on completion, wanted=False if nobody waits
+        self.waiter = waiter
+
+
+class _TrioWaiter:
+    __slots__ = ("event", "result", "error", "abandoned")
+
+    def __init__(self) -> None:
+        import trio
+
+        self.event = trio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.abandoned = False
+
+    def done(self) -> bool:
+        return self.abandoned or self.event.is_set()
+
+
+class Hub:
+    """Base hub: token allocation, the request table and draining. Subclasses attach the fd to their loop."""
+
+    def __init__(self) -> None:
+        self.queue = _lib.CompletionQueue()
+        self._requests: dict[int, Request] = {}
+        self._tokens = itertools.count(1)
+        self.orphaned = False
+        self._lock = threading.Lock()  # the reaper and the loop never drain at once, but registration may race
+
+    # --- used by the session / stream layer, on the loop thread ---
+    def new_token(self) -> int:
+        return next(self._tokens)
+
+    def register(self, token: int, request: Request) -> None:
+        with self._lock:
+            self._requests[token] = request
+
+    def forget(self, token: int) -> None:
+        """The submit failed: no completion will come for this token."""
+        with self._lock:
+            self._requests.pop(token, None)
+
+    @property
+    def outstanding(self) -> int:
+        return len(self._requests)
+
+    # --- draining ---
+    def drain(self) -> None:
+        for token, status, kind, outputs, text in self.queue.drain():
+            with self._lock:
+                request = self._requests.pop(token, None)
+            if request is None:
+                continue  # outputs (if any) are freed with the NativeTensors
+            self._complete(request, status, kind, outputs, text)
+
+    def _complete(self, request: Request, status: int, kind: int, outputs: Any, text: str) -> None:
+        wanted = not self.orphaned and not _waiter_done(request.waiter)
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            if wanted:
+                result, error = request.settle(status, kind, outputs, text)
+        except BaseException as exc:  # a failure while settling reaches the awaiting task, never native code
+            error = exc
+        finally:
+            request.release(wanted)
+        if wanted:
+            self._resolve(request.waiter, result, error)
+
+    def _resolve(self, waiter: Any, result: Any, error: BaseException | None) -> None:
+        raise NotImplementedError
+
+    def new_waiter(self) -> Any:
+        raise NotImplementedError
+
+    async def wait(self, waiter: Any) -> Any:
+        raise NotImplementedError
+
+    def orphan(self) -> None:
+        """The loop is gone: hand the queue to the reaper (or close it if nothing is outstanding)."""
+        if self.orphaned:
+            return
+        self.orphaned = True
+        _reaper.adopt(self)
+
+
+def _waiter_done(waiter: Any) -> bool:
+    return waiter.done()
+
+
+class AsyncioHub(Hub):
+    """asyncio and uvloop: a persistent add_reader on the queue's eventfd."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._loop_ref = weakref.ref(loop)  # weak: the loop owns the reader that owns this hub
+        loop.add_reader(self.queue.fd, self.drain)
+
+    @property
+    def loop_gone(self) -> bool:
+        loop = self._loop_ref()
+        return loop is None or loop.is_closed()
+
+    def register(self, token: int, request: Request) -> None:
+        super().register(token, request)
+        if _reaper.idle:
+            _reaper.watch(self)  # so a loop closed with this request in flight is noticed
+
+    def new_waiter(self) -> "asyncio.Future[Any]":
+        loop = self._loop_ref()
+        assert loop is not None
+        return loop.create_future()
+
+    async def wait(self, waiter: "asyncio.Future[Any]") -> Any:
+        return await waiter
+
+    def _resolve(self, waiter: "asyncio.Future[Any]", result: Any, error: BaseException | None) -> None:
+        if waiter.done():
+            return
+        if error is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(result)
+
+    def orphan(self) -> None:
+        loop = self._loop_ref()
+        if not self.orphaned and loop is not None and not loop.is_closed():
+            try:
+                loop.remove_reader(self.queue.fd)
+            except Exception:
+                pass
+        super().orphan()
+
+
+class TrioHub(Hub):
+    """trio: one system task waiting on the queue's eventfd for the lifetime of the run."""
+
+    def __init__(self) -> None:
+        import trio
+
+        super().__init__()
+        self.token = trio.lowlevel.current_trio_token()
+        trio.lowlevel.spawn_system_task(self._dispatch, name="geasync-completion-hub")
+
+    async def _dispatch(self) -> None:
+        import trio
+
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(self.queue.fd)
+                self.drain()
+        finally:
+            _trio_hubs.pop(self.token, None)
+            self.orphan()
+
+    def new_waiter(self) -> _TrioWaiter:
+        return _TrioWaiter()
+
+    async def wait(self, waiter: _TrioWaiter) -> Any:
+        try:
+            await waiter.event.wait()
+        except BaseException:
+            waiter.abandoned = True
+            raise
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.result
+
+    def _resolve(self, waiter: _TrioWaiter, result: Any, error: BaseException | None) -> None:
+        if waiter.done():
+            return
+        waiter.result = result
+        waiter.error = error
+        waiter.event.set()
+
+
+_asyncio_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncioHub]" = weakref.WeakKeyDictionary()
+_trio_hubs: dict[Any, TrioHub] = {}
+_hubs_lock = threading.Lock()
+
+
+def current_hub() -> Hub:
+    """The hub of the running event loop, created on first use."""
+    if current_backend() == "asyncio":
+        loop = asyncio.get_running_loop()
+        hub = _asyncio_hubs.get(loop)
+        if hub is None or hub.orphaned:
+            with _hubs_lock:
+                hub = AsyncioHub(loop)
+                _asyncio_hubs[loop] = hub
+            weakref.finalize(loop, hub.orphan)
+        return hub
+    import trio
+
+    token = trio.lowlevel.current_trio_token()
+    hub = _trio_hubs.get(token)
+    if hub is None or hub.orphaned:
+        hub = TrioHub()
+        _trio_hubs[token] = hub
+    return hub
+
+
+class _Reaper:
+    """A Python thread (never a native one) that finishes the requests of hubs whose loop has gone away.
+
+    It also notices asyncio loops that were closed with requests in flight (asyncio has no close hook), checking
+    a few times a second while any such hub has work outstanding.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._orphans: list[Hub] = []
+        self._watched: "weakref.WeakSet[AsyncioHub]" = weakref.WeakSet()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    @property
+    def idle(self) -> bool:
+        return self._thread is None
+
+    def watch(self, hub: AsyncioHub) -> None:
+        with self._lock:
+            self._watched.add(hub)
+            self._ensure_thread()
+
+    def adopt(self, hub: Hub) -> None:
+        with self._lock:
+            if hub.outstanding == 0 and hub.queue.pending() == 0:
+                hub.queue.close()
+                return
+            self._orphans.append(hub)
+            self._ensure_thread()
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="geasync-reaper", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                for hub in list(self._watched):
+                    if hub.outstanding and hub.loop_gone:
+                        self._watched.discard(hub)
+                        hub.orphaned = True
+                        self._orphans.append(hub)
+                orphans = list(self._orphans)
+                if not orphans and not any(h.outstanding for h in self._watched):
+                    self._thread = None
+                    return
+            fds = [h.queue.fd for h in orphans]
+            if fds:
+                try:
+                    select.select(fds, [], [], 0.2)
+                except (OSError, ValueError):
+                    pass
+            else:
+                threading.Event().wait(0.2)
+            for hub in orphans:
+                hub.drain()
+                if hub.outstanding == 0:
+                    with self._lock:
+                        if hub in self._orphans:
+                            self._orphans.remove(hub)
+                    hub.queue.close()
+
+    def reap_now(self) -> None:
+        """Drain orphans from the calling thread (tests, statistics): completions already delivered are released."""
+        with self._lock:
+            orphans = list(self._orphans)
+        for hub in orphans:
+            hub.drain()
+
+    def after_fork_in_child(self) -> None:
+        # Native threads and the eventfds' producers do not exist in a forked child: forget everything.
+        self._orphans = []
+        self._watched = weakref.WeakSet()
+        self._thread = None
+        self._lock = threading.Lock()
+
+
+_reaper = _Reaper()
+
+
+def _after_fork_in_child() -> None:
+    _asyncio_hubs.clear()
+    _trio_hubs.clear()
+    _reaper.after_fork_in_child()
+    stream_pins.after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def reap_orphans() -> None:
+    _reaper.reap_now()
+    stream_pins.reap()
+
+
+class _StreamPins:
+    """Pins of stream-mode runs: released when a host function enqueued after the run reports that the stream has
+    passed it. Stream-mode runs are issued from synchronous code too, so this queue belongs to no loop: it is
+    drained whenever geasync is next called about streams (a run, a synchronize, a query, a close)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: _lib.CompletionQueue | None = None
+        self._pins: dict[int, Callable[[], None]] = {}
+        self._tokens = itertools.count(1)
+
+    def hold(self, stream: int, release: Callable[[], None], context: str) -> None:
+        with self._lock:
+            if self._queue is None:
+                self._queue = _lib.CompletionQueue()
+            token = next(self._tokens)
+            self._pins[token] = release
+            queue = self._queue
+        try:
+            _lib.stream_launch_completion(stream, queue, token, context)
+        except BaseException:
+            with self._lock:
+                self._pins.pop(token, None)
+            release()
+            raise
+
+    def reap(self) -> None:
+        with self._lock:
+            queue = self._queue
+            if queue is None or not self._pins:
+                return
+            records = queue.drain()
+            releases = [self._pins.pop(token, None) for token, *_ in records]
+        for release in releases:
+            if release is not None:
+                release()
+
+    @property
+    def pinned(self) -> int:
+        return len(self._pins)
+
+    def after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+        self._queue = None
+        self._pins = {}
+
+
+stream_pins = _StreamPins()
+
+
+__all__ = ["Request", "Hub", "current_hub", "reap_orphans"]
