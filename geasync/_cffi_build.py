@@ -42,6 +42,12 @@ extern "Python" void _ga_py_alloc_free(void *user, void *addr);
 extern "Python" void _ga_py_alloc_release(void *user);
 """
 
+# Benchmark-only: RunGraphAsync driven natively, no Python in the loop (the limit for the event-loop layer).
+_BENCH_CDEF = """
+ga_status ga_bench_native_run_graph_async(ga_session *session, uint32_t graph_id, const ga_tensor_desc *inputs,
+                                          size_t input_count, uint64_t runs, uint32_t in_flight, uint64_t *elapsed_ns);
+"""
+
 # Twin-only entry points: live counters of the twin's own objects.
 _TWIN_CDEF = """
 typedef struct geasync_twin_counters {
@@ -72,7 +78,7 @@ def _compile_args() -> tuple[list[str], list[str]]:
 
 def make_twin_builder() -> FFI:
     ffi = FFI()
-    ffi.cdef(_cdef_from_header(NATIVE / "include" / "geasync.h") + _CALLBACKS + _TWIN_CDEF)
+    ffi.cdef(_cdef_from_header(NATIVE / "include" / "geasync.h") + _CALLBACKS + _BENCH_CDEF + _TWIN_CDEF)
     sources = sorted(
         [*(NATIVE / "shim").glob("*.cc"), *(NATIVE / "twin" / "src").glob("*.cc"), *(NATIVE / "twin" / "onnx").glob("*.cc")]
     )

@@ -99,18 +99,18 @@ class Pins:
 
     __slots__ = ("objects", "frozen", "nbytes")
 
-    def __init__(self, objects: list[Any], arrays: list[np.ndarray], nbytes: int, freeze: bool) -> None:
+    def __init__(self, objects: Any, arrays: list[np.ndarray], nbytes: int, freeze: bool) -> None:
         self.objects = objects
         self.nbytes = nbytes
-        self.frozen = [a for a in arrays if a.flags.writeable or id(a) in FREEZER._frozen] if freeze else []
+        self.frozen = arrays if freeze and arrays else None
         if self.frozen:
             FREEZER.freeze(self.frozen)
 
     def release(self) -> None:
         if self.frozen:
             FREEZER.thaw(self.frozen)
-            self.frozen = []
-        self.objects = []
+            self.frozen = None
+        self.objects = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ cffi releases the GIL on every ``lib`` call, so blocking calls here never stall 
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import threading
 from typing import Any, Mapping, Sequence
@@ -170,25 +171,17 @@ def pointer(address: int) -> Any:
 
 
 class InputDescs:
-    """ga_tensor_desc[] for a run, built from (data address, nbytes, ge dtype, placement, shape) rows.
+    """ga_tensor_desc[] for a run, built from (data, nbytes, ge dtype, placement, ndim, shape) rows.
 
     Holds every cdata the descriptors point into (``keep``) so the memory outlives the native call.
     """
 
     __slots__ = ("array", "count", "keep")
 
-    def __init__(self, rows: Sequence[tuple[Any, int, int, int, tuple[int, ...]]], keep: list[Any]) -> None:
+    def __init__(self, rows: Sequence[tuple[Any, int, int, int, int, tuple[int, ...]]], keep: list[Any]) -> None:
         self.count = len(rows)
-        self.array = ffi.new("ga_tensor_desc[]", max(1, self.count))
-        for i, (data, nbytes, dtype, placement, shape) in enumerate(rows):
-            d = self.array[i]
-            d.data = data
-            d.size = nbytes
-            d.dtype = dtype
-            d.placement = placement
-            d.ndim = len(shape)
-            for k, v in enumerate(shape):
-                d.dims[k] = v
+        # one initializer call: several times faster than filling the fields one by one
+        self.array = ffi.new("ga_tensor_desc[]", rows) if rows else ffi.new("ga_tensor_desc[]", 1)
         self.keep = keep
 
 
@@ -197,36 +190,35 @@ def buffer_pointer(array: np.ndarray) -> Any:
     return ffi.cast("void *", ffi.from_buffer(array, require_writable=False)) if array.nbytes else ffi.NULL
 
 
-def from_buffer(array: np.ndarray) -> Any:
-    return ffi.from_buffer(array, require_writable=False)
+from_buffer = ffi.from_buffer
 
 
 # --- native tensors ------------------------------------------------------------------------------------------
 
 class NativeTensor:
-    """An owned ga_tensor: its description, and an owner cdata whose collection destroys the tensor."""
+    """An owned ga_tensor: its description, and an owner cdata whose collection destroys the tensor.
+
+    The owner is a char* at the data: numpy views made with ffi.buffer(owner) keep it (and so the memory) alive
+    for as long as any view lives.
+    """
 
     __slots__ = ("owner", "address", "nbytes", "ge_dtype", "placement", "shape")
 
-    def __init__(self, handle: Any) -> None:
-        desc = ffi.new("ga_tensor_desc *")
-        lib.ga_tensor_describe(handle, desc)
-        self.address = address_of(desc.data)
-        self.nbytes = int(desc.size)
-        self.ge_dtype = int(desc.dtype)
-        self.placement = int(desc.placement)
-        self.shape = tuple(int(desc.dims[k]) for k in range(desc.ndim))
-        # The owner is a char* at the data whose collection destroys the native tensor: numpy views made with
-        # ffi.buffer(owner) keep it (and so the memory) alive for as long as any view lives.
-        self.owner = ffi.gc(ffi.cast("char *", desc.data), _tensor_destroyer(handle))
+    def __init__(self, owner: Any, address: int, nbytes: int, ge_dtype: int, placement: int,
+                 shape: tuple[int, ...]) -> None:
+        self.owner = owner
+        self.address = address
+        self.nbytes = nbytes
+        self.ge_dtype = ge_dtype
+        self.placement = placement
+        self.shape = shape
 
     def host_view(self) -> np.ndarray:
         dtype = np_dtype(self.ge_dtype)
-        count = int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        count = math.prod(self.shape)
         if count == 0 or self.nbytes == 0:
             return np.empty(self.shape, dtype=dtype)
-        buf = ffi.buffer(self.owner, count * dtype.itemsize)
-        return np.frombuffer(buf, dtype=dtype).reshape(self.shape)
+        return np.frombuffer(ffi.buffer(self.owner, count * dtype.itemsize), dtype=dtype).reshape(self.shape)
 
 
 def _tensor_destroyer(handle: Any):
@@ -236,7 +228,15 @@ def _tensor_destroyer(handle: Any):
 def _take_outputs(outs: Any) -> list[NativeTensor]:
     try:
         n = lib.ga_outputs_count(outs)
-        return [NativeTensor(lib.ga_outputs_take(outs, i)) for i in range(n)]
+        desc = ffi.new("ga_tensor_desc *")
+        result = []
+        for i in range(n):
+            handle = lib.ga_outputs_take(outs, i)
+            lib.ga_tensor_describe(handle, desc)
+            owner = ffi.gc(ffi.cast("char *", desc.data), _tensor_destroyer(handle))
+            result.append(NativeTensor(owner, address_of(desc.data), desc.size, desc.dtype, desc.placement,
+                                       tuple(ffi.unpack(desc.dims, desc.ndim))))
+        return result
     finally:
         lib.ga_outputs_destroy(outs)
 
@@ -516,3 +516,11 @@ def run_graph_async_submit(handle: Any, graph_id: int, descs: InputDescs, queue:
 def stream_launch_completion(stream: int, queue: CompletionQueue, token: int, context: str) -> None:
     """aclrtLaunchHostFunc on ``stream``: when the stream reaches it, ``token`` completes on ``queue``."""
     _check(lib.ga_stream_launch_completion(pointer(stream), queue.handle, token), "aclrtLaunchHostFunc", context)
+
+
+def bench_native_run_graph_async(handle: Any, graph_id: int, descs: InputDescs, runs: int, in_flight: int) -> float:
+    """Seconds for ``runs`` RunGraphAsync calls driven natively with ``in_flight`` outstanding (benchmarks only)."""
+    elapsed = ffi.new("uint64_t *")
+    status = lib.ga_bench_native_run_graph_async(handle, graph_id, descs.array, descs.count, runs, in_flight, elapsed)
+    _check(status, "GeSession::RunGraphAsync", "native benchmark driver")
+    return elapsed[0] / 1e9

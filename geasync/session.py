@@ -20,7 +20,7 @@ from .allocator import Allocator
 from .errors import GeError, SessionBrokenError, SessionClosedError
 from .graph import Graph
 from .stream import stream_address
-from .tensor import Tensor, as_tensor, input_descs
+from .tensor import PreparedInputs, Tensor, prepare_inputs
 
 __all__ = ["Session", "CompiledGraphSummary"]
 
@@ -55,14 +55,6 @@ def _check_options(options: Any, what: str) -> dict:
         if not isinstance(k, str) or not isinstance(v, str):
             raise TypeError(f"{what} keys and values must be str, got {k!r}: {v!r}")
     return options
-
-
-def _check_inputs(inputs: Any, what: str, *, require_list: bool) -> list[Tensor]:
-    if require_list and not isinstance(inputs, list):
-        raise TypeError(f"{what} must be a list, got {type(inputs).__name__}")
-    if not isinstance(inputs, (list, tuple)):
-        raise TypeError(f"{what} must be a list of Tensor, got {type(inputs).__name__}")
-    return [as_tensor(x, what=f"{what}[{i}]") for i, x in enumerate(inputs)]
 
 
 DEFAULT_MAX_IN_FLIGHT = 512  # below GE's per-model queue (1024), so RunGraphAsync never fails or blocks for space
@@ -192,7 +184,7 @@ class Session:
         _check_graph_id(graph_id)
         context = f"Session.compile_graph(graph_id={graph_id})"
         handle = self._live(context)
-        descs = None if inputs is None else input_descs(_check_inputs(inputs, "inputs", require_list=False))
+        descs = None if inputs is None else prepare_inputs(inputs).descs
         _lib.compile_graph(handle, graph_id, descs, context)
 
     def load_graph(self, graph_id: int, options: Optional[dict] = None, stream: Any = None) -> None:
@@ -221,11 +213,11 @@ class Session:
     def run_graph(self, graph_id: int, inputs: List[Tensor]) -> List[Tensor]:
         """Run synchronously (GE RunGraph); returns host output Tensors. The first run fixes the graph's mode."""
         _check_graph_id(graph_id)
-        tensors = _check_inputs(inputs, "inputs", require_list=False)
+        prepared = prepare_inputs(inputs)
         context = f"Session.run_graph(graph_id={graph_id})"
         handle = self._live(context)
         self._modes.claim(graph_id, RUN_GRAPH, context)
-        outs = _lib.run_graph(handle, graph_id, input_descs(tensors), context)
+        outs = _lib.run_graph(handle, graph_id, prepared.descs, context)
         return [Tensor._from_native(o) for o in outs]
 
     def run_graph_with_stream_async(self, graph_id: int, stream: int, inputs: List[Tensor]) -> List[Tensor]:
@@ -237,7 +229,7 @@ class Session:
         """
         _check_graph_id(graph_id)
         address = stream_address(stream, "stream")
-        tensors = _check_inputs(inputs, "inputs", require_list=True)
+        prepared = prepare_inputs(inputs, require_list=True)
         context = f"Session.run_graph_with_stream_async(graph_id={graph_id})"
         handle = self._live(context)
         self._modes.claim(graph_id, RUN_GRAPH_WITH_STREAM_ASYNC, context)
@@ -245,15 +237,16 @@ class Session:
         if not _registered_allocator(address):
             _lib.register_default_allocator(handle, address, context)
             _mark_allocator(address, default=True)
-        descs = input_descs(tensors)
-        pins = self._pin(descs, tensors)
+        pins = self._pin(prepared)
         try:
-            outs = _lib.run_graph_with_stream_async(handle, graph_id, address, descs, context)
+            outs = _lib.run_graph_with_stream_async(handle, graph_id, address, prepared.descs, context)
         except BaseException:
             self._unpin(pins)
             raise
-        # A host function after the run tells when the stream no longer reads the inputs.
-        _hub.stream_pins.hold(address, lambda: self._unpin(pins), context)
+        # A host function after the run tells when the stream no longer uses the inputs, nor the outputs' memory:
+        # output memory dropped by the caller before then is freed only at that point, on a Python thread.
+        owners = [o.owner for o in outs]
+        _hub.stream_pins.hold(address, lambda: (self._unpin(pins), owners.clear()), context)
         return [Tensor._from_native(o) for o in outs]
 
     async def run_graph_async(self, graph_id: int, inputs: List[Tensor], *,
@@ -265,23 +258,22 @@ class Session:
         the inputs stay pinned until the runtime reports completion.
         """
         _check_graph_id(graph_id)
-        tensors = _check_inputs(inputs, "inputs", require_list=False)
+        prepared = prepare_inputs(inputs)
         context = f"Session.run_graph_async(graph_id={graph_id})"
         self._live(context)
         self._modes.claim(graph_id, RUN_GRAPH_ASYNC, context)
         if timeout is None:
-            return await self._run_async(graph_id, tensors, context)
+            return await self._run_async(graph_id, prepared, context)
         with anyio.fail_after(timeout):
-            return await self._run_async(graph_id, tensors, context)
+            return await self._run_async(graph_id, prepared, context)
 
-    async def _run_async(self, graph_id: int, tensors: list[Tensor], context: str) -> List[Tensor]:
+    async def _run_async(self, graph_id: int, prepared: PreparedInputs, context: str) -> List[Tensor]:
         slots = self._slots
         await slots.acquire()
         try:
             handle = self._live(context)
             hub = _hub.current_hub()
-            descs = input_descs(tensors)
-            pins = self._pin(descs, tensors)
+            pins = self._pin(prepared)
         except BaseException:
             slots.release()
             raise
@@ -308,7 +300,7 @@ class Session:
 
         hub.register(token, _hub.Request(settle, release, waiter))
         try:
-            _lib.run_graph_async_submit(handle, graph_id, descs, hub.queue, token, context)
+            _lib.run_graph_async_submit(handle, graph_id, prepared.descs, hub.queue, token, context)
         except BaseException:
             hub.forget(token)
             self._unpin(pins)
@@ -329,11 +321,9 @@ class Session:
         _hub.reap_orphans()
         return self._slots.snapshot()
 
-    def _pin(self, descs: Any, tensors: list[Tensor]) -> Pins:
-        arrays = [t._array for t in tensors if t._array is not None]
-        nbytes = sum(t.nbytes for t in tensors)
-        pins = Pins([descs, tensors], arrays, nbytes, self._freeze_inputs)
-        self._slots.pinned_bytes += nbytes
+    def _pin(self, prepared: PreparedInputs) -> Pins:
+        pins = Pins(prepared, prepared.arrays, prepared.nbytes, self._freeze_inputs)
+        self._slots.pinned_bytes += prepared.nbytes
         return pins
 
     def _unpin(self, pins: Pins) -> None:

@@ -7,7 +7,7 @@ owned by the shim, freed when the Tensor and every numpy view of it are gone), o
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +19,7 @@ __all__ = ["Tensor"]
 class Tensor:
     """A tensor for GE runs. Build with :meth:`from_numpy` (or pass numpy arrays directly to runs)."""
 
-    __slots__ = ("_array", "_owner", "_address", "_nbytes", "_shape", "_dtype", "_placement", "__weakref__")
+    __slots__ = ("_array", "_owner", "_native", "_address", "_nbytes", "_shape", "_dtype", "_placement", "__weakref__")
 
     def __init__(self) -> None:
         raise TypeError("use Tensor.from_numpy(array) (or pass a numpy array directly)")
@@ -29,6 +29,7 @@ class Tensor:
               dtype: np.dtype, placement: str) -> "Tensor":
         t = object.__new__(cls)
         t._array = array
+        t._native = None
         t._owner = owner
         t._address = address
         t._nbytes = nbytes
@@ -54,10 +55,15 @@ class Tensor:
     @classmethod
     def _from_native(cls, nt: "_lib.NativeTensor") -> "Tensor":
         placement = "device" if nt.placement == _lib.PLACEMENT_DEVICE else "host"
-        dtype = _lib.np_dtype(nt.ge_dtype)
-        array = nt.host_view() if placement == "host" else None
-        return cls._make(array=array, owner=nt.owner, address=nt.address, nbytes=nt.nbytes, shape=nt.shape,
-                         dtype=dtype, placement=placement)
+        t = cls._make(array=None, owner=nt.owner, address=nt.address, nbytes=nt.nbytes, shape=nt.shape,
+                      dtype=_lib.np_dtype(nt.ge_dtype), placement=placement)
+        t._native = nt  # the numpy view of a host output is made on first use
+        return t
+
+    def _host_array(self) -> np.ndarray | None:
+        if self._array is None and self._native is not None and self._placement == "host":
+            self._array = self._native.host_view()
+        return self._array
 
     # --- properties ---
     @property
@@ -75,12 +81,12 @@ class Tensor:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self._shape, dtype=np.int64)) * self._dtype.itemsize
+        return self._nbytes
 
     @property
     def address(self) -> int:
         """Address of the data (device address for device tensors)."""
-        if self._array is not None:
+        if self._native is None and self._array is not None:
             return self._array.ctypes.data
         return self._address
 
@@ -89,8 +95,9 @@ class Tensor:
         if self._placement != "host":
             raise ValueError("this Tensor lives in device memory; call .to_host() first (after the stream that "
                              "produced it is synchronized)")
-        assert self._array is not None
-        return self._array
+        arr = self._host_array()
+        assert arr is not None
+        return arr
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         arr = self.numpy()
@@ -123,28 +130,58 @@ class Tensor:
     def __repr__(self) -> str:
         return f"Tensor(shape={self._shape}, dtype={self._dtype}, placement={self._placement!r})"
 
-    # --- for the runtime ---
-    def _desc_row(self, keep: list[Any]) -> tuple[Any, int, int, int, tuple[int, ...]]:
-        if self._placement == "host":
-            assert self._array is not None
-            data = _lib.buffer_pointer(self._array)
-            keep.append(data)
-            keep.append(self._array)
-            return data, self._array.nbytes, _lib.ge_dtype(self._dtype), _lib.PLACEMENT_HOST, self._shape
-        keep.append(self._owner)
-        return _lib.pointer(self._address), self._nbytes, _lib.ge_dtype(self._dtype), _lib.PLACEMENT_DEVICE, self._shape
 
 
-def as_tensor(value: Any, *, what: str) -> Tensor:
-    """A Tensor from a Tensor or a numpy array; TypeError for anything else (seed 002: inputs must be Tensors)."""
-    if isinstance(value, Tensor):
-        return value
-    if isinstance(value, np.ndarray):
-        return Tensor.from_numpy(value)
-    raise TypeError(f"{what} must be a geasync.Tensor or a numpy.ndarray, got {type(value).__name__}")
+_GE_DTYPES = _lib._NP_TO_GE
 
 
-def input_descs(inputs: Sequence[Tensor]) -> "_lib.InputDescs":
+class PreparedInputs:
+    """A run's inputs as native descriptors, with what must stay alive while the runtime reads them."""
+
+    __slots__ = ("descs", "arrays", "nbytes")
+
+    def __init__(self, descs: "_lib.InputDescs", arrays: list[np.ndarray], nbytes: int) -> None:
+        self.descs = descs
+        self.arrays = arrays  # host numpy arrays read by the runtime (the lifetime guard may freeze them)
+        self.nbytes = nbytes
+
+
+def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = False) -> PreparedInputs:
+    """Checks a run's inputs (Tensors or numpy arrays; TypeError for anything else, as seed 002 says for
+    non-Tensors) and builds their descriptors. C-contiguous arrays of GE dtypes are used in place."""
+    if require_list and type(inputs) is not list:
+        raise TypeError(f"{what} must be a list, got {type(inputs).__name__}")
+    if not isinstance(inputs, (list, tuple)):
+        raise TypeError(f"{what} must be a list of Tensor, got {type(inputs).__name__}")
+    rows = []
     keep: list[Any] = []
-    rows = [t._desc_row(keep) for t in inputs]
-    return _lib.InputDescs(rows, keep)
+    arrays: list[np.ndarray] = []
+    nbytes = 0
+    for i, x in enumerate(inputs):
+        if type(x) is np.ndarray:
+            dt = _GE_DTYPES.get(x.dtype)
+            if dt is not None and x.flags.c_contiguous and x.ndim <= _lib.MAX_DIMS:
+                buf = _lib.from_buffer(x, require_writable=False)
+                keep.append(buf)
+                arrays.append(x)
+                rows.append((buf, x.nbytes, dt, _lib.PLACEMENT_HOST, x.ndim, x.shape))
+                nbytes += x.nbytes
+                continue
+        if isinstance(x, np.ndarray):
+            x = Tensor.from_numpy(x)  # copies non-contiguous arrays; TypeError for dtypes GE lacks
+        elif not isinstance(x, Tensor):
+            raise TypeError(f"{what}[{i}] must be a geasync.Tensor or a numpy.ndarray, got {type(x).__name__}")
+        dt = _lib.ge_dtype(x._dtype)
+        if x._placement == "host":
+            arr = x._host_array()
+            assert arr is not None
+            buf = _lib.from_buffer(arr, require_writable=False)
+            keep.append(buf)
+            arrays.append(arr)
+            rows.append((buf, arr.nbytes, dt, _lib.PLACEMENT_HOST, arr.ndim, arr.shape))
+        else:
+            keep.append(x._owner)
+            rows.append((_lib.pointer(x._address), x._nbytes, dt, _lib.PLACEMENT_DEVICE, len(x._shape), x._shape))
+        keep.append(x)
+        nbytes += x._nbytes
+    return PreparedInputs(_lib.InputDescs(rows, keep), arrays, nbytes)

@@ -150,6 +150,10 @@ ga_status ga_device_free(void *ptr);
 ga_status ga_memcpy(void *dst, size_t dst_max, const void *src, size_t count, int32_t kind);
 /* CDEF END */
 
+/* Benchmark-only (declared to cffi by the build script): RunGraphAsync driven natively, no Python in the loop. */
+ga_status ga_bench_native_run_graph_async(ga_session *session, uint32_t graph_id, const ga_tensor_desc *inputs,
+                                          size_t input_count, uint64_t runs, uint32_t in_flight, uint64_t *elapsed_ns);
+
 #ifdef __cplusplus
 }
 #endif

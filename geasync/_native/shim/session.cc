@@ -115,6 +115,10 @@ struct ga_session {
   std::shared_ptr<Outstanding> outstanding = std::make_shared<Outstanding>();
 };
 
+namespace shim {
+ge::GeSession *NativeSession(ga_session *session) { return session->session.get(); }
+}  // namespace shim
+
 extern "C" {
 
 const char *ga_backend_name(void) { return GEASYNC_BACKEND_NAME; }

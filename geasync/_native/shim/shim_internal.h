@@ -50,6 +50,9 @@ ga_outputs *MakeOutputs(std::vector<gert::Tensor> &&tensors);
 void CqRetain(ga_completion_queue *q);
 void CqRelease(ga_completion_queue *q);
 // Pushes a record (takes ownership of outputs and error text) and signals the consumer once per batch.
+// The GeSession behind a shim session (for shim files other than session.cc).
+ge::GeSession *NativeSession(ga_session *session);
+
 void CqPush(ga_completion_queue *q, uint64_t token, ga_status status, int32_t kind, ga_outputs *outputs,
             const std::string &error);
 

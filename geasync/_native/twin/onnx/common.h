@@ -13,6 +13,7 @@ namespace onnx {
 
 // Anything larger is treated as corrupt rather than attempted (protects against huge allocations).
 constexpr int64_t kMaxElements = int64_t(1) << 40;
+constexpr uint64_t kMaxTensorBytes = uint64_t(1) << 40;
 // Kernels keep per-dim state; ranks beyond this are surely corrupt.
 constexpr size_t kMaxRank = 32;
 

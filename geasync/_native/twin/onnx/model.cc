@@ -14,6 +14,14 @@ namespace onnx {
 
 bool BuildConstantValue(const Node &node, std::shared_ptr<const ConstTensor> *value, std::string *reason);
 
+const Attribute *Node::FindAttr(const char *attr_name) const {
+  for (const Attribute &a : attrs)
+    if (a.name == attr_name) return &a;
+  return nullptr;
+}
+
+std::string Node::Where() const { return "node '" + name + "' (op " + op_type + "): "; }
+
 namespace {
 
 // ---------------------------------------------------------------------------------------------------------

@@ -64,14 +64,6 @@ const OpDef *FindOp(const std::string &op_type) {
   return it == table.end() ? nullptr : &it->second;
 }
 
-const Attribute *Node::FindAttr(const char *attr_name) const {
-  for (const Attribute &a : attrs)
-    if (a.name == attr_name) return &a;
-  return nullptr;
-}
-
-std::string Node::Where() const { return "node '" + name + "' (op " + op_type + "): "; }
-
 bool AttrInt(const Node &n, const char *name, int64_t def, int64_t *v, std::string *reason) {
   const Attribute *a = n.FindAttr(name);
   if (!a) {

@@ -44,7 +44,7 @@ std::unique_ptr<Kernel> PrepareCopy(const KernelCtx &c, std::string *) { return 
 // ---- Reshape ----
 
 bool CheckReshape(const Node &n, int64_t opset, std::string *reason) {
-  if (opset >= 5 && n.input_names.size() != 2) {
+  if (opset >= 5 && (n.input_names.size() != 2 || n.input_names[1].empty())) {
     *reason = "expects 2 inputs (data, shape), got " + std::to_string(n.input_names.size());
     return false;
   }

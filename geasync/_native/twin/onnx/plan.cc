@@ -189,6 +189,10 @@ bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<Tenso
     for (int v : frees[st]) alloc.Free(offset[v], slot_bytes[v]);
   }
   workspace_bytes_ = alloc.top();
+  if (workspace_bytes_ > 4 * kMaxTensorBytes) {
+    *err = "intermediate tensors would need " + std::to_string(workspace_bytes_) + " bytes, which is absurd";
+    return false;
+  }
   arena_storage_.assign(workspace_bytes_ + kAlign, 0);
   uint8_t *base = arena_storage_.data();
   base += (kAlign - reinterpret_cast<uintptr_t>(base) % kAlign) % kAlign;

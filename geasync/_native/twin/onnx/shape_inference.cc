@@ -99,6 +99,11 @@ bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool com
         *err = n.Where() + "could not infer the dtype of output '" + n.output_names[o] + "'";
         return false;
       }
+      if (cnt > 0 && static_cast<uint64_t>(cnt) * ElemSize(d.dtype) > kMaxTensorBytes) {
+        *err = n.Where() + "output '" + n.output_names[o] + "' of shape " + ShapeStr(d.dims) +
+               " would need more than 1 TiB";
+        return false;
+      }
       if (cnt < 0) {
         all_static = false;
         if (compile) {

@@ -1,0 +1,212 @@
+"""Native live counters return to where they started after many runs, session cycles and stream-mode runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import geasync as ga
+from conftest import add_model, live, make_mlp
+
+pytestmark = pytest.mark.timeout(120)
+
+A = np.ones((1, 16), np.float32)
+
+
+def diff(before, after, ignore=()):
+    return {k: (before[k], after[k]) for k in before if k not in ignore and after.get(k) != before[k]}
+
+
+def test_counters_are_ints_and_known():
+    c = ga.live_counters()
+    for key in ("sessions", "graphs", "tensors", "outputs_lists", "streams", "allocators"):
+        assert isinstance(c[key], int)
+    assert all(v >= 0 for v in c.values())
+
+
+def test_counters_track_live_objects():
+    """The counters must actually move, or the leak tests below would prove nothing."""
+    before = live()
+    s = ga.Session()
+    s.add_graph(1, ga.Graph.from_onnx(add_model()))
+    outs = s.run_graph(1, [A, A])
+    mid = live()
+    assert mid["sessions"] == before["sessions"] + 1
+    assert mid["tensors"] == before["tensors"] + 1
+    del outs
+    s.close()
+    assert not diff(before, live())
+
+
+def test_10k_run_graph_add_no_leak(no_leaks):
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        b = np.arange(16, dtype=np.float32).reshape(1, 16)
+        for i in range(10_000):
+            (c,) = s.run_graph(1, [A, b])
+            if i % 2500 == 0:
+                np.testing.assert_array_equal(c.numpy(), A + b)
+        del c
+
+
+def test_10k_run_graph_counters_flat_while_session_open():
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        s.run_graph(1, [A, A])
+        before = live()
+        for _ in range(10_000):
+            s.run_graph(1, [A, A])
+        after = live()
+        assert not diff(before, after)
+
+
+def test_outputs_kept_alive_by_numpy_views():
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        before = live()
+        views = []
+        for _ in range(100):
+            (c,) = s.run_graph(1, [A, A])
+            views.append(c.numpy())
+            del c
+        assert live()["tensors"] == before["tensors"] + 100
+        for v in views:
+            np.testing.assert_array_equal(v, 2 * A)
+        del views, v
+        assert not diff(before, live())
+
+
+@pytest.mark.parametrize("batch", [1, 64])
+def test_mlp_runs_no_leak(no_leaks, batch):
+    x = np.random.default_rng(0).random((batch, 784), dtype=np.float32)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        for _ in range(200):
+            (y,) = s.run_graph(1, [x])
+        assert y.shape == (batch, 10)
+        del y
+
+
+def test_mlp_varying_batches_no_leak(no_leaks):
+    rng = np.random.default_rng(1)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        for i in range(300):
+            (y,) = s.run_graph(1, [rng.random((1 + i % 17, 784), dtype=np.float32)])
+        del y
+
+
+def test_failed_runs_no_leak(no_leaks):
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        for _ in range(500):
+            with pytest.raises(ga.GeError):
+                s.run_graph(1, [A])
+            with pytest.raises(ga.GeError):
+                s.run_graph(1, [np.zeros((2, 16), np.float32), A])
+            with pytest.raises(ga.GeError):
+                s.run_graph(99, [A, A])
+
+
+def test_failed_add_graph_no_leak(no_leaks):
+    with ga.Session() as s:
+        for i in range(200):
+            with pytest.raises(ga.GeError):
+                s.add_graph(i, ga.Graph.from_onnx(b"\x01\x02garbage"))
+
+
+def test_session_cycles_no_leak(no_leaks):
+    for i in range(200):
+        with ga.Session() as s:
+            s.add_graph(1, ga.Graph.from_onnx(add_model()))
+            s.add_graph(2, ga.Graph.from_onnx(add_model()))
+            if i % 2:
+                (c,) = s.run_graph(1, [A, A])
+                del c
+            s.remove_graph(2)
+
+
+def test_add_remove_cycles_no_leak(no_leaks):
+    g = ga.Graph.from_onnx(add_model())
+    with ga.Session() as s:
+        for i in range(300):
+            s.add_graph_clone(1, g)
+            (c,) = s.run_graph(1, [A, A])
+            del c
+            s.remove_graph(1)
+    del g
+
+
+def test_session_closed_with_graphs_loaded_no_leak(no_leaks):
+    for _ in range(50):
+        s = ga.Session()
+        for gid in range(3):
+            s.add_graph(gid, ga.Graph.from_onnx(make_mlp()))
+            s.run_graph(gid, [np.zeros((2, 784), np.float32)])
+        s.close()
+
+
+def test_stream_mode_runs_released_no_leak():
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    with ga.Stream() as st:
+        with ga.Session() as s:
+            s.add_graph(1, ga.Graph.from_onnx(add_model()))
+            # first use of this stream registers geasync's process-wide default allocator for it: do it before measuring
+            outs = s.run_graph_with_stream_async(1, st, [a, a])
+            st.synchronize()
+            del outs
+            before = live()
+            for i in range(500):
+                outs = s.run_graph_with_stream_async(1, st, [a, a])
+                st.synchronize()  # GE: outputs stay valid until the stream is synchronized
+                if i % 100 == 0:
+                    np.testing.assert_array_equal(outs[0].to_host().numpy(), 2 * a)
+                del outs
+            after = live()
+            assert not diff(before, after)
+
+
+def test_stream_mode_session_cycles_no_leak():
+    with ga.Stream() as st:
+        with ga.Session() as s:  # registers the default allocator for st
+            s.add_graph(1, ga.Graph.from_onnx(add_model()))
+            outs = s.run_graph_with_stream_async(1, st, [A, A])
+            st.synchronize()
+            del outs
+        before = live()
+        for _ in range(50):
+            with ga.Session() as s:
+                s.add_graph(1, ga.Graph.from_onnx(add_model()))
+                outs = s.run_graph_with_stream_async(1, st, [A, A])
+                st.synchronize()
+                del outs
+        assert not diff(before, live())
+
+
+def test_new_streams_cost_at_most_one_default_allocator_each():
+    """GE keeps allocators in a process-wide map keyed by stream; geasync registers a default one per new stream.
+
+    Everything else (streams, tensors, device memory) must go back to where it was; 'allocators' may grow by at most
+    one per stream used.
+    """
+    n = 5
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        before = live()
+        for _ in range(n):
+            with ga.Stream() as st:
+                outs = s.run_graph_with_stream_async(1, st, [A, A])
+                st.synchronize()
+                np.testing.assert_array_equal(outs[0].to_host().numpy(), 2 * A)
+                del outs
+        after = live()
+    assert not diff(before, after, ignore=("allocators",))
+    assert before["allocators"] <= after["allocators"] <= before["allocators"] + n
+
+
+def test_to_device_to_host_no_leak(no_leaks):
+    x = np.random.default_rng(0).random((64, 64), dtype=np.float32)
+    for _ in range(300):
+        d = ga.Tensor.from_numpy(x).to_device()
+        h = d.to_host()
+        del d, h
