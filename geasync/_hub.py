@@ -21,21 +21,19 @@ import weakref
 from typing import Any, Callable
 
 from . import _lib
-from ._guard import current_backend
-
-# A request's settle function gets (status, kind, outputs, error text) and returns (result, exception).
-Settle = Callable[[int, int, Any, str], tuple[Any, BaseException | None]]
-
+from ._guard import current_backend, running_loop as _running_loop
 
 class Request:
-    """A piece of native async work the hub waits for: its waiter and what to release when it completes."""
+    """A piece of native async work a hub waits for. Subclasses say how a completion record becomes a result
+    (``settle``, called only if someone still waits) and what to release (``release``, called exactly once)."""
 
-    __slots__ = ("settle", "release", "waiter")
+    __slots__ = ("waiter",)
 
-    def __init__(self, settle: Settle, release: Callable[[bool], None], waiter: Any) -> None:
-        self.settle = settle
-        self.release = release  # release(wanted): called once, on completion, wanted=False if nobody waits
-        self.waiter = waiter
+    def settle(self, status: int, kind: int, outputs: Any, text: str) -> tuple[Any, BaseException | None]:
+        raise NotImplementedError
+
+    def release(self, wanted: bool) -> None:
+        """Called once, when the completion arrives (wanted=False if nobody waits for it any more)."""
 
 
 class _TrioWaiter:
@@ -55,6 +53,8 @@ class _TrioWaiter:
 
 class Hub:
     """Base hub: token allocation, the request table and draining. Subclasses attach the fd to their loop."""
+
+    asyncio = False  # waiters are asyncio futures (awaitable directly)
 
     def __init__(self) -> None:
         self.queue = _lib.CompletionQueue()
@@ -125,12 +125,49 @@ def _waiter_done(waiter: Any) -> bool:
 
 
 class AsyncioHub(Hub):
-    """asyncio and uvloop: a persistent add_reader on the queue's eventfd."""
+    """asyncio and uvloop: a persistent add_reader on the queue's eventfd.
+
+    Submissions made while other requests are in flight are batched until the loop's next iteration and sent
+    in one native call: under load, one GIL release and one wake-up of GE's threads serve many requests.
+    """
+
+    asyncio = True
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
         self._loop_ref = weakref.ref(loop)  # weak: the loop owns the reader that owns this hub
+        self._batch: list[tuple[Any, int, Any, int]] = []
         loop.add_reader(self.queue.fd, self.drain)
+
+    def submit(self, session: Any, graph_id: int, descs: Any, token: int, context: str) -> None:
+        if not self._batch and len(self._requests) <= 1:
+            # idle: submit now, nothing to batch with (keeps single-request latency low)
+            _lib.run_graph_async_submit(session._handle, graph_id, descs, self.queue, token, context)
+            return
+        if not self._batch:
+            loop = self._loop_ref()
+            assert loop is not None
+            loop.call_soon(self._flush)
+        self._batch.append((session, graph_id, descs, token))
+
+    def _flush(self) -> None:
+        batch, self._batch = self._batch, []
+        items = []
+        for session, graph_id, descs, token in batch:
+            request = self._requests.get(token)
+            if request is None:
+                continue
+            handle = session._handle
+            if handle is None or _waiter_done(request.waiter):
+                # closed before submission, or nobody waits any more: never reaches the runtime
+                with self._lock:
+                    self._requests.pop(token, None)
+                text = "the session was closed before this RunGraphAsync job was submitted"
+                self._complete(request, 0xFFFFFFFF, _lib.COMPLETION_ABANDONED, None, text)
+                continue
+            items.append((handle, graph_id, descs, token))
+        if items:
+            _lib.run_graph_async_batch(items, self.queue)
 
     @property
     def loop_gone(self) -> bool:
@@ -170,6 +207,9 @@ class AsyncioHub(Hub):
 
 class TrioHub(Hub):
     """trio: one system task waiting on the queue's eventfd for the lifetime of the run."""
+
+    def submit(self, session: Any, graph_id: int, descs: Any, token: int, context: str) -> None:
+        _lib.run_graph_async_submit(session._handle, graph_id, descs, self.queue, token, context)
 
     def __init__(self) -> None:
         import trio
@@ -215,17 +255,26 @@ _trio_hubs: dict[Any, TrioHub] = {}
 _hubs_lock = threading.Lock()
 
 
+_last: tuple[Any, Any] = (lambda: None, None)  # (weakref to loop, hub) of the last lookup: most programs have one loop
+
+
 def current_hub() -> Hub:
     """The hub of the running event loop, created on first use."""
-    if current_backend() == "asyncio":
-        loop = asyncio.get_running_loop()
+    global _last
+    loop = _running_loop()
+    if loop is not None:
+        last_loop, hub = _last
+        if last_loop() is loop and not hub.orphaned:
+            return hub
         hub = _asyncio_hubs.get(loop)
         if hub is None or hub.orphaned:
             with _hubs_lock:
                 hub = AsyncioHub(loop)
                 _asyncio_hubs[loop] = hub
             weakref.finalize(loop, hub.orphan)
+        _last = (weakref.ref(loop), hub)
         return hub
+    current_backend()  # raises a clear error outside any event loop
     import trio
 
     token = trio.lowlevel.current_trio_token()
@@ -319,6 +368,8 @@ _reaper = _Reaper()
 
 
 def _after_fork_in_child() -> None:
+    global _last
+    _last = (lambda: None, None)
     _asyncio_hubs.clear()
     _trio_hubs.clear()
     _reaper.after_fork_in_child()

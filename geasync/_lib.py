@@ -456,6 +456,7 @@ def memcpy(dst: Any, dst_max: int, src: Any, count: int, kind: int, context: str
 COMPLETION_RUN = 0
 COMPLETION_HOST_FUNC = 1
 COMPLETION_ABANDONED = 2
+COMPLETION_REFUSED = 3
 
 
 class CompletionQueue:
@@ -511,6 +512,12 @@ def run_graph_async_submit(handle: Any, graph_id: int, descs: InputDescs, queue:
     """RunGraphAsync: submits and returns at once; the completion arrives on ``queue`` under ``token``."""
     status = lib.ga_session_run_graph_async(handle, graph_id, descs.array, descs.count, queue.handle, token)
     _check(status, "GeSession::RunGraphAsync", context)
+
+
+def run_graph_async_batch(items: list[tuple[Any, int, InputDescs, int]], queue: CompletionQueue) -> None:
+    """Submits (session handle, graph id, descs, token) requests in one call; refused ones complete on ``queue``."""
+    arr = ffi.new("ga_async_submit[]", [(h, gid, d.array, d.count, tok) for h, gid, d, tok in items])
+    lib.ga_run_graph_async_batch(arr, len(items), queue.handle)
 
 
 def stream_launch_completion(stream: int, queue: CompletionQueue, token: int, context: str) -> None:

@@ -269,44 +269,26 @@ class Session:
 
     async def _run_async(self, graph_id: int, prepared: PreparedInputs, context: str) -> List[Tensor]:
         slots = self._slots
-        await slots.acquire()
+        if not slots.try_acquire():
+            await slots.acquire()  # backpressure: wait for a slot without blocking the loop
         try:
-            handle = self._live(context)
+            self._live(context)
             hub = _hub.current_hub()
-            pins = self._pin(prepared)
+            request = _RunRequest(self, self._pin(prepared), context, hub.new_waiter())
         except BaseException:
             slots.release()
             raise
         token = hub.new_token()
-        waiter = hub.new_waiter()
-
-        def settle(status: int, kind: int, outputs: Any, text: str) -> tuple[Any, Optional[BaseException]]:
-            if kind == _lib.COMPLETION_ABANDONED or status != 0:
-                slots.failed += 1
-            else:
-                slots.completed += 1
-            if kind == _lib.COMPLETION_ABANDONED:
-                return None, SessionBrokenError(status, f"{text}; create a new Session", "GeSession::RunGraphAsync",
-                                                context)
-            if status != 0:
-                return None, GeError(status, text, "GeSession::RunGraphAsync", context)
-            return [Tensor._from_native(o) for o in outputs], None
-
-        def release(wanted: bool) -> None:
-            self._unpin(pins)
-            if not wanted:
-                slots.cancelled += 1
-            slots.release()
-
-        hub.register(token, _hub.Request(settle, release, waiter))
+        hub.register(token, request)
         try:
-            _lib.run_graph_async_submit(handle, graph_id, prepared.descs, hub.queue, token, context)
+            hub.submit(self, graph_id, prepared.descs, token, context)
         except BaseException:
             hub.forget(token)
-            self._unpin(pins)
-            slots.release()
+            request.release(True)
             raise
-        return await hub.wait(waiter)
+        if hub.asyncio:
+            return await request.waiter  # the future itself: no extra coroutine frame on the hot path
+        return await hub.wait(request.waiter)
 
     async def run_graph_in_thread(self, graph_id: int, inputs: List[Tensor]) -> List[Tensor]:
         """``run_graph`` (RunGraph mode) in a worker thread, for async code that wants RunGraph semantics.
@@ -346,6 +328,37 @@ class Session:
         context = "Session.unregister_external_allocator()"
         _lib.unregister_external_allocator(self._live(context), address, context)
         _unmark_allocator(address)
+
+
+class _RunRequest(_hub.Request):
+    """A RunGraphAsync request in flight: its pins, and how its completion becomes Tensors or an exception."""
+
+    __slots__ = ("session", "pins", "context")
+
+    def __init__(self, session: Session, pins: Pins, context: str, waiter: Any) -> None:
+        self.session = session
+        self.pins = pins
+        self.context = context
+        self.waiter = waiter
+
+    def settle(self, status: int, kind: int, outputs: Any, text: str) -> tuple[Any, Optional[BaseException]]:
+        slots = self.session._slots
+        if kind == _lib.COMPLETION_ABANDONED:
+            slots.failed += 1
+            return None, SessionBrokenError(status, f"{text}; create a new Session", "GeSession::RunGraphAsync",
+                                            self.context)
+        if status != 0:
+            slots.failed += 1
+            return None, GeError(status, text, "GeSession::RunGraphAsync", self.context)
+        slots.completed += 1
+        return [Tensor._from_native(o) for o in outputs], None
+
+    def release(self, wanted: bool) -> None:
+        session = self.session
+        session._unpin(self.pins)
+        if not wanted:
+            session._slots.cancelled += 1
+        session._slots.release()
 
 
 # GE keeps allocators in a process-wide map keyed by stream; this mirrors which streams have one.

@@ -63,20 +63,14 @@ class Stream:
         context = "Stream.synchronize_async()"
         hub = _hub.current_hub()
         token = hub.new_token()
-        waiter = hub.new_waiter()
-
-        def settle(status: int, kind: int, outputs: Any, text: str) -> tuple[Any, BaseException | None]:
-            if status != 0:
-                return None, GeError(status, text, "aclrtLaunchHostFunc", context)
-            return None, None
-
-        hub.register(token, _hub.Request(settle, lambda wanted: None, waiter))
+        request = _SyncRequest(context, hub.new_waiter())
+        hub.register(token, request)
         try:
             _lib.stream_launch_completion(address, hub.queue, token, context)
         except BaseException:
             hub.forget(token)
             raise
-        await hub.wait(waiter)
+        await hub.wait(request.waiter)
         _hub.stream_pins.reap()
 
     def query(self) -> bool:
@@ -122,6 +116,21 @@ class Stream:
     def __repr__(self) -> str:
         state = f"0x{self._address:x}" if self._address else "closed"
         return f"<geasync.Stream {state}>"
+
+
+class _SyncRequest(_hub.Request):
+    """synchronize_async: completed by a host function once the stream reaches it."""
+
+    __slots__ = ("context",)
+
+    def __init__(self, context: str, waiter: Any) -> None:
+        self.context = context
+        self.waiter = waiter
+
+    def settle(self, status: int, kind: int, outputs: Any, text: str) -> tuple[Any, BaseException | None]:
+        if status != 0:
+            return None, GeError(status, text, "aclrtLaunchHostFunc", self.context)
+        return None, None
 
 
 def stream_address(stream: Any, what: str) -> int:

@@ -69,7 +69,7 @@ def run_isolated(code: str, timeout=60) -> subprocess.CompletedProcess:
     """Runs `code` in a fresh interpreter (a native crash must fail the test, not kill the test run)."""
     prelude = f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
     return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, cwd=str(ROOT))
+                          timeout=timeout, cwd=str(ROOT / "tests"))  # not the repo root: keep the source tree off sys.path
 
 
 # --- Stream --------------------------------------------------------------------------------------

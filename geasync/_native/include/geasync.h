@@ -55,7 +55,8 @@ typedef struct ga_graph_summary {
 /* A finished piece of asynchronous work, drained from a completion queue on the consumer's thread.
  * kind 0: RunGraphAsync callback (status = GE callback status, outputs on success);
  * kind 1: host function on a stream reached (status 0);
- * kind 2: abandoned: the runtime dropped the job without a callback (session destroyed, GE finalised). */
+ * kind 2: abandoned: the runtime dropped the job without a callback (session destroyed, GE finalised);
+ * kind 3: refused: RunGraphAsync returned an error when the job was submitted in a batch. */
 typedef struct ga_completion {
   uint64_t token;
   ga_status status;
@@ -63,6 +64,15 @@ typedef struct ga_completion {
   ga_outputs *outputs;
   char *error_message;
 } ga_completion;
+
+/* One RunGraphAsync request of a batch (ga_run_graph_async_batch). */
+typedef struct ga_async_submit {
+  ga_session *session;
+  uint32_t graph_id;
+  const ga_tensor_desc *inputs;
+  size_t input_count;
+  uint64_t token;
+} ga_async_submit;
 
 typedef struct ga_live_counters {
   int64_t sessions;
@@ -116,6 +126,9 @@ ga_status ga_session_run_graph_with_stream_async(ga_session *session, uint32_t g
                                                  ga_outputs **outputs);
 ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, const ga_tensor_desc *inputs,
                                      size_t input_count, ga_completion_queue *queue, uint64_t token);
+/* Submits several requests in one call (one GIL release, one wake-up of GE's threads for the lot). A request GE
+ * refuses completes at once on `queue` as kind 3 with GE's status and message. Returns how many were refused. */
+size_t ga_run_graph_async_batch(const ga_async_submit *items, size_t count, ga_completion_queue *queue);
 
 /* Allocators (process-wide, keyed by stream, as in GE). */
 ga_status ga_session_register_external_allocator(ga_session *session, void *stream, ga_alloc_malloc_fn malloc_fn,

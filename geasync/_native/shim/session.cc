@@ -396,6 +396,22 @@ ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, con
   return shim::Fail(api, st, slot.error);
 }
 
+size_t ga_run_graph_async_batch(const ga_async_submit *items, size_t count, ga_completion_queue *queue) {
+  if (items == nullptr || queue == nullptr) return 0;
+  size_t refused = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const ga_async_submit &it = items[i];
+    const ga_status st =
+        ga_session_run_graph_async(it.session, it.graph_id, it.inputs, it.input_count, queue, it.token);
+    if (st != 0) {
+      ++refused;
+      shim::Live().pending_completions.fetch_add(1);
+      shim::CqPush(queue, it.token, st, 3, nullptr, ga_last_error());
+    }
+  }
+  return refused;
+}
+
 ga_status ga_session_register_external_allocator(ga_session *session, void *stream, ga_alloc_malloc_fn malloc_fn,
                                                  ga_alloc_free_fn free_fn, ga_alloc_release_fn release_fn,
                                                  void *user) {

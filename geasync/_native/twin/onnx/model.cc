@@ -1,5 +1,6 @@
 // ParseModel: decodes ONNX ModelProto bytes (ModelProto, GraphProto, NodeProto, AttributeProto, TensorProto,
 // ValueInfoProto) into the IR of model.h, then validates the graph structure and sorts nodes topologically.
+#include <functional>
 #include <map>
 #include <new>
 #include <queue>
@@ -11,8 +12,6 @@
 
 namespace twin {
 namespace onnx {
-
-bool BuildConstantValue(const Node &node, std::shared_ptr<const ConstTensor> *value, std::string *reason);
 
 const Attribute *Node::FindAttr(const char *attr_name) const {
   for (const Attribute &a : attrs)

@@ -65,6 +65,9 @@ void RegisterShapeOps(std::vector<OpDef> *ops);
 void RegisterCastOps(std::vector<OpDef> *ops);
 void RegisterConstantOps(std::vector<OpDef> *ops);
 
+// Decodes a Constant node's value attribute into a tensor (ParseModel calls it once per Constant node).
+bool BuildConstantValue(const Node &node, std::shared_ptr<const ConstTensor> *value, std::string *reason);
+
 // Attribute accessors: false + reason if present with the wrong type.
 bool AttrInt(const Node &n, const char *name, int64_t def, int64_t *v, std::string *reason);
 bool AttrFloat(const Node &n, const char *name, float def, float *v, std::string *reason);

@@ -70,8 +70,45 @@ struct WorkQueue::State {
   std::condition_variable cv;
   std::condition_variable space_cv;
   std::deque<std::function<void()>> jobs;
-  bool stopped = false;
+  std::atomic<size_t> in_hand{0};  // taken by the worker, not started yet (still count as queued)
+  std::atomic<bool> stopped{false};
+  bool worker_waiting = false;
+  std::atomic<size_t> producers_waiting{0};
   std::thread thread;
+
+  size_t Queued() const { return jobs.size() + in_hand.load(); }
+
+  // The worker takes every queued job at once (one lock round-trip per batch, not per job: the submitting thread
+  // and the worker contend less) and runs them in order, unless the queue is stopped meanwhile.
+  void Loop() {
+    std::deque<std::function<void()>> batch;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> l(mu);
+        worker_waiting = true;
+        cv.wait(l, [&] { return stopped.load() || !jobs.empty(); });
+        worker_waiting = false;
+        if (stopped.load()) return;
+        batch.swap(jobs);
+        in_hand.store(batch.size());
+      }
+      while (!batch.empty()) {
+        if (stopped.load()) {
+          batch.clear();  // queued jobs are dropped without running, as GE drops them
+          in_hand.store(0);
+          return;
+        }
+        std::function<void()> next = std::move(batch.front());
+        batch.pop_front();
+        in_hand.fetch_sub(1);
+        if (producers_waiting.load() != 0) {
+          std::lock_guard<std::mutex> l(mu);
+          space_cv.notify_all();
+        }
+        next();
+      }
+    }
+  }
 };
 
 WorkQueue::WorkQueue(std::string name, size_t capacity) : st_(std::make_shared<State>()) {
@@ -82,31 +119,20 @@ WorkQueue::WorkQueue(std::string name, size_t capacity) : st_(std::make_shared<S
 WorkQueue::PushResult WorkQueue::Push(std::function<void()> job, bool block_when_full) {
   std::shared_ptr<State> st = st_;
   std::unique_lock<std::mutex> lk(st->mu);
-  if (st->stopped) return PushResult::kStopped;
-  if (st->capacity != 0 && st->jobs.size() >= st->capacity) {
+  if (st->stopped.load()) return PushResult::kStopped;
+  if (st->capacity != 0 && st->Queued() >= st->capacity) {
     if (!block_when_full) return PushResult::kFull;
-    st->space_cv.wait(lk, [&] { return st->stopped || st->jobs.size() < st->capacity; });
-    if (st->stopped) return PushResult::kStopped;
+    ++st->producers_waiting;
+    st->space_cv.wait(lk, [&] { return st->stopped.load() || st->Queued() < st->capacity; });
+    --st->producers_waiting;
+    if (st->stopped.load()) return PushResult::kStopped;
   }
   st->jobs.push_back(std::move(job));
   if (!st->thread.joinable()) {
     // Started lazily: most queues (one per loaded model) never see a job.
-    st->thread = std::thread([st] {
-      for (;;) {
-        std::function<void()> next;
-        {
-          std::unique_lock<std::mutex> l(st->mu);
-          st->cv.wait(l, [&] { return st->stopped || !st->jobs.empty(); });
-          if (st->stopped) return;
-          next = std::move(st->jobs.front());
-          st->jobs.pop_front();
-          st->space_cv.notify_one();
-        }
-        next();
-      }
-    });
+    st->thread = std::thread([st] { st->Loop(); });
   }
-  st->cv.notify_one();
+  if (st->worker_waiting) st->cv.notify_one();  // a busy worker takes the job with its next batch
   return PushResult::kOk;
 }
 
@@ -116,7 +142,7 @@ void WorkQueue::Stop() {
   std::thread worker;
   {
     std::lock_guard<std::mutex> lk(st->mu);
-    st->stopped = true;
+    st->stopped.store(true);
     dropped.swap(st->jobs);
     worker = std::move(st->thread);
     st->cv.notify_all();
@@ -136,7 +162,7 @@ void WorkQueue::Stop() {
 
 size_t WorkQueue::Queued() {
   std::lock_guard<std::mutex> lk(st_->mu);
-  return st_->jobs.size();
+  return st_->Queued();
 }
 
 }  // namespace twin

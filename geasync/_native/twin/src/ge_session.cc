@@ -165,6 +165,9 @@ struct GraphNode {
   std::list<std::pair<std::string, std::shared_ptr<Plan>>> plans;  // most recently used first
   std::map<const void *, std::shared_ptr<BuiltinAllocator>> builtin_allocators;
   std::unique_ptr<twin::WorkQueue> model_queue;
+  // Set (release) once compiled, loaded and the model queue exists; read (acquire) by RunGraphAsync's fast path.
+  // Cleared before the model queue is stopped at shutdown.
+  std::atomic<twin::WorkQueue *> ready_queue{nullptr};
 
   std::mutex run_mu;   // GE's per-graph mutex for RunGraph / RunGraphWithStreamAsync
   std::mutex exec_mu;  // one execution at a time per graph (plans own their intermediates)
@@ -203,6 +206,7 @@ class SessionImpl {
         std::unique_ptr<twin::WorkQueue> q;
         {
           std::lock_guard<std::mutex> lk(n->mu);
+          n->ready_queue.store(nullptr);
           q = std::move(n->model_queue);
         }
         if (q) q->Stop();
@@ -299,65 +303,75 @@ std::shared_ptr<Plan> GetPlan(GraphNode &node, const std::vector<ODesc> &descs, 
   return node.plans.front().second;
 }
 
-// Checks the run's inputs against the graph's Data nodes; fills descs and data pointers.
+// Checks the run's inputs against the graph's Data nodes; fills descs and data pointers. Runs once per job on
+// the hot path: messages are only built on failure, and the Data descs are read under the node's lock, not copied.
 Status CheckInputs(GraphNode &node, const std::vector<gert::Tensor> &inputs, const char *api,
                    std::vector<ODesc> *descs, std::vector<const void *> *ptrs) {
   const auto &model_inputs = node.model->inputs();
-  const std::string where = std::string(api) + ": graph (graph_id=" + std::to_string(node.id) + ")";
+  auto where = [&]() { return std::string(api) + ": graph (graph_id=" + std::to_string(node.id) + ")"; };
   if (inputs.size() != model_inputs.size()) {
-    twin::ReportError(where + " expects " + std::to_string(model_inputs.size()) + " input(s), got " +
+    twin::ReportError(where() + " expects " + std::to_string(model_inputs.size()) + " input(s), got " +
                       std::to_string(inputs.size()));
     return PARAM_INVALID;
   }
-  std::vector<ODesc> data_descs;
-  {
-    std::lock_guard<std::mutex> lk(node.mu);
-    data_descs = node.data_descs;
-  }
-  descs->clear();
-  ptrs->clear();
+  auto name = [&](size_t i) { return where() + " input " + std::to_string(i) + " ('" + model_inputs[i].name + "')"; };
+  descs->resize(inputs.size());
+  ptrs->resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const gert::Tensor &t = inputs[i];
-    const std::string name = where + " input " + std::to_string(i) + " ('" + model_inputs[i].name + "')";
-    ODesc d;
+    ODesc &d = (*descs)[i];
     d.dtype = static_cast<ElemType>(t.GetDataType());
     const gert::Shape &shape = t.GetStorageShape();
-    for (size_t k = 0; k < shape.GetDimNum(); ++k) d.dims.push_back(shape.GetDim(k));
-    const ODesc &want = data_descs[i];
-    if (d.dtype != want.dtype) {
-      twin::ReportError(name + ": dtype " + twin::onnx::ElemTypeName(d.dtype) + " does not match the graph's " +
-                        twin::onnx::ElemTypeName(want.dtype));
+    d.dims.resize(shape.GetDimNum());
+    for (size_t k = 0; k < shape.GetDimNum(); ++k) d.dims[k] = shape.GetDim(k);
+    int mismatch = 0;  // 1: dtype, 2: shape
+    std::string want_dtype, want_dims;
+    {
+      std::lock_guard<std::mutex> lk(node.mu);
+      const ODesc &want = node.data_descs[i];
+      if (d.dtype != want.dtype) {
+        mismatch = 1;
+      } else {
+        bool ok = d.dims.size() == want.dims.size();
+        for (size_t k = 0; ok && k < d.dims.size(); ++k)
+          ok = d.dims[k] >= 0 && (want.dims[k] < 0 || want.dims[k] == d.dims[k]);
+        if (!ok) mismatch = 2;
+      }
+      if (mismatch != 0) {
+        want_dtype = twin::onnx::ElemTypeName(want.dtype);
+        want_dims = DimsToString(want.dims);
+      }
+    }
+    if (mismatch == 1) {
+      twin::ReportError(name(i) + ": dtype " + twin::onnx::ElemTypeName(d.dtype) + " does not match the graph's " +
+                        want_dtype);
       return PARAM_INVALID;
     }
-    bool shape_ok = d.dims.size() == want.dims.size();
-    for (size_t k = 0; shape_ok && k < d.dims.size(); ++k)
-      shape_ok = d.dims[k] >= 0 && (want.dims[k] < 0 || want.dims[k] == d.dims[k]);
-    if (!shape_ok) {
-      twin::ReportError(name + ": shape " + DimsToString(d.dims) + " does not match the graph's " +
-                        DimsToString(want.dims) + " (-1 = any)");
+    if (mismatch == 2) {
+      twin::ReportError(name(i) + ": shape " + DimsToString(d.dims) + " does not match the graph's " + want_dims +
+                        " (-1 = any)");
       return PARAM_INVALID;
     }
     const size_t need = d.Bytes();
     const void *addr = t.GetAddr();
     if (t.GetSize() < need || (need > 0 && addr == nullptr)) {
-      twin::ReportError(name + ": holds " + std::to_string(addr == nullptr ? 0 : t.GetSize()) +
+      twin::ReportError(name(i) + ": holds " + std::to_string(addr == nullptr ? 0 : t.GetSize()) +
                         " bytes but shape " + DimsToString(d.dims) + " needs " + std::to_string(need));
       return PARAM_INVALID;
     }
     if (t.GetPlacement() == gert::kOnDeviceHbm && need > 0) {
       size_t remaining = 0;
       if (!twin::acl::LookupDeviceMemory(addr, &remaining) || remaining < need) {
-        twin::ReportError(name + ": placement is device but the address is not inside a live aclrtMalloc block "
-                                 "large enough for " + std::to_string(need) + " bytes");
+        twin::ReportError(name(i) + ": placement is device but the address is not inside a live aclrtMalloc block "
+                                    "large enough for " + std::to_string(need) + " bytes");
         return PARAM_INVALID;
       }
       if (reinterpret_cast<uintptr_t>(addr) % kDeviceAlignment != 0) {
-        twin::ReportError(name + ": device address is not 32-byte aligned");
+        twin::ReportError(name(i) + ": device address is not 32-byte aligned");
         return PARAM_INVALID;
       }
     }
-    descs->push_back(std::move(d));
-    ptrs->push_back(addr);
+    (*ptrs)[i] = addr;
   }
   return SUCCESS;
 }
@@ -835,8 +849,10 @@ Status GeSession::RunGraphAsync(uint32_t graph_id, const std::vector<gert::Tenso
     twin::WorkQueue *q;
     {
       std::lock_guard<std::mutex> lk(node->mu);
-      if (!node->model_queue)
+      if (!node->model_queue) {
         node->model_queue.reset(new twin::WorkQueue("ge-model-" + std::to_string(node->id), kModelQueueCapacity));
+        node->ready_queue.store(node->model_queue.get(), std::memory_order_release);
+      }
       q = node->model_queue.get();
     }
     const auto pushed = q->Push(model_stage, false);
@@ -891,11 +907,7 @@ Status GeSession::RunGraphAsync(uint32_t graph_id, const std::vector<gert::Tenso
   // earlier job of this session is still in the compile or executor stage, those stages would only forward the job
   // (in order) to the model thread: hand it over directly and spare two thread wake-ups per run.
   if (impl_->staged.load() == 0) {
-    twin::WorkQueue *q = nullptr;
-    {
-      std::lock_guard<std::mutex> lk(node->mu);
-      if (node->compiled && node->loaded) q = node->model_queue.get();
-    }
+    twin::WorkQueue *q = node->ready_queue.load(std::memory_order_acquire);
     if (q != nullptr && q->Push(model_stage, false) == twin::WorkQueue::PushResult::kOk) return SUCCESS;
   }
   impl_->staged.fetch_add(1);
