@@ -16,8 +16,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ._twin import ffi, lib
-from .errors import GeError
+from ._preload import preload
+
+preload()
+
+from ._twin import ffi, lib  # noqa: E402  (after the libraries it links against are loaded)
+from .errors import GeError  # noqa: E402
 
 BACKEND = ffi.string(lib.ga_backend_name()).decode()
 
