@@ -148,7 +148,7 @@ def main() -> None:
 
     lines = [
         f"Completions per second, Add [1,16] float32, {platform.machine()} {platform.python_version()}, "
-        f"backend {ga.backend}, {args.runs} runs per cell",
+        f"backend {ga.current_backend()}, {args.runs} runs per cell",
         "",
         "| loop | in flight | geasync run_graph_async | sync run_graph loop | asyncio.to_thread | native RunGraphAsync "
         "| geasync / to_thread | geasync / sync loop | geasync / native |",

@@ -22,7 +22,7 @@ def main() -> None:
         (y,) = s.run_graph(1, [x])
         probs = y.numpy()
         summary = s.get_compiled_graph_summary(1)
-    print(f"geasync {ga.__version__} on backend '{ga.backend}': ran {MODEL.name} on a batch of {x.shape[0]}")
+    print(f"geasync {ga.__version__} on backend {ga.current_backend()!r}: ran {MODEL.name} on a batch of {x.shape[0]}")
     print(f"output shape {probs.shape}, dtype {probs.dtype}; compiled graph static={summary.is_static}")
     np.set_printoptions(precision=4, suppress=True)
     for i, row in enumerate(probs):

@@ -8,8 +8,7 @@ On a machine without an Ascend NPU, geasync runs on its embedded native CPU twin
         (y,) = s.run_graph(1, [np.random.rand(4, 784).astype(np.float32)])
 """
 
-from ._lib import BACKEND as backend
-from ._lib import finalize, live_counters
+from ._lib import backends, current_backend, finalize, live_counters
 from .allocator import Allocator, DeviceAllocator
 from ._guard import SessionStatistics
 from .errors import ExecutionModeError, GeError, SessionBrokenError, SessionClosedError
@@ -33,7 +32,8 @@ __all__ = [
     "SessionStatistics",
     "Stream",
     "Tensor",
-    "backend",
+    "backends",
+    "current_backend",
     "finalize",
     "live_counters",
 ]

@@ -9,6 +9,8 @@ cffi releases the GIL on every ``lib`` call, so blocking calls here never stall 
 from __future__ import annotations
 
 import atexit
+import importlib
+import importlib.util
 import math
 import os
 import threading
@@ -17,13 +19,52 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ._preload import preload
+from .errors import GeError
 
-preload()
+# The native extension in use: one per process (GE allows one runtime instance per process). Set by
+# select_backend() on first use; every function below calls through these two names.
+ffi: Any = None
+lib: Any = None
+BACKEND: str | None = None
+_BACKEND_MODULES = {"twin": "geasync._twin", "cann": "geasync._cann"}
+_select_lock = threading.RLock()
 
-from ._twin import ffi, lib  # noqa: E402  (after the libraries it links against are loaded)
-from .errors import GeError  # noqa: E402
 
-BACKEND = ffi.string(lib.ga_backend_name()).decode()
+def backends() -> list[str]:
+    """The backends this install has (``"cann"`` only if it was built against a CANN toolkit)."""
+    return [name for name, module in _BACKEND_MODULES.items() if importlib.util.find_spec(module) is not None]
+
+
+def select_backend(requested: str | None = None) -> str:
+    """Loads the backend for this process: ``requested``, else $GEASYNC_BACKEND, else "auto" (CANN if built)."""
+    global ffi, lib, BACKEND
+    name = requested or os.environ.get("GEASYNC_BACKEND") or "auto"
+    if name not in ("auto", "twin", "cann"):
+        raise ValueError(f"backend must be 'auto', 'twin' or 'cann', got {name!r}")
+    with _select_lock:
+        if BACKEND is not None:
+            if name in ("auto", BACKEND):
+                return BACKEND
+            raise RuntimeError(f"this process already runs geasync on the {BACKEND!r} backend; GE allows one runtime "
+                               f"per process, so {name!r} cannot be used here. Use a separate process for it.")
+        available = backends()
+        if name == "auto":
+            name = "cann" if "cann" in available else "twin"
+        if name not in available:
+            raise RuntimeError(
+                f"geasync was built without the {name!r} backend (this install has: {', '.join(available) or 'none'}). "
+                "To build the CANN backend: install the CANN toolkit, `source <toolkit>/set_env.sh` (or set "
+                "GEASYNC_CANN_HOME), then reinstall geasync: pip install --force-reinstall --no-cache-dir .")
+        preload()
+        module = importlib.import_module(_BACKEND_MODULES[name])
+        _register_callbacks(module.ffi)
+        ffi, lib = module.ffi, module.lib
+        BACKEND = ffi.string(lib.ga_backend_name()).decode()
+        return BACKEND
+
+
+def current_backend() -> str:
+    return select_backend(None)
 
 # numpy dtype <-> ge::DataType
 _NP_TO_GE: dict[np.dtype, int] = {
@@ -103,11 +144,14 @@ def check_process(context: str) -> None:
                       "fork", context)
 
 
-def ensure_initialized(options: Mapping[str, str] | None = None) -> None:
-    """GEInitializeV2 once per process, lazily; GEFinalizeV2 at interpreter exit."""
+def ensure_initialized(options: Mapping[str, str] | None = None, backend: str | None = None) -> None:
+    """Selects the backend and runs GEInitializeV2 once per process, lazily; GEFinalizeV2 at interpreter exit."""
     global _initialized, _init_pid
     if _initialized and _init_pid == os.getpid():
+        if backend is not None:
+            select_backend(backend)  # raises if a different backend was asked for
         return
+    select_backend(backend)
     check_process("geasync runtime initialisation")
     with _init_lock:
         if _initialized and _init_pid == os.getpid():
@@ -141,6 +185,7 @@ def live_counters() -> dict[str, int]:
     """Live native objects (shim handles, and on the twin its own objects) for leak checks in tests."""
     from . import _hub  # completions already delivered to a gone loop's hub are released first
 
+    select_backend(None)
     _hub.reap_orphans()
     c = ffi.new("ga_live_counters *")
     lib.ga_get_live_counters(c)
@@ -194,7 +239,8 @@ def buffer_pointer(array: np.ndarray) -> Any:
     return ffi.cast("void *", ffi.from_buffer(array, require_writable=False)) if array.nbytes else ffi.NULL
 
 
-from_buffer = ffi.from_buffer
+def from_buffer(obj: Any, require_writable: bool = False) -> Any:
+    return ffi.from_buffer(obj, require_writable=require_writable)
 
 
 # --- native tensors ------------------------------------------------------------------------------------------
@@ -372,7 +418,6 @@ def _on_callback_error(exc_type, exc_value, tb) -> None:
     _callback_errors.error = exc_value
 
 
-@ffi.def_extern(onerror=_on_callback_error)
 def _ga_py_alloc_malloc(user, size):
     allocator = ffi.from_handle(user)
     address = allocator.malloc(int(size))
@@ -381,15 +426,19 @@ def _ga_py_alloc_malloc(user, size):
     return ffi.cast("void *", address)
 
 
-@ffi.def_extern(onerror=_on_callback_error)
 def _ga_py_alloc_free(user, addr):
     ffi.from_handle(user).free(address_of(addr))
 
 
-@ffi.def_extern(onerror=_on_callback_error)
 def _ga_py_alloc_release(user):
     with _allocator_lock:
         _allocator_handles.pop(address_of(user), None)
+
+
+def _register_callbacks(module_ffi: Any) -> None:
+    """The Python callbacks the shim calls on the thread that is inside a runtime call (allocator bridge)."""
+    for fn in (_ga_py_alloc_malloc, _ga_py_alloc_free, _ga_py_alloc_release):
+        module_ffi.def_extern(onerror=_on_callback_error)(fn)
 
 
 def register_external_allocator(handle: Any, stream: int, allocator: Any, context: str) -> None:

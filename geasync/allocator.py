@@ -37,6 +37,7 @@ class DeviceAllocator(Allocator):
         self.total_allocations = 0
 
     def malloc(self, size: int) -> int:
+        _lib.ensure_initialized()
         address = _lib.device_malloc(max(1, size), self._device_id, "DeviceAllocator.malloc()")
         with self._lock:
             self._live[address] = size

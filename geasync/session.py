@@ -63,17 +63,18 @@ DEFAULT_MAX_IN_FLIGHT = 512  # below GE's per-model queue (1024), so RunGraphAsy
 class Session:
     """A GE v2 session: add graphs, then run them. Not copyable.
 
-    Keyword-only, beyond seed 002: ``max_in_flight`` bounds the session's concurrent async requests (further ones
+    Keyword-only, beyond seed 002: ``backend`` is "auto" (default: $GEASYNC_BACKEND, else CANN if this install has
+    it, else the twin), "twin" or "cann" -- one backend per process; ``max_in_flight`` bounds the session's concurrent async requests (further ones
     wait without blocking the loop); ``freeze_inputs=False`` leaves numpy inputs writable while pinned.
     """
 
-    def __init__(self, options: Optional[dict] = None, *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                 freeze_inputs: bool = True) -> None:
+    def __init__(self, options: Optional[dict] = None, *, backend: Optional[str] = None,
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, freeze_inputs: bool = True) -> None:
         self._handle: Any = None
         opts = _check_options(options, "options")
         if not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) or max_in_flight < 1:
             raise ValueError(f"max_in_flight must be a positive int, got {max_in_flight!r}")
-        _lib.ensure_initialized()
+        _lib.ensure_initialized(backend=backend)
         self._lock = threading.RLock()
         self._modes = ModeRegistry()
         self._slots = Slots(max_in_flight)
@@ -150,7 +151,7 @@ class Session:
     def __repr__(self) -> str:
         if self._handle is None:
             return "<geasync.Session closed>"
-        return f"<geasync.Session id={self.session_id} backend={_lib.BACKEND}>"
+        return f"<geasync.Session id={self.session_id} backend={_lib.BACKEND!r}>"
 
     # --- graphs ---
     def add_graph(self, graph_id: int, graph: Graph, options: Optional[dict] = None) -> None:

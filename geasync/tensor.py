@@ -108,6 +108,7 @@ class Tensor:
     def to_device(self, device_id: int = -1) -> "Tensor":
         """A copy in device memory (aclrtMalloc + aclrtMemcpy host->device)."""
         nbytes = self.nbytes
+        _lib.ensure_initialized()
         owner = _lib.device_buffer(nbytes, device_id, "Tensor.to_device()")
         if self._placement == "host":
             src = _lib.buffer_pointer(self.numpy())
