@@ -16,6 +16,7 @@ from .graph import Graph
 from .session import CompiledGraphSummary, Session
 from .stream import Stream
 from .tensor import Tensor
+from . import twin  # noqa: E402  (twin-only test controls: ga.twin.inject_fault, ...)
 
 __version__ = "0.1.0"
 
@@ -36,4 +37,5 @@ __all__ = [
     "current_backend",
     "finalize",
     "live_counters",
+    "twin",
 ]

@@ -128,6 +128,7 @@ def _check(status: int, api: str, context: str = "") -> None:
 _init_lock = threading.Lock()
 _initialized = False
 _init_pid = -1
+generation = 0  # incremented by finalize(): sessions of an earlier generation are finalised by GE
 
 
 def same_process() -> bool:
@@ -164,11 +165,12 @@ def ensure_initialized(options: Mapping[str, str] | None = None, backend: str | 
 
 def finalize() -> None:
     """GEFinalizeV2: every live session becomes unusable; pending RunGraphAsync jobs are reported abandoned."""
-    global _initialized
+    global _initialized, generation
     with _init_lock:
         if not _initialized:
             return
         _initialized = False
+        generation += 1
         _check(lib.ga_finalize(), "GEFinalizeV2", "geasync.finalize()")
 
 
@@ -584,3 +586,35 @@ def bench_native_run_graph_async(handle: Any, graph_id: int, descs: InputDescs, 
     status = lib.ga_bench_native_run_graph_async(handle, graph_id, descs.array, descs.count, runs, in_flight, elapsed)
     _check(status, "GeSession::RunGraphAsync", "native benchmark driver")
     return elapsed[0] / 1e9
+
+
+# --- twin-only controls --------------------------------------------------------------------------------------
+
+def require_twin(what: str) -> None:
+    """Twin-only controls have no CANN equivalent: a clear error instead of a missing symbol."""
+    select_backend(None)
+    if BACKEND != "twin":
+        raise GeError(0xFFFFFFFF, f"{what} is a twin-only control: this process runs on the {BACKEND!r} backend, "
+                      "where the real runtime cannot be made to fail on purpose. Run the test on the twin "
+                      "(Session(backend='twin') or GEASYNC_BACKEND=twin).", "geasync.twin", what)
+
+
+def twin_fault_add(session_id: int, graph_id: int, kind: int, nth: int, status: int, delay_ms: int) -> None:
+    require_twin("geasync.twin.inject_fault")
+    if lib.geasync_twin_fault_add(session_id, graph_id, kind, nth, status, delay_ms) != 0:
+        raise ValueError(f"invalid fault: kind={kind}, delay_ms={delay_ms}")
+
+
+def twin_fault_release(session_id: int, graph_id: int) -> None:
+    require_twin("geasync.twin.release_stalled")
+    lib.geasync_twin_fault_release(session_id, graph_id)
+
+
+def twin_fault_clear(session_id: int, graph_id: int) -> None:
+    require_twin("geasync.twin.clear_faults")
+    lib.geasync_twin_fault_clear(session_id, graph_id)
+
+
+def twin_fault_runs(session_id: int, graph_id: int) -> int:
+    require_twin("geasync.twin.fault_runs")
+    return int(lib.geasync_twin_fault_runs(session_id, graph_id))

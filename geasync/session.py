@@ -58,6 +58,8 @@ def _check_options(options: Any, what: str) -> dict:
 
 
 DEFAULT_MAX_IN_FLIGHT = 512  # below GE's per-model queue (1024), so RunGraphAsync never fails or blocks for space
+DYNAMIC_GRAPH_PENDING_LIMIT = 32  # GE blocks RunGraphAsync beyond 32 pending callbacks of a dynamic-shape graph
+_UNKNOWN = object()
 
 
 class Session:
@@ -80,15 +82,45 @@ class Session:
         self._slots = Slots(max_in_flight)
         self._freeze_inputs = bool(freeze_inputs)
         self._closing = False
-        self._handle = _lib.session_create(opts, "Session.__init__()")
+        self._unawaited = 0  # requests in flight whose awaiting task gave up (cancelled / timed out)
+        self._async_failures = 0  # failed RunGraphAsync completions: GE may have stopped the async queue
+        self._graph_caps: dict[int, Optional[Slots]] = {}  # per-graph bound of dynamic-shape graphs
+        self._generation = _lib.generation
+        # geasync's own options ("geasync.*") are not GE options: they never reach the runtime
+        ge_opts = {k: v for k, v in opts.items() if not k.startswith("geasync.")}
+        self._handle = _lib.session_create(ge_opts, "Session.__init__()")
+        if "geasync.twin.faults" in opts:
+            from . import twin
+
+            try:
+                twin.apply_option(self, opts["geasync.twin.faults"])
+            except BaseException:
+                self.close()
+                raise
 
     # --- lifetime ---
     def _live(self, context: str) -> Any:
         handle = self._handle
         if handle is None or self._closing:
             raise SessionClosedError(0xFFFFFFFF, "the session is closed; create a new Session", "geasync", context)
+        if self._generation != _lib.generation:
+            raise SessionBrokenError(0xFFFFFFFF, "GE was finalized (geasync.finalize / GEFinalizeV2) after this "
+                                     "session was created, which made it unusable; create a new Session",
+                                     "GEFinalizeV2", context)
         _lib.check_process(context)
         return handle
+
+    def _broken_queue(self, error: GeError) -> GeError:
+        """GE answers every RunGraphAsync with FAILED once a compile failure stopped the session's async queue:
+        say so, rather than leave the caller to guess from a bare FAILED."""
+        if error.status == 0xFFFFFFFF and self._async_failures and not isinstance(error, SessionBrokenError):
+            broken = SessionBrokenError(
+                error.status, f"{error.error_message} -- GE stops a session's RunGraphAsync queue for good after a "
+                "RunGraphAsync fails to compile, and an earlier request of this session failed; create a new "
+                "Session (and check the failing graph or inputs)", error.api_name, error.context)
+            broken.__cause__ = error
+            return broken
+        return error
 
     @property
     def closed(self) -> bool:
@@ -107,10 +139,12 @@ class Session:
         _hub.reap_orphans()
 
     async def aclose(self) -> None:
-        """Stop taking requests, wait (without blocking the loop) for the in-flight ones, then close()."""
+        """Stop taking requests, wait (without blocking the loop) for the in-flight requests someone still awaits,
+        then close(). Requests nobody awaits any more (cancelled, timed out) do not hold the close up: closing
+        releases them (GE drops what it has not started)."""
         self._closing = True
         try:
-            while self._slots.in_flight or self._slots.waiting:
+            while self._slots.in_flight - self._unawaited > 0 or self._slots.waiting:
                 await anyio.sleep(0.002)
         finally:
             self.close()
@@ -172,6 +206,7 @@ class Session:
         handle = self._live(context)
         _lib.add_graph(handle, graph_id, graph._handle(context), opts, clone, context)
         self._modes.reset(graph_id)  # a fresh graph under this id has no run mode yet
+        self._graph_caps.pop(graph_id, None)
 
     def remove_graph(self, graph_id: int) -> None:
         """Remove a graph; a running graph is removed once its runs finish (GE defers it)."""
@@ -179,6 +214,7 @@ class Session:
         context = f"Session.remove_graph(graph_id={graph_id})"
         _lib.remove_graph(self._live(context), graph_id, context)
         self._modes.reset(graph_id)
+        self._graph_caps.pop(graph_id, None)
 
     def compile_graph(self, graph_id: int, inputs: Optional[Sequence[Any]] = None) -> None:
         """Compile now (runs compile on demand). ``inputs`` (Tensors/arrays) set the Data nodes' shapes and dtypes."""
@@ -187,6 +223,7 @@ class Session:
         handle = self._live(context)
         descs = None if inputs is None else prepare_inputs(inputs).descs
         _lib.compile_graph(handle, graph_id, descs, context)
+        self._graph_caps.pop(graph_id, None)
 
     def load_graph(self, graph_id: int, options: Optional[dict] = None, stream: Any = None) -> None:
         """Load now (compiling first if needed); runs load on demand."""
@@ -268,28 +305,65 @@ class Session:
         with anyio.fail_after(timeout):
             return await self._run_async(graph_id, prepared, context)
 
+    def _graph_cap(self, graph_id: int) -> Optional[Slots]:
+        """GE keeps at most 32 RunGraphAsync callbacks pending for a dynamic-shape graph and blocks the submitter
+        beyond that: such graphs get their own bound, so the event loop never blocks inside RunGraphAsync."""
+        cap = self._graph_caps.get(graph_id, _UNKNOWN)
+        if cap is not _UNKNOWN:
+            return cap
+        handle = self._handle
+        if handle is None or _lib.is_graph_need_rebuild(handle, graph_id):
+            return None  # not compiled yet: RunGraphAsync compiles it from the inputs' (static) shapes
+        try:
+            summary = _lib.compiled_graph_summary(handle, graph_id, "Session.run_graph_async")
+        except GeError:
+            return None
+        cap = None if summary["is_static"] else Slots(DYNAMIC_GRAPH_PENDING_LIMIT)
+        self._graph_caps[graph_id] = cap
+        return cap
+
     async def _run_async(self, graph_id: int, prepared: PreparedInputs, context: str) -> List[Tensor]:
+        cap = self._graph_cap(graph_id)
+        if cap is not None and not cap.try_acquire():
+            await cap.acquire()
         slots = self._slots
-        if not slots.try_acquire():
-            await slots.acquire()  # backpressure: wait for a slot without blocking the loop
+        try:
+            if not slots.try_acquire():
+                await slots.acquire()  # backpressure: wait for a slot without blocking the loop
+        except BaseException:
+            if cap is not None:
+                cap.release()
+            raise
         try:
             self._live(context)
             hub = _hub.current_hub()
-            request = _RunRequest(self, self._pin(prepared), context, hub.new_waiter())
+            request = _RunRequest(self, self._pin(prepared), context, hub.new_waiter(), cap)
         except BaseException:
             slots.release()
+            if cap is not None:
+                cap.release()
             raise
         token = hub.new_token()
         hub.register(token, request)
         try:
             hub.submit(self, graph_id, prepared.descs, token, context)
+        except GeError as exc:
+            hub.forget(token)
+            request.release(True)
+            raise self._broken_queue(exc) from None
         except BaseException:
             hub.forget(token)
             request.release(True)
             raise
-        if hub.asyncio:
-            return await request.waiter  # the future itself: no extra coroutine frame on the hot path
-        return await hub.wait(request.waiter)
+        try:
+            if hub.asyncio:
+                return await request.waiter  # the future itself: no extra coroutine frame on the hot path
+            return await hub.wait(request.waiter)
+        except BaseException:
+            if request.pins.objects is not None:  # still in flight, but nobody waits for it any more
+                request.unawaited = True
+                self._unawaited += 1
+            raise
 
     async def run_graph_in_thread(self, graph_id: int, inputs: List[Tensor]) -> List[Tensor]:
         """``run_graph`` (RunGraph mode) in a worker thread, for async code that wants RunGraph semantics.
@@ -334,13 +408,15 @@ class Session:
 class _RunRequest(_hub.Request):
     """A RunGraphAsync request in flight: its pins, and how its completion becomes Tensors or an exception."""
 
-    __slots__ = ("session", "pins", "context")
+    __slots__ = ("session", "pins", "context", "unawaited", "cap")
 
-    def __init__(self, session: Session, pins: Pins, context: str, waiter: Any) -> None:
+    def __init__(self, session: Session, pins: Pins, context: str, waiter: Any, cap: Optional[Slots]) -> None:
         self.session = session
         self.pins = pins
         self.context = context
         self.waiter = waiter
+        self.unawaited = False
+        self.cap = cap
 
     def settle(self, status: int, kind: int, outputs: Any, text: str) -> tuple[Any, Optional[BaseException]]:
         slots = self.session._slots
@@ -350,16 +426,25 @@ class _RunRequest(_hub.Request):
                                             self.context)
         if status != 0:
             slots.failed += 1
-            return None, GeError(status, text, "GeSession::RunGraphAsync", self.context)
+            error = GeError(status, text, "GeSession::RunGraphAsync", self.context)
+            if kind == _lib.COMPLETION_REFUSED:  # a batched submit GE refused
+                return None, self.session._broken_queue(error)
+            self.session._async_failures += 1
+            return None, error
         slots.completed += 1
         return [Tensor._from_native(o) for o in outputs], None
 
     def release(self, wanted: bool) -> None:
         session = self.session
+        if self.unawaited:
+            self.unawaited = False
+            session._unawaited -= 1
         session._unpin(self.pins)
         if not wanted:
             session._slots.cancelled += 1
         session._slots.release()
+        if self.cap is not None:
+            self.cap.release()
 
 
 # GE keeps allocators in a process-wide map keyed by stream; this mirrors which streams have one.

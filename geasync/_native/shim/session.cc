@@ -165,7 +165,9 @@ void ga_session_destroy(ga_session *session) {
     Sessions().erase(session);
   }
   session->session.reset();  // joins GE's threads; queued jobs are dropped without callbacks
-  AbandonAll(*session->outstanding, "the session was closed before this RunGraphAsync job ran");
+  AbandonAll(*session->outstanding,
+             "the session was closed before GE called this RunGraphAsync job back (GE drops unfinished jobs "
+             "without calling back)");
   delete session;
   shim::Live().sessions.fetch_sub(1);
 }

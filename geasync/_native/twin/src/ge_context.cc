@@ -1,5 +1,7 @@
 // GE twin: process-wide state (GEInitializeV2 / GEFinalizeV2), the per-thread error context read and
 // cleared by GEGetErrorMsgV3, the session registry that finalisation walks, and the worker queue.
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <set>
@@ -81,6 +83,8 @@ struct WorkQueue::State {
   // The worker takes every queued job at once (one lock round-trip per batch, not per job: the submitting thread
   // and the worker contend less) and runs them in order, unless the queue is stopped meanwhile.
   void Loop() {
+    // Named like GE's threads, so a callback can tell where it runs (pthread names are at most 15 chars).
+    pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
     std::deque<std::function<void()>> batch;
     for (;;) {
       {

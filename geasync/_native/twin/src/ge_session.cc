@@ -3,6 +3,7 @@
 // text, RunGraphAsync's compile -> executor -> per-model thread pipeline, stream-mode runs enqueued on ACL
 // streams, outputs owned through TensorData managers, and the process-wide external allocator map.
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cstring>
 #include <list>
@@ -12,6 +13,7 @@
 #include "acl/acl_rt.h"
 #include "acl_internal.h"
 #include "ge_internal.h"
+#include "faults.h"
 #include "twin/twin_control.h"
 
 namespace ge {
@@ -24,6 +26,7 @@ constexpr size_t kCompileQueueCapacity = 2048;  // GE: a further submit blocks t
 constexpr size_t kModelQueueCapacity = 1024;    // GE: a full per-model queue fails the job
 constexpr size_t kMaxPlansPerGraph = 16;        // shape-specialised plans kept per graph (dynamic shapes)
 constexpr size_t kDeviceAlignment = 32;
+constexpr int kDynamicPendingLimit = 32;        // GE: dynamic-shape graphs hold at most 32 pending callbacks
 
 enum class RunMode { kNone, kRunGraph, kRunGraphAsync, kRunGraphWithStreamAsync };
 
@@ -141,8 +144,8 @@ std::string PlanKey(const std::vector<ODesc> &descs) {
 
 // One graph added to a session (GE's graph node): model, run mode, compile/load state, plans, model thread.
 struct GraphNode {
-  explicit GraphNode(uint32_t graph_id, std::shared_ptr<const twin::onnx::Model> m)
-      : id(graph_id), model(std::move(m)) {
+  GraphNode(uint64_t sid, uint32_t graph_id, std::shared_ptr<const twin::onnx::Model> m)
+      : session_id(sid), id(graph_id), model(std::move(m)) {
     for (const auto &in : model->inputs()) data_descs.push_back(in.desc);
     g_live_graph_nodes.fetch_add(1);
   }
@@ -151,6 +154,7 @@ struct GraphNode {
     g_live_graph_nodes.fetch_sub(1);
   }
 
+  const uint64_t session_id;
   const uint32_t id;
   const std::shared_ptr<const twin::onnx::Model> model;
   std::map<std::string, std::string> options;
@@ -168,6 +172,11 @@ struct GraphNode {
   // Set (release) once compiled, loaded and the model queue exists; read (acquire) by RunGraphAsync's fast path.
   // Cleared before the model queue is stopped at shutdown.
   std::atomic<twin::WorkQueue *> ready_queue{nullptr};
+
+  bool dynamic = false;  // compiled with unknown dims: RunGraphAsync keeps at most 32 callbacks pending
+  std::mutex pending_mu;
+  std::condition_variable pending_cv;
+  int pending = 0;
 
   std::mutex run_mu;   // GE's per-graph mutex for RunGraph / RunGraphWithStreamAsync
   std::mutex exec_mu;  // one execution at a time per graph (plans own their intermediates)
@@ -194,6 +203,7 @@ class SessionImpl {
   void Shutdown() {
     std::call_once(shutdown_once, [this] {
       finalized.store(true);
+      twin::ForgetSession(id);  // injected stalls must not keep the joins below waiting
       compile_queue.Stop();
       executor_queue.Stop();
       std::vector<std::shared_ptr<GraphNode>> nodes;
@@ -267,6 +277,7 @@ Status CompileLocked(GraphNode &node, const char *api) {
     node.plans.emplace_front(PlanKey(node.data_descs), std::shared_ptr<Plan>(std::move(plan)));
   }
   node.compiled_outputs = std::move(outs);
+  node.dynamic = !is_static;
   node.compiled = true;
   return SUCCESS;
 }
@@ -418,6 +429,22 @@ Status RunPlan(GraphNode &node, Plan &plan, const std::vector<const void *> &in,
   return SUCCESS;
 }
 
+// Applies an injected fault's delay and failure to a run (twin-only test control). Returns SUCCESS to go on.
+Status ApplyFault(const twin::FaultDecision &f, const GraphNode &node, const char *api) {
+  if (f.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.delay_ms));
+  if (f.fail_alloc) {
+    twin::ReportError(std::string(api) + ": output allocation of graph (graph_id=" + std::to_string(node.id) +
+                      ") failed (fault injected by the twin)");
+    return MEMALLOC_FAILED;
+  }
+  if (f.fail) {
+    twin::ReportError(std::string(api) + ": run of graph (graph_id=" + std::to_string(node.id) +
+                      ") failed with status " + std::to_string(f.status) + " (fault injected by the twin)");
+    return f.status == SUCCESS ? FAILED : f.status;
+  }
+  return SUCCESS;
+}
+
 // Checks and records the graph's run mode. Returns false (message reported) on a conflict.
 bool ClaimMode(GraphNode &node, RunMode mode) {
   std::lock_guard<std::mutex> lk(node.mu);
@@ -533,7 +560,7 @@ Status GeSession::AddGraph(uint32_t graph_id, const Graph &graph,
     return FAILED;
   }
   gimpl->added = true;
-  auto node = std::make_shared<GraphNode>(graph_id, gimpl->model);
+  auto node = std::make_shared<GraphNode>(impl_->id, graph_id, gimpl->model);
   node->options = ToStd(options);
   impl_->graphs[graph_id] = node;
   impl_->all_nodes.erase(std::remove_if(impl_->all_nodes.begin(), impl_->all_nodes.end(),
@@ -687,6 +714,9 @@ Status GeSession::RunGraph(uint32_t graph_id, const std::vector<gert::Tensor> &i
   if (CheckInputs(*node, inputs, "RunGraph", &descs, &in) != SUCCESS) return FAILED;
   auto plan = GetPlan(*node, descs, "RunGraph");
   if (!plan) return FAILED;
+  const twin::FaultDecision fault = twin::NextRun(node->session_id, node->id);
+  const Status injected = ApplyFault(fault, *node, "RunGraph");
+  if (injected != SUCCESS) return injected > 9999999U ? FAILED : injected;
   std::vector<void *> out;
   if (MakeHostOutputs(*plan, outputs, &out) != SUCCESS) return FAILED;
   if (RunPlan(*node, *plan, in, out, "RunGraph") != SUCCESS) {
@@ -715,6 +745,11 @@ Status GeSession::RunGraphWithStreamAsync(uint32_t graph_id, void *stream, const
   if (st != SUCCESS) return st;
   auto plan = GetPlan(*node, descs, api);
   if (!plan) return FAILED;
+  twin::FaultDecision fault = twin::NextRun(node->session_id, node->id);
+  if (fault.fail || fault.fail_alloc) {
+    fault.delay_ms = 0;  // a failed enqueue returns at once
+    return ApplyFault(fault, *node, api);
+  }
 
   // Outputs: caller-provided addresses if every output has one, else the stream's allocator.
   const auto &out_descs = plan->output_descs();
@@ -766,7 +801,13 @@ Status GeSession::RunGraphWithStreamAsync(uint32_t graph_id, void *stream, const
     outputs = std::move(made);
   }
   node->running.fetch_add(1);
-  auto task = [node, plan, in, out]() {
+  auto task = [node, plan, in, out, fault]() {
+    if (fault.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(fault.delay_ms));
+    if (fault.stall) twin::WaitWhileStalled(node->session_id, node->id);
+    if (fault.drop) {
+      node->running.fetch_sub(1);
+      return;
+    }
     std::string error;
     bool ok;
     {
@@ -812,8 +853,26 @@ Status GeSession::RunGraphAsync(uint32_t graph_id, const std::vector<gert::Tenso
       // A throwing callback must not take a GE thread down.
     }
   };
+  // GE: a dynamic-shape graph holds at most 32 pending callbacks; a further submit blocks the caller.
+  bool counted = false;
+  {
+    std::lock_guard<std::mutex> lk(node->mu);
+    counted = node->compiled && node->dynamic;
+  }
+  if (counted) {
+    std::unique_lock<std::mutex> lk(node->pending_mu);
+    node->pending_cv.wait(lk, [&] { return node->pending < kDynamicPendingLimit || impl_->finalized.load(); });
+    ++node->pending;
+  }
   node->running.fetch_add(1);
-  auto done = [node] { node->running.fetch_sub(1); };
+  auto done = [node, counted] {
+    if (counted) {
+      std::lock_guard<std::mutex> lk(node->pending_mu);
+      --node->pending;
+      node->pending_cv.notify_one();
+    }
+    node->running.fetch_sub(1);
+  };
   // Stage 3: the model thread executes, then calls back inline; the next job waits for the callback.
   auto model_stage = [node, job_inputs, call_back, done]() {
     std::vector<gert::Tensor> outs;
@@ -825,11 +884,14 @@ Status GeSession::RunGraphAsync(uint32_t graph_id, const std::vector<gert::Tenso
       plan = GetPlan(*node, descs, "RunGraphAsync");
       if (!plan) st = INTERNAL_ERROR;
     }
+    const twin::FaultDecision fault = twin::NextRun(node->session_id, node->id);
+    if (st == SUCCESS) st = ApplyFault(fault, *node, "RunGraphAsync");
     std::vector<void *> out;
     if (st == SUCCESS) st = MakeHostOutputs(*plan, outs, &out);
     if (st == SUCCESS) st = RunPlan(*node, *plan, in, out, "RunGraphAsync");
     if (st != SUCCESS) outs.clear();
-    call_back(st, outs);
+    if (fault.stall) twin::WaitWhileStalled(node->session_id, node->id);
+    if (!fault.drop) call_back(st, outs);
     outs.clear();  // outputs not moved out by the callback are destroyed when it returns
     done();
   };

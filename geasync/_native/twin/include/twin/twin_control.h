@@ -1,5 +1,6 @@
-/* Twin-only entry points (no CANN equivalent): live counters of the twin's native objects for leak tests.
- * Only the twin build has them; the shim's twin-only C ABI (geasync_twin.h) forwards to them. */
+/* Twin-only entry points (no CANN equivalent): live counters of the twin's native objects for leak tests, and
+ * deterministic fault injection for users' test suites. Only the twin build has them; Python reports them as
+ * unavailable on a CANN backend. */
 #ifndef GEASYNC_TWIN_TWIN_CONTROL_H_
 #define GEASYNC_TWIN_TWIN_CONTROL_H_
 
@@ -19,6 +20,22 @@ typedef struct geasync_twin_counters {
 } geasync_twin_counters;
 
 void geasync_twin_live_counters(geasync_twin_counters *out);
+
+/* Fault kinds. Runs of a graph are counted from the moment its first fault is armed (1 = the next run);
+ * nth = 0 applies the fault to every run. */
+enum {
+  GEASYNC_TWIN_FAULT_FAIL_RUN = 1,       /* the run fails with `status` (callback status / return code) */
+  GEASYNC_TWIN_FAULT_DELAY_RUN = 2,      /* the run starts `delay_ms` late */
+  GEASYNC_TWIN_FAULT_STALL_CALLBACK = 3, /* the completion is held until geasync_twin_fault_release/clear */
+  GEASYNC_TWIN_FAULT_DROP_CALLBACK = 4,  /* RunGraphAsync: no callback at all; stream mode: nothing executes */
+  GEASYNC_TWIN_FAULT_FAIL_ALLOC = 5      /* the run's output allocation fails (MEMALLOC_FAILED) */
+};
+/* Returns 0, or -1 for an unknown kind or a negative delay. */
+int geasync_twin_fault_add(uint64_t session_id, uint32_t graph_id, int kind, uint64_t nth, uint32_t status,
+                           int64_t delay_ms);
+void geasync_twin_fault_release(uint64_t session_id, uint32_t graph_id);
+void geasync_twin_fault_clear(uint64_t session_id, uint32_t graph_id);
+uint64_t geasync_twin_fault_runs(uint64_t session_id, uint32_t graph_id);
 
 #ifdef __cplusplus
 }
