@@ -3,6 +3,8 @@
 It compiles the shim (``_native/shim``: the C ABI of ``_native/include/geasync.h`` over the GE v2 / ACL C++ API)
 together with the twin (``_native/twin``: a CPU implementation of that API subset with an ONNX engine).
 The cdef is read from the C header itself, between its CDEF markers, so declarations exist once.
+``make_cann_builder`` builds ``geasync._cann`` from the same shim against an installed CANN toolkit (listed by
+setup.py only when one is named: GEASYNC_CANN_HOME / ASCEND_HOME_PATH / ASCEND_TOOLKIT_HOME).
 
 Environment:
   GEASYNC_SANITIZE=1   build with AddressSanitizer + UndefinedBehaviorSanitizer (see tools/run_sanitized_tests.sh)
@@ -48,7 +50,7 @@ ga_status ga_bench_native_run_graph_async(ga_session *session, uint32_t graph_id
                                           size_t input_count, uint64_t runs, uint32_t in_flight, uint64_t *elapsed_ns);
 """
 
-# Twin-only entry points: live counters of the twin's own objects.
+# Twin-only entry points: live counters of the twin's own objects, fault injection.
 _TWIN_CDEF = """
 typedef struct geasync_twin_counters {
   int64_t ge_sessions;
@@ -59,12 +61,27 @@ typedef struct geasync_twin_counters {
   int64_t streams;
 } geasync_twin_counters;
 void geasync_twin_live_counters(geasync_twin_counters *out);
+int geasync_twin_fault_add(uint64_t session_id, uint32_t graph_id, int kind, uint64_t nth, uint32_t status,
+                           int64_t delay_ms);
+void geasync_twin_fault_release(uint64_t session_id, uint32_t graph_id);
+void geasync_twin_fault_clear(uint64_t session_id, uint32_t graph_id);
+uint64_t geasync_twin_fault_runs(uint64_t session_id, uint32_t graph_id);
 """
 
 
+def _blas_args() -> tuple[list[str], list[str]]:
+    # The twin's MatMul/Gemm/Conv call OpenBLAS from the scipy-openblas32 wheel (a build requirement and a runtime
+    # dependency). No rpath: geasync._preload loads the library (RTLD_GLOBAL) before the extension is imported.
+    import scipy_openblas32
+
+    return (["-I" + scipy_openblas32.get_include_dir(), "-DGEASYNC_HAVE_OPENBLAS=1"],
+            ["-L" + scipy_openblas32.get_lib_dir(), "-l" + scipy_openblas32.get_library()])
+
+
 def _compile_args() -> tuple[list[str], list[str]]:
-    compile_args = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread"]
-    link_args = ["-pthread", "-lstdc++"]
+    blas_compile, blas_link = _blas_args()
+    compile_args = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread", *blas_compile]
+    link_args = ["-pthread", "-lstdc++", *blas_link]
     if os.environ.get("GEASYNC_SANITIZE") == "1":
         san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
         compile_args += ["-O1", "-g"] + san
@@ -98,6 +115,79 @@ def make_twin_builder() -> FFI:
         define_macros=[("GEASYNC_BACKEND_NAME", '"twin"')],
         extra_compile_args=compile_args,
         extra_link_args=link_args,
+    )
+    return ffi
+
+
+
+# --- geasync._cann: the same shim against an installed CANN toolkit ------------------------------------------------
+
+def _load_toolkit_module():
+    # geasync/_toolkit.py by path: this script runs before geasync is importable (cffi execs it from setup.py).
+    import importlib.util
+    import sys
+
+    name = "_geasync_build_toolkit"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / "_toolkit.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def _c_string(text: str) -> str:
+    return '"' + "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:03o}"
+                         for b in text.encode()) + '"'
+
+
+# CANN-only: what the extension was built against (for `python -m geasync info`). No twin-only declarations.
+_CANN_CDEF = """
+const char *geasync_cann_build_info(void);
+"""
+
+
+def _cann_compile_args() -> tuple[list[str], list[str]]:
+    # The twin's flags minus what only the twin's kernels need (BLAS): the shim alone goes into geasync._cann.
+    compile_args, link_args = _compile_args()
+    twin_only = globals().get("_blas_args")
+    if twin_only is not None:
+        drop_compile, drop_link = twin_only()
+        compile_args = [a for a in compile_args if a not in drop_compile]
+        link_args = [a for a in link_args if a not in drop_link]
+    return compile_args, link_args
+
+
+def make_cann_builder(toolkit=None, absolute_paths: bool = False) -> FFI:
+    """geasync._cann: the shim (not the twin) compiled against the CANN toolkit named by GEASYNC_CANN_HOME,
+    ASCEND_HOME_PATH or ASCEND_TOOLKIT_HOME (see geasync/_toolkit.py), linked to libge_runner_v2, libascendcl and
+    libfmk_onnx_parser with an rpath (DT_RPATH, so their own dependencies in the toolkit resolve too) so that it
+    loads without LD_LIBRARY_PATH. Raises ToolkitError naming what a broken toolkit lacks.
+    ``absolute_paths``: for ffi.compile() outside setup.py (setuptools wants paths relative to the project)."""
+    tk_module = _load_toolkit_module()
+    tk = tk_module.find_toolkit() if toolkit is None else toolkit
+    if tk is None:
+        raise tk_module.ToolkitError(
+            "no CANN toolkit to build geasync._cann against: set GEASYNC_CANN_HOME or `source <toolkit>/set_env.sh` "
+            "(ASCEND_HOME_PATH)")
+    path = str if absolute_paths else _rel
+    info = f"home={tk.home}\n" + "".join(f"{rel}: {summary}\n" for rel, summary in tk.versions)
+    ffi = FFI()
+    ffi.cdef(_cdef_from_header(NATIVE / "include" / "geasync.h") + _CALLBACKS + _BENCH_CDEF + _CANN_CDEF)
+    compile_args, link_args = _cann_compile_args()
+    library_dirs = [str(d) for d in tk.library_dirs]
+    ffi.set_source(
+        "geasync._cann",
+        '#include "geasync.h"\n'
+        f"static const char *geasync_cann_build_info(void) {{ return {_c_string(info)}; }}\n",
+        source_extension=".cpp",
+        sources=[path(p) for p in sorted((NATIVE / "shim").glob("*.cc"))],
+        include_dirs=[path(NATIVE / "include"), path(NATIVE / "shim"), *(str(d) for d in tk.include_dirs)],
+        library_dirs=library_dirs,
+        libraries=list(tk_module.LIBRARIES),
+        define_macros=[("GEASYNC_BACKEND_NAME", '"cann"')],
+        extra_compile_args=compile_args,
+        extra_link_args=link_args + ["-Wl,--disable-new-dtags"] + [f"-Wl,-rpath,{d}" for d in library_dirs],
     )
     return ffi
 

@@ -54,7 +54,8 @@ def select_backend(requested: str | None = None) -> str:
             raise RuntimeError(
                 f"geasync was built without the {name!r} backend (this install has: {', '.join(available) or 'none'}). "
                 "To build the CANN backend: install the CANN toolkit, `source <toolkit>/set_env.sh` (or set "
-                "GEASYNC_CANN_HOME), then reinstall geasync: pip install --force-reinstall --no-cache-dir .")
+                "GEASYNC_CANN_HOME), then rebuild geasync: pip install --force-reinstall --no-deps --no-cache-dir . "
+                "and check with: python -m geasync info")
         preload()
         module = importlib.import_module(_BACKEND_MODULES[name])
         _register_callbacks(module.ffi)

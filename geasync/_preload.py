@@ -1,11 +1,43 @@
 """Loads the shared libraries the native extension links against before it is imported.
 
-Called by ``geasync._lib`` right before importing the extension. Nothing to load yet: the twin's kernels
-are self-contained.
+Called by ``geasync._lib`` right before importing the extension. The twin's MatMul, Gemm and Conv call OpenBLAS
+from the ``scipy-openblas32`` wheel; the extension is linked against ``libscipy_openblas.so`` without an rpath, so
+the library is loaded here, process-wide (RTLD_GLOBAL), and the dynamic linker resolves the extension's dependency
+to it whatever the install location. The number of BLAS threads is set by the twin itself (GEASYNC_BLAS_THREADS,
+default 1: see docs/operators.md).
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+import threading
+
+_lock = threading.Lock()
+_loaded: list[ctypes.CDLL] = []  # keeps the handle alive for the life of the process
+
 
 def preload() -> None:
-    return None
+    with _lock:
+        if _loaded:
+            return
+        try:
+            import scipy_openblas32
+        except ImportError as exc:  # pragma: no cover - a broken install
+            raise ImportError(
+                "geasync's twin needs the scipy-openblas32 package (OpenBLAS) at run time: "
+                "pip install scipy-openblas32") from exc
+        lib_dir = scipy_openblas32.get_lib_dir()
+        name = scipy_openblas32.get_library(fullname=True)
+        # OpenBLAS sizes its thread pool when it loads: start it with the twin's BLAS thread count so that no idle
+        # pool threads exist beyond it (the variable is restored at once: other OpenBLAS copies are not affected).
+        threads = os.environ.get("GEASYNC_BLAS_THREADS", "1")
+        saved = os.environ.get("OPENBLAS_NUM_THREADS")
+        os.environ["OPENBLAS_NUM_THREADS"] = threads if threads.isdigit() and int(threads) >= 1 else "1"
+        try:
+            _loaded.append(ctypes.CDLL(os.path.join(lib_dir, name), mode=ctypes.RTLD_GLOBAL))
+        finally:
+            if saved is None:
+                del os.environ["OPENBLAS_NUM_THREADS"]
+            else:
+                os.environ["OPENBLAS_NUM_THREADS"] = saved

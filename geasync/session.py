@@ -76,7 +76,9 @@ class Session:
         opts = _check_options(options, "options")
         if not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) or max_in_flight < 1:
             raise ValueError(f"max_in_flight must be a positive int, got {max_in_flight!r}")
-        _lib.ensure_initialized(backend=backend)
+        # GE is initialised once per process, by the first session: its device becomes the process's default
+        init_opts = {k: opts[k] for k in ("ge.exec.deviceId",) if k in opts}
+        _lib.ensure_initialized(init_opts, backend=backend)
         self._lock = threading.RLock()
         self._modes = ModeRegistry()
         self._slots = Slots(max_in_flight)

@@ -74,7 +74,7 @@ bool ToGertTensors(const ga_tensor_desc *descs, size_t count, std::vector<gert::
       shape.MutableOriginShape().AppendDim(d.dims[k]);
       shape.MutableStorageShape().AppendDim(d.dims[k]);
     }
-    gert::Tensor t(shape, gert::StorageFormat(ge::FORMAT_ND, ge::FORMAT_ND), static_cast<ge::DataType>(d.dtype));
+    gert::Tensor t(shape, gert::StorageFormat(ge::FORMAT_ND, ge::FORMAT_ND, {}), static_cast<ge::DataType>(d.dtype));
     const auto placement = d.placement == 0 ? gert::kOnDeviceHbm : gert::kOnHost;
     t.SetData(gert::TensorData(d.data, nullptr, d.size, placement));  // borrowed: no manager
     out->push_back(std::move(t));

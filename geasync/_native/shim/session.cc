@@ -247,7 +247,7 @@ ga_status ga_session_compile_graph(ga_session *session, uint32_t graph_id, const
 ga_status ga_session_load_graph(ga_session *session, uint32_t graph_id, const ga_options *options, void *stream) {
   SHIM_SESSION("GeSession::LoadGraph");
   if (stream != nullptr) {
-    const aclError e = shim::EnsureDevice(shim::DefaultDevice());
+    const aclError e = shim::EnterStreamDevice(stream);
     if (e != ACL_SUCCESS) return shim::FailWith("aclrtSetDevice", static_cast<ga_status>(e), aclGetRecentErrMsg());
   }
   const ge::Status st = session->session->LoadGraph(graph_id, shim::ToMap(options), stream);
@@ -314,7 +314,7 @@ ga_status ga_session_run_graph_with_stream_async(ga_session *session, uint32_t g
   const char *api = "GeSession::RunGraphWithStreamAsync";
   SHIM_SESSION(api);
   if (outputs == nullptr) return shim::FailWith(api, ge::PARAM_INVALID, "outputs is null");
-  const aclError e = shim::EnsureDevice(shim::DefaultDevice());
+  const aclError e = shim::EnterStreamDevice(stream);
   if (e != ACL_SUCCESS) return shim::FailWith("aclrtSetDevice", static_cast<ga_status>(e), aclGetRecentErrMsg());
   std::vector<gert::Tensor> in, out;
   std::string error;

@@ -38,6 +38,8 @@ std::map<ge::AscendString, ge::AscendString> ToMap(const ga_options *options);
 // Makes `device` the calling thread's current ACL device (threads touching streams need a context).
 aclError EnsureDevice(int32_t device);
 int32_t DefaultDevice();  // from GEInitializeV2's ge.exec.deviceId, else 0
+// Makes the device of `stream` (one created by ga_stream_create) current on the calling thread.
+aclError EnterStreamDevice(void *stream);
 void SetDefaultDevice(int32_t device);
 
 // Borrowed gert::Tensors over the caller's descriptors (the caller keeps the memory alive).

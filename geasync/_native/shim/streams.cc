@@ -18,8 +18,11 @@ ga_status AclFail(const char *api, aclError e) {
   return shim::FailWith(api, static_cast<ga_status>(e), msg);
 }
 
-// Makes the stream's device current on this thread; unknown streams fall back to the default device and let
-// ACL report the error.
+}  // namespace
+
+namespace shim {
+// Makes the stream's device current on this thread (streams belong to their device's context); unknown streams
+// fall back to the default device and let ACL report the error.
 aclError EnterStreamDevice(void *stream) {
   int32_t device = shim::DefaultDevice();
   {
@@ -29,6 +32,10 @@ aclError EnterStreamDevice(void *stream) {
   }
   return shim::EnsureDevice(device);
 }
+}  // namespace shim
+
+namespace {
+using shim::EnterStreamDevice;
 
 struct HostFuncArg {
   ga_completion_queue *queue;

@@ -18,6 +18,8 @@ struct Analysis {
   std::vector<std::vector<TensorDesc>> node_out;  // per node: descs of all outputs, omitted ones included
   std::vector<std::shared_ptr<std::vector<uint8_t>>> folded_storage;  // owns folded values
   size_t folded_bytes = 0;
+  // When Analyze fails because a shape depends on contents unknown at compile time: that value's id, else -1.
+  int missing_value = -1;
 };
 
 // Checks caller-supplied descs against the model's Data inputs (count, dtype, rank, known dims, size limits).
@@ -25,7 +27,10 @@ bool CheckInputDescs(const ModelImpl &m, const std::vector<TensorDesc> &inputs, 
 
 // Propagates descs through the graph in topological order and folds nodes whose inputs are all constant.
 // compile=true: every shape must be static and all foldable nodes are folded; otherwise only small ones are.
-bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool compile, Analysis *a, std::string *err);
+// bound (optional, one entry per graph input): contents of inputs to treat as compile-time constants (value-
+// specialised plans); nullptr entries stay runtime data.
+bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool compile, Analysis *a, std::string *err,
+             const std::vector<const void *> *bound = nullptr);
 
 }  // namespace onnx
 }  // namespace twin

@@ -70,5 +70,42 @@ void Broadcast2::Init(const std::vector<int64_t> &a, const std::vector<int64_t> 
   }
 }
 
+void BroadcastN::Init(const std::vector<const std::vector<int64_t> *> &ins, const std::vector<int64_t> &out) {
+  n = ins.size();
+  const size_t r = out.size();
+  total = 1;
+  for (int64_t d : out) total *= d;
+  std::vector<std::vector<int64_t>> full(n);
+  for (size_t k = 0; k < n; ++k) {
+    const std::vector<int64_t> &s = *ins[k];
+    full[k].assign(r, 0);
+    int64_t acc = 1;
+    for (size_t i = r; i-- > 0;) {
+      const size_t off = r - s.size();
+      const int64_t d = i < off ? 1 : s[i - off];
+      full[k][i] = (d == 1 && out[i] != 1) ? 0 : acc;
+      acc *= d;
+    }
+  }
+  dims.clear();
+  for (size_t k = 0; k < kMaxOperands; ++k) strides[k].clear();
+  for (size_t i = 0; i < r; ++i) {
+    if (out[i] == 1) continue;
+    bool merge = !dims.empty();
+    for (size_t k = 0; merge && k < n; ++k) merge = strides[k].back() == full[k][i] * out[i];
+    if (merge) {
+      dims.back() *= out[i];
+      for (size_t k = 0; k < n; ++k) strides[k].back() = full[k][i];
+      continue;
+    }
+    dims.push_back(out[i]);
+    for (size_t k = 0; k < n; ++k) strides[k].push_back(full[k][i]);
+  }
+  if (dims.empty()) {
+    dims.push_back(1);
+    for (size_t k = 0; k < n; ++k) strides[k].push_back(0);
+  }
+}
+
 }  // namespace onnx
 }  // namespace twin

@@ -47,5 +47,36 @@ void ForEachRun(const Broadcast2 &bc, const T *a, const T *b, T *out, int64_t *c
   }
 }
 
+// Iteration plan over up to kMaxOperands operands broadcast to out (Where, variadic Max/Min, Expand).
+struct BroadcastN {
+  static constexpr size_t kMaxOperands = 4;
+  size_t n = 0;
+  std::vector<int64_t> dims;                 // collapsed output dims (at least one)
+  std::vector<int64_t> strides[kMaxOperands];  // element strides per collapsed dim, 0 where broadcast
+  int64_t total = 0;
+
+  void Init(const std::vector<const std::vector<int64_t> *> &ins, const std::vector<int64_t> &out);
+};
+
+// Calls f(offsets, out_offset, run_length) for each innermost run; offsets[k] is operand k's element offset and
+// the innermost step of operand k is strides[k].back(). counters must hold dims.size() values.
+template <class F>
+void ForEachRunN(const BroadcastN &bc, int64_t *counters, F f) {
+  if (bc.total == 0) return;
+  const size_t r = bc.dims.size();
+  const int64_t inner = bc.dims[r - 1];
+  int64_t off[BroadcastN::kMaxOperands] = {0, 0, 0, 0};
+  for (size_t d = 0; d < r; ++d) counters[d] = 0;
+  for (int64_t o = 0; o < bc.total; o += inner) {
+    f(static_cast<const int64_t *>(off), o, inner);
+    for (size_t d = r - 1; d-- > 0;) {
+      for (size_t k = 0; k < bc.n; ++k) off[k] += bc.strides[k][d];
+      if (++counters[d] < bc.dims[d]) break;
+      for (size_t k = 0; k < bc.n; ++k) off[k] -= bc.strides[k][d] * bc.dims[d];
+      counters[d] = 0;
+    }
+  }
+}
+
 }  // namespace onnx
 }  // namespace twin

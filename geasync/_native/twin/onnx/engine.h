@@ -92,12 +92,38 @@ class Plan {
   // writable bytes (may be nullptr when that size is 0). Returns false + *error (node, op, reason) on failure.
   virtual bool Run(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
                    std::string *error) = 0;
+
+  // Value-dependent plans (CompileOptions::allow_value_dependent): some output shapes depend on the *contents*
+  // of inputs (a Reshape shape, Slice starts, Range limits, ReduceSum axes, ... fed as graph inputs). Such a plan
+  // cannot Run itself and its output_descs() may hold -1 dims; Specialize returns the plan for the given input
+  // values (same pointers as Run would get), with concrete output_descs(), compiled on first use and cached
+  // (up to 16 per plan, keyed by the contents of the shape-determining inputs only). Specialize is thread-safe;
+  // the returned plan follows the usual rules (Run not re-entrant). Other plans: value_dependent() is false and
+  // Specialize fails.
+  virtual bool value_dependent() const { return false; }
+  virtual std::shared_ptr<Plan> Specialize(const std::vector<const void *> &inputs, std::string *error) {
+    (void)inputs;
+    if (error) *error = "Specialize: the plan does not depend on input values";
+    return nullptr;
+  }
+};
+
+struct CompileOptions {
+  // Return a value-dependent plan (see Plan::Specialize) instead of failing when an output shape depends on the
+  // contents of graph inputs. Callers that pass true must call Specialize before allocating outputs.
+  bool allow_value_dependent = false;
 };
 
 // Compiles for concrete input descs (all dims known; count and dtypes must match model.inputs(), dims must
 // agree wherever the model's dims are known). Returns nullptr + *error on failure.
 std::unique_ptr<Plan> CompilePlan(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs,
                                   std::string *error);
+std::unique_ptr<Plan> CompilePlan(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs,
+                                  const CompileOptions &options, std::string *error);
+
+// Threads the twin's BLAS (OpenBLAS) uses inside one MatMul/Gemm/Conv: $GEASYNC_BLAS_THREADS clamped to
+// [1, cores], default 1 (each loaded graph already has its own model thread).
+int BlasThreads();
 
 }  // namespace onnx
 }  // namespace twin

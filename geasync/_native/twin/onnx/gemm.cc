@@ -1,8 +1,16 @@
-// Cache-blocked GEMM loops: i-k-j order with a 4-way k unroll when B rows are contiguous, blocked dot products
-// when B is transposed. No allocation, no global state.
+// GEMM core: OpenBLAS (scipy-openblas32) when available, else cache-blocked portable loops (i-k-j order with a
+// 4-way k unroll when B rows are contiguous, blocked dot products when B is transposed). No allocation.
 #include "gemm.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#ifdef GEASYNC_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
 
 namespace twin {
 namespace onnx {
@@ -29,33 +37,31 @@ T Dot(const T *__restrict a, const T *__restrict b, int64_t n) {
   return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
 }
 
-}  // namespace
-
+// C += alpha * op(A) op(B) with row strides.
 template <class T>
-void GemmAccumulate(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T *A, const T *B,
-                    T *C) {
-  if (M <= 0 || N <= 0 || K <= 0) return;
-  auto a_at = [&](int64_t i, int64_t k) { return trans_a ? A[k * M + i] : A[i * K + k]; };
+void PortableGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t lda,
+                  const T *B, int64_t ldb, T *C, int64_t ldc) {
+  auto a_at = [&](int64_t i, int64_t k) { return trans_a ? A[k * lda + i] : A[i * lda + k]; };
   if (!trans_b) {
     for (int64_t j0 = 0; j0 < N; j0 += kBlockN) {
       const int64_t jn = std::min(kBlockN, N - j0);
       for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
         const int64_t kend = std::min(K, k0 + kBlockK);
         for (int64_t i = 0; i < M; ++i) {
-          T *__restrict c = C + i * N + j0;
+          T *__restrict c = C + i * ldc + j0;
           int64_t k = k0;
           for (; k + 4 <= kend; k += 4) {
             const T a0 = alpha * a_at(i, k), a1 = alpha * a_at(i, k + 1);
             const T a2 = alpha * a_at(i, k + 2), a3 = alpha * a_at(i, k + 3);
-            const T *__restrict b0 = B + k * N + j0;
-            const T *__restrict b1 = b0 + N;
-            const T *__restrict b2 = b1 + N;
-            const T *__restrict b3 = b2 + N;
+            const T *__restrict b0 = B + k * ldb + j0;
+            const T *__restrict b1 = b0 + ldb;
+            const T *__restrict b2 = b1 + ldb;
+            const T *__restrict b3 = b2 + ldb;
             for (int64_t j = 0; j < jn; ++j) c[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
           }
           for (; k < kend; ++k) {
             const T a0 = alpha * a_at(i, k);
-            const T *__restrict b0 = B + k * N + j0;
+            const T *__restrict b0 = B + k * ldb + j0;
             for (int64_t j = 0; j < jn; ++j) c[j] += a0 * b0[j];
           }
         }
@@ -64,32 +70,110 @@ void GemmAccumulate(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
     return;
   }
   if (!trans_a) {
-    // Rows of A and of B are both contiguous: blocked dot products, a block of B rows reused for every row of A.
-    const int64_t rows = std::max<int64_t>(1, (int64_t(1) << 16) / K);
+    const int64_t rows = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(K, 1));
     for (int64_t j0 = 0; j0 < N; j0 += rows) {
       const int64_t jend = std::min(N, j0 + rows);
       for (int64_t i = 0; i < M; ++i) {
-        const T *a = A + i * K;
-        T *c = C + i * N;
-        for (int64_t j = j0; j < jend; ++j) c[j] += alpha * Dot(a, B + j * K, K);
+        const T *a = A + i * lda;
+        T *c = C + i * ldc;
+        for (int64_t j = j0; j < jend; ++j) c[j] += alpha * Dot(a, B + j * ldb, K);
       }
     }
     return;
   }
-  // Both transposed (rare): straightforward loops.
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
       T s = 0;
-      for (int64_t k = 0; k < K; ++k) s += A[k * M + i] * B[j * K + k];
-      C[i * N + j] += alpha * s;
+      for (int64_t k = 0; k < K; ++k) s += A[k * lda + i] * B[j * ldb + k];
+      C[i * ldc + j] += alpha * s;
     }
   }
+}
+
+int ComputeBlasThreads() {
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (cores < 1) cores = 1;
+  int n = 1;
+  if (const char *env = std::getenv("GEASYNC_BLAS_THREADS")) {
+    char *end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 1) n = static_cast<int>(std::min<long>(v, cores));
+  }
+  return n;
+}
+
+#ifdef GEASYNC_HAVE_OPENBLAS
+std::once_flag g_blas_once;
+
+void EnsureBlasConfigured() {
+  std::call_once(g_blas_once, [] { scipy_openblas_set_num_threads(BlasThreads()); });
+}
+
+bool FitsBlas(int64_t v) { return v >= 0 && v <= std::numeric_limits<int32_t>::max(); }
+
+inline void BlasGemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                     int ldb, float beta, float *C, int ldc) {
+  scipy_cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
+                    lda, B, ldb, beta, C, ldc);
+}
+inline void BlasGemm(bool ta, bool tb, int M, int N, int K, double alpha, const double *A, int lda, const double *B,
+                     int ldb, double beta, double *C, int ldc) {
+  scipy_cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
+                    lda, B, ldb, beta, C, ldc);
+}
+#endif
+
+}  // namespace
+
+int BlasThreads() {
+  static const int n = ComputeBlasThreads();
+  return n;
+}
+
+template <class T>
+void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t lda, const T *B,
+          int64_t ldb, T beta, T *C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0 || alpha == T(0)) {
+    for (int64_t i = 0; i < M; ++i) {
+      T *c = C + i * ldc;
+      if (beta == T(0)) std::fill(c, c + N, T(0));
+      else if (beta != T(1)) for (int64_t j = 0; j < N; ++j) c[j] *= beta;
+    }
+    return;
+  }
+#ifdef GEASYNC_HAVE_OPENBLAS
+  if (FitsBlas(M) && FitsBlas(N) && FitsBlas(K) && FitsBlas(lda) && FitsBlas(ldb) && FitsBlas(ldc) &&
+      FitsBlas(M * N) && FitsBlas(M * K) && FitsBlas(K * N)) {
+    EnsureBlasConfigured();
+    BlasGemm(trans_a, trans_b, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A,
+             static_cast<int>(std::max<int64_t>(lda, 1)), B, static_cast<int>(std::max<int64_t>(ldb, 1)), beta, C,
+             static_cast<int>(std::max<int64_t>(ldc, 1)));
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < M; ++i) {
+    T *c = C + i * ldc;
+    if (beta == T(0)) std::fill(c, c + N, T(0));
+    else if (beta != T(1)) for (int64_t j = 0; j < N; ++j) c[j] *= beta;
+  }
+  PortableGemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc);
+}
+
+template <class T>
+void GemmAccumulate(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T *A, const T *B,
+                    T *C) {
+  Gemm<T>(trans_a, trans_b, M, N, K, alpha, A, trans_a ? M : K, B, trans_b ? K : N, T(1), C, N);
 }
 
 template void GemmAccumulate<float>(bool, bool, int64_t, int64_t, int64_t, float, const float *, const float *,
                                     float *);
 template void GemmAccumulate<double>(bool, bool, int64_t, int64_t, int64_t, double, const double *, const double *,
                                      double *);
+template void Gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float *, int64_t, const float *, int64_t,
+                          float, float *, int64_t);
+template void Gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double *, int64_t, const double *,
+                           int64_t, double, double *, int64_t);
 
 }  // namespace onnx
 }  // namespace twin

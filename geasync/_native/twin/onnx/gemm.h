@@ -1,5 +1,6 @@
-// Portable cache-blocked GEMM core used by MatMul and Gemm (and later Conv via im2col). A BLAS can replace
-// the body of GemmAccumulate without touching the ops.
+// GEMM used by MatMul, Gemm and Conv (im2col). With GEASYNC_HAVE_OPENBLAS (the normal build) it calls OpenBLAS
+// from the scipy-openblas32 wheel; the portable cache-blocked loops remain as the fallback for shapes beyond
+// OpenBLAS's 32-bit ints.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,16 @@ namespace onnx {
 template <class T>
 void GemmAccumulate(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T *A, const T *B,
                     T *C);
+
+// C = alpha * op(A) * op(B) + beta * C with explicit row strides (lda, ldb, ldc in elements). beta == 0 ignores
+// C's previous contents (NaN included). Defined for float and double.
+template <class T>
+void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t lda, const T *B,
+          int64_t ldb, T beta, T *C, int64_t ldc);
+
+// Threads OpenBLAS may use per call: $GEASYNC_BLAS_THREADS (clamped to [1, cores]), default 1, fixed on first use.
+// The twin runs one model thread per loaded graph, so 1 never oversubscribes the machine.
+int BlasThreads();
 
 }  // namespace onnx
 }  // namespace twin

@@ -18,6 +18,9 @@ OpTable BuildTable() {
   RegisterShapeOps(&ops);
   RegisterCastOps(&ops);
   RegisterConstantOps(&ops);
+  RegisterNNOps(&ops);
+  RegisterMovementOps(&ops);
+  RegisterReduceOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;

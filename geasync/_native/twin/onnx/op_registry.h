@@ -21,6 +21,9 @@ struct InferCtx {
   std::vector<const TensorDesc *> in;
   std::vector<const void *> in_data;
   std::vector<TensorDesc> out;  // sized to the node's output count by the caller
+  // Set by infer (via ReadIntsInput / ReadScalarInput) when an output shape depends on the contents of input
+  // missing_input, which are not known at compile time.
+  int missing_input = -1;
 
   bool has(size_t i) const { return i < in.size() && in[i] != nullptr; }
 };
@@ -31,6 +34,13 @@ class Kernel {
  public:
   virtual ~Kernel() = default;
   virtual bool Run(const void *const *in, void *const *out, std::string *reason) = 0;
+  // Temporary bytes Run needs (im2col columns, float copies of float16 data, ...). The plan places them in its
+  // arena, live only during this step, and binds them with set_scratch before the first Run (64-byte aligned).
+  virtual size_t scratch_bytes() const { return 0; }
+  void set_scratch(void *p) { scratch_ = p; }
+
+ protected:
+  void *scratch_ = nullptr;
 };
 
 struct KernelCtx {
@@ -53,6 +63,9 @@ struct OpDef {
   InferFn infer;      // required
   PrepareFn prepare;  // required
   bool foldable;      // false for ops whose result must not be computed at compile time (e.g. random)
+  // The outputs depend only on the inputs' descs, never on their contents (Shape): folded whenever the output
+  // descs are static, and the kernel may be run with null input pointers.
+  bool shape_only = false;
 };
 
 const OpDef *FindOp(const std::string &op_type);
@@ -64,6 +77,9 @@ void RegisterSoftmaxOps(std::vector<OpDef> *ops);
 void RegisterShapeOps(std::vector<OpDef> *ops);
 void RegisterCastOps(std::vector<OpDef> *ops);
 void RegisterConstantOps(std::vector<OpDef> *ops);
+void RegisterNNOps(std::vector<OpDef> *ops);
+void RegisterMovementOps(std::vector<OpDef> *ops);
+void RegisterReduceOps(std::vector<OpDef> *ops);
 
 // Decodes a Constant node's value attribute into a tensor (ParseModel calls it once per Constant node).
 bool BuildConstantValue(const Node &node, std::shared_ptr<const ConstTensor> *value, std::string *reason);
@@ -76,6 +92,11 @@ bool AttrInts(const Node &n, const char *name, std::vector<int64_t> *v, bool *pr
 // Normalises axis into [0, rank) (or [0, rank] when allow_end); false + reason if out of range.
 bool NormalizeAxis(int64_t axis, int64_t rank, bool allow_end, int64_t *out, std::string *reason);
 std::string DtypeNotSupported(ElemType t, const char *what = "input");
+
+// Plan-level fusion: Conv (float32, constant W/B) followed by a per-channel affine y = conv * scale[m] + shift[m]
+// (a folded inference BatchNormalization; nullptr = identity) and optionally Relu, as one kernel.
+std::unique_ptr<Kernel> PrepareFusedConv(const KernelCtx &conv, const std::vector<double> *scale,
+                                         const std::vector<double> *shift, bool relu, std::string *reason);
 
 // Kernel that copies input 0 to output 0 byte for byte (Identity, Reshape, Flatten, ...).
 std::unique_ptr<Kernel> MakeCopyKernel(size_t bytes);

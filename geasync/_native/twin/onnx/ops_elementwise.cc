@@ -1,10 +1,18 @@
-// Elementwise ops: broadcasting binary arithmetic (Add, Sub, Mul, Div) and unary activations (Relu, Sigmoid,
-// Tanh). Integer arithmetic wraps like numpy; integer Div truncates toward zero like the ONNX reference.
+// Elementwise ops. Broadcasting binary arithmetic (Add, Sub, Mul, Div, Pow), variadic Max/Min, comparisons
+// (Equal, Less, Greater -> bool), logic (And, Or, Not), Where, Clip and the unary math/activation family
+// (Sqrt, Exp, Log, Neg, Abs, Reciprocal, Erf, Relu, LeakyRelu, Sigmoid, Tanh, Gelu).
+// float16/bfloat16 are computed in float and rounded once per op, like numpy. Integer arithmetic wraps like
+// numpy; integer Div truncates toward zero like the ONNX reference (x / 0 gives 0).
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "broadcast.h"
-#include "op_registry.h"
+#include "elem.h"
+
+// Elementwise loops need the vectoriser beyond -O2's very-cheap cost model.
+#pragma GCC optimize("O3")
 
 namespace twin {
 namespace onnx {
@@ -15,78 +23,141 @@ template <class T>
 using Wide = std::conditional_t<(sizeof(T) <= 4), uint32_t, uint64_t>;
 
 template <class T>
+T WrapAdd(T a, T b) { return static_cast<T>(static_cast<Wide<T>>(a) + static_cast<Wide<T>>(b)); }
+template <class T>
+T WrapSub(T a, T b) { return static_cast<T>(static_cast<Wide<T>>(a) - static_cast<Wide<T>>(b)); }
+template <class T>
+T WrapMul(T a, T b) { return static_cast<T>(static_cast<Wide<T>>(a) * static_cast<Wide<T>>(b)); }
+
+// ---- binary functors on compute types ----
+
 struct AddF {
-  static T Apply(T a, T b) {
-    if constexpr (std::is_integral<T>::value) return static_cast<T>(static_cast<Wide<T>>(a) + static_cast<Wide<T>>(b));
+  template <class C>
+  static C Apply(C a, C b) {
+    if constexpr (std::is_integral<C>::value) return WrapAdd(a, b);
     else return a + b;
   }
 };
-template <class T>
 struct SubF {
-  static T Apply(T a, T b) {
-    if constexpr (std::is_integral<T>::value) return static_cast<T>(static_cast<Wide<T>>(a) - static_cast<Wide<T>>(b));
+  template <class C>
+  static C Apply(C a, C b) {
+    if constexpr (std::is_integral<C>::value) return WrapSub(a, b);
     else return a - b;
   }
 };
-template <class T>
 struct MulF {
-  static T Apply(T a, T b) {
-    if constexpr (std::is_integral<T>::value) return static_cast<T>(static_cast<Wide<T>>(a) * static_cast<Wide<T>>(b));
+  template <class C>
+  static C Apply(C a, C b) {
+    if constexpr (std::is_integral<C>::value) return WrapMul(a, b);
     else return a * b;
   }
 };
-template <class T>
 struct DivF {
-  static T Apply(T a, T b) {
-    if constexpr (std::is_integral<T>::value) {
+  template <class C>
+  static C Apply(C a, C b) {
+    if constexpr (std::is_integral<C>::value) {
       if (b == 0) return 0;  // numpy gives 0 (with a warning)
-      if constexpr (std::is_signed<T>::value) {
-        if (b == -1) return static_cast<T>(Wide<T>(0) - static_cast<Wide<T>>(a));  // INT_MIN / -1 wraps
+      if constexpr (std::is_signed<C>::value) {
+        if (b == -1) return static_cast<C>(Wide<C>(0) - static_cast<Wide<C>>(a));  // INT_MIN / -1 wraps
       }
-      return static_cast<T>(a / b);
+      return static_cast<C>(a / b);
     } else {
       return a / b;
     }
   }
 };
+struct MaxF {
+  template <class C>
+  static C Apply(C a, C b) {
+    if constexpr (std::is_floating_point<C>::value) {
+      if (a != a) return a;
+      if (b != b) return b;
+    }
+    return a < b ? b : a;
+  }
+};
+struct MinF {
+  template <class C>
+  static C Apply(C a, C b) {
+    if constexpr (std::is_floating_point<C>::value) {
+      if (a != a) return a;
+      if (b != b) return b;
+    }
+    return b < a ? b : a;
+  }
+};
 
-template <class T, template <class> class Op>
-class BinaryKernel : public Kernel {
+// Loops over the broadcast of two operands: o = f(a, b) on storage values.
+template <class SA, class SB, class SO, class F>
+void BinaryLoop(const BroadcastN &bc, int64_t *ctr, const SA *a, const SB *b, SO *o, F f) {
+  const int64_t ia = bc.strides[0].back(), ib = bc.strides[1].back();
+  ForEachRunN(bc, ctr, [&](const int64_t *off, int64_t oo, int64_t n) {
+    const SA *__restrict pa = a + off[0];
+    const SB *__restrict pb = b + off[1];
+    SO *__restrict po = o + oo;
+    if (ia && ib) {
+      for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
+    } else if (ia) {
+      const SB bv = *pb;
+      for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], bv);
+    } else if (ib) {
+      const SA av = *pa;
+      for (int64_t i = 0; i < n; ++i) po[i] = f(av, pb[i]);
+    } else {
+      const SO v = f(*pa, *pb);
+      for (int64_t i = 0; i < n; ++i) po[i] = v;
+    }
+  });
+}
+
+// Same as BinaryLoop but o may alias a exactly (a has o's shape): used by variadic Max/Min.
+template <class S, class F>
+void InPlaceLoop(const BroadcastN &bc, int64_t *ctr, S *o, const S *b, F f) {
+  const int64_t ib = bc.strides[1].back();
+  ForEachRunN(bc, ctr, [&](const int64_t *off, int64_t oo, int64_t n) {
+    const S *pb = b + off[1];
+    S *po = o + oo;
+    if (ib) {
+      for (int64_t i = 0; i < n; ++i) po[i] = f(po[i], pb[i]);
+    } else {
+      const S bv = *pb;
+      for (int64_t i = 0; i < n; ++i) po[i] = f(po[i], bv);
+    }
+  });
+}
+
+BroadcastN MakeBc(const std::vector<const std::vector<int64_t> *> &ins, const std::vector<int64_t> &out) {
+  BroadcastN bc;
+  bc.Init(ins, out);
+  return bc;
+}
+
+// Arithmetic: out type == in type.
+template <class S, class Op>
+class ArithKernel : public Kernel {
  public:
-  BinaryKernel(const Broadcast2 &bc) : bc_(bc), counters_(bc.dims.size()) {}
+  explicit ArithKernel(BroadcastN bc) : bc_(std::move(bc)), ctr_(bc_.dims.size()) {}
   bool Run(const void *const *in, void *const *out, std::string *) override {
-    ForEachRun(bc_, static_cast<const T *>(in[0]), static_cast<const T *>(in[1]), static_cast<T *>(out[0]),
-               counters_.data(), [](const T *a, const T *b, T *o, int64_t n, int64_t ia, int64_t ib) {
-                 if (ia && ib) {
-                   for (int64_t i = 0; i < n; ++i) o[i] = Op<T>::Apply(a[i], b[i]);
-                 } else if (ia) {
-                   const T bv = *b;
-                   for (int64_t i = 0; i < n; ++i) o[i] = Op<T>::Apply(a[i], bv);
-                 } else if (ib) {
-                   const T av = *a;
-                   for (int64_t i = 0; i < n; ++i) o[i] = Op<T>::Apply(av, b[i]);
-                 } else {
-                   const T v = Op<T>::Apply(*a, *b);
-                   for (int64_t i = 0; i < n; ++i) o[i] = v;
-                 }
-               });
+    BinaryLoop(bc_, ctr_.data(), static_cast<const S *>(in[0]), static_cast<const S *>(in[1]), static_cast<S *>(out[0]),
+               [](S a, S b) { return Num<S>::Store(Op::Apply(Num<S>::Load(a), Num<S>::Load(b))); });
     return true;
   }
 
  private:
-  Broadcast2 bc_;
-  std::vector<int64_t> counters_;
+  BroadcastN bc_;
+  std::vector<int64_t> ctr_;
 };
 
-bool ArithmeticType(ElemType t) {
-  switch (t) {
-    case ElemType::kFloat: case ElemType::kDouble: case ElemType::kInt8: case ElemType::kInt16:
-    case ElemType::kInt32: case ElemType::kInt64: case ElemType::kUint8: case ElemType::kUint16:
-    case ElemType::kUint32: case ElemType::kUint64:
-      return true;
-    default:
+bool SameTypes(const InferCtx &c, size_t from, size_t to, std::string *reason) {
+  for (size_t i = from + 1; i < to; ++i) {
+    if (!c.has(i) || !c.has(from)) continue;
+    if (c.in[i]->dtype != c.in[from]->dtype) {
+      *reason = std::string("input dtypes ") + ElemTypeName(c.in[from]->dtype) + " and " +
+                ElemTypeName(c.in[i]->dtype) + " differ";
       return false;
+    }
   }
+  return true;
 }
 
 bool CheckBinary(const Node &n, int64_t opset, std::string *reason) {
@@ -97,85 +168,394 @@ bool CheckBinary(const Node &n, int64_t opset, std::string *reason) {
   return true;
 }
 
-bool InferBinary(InferCtx *c, std::string *reason) {
-  const TensorDesc &a = *c->in[0], &b = *c->in[1];
-  if (a.dtype != b.dtype) {
-    *reason = std::string("input dtypes ") + ElemTypeName(a.dtype) + " and " + ElemTypeName(b.dtype) + " differ";
+template <bool (*Allowed)(ElemType)>
+bool InferBroadcast(InferCtx *c, std::string *reason) {
+  if (!SameTypes(*c, 0, c->in.size(), reason)) return false;
+  if (!Allowed(c->in[0]->dtype)) {
+    *reason = DtypeNotSupported(c->in[0]->dtype);
     return false;
   }
-  if (!ArithmeticType(a.dtype)) {
-    *reason = DtypeNotSupported(a.dtype);
+  std::vector<int64_t> dims = c->in[0]->dims;
+  for (size_t i = 1; i < c->in.size(); ++i)
+    if (!BroadcastShapes(dims, c->in[i]->dims, &dims, reason)) return false;
+  c->out[0].dtype = c->in[0]->dtype;
+  c->out[0].dims = std::move(dims);
+  return true;
+}
+
+template <class Op>
+std::unique_ptr<Kernel> PrepareArith(const KernelCtx &c, std::string *reason) {
+  BroadcastN bc = MakeBc({&c.in[0]->dims, &c.in[1]->dims}, c.out[0].dims);
+  std::unique_ptr<Kernel> k;
+  VisitType(c.out[0].dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (!std::is_same<S, Bool>::value) k = std::make_unique<ArithKernel<S, Op>>(bc);
+  });
+  if (!k) *reason = DtypeNotSupported(c.out[0].dtype);
+  return k;
+}
+
+// ---- Pow: base T, exponent T1 (may differ), result T ----
+
+template <class T>
+T IntPow(T base, int64_t e) {
+  if (e < 0) {
+    if (base == 1) return 1;
+    if constexpr (std::is_signed<T>::value) {
+      if (base == -1) return (e & 1) ? T(-1) : T(1);
+    }
+    return 0;  // integer 1 / base^|e| truncates to 0
+  }
+  T r = 1;
+  while (e) {
+    if (e & 1) r = WrapMul(r, base);
+    base = WrapMul(base, base);
+    e >>= 1;
+  }
+  return r;
+}
+
+template <class T>
+T FromDouble(double v) {
+  if constexpr (std::is_floating_point<T>::value) {
+    return static_cast<T>(v);
+  } else {  // numpy-like truncation, saturating instead of UB for NaN / out of range
+    if (!(v == v)) return 0;
+    if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+    if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+    return static_cast<T>(v);
+  }
+}
+
+template <class SA, class SB>
+class PowKernel : public Kernel {
+ public:
+  explicit PowKernel(BroadcastN bc) : bc_(std::move(bc)), ctr_(bc_.dims.size()) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    using CA = typename Num<SA>::C;
+    using CB = typename Num<SB>::C;
+    BinaryLoop(bc_, ctr_.data(), static_cast<const SA *>(in[0]), static_cast<const SB *>(in[1]),
+               static_cast<SA *>(out[0]), [](SA sa, SB sb) {
+                 const CA a = Num<SA>::Load(sa);
+                 const CB b = Num<SB>::Load(sb);
+                 if constexpr (std::is_integral<CA>::value && std::is_integral<CB>::value) {
+                   int64_t e;
+                   if constexpr (std::is_unsigned<CB>::value)
+                     e = b > static_cast<CB>(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max()
+                                                                                 : static_cast<int64_t>(b);
+                   else
+                     e = static_cast<int64_t>(b);
+                   return Num<SA>::Store(IntPow<CA>(a, e));
+                 } else if constexpr (std::is_same<CA, float>::value && std::is_same<CB, float>::value) {
+                   return Num<SA>::Store(std::pow(a, b));
+                 } else {
+                   return Num<SA>::Store(FromDouble<CA>(std::pow(static_cast<double>(a), static_cast<double>(b))));
+                 }
+               });
+    return true;
+  }
+
+ private:
+  BroadcastN bc_;
+  std::vector<int64_t> ctr_;
+};
+
+bool PowBaseType(ElemType t) {
+  return IsFloatType(t) || t == ElemType::kInt32 || t == ElemType::kInt64;
+}
+
+bool InferPow(InferCtx *c, std::string *reason) {
+  const TensorDesc &a = *c->in[0], &b = *c->in[1];
+  if (!PowBaseType(a.dtype)) {
+    *reason = DtypeNotSupported(a.dtype, "base");
+    return false;
+  }
+  if (!IsNumericType(b.dtype)) {
+    *reason = DtypeNotSupported(b.dtype, "exponent");
     return false;
   }
   c->out[0].dtype = a.dtype;
   return BroadcastShapes(a.dims, b.dims, &c->out[0].dims, reason);
 }
 
-template <template <class> class Op>
-std::unique_ptr<Kernel> PrepareBinary(const KernelCtx &c, std::string *reason) {
-  Broadcast2 bc;
-  bc.Init(c.in[0]->dims, c.in[1]->dims, c.out[0].dims);
-  switch (c.out[0].dtype) {
-    case ElemType::kFloat: return std::make_unique<BinaryKernel<float, Op>>(bc);
-    case ElemType::kDouble: return std::make_unique<BinaryKernel<double, Op>>(bc);
-    case ElemType::kInt8: return std::make_unique<BinaryKernel<int8_t, Op>>(bc);
-    case ElemType::kInt16: return std::make_unique<BinaryKernel<int16_t, Op>>(bc);
-    case ElemType::kInt32: return std::make_unique<BinaryKernel<int32_t, Op>>(bc);
-    case ElemType::kInt64: return std::make_unique<BinaryKernel<int64_t, Op>>(bc);
-    case ElemType::kUint8: return std::make_unique<BinaryKernel<uint8_t, Op>>(bc);
-    case ElemType::kUint16: return std::make_unique<BinaryKernel<uint16_t, Op>>(bc);
-    case ElemType::kUint32: return std::make_unique<BinaryKernel<uint32_t, Op>>(bc);
-    case ElemType::kUint64: return std::make_unique<BinaryKernel<uint64_t, Op>>(bc);
+std::unique_ptr<Kernel> PreparePow(const KernelCtx &c, std::string *reason) {
+  BroadcastN bc = MakeBc({&c.in[0]->dims, &c.in[1]->dims}, c.out[0].dims);
+  std::unique_ptr<Kernel> k;
+  VisitType(c.in[0]->dtype, [&](auto ta) {
+    using SA = decltype(ta);
+    if constexpr (!std::is_same<SA, Bool>::value) {
+      VisitType(c.in[1]->dtype, [&](auto tb) {
+        using SB = decltype(tb);
+        if constexpr (!std::is_same<SB, Bool>::value) k = std::make_unique<PowKernel<SA, SB>>(bc);
+      });
+    }
+  });
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return k;
+}
+
+// ---- variadic Max / Min ----
+
+template <class S, class Op>
+class VariadicKernel : public Kernel {
+ public:
+  VariadicKernel(std::vector<BroadcastN> bcs, size_t rank) : bcs_(std::move(bcs)), ctr_(std::max<size_t>(rank, 1)) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    S *o = static_cast<S *>(out[0]);
+    // Broadcast-copy input 0, then fold each further input in place.
+    BinaryLoop(bcs_[0], ctr_.data(), static_cast<const S *>(in[0]), static_cast<const S *>(in[0]), o,
+               [](S a, S) { return a; });
+    for (size_t k = 1; k < bcs_.size(); ++k)
+      InPlaceLoop(bcs_[k], ctr_.data(), o, static_cast<const S *>(in[k]),
+                  [](S a, S b) { return Num<S>::Store(Op::Apply(Num<S>::Load(a), Num<S>::Load(b))); });
+    return true;
+  }
+
+ private:
+  std::vector<BroadcastN> bcs_;
+  std::vector<int64_t> ctr_;
+};
+
+template <class Op>
+std::unique_ptr<Kernel> PrepareVariadic(const KernelCtx &c, std::string *reason) {
+  const auto &od = c.out[0].dims;
+  std::vector<BroadcastN> bcs;
+  bcs.push_back(MakeBc({&c.in[0]->dims, &c.in[0]->dims}, od));
+  for (size_t k = 1; k < c.in.size(); ++k) bcs.push_back(MakeBc({&od, &c.in[k]->dims}, od));
+  size_t rank = 1;
+  for (const auto &b : bcs) rank = std::max(rank, b.dims.size());
+  std::unique_ptr<Kernel> k;
+  VisitType(c.out[0].dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (!std::is_same<S, Bool>::value) k = std::make_unique<VariadicKernel<S, Op>>(bcs, rank);
+  });
+  if (!k) *reason = DtypeNotSupported(c.out[0].dtype);
+  return k;
+}
+
+// ---- comparisons and logic (bool outputs) ----
+
+struct EqualF {
+  template <class C>
+  static bool Apply(C a, C b) { return a == b; }
+};
+struct LessF {
+  template <class C>
+  static bool Apply(C a, C b) { return a < b; }
+};
+struct GreaterF {
+  template <class C>
+  static bool Apply(C a, C b) { return a > b; }
+};
+struct AndF {
+  template <class C>
+  static bool Apply(C a, C b) { return a && b; }
+};
+struct OrF {
+  template <class C>
+  static bool Apply(C a, C b) { return a || b; }
+};
+
+template <class S, class Op>
+class CompareKernel : public Kernel {
+ public:
+  explicit CompareKernel(BroadcastN bc) : bc_(std::move(bc)), ctr_(bc_.dims.size()) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    BinaryLoop(bc_, ctr_.data(), static_cast<const S *>(in[0]), static_cast<const S *>(in[1]),
+               static_cast<uint8_t *>(out[0]),
+               [](S a, S b) { return static_cast<uint8_t>(Op::Apply(Num<S>::Load(a), Num<S>::Load(b)) ? 1 : 0); });
+    return true;
+  }
+
+ private:
+  BroadcastN bc_;
+  std::vector<int64_t> ctr_;
+};
+
+bool EqualType(ElemType t) { return IsNumericType(t) || t == ElemType::kBool; }
+bool BoolType(ElemType t) { return t == ElemType::kBool; }
+
+template <bool (*Allowed)(ElemType)>
+bool InferCompare(InferCtx *c, std::string *reason) {
+  if (!InferBroadcast<Allowed>(c, reason)) return false;
+  c->out[0].dtype = ElemType::kBool;
+  return true;
+}
+
+template <class Op>
+std::unique_ptr<Kernel> PrepareCompare(const KernelCtx &c, std::string *reason) {
+  BroadcastN bc = MakeBc({&c.in[0]->dims, &c.in[1]->dims}, c.out[0].dims);
+  std::unique_ptr<Kernel> k;
+  VisitType(c.in[0]->dtype, [&](auto tag) { k = std::make_unique<CompareKernel<decltype(tag), Op>>(bc); });
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return k;
+}
+
+// ---- Where ----
+
+template <class S>  // S only fixes the element width
+class WhereKernel : public Kernel {
+ public:
+  explicit WhereKernel(BroadcastN bc) : bc_(std::move(bc)), ctr_(bc_.dims.size()) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const uint8_t *cond = static_cast<const uint8_t *>(in[0]);
+    const S *x = static_cast<const S *>(in[1]);
+    const S *y = static_cast<const S *>(in[2]);
+    S *o = static_cast<S *>(out[0]);
+    const int64_t ic = bc_.strides[0].back(), ix = bc_.strides[1].back(), iy = bc_.strides[2].back();
+    ForEachRunN(bc_, ctr_.data(), [&](const int64_t *off, int64_t oo, int64_t n) {
+      const uint8_t *pc = cond + off[0];
+      const S *px = x + off[1];
+      const S *py = y + off[2];
+      S *po = o + oo;
+      for (int64_t i = 0; i < n; ++i) po[i] = pc[i * ic] ? px[i * ix] : py[i * iy];
+    });
+    return true;
+  }
+
+ private:
+  BroadcastN bc_;
+  std::vector<int64_t> ctr_;
+};
+
+bool InferWhere(InferCtx *c, std::string *reason) {
+  if (c->in[0]->dtype != ElemType::kBool) {
+    *reason = "condition must be bool, got " + DescStr(*c->in[0]);
+    return false;
+  }
+  if (!SameTypes(*c, 1, 3, reason)) return false;
+  if (ElemSize(c->in[1]->dtype) == 0) {
+    *reason = DtypeNotSupported(c->in[1]->dtype);
+    return false;
+  }
+  std::vector<int64_t> dims;
+  if (!BroadcastShapes(c->in[0]->dims, c->in[1]->dims, &dims, reason)) return false;
+  if (!BroadcastShapes(dims, c->in[2]->dims, &dims, reason)) return false;
+  c->out[0].dtype = c->in[1]->dtype;
+  c->out[0].dims = std::move(dims);
+  return true;
+}
+
+std::unique_ptr<Kernel> PrepareWhere(const KernelCtx &c, std::string *reason) {
+  BroadcastN bc = MakeBc({&c.in[0]->dims, &c.in[1]->dims, &c.in[2]->dims}, c.out[0].dims);
+  switch (ElemSize(c.out[0].dtype)) {
+    case 1: return std::make_unique<WhereKernel<uint8_t>>(bc);
+    case 2: return std::make_unique<WhereKernel<uint16_t>>(bc);
+    case 4: return std::make_unique<WhereKernel<uint32_t>>(bc);
+    case 8: return std::make_unique<WhereKernel<uint64_t>>(bc);
     default: *reason = DtypeNotSupported(c.out[0].dtype); return nullptr;
   }
 }
 
 // ---- unary ----
 
-template <class T>
+struct NegF {
+  template <class C>
+  static C Apply(C x, float) {
+    if constexpr (std::is_integral<C>::value) return WrapSub(C(0), x);
+    else return -x;
+  }
+};
+struct AbsF {
+  template <class C>
+  static C Apply(C x, float) {
+    if constexpr (std::is_unsigned<C>::value) return x;
+    else if constexpr (std::is_integral<C>::value) return x < 0 ? WrapSub(C(0), x) : x;
+    else return std::fabs(x);
+  }
+};
+struct SqrtF {
+  template <class C>
+  static C Apply(C x, float) { return std::sqrt(x); }
+};
+struct ExpF {
+  template <class C>
+  static C Apply(C x, float) { return std::exp(x); }
+};
+struct LogF {
+  template <class C>
+  static C Apply(C x, float) { return std::log(x); }
+};
+struct ReciprocalF {
+  template <class C>
+  static C Apply(C x, float) { return C(1) / x; }
+};
+struct ErfF {
+  template <class C>
+  static C Apply(C x, float) { return std::erf(x); }
+};
 struct ReluF {
-  static T Apply(T x) {
-    if constexpr (std::is_floating_point<T>::value) return x > T(0) ? x : (x != x ? x : T(0));  // keep NaN
-    else return x > T(0) ? x : T(0);
+  template <class C>
+  static C Apply(C x, float) {
+    return x < C(0) ? C(0) : x;  // NaN stays NaN; branch-free, so it vectorises
   }
 };
-template <class T>
+struct LeakyReluF {
+  template <class C>
+  static C Apply(C x, float alpha) { return x >= C(0) ? x : x * static_cast<C>(alpha); }
+};
 struct SigmoidF {
-  static T Apply(T x) {
-    if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
-    const T e = std::exp(x);  // avoids exp overflow for very negative x
-    return e / (T(1) + e);
+  template <class C>
+  static C Apply(C x, float) {
+    if (x >= C(0)) return C(1) / (C(1) + std::exp(-x));
+    const C e = std::exp(x);  // avoids exp overflow for very negative x
+    return e / (C(1) + e);
   }
 };
-template <class T>
 struct TanhF {
-  static T Apply(T x) { return std::tanh(x); }
+  template <class C>
+  static C Apply(C x, float) { return std::tanh(x); }
+};
+struct GeluF {  // param: 0 exact (erf), 1 tanh approximation
+  template <class C>
+  static C Apply(C x, float approx) {
+    if (approx != 0.f) {
+      const C k = static_cast<C>(0.7978845608028654);  // sqrt(2 / pi)
+      return C(0.5) * x * (C(1) + std::tanh(k * (x + static_cast<C>(0.044715) * x * x * x)));
+    }
+    return C(0.5) * x * (C(1) + std::erf(x * static_cast<C>(0.7071067811865476)));
+  }
+};
+struct NotF {
+  template <class C>
+  static C Apply(C x, float) { return !x; }
 };
 
-template <class T, template <class> class Op>
+template <class S, class Op>
 class UnaryKernel : public Kernel {
  public:
-  explicit UnaryKernel(int64_t n) : n_(n) {}
+  UnaryKernel(int64_t n, float param) : n_(n), param_(param) {}
   bool Run(const void *const *in, void *const *out, std::string *) override {
-    const T *x = static_cast<const T *>(in[0]);
-    T *y = static_cast<T *>(out[0]);
-    for (int64_t i = 0; i < n_; ++i) y[i] = Op<T>::Apply(x[i]);
+    const S *__restrict x = static_cast<const S *>(in[0]);
+    S *__restrict y = static_cast<S *>(out[0]);
+    const float p = param_;
+    for (int64_t i = 0; i < n_; ++i) y[i] = Num<S>::Store(Op::Apply(Num<S>::Load(x[i]), p));
     return true;
   }
 
  private:
   int64_t n_;
+  float param_;
 };
 
-bool FloatType(ElemType t) { return t == ElemType::kFloat || t == ElemType::kDouble; }
-bool SignedOrFloat(ElemType t) {
-  return FloatType(t) || t == ElemType::kInt8 || t == ElemType::kInt16 || t == ElemType::kInt32 ||
-         t == ElemType::kInt64;
+enum UnaryTypes { kFloatOnly, kSignedOrFloat, kAnyNumeric, kBoolOnly };
+
+template <UnaryTypes kTypes>
+bool UnaryAllowed(ElemType t) {
+  switch (kTypes) {
+    case kFloatOnly: return IsFloatType(t);
+    case kSignedOrFloat:
+      return IsFloatType(t) || t == ElemType::kInt8 || t == ElemType::kInt16 || t == ElemType::kInt32 ||
+             t == ElemType::kInt64;
+    case kAnyNumeric: return IsNumericType(t);
+    case kBoolOnly: return t == ElemType::kBool;
+  }
+  return false;
 }
 
-template <bool (*Allowed)(ElemType)>
+template <UnaryTypes kTypes>
 bool InferUnary(InferCtx *c, std::string *reason) {
-  if (!Allowed(c->in[0]->dtype)) {
+  if (!UnaryAllowed<kTypes>(c->in[0]->dtype)) {
     *reason = DtypeNotSupported(c->in[0]->dtype);
     return false;
   }
@@ -183,37 +563,154 @@ bool InferUnary(InferCtx *c, std::string *reason) {
   return true;
 }
 
-template <template <class> class Op>
-std::unique_ptr<Kernel> PrepareUnaryFloat(const KernelCtx &c, std::string *reason) {
-  int64_t n = c.out[0].NumElements();
-  switch (c.out[0].dtype) {
-    case ElemType::kFloat: return std::make_unique<UnaryKernel<float, Op>>(n);
-    case ElemType::kDouble: return std::make_unique<UnaryKernel<double, Op>>(n);
-    default: *reason = DtypeNotSupported(c.out[0].dtype); return nullptr;
+bool UnaryParam(const Node &n, float *p, std::string *reason) {
+  *p = 0.f;
+  if (n.op_type == "LeakyRelu") return AttrFloat(n, "alpha", 0.01f, p, reason);
+  if (n.op_type == "Gelu") {
+    const Attribute *a = n.FindAttr("approximate");
+    if (!a) return true;
+    if (a->type != kAttrString || (a->s != "none" && a->s != "tanh")) {
+      *reason = "attribute 'approximate' must be \"none\" or \"tanh\"";
+      return false;
+    }
+    *p = a->s == "tanh" ? 1.f : 0.f;
   }
+  return true;
 }
 
-std::unique_ptr<Kernel> PrepareRelu(const KernelCtx &c, std::string *reason) {
-  int64_t n = c.out[0].NumElements();
-  switch (c.out[0].dtype) {
-    case ElemType::kInt8: return std::make_unique<UnaryKernel<int8_t, ReluF>>(n);
-    case ElemType::kInt16: return std::make_unique<UnaryKernel<int16_t, ReluF>>(n);
-    case ElemType::kInt32: return std::make_unique<UnaryKernel<int32_t, ReluF>>(n);
-    case ElemType::kInt64: return std::make_unique<UnaryKernel<int64_t, ReluF>>(n);
-    default: return PrepareUnaryFloat<ReluF>(c, reason);
-  }
+bool CheckUnary(const Node &n, int64_t, std::string *reason) {
+  float p;
+  return UnaryParam(n, &p, reason);
 }
+
+template <class Op, UnaryTypes kTypes>
+std::unique_ptr<Kernel> PrepareUnary(const KernelCtx &c, std::string *reason) {
+  float p;
+  if (!UnaryParam(*c.node, &p, reason)) return nullptr;
+  const int64_t n = c.out[0].NumElements();
+  std::unique_ptr<Kernel> k;
+  VisitType(c.out[0].dtype, [&](auto tag) {
+    using S = decltype(tag);
+    using C = typename Num<S>::C;
+    constexpr bool ok = kTypes == kBoolOnly ? std::is_same<S, Bool>::value
+                        : kTypes == kFloatOnly ? std::is_floating_point<C>::value
+                        : kTypes == kSignedOrFloat ? (!std::is_same<S, Bool>::value && std::is_signed<C>::value)
+                                                   : !std::is_same<S, Bool>::value;
+    if constexpr (ok) k = std::make_unique<UnaryKernel<S, Op>>(n, p);
+  });
+  if (!k) *reason = DtypeNotSupported(c.out[0].dtype);
+  return k;
+}
+
+// ---- Clip: min/max are optional scalar inputs (opset >= 11) or float attributes (older) ----
+
+bool InferClip(InferCtx *c, std::string *reason) {
+  if (!IsNumericType(c->in[0]->dtype)) {
+    *reason = DtypeNotSupported(c->in[0]->dtype);
+    return false;
+  }
+  for (size_t i = 1; i < c->in.size(); ++i) {
+    if (!c->has(i)) continue;
+    if (c->in[i]->dtype != c->in[0]->dtype) {
+      *reason = "input '" + c->node->input_names[i] + "' must have the dtype of the input, got " + DescStr(*c->in[i]);
+      return false;
+    }
+    if (c->in[i]->NumElements() > 1 || (c->in[i]->IsStatic() && c->in[i]->NumElements() != 1)) {
+      *reason = "input '" + c->node->input_names[i] + "' must be a scalar, got " + DescStr(*c->in[i]);
+      return false;
+    }
+  }
+  c->out[0] = *c->in[0];
+  return true;
+}
+
+template <class S>
+class ClipKernel : public Kernel {
+ public:
+  ClipKernel(int64_t n, bool has_lo, bool has_hi, float attr_lo, float attr_hi, bool attrs)
+      : n_(n), has_lo_(has_lo), has_hi_(has_hi), attr_lo_(attr_lo), attr_hi_(attr_hi), attrs_(attrs) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    using C = typename Num<S>::C;
+    C lo = std::numeric_limits<C>::lowest(), hi = std::numeric_limits<C>::max();
+    if (std::is_floating_point<C>::value) {
+      lo = -std::numeric_limits<C>::infinity();
+      hi = std::numeric_limits<C>::infinity();
+    }
+    if (attrs_) {
+      lo = static_cast<C>(attr_lo_);
+      hi = static_cast<C>(attr_hi_);
+    } else {
+      if (has_lo_) lo = Num<S>::Load(*static_cast<const S *>(in[1]));
+      if (has_hi_) hi = Num<S>::Load(*static_cast<const S *>(in[2]));
+    }
+    const S *x = static_cast<const S *>(in[0]);
+    S *y = static_cast<S *>(out[0]);
+    for (int64_t i = 0; i < n_; ++i) {
+      C v = Num<S>::Load(x[i]);
+      v = v < lo ? lo : v;  // NaN stays NaN
+      v = v > hi ? hi : v;
+      y[i] = Num<S>::Store(v);
+    }
+    return true;
+  }
+
+ private:
+  int64_t n_;
+  bool has_lo_, has_hi_;
+  float attr_lo_, attr_hi_;
+  bool attrs_;
+};
+
+std::unique_ptr<Kernel> PrepareClip(const KernelCtx &c, std::string *reason) {
+  const bool has_lo = c.in.size() > 1 && c.in[1], has_hi = c.in.size() > 2 && c.in[2];
+  float alo = -std::numeric_limits<float>::infinity(), ahi = std::numeric_limits<float>::infinity();
+  const bool attrs = c.opset < 11;
+  if (attrs && (!AttrFloat(*c.node, "min", alo, &alo, reason) || !AttrFloat(*c.node, "max", ahi, &ahi, reason)))
+    return nullptr;
+  std::unique_ptr<Kernel> k;
+  VisitType(c.out[0].dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (!std::is_same<S, Bool>::value)
+      k = std::make_unique<ClipKernel<S>>(c.out[0].NumElements(), has_lo, has_hi, alo, ahi, attrs);
+  });
+  if (!k) *reason = DtypeNotSupported(c.out[0].dtype);
+  return k;
+}
+
+bool ArithAllowed(ElemType t) { return IsNumericType(t); }
 
 }  // namespace
 
 void RegisterElementwiseOps(std::vector<OpDef> *ops) {
-  ops->push_back({"Add", 2, 2, 1, 1, CheckBinary, InferBinary, PrepareBinary<AddF>, true});
-  ops->push_back({"Sub", 2, 2, 1, 1, CheckBinary, InferBinary, PrepareBinary<SubF>, true});
-  ops->push_back({"Mul", 2, 2, 1, 1, CheckBinary, InferBinary, PrepareBinary<MulF>, true});
-  ops->push_back({"Div", 2, 2, 1, 1, CheckBinary, InferBinary, PrepareBinary<DivF>, true});
-  ops->push_back({"Relu", 1, 1, 1, 1, nullptr, InferUnary<SignedOrFloat>, PrepareRelu, true});
-  ops->push_back({"Sigmoid", 1, 1, 1, 1, nullptr, InferUnary<FloatType>, PrepareUnaryFloat<SigmoidF>, true});
-  ops->push_back({"Tanh", 1, 1, 1, 1, nullptr, InferUnary<FloatType>, PrepareUnaryFloat<TanhF>, true});
+  ops->push_back({"Add", 2, 2, 1, 1, CheckBinary, InferBroadcast<ArithAllowed>, PrepareArith<AddF>, true});
+  ops->push_back({"Sub", 2, 2, 1, 1, CheckBinary, InferBroadcast<ArithAllowed>, PrepareArith<SubF>, true});
+  ops->push_back({"Mul", 2, 2, 1, 1, CheckBinary, InferBroadcast<ArithAllowed>, PrepareArith<MulF>, true});
+  ops->push_back({"Div", 2, 2, 1, 1, CheckBinary, InferBroadcast<ArithAllowed>, PrepareArith<DivF>, true});
+  ops->push_back({"Pow", 2, 2, 1, 1, CheckBinary, InferPow, PreparePow, true});
+  ops->push_back({"Max", 1, 64, 1, 1, nullptr, InferBroadcast<ArithAllowed>, PrepareVariadic<MaxF>, true});
+  ops->push_back({"Min", 1, 64, 1, 1, nullptr, InferBroadcast<ArithAllowed>, PrepareVariadic<MinF>, true});
+  ops->push_back({"Equal", 2, 2, 1, 1, CheckBinary, InferCompare<EqualType>, PrepareCompare<EqualF>, true});
+  ops->push_back({"Less", 2, 2, 1, 1, CheckBinary, InferCompare<ArithAllowed>, PrepareCompare<LessF>, true});
+  ops->push_back({"Greater", 2, 2, 1, 1, CheckBinary, InferCompare<ArithAllowed>, PrepareCompare<GreaterF>, true});
+  ops->push_back({"And", 2, 2, 1, 1, CheckBinary, InferCompare<BoolType>, PrepareCompare<AndF>, true});
+  ops->push_back({"Or", 2, 2, 1, 1, CheckBinary, InferCompare<BoolType>, PrepareCompare<OrF>, true});
+  ops->push_back({"Where", 3, 3, 1, 1, nullptr, InferWhere, PrepareWhere, true});
+  ops->push_back({"Not", 1, 1, 1, 1, nullptr, InferUnary<kBoolOnly>, PrepareUnary<NotF, kBoolOnly>, true});
+  ops->push_back({"Neg", 1, 1, 1, 1, nullptr, InferUnary<kSignedOrFloat>, PrepareUnary<NegF, kSignedOrFloat>, true});
+  ops->push_back({"Abs", 1, 1, 1, 1, nullptr, InferUnary<kAnyNumeric>, PrepareUnary<AbsF, kAnyNumeric>, true});
+  ops->push_back({"Relu", 1, 1, 1, 1, nullptr, InferUnary<kSignedOrFloat>, PrepareUnary<ReluF, kSignedOrFloat>, true});
+  ops->push_back({"Sqrt", 1, 1, 1, 1, nullptr, InferUnary<kFloatOnly>, PrepareUnary<SqrtF, kFloatOnly>, true});
+  ops->push_back({"Exp", 1, 1, 1, 1, nullptr, InferUnary<kFloatOnly>, PrepareUnary<ExpF, kFloatOnly>, true});
+  ops->push_back({"Log", 1, 1, 1, 1, nullptr, InferUnary<kFloatOnly>, PrepareUnary<LogF, kFloatOnly>, true});
+  ops->push_back(
+      {"Reciprocal", 1, 1, 1, 1, nullptr, InferUnary<kFloatOnly>, PrepareUnary<ReciprocalF, kFloatOnly>, true});
+  ops->push_back({"Erf", 1, 1, 1, 1, nullptr, InferUnary<kFloatOnly>, PrepareUnary<ErfF, kFloatOnly>, true});
+  ops->push_back({"Sigmoid", 1, 1, 1, 1, nullptr, InferUnary<kFloatOnly>, PrepareUnary<SigmoidF, kFloatOnly>, true});
+  ops->push_back({"Tanh", 1, 1, 1, 1, nullptr, InferUnary<kFloatOnly>, PrepareUnary<TanhF, kFloatOnly>, true});
+  ops->push_back(
+      {"LeakyRelu", 1, 1, 1, 1, CheckUnary, InferUnary<kFloatOnly>, PrepareUnary<LeakyReluF, kFloatOnly>, true});
+  ops->push_back({"Gelu", 1, 1, 1, 1, CheckUnary, InferUnary<kFloatOnly>, PrepareUnary<GeluF, kFloatOnly>, true});
+  ops->push_back({"Clip", 1, 3, 1, 1, nullptr, InferClip, PrepareClip, true});
 }
 
 }  // namespace onnx

@@ -1,16 +1,16 @@
 // MatMul (numpy matmul semantics: 1-D promotion, broadcast batch dims) and Gemm (alpha, beta, transA, transB,
-// optional unidirectionally broadcast C). Both run on the blocked core in gemm.cc.
+// optional unidirectionally broadcast C). Both run on OpenBLAS through gemm.cc; float16/bfloat16 through float32.
 #include <algorithm>
 
 #include "broadcast.h"
 #include "gemm.h"
-#include "op_registry.h"
+#include "elem.h"
 
 namespace twin {
 namespace onnx {
 namespace {
 
-bool MatMulType(ElemType t) { return t == ElemType::kFloat || t == ElemType::kDouble; }
+bool MatMulType(ElemType t) { return IsFloatType(t); }
 
 bool CheckSameFloatTypes(const InferCtx &c, size_t count, std::string *reason) {
   for (size_t i = 0; i < count; ++i) {
@@ -79,24 +79,34 @@ template <class T>
 class MatMulKernel : public Kernel {
  public:
   MatMulKernel(int64_t M, int64_t N, int64_t K, std::vector<int64_t> a_off, std::vector<int64_t> b_off)
-      : M_(M), N_(N), K_(K), a_off_(std::move(a_off)), b_off_(std::move(b_off)) {}
+      : M_(M), N_(N), K_(K), a_off_(std::move(a_off)), b_off_(std::move(b_off)) {
+    // A's batches back to back and one shared B (activations x weights): a single GEMM with M * batches rows.
+    fold_ = !a_off_.empty();
+    for (size_t bi = 0; fold_ && bi < a_off_.size(); ++bi)
+      fold_ = a_off_[bi] == static_cast<int64_t>(bi) * M_ * K_ && b_off_[bi] == b_off_[0];
+  }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const T *A = static_cast<const T *>(in[0]);
     const T *B = static_cast<const T *>(in[1]);
     T *C = static_cast<T *>(out[0]);
     const int64_t mn = M_ * N_;
-    std::fill(C, C + mn * static_cast<int64_t>(a_off_.size()), T(0));
+    if (fold_) {
+      Gemm<T>(false, false, M_ * static_cast<int64_t>(a_off_.size()), N_, K_, T(1), A, K_, B + b_off_[0], N_, T(0), C,
+              N_);
+      return true;
+    }
     for (size_t bi = 0; bi < a_off_.size(); ++bi)
-      GemmAccumulate<T>(false, false, M_, N_, K_, T(1), A + a_off_[bi], B + b_off_[bi], C + mn * bi);
+      Gemm<T>(false, false, M_, N_, K_, T(1), A + a_off_[bi], K_, B + b_off_[bi], N_, T(0), C + mn * bi, N_);
     return true;
   }
 
  private:
   int64_t M_, N_, K_;
   std::vector<int64_t> a_off_, b_off_;  // element offset of each batch's matrices
+  bool fold_ = false;
 };
 
-std::unique_ptr<Kernel> PrepareMatMul(const KernelCtx &c, std::string *reason) {
+std::unique_ptr<Kernel> PrepareMatMulFloat(const KernelCtx &c, std::string *reason) {
   MatMulShape s;
   std::vector<int64_t> out;
   if (!MatMulDims(c.in[0]->dims, c.in[1]->dims, &s, &out, reason)) return nullptr;
@@ -222,7 +232,7 @@ class GemmKernel : public Kernel {
   int64_t c_rows_, c_cols_;
 };
 
-std::unique_ptr<Kernel> PrepareGemm(const KernelCtx &c, std::string *reason) {
+std::unique_ptr<Kernel> PrepareGemmFloat(const KernelCtx &c, std::string *reason) {
   GemmAttrs g;
   if (!GemmReadAttrs(*c.node, &g, reason)) return nullptr;
   const auto &a = c.in[0]->dims;
@@ -244,6 +254,14 @@ std::unique_ptr<Kernel> PrepareGemm(const KernelCtx &c, std::string *reason) {
     case ElemType::kDouble: return std::make_unique<GemmKernel<double>>(g, M, N, K, has_c, c_rows, c_cols);
     default: *reason = DtypeNotSupported(c.out[0].dtype); return nullptr;
   }
+}
+
+std::unique_ptr<Kernel> PrepareMatMul(const KernelCtx &c, std::string *reason) {
+  return HasHalfTypes(c) ? PrepareViaFloat(c, PrepareMatMulFloat, reason) : PrepareMatMulFloat(c, reason);
+}
+
+std::unique_ptr<Kernel> PrepareGemm(const KernelCtx &c, std::string *reason) {
+  return HasHalfTypes(c) ? PrepareViaFloat(c, PrepareGemmFloat, reason) : PrepareGemmFloat(c, reason);
 }
 
 }  // namespace

@@ -72,6 +72,7 @@ bool InferReshape(InferCtx *c, std::string *reason) {
       return false;
     }
     if (!c->in_data[1]) {
+      if (c->need_static) c->missing_input = 1;  // CompilePlan may specialise on the runtime value
       if (c->need_static || s.dims[0] < 0 || s.dims[0] > static_cast<int64_t>(kMaxRank)) {
         *reason = "shape input '" + c->node->input_names[1] +
                   "' is not a compile-time constant (it depends on runtime data), which the twin does not support";

@@ -1,9 +1,11 @@
-// Softmax: opset >= 13 normalises along one axis (default -1); opset < 13 coerces the input to 2-D at `axis`
-// (default 1) and normalises each row.
+// Softmax and LogSoftmax: opset >= 13 normalise along one axis (default -1); opset < 13 coerce the input to 2-D
+// at `axis` (default 1) and normalise each row. float16/bfloat16 run through float32.
 #include <algorithm>
 #include <cmath>
 
-#include "op_registry.h"
+#include "elem.h"
+
+#pragma GCC optimize("O3")  // vectorise the hot loops beyond -O2's very-cheap cost model
 
 namespace twin {
 namespace onnx {
@@ -20,7 +22,7 @@ bool CheckSoftmax(const Node &n, int64_t opset, std::string *reason) {
 
 bool InferSoftmax(InferCtx *c, std::string *reason) {
   const TensorDesc &x = *c->in[0];
-  if (x.dtype != ElemType::kFloat && x.dtype != ElemType::kDouble) {
+  if (!IsFloatType(x.dtype)) {
     *reason = DtypeNotSupported(x.dtype);
     return false;
   }
@@ -32,7 +34,7 @@ bool InferSoftmax(InferCtx *c, std::string *reason) {
   return true;
 }
 
-template <class T>
+template <class T, bool kLog>
 class SoftmaxKernel : public Kernel {
  public:
   SoftmaxKernel(int64_t outer, int64_t n, int64_t inner)
@@ -55,8 +57,15 @@ class SoftmaxKernel : public Kernel {
           yo[k * inner_ + j] = e;
           sum_[j] += e;
         }
-      for (int64_t k = 0; k < n_; ++k)
-        for (int64_t j = 0; j < inner_; ++j) yo[k * inner_ + j] /= sum_[j];
+      if constexpr (kLog) {
+        for (int64_t j = 0; j < inner_; ++j) sum_[j] = std::log(sum_[j]) + mx_[j];
+        for (int64_t k = 0; k < n_; ++k)
+          for (int64_t j = 0; j < inner_; ++j) yo[k * inner_ + j] = xo[k * inner_ + j] - sum_[j];
+      } else {
+        for (int64_t j = 0; j < inner_; ++j) sum_[j] = T(1) / sum_[j];
+        for (int64_t k = 0; k < n_; ++k)
+          for (int64_t j = 0; j < inner_; ++j) yo[k * inner_ + j] *= sum_[j];
+      }
     }
     return true;
   }
@@ -66,7 +75,8 @@ class SoftmaxKernel : public Kernel {
   std::vector<T> mx_, sum_;
 };
 
-std::unique_ptr<Kernel> PrepareSoftmax(const KernelCtx &c, std::string *reason) {
+template <bool kLog>
+std::unique_ptr<Kernel> PrepareSoftmaxFloat(const KernelCtx &c, std::string *reason) {
   const auto &dims = c.in[0]->dims;
   int64_t axis, norm;
   if (!ReadAxis(*c.node, c.opset, &axis, reason)) return nullptr;
@@ -81,16 +91,22 @@ std::unique_ptr<Kernel> PrepareSoftmax(const KernelCtx &c, std::string *reason) 
   }
   if (outer == 0 || n == 0 || inner == 0) outer = n = inner = 0;
   switch (c.out[0].dtype) {
-    case ElemType::kFloat: return std::make_unique<SoftmaxKernel<float>>(outer, n, inner);
-    case ElemType::kDouble: return std::make_unique<SoftmaxKernel<double>>(outer, n, inner);
+    case ElemType::kFloat: return std::make_unique<SoftmaxKernel<float, kLog>>(outer, n, inner);
+    case ElemType::kDouble: return std::make_unique<SoftmaxKernel<double, kLog>>(outer, n, inner);
     default: *reason = DtypeNotSupported(c.out[0].dtype); return nullptr;
   }
+}
+
+template <bool kLog>
+std::unique_ptr<Kernel> PrepareSoftmax(const KernelCtx &c, std::string *reason) {
+  return HasHalfTypes(c) ? PrepareViaFloat(c, PrepareSoftmaxFloat<kLog>, reason) : PrepareSoftmaxFloat<kLog>(c, reason);
 }
 
 }  // namespace
 
 void RegisterSoftmaxOps(std::vector<OpDef> *ops) {
-  ops->push_back({"Softmax", 1, 1, 1, 1, CheckSoftmax, InferSoftmax, PrepareSoftmax, true});
+  ops->push_back({"Softmax", 1, 1, 1, 1, CheckSoftmax, InferSoftmax, PrepareSoftmax<false>, true});
+  ops->push_back({"LogSoftmax", 1, 1, 1, 1, CheckSoftmax, InferSoftmax, PrepareSoftmax<true>, true});
 }
 
 }  // namespace onnx

@@ -1,6 +1,9 @@
 // CompilePlan and the Plan implementation: kernels prepared for static shapes, one arena for intermediates with
 // lifetime-based reuse, graph outputs written straight into the caller's buffers. Run does no heap allocation.
 #include <algorithm>
+#include <cmath>
+#include <list>
+#include <mutex>
 #include <new>
 
 #include "analysis.h"
@@ -63,6 +66,7 @@ struct Step {
   const Node *node = nullptr;
   std::unique_ptr<Kernel> kernel;
   std::vector<int> in_vals, out_vals;  // value ids; -1 omitted input; out slots index into slot table
+  size_t scratch_bytes = 0, scratch_off = 0;
   std::vector<const void *> in_ptrs;   // filled at Run (preallocated)
   std::vector<void *> out_ptrs;
 };
@@ -81,10 +85,16 @@ class PlanImpl : public Plan {
   size_t workspace_bytes() const override { return workspace_bytes_; }
   bool Run(const std::vector<const void *> &inputs, const std::vector<void *> &outputs, std::string *error) override;
 
-  bool Build(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs, std::string *err);
+  // bound: per graph input, contents to treat as constants (value-specialised plans; copied), or nullptr.
+  bool Build(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs, std::string *err,
+             const std::vector<const void *> *bound = nullptr);
+  int missing_value() const { return a_.missing_value; }
 
  private:
   bool BindIo(const void *p, const TensorDesc &d, const char *what, size_t i, void **slot, std::string *err);
+  std::unique_ptr<Kernel> TryFuseConv(const KernelCtx &kc, const std::vector<int> &uses,
+                                      const std::vector<int> &sole_user, std::vector<char> *absorbed,
+                                      std::vector<int> *outputs);
 
   std::shared_ptr<const Model> model_;  // keeps initializers and Constant values alive
   const ModelImpl *m_ = nullptr;
@@ -99,16 +109,32 @@ class PlanImpl : public Plan {
   std::vector<int> output_slot_;  // per graph output: slot written directly by a kernel, or -1
   std::vector<FinalCopy> copies_;
   std::vector<uint8_t> arena_storage_;
+  std::vector<std::vector<uint8_t>> bound_storage_;  // copies of bound input contents
+  std::vector<char> input_bound_;                    // per graph input
 };
 
-bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs, std::string *err) {
+bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs, std::string *err,
+                     const std::vector<const void *> *bound) {
   model_ = std::move(model);
   m_ = dynamic_cast<const ModelImpl *>(model_.get());
   if (!m_) {
     *err = "CompilePlan: model was not created by ParseModel";
     return false;
   }
-  if (!Analyze(*m_, inputs, /*compile=*/true, &a_, err)) return false;
+  input_bound_.assign(inputs.size(), 0);
+  std::vector<const void *> bound_ptrs;
+  if (bound) {
+    bound_storage_.resize(inputs.size());
+    bound_ptrs.assign(inputs.size(), nullptr);
+    for (size_t i = 0; i < inputs.size() && i < bound->size(); ++i) {
+      if (!(*bound)[i]) continue;
+      const uint8_t *src = static_cast<const uint8_t *>((*bound)[i]);
+      bound_storage_[i].assign(src, src + inputs[i].Bytes());
+      bound_ptrs[i] = bound_storage_[i].empty() ? EmptyTensorData() : bound_storage_[i].data();
+      input_bound_[i] = 1;
+    }
+  }
+  if (!Analyze(*m_, inputs, /*compile=*/true, &a_, err, bound ? &bound_ptrs : nullptr)) return false;
   input_descs_ = inputs;
   for (int vid : m_->output_values_) output_descs_.push_back(a_.desc[vid]);
   const_bytes_ = m_->initializer_bytes() + a_.folded_bytes;
@@ -133,8 +159,18 @@ bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<Tenso
       output_slot_[j] = v;
     }
   }
+  // Consumers of each value (graph outputs count as consumers that cannot be fused away).
+  std::vector<int> uses(nv, 0), sole_user(nv, -1);
+  for (size_t k = 0; k < m_->nodes_.size(); ++k)
+    for (int vid : m_->nodes_[k].inputs)
+      if (vid >= 0) {
+        ++uses[vid];
+        sole_user[vid] = static_cast<int>(k);
+      }
+  for (int vid : m_->output_values_) uses[vid] += 2;
+  std::vector<char> absorbed(m_->nodes_.size(), 0);
   for (size_t k = 0; k < m_->nodes_.size(); ++k) {
-    if (a_.node_folded[k]) continue;
+    if (a_.node_folded[k] || absorbed[k]) continue;
     const Node &n = m_->nodes_[k];
     Step s;
     s.node = &n;
@@ -147,14 +183,17 @@ bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<Tenso
     }
     kc.out = a_.node_out[k];
     std::string reason;
-    s.kernel = n.op->prepare(kc, &reason);
+    std::vector<int> fused_outputs;
+    if (n.op_type == "Conv") s.kernel = TryFuseConv(kc, uses, sole_user, &absorbed, &fused_outputs);
+    if (!s.kernel) s.kernel = n.op->prepare(kc, &reason);
     if (!s.kernel) {
       *err = n.Where() + reason;
       return false;
     }
     s.in_vals = n.inputs;
-    for (size_t o = 0; o < n.outputs.size(); ++o) {
-      int vid = n.outputs[o];
+    const std::vector<int> &node_outputs = fused_outputs.empty() ? n.outputs : fused_outputs;
+    for (size_t o = 0; o < node_outputs.size(); ++o) {
+      int vid = node_outputs[o];
       if (vid < 0) {  // omitted optional output: kernels still need somewhere to write it
         vid = static_cast<int>(ptr_.size());
         ptr_.push_back(nullptr);
@@ -164,6 +203,7 @@ bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<Tenso
       s.out_vals.push_back(vid);
       if (out_binding.size() <= static_cast<size_t>(vid) || out_binding[vid] < 0) is_arena[vid] = 1;
     }
+    s.scratch_bytes = s.kernel->scratch_bytes();
     s.in_ptrs.resize(s.in_vals.size());
     s.out_ptrs.resize(s.out_vals.size());
     steps_.push_back(std::move(s));
@@ -186,6 +226,10 @@ bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<Tenso
   for (size_t st = 0; st < steps_.size(); ++st) {
     for (int v : steps_[st].out_vals)
       if (is_arena[v] && slot_bytes[v] > 0) offset[v] = alloc.Alloc(slot_bytes[v]);
+    if (steps_[st].scratch_bytes) {  // live during this step only
+      steps_[st].scratch_off = alloc.Alloc(steps_[st].scratch_bytes);
+      alloc.Free(steps_[st].scratch_off, steps_[st].scratch_bytes);
+    }
     for (int v : frees[st]) alloc.Free(offset[v], slot_bytes[v]);
   }
   workspace_bytes_ = alloc.top();
@@ -200,6 +244,8 @@ bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<Tenso
     if (!is_arena[v]) continue;
     ptr_[v] = slot_bytes[v] > 0 ? base + offset[v] : const_cast<void *>(EmptyTensorData());
   }
+  for (Step &s : steps_)
+    if (s.scratch_bytes) s.kernel->set_scratch(base + s.scratch_off);
 
   // Graph outputs not written by a kernel are copied at the end of Run.
   for (size_t j = 0; j < m_->output_values_.size(); ++j) {
@@ -207,6 +253,65 @@ bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<Tenso
     copies_.push_back({m_->output_values_[j], j, output_descs_[j].Bytes()});
   }
   return true;
+}
+
+// Conv -> [BatchNormalization (inference, constant parameters)] -> [Relu], each intermediate used only by the
+// next node and not a graph output: one kernel (BN folded into the weights, Relu as the GEMM epilogue).
+std::unique_ptr<Kernel> PlanImpl::TryFuseConv(const KernelCtx &kc, const std::vector<int> &uses,
+                                              const std::vector<int> &sole_user, std::vector<char> *absorbed,
+                                              std::vector<int> *outputs) {
+  const Node &conv = *kc.node;
+  if (kc.out[0].dtype != ElemType::kFloat || conv.outputs.size() != 1 || conv.outputs[0] < 0) return nullptr;
+  int v = conv.outputs[0];
+  auto next = [&](int value, const char *op) -> int {
+    if (uses[value] != 1) return -1;
+    const int j = sole_user[value];
+    const Node &nj = m_->nodes_[j];
+    if (a_.node_folded[j] || nj.op_type != op || nj.inputs.empty() || nj.inputs[0] != value) return -1;
+    if (nj.outputs.size() != 1 || nj.outputs[0] < 0) return -1;
+    return j;
+  };
+  std::vector<double> scale, shift;
+  bool have_bn = false, relu = false;
+  std::vector<int> eat;
+  const int bn = next(v, "BatchNormalization");
+  if (bn >= 0) {
+    const Node &b = m_->nodes_[bn];
+    bool ok = b.inputs.size() == 5;
+    for (size_t i = 1; ok && i < 5; ++i)
+      ok = b.inputs[i] >= 0 && a_.cdata[b.inputs[i]] && a_.desc[b.inputs[i]].dtype == ElemType::kFloat;
+    float eps = 1e-5f;
+    int64_t training = 0;
+    std::string r;
+    ok = ok && AttrFloat(b, "epsilon", 1e-5f, &eps, &r) && AttrInt(b, "training_mode", 0, &training, &r) &&
+         training == 0;
+    if (ok) {
+      const int64_t M = kc.out[0].dims[1];
+      const float *p[4];
+      for (int i = 0; i < 4; ++i) p[i] = static_cast<const float *>(a_.cdata[b.inputs[i + 1]]);
+      for (int64_t m = 0; m < M; ++m) {
+        const double a = p[0][m] / std::sqrt(static_cast<double>(p[3][m]) + eps);
+        scale.push_back(a);
+        shift.push_back(p[1][m] - p[2][m] * a);
+      }
+      have_bn = true;
+      eat.push_back(bn);
+      v = b.outputs[0];
+    }
+  }
+  const int rl = next(v, "Relu");
+  if (rl >= 0) {
+    relu = true;
+    eat.push_back(rl);
+    v = m_->nodes_[rl].outputs[0];
+  }
+  if (eat.empty()) return nullptr;
+  std::string reason;
+  auto k = PrepareFusedConv(kc, have_bn ? &scale : nullptr, have_bn ? &shift : nullptr, relu, &reason);
+  if (!k) return nullptr;
+  for (int j : eat) (*absorbed)[j] = 1;
+  outputs->assign(1, v);
+  return k;
 }
 
 bool PlanImpl::BindIo(const void *p, const TensorDesc &d, const char *what, size_t i, void **slot, std::string *err) {
@@ -237,8 +342,10 @@ bool PlanImpl::Run(const std::vector<const void *> &inputs, const std::vector<vo
             std::to_string(outputs.size());
     } else {
       bool ok = true;
-      for (size_t i = 0; ok && i < inputs.size(); ++i)
-        ok = BindIo(inputs[i], input_descs_[i], "input", i, &ptr_[input_slot_[i]], &err);
+      for (size_t i = 0; ok && i < inputs.size(); ++i) {
+        void *unused = nullptr;  // bound inputs keep pointing at the plan's copy
+        ok = BindIo(inputs[i], input_descs_[i], "input", i, input_bound_[i] ? &unused : &ptr_[input_slot_[i]], &err);
+      }
       for (size_t j = 0; ok && j < outputs.size(); ++j) {
         void *p = nullptr;
         ok = BindIo(outputs[j], output_descs_[j], "output", j, &p, &err);
@@ -271,17 +378,139 @@ bool PlanImpl::Run(const std::vector<const void *> &inputs, const std::vector<vo
   return false;
 }
 
+// Graph inputs whose contents the value `vid` depends on (through nodes that are not shape-only).
+void AddInputAncestors(const ModelImpl &m, int vid, std::vector<char> *in_set) {
+  std::vector<int> stack = {vid};
+  std::vector<char> seen(m.values_.size(), 0);
+  while (!stack.empty()) {
+    const int v = stack.back();
+    stack.pop_back();
+    if (v < 0 || seen[v]) continue;
+    seen[v] = 1;
+    const Value &val = m.values_[v];
+    if (val.kind == ValueKind::kGraphInput) {
+      (*in_set)[val.index] = 1;
+    } else if (val.kind == ValueKind::kNodeOutput) {
+      const Node &n = m.nodes_[val.index];
+      if (n.op->shape_only) continue;
+      for (int u : n.inputs) stack.push_back(u);
+    }
+  }
+}
+
+// A plan whose output shapes depend on the contents of some graph inputs: specialised per distinct contents.
+class ValueDependentPlan : public Plan {
+ public:
+  static constexpr size_t kMaxSpecialised = 16;
+
+  ValueDependentPlan(std::shared_ptr<const Model> model, std::vector<TensorDesc> inputs, std::vector<char> value_inputs,
+                     std::vector<TensorDesc> outputs)
+      : model_(std::move(model)), input_descs_(std::move(inputs)), output_descs_(std::move(outputs)),
+        value_inputs_(std::move(value_inputs)) {}
+  const std::vector<TensorDesc> &input_descs() const override { return input_descs_; }
+  const std::vector<TensorDesc> &output_descs() const override { return output_descs_; }
+  size_t const_bytes() const override { return model_->initializer_bytes(); }
+  size_t workspace_bytes() const override { return 0; }
+  bool Run(const std::vector<const void *> &, const std::vector<void *> &, std::string *error) override {
+    if (error) *error = "Run: this plan's output shapes depend on input values; run the plan from Specialize()";
+    return false;
+  }
+  bool value_dependent() const override { return true; }
+
+  std::shared_ptr<Plan> Specialize(const std::vector<const void *> &inputs, std::string *error) override {
+    std::string err;
+    try {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (inputs.size() != input_descs_.size()) {
+        err = "Specialize: expected " + std::to_string(input_descs_.size()) + " inputs, got " +
+              std::to_string(inputs.size());
+      } else {
+        for (;;) {
+          std::string key;
+          bool null_input = false;
+          for (size_t i = 0; i < inputs.size(); ++i) {
+            if (!value_inputs_[i]) continue;
+            const size_t n = input_descs_[i].Bytes();
+            if (n && !inputs[i]) null_input = true;
+            key += std::to_string(i) + ":" + std::to_string(n) + ":";
+            if (n && inputs[i]) key.append(static_cast<const char *>(inputs[i]), n);
+          }
+          if (null_input) {
+            err = "Specialize: a shape-determining input is null";
+            break;
+          }
+          for (auto it = cache_.begin(); it != cache_.end(); ++it) {
+            if (it->first != key) continue;
+            cache_.splice(cache_.begin(), cache_, it);
+            return cache_.front().second;
+          }
+          std::vector<const void *> bound(inputs.size(), nullptr);
+          for (size_t i = 0; i < inputs.size(); ++i)
+            if (value_inputs_[i]) bound[i] = inputs[i];
+          std::unique_ptr<PlanImpl> plan(new PlanImpl());
+          if (plan->Build(model_, input_descs_, &err, &bound)) {
+            cache_.emplace_front(key, std::shared_ptr<Plan>(std::move(plan)));
+            if (cache_.size() > kMaxSpecialised) cache_.pop_back();
+            return cache_.front().second;
+          }
+          // Another shape depends on further inputs: bind those too and retry (the set only grows).
+          const int mv = plan->missing_value();
+          if (mv < 0) break;
+          const ModelImpl &m = static_cast<const ModelImpl &>(*model_);
+          std::vector<char> more = value_inputs_;
+          AddInputAncestors(m, mv, &more);
+          if (more == value_inputs_) break;
+          value_inputs_ = std::move(more);
+          cache_.clear();
+          err.clear();
+        }
+      }
+    } catch (const std::bad_alloc &) {
+      err = "out of memory while compiling the plan";
+    } catch (const std::exception &e) {
+      err = std::string("internal error while compiling the plan: ") + e.what();
+    }
+    if (error) *error = err;
+    return nullptr;
+  }
+
+ private:
+  std::shared_ptr<const Model> model_;
+  std::vector<TensorDesc> input_descs_, output_descs_;
+  std::mutex mu_;
+  std::vector<char> value_inputs_;  // per graph input: contents determine shapes
+  std::list<std::pair<std::string, std::shared_ptr<Plan>>> cache_;  // most recently used first
+};
+
 }  // namespace
 
 std::unique_ptr<Plan> CompilePlan(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs,
                                   std::string *error) {
+  return CompilePlan(std::move(model), inputs, CompileOptions(), error);
+}
+
+std::unique_ptr<Plan> CompilePlan(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs,
+                                  const CompileOptions &options, std::string *error) {
   std::string err;
   try {
     if (!model) {
       err = "CompilePlan: no model";
     } else {
       std::unique_ptr<PlanImpl> plan(new PlanImpl());
-      if (plan->Build(std::move(model), inputs, &err)) return plan;
+      if (plan->Build(model, inputs, &err)) return plan;
+      const ModelImpl *m = dynamic_cast<const ModelImpl *>(model.get());
+      if (options.allow_value_dependent && m && plan->missing_value() >= 0) {
+        std::vector<char> value_inputs(m->inputs_.size(), 0);
+        AddInputAncestors(*m, plan->missing_value(), &value_inputs);
+        bool any = false;
+        for (char c : value_inputs) any = any || c;
+        std::vector<TensorDesc> outs;
+        std::string ierr;
+        if (any && InferShapes(*model, inputs, &outs, &ierr)) {
+          return std::unique_ptr<Plan>(
+              new ValueDependentPlan(std::move(model), inputs, std::move(value_inputs), std::move(outs)));
+        }
+      }
     }
   } catch (const std::bad_alloc &) {
     err = "out of memory while compiling the plan";

@@ -52,14 +52,20 @@ bool CheckInputDescs(const ModelImpl &m, const std::vector<TensorDesc> &inputs, 
   return true;
 }
 
-bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool compile, Analysis *a, std::string *err) {
+bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool compile, Analysis *a, std::string *err,
+             const std::vector<const void *> *bound) {
   if (!CheckInputDescs(m, inputs, compile, err)) return false;
   const size_t nv = m.values_.size();
   a->desc.assign(nv, TensorDesc());
   a->cdata.assign(nv, nullptr);
   a->node_folded.assign(m.nodes_.size(), 0);
   a->node_out.assign(m.nodes_.size(), {});
-  for (size_t i = 0; i < m.input_values_.size(); ++i) a->desc[m.input_values_[i]] = inputs[i];
+  a->missing_value = -1;
+  for (size_t i = 0; i < m.input_values_.size(); ++i) {
+    a->desc[m.input_values_[i]] = inputs[i];
+    if (bound && i < bound->size() && (*bound)[i])
+      a->cdata[m.input_values_[i]] = inputs[i].Bytes() ? (*bound)[i] : EmptyTensorData();
+  }
   for (size_t v = 0; v < nv; ++v) {
     const Value &val = m.values_[v];
     if (val.kind != ValueKind::kInitializer) continue;
@@ -84,6 +90,8 @@ bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool com
     std::string reason;
     if (!op.infer(&ctx, &reason)) {
       *err = n.Where() + reason;
+      if (ctx.missing_input >= 0 && static_cast<size_t>(ctx.missing_input) < n.inputs.size())
+        a->missing_value = n.inputs[ctx.missing_input];
       return false;
     }
     int64_t total = 0;
@@ -122,6 +130,7 @@ bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool com
       a->node_folded[k] = 1;
       continue;
     }
+    if (op.shape_only && op.foldable) all_const = true;  // reads descs only
     if (!all_const || !all_static || (!compile && total > kInferFoldLimit)) continue;
     // Fold: run the kernel now, keep the results as constants.
     KernelCtx kctx;
@@ -140,6 +149,12 @@ bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool com
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       bufs.push_back(std::make_shared<std::vector<uint8_t>>(ctx.out[o].Bytes()));
       outs.push_back(bufs.back()->empty() ? const_cast<void *>(EmptyTensorData()) : bufs.back()->data());
+    }
+    std::vector<uint8_t> scratch;
+    if (const size_t sb = kernel->scratch_bytes()) {
+      scratch.resize(sb + 64);
+      uint8_t *p = scratch.data();
+      kernel->set_scratch(p + (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64);
     }
     if (!kernel->Run(ctx.in_data.data(), outs.data(), &reason)) {
       *err = n.Where() + reason;

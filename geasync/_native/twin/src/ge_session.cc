@@ -406,7 +406,7 @@ Status MakeHostOutputs(const Plan &plan, std::vector<gert::Tensor> &outputs, std
       return MEMALLOC_FAILED;
     }
     g_live_host_blocks.fetch_add(1);
-    outputs.emplace_back(shape, gert::StorageFormat(FORMAT_ND, FORMAT_ND), gert::kOnHost,
+    outputs.emplace_back(shape, gert::StorageFormat(FORMAT_ND, FORMAT_ND, {}), gert::kOnHost,
                          static_cast<DataType>(d.dtype), block, HostBlockManager);
     ptrs->push_back(bytes == 0 ? nullptr : data);
   }
@@ -793,7 +793,7 @@ Status GeSession::RunGraphWithStreamAsync(uint32_t graph_id, void *stream, const
         shape.MutableOriginShape().AppendDim(v);
         shape.MutableStorageShape().AppendDim(v);
       }
-      made.emplace_back(shape, gert::StorageFormat(FORMAT_ND, FORMAT_ND), gert::kOnDeviceHbm,
+      made.emplace_back(shape, gert::StorageFormat(FORMAT_ND, FORMAT_ND, {}), gert::kOnDeviceHbm,
                         static_cast<DataType>(d.dtype), block, MemBlockManager);
       made.back().SetSize(d.Bytes());
       out.push_back(d.Bytes() == 0 ? nullptr : block->GetAddr());
@@ -930,6 +930,7 @@ Status GeSession::RunGraphAsync(uint32_t graph_id, const std::vector<gert::Tenso
   };
   // Stage 1: the compile thread compiles from the actual inputs' descriptions.
   auto compile_stage = [session, node, job_inputs, call_back, done, exec_stage]() {
+    if (twin::CompileStalled(node->session_id, node->id)) twin::WaitWhileStalled(node->session_id, node->id);
     bool handed_on = false;
     struct Unstage {  // unless handed to the executor, the job leaves the staged count here
       SessionImpl *s;

@@ -75,7 +75,7 @@ struct ExpandDimsType {
 class StorageFormat {
  public:
   StorageFormat() = default;
-  StorageFormat(ge::Format origin, ge::Format storage, const ExpandDimsType &expand = {})
+  StorageFormat(ge::Format origin, ge::Format storage, const ExpandDimsType &expand)
       : origin_format_(origin), storage_format_(storage), expand_dims_type_(expand) {}
   ge::Format GetOriginFormat() const { return origin_format_; }
   ge::Format GetStorageFormat() const { return storage_format_; }

@@ -1,0 +1,813 @@
+// Neural-network ops: Conv (1-D/2-D/3-D, groups, pads, strides, dilations, auto_pad) as im2col + OpenBLAS
+// GEMM, MaxPool (with optional Indices), AveragePool, GlobalAveragePool, BatchNormalization (inference) and
+// LayerNormalization. float32 and float64 natively; float16/bfloat16 through float32 (PrepareViaFloat).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "broadcast.h"
+#include "elem.h"
+#include "gemm.h"
+
+// Hot loops (im2col, pooling, normalisation) need the vectoriser beyond -O2's very-cheap cost model.
+#pragma GCC optimize("O3")
+
+namespace twin {
+namespace onnx {
+namespace {
+
+constexpr size_t kMaxSpatial = 3;
+
+size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
+
+// Window geometry shared by Conv and the pools; spatial dims padded to 3 with size-1 dims.
+struct Window {
+  size_t nsp = 0;                                   // real spatial rank
+  int64_t in[kMaxSpatial] = {1, 1, 1}, out[kMaxSpatial] = {1, 1, 1};
+  int64_t k[kMaxSpatial] = {1, 1, 1}, s[kMaxSpatial] = {1, 1, 1}, d[kMaxSpatial] = {1, 1, 1};
+  int64_t pb[kMaxSpatial] = {0, 0, 0}, pe[kMaxSpatial] = {0, 0, 0};
+};
+
+bool ReadIntsAttr(const Node &n, const char *name, size_t want, int64_t def, std::vector<int64_t> *v,
+                  std::string *reason) {
+  bool present;
+  if (!AttrInts(n, name, v, &present, reason)) return false;
+  if (!present) {
+    v->assign(want, def);
+    return true;
+  }
+  if (v->size() != want) {
+    *reason = "attribute '" + std::string(name) + "' has " + std::to_string(v->size()) + " values, expected " +
+              std::to_string(want);
+    return false;
+  }
+  return true;
+}
+
+// Computes output sizes and pads from attributes. in_dims: the spatial dims of X; kernel: kernel sizes
+// (from W for Conv, from kernel_shape for pools). ceil_mode only for pools. Unknown input dims give -1 outputs.
+bool MakeWindow(const Node &n, const std::vector<int64_t> &in_dims, const std::vector<int64_t> &kernel,
+                bool pool, Window *w, std::string *reason) {
+  const size_t nsp = in_dims.size();
+  if (nsp < 1 || nsp > kMaxSpatial) {
+    *reason = "only 1-D, 2-D and 3-D spatial inputs are supported, got " + std::to_string(nsp) + " spatial dims";
+    return false;
+  }
+  w->nsp = nsp;
+  std::vector<int64_t> strides, dil, pads;
+  if (!ReadIntsAttr(n, "strides", nsp, 1, &strides, reason) || !ReadIntsAttr(n, "dilations", nsp, 1, &dil, reason) ||
+      !ReadIntsAttr(n, "pads", 2 * nsp, 0, &pads, reason))
+    return false;
+  int64_t ceil_mode = 0;
+  if (pool && !AttrInt(n, "ceil_mode", 0, &ceil_mode, reason)) return false;
+  std::string auto_pad = "NOTSET";
+  if (const Attribute *a = n.FindAttr("auto_pad")) {
+    if (a->type != kAttrString) {
+      *reason = "attribute 'auto_pad' must be a string";
+      return false;
+    }
+    auto_pad = a->s;
+  }
+  if (auto_pad != "NOTSET" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" && auto_pad != "VALID") {
+    *reason = "auto_pad '" + auto_pad + "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID";
+    return false;
+  }
+  for (size_t j = 0; j < nsp; ++j) {
+    const size_t i = j + (kMaxSpatial - nsp);  // real dims are the innermost ones
+    if (strides[j] < 1 || dil[j] < 1 || kernel[j] < 1 || pads[j] < 0 || pads[j + nsp] < 0) {
+      *reason = "strides, dilations and kernel sizes must be >= 1 and pads >= 0";
+      return false;
+    }
+    w->in[i] = in_dims[j];
+    w->k[i] = kernel[j];
+    w->s[i] = strides[j];
+    w->d[i] = dil[j];
+    const int64_t dk = (kernel[j] - 1) * dil[j] + 1;
+    const int64_t x = in_dims[j];
+    if (x < 0) {
+      w->out[i] = -1;
+      continue;
+    }
+    if (auto_pad == "NOTSET") {
+      w->pb[i] = pads[j];
+      w->pe[i] = pads[j + nsp];
+      const int64_t span = x + w->pb[i] + w->pe[i] - dk;
+      if (span < 0) {
+        *reason = "kernel of extent " + std::to_string(dk) + " does not fit input dimension " + std::to_string(x) +
+                  " plus pads";
+        return false;
+      }
+      int64_t o = (ceil_mode ? (span + strides[j] - 1) / strides[j] : span / strides[j]) + 1;
+      if (ceil_mode && (o - 1) * strides[j] >= x + w->pb[i]) --o;  // last window must start inside the input
+      w->out[i] = o;
+    } else if (auto_pad == "VALID") {
+      if (x < dk) {
+        *reason = "kernel of extent " + std::to_string(dk) + " does not fit input dimension " + std::to_string(x);
+        return false;
+      }
+      w->out[i] = ceil_mode ? (x - dk + strides[j] - 1) / strides[j] + 1 : (x - dk) / strides[j] + 1;
+    } else {
+      const int64_t o = (x + strides[j] - 1) / strides[j];
+      const int64_t total = std::max<int64_t>(0, (o - 1) * strides[j] + dk - x);
+      if (auto_pad == "SAME_UPPER") {
+        w->pb[i] = total / 2;
+        w->pe[i] = total - total / 2;
+      } else {
+        w->pe[i] = total / 2;
+        w->pb[i] = total - total / 2;
+      }
+      w->out[i] = o;
+    }
+  }
+  return true;
+}
+
+bool FloatOnly(ElemType t) { return IsFloatType(t); }
+
+// ---- Conv ----
+
+bool InferConv(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0], &w = *c->in[1];
+  if (!FloatOnly(x.dtype) || w.dtype != x.dtype || (c->has(2) && c->in[2]->dtype != x.dtype)) {
+    *reason = "X, W and B must share a float dtype, got " + DescStr(x) + " and " + DescStr(w);
+    return false;
+  }
+  if (x.dims.size() < 3 || w.dims.size() != x.dims.size()) {
+    *reason = "X and W must have the same rank >= 3, got " + ShapeStr(x.dims) + " and " + ShapeStr(w.dims);
+    return false;
+  }
+  int64_t group;
+  if (!AttrInt(*c->node, "group", 1, &group, reason)) return false;
+  const size_t nsp = x.dims.size() - 2;
+  std::vector<int64_t> kernel(w.dims.begin() + 2, w.dims.end());
+  bool present;
+  std::vector<int64_t> ks;
+  if (!AttrInts(*c->node, "kernel_shape", &ks, &present, reason)) return false;
+  if (present) {
+    if (ks.size() != nsp) {
+      *reason = "kernel_shape has " + std::to_string(ks.size()) + " values for " + std::to_string(nsp) + " spatial dims";
+      return false;
+    }
+    for (size_t i = 0; i < nsp; ++i) {
+      if (kernel[i] >= 0 && ks[i] != kernel[i]) {
+        *reason = "kernel_shape " + ShapeStr(ks) + " does not match W " + ShapeStr(w.dims);
+        return false;
+      }
+      kernel[i] = ks[i];
+    }
+  }
+  const int64_t C = x.dims[1], M = w.dims[0];
+  if (group < 1 || (M >= 0 && M % group != 0) || (C >= 0 && w.dims[1] >= 0 && C != w.dims[1] * group)) {
+    *reason = "channels do not match: X " + ShapeStr(x.dims) + ", W " + ShapeStr(w.dims) + ", group " +
+              std::to_string(group);
+    return false;
+  }
+  if (c->has(2) && (c->in[2]->dims.size() != 1 || (M >= 0 && c->in[2]->dims[0] >= 0 && c->in[2]->dims[0] != M))) {
+    *reason = "B must be 1-D of size M, got " + ShapeStr(c->in[2]->dims);
+    return false;
+  }
+  std::vector<int64_t> out = {x.dims[0], M};
+  bool unknown_k = false;
+  for (int64_t k : kernel) unknown_k = unknown_k || k < 0;
+  if (unknown_k) {
+    out.resize(x.dims.size(), -1);
+  } else {
+    Window win;
+    if (!MakeWindow(*c->node, std::vector<int64_t>(x.dims.begin() + 2, x.dims.end()), kernel, false, &win, reason))
+      return false;
+    for (size_t i = kMaxSpatial - nsp; i < kMaxSpatial; ++i) out.push_back(win.out[i]);
+  }
+  c->out[0].dtype = x.dtype;
+  c->out[0].dims = std::move(out);
+  return true;
+}
+
+template <class T>
+class ConvKernel : public Kernel {
+ public:
+  ConvKernel(const Window &w, int64_t N, int64_t C, int64_t M, int64_t group, bool has_bias)
+      : w_(w), N_(N), C_(C), M_(M), G_(group), has_bias_(has_bias) {
+    Init();
+  }
+  // Fused form: weights and bias already scaled by a folded BatchNormalization, optional Relu epilogue.
+  ConvKernel(const Window &w, int64_t N, int64_t C, int64_t M, int64_t group, std::vector<T> weights,
+             std::vector<T> bias, bool relu)
+      : w_(w), N_(N), C_(C), M_(M), G_(group), has_bias_(true), fused_(true), relu_(relu),
+        fw_(std::move(weights)), fb_(std::move(bias)) {
+    Init();
+  }
+  void Init() {
+    cg_ = C_ / G_;
+    mg_ = M_ / G_;
+    kk_ = w_.k[0] * w_.k[1] * w_.k[2];
+    in_sp_ = w_.in[0] * w_.in[1] * w_.in[2];
+    out_sp_ = w_.out[0] * w_.out[1] * w_.out[2];
+    direct_ = kk_ == 1 && w_.s[0] == 1 && w_.s[1] == 1 && w_.s[2] == 1;
+    for (size_t i = 0; i < kMaxSpatial; ++i) direct_ = direct_ && w_.pb[i] == 0 && w_.pe[i] == 0;
+  }
+  size_t scratch_bytes() const override {
+    return direct_ ? 0 : Align64(static_cast<size_t>(cg_ * kk_ * out_sp_) * sizeof(T));
+  }
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const T *X = static_cast<const T *>(in[0]);
+    const T *W = fused_ ? fw_.data() : static_cast<const T *>(in[1]);
+    const T *B = fused_ ? fb_.data() : has_bias_ ? static_cast<const T *>(in[2]) : nullptr;
+    T *Y = static_cast<T *>(out[0]);
+    T *col = static_cast<T *>(scratch_);
+    const int64_t K = cg_ * kk_;
+    for (int64_t n = 0; n < N_; ++n) {
+      for (int64_t g = 0; g < G_; ++g) {
+        const T *xg = X + (n * C_ + g * cg_) * in_sp_;
+        T *yg = Y + (n * M_ + g * mg_) * out_sp_;
+        const T *b_src = xg;
+        if (!direct_) {
+          Im2Col(xg, col);
+          b_src = col;
+        }
+        T beta = T(0);
+        if (B) {
+          for (int64_t m = 0; m < mg_; ++m) std::fill(yg + m * out_sp_, yg + (m + 1) * out_sp_, B[g * mg_ + m]);
+          beta = T(1);
+        }
+        Gemm<T>(false, false, mg_, out_sp_, K, T(1), W + g * mg_ * K, K, b_src, out_sp_, beta, yg, out_sp_);
+        if (relu_) {
+          T *__restrict p = yg;
+          const int64_t n = mg_ * out_sp_;
+          for (int64_t i = 0; i < n; ++i) p[i] = p[i] < T(0) ? T(0) : p[i];
+        }
+      }
+    }
+    return true;
+  }
+
+ private:
+  // col[(c, kd, kh, kw), (od, oh, ow)] = x[c, od*s - pb + kd*d, ...] or 0 outside the input.
+  void Im2Col(const T *x, T *col) const {
+    T *dst = col;
+    for (int64_t c = 0; c < cg_; ++c) {
+      const T *xc = x + c * in_sp_;
+      for (int64_t k0 = 0; k0 < w_.k[0]; ++k0)
+        for (int64_t k1 = 0; k1 < w_.k[1]; ++k1)
+          for (int64_t k2 = 0; k2 < w_.k[2]; ++k2) {
+            for (int64_t o0 = 0; o0 < w_.out[0]; ++o0) {
+              const int64_t i0 = o0 * w_.s[0] - w_.pb[0] + k0 * w_.d[0];
+              const bool in0 = i0 >= 0 && i0 < w_.in[0];
+              for (int64_t o1 = 0; o1 < w_.out[1]; ++o1) {
+                const int64_t i1 = o1 * w_.s[1] - w_.pb[1] + k1 * w_.d[1];
+                if (!in0 || i1 < 0 || i1 >= w_.in[1]) {
+                  std::fill(dst, dst + w_.out[2], T(0));
+                  dst += w_.out[2];
+                  continue;
+                }
+                const T *row = xc + (i0 * w_.in[1] + i1) * w_.in[2];
+                const int64_t off = k2 * w_.d[2] - w_.pb[2];
+                const int64_t s2 = w_.s[2];
+                // Valid ow range: 0 <= ow*s2 + off < in[2].
+                int64_t lo = off >= 0 ? 0 : (-off + s2 - 1) / s2;
+                int64_t hi = w_.in[2] - off <= 0 ? 0 : (w_.in[2] - off + s2 - 1) / s2;
+                lo = std::min(lo, w_.out[2]);
+                hi = std::min(std::max(hi, lo), w_.out[2]);
+                std::fill(dst, dst + lo, T(0));
+                if (s2 == 1) {
+                  CopyBytes(dst + lo, row + lo + off, static_cast<size_t>(hi - lo) * sizeof(T));
+                } else {
+                  for (int64_t o2 = lo; o2 < hi; ++o2) dst[o2] = row[o2 * s2 + off];
+                }
+                std::fill(dst + hi, dst + w_.out[2], T(0));
+                dst += w_.out[2];
+              }
+            }
+          }
+    }
+  }
+
+  Window w_;
+  int64_t N_, C_, M_, G_;
+  bool has_bias_;
+  bool fused_ = false, relu_ = false;
+  std::vector<T> fw_, fb_;
+  int64_t cg_ = 0, mg_ = 0, kk_ = 0, in_sp_ = 0, out_sp_ = 0;
+  bool direct_ = false;
+};
+
+std::unique_ptr<Kernel> PrepareConvFloat(const KernelCtx &c, std::string *reason) {
+  const auto &xd = c.in[0]->dims, &wd = c.in[1]->dims;
+  int64_t group;
+  if (!AttrInt(*c.node, "group", 1, &group, reason)) return nullptr;
+  Window w;
+  if (!MakeWindow(*c.node, std::vector<int64_t>(xd.begin() + 2, xd.end()),
+                  std::vector<int64_t>(wd.begin() + 2, wd.end()), false, &w, reason))
+    return nullptr;
+  const bool has_bias = c.in.size() > 2 && c.in[2];
+  switch (c.out[0].dtype) {
+    case ElemType::kFloat: return std::make_unique<ConvKernel<float>>(w, xd[0], xd[1], wd[0], group, has_bias);
+    case ElemType::kDouble: return std::make_unique<ConvKernel<double>>(w, xd[0], xd[1], wd[0], group, has_bias);
+    default: *reason = DtypeNotSupported(c.out[0].dtype); return nullptr;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> PrepareFusedConv(const KernelCtx &c, const std::vector<double> *scale,
+                                         const std::vector<double> *shift, bool relu, std::string *reason) {
+  if (c.out[0].dtype != ElemType::kFloat || !c.in_data[1] || (c.in.size() > 2 && c.in[2] && !c.in_data[2])) {
+    *reason = "fusion needs float32 and constant weights";
+    return nullptr;
+  }
+  const auto &xd = c.in[0]->dims, &wd = c.in[1]->dims;
+  int64_t group;
+  if (!AttrInt(*c.node, "group", 1, &group, reason)) return nullptr;
+  Window w;
+  if (!MakeWindow(*c.node, std::vector<int64_t>(xd.begin() + 2, xd.end()),
+                  std::vector<int64_t>(wd.begin() + 2, wd.end()), false, &w, reason))
+    return nullptr;
+  const int64_t M = wd[0];
+  const int64_t per = c.in[1]->NumElements() / std::max<int64_t>(M, 1);
+  const float *W = static_cast<const float *>(c.in_data[1]);
+  const float *B = c.in.size() > 2 && c.in[2] ? static_cast<const float *>(c.in_data[2]) : nullptr;
+  std::vector<float> fw(static_cast<size_t>(c.in[1]->NumElements())), fb(static_cast<size_t>(M));
+  for (int64_t m = 0; m < M; ++m) {
+    const double a = scale ? (*scale)[m] : 1.0, b = shift ? (*shift)[m] : 0.0;
+    for (int64_t i = 0; i < per; ++i) fw[m * per + i] = static_cast<float>(W[m * per + i] * a);
+    fb[m] = static_cast<float>((B ? B[m] : 0.0) * a + b);
+  }
+  return std::make_unique<ConvKernel<float>>(w, xd[0], xd[1], M, group, std::move(fw), std::move(fb), relu);
+}
+
+namespace {
+
+std::unique_ptr<Kernel> PrepareConv(const KernelCtx &c, std::string *reason) {
+  return HasHalfTypes(c) ? PrepareViaFloat(c, PrepareConvFloat, reason) : PrepareConvFloat(c, reason);
+}
+
+// ---- MaxPool / AveragePool ----
+
+bool PoolKernelShape(const Node &n, size_t nsp, std::vector<int64_t> *ks, std::string *reason) {
+  bool present;
+  if (!AttrInts(n, "kernel_shape", ks, &present, reason)) return false;
+  if (!present || ks->size() != nsp) {
+    *reason = "attribute 'kernel_shape' is required with one value per spatial dim (" + std::to_string(nsp) + ")";
+    return false;
+  }
+  return true;
+}
+
+bool CheckPool(const Node &n, int64_t, std::string *reason) {
+  int64_t v;
+  if (!AttrInt(n, "storage_order", 0, &v, reason) || !AttrInt(n, "count_include_pad", 0, &v, reason)) return false;
+  return true;
+}
+
+bool InferPool(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0];
+  const bool is_max = c->node->op_type == "MaxPool";
+  const bool ok_type = IsFloatType(x.dtype) || (is_max && (x.dtype == ElemType::kInt8 || x.dtype == ElemType::kUint8));
+  if (!ok_type) {
+    *reason = DtypeNotSupported(x.dtype);
+    return false;
+  }
+  if (x.dims.size() < 3) {
+    *reason = "input must have rank >= 3, got " + ShapeStr(x.dims);
+    return false;
+  }
+  const size_t nsp = x.dims.size() - 2;
+  std::vector<int64_t> ks;
+  if (!PoolKernelShape(*c->node, nsp, &ks, reason)) return false;
+  Window w;
+  if (!MakeWindow(*c->node, std::vector<int64_t>(x.dims.begin() + 2, x.dims.end()), ks, true, &w, reason))
+    return false;
+  std::vector<int64_t> out = {x.dims[0], x.dims[1]};
+  for (size_t i = kMaxSpatial - nsp; i < kMaxSpatial; ++i) out.push_back(w.out[i]);
+  c->out[0].dtype = x.dtype;
+  c->out[0].dims = out;
+  if (c->out.size() > 1) {
+    c->out[1].dtype = ElemType::kInt64;
+    c->out[1].dims = out;
+  }
+  return true;
+}
+
+// Valid window taps along one dim for output position o: k in [lo, hi) lands inside [lo_bound, hi_bound).
+inline void TapRange(int64_t start, int64_t k, int64_t d, int64_t lo_bound, int64_t hi_bound, int64_t *lo,
+                     int64_t *hi) {
+  int64_t a = start >= lo_bound ? 0 : (lo_bound - start + d - 1) / d;
+  int64_t b = start >= hi_bound ? 0 : (hi_bound - 1 - start) / d + 1;
+  *lo = std::min(a, k);
+  *hi = std::max(*lo, std::min(b, k));
+}
+
+template <class S, bool kMax>
+class PoolKernel : public Kernel {
+  using C = typename Num<S>::C;
+
+ public:
+  PoolKernel(const Window &w, int64_t NC, int64_t C, bool count_pad, bool col_major, bool indices)
+      : w_(w), NC_(NC), C_(C), count_pad_(count_pad), col_major_(col_major), indices_(indices) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const S *X = static_cast<const S *>(in[0]);
+    S *Y = static_cast<S *>(out[0]);
+    int64_t *I = kMax && indices_ ? static_cast<int64_t *>(out[1]) : nullptr;
+    const int64_t in_sp = w_.in[0] * w_.in[1] * w_.in[2];
+    const int64_t out_sp = w_.out[0] * w_.out[1] * w_.out[2];
+    (void)C_;
+    for (int64_t nc = 0; nc < NC_; ++nc) {
+      const S *x = X + nc * in_sp;
+      S *y = Y + nc * out_sp;
+      int64_t oi = 0;
+      for (int64_t o0 = 0; o0 < w_.out[0]; ++o0) {
+        const int64_t s0 = o0 * w_.s[0] - w_.pb[0];
+        int64_t a0, b0, pa0, pb0;
+        TapRange(s0, w_.k[0], w_.d[0], 0, w_.in[0], &a0, &b0);
+        TapRange(s0, w_.k[0], w_.d[0], -w_.pb[0], w_.in[0] + w_.pe[0], &pa0, &pb0);
+        for (int64_t o1 = 0; o1 < w_.out[1]; ++o1) {
+          const int64_t s1 = o1 * w_.s[1] - w_.pb[1];
+          int64_t a1, b1, pa1, pb1;
+          TapRange(s1, w_.k[1], w_.d[1], 0, w_.in[1], &a1, &b1);
+          TapRange(s1, w_.k[1], w_.d[1], -w_.pb[1], w_.in[1] + w_.pe[1], &pa1, &pb1);
+          for (int64_t o2 = 0; o2 < w_.out[2]; ++o2, ++oi) {
+            const int64_t s2 = o2 * w_.s[2] - w_.pb[2];
+            int64_t a2, b2, pa2, pb2;
+            TapRange(s2, w_.k[2], w_.d[2], 0, w_.in[2], &a2, &b2);
+            if constexpr (kMax) {
+              C best = std::numeric_limits<C>::lowest();
+              if constexpr (std::is_floating_point<C>::value) best = -std::numeric_limits<C>::infinity();
+              int64_t best_i = -1;
+              for (int64_t k0 = a0; k0 < b0; ++k0)
+                for (int64_t k1 = a1; k1 < b1; ++k1) {
+                  const int64_t row = ((s0 + k0 * w_.d[0]) * w_.in[1] + s1 + k1 * w_.d[1]) * w_.in[2] + s2;
+                  for (int64_t k2 = a2; k2 < b2; ++k2) {
+                    const int64_t idx = row + k2 * w_.d[2];
+                    const C v = Num<S>::Load(x[idx]);
+                    if (best_i < 0 || v > best) {
+                      best = v;
+                      best_i = idx;
+                    }
+                  }
+                }
+              y[oi] = Num<S>::Store(best);
+              if (I) {
+                int64_t flat = best_i < 0 ? 0 : best_i;
+                if (col_major_ && best_i >= 0) {
+                  const int64_t i2 = best_i % w_.in[2], r = best_i / w_.in[2];
+                  const int64_t i1 = r % w_.in[1], i0 = r / w_.in[1];
+                  flat = (i2 * w_.in[1] + i1) * w_.in[0] + i0;
+                }
+                I[nc * out_sp + oi] = nc * in_sp + flat;
+              }
+            } else {
+              double acc = 0;
+              for (int64_t k0 = a0; k0 < b0; ++k0)
+                for (int64_t k1 = a1; k1 < b1; ++k1) {
+                  const int64_t row = ((s0 + k0 * w_.d[0]) * w_.in[1] + s1 + k1 * w_.d[1]) * w_.in[2] + s2;
+                  for (int64_t k2 = a2; k2 < b2; ++k2) acc += static_cast<double>(Num<S>::Load(x[row + k2 * w_.d[2]]));
+                }
+              int64_t div = (b0 - a0) * (b1 - a1) * (b2 - a2);
+              if (count_pad_) {
+                TapRange(s2, w_.k[2], w_.d[2], -w_.pb[2], w_.in[2] + w_.pe[2], &pa2, &pb2);
+                div = (pb0 - pa0) * (pb1 - pa1) * (pb2 - pa2);
+              }
+              y[oi] = Num<S>::Store(static_cast<C>(div ? acc / static_cast<double>(div) : 0.0));
+            }
+          }
+        }
+      }
+    }
+    return true;
+  }
+
+ private:
+  Window w_;
+  int64_t NC_, C_;
+  bool count_pad_, col_major_, indices_;
+};
+
+template <bool kMax>
+std::unique_ptr<Kernel> PreparePool(const KernelCtx &c, std::string *reason) {
+  const auto &xd = c.in[0]->dims;
+  const size_t nsp = xd.size() - 2;
+  std::vector<int64_t> ks;
+  if (!PoolKernelShape(*c.node, nsp, &ks, reason)) return nullptr;
+  Window w;
+  if (!MakeWindow(*c.node, std::vector<int64_t>(xd.begin() + 2, xd.end()), ks, true, &w, reason)) return nullptr;
+  int64_t count_pad = 0, storage = 0;
+  if (!AttrInt(*c.node, "count_include_pad", 0, &count_pad, reason) ||
+      !AttrInt(*c.node, "storage_order", 0, &storage, reason))
+    return nullptr;
+  std::unique_ptr<Kernel> k;
+  VisitType(c.out[0].dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (!std::is_same<S, Bool>::value)
+      k = std::make_unique<PoolKernel<S, kMax>>(w, xd[0] * xd[1], xd[1], count_pad != 0, storage != 0,
+                                                 c.out.size() > 1);
+  });
+  if (!k) *reason = DtypeNotSupported(c.out[0].dtype);
+  return k;
+}
+
+// ---- GlobalAveragePool ----
+
+bool InferGlobalPool(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0];
+  if (!IsFloatType(x.dtype) || x.dims.size() < 3) {
+    *reason = "input must be float with rank >= 3, got " + DescStr(x);
+    return false;
+  }
+  c->out[0].dtype = x.dtype;
+  c->out[0].dims = x.dims;
+  for (size_t i = 2; i < x.dims.size(); ++i) c->out[0].dims[i] = 1;
+  return true;
+}
+
+template <class S>
+class GlobalPoolKernel : public Kernel {
+ public:
+  GlobalPoolKernel(int64_t nc, int64_t sp) : nc_(nc), sp_(sp) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const S *x = static_cast<const S *>(in[0]);
+    S *y = static_cast<S *>(out[0]);
+    for (int64_t i = 0; i < nc_; ++i) {
+      double acc = 0;
+      for (int64_t j = 0; j < sp_; ++j) acc += static_cast<double>(Num<S>::Load(x[i * sp_ + j]));
+      y[i] = Num<S>::Store(static_cast<typename Num<S>::C>(sp_ ? acc / static_cast<double>(sp_) : NAN));
+    }
+    return true;
+  }
+
+ private:
+  int64_t nc_, sp_;
+};
+
+std::unique_ptr<Kernel> PrepareGlobalPool(const KernelCtx &c, std::string *reason) {
+  const auto &xd = c.in[0]->dims;
+  int64_t sp = 1;
+  for (size_t i = 2; i < xd.size(); ++i) sp *= xd[i];
+  std::unique_ptr<Kernel> k;
+  VisitType(c.out[0].dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (kIsFloat<S>) k = std::make_unique<GlobalPoolKernel<S>>(xd[0] * xd[1], sp);
+  });
+  if (!k) *reason = DtypeNotSupported(c.out[0].dtype);
+  return k;
+}
+
+// ---- BatchNormalization (inference) ----
+
+bool CheckBatchNorm(const Node &n, int64_t, std::string *reason) {
+  int64_t training;
+  float f;
+  if (!AttrInt(n, "training_mode", 0, &training, reason) || !AttrFloat(n, "epsilon", 1e-5f, &f, reason) ||
+      !AttrFloat(n, "momentum", 0.9f, &f, reason))
+    return false;
+  if (training != 0) {
+    *reason = "training_mode=1 is not supported by the twin (inference only)";
+    return false;
+  }
+  if (n.output_names.size() > 1) {
+    *reason = "running mean/var outputs (training) are not supported by the twin (inference only)";
+    return false;
+  }
+  return true;
+}
+
+bool InferBatchNorm(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0];
+  if (!IsFloatType(x.dtype) || x.dims.size() < 2) {
+    *reason = "X must be float with rank >= 2, got " + DescStr(x);
+    return false;
+  }
+  for (size_t i = 1; i < 5; ++i) {
+    const TensorDesc &p = *c->in[i];
+    if (!IsFloatType(p.dtype) || p.dims.size() != 1 || (p.dims[0] >= 0 && x.dims[1] >= 0 && p.dims[0] != x.dims[1])) {
+      *reason = "input '" + c->node->input_names[i] + "' must be 1-D of size C, got " + DescStr(p);
+      return false;
+    }
+  }
+  c->out[0] = x;
+  return true;
+}
+
+class BatchNormKernel : public Kernel {
+ public:
+  BatchNormKernel(int64_t N, int64_t C, int64_t sp, float eps) : N_(N), C_(C), sp_(sp), eps_(eps), a_(C), b_(C) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const float *x = static_cast<const float *>(in[0]);
+    const float *scale = static_cast<const float *>(in[1]), *bias = static_cast<const float *>(in[2]);
+    const float *mean = static_cast<const float *>(in[3]), *var = static_cast<const float *>(in[4]);
+    float *y = static_cast<float *>(out[0]);
+    for (int64_t c = 0; c < C_; ++c) {
+      const double a = static_cast<double>(scale[c]) / std::sqrt(static_cast<double>(var[c]) + eps_);
+      a_[c] = static_cast<float>(a);
+      b_[c] = static_cast<float>(static_cast<double>(bias[c]) - static_cast<double>(mean[c]) * a);
+    }
+    for (int64_t n = 0; n < N_; ++n)
+      for (int64_t c = 0; c < C_; ++c) {
+        const float a = a_[c], b = b_[c];
+        const float *xs = x + (n * C_ + c) * sp_;
+        float *ys = y + (n * C_ + c) * sp_;
+        for (int64_t i = 0; i < sp_; ++i) ys[i] = xs[i] * a + b;
+      }
+    return true;
+  }
+
+ private:
+  int64_t N_, C_, sp_;
+  double eps_;
+  std::vector<float> a_, b_;
+};
+
+template <class T>
+class BatchNormKernelD : public Kernel {  // float64
+ public:
+  BatchNormKernelD(int64_t N, int64_t C, int64_t sp, float eps) : N_(N), C_(C), sp_(sp), eps_(eps) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const T *x = static_cast<const T *>(in[0]);
+    const T *scale = static_cast<const T *>(in[1]), *bias = static_cast<const T *>(in[2]);
+    const T *mean = static_cast<const T *>(in[3]), *var = static_cast<const T *>(in[4]);
+    T *y = static_cast<T *>(out[0]);
+    for (int64_t n = 0; n < N_; ++n)
+      for (int64_t c = 0; c < C_; ++c) {
+        const T a = scale[c] / std::sqrt(var[c] + static_cast<T>(eps_));
+        const T b = bias[c] - mean[c] * a;
+        for (int64_t i = 0; i < sp_; ++i) y[(n * C_ + c) * sp_ + i] = x[(n * C_ + c) * sp_ + i] * a + b;
+      }
+    return true;
+  }
+
+ private:
+  int64_t N_, C_, sp_;
+  float eps_;
+};
+
+std::unique_ptr<Kernel> PrepareBatchNormFloat(const KernelCtx &c, std::string *reason) {
+  for (size_t i = 1; i < 5; ++i) {
+    if (c.in[i]->dtype != c.in[0]->dtype) {
+      *reason = "scale, B, mean and var must have X's dtype";
+      return nullptr;
+    }
+  }
+  float eps;
+  if (!AttrFloat(*c.node, "epsilon", 1e-5f, &eps, reason)) return nullptr;
+  const auto &xd = c.in[0]->dims;
+  int64_t sp = 1;
+  for (size_t i = 2; i < xd.size(); ++i) sp *= xd[i];
+  switch (c.out[0].dtype) {
+    case ElemType::kFloat: return std::make_unique<BatchNormKernel>(xd[0], xd[1], sp, eps);
+    case ElemType::kDouble: return std::make_unique<BatchNormKernelD<double>>(xd[0], xd[1], sp, eps);
+    default: *reason = DtypeNotSupported(c.out[0].dtype); return nullptr;
+  }
+}
+
+std::unique_ptr<Kernel> PrepareBatchNorm(const KernelCtx &c, std::string *reason) {
+  return HasHalfTypes(c) ? PrepareViaFloat(c, PrepareBatchNormFloat, reason) : PrepareBatchNormFloat(c, reason);
+}
+
+// ---- LayerNormalization ----
+
+bool InferLayerNorm(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0];
+  if (!IsFloatType(x.dtype)) {
+    *reason = DtypeNotSupported(x.dtype);
+    return false;
+  }
+  int64_t axis, norm, stash;
+  float eps;
+  if (!AttrInt(*c->node, "axis", -1, &axis, reason) || !AttrFloat(*c->node, "epsilon", 1e-5f, &eps, reason) ||
+      !AttrInt(*c->node, "stash_type", 1, &stash, reason))
+    return false;
+  if (!NormalizeAxis(axis, static_cast<int64_t>(x.dims.size()), false, &norm, reason)) return false;
+  std::vector<int64_t> tail(x.dims.begin() + norm, x.dims.end());
+  for (size_t i = 1; i < c->in.size(); ++i) {
+    if (!c->has(i)) continue;
+    std::vector<int64_t> b;
+    if (!IsFloatType(c->in[i]->dtype) || !BroadcastShapes(tail, c->in[i]->dims, &b, reason) || b.size() != tail.size()) {
+      *reason = "input '" + c->node->input_names[i] + "' " + DescStr(*c->in[i]) + " does not broadcast to " +
+                ShapeStr(tail);
+      return false;
+    }
+  }
+  c->out[0] = x;
+  for (size_t o = 1; o < c->out.size(); ++o) {
+    c->out[o].dtype = stash == 1 ? ElemType::kFloat : x.dtype;
+    c->out[o].dims = x.dims;
+    for (size_t i = norm; i < x.dims.size(); ++i) c->out[o].dims[i] = 1;
+  }
+  return true;
+}
+
+template <class T>
+class LayerNormKernel : public Kernel {
+ public:
+  LayerNormKernel(int64_t outer, int64_t inner, float eps, std::vector<int64_t> sidx, std::vector<int64_t> bidx)
+      : outer_(outer), inner_(inner), eps_(eps), sidx_(std::move(sidx)), bidx_(std::move(bidx)),
+        scale_(inner), bias_(inner) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const T *x = static_cast<const T *>(in[0]);
+    const T *s = static_cast<const T *>(in[1]);
+    const T *b = bidx_.empty() ? nullptr : static_cast<const T *>(in[2]);
+    T *y = static_cast<T *>(out[0]);
+    float *mean_out = out_count_ > 1 && out[1] ? static_cast<float *>(out[1]) : nullptr;
+    float *inv_out = out_count_ > 2 && out[2] ? static_cast<float *>(out[2]) : nullptr;
+    for (int64_t j = 0; j < inner_; ++j) {
+      scale_[j] = s[sidx_[j]];
+      bias_[j] = b ? b[bidx_[j]] : T(0);
+    }
+    for (int64_t o = 0; o < outer_; ++o) {
+      const T *xr = x + o * inner_;
+      T *yr = y + o * inner_;
+      double sum = 0;
+      for (int64_t j = 0; j < inner_; ++j) sum += xr[j];
+      const double mean = inner_ ? sum / static_cast<double>(inner_) : 0.0;
+      double sq = 0;
+      for (int64_t j = 0; j < inner_; ++j) {
+        const double d = static_cast<double>(xr[j]) - mean;
+        sq += d * d;
+      }
+      const double var = inner_ ? sq / static_cast<double>(inner_) : 0.0;
+      const double inv = 1.0 / std::sqrt(var + static_cast<double>(eps_));
+      const T m = static_cast<T>(mean), iv = static_cast<T>(inv);
+      for (int64_t j = 0; j < inner_; ++j) yr[j] = (xr[j] - m) * iv * scale_[j] + bias_[j];
+      if (mean_out) mean_out[o] = static_cast<float>(mean);
+      if (inv_out) inv_out[o] = static_cast<float>(inv);
+    }
+    return true;
+  }
+  size_t out_count_ = 1;
+
+ private:
+  int64_t outer_, inner_;
+  float eps_;
+  std::vector<int64_t> sidx_, bidx_;
+  std::vector<T> scale_, bias_;
+};
+
+// Index into a tensor of shape `small` (unidirectionally broadcast to `full`) for each element of `full`.
+std::vector<int64_t> BroadcastIndex(const std::vector<int64_t> &full, const std::vector<int64_t> &small) {
+  int64_t n = 1;
+  for (int64_t d : full) n *= d;
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  const size_t r = full.size(), off = r - small.size();
+  std::vector<int64_t> ss = Strides(small), ctr(r, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t k = 0;
+    for (size_t d = off; d < r; ++d)
+      if (small[d - off] != 1) k += ctr[d] * ss[d - off];
+    idx[i] = k;
+    for (size_t d = r; d-- > 0;) {
+      if (++ctr[d] < full[d]) break;
+      ctr[d] = 0;
+    }
+  }
+  return idx;
+}
+
+std::unique_ptr<Kernel> PrepareLayerNormFloat(const KernelCtx &c, std::string *reason) {
+  int64_t axis, norm;
+  float eps;
+  if (!AttrInt(*c.node, "axis", -1, &axis, reason) || !AttrFloat(*c.node, "epsilon", 1e-5f, &eps, reason))
+    return nullptr;
+  const auto &xd = c.in[0]->dims;
+  if (!NormalizeAxis(axis, static_cast<int64_t>(xd.size()), false, &norm, reason)) return nullptr;
+  std::vector<int64_t> tail(xd.begin() + norm, xd.end());
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < norm; ++i) outer *= xd[i];
+  for (int64_t d : tail) inner *= d;
+  std::vector<int64_t> sidx = BroadcastIndex(tail, c.in[1]->dims), bidx;
+  const bool has_b = c.in.size() > 2 && c.in[2];
+  if (has_b) bidx = BroadcastIndex(tail, c.in[2]->dims);
+  for (size_t o = 1; o < c.out.size(); ++o) {
+    if (c.out[o].dtype != ElemType::kFloat) {
+      *reason = "Mean/InvStdDev outputs must be float32 (stash_type=1)";
+      return nullptr;
+    }
+  }
+  if (c.in[0]->dtype == ElemType::kFloat && c.in[1]->dtype == ElemType::kFloat) {
+    auto k = std::make_unique<LayerNormKernel<float>>(outer, inner, eps, sidx, bidx);
+    k->out_count_ = c.out.size();
+    return k;
+  }
+  if (c.in[0]->dtype == ElemType::kDouble && c.in[1]->dtype == ElemType::kDouble) {
+    auto k = std::make_unique<LayerNormKernel<double>>(outer, inner, eps, sidx, bidx);
+    k->out_count_ = c.out.size();
+    return k;
+  }
+  *reason = DtypeNotSupported(c.in[0]->dtype);
+  return nullptr;
+}
+
+std::unique_ptr<Kernel> PrepareLayerNorm(const KernelCtx &c, std::string *reason) {
+  return HasHalfTypes(c) ? PrepareViaFloat(c, PrepareLayerNormFloat, reason) : PrepareLayerNormFloat(c, reason);
+}
+
+}  // namespace
+
+void RegisterNNOps(std::vector<OpDef> *ops) {
+  ops->push_back({"Conv", 2, 3, 1, 1, nullptr, InferConv, PrepareConv, true});
+  ops->push_back({"MaxPool", 1, 1, 1, 2, CheckPool, InferPool, PreparePool<true>, true});
+  ops->push_back({"AveragePool", 1, 1, 1, 1, CheckPool, InferPool, PreparePool<false>, true});
+  ops->push_back({"GlobalAveragePool", 1, 1, 1, 1, nullptr, InferGlobalPool, PrepareGlobalPool, true});
+  ops->push_back({"BatchNormalization", 5, 5, 1, 3, CheckBatchNorm, InferBatchNorm, PrepareBatchNorm, true});
+  ops->push_back({"LayerNormalization", 2, 3, 1, 3, nullptr, InferLayerNorm, PrepareLayerNorm, true});
+}
+
+}  // namespace onnx
+}  // namespace twin

@@ -1,0 +1,251 @@
+// Reductions: ReduceSum, ReduceMean, ReduceMax with keepdims and noop_with_empty_axes; axes come from the
+// attribute (ReduceMean/ReduceMax before opset 18, ReduceSum before 13) or the optional input.
+// Floating sums accumulate in double; integer sums wrap; ReduceMax propagates NaN; empty reductions give
+// 0 (Sum), NaN (Mean) and the lowest value / -inf / false (Max), like the ONNX reference.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "elem.h"
+
+#pragma GCC optimize("O3")  // vectorise the hot loops beyond -O2's very-cheap cost model
+
+namespace twin {
+namespace onnx {
+namespace {
+
+enum ReduceKind { kSum, kMean, kMax };
+
+int64_t AxesInputOpset(const std::string &op) { return op == "ReduceSum" ? 13 : 18; }
+
+bool ReadReduceAttrs(const Node &n, int64_t *keepdims, int64_t *noop, std::string *reason) {
+  return AttrInt(n, "keepdims", 1, keepdims, reason) && AttrInt(n, "noop_with_empty_axes", 0, noop, reason);
+}
+
+bool CheckReduce(const Node &n, int64_t opset, std::string *reason) {
+  int64_t k, e;
+  if (!ReadReduceAttrs(n, &k, &e, reason)) return false;
+  if (opset >= AxesInputOpset(n.op_type) && n.FindAttr("axes")) {
+    *reason = "attribute 'axes' is not allowed at opset " + std::to_string(opset) + " (axes is an input)";
+    return false;
+  }
+  if (opset < AxesInputOpset(n.op_type) && n.input_names.size() > 1) {
+    *reason = "takes 1 input at opset " + std::to_string(opset);
+    return false;
+  }
+  return true;
+}
+
+// Reduced-axis mask; *unknown when the axes input's contents are not known.
+bool ReduceMask(InferCtx *c, std::vector<char> *mask, bool *unknown, std::string *reason) {
+  const int64_t r = static_cast<int64_t>(c->in[0]->dims.size());
+  int64_t keepdims, noop;
+  if (!ReadReduceAttrs(*c->node, &keepdims, &noop, reason)) return false;
+  std::vector<int64_t> axes;
+  bool present = false;
+  *unknown = false;
+  if (c->opset >= AxesInputOpset(c->node->op_type)) {
+    if (c->has(1)) {
+      ValueState st = ReadIntsInput(c, 1, &axes, reason);
+      if (st == ValueState::kError) return false;
+      if (st == ValueState::kUnknown) {
+        *unknown = true;
+        return true;
+      }
+      present = true;
+    }
+  } else {
+    if (!AttrInts(*c->node, "axes", &axes, &present, reason)) return false;
+  }
+  mask->assign(r, 0);
+  if (!present || axes.empty()) {
+    if (!noop) mask->assign(r, 1);
+    return true;
+  }
+  for (int64_t a : axes) {
+    int64_t n;
+    if (!NormalizeAxis(a, r, false, &n, reason)) return false;
+    (*mask)[n] = 1;
+  }
+  return true;
+}
+
+bool ReduceType(ElemType t, const std::string &op) {
+  if (IsFloatType(t) || t == ElemType::kInt32 || t == ElemType::kInt64 || t == ElemType::kUint32 ||
+      t == ElemType::kUint64)
+    return true;
+  if (op == "ReduceMax") return t == ElemType::kInt8 || t == ElemType::kUint8 || t == ElemType::kBool;
+  return false;
+}
+
+bool InferReduce(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0];
+  if (!ReduceType(x.dtype, c->node->op_type)) {
+    *reason = DtypeNotSupported(x.dtype);
+    return false;
+  }
+  int64_t keepdims, noop;
+  if (!ReadReduceAttrs(*c->node, &keepdims, &noop, reason)) return false;
+  std::vector<char> mask;
+  bool unknown;
+  if (!ReduceMask(c, &mask, &unknown, reason)) return false;
+  c->out[0].dtype = x.dtype;
+  if (unknown) {
+    // Without keepdims the rank depends on how many axes the input lists.
+    const int64_t na = c->in[1]->dims.empty() ? 1 : c->in[1]->dims[0];
+    const int64_t r = static_cast<int64_t>(x.dims.size());
+    c->out[0].dims.assign(keepdims ? r : (na >= 0 && na <= r ? r - na : 0), -1);
+    return true;
+  }
+  c->out[0].dims.clear();
+  for (size_t i = 0; i < x.dims.size(); ++i) {
+    if (!mask[i]) c->out[0].dims.push_back(x.dims[i]);
+    else if (keepdims) c->out[0].dims.push_back(1);
+  }
+  return true;
+}
+
+template <class S, ReduceKind kKind>
+class ReduceKernel : public Kernel {
+  using C = typename Num<S>::C;
+  using Acc = std::conditional_t<std::is_floating_point<C>::value, double,
+                                 std::conditional_t<std::is_same<C, bool>::value, uint8_t, C>>;
+
+ public:
+  ReduceKernel(std::vector<int64_t> dims, std::vector<int64_t> out_strides, int64_t out_n, int64_t count)
+      : dims_(std::move(dims)), ostr_(std::move(out_strides)), out_n_(out_n), count_(count), acc_(out_n),
+        idx_(dims_.size()) {
+    total_ = 1;
+    for (int64_t d : dims_) total_ *= d;
+  }
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const S *x = static_cast<const S *>(in[0]);
+    S *y = static_cast<S *>(out[0]);
+    Acc init;
+    if constexpr (kKind == kMax) {
+      if constexpr (std::is_floating_point<C>::value) init = -std::numeric_limits<double>::infinity();
+      else init = std::numeric_limits<Acc>::lowest();
+    } else {
+      init = Acc(0);
+    }
+    std::fill(acc_.begin(), acc_.end(), init);
+    if (total_ > 0) {
+      const size_t r = dims_.size();
+      const int64_t inner = dims_[r - 1], is = ostr_[r - 1];
+      std::fill(idx_.begin(), idx_.end(), 0);
+      int64_t off = 0;
+      for (int64_t i = 0; i < total_; i += inner) {
+        const S *px = x + i;
+        Acc *pa = acc_.data() + off;
+        if (is == 0) {
+          Acc a = *pa;
+          for (int64_t j = 0; j < inner; ++j) a = Combine(a, static_cast<Acc>(Num<S>::Load(px[j])));
+          *pa = a;
+        } else {
+          for (int64_t j = 0; j < inner; ++j) pa[j] = Combine(pa[j], static_cast<Acc>(Num<S>::Load(px[j])));
+        }
+        for (size_t d = r - 1; d-- > 0;) {
+          off += ostr_[d];
+          if (++idx_[d] < dims_[d]) break;
+          off -= ostr_[d] * dims_[d];
+          idx_[d] = 0;
+        }
+      }
+    }
+    for (int64_t o = 0; o < out_n_; ++o) {
+      Acc v = acc_[o];
+      if constexpr (kKind == kMean) {
+        if constexpr (std::is_floating_point<Acc>::value) v = count_ ? v / static_cast<double>(count_) : NAN;
+        else v = count_ ? static_cast<Acc>(v / static_cast<Acc>(count_)) : Acc(0);
+      }
+      y[o] = Num<S>::Store(static_cast<C>(v));
+    }
+    return true;
+  }
+
+ private:
+  static Acc Combine(Acc a, Acc b) {
+    if constexpr (kKind == kMax) {
+      if constexpr (std::is_floating_point<Acc>::value) {
+        if (a != a) return a;
+        if (b != b) return b;
+      }
+      return a < b ? b : a;
+    } else if constexpr (std::is_integral<Acc>::value) {
+      return static_cast<Acc>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+    } else {
+      return a + b;
+    }
+  }
+
+  std::vector<int64_t> dims_, ostr_;  // input dims and matching output strides (0 on reduced axes)
+  int64_t out_n_, count_, total_ = 0;
+  std::vector<Acc> acc_;
+  std::vector<int64_t> idx_;
+};
+
+template <ReduceKind kKind>
+std::unique_ptr<Kernel> PrepareReduce(const KernelCtx &kc, std::string *reason) {
+  InferCtx c;
+  c.node = kc.node;
+  c.opset = kc.opset;
+  c.need_static = true;
+  c.in = kc.in;
+  c.in_data = kc.in_data;
+  std::vector<char> mask;
+  bool unknown;
+  if (!ReduceMask(&c, &mask, &unknown, reason)) return nullptr;
+  const auto &xd = kc.in[0]->dims;
+  // Output strides over the input's dims (reduced dims get 0), then merge adjacent dims.
+  std::vector<int64_t> kept;
+  for (size_t i = 0; i < xd.size(); ++i)
+    if (!mask[i]) kept.push_back(xd[i]);
+  std::vector<int64_t> ks = Strides(kept);
+  std::vector<int64_t> full_str(xd.size(), 0);
+  int64_t count = 1;
+  for (size_t i = 0, k = 0; i < xd.size(); ++i) {
+    if (mask[i]) count *= xd[i];
+    else full_str[i] = ks[k++];
+  }
+  std::vector<int64_t> dims, str;
+  for (size_t i = 0; i < xd.size(); ++i) {
+    if (xd[i] == 1) continue;
+    if (!dims.empty() && ((str.back() == 0 && full_str[i] == 0) || (str.back() != 0 && str.back() == full_str[i] * xd[i]))) {
+      dims.back() *= xd[i];
+      str.back() = full_str[i];
+      continue;
+    }
+    dims.push_back(xd[i]);
+    str.push_back(full_str[i]);
+  }
+  bool empty = false;
+  for (int64_t d : xd) empty = empty || d == 0;
+  if (empty) {
+    dims.assign(1, 0);
+    str.assign(1, 0);
+  }
+  if (dims.empty()) {
+    dims.push_back(1);
+    str.push_back(0);
+  }
+  const int64_t out_n = kc.out[0].NumElements();
+  std::unique_ptr<Kernel> k;
+  VisitType(kc.out[0].dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (kKind == kMax || !std::is_same<S, Bool>::value)
+      k = std::make_unique<ReduceKernel<S, kKind>>(dims, str, out_n, count);
+  });
+  if (!k) *reason = DtypeNotSupported(kc.out[0].dtype);
+  return k;
+}
+
+}  // namespace
+
+void RegisterReduceOps(std::vector<OpDef> *ops) {
+  ops->push_back({"ReduceSum", 1, 2, 1, 1, CheckReduce, InferReduce, PrepareReduce<kSum>, true});
+  ops->push_back({"ReduceMean", 1, 2, 1, 1, CheckReduce, InferReduce, PrepareReduce<kMean>, true});
+  ops->push_back({"ReduceMax", 1, 2, 1, 1, CheckReduce, InferReduce, PrepareReduce<kMax>, true});
+}
+
+}  // namespace onnx
+}  // namespace twin

@@ -1,0 +1,482 @@
+// GE-level fidelity tests of the twin: written only against the GE v2 / ACL / parser API (plus the twin-only fault
+// controls of twin/twin_control.h), so each one shows a GE behaviour the way a C++ user of GE would meet it.
+// Built and run by tests/test_ge_fidelity.py: ge_fidelity_test <add.onnx> <dyn.onnx> <test name>...
+// Prints "PASS <name>" or "FAIL <name>: <why>" per test.
+#include <pthread.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "acl/acl_rt.h"
+#include "ge/ge_api_v2.h"
+#include "parser/onnx_parser.h"
+#include "twin/twin_control.h"
+
+namespace {
+using Clock = std::chrono::steady_clock;
+std::string g_add_model, g_dyn_model;  // bytes of [1,4]+[1,4] and [N,4]+[N,4] Add graphs
+
+std::string ThreadName() {
+  char name[32] = {};
+  pthread_getname_np(pthread_self(), name, sizeof(name));
+  return name;
+}
+
+std::string ReadFile(const char *path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+ge::Graph Parse(const std::string &bytes) {
+  ge::Graph g;
+  if (ge::aclgrphParseONNXFromMem(bytes.data(), bytes.size(), {}, g) != ge::GRAPH_SUCCESS) std::abort();
+  return g;
+}
+
+// Host input tensors over a shared buffer (inputs are borrowed by GE).
+std::vector<gert::Tensor> Inputs(std::vector<float> &buf, int64_t rows, int64_t cols = 4, int count = 2) {
+  buf.assign(static_cast<size_t>(rows * cols), 1.0f);
+  std::vector<gert::Tensor> v;
+  for (int i = 0; i < count; ++i) {
+    gert::Tensor t({{rows, cols}, {rows, cols}}, {ge::FORMAT_ND, ge::FORMAT_ND, {}}, gert::kOnHost, ge::DT_FLOAT,
+                   buf.data());
+    v.push_back(std::move(t));
+  }
+  return v;
+}
+
+// Collects RunGraphAsync callbacks: status, thread name, order.
+struct Calls {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<ge::Status, std::string>> calls;
+  ge::RunAsyncCallbackV2 Callback(std::function<void()> during = nullptr) {
+    return [this, during](ge::Status st, std::vector<gert::Tensor> &) {
+      if (during) during();
+      std::lock_guard<std::mutex> lk(mu);
+      calls.emplace_back(st, ThreadName());
+      cv.notify_all();
+    };
+  }
+  bool WaitFor(size_t n, int ms = 5000) {
+    std::unique_lock<std::mutex> lk(mu);
+    return cv.wait_for(lk, std::chrono::milliseconds(ms), [&] { return calls.size() >= n; });
+  }
+  size_t Count() {
+    std::lock_guard<std::mutex> lk(mu);
+    return calls.size();
+  }
+};
+
+#define EXPECT(cond, msg)                        \
+  do {                                           \
+    if (!(cond)) return std::string(msg);        \
+  } while (0)
+
+std::string Status(ge::Status st) { return std::to_string(st); }
+
+// --- the tests ------------------------------------------------------------------------------------------------
+
+std::string CallbackThreads() {
+  ge::GeSession s({});
+  s.AddGraph(1, Parse(g_add_model));
+  std::vector<float> buf;
+  auto in = Inputs(buf, 1);
+  Calls calls;
+  EXPECT(s.RunGraphAsync(1, in, calls.Callback()) == ge::SUCCESS, "RunGraphAsync did not queue");
+  EXPECT(calls.WaitFor(1), "no callback");
+  EXPECT(calls.calls[0].first == ge::SUCCESS, "run failed");
+  EXPECT(calls.calls[0].second == "ge-model-1", "success callback on '" + calls.calls[0].second + "', not the model thread");
+  // compile failure: callback on the compile thread
+  s.AddGraph(2, Parse(g_dyn_model));
+  std::vector<float> b1(8, 1.0f), b2(12, 1.0f);
+  std::vector<gert::Tensor> bad;
+  bad.emplace_back(gert::StorageShape{{2, 4}, {2, 4}}, gert::StorageFormat{ge::FORMAT_ND, ge::FORMAT_ND, {}},
+                   gert::kOnHost, ge::DT_FLOAT, b1.data());
+  bad.emplace_back(gert::StorageShape{{3, 4}, {3, 4}}, gert::StorageFormat{ge::FORMAT_ND, ge::FORMAT_ND, {}},
+                   gert::kOnHost, ge::DT_FLOAT, b2.data());
+  EXPECT(s.RunGraphAsync(2, bad, calls.Callback()) == ge::SUCCESS, "bad job refused at submit");
+  EXPECT(calls.WaitFor(2), "no callback for the compile failure");
+  EXPECT(calls.calls[1].first != ge::SUCCESS, "compile failure reported success");
+  EXPECT(calls.calls[1].second == "ge-compile", "compile-failure callback on '" + calls.calls[1].second + "'");
+  // mode conflict: callback on the caller's thread, before the call returns
+  std::vector<gert::Tensor> outs;
+  s.AddGraph(3, Parse(g_add_model));
+  EXPECT(s.RunGraph(3, in, outs) == ge::SUCCESS, "RunGraph failed");
+  const std::string me = ThreadName();
+  size_t before = calls.Count();
+  EXPECT(s.RunGraphAsync(3, in, calls.Callback()) == ge::UNSUPPORTED, "mode conflict not UNSUPPORTED");
+  EXPECT(calls.Count() == before + 1, "mode-conflict callback not called before RunGraphAsync returned");
+  EXPECT(calls.calls.back().first == ge::UNSUPPORTED && calls.calls.back().second == me,
+         "mode-conflict callback not (UNSUPPORTED, caller's thread)");
+  return "";
+}
+
+std::string FifoNextJobAfterCallback() {
+  ge::GeSession s({});
+  s.AddGraph(1, Parse(g_add_model));
+  std::vector<float> buf;
+  auto in = Inputs(buf, 1);
+  std::atomic<int> inside{0}, overlap{0};
+  std::mutex order_mu;
+  std::vector<int> order;
+  std::vector<std::unique_ptr<Calls>> keep;
+  Calls calls;
+  for (int i = 0; i < 20; ++i) {
+    auto cb = [&, i](ge::Status, std::vector<gert::Tensor> &) {
+      if (inside.fetch_add(1) != 0) overlap.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      {
+        std::lock_guard<std::mutex> lk(order_mu);
+        order.push_back(i);
+      }
+      inside.fetch_sub(1);
+      std::lock_guard<std::mutex> lk(calls.mu);
+      calls.calls.emplace_back(0, "");
+      calls.cv.notify_all();
+    };
+    EXPECT(s.RunGraphAsync(1, in, cb) == ge::SUCCESS, "submit failed");
+  }
+  EXPECT(calls.WaitFor(20), "callbacks missing");
+  EXPECT(overlap.load() == 0, "two callbacks of one model ran at once");
+  for (int i = 0; i < 20; ++i) EXPECT(order[i] == i, "callbacks out of submission order");
+  return "";
+}
+
+std::string CompileQueueBlocksAt2048() {
+  ge::GeSession s({});
+  s.AddGraph(1, Parse(g_add_model));
+  geasync_twin_fault_add(s.GetSessionId(), 1, GEASYNC_TWIN_FAULT_STALL_COMPILE, 0, 0, 0);
+  std::vector<float> buf;
+  auto in = Inputs(buf, 1);
+  Calls calls;
+  // The first job is taken by the (stalled) compile thread; 2048 more fill the queue.
+  for (int i = 0; i < 2049; ++i) EXPECT(s.RunGraphAsync(1, in, calls.Callback()) == ge::SUCCESS, "submit failed");
+  std::atomic<bool> returned{false};
+  std::thread blocked([&] {
+    s.RunGraphAsync(1, in, calls.Callback());
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const bool blocked_while_full = !returned.load();
+  geasync_twin_fault_release(s.GetSessionId(), 1);
+  blocked.join();
+  EXPECT(blocked_while_full, "the 2050th submit did not block while the compile queue held 2048 jobs");
+  EXPECT(calls.WaitFor(2050, 20000), "not every job was called back after the release");
+  return "";
+}
+
+std::string ModelQueueFullFailsJob() {
+  ge::GeSession s({});
+  s.AddGraph(1, Parse(g_add_model));
+  std::vector<float> buf;
+  auto in = Inputs(buf, 1);
+  Calls calls;
+  std::vector<gert::Tensor> outs;
+  EXPECT(s.CompileGraph(1) == ge::SUCCESS, "compile failed");
+  geasync_twin_fault_add(s.GetSessionId(), 1, GEASYNC_TWIN_FAULT_STALL_CALLBACK, 1, 0, 0);
+  for (int i = 0; i < 1100; ++i) EXPECT(s.RunGraphAsync(1, in, calls.Callback()) == ge::SUCCESS, "submit failed");
+  // job 1 holds the model thread; 1024 wait in the model queue; the rest fail with GE_GRAPH_SYNC_MODEL_FAILED
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  size_t failed = 0;
+  std::string thread;
+  {
+    std::lock_guard<std::mutex> lk(calls.mu);
+    for (auto &c : calls.calls)
+      if (c.first == ge::GE_GRAPH_SYNC_MODEL_FAILED) {
+        ++failed;
+        thread = c.second;
+      }
+  }
+  geasync_twin_fault_clear(s.GetSessionId(), 1);
+  EXPECT(calls.WaitFor(1100, 20000), "callbacks missing after the release");
+  EXPECT(failed == 1100 - 1 - 1024, "expected 75 GE_GRAPH_SYNC_MODEL_FAILED callbacks, got " + std::to_string(failed));
+  EXPECT(thread == "ge-executor", "queue-full callback on '" + thread + "', not the executor thread");
+  return "";
+}
+
+std::string DynamicGraphHolds32Callbacks() {
+  ge::GeSession s({});
+  s.AddGraph(1, Parse(g_dyn_model));
+  EXPECT(s.CompileGraph(1) == ge::SUCCESS, "compile failed");  // Data shape [-1, 4]: a dynamic-shape graph
+  auto summary = s.GetCompiledGraphSummary(1);
+  EXPECT(summary && !summary->IsStatic(), "graph not dynamic");
+  geasync_twin_fault_add(s.GetSessionId(), 1, GEASYNC_TWIN_FAULT_STALL_CALLBACK, 0, 0, 0);
+  std::vector<float> buf;
+  auto in = Inputs(buf, 2);
+  Calls calls;
+  for (int i = 0; i < 32; ++i) EXPECT(s.RunGraphAsync(1, in, calls.Callback()) == ge::SUCCESS, "submit failed");
+  std::atomic<bool> returned{false};
+  std::thread blocked([&] {
+    s.RunGraphAsync(1, in, calls.Callback());
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const bool was_blocked = !returned.load();
+  geasync_twin_fault_clear(s.GetSessionId(), 1);
+  blocked.join();
+  EXPECT(was_blocked, "the 33rd submit on a dynamic-shape graph did not block");
+  EXPECT(calls.WaitFor(33), "callbacks missing");
+  return "";
+}
+
+std::string CompileFailureStopsAsyncQueue() {
+  ge::GeSession s({});
+  s.AddGraph(1, Parse(g_dyn_model));
+  s.AddGraph(2, Parse(g_add_model));
+  std::vector<float> b1(8, 1.0f), b2(12, 1.0f);
+  std::vector<gert::Tensor> bad;
+  bad.emplace_back(gert::StorageShape{{2, 4}, {2, 4}}, gert::StorageFormat{ge::FORMAT_ND, ge::FORMAT_ND, {}},
+                   gert::kOnHost, ge::DT_FLOAT, b1.data());
+  bad.emplace_back(gert::StorageShape{{3, 4}, {3, 4}}, gert::StorageFormat{ge::FORMAT_ND, ge::FORMAT_ND, {}},
+                   gert::kOnHost, ge::DT_FLOAT, b2.data());
+  Calls calls;
+  EXPECT(s.RunGraphAsync(1, bad, calls.Callback()) == ge::SUCCESS, "bad job refused at submit");
+  EXPECT(calls.WaitFor(1), "no callback");
+  std::vector<float> buf;
+  auto in = Inputs(buf, 1);
+  const ge::Status st = s.RunGraphAsync(2, in, calls.Callback());
+  EXPECT(st == ge::FAILED, "RunGraphAsync after a compile failure returned " + Status(st) + ", not FAILED");
+  const std::string msg = ge::GEGetErrorMsgV3().GetString();
+  EXPECT(msg.find("stopped") != std::string::npos, "no message about the stopped queue: " + msg);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT(calls.Count() == 1, "a refused submit was called back");
+  std::vector<gert::Tensor> outs;
+  EXPECT(s.RunGraph(2, in, outs) == ge::UNSUPPORTED, "mode of graph 2 was not fixed by the refused RunGraphAsync");
+  return "";
+}
+
+std::string DestroyDropsQueuedJobs() {
+  Calls calls;
+  std::vector<float> buf;
+  {
+    ge::GeSession s({});
+    s.AddGraph(1, Parse(g_add_model));
+    auto in = Inputs(buf, 1);
+    EXPECT(s.CompileGraph(1) == ge::SUCCESS, "compile failed");
+    geasync_twin_fault_add(s.GetSessionId(), 1, GEASYNC_TWIN_FAULT_DELAY_RUN, 1, 0, 200);
+    for (int i = 0; i < 10; ++i) EXPECT(s.RunGraphAsync(1, in, calls.Callback()) == ge::SUCCESS, "submit failed");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // job 1 is running (delayed), 9 are queued
+  }  // ~GeSession: the running job finishes and calls back; queued jobs are dropped without callbacks
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT(calls.Count() == 1, "expected 1 callback (the running job), got " + std::to_string(calls.Count()));
+  return "";
+}
+
+std::string FinalizeDropsQueuedJobs() {
+  Calls calls;
+  std::vector<float> buf;
+  ge::GeSession s({});
+  s.AddGraph(1, Parse(g_add_model));
+  auto in = Inputs(buf, 1);
+  EXPECT(s.CompileGraph(1) == ge::SUCCESS, "compile failed");
+  geasync_twin_fault_add(s.GetSessionId(), 1, GEASYNC_TWIN_FAULT_DELAY_RUN, 1, 0, 200);
+  for (int i = 0; i < 10; ++i) EXPECT(s.RunGraphAsync(1, in, calls.Callback()) == ge::SUCCESS, "submit failed");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT(ge::GEFinalizeV2() == ge::SUCCESS, "GEFinalizeV2 failed");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const size_t n = calls.Count();
+  std::vector<gert::Tensor> outs;
+  const ge::Status after = s.RunGraphAsync(1, in, calls.Callback());
+  EXPECT(ge::GEInitializeV2({}) == ge::SUCCESS, "re-initialise failed");
+  EXPECT(n == 1, "expected 1 callback after GEFinalizeV2, got " + std::to_string(n));
+  EXPECT(after == ge::FAILED, "a finalised session accepted work");
+  return "";
+}
+
+std::string ProcessWideRunGraphTryLock() {
+  ge::GeSession s1({}), s2({});
+  s1.AddGraph(1, Parse(g_add_model));
+  s2.AddGraph(1, Parse(g_add_model));
+  geasync_twin_fault_add(s1.GetSessionId(), 1, GEASYNC_TWIN_FAULT_DELAY_RUN, 1, 0, 300);
+  std::vector<float> b1, b2;
+  auto in1 = Inputs(b1, 1);
+  auto in2 = Inputs(b2, 1);
+  ge::Status first = 1;
+  std::thread t([&] {
+    std::vector<gert::Tensor> outs;
+    first = s1.RunGraph(1, in1, outs);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::vector<gert::Tensor> outs;
+  const ge::Status second = s2.RunGraph(1, in2, outs);
+  const std::string msg = ge::GEGetErrorMsgV3().GetString();
+  t.join();
+  geasync_twin_fault_clear(s1.GetSessionId(), 1);
+  EXPECT(first == ge::SUCCESS, "first RunGraph failed");
+  EXPECT(second == ge::FAILED, "concurrent RunGraph in another session returned " + Status(second));
+  EXPECT(msg.find("GE_SESS_ALREADY_RUNNING") != std::string::npos, "message lacks GE_SESS_ALREADY_RUNNING: " + msg);
+  return "";
+}
+
+std::string DeviceInputAlignment() {
+  ge::GeSession s({});
+  s.AddGraph(1, Parse(g_add_model));
+  EXPECT(aclrtSetDevice(0) == ACL_SUCCESS, "aclrtSetDevice failed");
+  aclrtStream stream = nullptr;
+  EXPECT(aclrtCreateStream(&stream) == ACL_SUCCESS, "aclrtCreateStream failed");
+  void *dev = nullptr;
+  EXPECT(aclrtMalloc(&dev, 64 + 16, ACL_MEM_MALLOC_NORMAL_ONLY) == ACL_SUCCESS, "aclrtMalloc failed");
+  auto *unaligned = static_cast<char *>(dev) + 16;
+  std::vector<gert::Tensor> in;
+  for (int i = 0; i < 2; ++i)
+    in.emplace_back(gert::StorageShape{{1, 4}, {1, 4}}, gert::StorageFormat{ge::FORMAT_ND, ge::FORMAT_ND, {}},
+                    gert::kOnDeviceHbm, ge::DT_FLOAT, unaligned);
+  std::vector<gert::Tensor> outs;
+  const ge::Status st = s.RunGraphWithStreamAsync(1, stream, in, outs);
+  const std::string msg = ge::GEGetErrorMsgV3().GetString();
+  aclrtFree(dev);
+  aclrtDestroyStream(stream);
+  EXPECT(st == ge::PARAM_INVALID, "unaligned device input gave " + Status(st));
+  EXPECT(msg.find("32-byte") != std::string::npos, "message does not name the alignment: " + msg);
+  return "";
+}
+
+std::string LoadTwiceAndAddTwice() {
+  ge::GeSession s({});
+  ge::Graph g = Parse(g_add_model);
+  EXPECT(s.AddGraph(1, g) == ge::SUCCESS, "AddGraph failed");
+  EXPECT(s.AddGraph(2, g) == ge::FAILED, "adding the same Graph object twice succeeded");
+  EXPECT(std::string(ge::GEGetErrorMsgV3().GetString()).find("AddGraphClone") != std::string::npos,
+         "message does not point to AddGraphClone");
+  EXPECT(s.AddGraphClone(2, g) == ge::SUCCESS, "AddGraphClone failed");
+  EXPECT(s.LoadGraph(1, {}, nullptr) == ge::SUCCESS, "first LoadGraph failed");
+  EXPECT(s.LoadGraph(1, {}, nullptr) == ge::FAILED, "LoadGraph of a loaded graph did not return FAILED");
+  EXPECT(std::string(ge::GEGetErrorMsgV3().GetString()).find("GE_GRAPH_REPEAT_OPERATION") != std::string::npos,
+         "message lacks GE_GRAPH_REPEAT_OPERATION");
+  EXPECT(s.CompileGraph(1) == ge::SUCCESS, "CompileGraph of a compiled graph is not SUCCESS");
+  return "";
+}
+
+std::string RemoveRunningGraphIsDeferred() {
+  ge::GeSession s({});
+  s.AddGraph(1, Parse(g_add_model));
+  EXPECT(s.CompileGraph(1) == ge::SUCCESS, "compile failed");
+  geasync_twin_fault_add(s.GetSessionId(), 1, GEASYNC_TWIN_FAULT_STALL_CALLBACK, 1, 0, 0);
+  std::vector<float> buf;
+  auto in = Inputs(buf, 1);
+  Calls calls;
+  EXPECT(s.RunGraphAsync(1, in, calls.Callback()) == ge::SUCCESS, "submit failed");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT(s.RemoveGraph(1) == ge::SUCCESS, "RemoveGraph of a running graph failed");
+  geasync_twin_fault_release(s.GetSessionId(), 1);
+  EXPECT(calls.WaitFor(1), "the running job was not completed after RemoveGraph");
+  EXPECT(calls.calls[0].first == ge::SUCCESS, "the running job failed");
+  EXPECT(s.RemoveGraph(1) == ge::GE_GRAPH_GRAPH_NOT_EXIST, "graph still present after deferred removal");
+  return "";
+}
+
+std::string CompileShapesByRunMode() {
+  ge::GeSession s({});
+  // RunGraph compiles from the Data nodes: a static [1,4] graph refuses [3,4] inputs
+  s.AddGraph(1, Parse(g_add_model));
+  std::vector<float> b3;
+  auto in3 = Inputs(b3, 3);
+  std::vector<gert::Tensor> outs;
+  EXPECT(s.RunGraph(1, in3, outs) == ge::FAILED, "RunGraph ran [3,4] inputs on a [1,4] graph");
+  // RunGraphAsync compiles from the input tensors: a [N,4] graph becomes static [5,4]
+  s.AddGraph(2, Parse(g_dyn_model));
+  std::vector<float> b5;
+  auto in5 = Inputs(b5, 5);
+  Calls calls;
+  EXPECT(s.RunGraphAsync(2, in5, calls.Callback()) == ge::SUCCESS, "submit failed");
+  EXPECT(calls.WaitFor(1) && calls.calls[0].first == ge::SUCCESS, "async run failed");
+  auto summary = s.GetCompiledGraphSummary(2);
+  std::vector<ge::Shape> shapes;
+  EXPECT(summary && summary->IsStatic(), "async-compiled graph is not static");
+  summary->GetOutputShapes(shapes);
+  EXPECT(shapes.size() == 1 && shapes[0].GetDims() == std::vector<int64_t>({5, 4}), "output shape not [5,4]");
+  // CompileGraph with inputs updates the Data nodes
+  s.AddGraph(3, Parse(g_dyn_model));
+  std::vector<ge::Tensor> descs(2, ge::Tensor(ge::TensorDesc(ge::Shape({7, 4}), ge::FORMAT_ND, ge::DT_FLOAT)));
+  EXPECT(s.CompileGraph(3, descs) == ge::SUCCESS, "CompileGraph with inputs failed");
+  s.GetCompiledGraphSummary(3)->GetOutputShapes(shapes);
+  EXPECT(shapes.size() == 1 && shapes[0].GetDims() == std::vector<int64_t>({7, 4}), "Data nodes not updated");
+  return "";
+}
+
+std::string ErrorCodes() {
+  ge::GeSession s({});
+  std::vector<float> buf;
+  auto in = Inputs(buf, 1);
+  std::vector<gert::Tensor> outs;
+  EXPECT(s.RunGraph(9, in, outs) == ge::FAILED, "RunGraph of an unknown graph is not FAILED (large codes map)");
+  EXPECT(s.RemoveGraph(9) == ge::GE_GRAPH_GRAPH_NOT_EXIST, "RemoveGraph of an unknown graph");
+  EXPECT(s.CompileGraph(9) == ge::GE_GRAPH_GRAPH_NOT_EXIST, "CompileGraph of an unknown graph");
+  EXPECT(s.GetCompiledGraphSummary(9) == nullptr, "summary of an unknown graph");
+  Calls calls;
+  EXPECT(s.RunGraphAsync(9, in, calls.Callback()) == ge::FAILED, "RunGraphAsync of an unknown graph");
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT(calls.Count() == 0, "RunGraphAsync of an unknown graph called back");
+  (void)ge::GEGetErrorMsgV3();
+  s.AddGraph(1, Parse(g_add_model));
+  EXPECT(s.RunGraph(1, in, outs) == ge::SUCCESS, "RunGraph failed");
+  EXPECT(s.RunGraphWithStreamAsync(1, nullptr, in, outs) == ge::FAILED, "stream-mode conflict is not FAILED");
+  const std::string msg = ge::GEGetErrorMsgV3().GetString();
+  EXPECT(msg.find("E10062") != std::string::npos && msg.find("mutually exclusive") != std::string::npos,
+         "conflict message: " + msg);
+  // the error text is per thread and read-and-clear
+  EXPECT(std::string(ge::GEGetErrorMsgV3().GetString()).empty(), "error text not cleared by reading");
+  return "";
+}
+
+const std::map<std::string, std::function<std::string()>> &Tests() {
+  static const std::map<std::string, std::function<std::string()>> tests = {
+      {"callback_threads", CallbackThreads},
+      {"fifo_next_job_after_callback", FifoNextJobAfterCallback},
+      {"compile_queue_blocks_at_2048", CompileQueueBlocksAt2048},
+      {"model_queue_full_fails_job", ModelQueueFullFailsJob},
+      {"dynamic_graph_holds_32_callbacks", DynamicGraphHolds32Callbacks},
+      {"compile_failure_stops_async_queue", CompileFailureStopsAsyncQueue},
+      {"destroy_drops_queued_jobs", DestroyDropsQueuedJobs},
+      {"finalize_drops_queued_jobs", FinalizeDropsQueuedJobs},
+      {"process_wide_run_graph_try_lock", ProcessWideRunGraphTryLock},
+      {"device_input_alignment", DeviceInputAlignment},
+      {"load_twice_and_add_twice", LoadTwiceAndAddTwice},
+      {"remove_running_graph_is_deferred", RemoveRunningGraphIsDeferred},
+      {"compile_shapes_by_run_mode", CompileShapesByRunMode},
+      {"error_codes", ErrorCodes},
+  };
+  return tests;
+}
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s add.onnx dyn.onnx [test...]\n", argv[0]);
+    return 2;
+  }
+  g_add_model = ReadFile(argv[1]);
+  g_dyn_model = ReadFile(argv[2]);
+  if (ge::GEInitializeV2({}) != ge::SUCCESS) return 2;
+  std::vector<std::string> names;
+  for (int i = 3; i < argc; ++i) names.emplace_back(argv[i]);
+  if (names.empty())
+    for (auto &kv : Tests()) names.push_back(kv.first);
+  int failed = 0;
+  for (const auto &name : names) {
+    auto it = Tests().find(name);
+    std::string why = it == Tests().end() ? "no such test" : it->second();
+    if (why.empty()) {
+      std::printf("PASS %s\n", name.c_str());
+    } else {
+      std::printf("FAIL %s: %s\n", name.c_str(), why.c_str());
+      ++failed;
+    }
+    std::fflush(stdout);
+  }
+  ge::GEFinalizeV2();
+  return failed == 0 ? 0 : 1;
+}
