@@ -181,6 +181,7 @@ class Slots:
                 self.release()  # granted, but the task was cancelled before it could use the slot
             else:
                 fut.cancel()
+                self._unpark(grant)
             raise
 
     async def _acquire_trio(self) -> None:
@@ -213,6 +214,8 @@ class Slots:
                 state["abandoned"] = not granted
             if granted:
                 self.release()
+            else:
+                self._unpark(grant)
             raise
 
     def _park(self, grant: Callable[[], bool]) -> bool:
@@ -223,6 +226,14 @@ class Slots:
                 return True
             self._waiters.append((grant, None))
             return False
+
+    def _unpark(self, grant: Callable[[], bool]) -> None:
+        """A waiter gave up: forget it now, so ``waiting`` does not count it."""
+        with self._lock:
+            for i, (g, _) in enumerate(self._waiters):
+                if g is grant:
+                    del self._waiters[i]
+                    return
 
     def release(self) -> None:
         while True:

@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import os
 import select
+import sys
 import threading
 import weakref
 from typing import Any, Callable
@@ -383,6 +384,24 @@ if hasattr(os, "register_at_fork"):
 def reap_orphans() -> None:
     _reaper.reap_now()
     stream_pins.reap()
+
+
+def drain_current() -> None:
+    """Settles what has already been delivered to the running loop's hub (no-op outside a loop or without a hub).
+    Used after a session close, so the requests it abandoned fail in their tasks now, not one loop turn later."""
+    loop = _running_loop()
+    hub: Hub | None = None
+    if loop is not None:
+        hub = _asyncio_hubs.get(loop)
+    else:
+        trio = sys.modules.get("trio")
+        if trio is not None:
+            try:
+                hub = _trio_hubs.get(trio.lowlevel.current_trio_token())
+            except RuntimeError:
+                hub = None
+    if hub is not None and not hub.orphaned:
+        hub.drain()
 
 
 class _StreamPins:

@@ -137,7 +137,8 @@ class Session:
         with self._lock:
             handle, self._handle = self._handle, None
         if handle is not None and _lib.same_process():
-            _lib.session_destroy(handle)
+            _lib.session_destroy(handle)  # GE's threads are joined; jobs it dropped are reported abandoned
+            _hub.drain_current()
         _hub.reap_orphans()
 
     async def aclose(self) -> None:

@@ -7,8 +7,11 @@ take; geasync also accepts the Stream itself there.
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 from typing import Any
+
+import anyio
 
 from . import _hub, _lib
 from .errors import GeError, SessionClosedError
@@ -71,6 +74,11 @@ class Stream:
             hub.forget(token)
             raise
         await hub.wait(request.waiter)
+        # The host function has run, so everything enqueued before it is done; the stream counts the host function
+        # itself as finished a moment after it returns: give it a few loop turns, so query() agrees with us.
+        deadline = time.monotonic() + 0.005  # bounded: work enqueued after ours keeps query() False, rightly
+        while not _lib.stream_query(address, context) and time.monotonic() < deadline:
+            await anyio.sleep(0.0001)
         _hub.stream_pins.reap()
 
     def query(self) -> bool:
@@ -101,7 +109,9 @@ class Stream:
         # Destroying waits for queued work: wait for it on the loop first, so close() does not block it.
         if self._address:
             try:
-                await self.synchronize_async()
+                # shielded: leaving by cancellation must still not make close() wait for the work on the loop
+                with anyio.CancelScope(shield=True):
+                    await self.synchronize_async()
             finally:
                 self.close()
 

@@ -15,6 +15,8 @@ from . import _lib
 
 __all__ = ["Tensor"]
 
+DEVICE_ALIGNMENT = 32  # GE checks device input addresses against this
+
 
 class Tensor:
     """A tensor for GE runs. Build with :meth:`from_numpy` (or pass numpy arrays directly to runs)."""
@@ -51,6 +53,28 @@ class Tensor:
             arr = np.ascontiguousarray(arr)
         return cls._make(array=arr, owner=None, address=0, nbytes=arr.nbytes, shape=tuple(arr.shape),
                          dtype=arr.dtype, placement="host")
+
+    @classmethod
+    def from_device(cls, address: int, shape: Any, dtype: Any, *, owner: Any = None) -> "Tensor":
+        """A device tensor over memory you allocated (e.g. with aclrtMalloc): geasync does not free it.
+
+        GE requires device inputs to be 32-byte aligned: an unaligned address is refused here, before the runtime
+        sees it. ``owner`` is kept alive as long as the Tensor (and any run using it).
+        """
+        if not isinstance(address, int) or isinstance(address, bool) or address <= 0:
+            raise TypeError(f"address must be a positive int (a device address), got {address!r}")
+        if address % DEVICE_ALIGNMENT:
+            raise ValueError(f"device address 0x{address:x} is not {DEVICE_ALIGNMENT}-byte aligned: GE requires "
+                             f"device inputs to be {DEVICE_ALIGNMENT}-byte aligned (aclrtMalloc and "
+                             "Tensor.to_device() return aligned memory)")
+        shape = tuple(int(d) for d in shape)
+        if any(d < 0 for d in shape) or len(shape) > _lib.MAX_DIMS:
+            raise ValueError(f"shape must have at most {_lib.MAX_DIMS} non-negative dims, got {shape}")
+        dt = np.dtype(dtype)
+        _lib.ge_dtype(dt)
+        nbytes = (int(np.prod(shape, dtype=np.int64)) if shape else 1) * dt.itemsize
+        return cls._make(array=None, owner=owner, address=address, nbytes=nbytes, shape=shape, dtype=dt,
+                         placement="device")
 
     @classmethod
     def _from_native(cls, nt: "_lib.NativeTensor") -> "Tensor":

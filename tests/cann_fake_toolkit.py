@@ -118,9 +118,15 @@ def build_cann_extension(home: pathlib.Path, build_dir: pathlib.Path) -> pathlib
 
 
 def make_package_copy(dest: pathlib.Path, extension: pathlib.Path) -> pathlib.Path:
-    """A copy of the geasync package (Python modules and the built _twin) plus the given _cann, under dest."""
+    """A copy of the installed geasync package (Python modules and the built _twin) plus the given _cann, under dest.
+
+    The installed copy, not the source tree: a regular (non-editable) install keeps the built _twin in
+    site-packages only."""
     dest = pathlib.Path(dest).absolute()
-    shutil.copytree(PACKAGE, dest / "geasync", dirs_exist_ok=True,
+    import importlib.util
+
+    installed = pathlib.Path(importlib.util.find_spec("geasync").origin).parent
+    shutil.copytree(installed, dest / "geasync", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("_native", "__pycache__", "*.cpp", "*.o", "_cann*.so"))
     shutil.copy2(extension, dest / "geasync" / extension.name)
     return dest

@@ -187,7 +187,11 @@ std::string ModelQueueFullFailsJob() {
   std::vector<gert::Tensor> outs;
   EXPECT(s.CompileGraph(1) == ge::SUCCESS, "compile failed");
   geasync_twin_fault_add(s.GetSessionId(), 1, GEASYNC_TWIN_FAULT_STALL_CALLBACK, 1, 0, 0);
-  for (int i = 0; i < 1100; ++i) EXPECT(s.RunGraphAsync(1, in, calls.Callback()) == ge::SUCCESS, "submit failed");
+  EXPECT(s.RunGraphAsync(1, in, calls.Callback()) == ge::SUCCESS, "submit failed");
+  // wait until job 1 holds the model thread, so the queue's 1024 places are all for the jobs behind it
+  for (int i = 0; i < 500 && geasync_twin_fault_runs(s.GetSessionId(), 1) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  for (int i = 1; i < 1100; ++i) EXPECT(s.RunGraphAsync(1, in, calls.Callback()) == ge::SUCCESS, "submit failed");
   // job 1 holds the model thread; 1024 wait in the model queue; the rest fail with GE_GRAPH_SYNC_MODEL_FAILED
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   size_t failed = 0;

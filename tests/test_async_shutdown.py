@@ -1,0 +1,446 @@
+"""Shutdown: `async with Session` / aclose() waits for in-flight work; calls after close raise SessionClosedError;
+a sync close() with work in flight fails the awaiting tasks with SessionBrokenError (no hang, no leak); a loop that
+goes away with work in flight leaks nothing once the completions arrive; a forked child gets a clear error."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import gc
+import math
+import os
+import signal
+import threading
+import time
+import weakref
+
+import anyio
+import numpy as np
+import pytest
+
+import geasync as ga
+from conftest import TensorProto, add_model, helper, live, make_model
+
+pytestmark = pytest.mark.timeout(120, method="thread")
+
+BACKENDS = [
+    pytest.param(("asyncio", {}), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+    pytest.param(("trio", {}), id="trio"),
+]
+HUB_KEYS = ("completion_queues",)
+
+
+@pytest.fixture(params=BACKENDS)
+def anyio_backend(request):
+    return request.param
+
+
+def chain_model(n: int, k: int):
+    nodes, prev = [], "x"
+    for i in range(k):
+        nodes.append(helper.make_node("MatMul", [prev, "w"], [f"m{i}"], name=f"mm{i}"))
+        prev = f"m{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"], name="out"))
+    return make_model(nodes, [("x", TensorProto.FLOAT, [n, n]), ("w", TensorProto.FLOAT, [n, n])],
+                      [("y", TensorProto.FLOAT, [n, n])])
+
+
+_PER_MATMUL: dict = {}
+
+
+def slow_chain(target: float = 0.05):
+    """(model, n): a MatMul chain (y = x @ I @ I ... = x) whose run takes about ``target`` seconds on this build
+    (one MatMul is timed once per process)."""
+    if not _PER_MATMUL:
+        for n in (256, 512, 1024):
+            x = np.random.default_rng(0).random((n, n), dtype=np.float32)
+            w = np.eye(n, dtype=np.float32)
+            with ga.Session() as s:
+                s.add_graph(1, ga.Graph.from_onnx(chain_model(n, 4)))
+                s.run_graph(1, [x, w])
+                best = float("inf")
+                for _ in range(3):
+                    t0 = time.perf_counter()
+                    s.run_graph(1, [x, w])
+                    best = min(best, time.perf_counter() - t0)
+            _PER_MATMUL[n] = max(best / 4, 1e-7)
+            if _PER_MATMUL[n] * 100 >= 0.2:
+                break
+    for n, per in _PER_MATMUL.items():
+        if per * 200 >= target or n == max(_PER_MATMUL):
+            return chain_model(n, min(200, max(2, math.ceil(target / per)))), n
+    raise AssertionError("unreachable")
+
+
+def counters_diff(before: dict, after: dict, ignore=()) -> dict:
+    return {k: (before[k], after.get(k)) for k in before if k not in ignore and after.get(k) != before[k]}
+
+
+async def wait_until(pred, what: str, timeout: float = 20.0, interval: float = 0.005) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        await anyio.sleep(interval)
+
+
+async def wait_for_counters(baseline: dict, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        d = counters_diff(baseline, live(), ignore=HUB_KEYS)
+        if not d:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"native live counters did not return to baseline (before, after): {d}")
+        await anyio.sleep(0.01)
+
+
+def poll_sync(pred, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)
+
+
+# --- async with / aclose ----------------------------------------------------------------------------------------
+
+@pytest.mark.anyio
+async def test_async_with_session_waits_for_in_flight_work():
+    model, n = slow_chain(0.03)
+    w = np.eye(n, dtype=np.float32)
+    xs = [np.full((n, n), i, np.float32) for i in range(8)]
+    results: dict = {}
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            async with ga.Session() as s:
+                s.add_graph(1, ga.Graph.from_onnx(model))
+
+                async def one(i):
+                    (y,) = await s.run_graph_async(1, [xs[i], w])
+                    results[i] = float(y.numpy()[1, 2])
+
+                for i in range(8):
+                    tg.start_soon(one, i)
+                await wait_until(lambda: s.statistics().in_flight == 8, "all 8 requests to be submitted")
+                t0 = time.perf_counter()
+            # __aexit__ returned: the session waited for the ~240 ms of in-flight work, then closed.
+            waited = time.perf_counter() - t0
+            assert s.closed
+            st = s.statistics()
+            assert (st.in_flight, st.completed, st.pinned_bytes) == (0, 8, 0), st
+    assert results == {i: float(i) for i in range(8)}
+    assert waited > 0.0
+
+
+@pytest.mark.anyio
+async def test_aclose_then_every_call_raises_session_closed():
+    a = np.ones((1, 16), np.float32)
+    s = ga.Session()
+    s.add_graph(1, ga.Graph.from_onnx(add_model()))
+    await s.run_graph_async(1, [a, a])
+    await s.aclose()
+    assert s.closed
+    await s.aclose()  # idempotent
+    s.close()
+    with pytest.raises(ga.SessionClosedError, match="closed"):
+        await s.run_graph_async(1, [a, a])
+    with pytest.raises(ga.SessionClosedError):
+        s.run_graph(2, [a, a])
+    with pytest.raises(ga.SessionClosedError):
+        await s.run_graph_in_thread(3, [a, a])
+    with pytest.raises(ga.SessionClosedError):
+        s.add_graph(4, ga.Graph.from_onnx(add_model()))
+    async with ga.Stream() as st:
+        with pytest.raises(ga.SessionClosedError):
+            s.run_graph_with_stream_async(5, st, [a, a])
+    assert issubclass(ga.SessionClosedError, ga.GeError)
+    st = s.statistics()
+    assert (st.in_flight, st.waiting, st.pinned_bytes) == (0, 0, 0)
+
+
+@pytest.mark.anyio
+async def test_aclose_with_requests_waiting_for_slots():
+    """In-flight requests finish; requests still waiting for a slot get SessionClosedError (or finish)."""
+    model, n = slow_chain(0.03)
+    w = np.eye(n, dtype=np.float32)
+    x = np.ones((n, n), np.float32)
+    outcomes: list = []
+    s = ga.Session(max_in_flight=2)
+    s.add_graph(1, ga.Graph.from_onnx(model))
+
+    async def one():
+        try:
+            (y,) = await s.run_graph_async(1, [x, w])
+            outcomes.append("ok" if float(y.numpy()[0, 0]) == 1.0 else "wrong")
+        except ga.SessionClosedError:
+            outcomes.append("closed")
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for _ in range(10):
+                tg.start_soon(one)
+            await wait_until(lambda: s.statistics().waiting > 0, "requests to wait for a slot")
+            await s.aclose()
+    assert s.closed
+    assert len(outcomes) == 10 and "wrong" not in outcomes, outcomes
+    assert outcomes.count("ok") >= 2, outcomes
+    st = s.statistics()
+    assert (st.in_flight, st.pinned_bytes) == (0, 0), st
+    assert x.flags.writeable
+
+
+@pytest.mark.anyio
+async def test_sync_close_with_work_in_flight_breaks_awaiting_tasks_without_hang_or_leak():
+    model, n = slow_chain(0.03)
+    w = np.eye(n, dtype=np.float32)
+    baseline = live()
+    xs = [np.full((n, n), i, np.float32) for i in range(20)]
+    refs = [weakref.ref(x) for x in xs]
+    outcomes: dict = {}
+    s = ga.Session()
+    s.add_graph(1, ga.Graph.from_onnx(model))
+
+    async def one(i, x):
+        try:
+            (y,) = await s.run_graph_async(1, [x, w])
+            outcomes[i] = "ok" if float(y.numpy()[0, 0]) == float(i) else "wrong"
+        except ga.SessionBrokenError as exc:
+            outcomes[i] = exc.with_traceback(None)  # the traceback's frames would keep x alive
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(one, i, xs[i])
+            xs.clear()
+            await wait_until(lambda: s.statistics().in_flight == 20, "all requests to be submitted")
+            t0 = time.perf_counter()
+            s.close()  # ~600 ms of queued work: GE drops what it has not started
+            close_took = time.perf_counter() - t0
+    assert len(outcomes) == 20, outcomes
+    broken = [e for e in outcomes.values() if isinstance(e, BaseException)]
+    assert "wrong" not in outcomes.values()
+    assert broken, "close() waited for all queued work instead of dropping it"
+    for e in broken:
+        assert isinstance(e, ga.GeError)
+        assert "new Session" in str(e) or "session" in str(e).lower(), e
+    assert close_took < 10, close_took
+    st = s.statistics()
+    assert (st.in_flight, st.pinned_bytes) == (0, 0), st
+    assert st.failed >= len(broken)
+    gc.collect()
+    assert sum(r() is not None for r in refs) == 0, "inputs outlived the session's completions"
+    await wait_for_counters(baseline)
+
+
+# --- a loop that goes away with work in flight -------------------------------------------------------------------
+
+def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
+    if kind == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+def _abandon_asyncio(kind: str, s: ga.Session, inputs: list, how: str) -> int:
+    """Starts the requests on a fresh loop and lets the loop go away while GE still holds them."""
+    if how == "asyncio.run":
+        async def main():
+            for args in inputs:
+                asyncio.ensure_future(s.run_graph_async(1, args))
+            await asyncio.sleep(0.01)
+            return s.statistics().in_flight  # asyncio.run cancels the tasks that are still pending
+
+        if kind == "uvloop":
+            import uvloop
+
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                return runner.run(main())
+        return asyncio.run(main())
+    loop = _new_loop(kind)
+    try:
+        tasks = [loop.create_task(s.run_graph_async(1, args)) for args in inputs]
+        loop.run_until_complete(asyncio.sleep(0.01))
+        in_flight = s.statistics().in_flight
+        assert not any(t.done() for t in tasks)
+        loop.stop()
+    finally:
+        loop.close()  # with the tasks still pending: nobody will ever await them
+    # Keep the tasks until the loop is closed; dropping them logs asyncio's "Task was destroyed but it is pending".
+    for t in tasks:
+        t._log_destroy_pending = False  # the test abandons them on purpose
+    del tasks
+    return in_flight
+
+
+def _abandon_trio(s: ga.Session, inputs: list) -> int:
+    import trio
+
+    seen = {}
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            for args in inputs:
+                nursery.start_soon(functools.partial(s.run_graph_async, 1, args))
+            await trio.sleep(0.01)
+            seen["in_flight"] = s.statistics().in_flight
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    return seen["in_flight"]
+
+
+@pytest.mark.parametrize("kind, how", [
+    pytest.param("asyncio", "close", id="asyncio-loop.close"),
+    pytest.param("uvloop", "close", id="uvloop-loop.close"),
+    pytest.param("asyncio", "asyncio.run", id="asyncio-run-cancels"),
+    pytest.param("uvloop", "asyncio.run", id="uvloop-runner-cancels"),
+    pytest.param("trio", "nursery", id="trio-nursery-cancel"),
+])
+def test_loop_gone_with_work_in_flight_leaks_nothing(kind, how):
+    model, n = slow_chain(0.02)
+    w = np.eye(n, dtype=np.float32)
+    gc.collect()
+    baseline = live()
+    s = ga.Session()
+    try:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        xs = [np.full((n, n), i, np.float32) for i in range(12)]
+        refs = [weakref.ref(x) for x in xs]
+        inputs = [[x, w] for x in xs]
+        del xs
+        if kind == "trio":
+            in_flight = _abandon_trio(s, inputs)
+        else:
+            in_flight = _abandon_asyncio(kind, s, inputs, how)
+        del inputs
+        assert in_flight > 0, "nothing was in flight when the loop went away: the test proves nothing"
+        gc.collect()
+        # No loop any more: the completions are reaped off-loop, releasing pins and outputs.
+        poll_sync(lambda: s.statistics().in_flight == 0, "the abandoned requests to complete")
+        st = s.statistics()
+        assert st.pinned_bytes == 0 and st.waiting == 0, st
+        assert st.failed == 0, st
+        gc.collect()
+        poll_sync(lambda: sum(r() is not None for r in refs) == 0, "the inputs to be released")
+        assert w.flags.writeable
+    finally:
+        s.close()
+    deadline = time.monotonic() + 20
+    while True:
+        d = counters_diff(baseline, live())
+        if not d:
+            break
+        assert time.monotonic() < deadline, f"native live counters did not return to baseline (before, after): {d}"
+        time.sleep(0.02)
+
+
+def test_asyncio_loop_closed_then_a_new_loop_works():
+    """After a loop went away with work in flight, the same session serves a new loop normally."""
+    model, n = slow_chain(0.02)
+    w = np.eye(n, dtype=np.float32)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        x = np.ones((n, n), np.float32)
+        assert _abandon_asyncio("asyncio", s, [[x, w] for _ in range(4)], "close") > 0
+
+        async def again():
+            with anyio.fail_after(30):
+                (y,) = await s.run_graph_async(1, [x, w])
+            return float(y.numpy()[0, 0])
+
+        assert asyncio.run(again()) == 1.0
+        poll_sync(lambda: s.statistics().in_flight == 0, "the abandoned requests to complete")
+        assert s.statistics().pinned_bytes == 0
+
+
+# --- fork ------------------------------------------------------------------------------------------------------------
+
+def _child_checks(s: ga.Session, report_fd: int) -> int:
+    """In the forked child: every entry point must raise the fork GeError at once. Returns the exit code."""
+    notes = []
+
+    def expect_fork_error(name, fn):
+        try:
+            fn()
+        except ga.GeError as exc:
+            if "fork" not in str(exc):
+                notes.append(f"{name}: GeError without 'fork': {exc}")
+        except BaseException as exc:  # noqa: BLE001
+            notes.append(f"{name}: {type(exc).__name__}: {exc}")
+        else:
+            notes.append(f"{name}: no error")
+
+    a = np.ones((1, 16), np.float32)
+    expect_fork_error("Session()", lambda: ga.Session().close())
+    expect_fork_error("run_graph", lambda: s.run_graph(2, [a, a]))
+    expect_fork_error("Stream()", lambda: ga.Stream().close())
+
+    # run_graph_async on a fresh event loop (in a fresh thread: the parent's loop is not ours to use).
+    box = {}
+
+    def in_thread():
+        async def go():
+            await s.run_graph_async(3, [a, a])
+
+        try:
+            expect_fork_error("run_graph_async", lambda: asyncio.run(go()))
+        finally:
+            box["done"] = True
+
+    t = threading.Thread(target=in_thread, daemon=True)
+    t.start()
+    t.join(15)
+    if not box.get("done"):
+        notes.append("run_graph_async: hung")
+    os.write(report_fd, ("\n".join(notes) or "ok").encode()[:4000])
+    return 0 if not notes else 3
+
+
+@pytest.mark.anyio
+async def test_forked_child_gets_a_clear_error_not_a_hang(anyio_backend):
+    model, n = slow_chain(0.03)
+    w = np.eye(n, dtype=np.float32)
+    x = np.ones((n, n), np.float32)
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        s.add_graph(2, ga.Graph.from_onnx(add_model()))
+        s.add_graph(3, ga.Graph.from_onnx(add_model()))
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):  # work in flight in the parent at fork time
+                tg.start_soon(s.run_graph_async, 1, [x, w])
+            await wait_until(lambda: s.statistics().in_flight > 0, "requests to be in flight")
+            r, wfd = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: never return into pytest
+                code = 99
+                try:
+                    os.close(r)
+                    code = _child_checks(s, wfd)
+                finally:
+                    os._exit(code)
+            os.close(wfd)
+            deadline = time.monotonic() + 30
+            status = None
+            while status is None:
+                done, st = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    status = st
+                elif time.monotonic() > deadline:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    os.close(r)
+                    pytest.fail("the forked child hung")
+                else:
+                    await anyio.sleep(0.01)
+            report = os.read(r, 8192).decode(errors="replace")
+            os.close(r)
+            assert os.WIFEXITED(status), status
+            assert os.WEXITSTATUS(status) == 0, report
+            assert report == "ok", report
+        # The parent is unaffected.
+        (y,) = await s.run_graph_async(1, [x, w])
+        np.testing.assert_array_equal(y.numpy(), x)
+        assert s.statistics().in_flight == 0
