@@ -132,13 +132,25 @@ _init_pid = -1
 generation = 0  # incremented by finalize(): sessions of an earlier generation are finalised by GE
 
 
+_forked = False  # set in a child forked after initialisation: GE/ACL threads do not survive fork()
+
+
+def _after_fork_in_child() -> None:
+    global _forked
+    _forked = _initialized
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def same_process() -> bool:
     return not _initialized or _init_pid == os.getpid()
 
 
 def check_process(context: str) -> None:
     """A forked child cannot use the runtime its parent initialised (GE/ACL threads do not survive fork)."""
-    if _initialized and _init_pid != os.getpid():
+    if _forked and _init_pid != os.getpid():
         raise GeError(0xFFFFFFFF, f"geasync's runtime was initialised in process {_init_pid} and this process "
                       f"({os.getpid()}) is a fork of it: GE and ACL worker threads do not survive fork(). Use the "
                       "'spawn' or 'forkserver' start method (multiprocessing.get_context('spawn')), or create "
@@ -278,10 +290,15 @@ def _tensor_destroyer(handle: Any):
     return lambda _ptr: lib.ga_tensor_destroy(handle)
 
 
+_descs = threading.local()  # one scratch descriptor per thread for describing outputs
+
+
 def _take_outputs(outs: Any) -> list[NativeTensor]:
     try:
         n = lib.ga_outputs_count(outs)
-        desc = ffi.new("ga_tensor_desc *")
+        desc = getattr(_descs, "desc", None)
+        if desc is None:
+            desc = _descs.desc = ffi.new("ga_tensor_desc *")
         result = []
         for i in range(n):
             handle = lib.ga_outputs_take(outs, i)

@@ -39,6 +39,16 @@ def test_pipeline_stages_example(backend, tmp_path):
     assert f"event loop: {backend}" in r.stdout, r.stdout
 
 
+@pytest.mark.parametrize("backend", ["asyncio", "uvloop", "trio"])
+def test_async_quickstart_example(backend, tmp_path):
+    """The README's async example, verbatim in examples/async_quickstart.py, on each event loop."""
+    r = subprocess.run([sys.executable, "-W", "error", str(ROOT / "examples" / "async_quickstart.py"), backend],
+                       capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=_env())
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "completed=1000" in r.stdout and "failed=0" in r.stdout, r.stdout
+    assert "as expected: ExecutionModeError" in r.stdout and "graph_id=1" in r.stdout, r.stdout
+
+
 def test_pipeline_stages_main_is_importable_and_callable(capsys):
     """main() takes argv, so the example can be driven from code too."""
     import importlib.util
