@@ -113,9 +113,17 @@ class Session:
         return handle
 
     def _broken_queue(self, error: GeError) -> GeError:
-        """GE answers every RunGraphAsync with FAILED once a compile failure stopped the session's async queue:
-        say so, rather than leave the caller to guess from a bare FAILED."""
-        if error.status == 0xFFFFFFFF and self._async_failures and not isinstance(error, SessionBrokenError):
+        """GE answers every RunGraphAsync with FAILED once a compile failure stopped the session's async queue, or
+        once GE was finalised: say so, rather than leave the caller to guess from a bare FAILED."""
+        if isinstance(error, SessionBrokenError) or error.status != 0xFFFFFFFF:
+            return error
+        if self._generation != _lib.generation:
+            broken = SessionBrokenError(error.status, f"{error.error_message} -- GE was finalized "
+                                        "(GEFinalizeV2) after this session was created; create a new Session",
+                                        error.api_name, error.context)
+            broken.__cause__ = error
+            return broken
+        if self._async_failures:
             broken = SessionBrokenError(
                 error.status, f"{error.error_message} -- GE stops a session's RunGraphAsync queue for good after a "
                 "RunGraphAsync fails to compile, and an earlier request of this session failed; create a new "

@@ -76,7 +76,7 @@ class Stream:
         await hub.wait(request.waiter)
         # The host function has run, so everything enqueued before it is done; the stream counts the host function
         # itself as finished a moment after it returns: give it a few loop turns, so query() agrees with us.
-        deadline = time.monotonic() + 0.005  # bounded: work enqueued after ours keeps query() False, rightly
+        deadline = time.monotonic() + 0.02  # bounded: work enqueued after ours keeps query() False, rightly
         while not _lib.stream_query(address, context) and time.monotonic() < deadline:
             await anyio.sleep(0.0001)
         _hub.stream_pins.reap()

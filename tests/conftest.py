@@ -21,6 +21,18 @@ from make_models import make_mlp  # noqa: E402
 
 MLP_PATH = ROOT / "examples" / "models" / "mlp.onnx"
 
+# The event loops every async test runs on (anyio's pytest plugin): asyncio, asyncio with uvloop, trio.
+BACKENDS = [
+    pytest.param(("asyncio", {}), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+    pytest.param(("trio", {}), id="trio"),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def anyio_backend(request):
+    return request.param
+
 
 def make_model(nodes, inputs, outputs, initializers=(), opset=17) -> "onnx.ModelProto":
     """A ModelProto from node list and (name, elem_type, shape) tuples for inputs/outputs."""

@@ -16,17 +16,6 @@ from conftest import add_model, live
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120, method="thread")]
 
-BACKENDS = [
-    pytest.param(("asyncio", {}), id="asyncio"),
-    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
-    pytest.param(("trio", {}), id="trio"),
-]
-
-
-@pytest.fixture(params=BACKENDS)
-def anyio_backend(request):
-    return request.param
-
 
 GE_MODE = {"sync": "RunGraph", "async": "RunGraphAsync", "stream": "RunGraphWithStreamAsync",
            "thread": "RunGraph"}

@@ -20,80 +20,9 @@ import pytest
 
 import geasync as ga
 from conftest import TensorProto, add_model, helper, live, make_model
+from asynctools import counters_diff, slow_chain, wait_for_counters, wait_until
 
 pytestmark = pytest.mark.timeout(120, method="thread")
-
-BACKENDS = [
-    pytest.param(("asyncio", {}), id="asyncio"),
-    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
-    pytest.param(("trio", {}), id="trio"),
-]
-HUB_KEYS = ("completion_queues",)
-
-
-@pytest.fixture(params=BACKENDS)
-def anyio_backend(request):
-    return request.param
-
-
-def chain_model(n: int, k: int):
-    nodes, prev = [], "x"
-    for i in range(k):
-        nodes.append(helper.make_node("MatMul", [prev, "w"], [f"m{i}"], name=f"mm{i}"))
-        prev = f"m{i}"
-    nodes.append(helper.make_node("Identity", [prev], ["y"], name="out"))
-    return make_model(nodes, [("x", TensorProto.FLOAT, [n, n]), ("w", TensorProto.FLOAT, [n, n])],
-                      [("y", TensorProto.FLOAT, [n, n])])
-
-
-_PER_MATMUL: dict = {}
-
-
-def slow_chain(target: float = 0.05):
-    """(model, n): a MatMul chain (y = x @ I @ I ... = x) whose run takes about ``target`` seconds on this build
-    (one MatMul is timed once per process)."""
-    if not _PER_MATMUL:
-        for n in (256, 512, 1024):
-            x = np.random.default_rng(0).random((n, n), dtype=np.float32)
-            w = np.eye(n, dtype=np.float32)
-            with ga.Session() as s:
-                s.add_graph(1, ga.Graph.from_onnx(chain_model(n, 4)))
-                s.run_graph(1, [x, w])
-                best = float("inf")
-                for _ in range(3):
-                    t0 = time.perf_counter()
-                    s.run_graph(1, [x, w])
-                    best = min(best, time.perf_counter() - t0)
-            _PER_MATMUL[n] = max(best / 4, 1e-7)
-            if _PER_MATMUL[n] * 100 >= 0.2:
-                break
-    for n, per in _PER_MATMUL.items():
-        if per * 200 >= target or n == max(_PER_MATMUL):
-            return chain_model(n, min(200, max(2, math.ceil(target / per)))), n
-    raise AssertionError("unreachable")
-
-
-def counters_diff(before: dict, after: dict, ignore=()) -> dict:
-    return {k: (before[k], after.get(k)) for k in before if k not in ignore and after.get(k) != before[k]}
-
-
-async def wait_until(pred, what: str, timeout: float = 20.0, interval: float = 0.005) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        await anyio.sleep(interval)
-
-
-async def wait_for_counters(baseline: dict, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        d = counters_diff(baseline, live(), ignore=HUB_KEYS)
-        if not d:
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"native live counters did not return to baseline (before, after): {d}")
-        await anyio.sleep(0.01)
 
 
 def poll_sync(pred, what: str, timeout: float = 20.0) -> None:
@@ -330,7 +259,7 @@ def test_loop_gone_with_work_in_flight_leaks_nothing(kind, how):
         s.close()
     deadline = time.monotonic() + 20
     while True:
-        d = counters_diff(baseline, live())
+        d = counters_diff(baseline, live(), ignore=())
         if not d:
             break
         assert time.monotonic() < deadline, f"native live counters did not return to baseline (before, after): {d}"

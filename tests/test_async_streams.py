@@ -13,71 +13,13 @@ import pytest
 
 import geasync as ga
 from conftest import TensorProto, add_model, helper, live, make_model
+from asynctools import slow_chain, wait_for_counters
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120, method="thread")]
 
-BACKENDS = [
-    pytest.param(("asyncio", {}), id="asyncio"),
-    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
-    pytest.param(("trio", {}), id="trio"),
-]
 # completion_queues: one per loop's hub, created lazily. allocators: GE keeps allocators in a process-wide map keyed
 # by stream and geasync registers a default one per new stream (tests/test_leaks.py bounds that growth).
 IGNORED_KEYS = ("completion_queues", "allocators")
-
-
-@pytest.fixture(params=BACKENDS)
-def anyio_backend(request):
-    return request.param
-
-
-def chain_model(n: int, k: int):
-    nodes, prev = [], "x"
-    for i in range(k):
-        nodes.append(helper.make_node("MatMul", [prev, "w"], [f"m{i}"], name=f"mm{i}"))
-        prev = f"m{i}"
-    nodes.append(helper.make_node("Identity", [prev], ["y"], name="out"))
-    return make_model(nodes, [("x", TensorProto.FLOAT, [n, n]), ("w", TensorProto.FLOAT, [n, n])],
-                      [("y", TensorProto.FLOAT, [n, n])])
-
-
-_PER_MATMUL: dict = {}
-
-
-def slow_chain(target: float = 0.05):
-    """(model, n): a MatMul chain (y = x @ I @ I ... = x) whose run takes about ``target`` seconds on this build
-    (one MatMul is timed once per process)."""
-    if not _PER_MATMUL:
-        for n in (256, 512, 1024):
-            x = np.random.default_rng(0).random((n, n), dtype=np.float32)
-            w = np.eye(n, dtype=np.float32)
-            with ga.Session() as s:
-                s.add_graph(1, ga.Graph.from_onnx(chain_model(n, 4)))
-                s.run_graph(1, [x, w])
-                best = float("inf")
-                for _ in range(3):
-                    t0 = time.perf_counter()
-                    s.run_graph(1, [x, w])
-                    best = min(best, time.perf_counter() - t0)
-            _PER_MATMUL[n] = max(best / 4, 1e-7)
-            if _PER_MATMUL[n] * 100 >= 0.2:
-                break
-    for n, per in _PER_MATMUL.items():
-        if per * 200 >= target or n == max(_PER_MATMUL):
-            return chain_model(n, min(200, max(2, math.ceil(target / per)))), n
-    raise AssertionError("unreachable")
-
-
-async def wait_for_counters(baseline: dict, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        now = live()
-        d = {k: (baseline[k], now.get(k)) for k in baseline if k not in IGNORED_KEYS and now.get(k) != baseline[k]}
-        if not d:
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"native live counters did not return to baseline (before, after): {d}")
-        await anyio.sleep(0.01)
 
 
 async def until_query_true(stream: ga.Stream, timeout: float = 5.0) -> None:
@@ -107,7 +49,7 @@ async def test_synchronize_async_then_outputs_are_correct():
             assert st.pinned_bytes == 0, st  # the stream passed every run: inputs released
             assert a.flags.writeable and all(b.flags.writeable for b in bs)
             del outs, c
-    await wait_for_counters(baseline)
+    await wait_for_counters(baseline, ignore=IGNORED_KEYS)
 
 
 async def test_inputs_pinned_and_frozen_until_the_stream_passes_the_run():
@@ -259,7 +201,7 @@ async def test_cancelled_synchronize_async_does_not_break_the_stream():
                 assert time.monotonic() < deadline, ga.live_counters()
                 await anyio.sleep(0.005)
             del outs, y
-    await wait_for_counters(baseline)
+    await wait_for_counters(baseline, ignore=IGNORED_KEYS)
 
 
 async def test_synchronize_async_concurrent_waiters():
