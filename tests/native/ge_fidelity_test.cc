@@ -57,6 +57,16 @@ std::vector<gert::Tensor> Inputs(std::vector<float> &buf, int64_t rows, int64_t 
   return v;
 }
 
+// [2,4] and [3,4] inputs for the [N,4] + [N,4] graph: they cannot broadcast, so compiling from them fails.
+std::vector<gert::Tensor> Unbroadcastable(std::vector<float> &b1, std::vector<float> &b2) {
+  std::vector<gert::Tensor> v;
+  auto in1 = Inputs(b1, 2, 4, 1);
+  auto in2 = Inputs(b2, 3, 4, 1);
+  v.push_back(std::move(in1[0]));
+  v.push_back(std::move(in2[0]));
+  return v;
+}
+
 // Collects RunGraphAsync callbacks: status, thread name, order.
 struct Calls {
   std::mutex mu;
@@ -101,12 +111,8 @@ std::string CallbackThreads() {
   EXPECT(calls.calls[0].second == "ge-model-1", "success callback on '" + calls.calls[0].second + "', not the model thread");
   // compile failure: callback on the compile thread
   s.AddGraph(2, Parse(g_dyn_model));
-  std::vector<float> b1(8, 1.0f), b2(12, 1.0f);
-  std::vector<gert::Tensor> bad;
-  bad.emplace_back(gert::StorageShape{{2, 4}, {2, 4}}, gert::StorageFormat{ge::FORMAT_ND, ge::FORMAT_ND, {}},
-                   gert::kOnHost, ge::DT_FLOAT, b1.data());
-  bad.emplace_back(gert::StorageShape{{3, 4}, {3, 4}}, gert::StorageFormat{ge::FORMAT_ND, ge::FORMAT_ND, {}},
-                   gert::kOnHost, ge::DT_FLOAT, b2.data());
+  std::vector<float> b1, b2;
+  auto bad = Unbroadcastable(b1, b2);
   EXPECT(s.RunGraphAsync(2, bad, calls.Callback()) == ge::SUCCESS, "bad job refused at submit");
   EXPECT(calls.WaitFor(2), "no callback for the compile failure");
   EXPECT(calls.calls[1].first != ge::SUCCESS, "compile failure reported success");
@@ -240,12 +246,8 @@ std::string CompileFailureStopsAsyncQueue() {
   ge::GeSession s({});
   s.AddGraph(1, Parse(g_dyn_model));
   s.AddGraph(2, Parse(g_add_model));
-  std::vector<float> b1(8, 1.0f), b2(12, 1.0f);
-  std::vector<gert::Tensor> bad;
-  bad.emplace_back(gert::StorageShape{{2, 4}, {2, 4}}, gert::StorageFormat{ge::FORMAT_ND, ge::FORMAT_ND, {}},
-                   gert::kOnHost, ge::DT_FLOAT, b1.data());
-  bad.emplace_back(gert::StorageShape{{3, 4}, {3, 4}}, gert::StorageFormat{ge::FORMAT_ND, ge::FORMAT_ND, {}},
-                   gert::kOnHost, ge::DT_FLOAT, b2.data());
+  std::vector<float> b1, b2;
+  auto bad = Unbroadcastable(b1, b2);
   Calls calls;
   EXPECT(s.RunGraphAsync(1, bad, calls.Callback()) == ge::SUCCESS, "bad job refused at submit");
   EXPECT(calls.WaitFor(1), "no callback");
