@@ -290,25 +290,30 @@ def _tensor_destroyer(handle: Any):
     return lambda _ptr: lib.ga_tensor_destroy(handle)
 
 
-_descs = threading.local()  # one scratch descriptor per thread for describing outputs
+_scratch = threading.local()  # per-thread buffers for taking outputs (grown on demand)
 
 
 def _take_outputs(outs: Any) -> list[NativeTensor]:
-    try:
-        n = lib.ga_outputs_count(outs)
-        desc = getattr(_descs, "desc", None)
-        if desc is None:
-            desc = _descs.desc = ffi.new("ga_tensor_desc *")
-        result = []
-        for i in range(n):
-            handle = lib.ga_outputs_take(outs, i)
-            lib.ga_tensor_describe(handle, desc)
-            owner = ffi.gc(ffi.cast("char *", desc.data), _tensor_destroyer(handle))
-            result.append(NativeTensor(owner, address_of(desc.data), desc.size, desc.dtype, desc.placement,
-                                       tuple(ffi.unpack(desc.dims, desc.ndim))))
-        return result
-    finally:
-        lib.ga_outputs_destroy(outs)
+    """Owns the outputs of a run: one native call describes them all and frees the list."""
+    cap = getattr(_scratch, "cap", 0)
+    if cap == 0:
+        cap = _scratch.cap = 8
+        _scratch.handles = ffi.new("ga_tensor *[]", cap)
+        _scratch.descs = ffi.new("ga_tensor_desc[]", cap)
+    handles, descs = _scratch.handles, _scratch.descs
+    n = lib.ga_outputs_count(outs)
+    if n > cap:
+        cap = _scratch.cap = n
+        handles = _scratch.handles = ffi.new("ga_tensor *[]", cap)
+        descs = _scratch.descs = ffi.new("ga_tensor_desc[]", cap)
+    lib.ga_outputs_take_all(outs, handles, descs, cap)
+    result = []
+    for i in range(n):
+        d = descs[i]
+        owner = ffi.gc(ffi.cast("char *", d.data), _tensor_destroyer(handles[i]))
+        result.append(NativeTensor(owner, address_of(d.data), d.size, d.dtype, d.placement,
+                                   tuple(ffi.unpack(d.dims, d.ndim))))
+    return result
 
 
 # --- sessions and graphs -------------------------------------------------------------------------------------

@@ -35,7 +35,12 @@ def preload() -> None:
         saved = os.environ.get("OPENBLAS_NUM_THREADS")
         os.environ["OPENBLAS_NUM_THREADS"] = threads if threads.isdigit() and int(threads) >= 1 else "1"
         try:
-            _loaded.append(ctypes.CDLL(os.path.join(lib_dir, name), mode=ctypes.RTLD_GLOBAL))
+            lib = ctypes.CDLL(os.path.join(lib_dir, name), mode=ctypes.RTLD_GLOBAL)
+            _loaded.append(lib)
+            try:  # the twin sets it again on first use (GEASYNC_BLAS_THREADS, clamped to the cores)
+                lib.scipy_openblas_set_num_threads(int(os.environ["OPENBLAS_NUM_THREADS"]))
+            except AttributeError:  # pragma: no cover - an OpenBLAS build without the scipy_ prefix
+                pass
         finally:
             if saved is None:
                 del os.environ["OPENBLAS_NUM_THREADS"]

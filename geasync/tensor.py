@@ -185,13 +185,18 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
     for i, x in enumerate(inputs):
         if type(x) is np.ndarray:
             dt = _GE_DTYPES.get(x.dtype)
-            if dt is not None and x.flags.c_contiguous and x.ndim <= _lib.MAX_DIMS:
-                buf = _lib.from_buffer(x, require_writable=False)
-                keep.append(buf)
-                arrays.append(x)
-                rows.append((buf, x.nbytes, dt, _lib.PLACEMENT_HOST, x.ndim, x.shape))
-                nbytes += x.nbytes
-                continue
+            if dt is not None and x.ndim <= _lib.MAX_DIMS:
+                try:
+                    buf = _lib.from_buffer(x)  # refuses non-contiguous arrays: those take the copying path
+                except (BufferError, ValueError, TypeError):
+                    buf = None
+                if buf is not None:
+                    keep.append(buf)
+                    arrays.append(x)
+                    n = x.nbytes
+                    rows.append((buf, n, dt, _lib.PLACEMENT_HOST, x.ndim, x.shape))
+                    nbytes += n
+                    continue
         if isinstance(x, np.ndarray):
             x = Tensor.from_numpy(x)  # copies non-contiguous arrays; TypeError for dtypes GE lacks
         elif not isinstance(x, Tensor):

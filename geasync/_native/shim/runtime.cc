@@ -141,6 +141,17 @@ ga_tensor *ga_outputs_take(ga_outputs *outputs, size_t index) {
   return t;
 }
 
+size_t ga_outputs_take_all(ga_outputs *outputs, ga_tensor **handles, ga_tensor_desc *descs, size_t capacity) {
+  if (outputs == nullptr) return 0;
+  const size_t n = outputs->items.size();
+  for (size_t i = 0; i < n && i < capacity; ++i) {
+    handles[i] = ga_outputs_take(outputs, i);
+    ga_tensor_describe(handles[i], &descs[i]);
+  }
+  ga_outputs_destroy(outputs);
+  return n;
+}
+
 void ga_outputs_destroy(ga_outputs *outputs) {
   if (outputs == nullptr) return;
   for (ga_tensor *t : outputs->items) ga_tensor_destroy(t);

@@ -3,6 +3,10 @@
 // (Sqrt, Exp, Log, Neg, Abs, Reciprocal, Erf, Relu, LeakyRelu, Sigmoid, Tanh, Gelu).
 // float16/bfloat16 are computed in float and rounded once per op, like numpy. Integer arithmetic wraps like
 // numpy; integer Div truncates toward zero like the ONNX reference (x / 0 gives 0).
+// Kernel loops: -O3 vectorisation (beyond -O2's very-cheap cost model) and no FP-trap semantics, so that
+// selects and divisions in them can be if-converted. Before the includes, so inline helpers get it too.
+#pragma GCC optimize("O3", "no-trapping-math")
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,9 +14,6 @@
 
 #include "broadcast.h"
 #include "elem.h"
-
-// Elementwise loops need the vectoriser beyond -O2's very-cheap cost model.
-#pragma GCC optimize("O3")
 
 namespace twin {
 namespace onnx {
@@ -506,14 +507,24 @@ struct TanhF {
   template <class C>
   static C Apply(C x, float) { return std::tanh(x); }
 };
-struct GeluF {  // param: 0 exact (erf), 1 tanh approximation
+struct GeluF {  // exact: 0.5 x (1 + erf(x / sqrt2))
   template <class C>
-  static C Apply(C x, float approx) {
-    if (approx != 0.f) {
-      const C k = static_cast<C>(0.7978845608028654);  // sqrt(2 / pi)
-      return C(0.5) * x * (C(1) + std::tanh(k * (x + static_cast<C>(0.044715) * x * x * x)));
+  static C Apply(C x, float) {
+    if constexpr (std::is_same<C, float>::value) {
+      // 1 + erf(x / sqrt2) = erfc(-x / sqrt2): accurate in both tails, and vectorisable.
+      const float z = x * 0.70710678118654752f;
+      const float az = z < 0.f ? -z : z;
+      const float e = VecErfcPos(az);
+      return 0.5f * x * (z < 0.f ? e : 2.0f - e);
     }
     return C(0.5) * x * (C(1) + std::erf(x * static_cast<C>(0.7071067811865476)));
+  }
+};
+struct GeluTanhF {  // approximate="tanh"
+  template <class C>
+  static C Apply(C x, float) {
+    const C k = static_cast<C>(0.7978845608028654);  // sqrt(2 / pi)
+    return C(0.5) * x * (C(1) + std::tanh(k * (x + static_cast<C>(0.044715) * x * x * x)));
   }
 };
 struct NotF {
@@ -581,6 +592,41 @@ bool UnaryParam(const Node &n, float *p, std::string *reason) {
 bool CheckUnary(const Node &n, int64_t, std::string *reason) {
   float p;
   return UnaryParam(n, &p, reason);
+}
+
+template <class Op, UnaryTypes kTypes>
+std::unique_ptr<Kernel> PrepareUnary(const KernelCtx &c, std::string *reason);
+
+// Exact GELU on float32, cloned for AVX-512 / AVX2+FMA / baseline and picked at load time (the wheel stays
+// portable): polynomial chains are latency-bound, so wide FMA vectors matter here.
+__attribute__((target_clones("avx512f", "arch=haswell", "default")))
+void GeluLoopF(const float *__restrict x, float *__restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float z = x[i] * 0.70710678118654752f;
+    const float az = z < 0.f ? -z : z;
+    const float e = VecErfcPos(az);
+    y[i] = 0.5f * x[i] * (z < 0.f ? e : 2.0f - e);
+  }
+}
+
+class GeluFloatKernel : public Kernel {
+ public:
+  explicit GeluFloatKernel(int64_t n) : n_(n) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    GeluLoopF(static_cast<const float *>(in[0]), static_cast<float *>(out[0]), n_);
+    return true;
+  }
+
+ private:
+  int64_t n_;
+};
+
+std::unique_ptr<Kernel> PrepareGelu(const KernelCtx &c, std::string *reason) {
+  float approx;
+  if (!UnaryParam(*c.node, &approx, reason)) return nullptr;
+  if (approx == 0.f && c.out[0].dtype == ElemType::kFloat)
+    return std::make_unique<GeluFloatKernel>(c.out[0].NumElements());
+  return approx != 0.f ? PrepareUnary<GeluTanhF, kFloatOnly>(c, reason) : PrepareUnary<GeluF, kFloatOnly>(c, reason);
 }
 
 template <class Op, UnaryTypes kTypes>
@@ -709,7 +755,7 @@ void RegisterElementwiseOps(std::vector<OpDef> *ops) {
   ops->push_back({"Tanh", 1, 1, 1, 1, nullptr, InferUnary<kFloatOnly>, PrepareUnary<TanhF, kFloatOnly>, true});
   ops->push_back(
       {"LeakyRelu", 1, 1, 1, 1, CheckUnary, InferUnary<kFloatOnly>, PrepareUnary<LeakyReluF, kFloatOnly>, true});
-  ops->push_back({"Gelu", 1, 1, 1, 1, CheckUnary, InferUnary<kFloatOnly>, PrepareUnary<GeluF, kFloatOnly>, true});
+  ops->push_back({"Gelu", 1, 1, 1, 1, CheckUnary, InferUnary<kFloatOnly>, PrepareGelu, true});
   ops->push_back({"Clip", 1, 3, 1, 1, nullptr, InferClip, PrepareClip, true});
 }
 

@@ -3,14 +3,16 @@
 // Expand's shape, ConstantOfShape's input, Range's start/limit/delta) are read at compile time; when they are
 // graph inputs, CompilePlan specialises the plan on their runtime values (see engine.h).
 // Every dtype the twin represents is supported: these kernels only move bytes.
+// Kernel loops: -O3 vectorisation (beyond -O2's very-cheap cost model) and no FP-trap semantics, so that
+// selects and divisions in them can be if-converted. Before the includes, so inline helpers get it too.
+#pragma GCC optimize("O3", "no-trapping-math")
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "broadcast.h"
 #include "elem.h"
-
-#pragma GCC optimize("O3")  // vectorise the hot loops beyond -O2's very-cheap cost model
 
 namespace twin {
 namespace onnx {

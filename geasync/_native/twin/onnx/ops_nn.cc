@@ -1,6 +1,10 @@
 // Neural-network ops: Conv (1-D/2-D/3-D, groups, pads, strides, dilations, auto_pad) as im2col + OpenBLAS
 // GEMM, MaxPool (with optional Indices), AveragePool, GlobalAveragePool, BatchNormalization (inference) and
 // LayerNormalization. float32 and float64 natively; float16/bfloat16 through float32 (PrepareViaFloat).
+// Kernel loops: -O3 vectorisation (beyond -O2's very-cheap cost model) and no FP-trap semantics, so that
+// selects and divisions in them can be if-converted. Before the includes, so inline helpers get it too.
+#pragma GCC optimize("O3", "no-trapping-math")
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,9 +12,6 @@
 #include "broadcast.h"
 #include "elem.h"
 #include "gemm.h"
-
-// Hot loops (im2col, pooling, normalisation) need the vectoriser beyond -O2's very-cheap cost model.
-#pragma GCC optimize("O3")
 
 namespace twin {
 namespace onnx {
@@ -268,8 +269,10 @@ class ConvKernel : public Kernel {
                 lo = std::min(lo, w_.out[2]);
                 hi = std::min(std::max(hi, lo), w_.out[2]);
                 std::fill(dst, dst + lo, T(0));
-                if (s2 == 1) {
-                  CopyBytes(dst + lo, row + lo + off, static_cast<size_t>(hi - lo) * sizeof(T));
+                if (s2 == 1) {  // short rows: an inline (vectorised) copy beats a memcpy call
+                  const T *__restrict src = row + off;
+                  T *__restrict d = dst;
+                  for (int64_t o2 = lo; o2 < hi; ++o2) d[o2] = src[o2];
                 } else {
                   for (int64_t o2 = lo; o2 < hi; ++o2) dst[o2] = row[o2 * s2 + off];
                 }
@@ -402,7 +405,22 @@ class PoolKernel : public Kernel {
 
  public:
   PoolKernel(const Window &w, int64_t NC, int64_t C, bool count_pad, bool col_major, bool indices)
-      : w_(w), NC_(NC), C_(C), count_pad_(count_pad), col_major_(col_major), indices_(indices) {}
+      : w_(w), NC_(NC), C_(C), count_pad_(count_pad), col_major_(col_major), indices_(indices) {
+    // Tap ranges per output position, per dim (valid input taps, and taps inside input + pads).
+    for (size_t i = 0; i < kMaxSpatial; ++i) {
+      for (int64_t o = 0; o < w_.out[i]; ++o) {
+        const int64_t st = o * w_.s[i] - w_.pb[i];
+        int64_t a, b, pa, pb;
+        TapRange(st, w_.k[i], w_.d[i], 0, w_.in[i], &a, &b);
+        TapRange(st, w_.k[i], w_.d[i], -w_.pb[i], w_.in[i] + w_.pe[i], &pa, &pb);
+        taps_[i].push_back({st, a, b, pb - pa});
+      }
+    }
+    simple_ = w_.in[0] == 1 && w_.k[0] == 1;
+    for (size_t i = 0; i < kMaxSpatial; ++i) simple_ = simple_ && w_.pb[i] == 0 && w_.pe[i] == 0 && w_.d[i] == 1;
+    for (size_t i = 1; i < kMaxSpatial; ++i)
+      simple_ = simple_ && (w_.out[i] - 1) * w_.s[i] + w_.k[i] <= w_.in[i];  // no ceil-mode overhang
+  }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const S *X = static_cast<const S *>(in[0]);
     S *Y = static_cast<S *>(out[0]);
@@ -410,32 +428,25 @@ class PoolKernel : public Kernel {
     const int64_t in_sp = w_.in[0] * w_.in[1] * w_.in[2];
     const int64_t out_sp = w_.out[0] * w_.out[1] * w_.out[2];
     (void)C_;
+    if constexpr (kMax && std::is_same<S, float>::value) {
+      if (!I && simple_) return RunSimpleMax(X, Y, in_sp, out_sp);
+    }
     for (int64_t nc = 0; nc < NC_; ++nc) {
       const S *x = X + nc * in_sp;
       S *y = Y + nc * out_sp;
       int64_t oi = 0;
-      for (int64_t o0 = 0; o0 < w_.out[0]; ++o0) {
-        const int64_t s0 = o0 * w_.s[0] - w_.pb[0];
-        int64_t a0, b0, pa0, pb0;
-        TapRange(s0, w_.k[0], w_.d[0], 0, w_.in[0], &a0, &b0);
-        TapRange(s0, w_.k[0], w_.d[0], -w_.pb[0], w_.in[0] + w_.pe[0], &pa0, &pb0);
-        for (int64_t o1 = 0; o1 < w_.out[1]; ++o1) {
-          const int64_t s1 = o1 * w_.s[1] - w_.pb[1];
-          int64_t a1, b1, pa1, pb1;
-          TapRange(s1, w_.k[1], w_.d[1], 0, w_.in[1], &a1, &b1);
-          TapRange(s1, w_.k[1], w_.d[1], -w_.pb[1], w_.in[1] + w_.pe[1], &pa1, &pb1);
-          for (int64_t o2 = 0; o2 < w_.out[2]; ++o2, ++oi) {
-            const int64_t s2 = o2 * w_.s[2] - w_.pb[2];
-            int64_t a2, b2, pa2, pb2;
-            TapRange(s2, w_.k[2], w_.d[2], 0, w_.in[2], &a2, &b2);
+      for (const Tap &t0 : taps_[0]) {
+        for (const Tap &t1 : taps_[1]) {
+          for (const Tap &t2 : taps_[2]) {
+            const int64_t s0 = t0.start, s1 = t1.start, s2 = t2.start;
             if constexpr (kMax) {
               C best = std::numeric_limits<C>::lowest();
               if constexpr (std::is_floating_point<C>::value) best = -std::numeric_limits<C>::infinity();
               int64_t best_i = -1;
-              for (int64_t k0 = a0; k0 < b0; ++k0)
-                for (int64_t k1 = a1; k1 < b1; ++k1) {
+              for (int64_t k0 = t0.lo; k0 < t0.hi; ++k0)
+                for (int64_t k1 = t1.lo; k1 < t1.hi; ++k1) {
                   const int64_t row = ((s0 + k0 * w_.d[0]) * w_.in[1] + s1 + k1 * w_.d[1]) * w_.in[2] + s2;
-                  for (int64_t k2 = a2; k2 < b2; ++k2) {
+                  for (int64_t k2 = t2.lo; k2 < t2.hi; ++k2) {
                     const int64_t idx = row + k2 * w_.d[2];
                     const C v = Num<S>::Load(x[idx]);
                     if (best_i < 0 || v > best) {
@@ -456,18 +467,16 @@ class PoolKernel : public Kernel {
               }
             } else {
               double acc = 0;
-              for (int64_t k0 = a0; k0 < b0; ++k0)
-                for (int64_t k1 = a1; k1 < b1; ++k1) {
+              for (int64_t k0 = t0.lo; k0 < t0.hi; ++k0)
+                for (int64_t k1 = t1.lo; k1 < t1.hi; ++k1) {
                   const int64_t row = ((s0 + k0 * w_.d[0]) * w_.in[1] + s1 + k1 * w_.d[1]) * w_.in[2] + s2;
-                  for (int64_t k2 = a2; k2 < b2; ++k2) acc += static_cast<double>(Num<S>::Load(x[row + k2 * w_.d[2]]));
+                  for (int64_t k2 = t2.lo; k2 < t2.hi; ++k2) acc += static_cast<double>(Num<S>::Load(x[row + k2 * w_.d[2]]));
                 }
-              int64_t div = (b0 - a0) * (b1 - a1) * (b2 - a2);
-              if (count_pad_) {
-                TapRange(s2, w_.k[2], w_.d[2], -w_.pb[2], w_.in[2] + w_.pe[2], &pa2, &pb2);
-                div = (pb0 - pa0) * (pb1 - pa1) * (pb2 - pa2);
-              }
+              const int64_t div = count_pad_ ? t0.padded * t1.padded * t2.padded
+                                             : (t0.hi - t0.lo) * (t1.hi - t1.lo) * (t2.hi - t2.lo);
               y[oi] = Num<S>::Store(static_cast<C>(div ? acc / static_cast<double>(div) : 0.0));
             }
+            ++oi;
           }
         }
       }
@@ -476,9 +485,41 @@ class PoolKernel : public Kernel {
   }
 
  private:
+  // Windows always inside the input (no pads, no dilation, single leading dim): row-wise running max.
+  bool RunSimpleMax(const float *X, float *Y, int64_t in_sp, int64_t out_sp) {
+    const int64_t H = w_.in[1], W = w_.in[2], OH = w_.out[1], OW = w_.out[2];
+    const int64_t KH = w_.k[1], KW = w_.k[2], SH = w_.s[1], SW = w_.s[2];
+    for (int64_t nc = 0; nc < NC_; ++nc) {
+      const float *x = X + nc * in_sp;
+      float *y = Y + nc * out_sp;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        float *__restrict yr = y + oh * OW;
+        for (int64_t ow = 0; ow < OW; ++ow) yr[ow] = -std::numeric_limits<float>::infinity();
+        for (int64_t kh = 0; kh < KH; ++kh) {
+          const float *__restrict xr = x + (oh * SH + kh) * W;
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            const float *__restrict xc = xr + kw;
+            if (SW == 2) {
+              for (int64_t ow = 0; ow < OW; ++ow) yr[ow] = xc[2 * ow] > yr[ow] ? xc[2 * ow] : yr[ow];
+            } else {
+              for (int64_t ow = 0; ow < OW; ++ow) yr[ow] = xc[ow * SW] > yr[ow] ? xc[ow * SW] : yr[ow];
+            }
+          }
+        }
+      }
+    }
+    (void)H;
+    return true;
+  }
+
+  struct Tap {
+    int64_t start, lo, hi, padded;
+  };
   Window w_;
   int64_t NC_, C_;
   bool count_pad_, col_major_, indices_;
+  std::vector<Tap> taps_[kMaxSpatial];
+  bool simple_ = false;
 };
 
 template <bool kMax>

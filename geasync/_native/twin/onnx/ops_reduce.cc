@@ -2,13 +2,15 @@
 // attribute (ReduceMean/ReduceMax before opset 18, ReduceSum before 13) or the optional input.
 // Floating sums accumulate in double; integer sums wrap; ReduceMax propagates NaN; empty reductions give
 // 0 (Sum), NaN (Mean) and the lowest value / -inf / false (Max), like the ONNX reference.
+// Kernel loops: -O3 vectorisation (beyond -O2's very-cheap cost model) and no FP-trap semantics, so that
+// selects and divisions in them can be if-converted. Before the includes, so inline helpers get it too.
+#pragma GCC optimize("O3", "no-trapping-math")
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "elem.h"
-
-#pragma GCC optimize("O3")  // vectorise the hot loops beyond -O2's very-cheap cost model
 
 namespace twin {
 namespace onnx {
