@@ -255,6 +255,25 @@ void FinalizeSessionImpl(SessionImpl *s) { s->Shutdown(); }
 namespace {
 // --- compile / load -------------------------------------------------------------------------------------
 
+// Plans may be value-dependent (an output shape depends on an input's contents, e.g. a Reshape shape fed as a
+// graph input): the run then uses the plan the engine specialises for that run's input values.
+twin::onnx::CompileOptions ValueDependentOk() {
+  twin::onnx::CompileOptions o;
+  o.allow_value_dependent = true;
+  return o;
+}
+
+std::shared_ptr<Plan> ForValues(uint32_t graph_id, std::shared_ptr<Plan> plan, const std::vector<const void *> &in,
+                                const char *api) {
+  if (!plan || !plan->value_dependent()) return plan;
+  std::string error;
+  auto p = plan->Specialize(in, &error);
+  if (!p)
+    twin::ReportError(std::string(api) + ": graph (graph_id=" + std::to_string(graph_id) +
+                      ") cannot run with these inputs: " + error);
+  return p;
+}
+
 // Compiles node from its Data descs (node->mu held). GE: CompileGraph does shape/dtype inference.
 Status CompileLocked(GraphNode &node, const char *api) {
   std::string error;
@@ -267,7 +286,7 @@ Status CompileLocked(GraphNode &node, const char *api) {
   bool is_static = true;
   for (const auto &d : node.data_descs) is_static = is_static && d.IsStatic();
   if (is_static) {
-    auto plan = twin::onnx::CompilePlan(node.model, node.data_descs, &error);
+    auto plan = twin::onnx::CompilePlan(node.model, node.data_descs, ValueDependentOk(), &error);
     if (!plan) {
       twin::ReportError(std::string(api) + ": compiling graph (graph_id=" + std::to_string(node.id) +
                         ") failed: " + error);
@@ -303,7 +322,7 @@ std::shared_ptr<Plan> GetPlan(GraphNode &node, const std::vector<ODesc> &descs, 
     }
   }
   std::string error;
-  auto plan = twin::onnx::CompilePlan(node.model, descs, &error);
+  auto plan = twin::onnx::CompilePlan(node.model, descs, ValueDependentOk(), &error);
   if (!plan) {
     twin::ReportError(std::string(api) + ": graph (graph_id=" + std::to_string(node.id) +
                       ") cannot run with these inputs: " + error);
@@ -712,7 +731,7 @@ Status GeSession::RunGraph(uint32_t graph_id, const std::vector<gert::Tensor> &i
   std::vector<ODesc> descs;
   std::vector<const void *> in;
   if (CheckInputs(*node, inputs, "RunGraph", &descs, &in) != SUCCESS) return FAILED;
-  auto plan = GetPlan(*node, descs, "RunGraph");
+  auto plan = ForValues(node->id, GetPlan(*node, descs, "RunGraph"), in, "RunGraph");
   if (!plan) return FAILED;
   const twin::FaultDecision fault = twin::NextRun(node->session_id, node->id);
   const Status injected = ApplyFault(fault, *node, "RunGraph");
@@ -743,7 +762,7 @@ Status GeSession::RunGraphWithStreamAsync(uint32_t graph_id, void *stream, const
   std::vector<const void *> in;
   Status st = CheckInputs(*node, inputs, api, &descs, &in);
   if (st != SUCCESS) return st;
-  auto plan = GetPlan(*node, descs, api);
+  auto plan = ForValues(node->id, GetPlan(*node, descs, api), in, api);
   if (!plan) return FAILED;
   twin::FaultDecision fault = twin::NextRun(node->session_id, node->id);
   if (fault.fail || fault.fail_alloc) {
@@ -881,7 +900,7 @@ Status GeSession::RunGraphAsync(uint32_t graph_id, const std::vector<gert::Tenso
     Status st = CheckInputs(*node, *job_inputs, "RunGraphAsync", &descs, &in);
     std::shared_ptr<Plan> plan;
     if (st == SUCCESS) {
-      plan = GetPlan(*node, descs, "RunGraphAsync");
+      plan = ForValues(node->id, GetPlan(*node, descs, "RunGraphAsync"), in, "RunGraphAsync");
       if (!plan) st = INTERNAL_ERROR;
     }
     const twin::FaultDecision fault = twin::NextRun(node->session_id, node->id);
