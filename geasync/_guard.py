@@ -38,8 +38,7 @@ class ModeRegistry:
         self._lock = threading.Lock()
 
     def claim(self, graph_id: int, mode: str, context: str) -> None:
-        with self._lock:
-            established = self._modes.setdefault(graph_id, mode)
+        established = self._modes.setdefault(graph_id, mode)  # atomic: the first caller's mode wins
         if established == mode:
             return
         ge_text = (f"E10062: Failed to call {mode}. Reason: {established} was already called for the graph "

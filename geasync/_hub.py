@@ -62,20 +62,19 @@ class Hub:
         self._requests: dict[int, Request] = {}
         self._tokens = itertools.count(1)
         self.orphaned = False
-        self._lock = threading.Lock()  # the reaper and the loop never drain at once, but registration may race
 
     # --- used by the session / stream layer, on the loop thread ---
     def new_token(self) -> int:
         return next(self._tokens)
 
+    # The request table is touched by the loop's thread only, or by the reaper once the loop is gone (never both):
+    # single dict operations, atomic under the GIL, need no lock.
     def register(self, token: int, request: Request) -> None:
-        with self._lock:
-            self._requests[token] = request
+        self._requests[token] = request
 
     def forget(self, token: int) -> None:
         """The submit failed: no completion will come for this token."""
-        with self._lock:
-            self._requests.pop(token, None)
+        self._requests.pop(token, None)
 
     @property
     def outstanding(self) -> int:
@@ -83,9 +82,9 @@ class Hub:
 
     # --- draining ---
     def drain(self) -> None:
+        requests = self._requests
         for token, status, kind, outputs, text in self.queue.drain():
-            with self._lock:
-                request = self._requests.pop(token, None)
+            request = requests.pop(token, None)
             if request is None:
                 continue  # outputs (if any) are freed with the NativeTensors
             self._complete(request, status, kind, outputs, text)
@@ -161,8 +160,7 @@ class AsyncioHub(Hub):
             handle = session._handle
             if handle is None or _waiter_done(request.waiter):
                 # closed before submission, or nobody waits any more: never reaches the runtime
-                with self._lock:
-                    self._requests.pop(token, None)
+                self._requests.pop(token, None)
                 text = "the session was closed before this RunGraphAsync job was submitted"
                 self._complete(request, 0xFFFFFFFF, _lib.COMPLETION_ABANDONED, None, text)
                 continue

@@ -301,12 +301,12 @@ def _take_outputs(outs: Any) -> list[NativeTensor]:
         _scratch.handles = ffi.new("ga_tensor *[]", cap)
         _scratch.descs = ffi.new("ga_tensor_desc[]", cap)
     handles, descs = _scratch.handles, _scratch.descs
-    n = lib.ga_outputs_count(outs)
-    if n > cap:
+    n = lib.ga_outputs_take_all(outs, handles, descs, cap)
+    if n > cap:  # more outputs than ever before on this thread: grow and take them
         cap = _scratch.cap = n
         handles = _scratch.handles = ffi.new("ga_tensor *[]", cap)
         descs = _scratch.descs = ffi.new("ga_tensor_desc[]", cap)
-    lib.ga_outputs_take_all(outs, handles, descs, cap)
+        lib.ga_outputs_take_all(outs, handles, descs, cap)
     result = []
     for i in range(n):
         d = descs[i]
@@ -562,13 +562,15 @@ class CompletionQueue:
             n = lib.ga_cq_drain(self._cq, buf, self._cap)
             for i in range(n):
                 c = buf[i]
-                text = ffi.string(c.error_message).decode("utf-8", "replace") if c.error_message else ""
                 outs = None
                 if c.outputs != ffi.NULL:
                     handle, c.outputs = c.outputs, ffi.NULL
-                    outs = _take_outputs(handle)
-                lib.ga_completion_release(ffi.addressof(buf, i))
-                records.append((int(c.token), int(c.status), int(c.kind), outs, text))
+                    outs = _take_outputs(handle)  # frees the list
+                text = ""
+                if c.error_message != ffi.NULL:  # only failures carry text to free
+                    text = ffi.string(c.error_message).decode("utf-8", "replace")
+                    lib.ga_completion_release(ffi.addressof(buf, i))
+                records.append((c.token, c.status, c.kind, outs, text))
             if n < self._cap:
                 return records
 

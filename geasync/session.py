@@ -346,7 +346,8 @@ class Session:
                 cap.release()
             raise
         try:
-            self._live(context)
+            if self._handle is None or self._closing:  # closed while this request waited for a slot
+                self._live(context)
             hub = _hub.current_hub()
             request = _RunRequest(self, self._pin(prepared), context, hub.new_waiter(), cap)
         except BaseException:

@@ -78,10 +78,16 @@ class Tensor:
 
     @classmethod
     def _from_native(cls, nt: "_lib.NativeTensor") -> "Tensor":
-        placement = "device" if nt.placement == _lib.PLACEMENT_DEVICE else "host"
-        t = cls._make(array=None, owner=nt.owner, address=nt.address, nbytes=nt.nbytes, shape=nt.shape,
-                      dtype=_lib.np_dtype(nt.ge_dtype), placement=placement)
-        t._native = nt  # the numpy view of a host output is made on first use
+        # on every run's hot path: the fields are set directly, and a host output's numpy view is made on first use
+        t = object.__new__(cls)
+        t._array = None
+        t._native = nt
+        t._owner = nt.owner
+        t._address = nt.address
+        t._nbytes = nt.nbytes
+        t._shape = nt.shape
+        t._dtype = _lib.np_dtype(nt.ge_dtype)
+        t._placement = "device" if nt.placement == _lib.PLACEMENT_DEVICE else "host"
         return t
 
     def _host_array(self) -> np.ndarray | None:

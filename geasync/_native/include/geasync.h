@@ -140,8 +140,8 @@ ga_status ga_session_unregister_external_allocator(ga_session *session, void *st
 /* Output tensors */
 size_t ga_outputs_count(const ga_outputs *outputs);
 ga_tensor *ga_outputs_take(ga_outputs *outputs, size_t index);
-/* Takes up to `capacity` tensors (handles[i], described in descs[i]) and destroys the list; returns how many there
- * were (if more than `capacity`, the rest are destroyed with the list). One call instead of 2 + 2n on a hot path. */
+/* Takes every tensor (handles[i], described in descs[i]) and destroys the list, returning how many there were; if
+ * there are more than `capacity`, takes nothing and returns the count. One call instead of 2 + 2n on a hot path. */
 size_t ga_outputs_take_all(ga_outputs *outputs, ga_tensor **handles, ga_tensor_desc *descs, size_t capacity);
 void ga_outputs_destroy(ga_outputs *outputs);
 void ga_tensor_describe(const ga_tensor *tensor, ga_tensor_desc *out);

@@ -144,7 +144,8 @@ ga_tensor *ga_outputs_take(ga_outputs *outputs, size_t index) {
 size_t ga_outputs_take_all(ga_outputs *outputs, ga_tensor **handles, ga_tensor_desc *descs, size_t capacity) {
   if (outputs == nullptr) return 0;
   const size_t n = outputs->items.size();
-  for (size_t i = 0; i < n && i < capacity; ++i) {
+  if (n > capacity) return n;  // the caller grows its buffers and calls again; the list is left intact
+  for (size_t i = 0; i < n; ++i) {
     handles[i] = ga_outputs_take(outputs, i);
     ga_tensor_describe(handles[i], &descs[i]);
   }
