@@ -32,8 +32,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "example
 
 
 def add_model_bytes() -> bytes:
-    """The Add graph, serialised by hand-free onnx.helper if available, else from the shipped file."""
-    import onnx
+    """The Add graph, built with onnx.helper (onnx is a benchmark dependency)."""
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(

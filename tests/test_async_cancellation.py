@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import math
 import random
 import time
 import weakref
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 
 import geasync as ga
-from conftest import TensorProto, helper, live, make_model
+from conftest import live
 from asynctools import slow_chain, wait_for_counters, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120, method="thread")]

@@ -4,7 +4,6 @@ its own input; statistics; errors reaching the right task; timeouts; the in-flig
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 
 import anyio
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 
 import geasync as ga
-from conftest import TensorProto, add_model, helper, live, make_mlp, make_model, numpy_helper
+from conftest import add_model, live, make_mlp, numpy_helper
 from asynctools import Ticker, chain_model, slow_chain, wait_for_counters, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120, method="thread")]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
-import math
 import os
 import signal
 import threading
@@ -19,7 +18,7 @@ import numpy as np
 import pytest
 
 import geasync as ga
-from conftest import TensorProto, add_model, helper, live, make_model
+from conftest import add_model, live
 from asynctools import counters_diff, slow_chain, wait_for_counters, wait_until
 
 pytestmark = pytest.mark.timeout(120, method="thread")

@@ -4,7 +4,6 @@ synchronize_async leaves the stream intact."""
 
 from __future__ import annotations
 
-import math
 import time
 
 import anyio
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 
 import geasync as ga
-from conftest import TensorProto, add_model, helper, live, make_model
+from conftest import add_model, live
 from asynctools import slow_chain, wait_for_counters
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120, method="thread")]

@@ -17,7 +17,7 @@ import pytest
 
 import geasync as ga
 
-onnx = pytest.importorskip("onnx")
+import onnx  # noqa: E402  (a test dependency)
 import onnx.numpy_helper  # noqa: E402
 from onnx.backend.base import Backend, BackendRep  # noqa: E402
 

@@ -7,7 +7,6 @@ import asyncio
 import numpy as np
 import pytest
 
-import geasync as ga
 from classifier_service import ClassifierService
 
 
