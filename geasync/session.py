@@ -1,8 +1,11 @@
-"""``Session``: a GE v2 ``GeSession`` with the synchronous contract of GE's Python package (seed document 002).
+"""``Session``: a GE v2 ``GeSession`` with the synchronous contract of GE's Python package (seed document 002),
+and its awaitable runs.
 
 Clause by clause: wrong argument types raise ``TypeError``; runtime failures raise ``GeError`` with GE's message
 and the API context; ``copy`` / ``deepcopy`` raise ``RuntimeError``. Beyond seed 002: compile/load, compiled-graph
-summaries, ``session_id``, ``close()`` and use as a context manager, and numpy arrays wherever Tensors are taken.
+summaries, ``session_id``, ``close()`` and use as a context manager, numpy arrays wherever Tensors are taken, and the
+event-loop layer: ``await run_graph_async`` (completions through ``_hub``, pins and bounds from ``_guard``),
+``run_graph_in_thread``, ``statistics()``, ``async with`` / ``aclose()``.
 """
 
 from __future__ import annotations
@@ -66,8 +69,9 @@ class Session:
     """A GE v2 session: add graphs, then run them. Not copyable.
 
     Keyword-only, beyond seed 002: ``backend`` is "auto" (default: $GEASYNC_BACKEND, else CANN if this install has
-    it, else the twin), "twin" or "cann" -- one backend per process; ``max_in_flight`` bounds the session's concurrent async requests (further ones
-    wait without blocking the loop); ``freeze_inputs=False`` leaves numpy inputs writable while pinned.
+    it, else the twin), "twin" or "cann" -- one backend per process; ``max_in_flight`` bounds the session's
+    concurrent async requests (further ones wait without blocking the loop); ``freeze_inputs=False`` leaves numpy
+    inputs writable while pinned.
     """
 
     def __init__(self, options: Optional[dict] = None, *, backend: Optional[str] = None,
@@ -118,19 +122,16 @@ class Session:
         if isinstance(error, SessionBrokenError) or error.status != 0xFFFFFFFF:
             return error
         if self._generation != _lib.generation:
-            broken = SessionBrokenError(error.status, f"{error.error_message} -- GE was finalized "
-                                        "(GEFinalizeV2) after this session was created; create a new Session",
-                                        error.api_name, error.context)
-            broken.__cause__ = error
-            return broken
-        if self._async_failures:
-            broken = SessionBrokenError(
-                error.status, f"{error.error_message} -- GE stops a session's RunGraphAsync queue for good after a "
-                "RunGraphAsync fails to compile, and an earlier request of this session failed; create a new "
-                "Session (and check the failing graph or inputs)", error.api_name, error.context)
-            broken.__cause__ = error
-            return broken
-        return error
+            why = "GE was finalized (GEFinalizeV2) after this session was created; create a new Session"
+        elif self._async_failures:
+            why = ("GE stops a session's RunGraphAsync queue for good after a RunGraphAsync fails to compile, and an "
+                   "earlier request of this session failed; create a new Session (and check the failing graph or "
+                   "inputs)")
+        else:
+            return error
+        broken = SessionBrokenError(error.status, f"{error.error_message} -- {why}", error.api_name, error.context)
+        broken.__cause__ = error
+        return broken
 
     @property
     def closed(self) -> bool:
