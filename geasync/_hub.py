@@ -87,7 +87,10 @@ class Hub:
             request = requests.pop(token, None)
             if request is None:
                 continue  # outputs (if any) are freed with the NativeTensors
-            self._complete(request, status, kind, outputs, text)
+            try:
+                self._complete(request, status, kind, outputs, text)
+            except Exception as exc:  # never lose the rest of the batch to one failure
+                self._report(exc)
 
     def _complete(self, request: Request, status: int, kind: int, outputs: Any, text: str) -> None:
         wanted = not self.orphaned and not _waiter_done(request.waiter)
@@ -96,12 +99,25 @@ class Hub:
         try:
             if wanted:
                 result, error = request.settle(status, kind, outputs, text)
-        except BaseException as exc:  # a failure while settling reaches the awaiting task, never native code
+        except Exception as exc:  # a failure while settling reaches the awaiting task, never native code
             error = exc
-        finally:
+        try:
             request.release(wanted)
+        except Exception as exc:
+            if wanted and error is None:
+                error = exc
+            else:
+                self._report(exc)
         if wanted:
             self._resolve(request.waiter, result, error)
+
+    def _report(self, exc: BaseException) -> None:
+        """An exception nobody awaits (e.g. releasing a request whose task gave up): the loop's handler shows it."""
+        loop = _running_loop()
+        if loop is not None:
+            loop.call_exception_handler({"message": "geasync: error while completing a request", "exception": exc})
+        else:
+            sys.unraisablehook(_Unraisable(type(exc), exc, exc.__traceback__, "geasync: completing a request", None))
 
     def _resolve(self, waiter: Any, result: Any, error: BaseException | None) -> None:
         raise NotImplementedError
@@ -118,6 +134,14 @@ class Hub:
             return
         self.orphaned = True
         _reaper.adopt(self)
+
+
+class _Unraisable:
+    """The argument sys.unraisablehook expects (its own type is not constructible from Python)."""
+
+    def __init__(self, exc_type, exc_value, exc_traceback, err_msg, obj) -> None:
+        self.exc_type, self.exc_value, self.exc_traceback = exc_type, exc_value, exc_traceback
+        self.err_msg, self.object = err_msg, obj
 
 
 def _waiter_done(waiter: Any) -> bool:

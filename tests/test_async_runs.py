@@ -333,3 +333,38 @@ def test_run_graph_async_outside_a_loop_is_a_clear_error():
             coro.send(None)
         coro.close()
         assert s.statistics().in_flight == 0
+
+
+async def test_failure_while_completing_reaches_its_task_and_spares_the_batch(monkeypatch):
+    """An exception while turning one completion into Tensors reaches that request's task; the other completions
+    of the same drained batch are still delivered, and nothing stays pinned."""
+    from geasync.tensor import Tensor
+
+    original = Tensor._from_native.__func__
+    calls = {"n": 0}
+
+    def flaky(cls, nt):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("injected failure while building outputs")
+        return original(cls, nt)
+
+    monkeypatch.setattr(Tensor, "_from_native", classmethod(flaky))
+    a = np.ones((1, 16), np.float32)
+    ok, failed = [], []
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model((1, 16))))
+
+        async def one():
+            try:
+                await s.run_graph_async(1, [a, a])
+                ok.append(1)
+            except RuntimeError as exc:
+                failed.append(str(exc))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(10):
+                tg.start_soon(one)
+        assert len(ok) == 9 and failed == ["injected failure while building outputs"]
+        stats = s.statistics()
+        assert stats.in_flight == 0 and stats.pinned_bytes == 0
