@@ -444,8 +444,9 @@ class _RunRequest(_hub.Request):
                 return None, self.session._broken_queue(error)
             self.session._async_failures += 1
             return None, error
+        tensors = [Tensor._from_native(o) for o in outputs]
         slots.completed += 1
-        return [Tensor._from_native(o) for o in outputs], None
+        return tensors, None
 
     def release(self, wanted: bool) -> None:
         session = self.session
