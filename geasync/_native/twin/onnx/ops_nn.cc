@@ -7,7 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TWIN_HAVE_X86 1
+#endif
 
 #include "broadcast.h"
 #include "elem.h"
@@ -125,6 +131,123 @@ bool MakeWindow(const Node &n, const std::vector<int64_t> &in_dims, const std::v
 
 bool FloatOnly(ElemType t) { return IsFloatType(t); }
 
+// ---- Direct convolution (stride 1, no dilation, 1-D/2-D), AVX-512 ----
+// Output rows are cut into 16-wide chunks ("positions"); a register block of kConvMB output channels x
+// kConvNV positions is accumulated over (c, kh, kw) with broadcast weights, reading a zero-padded copy of the
+// input (rows of pw floats, so that full 16-wide loads never leave it). Weights are packed per channel block as
+// [block][c][kh][kw][kConvMB] (zero rows for the channels past M).
+constexpr int64_t kConvMB = 8, kConvNV = 2, kConvLanes = 16;
+
+struct DirectConvArgs {
+  const float *xp;     // padded input [cg][ph][pw]
+  int64_t cg, ph, pw, kh, kw, oh, ow;
+  const float *wpack;  // [ceil(mg / kConvMB)][cg * kh * kw][kConvMB]
+  const float *bias;   // [ceil(mg / kConvMB) * kConvMB]
+  int64_t mg;
+  float *y;            // [mg][oh][ow]
+  bool relu;
+};
+
+#ifdef TWIN_HAVE_X86
+bool CpuHasAvx512() {
+  static const bool ok = __builtin_cpu_supports("avx512f");
+  return ok;
+}
+
+// MaxPool 2x2 stride 2 over `pairs` row pairs of width 2*ow (input rows 2q, 2q+1 -> output row q), no pads.
+__attribute__((target("avx512f"))) void MaxPool2x2Avx512(const float *x, float *y, int64_t pairs, int64_t ow,
+                                                          int64_t in_row, int64_t in_pair) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int64_t q = 0; q < pairs; ++q) {
+    const float *r0 = x + q * in_pair, *r1 = r0 + in_row;
+    float *yr = y + q * ow;
+    for (int64_t j0 = 0; j0 < ow; j0 += 16) {
+      const int64_t n = std::min<int64_t>(16, ow - j0);  // outputs in this chunk; 2n inputs per row
+      __m512 a0, a1, b0, b1;
+      if (n == 16) {
+        a0 = _mm512_loadu_ps(r0 + 2 * j0);
+        a1 = _mm512_loadu_ps(r0 + 2 * j0 + 16);
+        b0 = _mm512_loadu_ps(r1 + 2 * j0);
+        b1 = _mm512_loadu_ps(r1 + 2 * j0 + 16);
+      } else {
+        const int64_t lo = std::min<int64_t>(16, 2 * n), hi = 2 * n - lo;
+        const __mmask16 mlo = static_cast<__mmask16>((1u << lo) - 1u), mhi = static_cast<__mmask16>((1u << hi) - 1u);
+        a0 = _mm512_maskz_loadu_ps(mlo, r0 + 2 * j0);
+        a1 = _mm512_maskz_loadu_ps(mhi, r0 + 2 * j0 + 16);
+        b0 = _mm512_maskz_loadu_ps(mlo, r1 + 2 * j0);
+        b1 = _mm512_maskz_loadu_ps(mhi, r1 + 2 * j0 + 16);
+      }
+      // Vertical max first, then even/odd columns. (mask_max with a full mask: GCC 12 warns on _mm512_max_ps.)
+      const __mmask16 all = static_cast<__mmask16>(0xFFFF);
+      const __m512 v0 = _mm512_mask_max_ps(a0, all, a0, b0), v1 = _mm512_mask_max_ps(a1, all, a1, b1);
+      const __m512 e = _mm512_permutex2var_ps(v0, even, v1), o = _mm512_permutex2var_ps(v0, odd, v1);
+      const __m512 r = _mm512_mask_max_ps(e, all, e, o);
+      if (n == 16) _mm512_storeu_ps(yr + j0, r);
+      else _mm512_mask_storeu_ps(yr + j0, static_cast<__mmask16>((1u << n) - 1u), r);
+    }
+  }
+}
+
+__attribute__((target("avx512f"))) void DirectConvAvx512(const DirectConvArgs &a) {
+  const int64_t nch = (a.ow + kConvLanes - 1) / kConvLanes;
+  const int64_t P = a.oh * nch, K = a.cg * a.kh * a.kw, plane = a.ph * a.pw, out_sp = a.oh * a.ow;
+  const int64_t nmb = (a.mg + kConvMB - 1) / kConvMB;
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t mb = 0; mb < nmb; ++mb) {
+    const float *wb = a.wpack + mb * K * kConvMB;
+    const int64_t mcount = std::min<int64_t>(kConvMB, a.mg - mb * kConvMB);
+    for (int64_t p0 = 0; p0 < P; p0 += kConvNV) {
+      const float *base[kConvNV];
+      int64_t yoff[kConvNV], valid[kConvNV];
+      for (int v = 0; v < kConvNV; ++v) {
+        const int64_t p = std::min(p0 + v, P - 1);
+        const int64_t r = p / nch, c0 = (p % nch) * kConvLanes;
+        base[v] = a.xp + r * a.pw + c0;
+        yoff[v] = r * a.ow + c0;
+        valid[v] = std::min<int64_t>(kConvLanes, a.ow - c0);
+      }
+      __m512 acc[kConvMB][kConvNV];
+#pragma GCC unroll 8
+      for (int m = 0; m < kConvMB; ++m) {
+        const __m512 b = _mm512_set1_ps(a.bias[mb * kConvMB + m]);
+#pragma GCC unroll 4
+        for (int v = 0; v < kConvNV; ++v) acc[m][v] = b;
+      }
+      const float *w = wb;
+      for (int64_t c = 0; c < a.cg; ++c) {
+        for (int64_t i = 0; i < a.kh; ++i) {
+          const int64_t roff = c * plane + i * a.pw;
+          for (int64_t j = 0; j < a.kw; ++j, w += kConvMB) {
+            __m512 x[kConvNV];
+#pragma GCC unroll 4
+            for (int v = 0; v < kConvNV; ++v) x[v] = _mm512_loadu_ps(base[v] + roff + j);
+#pragma GCC unroll 8
+            for (int m = 0; m < kConvMB; ++m) {
+              const __m512 s = _mm512_set1_ps(w[m]);
+#pragma GCC unroll 4
+              for (int v = 0; v < kConvNV; ++v) acc[m][v] = _mm512_fmadd_ps(s, x[v], acc[m][v]);
+            }
+          }
+        }
+      }
+      float *yb = a.y + mb * kConvMB * out_sp;
+      for (int m = 0; m < mcount; ++m) {
+#pragma GCC unroll 4
+        for (int v = 0; v < kConvNV; ++v) {
+          __m512 r = acc[m][v];
+          if (a.relu) r = _mm512_mask_max_ps(r, static_cast<__mmask16>(0xFFFF), r, zero);  // not _mm512_max_ps: GCC 12 -Wmaybe-uninitialized
+          float *dst = yb + m * out_sp + yoff[v];
+          if (valid[v] == kConvLanes) _mm512_storeu_ps(dst, r);
+          else _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << valid[v]) - 1u), r);
+        }
+      }
+    }
+  }
+}
+#endif
+
+
 // ---- Conv ----
 
 bool InferConv(InferCtx *c, std::string *reason) {
@@ -205,8 +328,44 @@ class ConvKernel : public Kernel {
     out_sp_ = w_.out[0] * w_.out[1] * w_.out[2];
     direct_ = kk_ == 1 && w_.s[0] == 1 && w_.s[1] == 1 && w_.s[2] == 1;
     for (size_t i = 0; i < kMaxSpatial; ++i) direct_ = direct_ && w_.pb[i] == 0 && w_.pe[i] == 0;
+#ifdef TWIN_HAVE_X86
+    if constexpr (std::is_same<T, float>::value) {
+      dconv_ = !direct_ && kk_ > 1 && out_sp_ > 0 && w_.in[0] == 1 && w_.k[0] == 1 && w_.pb[0] == 0 &&
+               w_.pe[0] == 0 && CpuHasAvx512();
+      for (size_t i = 0; i < kMaxSpatial; ++i) dconv_ = dconv_ && w_.s[i] == 1 && w_.d[i] == 1;
+    }
+#endif
+    if (dconv_) {
+      ph_ = w_.out[1] + w_.k[1] - 1;
+      pw_ = (w_.out[2] + kConvLanes - 1) / kConvLanes * kConvLanes + w_.k[2] - 1;
+      nmb_ = (mg_ + kConvMB - 1) / kConvMB;
+      if (fused_) {
+        wp_.resize(PackFloats());
+        bp_.resize(BiasFloats());
+        Pack(fw_.data(), fb_.data(), wp_.data(), bp_.data());
+      }
+    }
+  }
+  size_t PackFloats() const { return static_cast<size_t>(G_ * nmb_ * kConvMB * cg_ * kk_); }
+  size_t BiasFloats() const { return static_cast<size_t>(G_ * nmb_ * kConvMB); }
+  // Weights [M][cg][kk] -> per group, per block of kConvMB channels: [cg * kk][kConvMB]; bias padded likewise.
+  void Pack(const T *W, const T *B, T *wp, T *bp) const {
+    const int64_t K = cg_ * kk_;
+    for (int64_t g = 0; g < G_; ++g)
+      for (int64_t mb = 0; mb < nmb_; ++mb) {
+        T *dst = wp + (g * nmb_ + mb) * K * kConvMB;
+        for (int64_t m = 0; m < kConvMB; ++m) {
+          const int64_t mm = mb * kConvMB + m;
+          const bool ok = mm < mg_;
+          bp[g * nmb_ * kConvMB + mm] = ok && B ? B[g * mg_ + mm] : T(0);
+          for (int64_t k = 0; k < K; ++k) dst[k * kConvMB + m] = ok ? W[(g * mg_ + mm) * K + k] : T(0);
+        }
+      }
   }
   size_t scratch_bytes() const override {
+    if (dconv_)
+      return Align64(static_cast<size_t>(cg_ * ph_ * pw_) * sizeof(T)) +
+             (fused_ ? 0 : Align64(PackFloats() * sizeof(T)) + Align64(BiasFloats() * sizeof(T)));
     return direct_ ? 0 : Align64(static_cast<size_t>(cg_ * kk_ * out_sp_) * sizeof(T));
   }
   bool Run(const void *const *in, void *const *out, std::string *) override {
@@ -214,6 +373,14 @@ class ConvKernel : public Kernel {
     const T *W = fused_ ? fw_.data() : static_cast<const T *>(in[1]);
     const T *B = fused_ ? fb_.data() : has_bias_ ? static_cast<const T *>(in[2]) : nullptr;
     T *Y = static_cast<T *>(out[0]);
+#ifdef TWIN_HAVE_X86
+    if constexpr (std::is_same<T, float>::value) {
+      if (dconv_) {
+        RunDirect(X, W, B, Y);
+        return true;
+      }
+    }
+#endif
     T *col = static_cast<T *>(scratch_);
     const int64_t K = cg_ * kk_;
     for (int64_t n = 0; n < N_; ++n) {
@@ -284,6 +451,56 @@ class ConvKernel : public Kernel {
     }
   }
 
+#ifdef TWIN_HAVE_X86
+  void RunDirect(const T *X, const T *W, const T *B, T *Y) {
+    T *xp = static_cast<T *>(scratch_);
+    const size_t pad_bytes = Align64(static_cast<size_t>(cg_ * ph_ * pw_) * sizeof(T));
+    const T *wp = wp_.data(), *bp = bp_.data();
+    if (!fused_) {
+      T *w = reinterpret_cast<T *>(static_cast<char *>(scratch_) + pad_bytes);
+      T *b = reinterpret_cast<T *>(reinterpret_cast<char *>(w) + Align64(PackFloats() * sizeof(T)));
+      Pack(W, B, w, b);
+      wp = w;
+      bp = b;
+    }
+    const int64_t H = w_.in[1], Wd = w_.in[2], pt = w_.pb[1], pl = w_.pb[2];
+    const int64_t K = cg_ * kk_;
+    for (int64_t n = 0; n < N_; ++n) {
+      for (int64_t g = 0; g < G_; ++g) {
+        const T *xg = X + (n * C_ + g * cg_) * in_sp_;
+        for (int64_t c = 0; c < cg_; ++c) {
+          for (int64_t r = 0; r < ph_; ++r) {
+            T *dst = xp + (c * ph_ + r) * pw_;
+            const int64_t ir = r - pt;
+            if (ir < 0 || ir >= H) {
+              std::fill(dst, dst + pw_, T(0));
+              continue;
+            }
+            std::fill(dst, dst + pl, T(0));
+            std::memcpy(dst + pl, xg + (c * H + ir) * Wd, static_cast<size_t>(Wd) * sizeof(T));
+            std::fill(dst + pl + Wd, dst + pw_, T(0));
+          }
+        }
+        DirectConvArgs a;
+        a.xp = xp;
+        a.cg = cg_;
+        a.ph = ph_;
+        a.pw = pw_;
+        a.kh = w_.k[1];
+        a.kw = w_.k[2];
+        a.oh = w_.out[1];
+        a.ow = w_.out[2];
+        a.wpack = wp + g * nmb_ * kConvMB * K;
+        a.bias = bp + g * nmb_ * kConvMB;
+        a.mg = mg_;
+        a.y = Y + (n * M_ + g * mg_) * out_sp_;
+        a.relu = relu_;
+        DirectConvAvx512(a);
+      }
+    }
+  }
+#endif
+
   Window w_;
   int64_t N_, C_, M_, G_;
   bool has_bias_;
@@ -291,6 +508,9 @@ class ConvKernel : public Kernel {
   std::vector<T> fw_, fb_;
   int64_t cg_ = 0, mg_ = 0, kk_ = 0, in_sp_ = 0, out_sp_ = 0;
   bool direct_ = false;
+  bool dconv_ = false;                 // AVX-512 direct convolution (float, stride 1, no dilation, 1-D/2-D)
+  int64_t ph_ = 0, pw_ = 0, nmb_ = 0;  // its padded input rows/row length and channel blocks
+  std::vector<T> wp_, bp_;             // its packed weights and bias (fused form)
 };
 
 std::unique_ptr<Kernel> PrepareConvFloat(const KernelCtx &c, std::string *reason) {
@@ -420,6 +640,9 @@ class PoolKernel : public Kernel {
     for (size_t i = 0; i < kMaxSpatial; ++i) simple_ = simple_ && w_.pb[i] == 0 && w_.pe[i] == 0 && w_.d[i] == 1;
     for (size_t i = 1; i < kMaxSpatial; ++i)
       simple_ = simple_ && (w_.out[i] - 1) * w_.s[i] + w_.k[i] <= w_.in[i];  // no ceil-mode overhang
+#ifdef TWIN_HAVE_X86
+    pool2x2_ = simple_ && w_.k[1] == 2 && w_.k[2] == 2 && w_.s[1] == 2 && w_.s[2] == 2 && CpuHasAvx512();
+#endif
   }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const S *X = static_cast<const S *>(in[0]);
@@ -429,6 +652,13 @@ class PoolKernel : public Kernel {
     const int64_t out_sp = w_.out[0] * w_.out[1] * w_.out[2];
     (void)C_;
     if constexpr (kMax && std::is_same<S, float>::value) {
+#ifdef TWIN_HAVE_X86
+      if (!I && pool2x2_) {
+        for (int64_t nc = 0; nc < NC_; ++nc)
+          MaxPool2x2Avx512(X + nc * in_sp, Y + nc * out_sp, w_.out[1], w_.out[2], w_.in[2], 2 * w_.in[2]);
+        return true;
+      }
+#endif
       if (!I && simple_) return RunSimpleMax(X, Y, in_sp, out_sp);
     }
     for (int64_t nc = 0; nc < NC_; ++nc) {
@@ -520,6 +750,7 @@ class PoolKernel : public Kernel {
   bool count_pad_, col_major_, indices_;
   std::vector<Tap> taps_[kMaxSpatial];
   bool simple_ = false;
+  bool pool2x2_ = false;  // simple_ with a 2x2 window and stride 2: MaxPool2x2Avx512
 };
 
 template <bool kMax>
