@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, Coroutine, List, Optional, Sequence
 
 import anyio
 
@@ -299,13 +299,15 @@ class Session:
         _hub.stream_pins.hold(address, lambda: (self._unpin(pins), owners.clear()), context)
         return [Tensor._from_native(o) for o in outs]
 
-    async def run_graph_async(self, graph_id: int, inputs: List[Tensor], *,
-                              timeout: Optional[float] = None) -> List[Tensor]:
-        """Run on GE's runtime threads (RunGraphAsync) and await the outputs without blocking the event loop.
+    def run_graph_async(self, graph_id: int, inputs: List[Tensor], *,
+                        timeout: Optional[float] = None) -> Coroutine[Any, Any, List[Tensor]]:
+        """Run on GE's runtime threads (RunGraphAsync) and await the outputs without blocking the event loop:
+        ``outputs = await session.run_graph_async(graph_id, inputs)``.
 
         Works under asyncio, uvloop and trio. At most ``max_in_flight`` requests of the session are submitted at
         once; further ones wait here. Cancelling the awaiting task (or ``timeout``, in seconds) raises at once, but
-        the inputs stay pinned until the runtime reports completion.
+        the inputs stay pinned until the runtime reports completion. Arguments are checked when it is called (a
+        TypeError, a closed session or a run-mode conflict raises at once), the run starts when it is awaited.
         """
         _check_graph_id(graph_id)
         prepared = prepare_inputs(inputs)
@@ -313,7 +315,11 @@ class Session:
         self._live(context)
         self._modes.claim(graph_id, RUN_GRAPH_ASYNC, context)
         if timeout is None:
-            return await self._run_async(graph_id, prepared, context)
+            return self._run_async(graph_id, prepared, context)  # awaited directly: one coroutine per request
+        return self._run_async_with_timeout(graph_id, prepared, context, timeout)
+
+    async def _run_async_with_timeout(self, graph_id: int, prepared: PreparedInputs, context: str,
+                                      timeout: float) -> List[Tensor]:
         with anyio.fail_after(timeout):
             return await self._run_async(graph_id, prepared, context)
 
@@ -335,7 +341,9 @@ class Session:
         return cap
 
     async def _run_async(self, graph_id: int, prepared: PreparedInputs, context: str) -> List[Tensor]:
-        cap = self._graph_cap(graph_id)
+        cap = self._graph_caps.get(graph_id, _UNKNOWN)
+        if cap is _UNKNOWN:
+            cap = self._graph_cap(graph_id)
         if cap is not None and not cap.try_acquire():
             await cap.acquire()
         slots = self._slots
