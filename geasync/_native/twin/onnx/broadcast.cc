@@ -107,5 +107,31 @@ void BroadcastN::Init(const std::vector<const std::vector<int64_t> *> &ins, cons
   }
 }
 
+void CoalesceStrided(const std::vector<int64_t> &dims, const std::vector<int64_t> &strides,
+                     std::vector<int64_t> *out_dims, std::vector<int64_t> *out_strides) {
+  std::vector<int64_t> &d2 = *out_dims, &s2 = *out_strides;
+  d2.clear();
+  s2.clear();
+  bool empty = false;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    empty = empty || dims[i] == 0;
+    if (dims[i] == 1) continue;
+    if (!d2.empty() && s2.back() == strides[i] * dims[i]) {  // contiguous with the previous dim (or both 0)
+      d2.back() *= dims[i];
+      s2.back() = strides[i];
+      continue;
+    }
+    d2.push_back(dims[i]);
+    s2.push_back(strides[i]);
+  }
+  if (empty) {
+    d2.assign(1, 0);
+    s2.assign(1, 0);
+  } else if (d2.empty()) {
+    d2.assign(1, 1);
+    s2.assign(1, 0);
+  }
+}
+
 }  // namespace onnx
 }  // namespace twin

@@ -78,5 +78,11 @@ void ForEachRunN(const BroadcastN &bc, int64_t *counters, F f) {
   }
 }
 
+// Simplifies a strided walk over `dims` (element strides `strides`, 0 for a broadcast or reduced dim): drops size-1
+// dims and merges adjacent dims that are contiguous in that walk (including runs of stride 0). The result has at
+// least one dim; a walk over zero elements becomes a single dim of size 0.
+void CoalesceStrided(const std::vector<int64_t> &dims, const std::vector<int64_t> &strides,
+                     std::vector<int64_t> *out_dims, std::vector<int64_t> *out_strides);
+
 }  // namespace onnx
 }  // namespace twin

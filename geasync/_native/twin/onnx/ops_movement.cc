@@ -393,28 +393,8 @@ class StridedCopyKernel : public Kernel {
 
 std::unique_ptr<Kernel> MakeStridedCopy(size_t es, int64_t base, const std::vector<int64_t> &dims,
                                         const std::vector<int64_t> &strides) {
-  // Drop size-1 dims and merge contiguous runs.
   std::vector<int64_t> d2, s2;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (dims[i] == 1) continue;
-    if (!d2.empty() && s2.back() == strides[i] * dims[i]) {
-      d2.back() *= dims[i];
-      s2.back() = strides[i];
-      continue;
-    }
-    d2.push_back(dims[i]);
-    s2.push_back(strides[i]);
-  }
-  bool empty = false;
-  for (int64_t d : dims) empty = empty || d == 0;
-  if (empty) {
-    d2.assign(1, 0);
-    s2.assign(1, 1);
-  }
-  if (d2.empty()) {
-    d2.push_back(1);
-    s2.push_back(1);
-  }
+  CoalesceStrided(dims, strides, &d2, &s2);
   if (es != 1 && es != 2 && es != 4 && es != 8) return nullptr;
   return std::make_unique<StridedCopyKernel>(es, base, d2, s2);
 }

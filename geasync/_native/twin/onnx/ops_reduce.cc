@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 
+#include "broadcast.h"
 #include "elem.h"
 
 namespace twin {
@@ -210,26 +211,7 @@ std::unique_ptr<Kernel> PrepareReduce(const KernelCtx &kc, std::string *reason) 
     else full_str[i] = ks[k++];
   }
   std::vector<int64_t> dims, str;
-  for (size_t i = 0; i < xd.size(); ++i) {
-    if (xd[i] == 1) continue;
-    if (!dims.empty() && ((str.back() == 0 && full_str[i] == 0) || (str.back() != 0 && str.back() == full_str[i] * xd[i]))) {
-      dims.back() *= xd[i];
-      str.back() = full_str[i];
-      continue;
-    }
-    dims.push_back(xd[i]);
-    str.push_back(full_str[i]);
-  }
-  bool empty = false;
-  for (int64_t d : xd) empty = empty || d == 0;
-  if (empty) {
-    dims.assign(1, 0);
-    str.assign(1, 0);
-  }
-  if (dims.empty()) {
-    dims.push_back(1);
-    str.push_back(0);
-  }
+  CoalesceStrided(xd, full_str, &dims, &str);
   const int64_t out_n = kc.out[0].NumElements();
   std::unique_ptr<Kernel> k;
   VisitType(kc.out[0].dtype, [&](auto tag) {
