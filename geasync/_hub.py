@@ -316,7 +316,9 @@ class _Reaper:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Re-entrant: a loop collected by the GC while this lock is held (in any thread, the reaper's included) runs
+        # its weakref.finalize -> Hub.orphan -> adopt() right there.
+        self._lock = threading.RLock()
         self._orphans: list[Hub] = []
         self._watched: "weakref.WeakSet[AsyncioHub]" = weakref.WeakSet()
         self._thread: threading.Thread | None = None
@@ -384,7 +386,7 @@ class _Reaper:
         self._orphans = []
         self._watched = weakref.WeakSet()
         self._thread = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
 
 _reaper = _Reaper()
