@@ -62,7 +62,8 @@ class _Freezer:
     """Marks numpy arrays read-only while any request pins them and restores the flag after the last one."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # re-entrant: a finalizer (an unclosed Session collected mid-freeze) may release pins in the same thread
+        self._lock = threading.RLock()
         self._frozen: dict[int, list[Any]] = {}  # id(array) -> [array, pin count, was writeable]
 
     def freeze(self, arrays: Sequence[np.ndarray]) -> None:

@@ -434,7 +434,7 @@ class _StreamPins:
     drained whenever geasync is next called about streams (a run, a synchronize, a query, a close)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant for the same reason as the reaper's: finalizers may reap
         self._queue: _lib.CompletionQueue | None = None
         self._pins: dict[int, Callable[[], None]] = {}
         self._tokens = itertools.count(1)
@@ -470,7 +470,7 @@ class _StreamPins:
         return len(self._pins)
 
     def after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._queue = None
         self._pins = {}
 

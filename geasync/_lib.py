@@ -436,7 +436,7 @@ class _CallbackErrors(threading.local):
 
 _callback_errors = _CallbackErrors()
 _allocator_handles: dict[int, Any] = {}  # handle address -> ffi.new_handle(allocator), until the shim releases it
-_allocator_lock = threading.Lock()
+_allocator_lock = threading.RLock()  # the release callback can run from a finalizer while it is held
 
 
 def _on_callback_error(exc_type, exc_value, tb) -> None:
