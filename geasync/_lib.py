@@ -242,7 +242,7 @@ class InputDescs:
 
     __slots__ = ("array", "count", "keep")
 
-    def __init__(self, rows: Sequence[tuple[Any, int, int, int, int, tuple[int, ...]]], keep: list[Any]) -> None:
+    def __init__(self, rows: Sequence[tuple[Any, int, int, int, int, tuple[int, ...]]], keep: Any) -> None:
         self.count = len(rows)
         # one initializer call: several times faster than filling the fields one by one
         self.array = ffi.new("ga_tensor_desc[]", rows) if rows else ffi.new("ga_tensor_desc[]", 1)

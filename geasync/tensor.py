@@ -166,15 +166,20 @@ class Tensor:
 _GE_DTYPES = _lib._NP_TO_GE
 
 
-class PreparedInputs:
-    """A run's inputs as native descriptors, with what must stay alive while the runtime reads them."""
+class PreparedInputs(_lib.InputDescs):
+    """A run's inputs as native descriptors (``array``, ``count``), with what must stay alive while the runtime reads
+    them (``keep``: the buffers the descriptors point into), the host arrays among them and their size."""
 
-    __slots__ = ("descs", "arrays", "nbytes")
+    __slots__ = ("arrays", "nbytes")
 
-    def __init__(self, descs: "_lib.InputDescs", arrays: list[np.ndarray], nbytes: int) -> None:
-        self.descs = descs
+    def __init__(self, rows: list, keep: list[Any], arrays: list[np.ndarray], nbytes: int) -> None:
+        super().__init__(rows, keep)
         self.arrays = arrays  # host numpy arrays read by the runtime (the lifetime guard may freeze them)
         self.nbytes = nbytes
+
+    @property
+    def descs(self) -> "PreparedInputs":
+        return self
 
 
 def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = False) -> PreparedInputs:
@@ -184,8 +189,8 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
         raise TypeError(f"{what} must be a list, got {type(inputs).__name__}")
     if not isinstance(inputs, (list, tuple)):
         raise TypeError(f"{what} must be a list of Tensor, got {type(inputs).__name__}")
-    rows = []
-    keep: list[Any] = []
+    rows: list = []  # each row holds the cdata its descriptor points into: the rows keep the buffers alive
+    keep: list[Any] = [rows]
     arrays: list[np.ndarray] = []
     nbytes = 0
     for i, x in enumerate(inputs):
@@ -197,7 +202,6 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
                 except (BufferError, ValueError, TypeError):
                     buf = None
                 if buf is not None:
-                    keep.append(buf)
                     arrays.append(x)
                     n = x.nbytes
                     rows.append((buf, n, dt, _lib.PLACEMENT_HOST, x.ndim, x.shape))
@@ -220,4 +224,4 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
             rows.append((_lib.pointer(x._address), x._nbytes, dt, _lib.PLACEMENT_DEVICE, len(x._shape), x._shape))
         keep.append(x)
         nbytes += x._nbytes
-    return PreparedInputs(_lib.InputDescs(rows, keep), arrays, nbytes)
+    return PreparedInputs(rows, keep, arrays, nbytes)
