@@ -67,6 +67,20 @@ std::vector<gert::Tensor> Unbroadcastable(std::vector<float> &b1, std::vector<fl
   return v;
 }
 
+// Runs `submit` on another thread; true if it was still blocked 200 ms later. `release` then unblocks it.
+bool SubmitBlocks(const std::function<void()> &submit, const std::function<void()> &release) {
+  std::atomic<bool> returned{false};
+  std::thread t([&] {
+    submit();
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const bool blocked = !returned.load();
+  release();
+  t.join();
+  return blocked;
+}
+
 // Collects RunGraphAsync callbacks: status, thread name, order.
 struct Calls {
   std::mutex mu;
@@ -170,15 +184,8 @@ std::string CompileQueueBlocksAt2048() {
   Calls calls;
   // The first job is taken by the (stalled) compile thread; 2048 more fill the queue.
   for (int i = 0; i < 2049; ++i) EXPECT(s.RunGraphAsync(1, in, calls.Callback()) == ge::SUCCESS, "submit failed");
-  std::atomic<bool> returned{false};
-  std::thread blocked([&] {
-    s.RunGraphAsync(1, in, calls.Callback());
-    returned = true;
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  const bool blocked_while_full = !returned.load();
-  geasync_twin_fault_release(s.GetSessionId(), 1);
-  blocked.join();
+  const bool blocked_while_full = SubmitBlocks([&] { s.RunGraphAsync(1, in, calls.Callback()); },
+                                                [&] { geasync_twin_fault_release(s.GetSessionId(), 1); });
   EXPECT(blocked_while_full, "the 2050th submit did not block while the compile queue held 2048 jobs");
   EXPECT(calls.WaitFor(2050, 20000), "not every job was called back after the release");
   return "";
@@ -228,15 +235,8 @@ std::string DynamicGraphHolds32Callbacks() {
   auto in = Inputs(buf, 2);
   Calls calls;
   for (int i = 0; i < 32; ++i) EXPECT(s.RunGraphAsync(1, in, calls.Callback()) == ge::SUCCESS, "submit failed");
-  std::atomic<bool> returned{false};
-  std::thread blocked([&] {
-    s.RunGraphAsync(1, in, calls.Callback());
-    returned = true;
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  const bool was_blocked = !returned.load();
-  geasync_twin_fault_clear(s.GetSessionId(), 1);
-  blocked.join();
+  const bool was_blocked = SubmitBlocks([&] { s.RunGraphAsync(1, in, calls.Callback()); },
+                                         [&] { geasync_twin_fault_clear(s.GetSessionId(), 1); });
   EXPECT(was_blocked, "the 33rd submit on a dynamic-shape graph did not block");
   EXPECT(calls.WaitFor(33), "callbacks missing");
   return "";

@@ -34,6 +34,20 @@ ValueState ReadIntsInput(InferCtx *c, size_t i, std::vector<int64_t> *vals, std:
   return ValueState::kKnown;
 }
 
+bool ReadIntsInputOrAttr(InferCtx *c, int64_t input_opset, const char *attr, std::vector<int64_t> *vals,
+                         bool *present, bool *unknown, std::string *reason) {
+  *unknown = false;
+  if (c->opset >= input_opset) {
+    *present = c->has(1);
+    if (!*present) return true;
+    const ValueState st = ReadIntsInput(c, 1, vals, reason);
+    if (st == ValueState::kError) return false;
+    *unknown = st == ValueState::kUnknown;
+    return true;
+  }
+  return AttrInts(*c->node, attr, vals, present, reason);
+}
+
 ValueState ReadScalarInput(InferCtx *c, size_t i, double *val, std::string *reason) {
   const TensorDesc &d = *c->in[i];
   const std::string who = "input '" + c->node->input_names[i] + "'";

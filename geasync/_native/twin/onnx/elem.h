@@ -100,6 +100,10 @@ enum class ValueState { kKnown, kUnknown, kError };
 // compile time: in need_static mode that is an error naming the input, and the ctx records which input was
 // missing so that CompilePlan can specialise the plan on that input's runtime value.
 ValueState ReadIntsInput(InferCtx *c, size_t i, std::vector<int64_t> *vals, std::string *reason);
+// Integers an op takes from its input 1 since `input_opset` and from attribute `attr` before (Squeeze's axes, Split's
+// split, ReduceX's axes). *present: given at all; *unknown: the input's contents are not known at compile time.
+bool ReadIntsInputOrAttr(InferCtx *c, int64_t input_opset, const char *attr, std::vector<int64_t> *vals,
+                         bool *present, bool *unknown, std::string *reason);
 // Reads a scalar (or 1-element) input of any numeric type as double.
 ValueState ReadScalarInput(InferCtx *c, size_t i, double *val, std::string *reason);
 // Same as ReadIntsInput for kernels (contents are always known when a kernel needs them at prepare time).

@@ -121,21 +121,8 @@ bool SplitSizes(InferCtx *c, int64_t dim, int64_t *axis_out, std::vector<int64_t
   *unknown = false;
   std::vector<int64_t> split;
   bool have_split = false;
-  if (c->opset >= 13) {
-    if (c->has(1)) {
-      ValueState st = ReadIntsInput(c, 1, &split, reason);
-      if (st == ValueState::kError) return false;
-      if (st == ValueState::kUnknown) {
-        *unknown = true;
-        return true;
-      }
-      have_split = true;
-    }
-  } else {
-    bool present;
-    if (!AttrInts(*c->node, "split", &split, &present, reason)) return false;
-    have_split = present;
-  }
+  if (!ReadIntsInputOrAttr(c, 13, "split", &split, &have_split, unknown, reason)) return false;
+  if (*unknown) return true;
   if (have_split) {
     if (split.size() != nout) {
       *reason = "split has " + std::to_string(split.size()) + " entries for " + std::to_string(nout) + " outputs";
@@ -491,26 +478,12 @@ std::unique_ptr<Kernel> PrepareGather(const KernelCtx &c, std::string *reason) {
 
 // ---- Squeeze / Unsqueeze ----
 
-// Axes from the input (opset >= 13) or attribute. *unknown when the input's contents are not known.
-bool ReadAxes(InferCtx *c, std::vector<int64_t> *axes, bool *present, bool *unknown, std::string *reason) {
-  *unknown = false;
-  if (c->opset >= 13) {
-    *present = c->has(1);
-    if (!*present) return true;
-    ValueState st = ReadIntsInput(c, 1, axes, reason);
-    if (st == ValueState::kError) return false;
-    *unknown = st == ValueState::kUnknown;
-    return true;
-  }
-  return AttrInts(*c->node, "axes", axes, present, reason);
-}
-
 bool InferSqueeze(InferCtx *c, std::string *reason) {
   const TensorDesc &x = *c->in[0];
   if (!AnyDtype(x.dtype, reason)) return false;
   std::vector<int64_t> axes;
   bool present, unknown;
-  if (!ReadAxes(c, &axes, &present, &unknown, reason)) return false;
+  if (!ReadIntsInputOrAttr(c, 13, "axes", &axes, &present, &unknown, reason)) return false;
   c->out[0].dtype = x.dtype;
   const int64_t r = static_cast<int64_t>(x.dims.size());
   if (unknown) {
@@ -549,7 +522,7 @@ bool InferUnsqueeze(InferCtx *c, std::string *reason) {
   if (!AnyDtype(x.dtype, reason)) return false;
   std::vector<int64_t> axes;
   bool present, unknown;
-  if (!ReadAxes(c, &axes, &present, &unknown, reason)) return false;
+  if (!ReadIntsInputOrAttr(c, 13, "axes", &axes, &present, &unknown, reason)) return false;
   if (!present) {
     *reason = "axes are required";
     return false;

@@ -46,20 +46,9 @@ bool ReduceMask(InferCtx *c, std::vector<char> *mask, bool *unknown, std::string
   if (!ReadReduceAttrs(*c->node, &keepdims, &noop, reason)) return false;
   std::vector<int64_t> axes;
   bool present = false;
-  *unknown = false;
-  if (c->opset >= AxesInputOpset(c->node->op_type)) {
-    if (c->has(1)) {
-      ValueState st = ReadIntsInput(c, 1, &axes, reason);
-      if (st == ValueState::kError) return false;
-      if (st == ValueState::kUnknown) {
-        *unknown = true;
-        return true;
-      }
-      present = true;
-    }
-  } else {
-    if (!AttrInts(*c->node, "axes", &axes, &present, reason)) return false;
-  }
+  if (!ReadIntsInputOrAttr(c, AxesInputOpset(c->node->op_type), "axes", &axes, &present, unknown, reason))
+    return false;
+  if (*unknown) return true;
   mask->assign(r, 0);
   if (!present || axes.empty()) {
     if (!noop) mask->assign(r, 1);
