@@ -846,6 +846,137 @@ Status GeSession::RunGraphWithStreamAsync(uint32_t graph_id, void *stream, const
   return SUCCESS;
 }
 
+namespace {
+// One RunGraphAsync job on its way through the compile -> executor -> model-thread stages: a single object the
+// stages share, so a submit costs one allocation for the job and one for the queued closure.
+struct AsyncRun {
+  SessionImpl *session;
+  std::shared_ptr<GraphNode> node;
+  std::vector<gert::Tensor> inputs;  // borrowed copies of the caller's tensors (GE shares inputs, it copies no data)
+  RunAsyncCallbackV2 callback;
+  bool counted = false;  // holds one of a dynamic-shape graph's 32 pending-callback places
+
+  void CallBack(Status st, std::vector<gert::Tensor> &outs) {
+    if (!callback) return;
+    try {
+      callback(st, outs);
+    } catch (...) {
+      // A throwing callback must not take a GE thread down.
+    }
+  }
+  void Fail(Status st) {
+    std::vector<gert::Tensor> none;
+    CallBack(st, none);
+  }
+  // The job is over (called back, or dropped while the session shuts down).
+  void Done() {
+    if (counted) {
+      std::lock_guard<std::mutex> lk(node->pending_mu);
+      --node->pending;
+      node->pending_cv.notify_one();
+    }
+    node->running.fetch_sub(1);
+  }
+};
+
+// Stage 3: the model thread executes, then calls back inline; the next job waits for the callback.
+void ModelStage(AsyncRun &run) {
+  GraphNode &node = *run.node;
+  std::vector<gert::Tensor> outs;
+  std::vector<ODesc> descs;
+  std::vector<const void *> in;
+  Status st = CheckInputs(node, run.inputs, "RunGraphAsync", &descs, &in);
+  std::shared_ptr<Plan> plan;
+  if (st == SUCCESS) {
+    plan = ForValues(node.id, GetPlan(node, descs, "RunGraphAsync"), in, "RunGraphAsync");
+    if (!plan) st = INTERNAL_ERROR;
+  }
+  const twin::FaultDecision fault = twin::NextRun(node.session_id, node.id);
+  if (st == SUCCESS) st = ApplyFault(fault, node, "RunGraphAsync");
+  std::vector<void *> out;
+  if (st == SUCCESS) st = MakeHostOutputs(*plan, outs, &out);
+  if (st == SUCCESS) st = RunPlan(node, *plan, in, out, "RunGraphAsync");
+  if (st != SUCCESS) outs.clear();
+  if (fault.stall) twin::WaitWhileStalled(node.session_id, node.id);
+  if (!fault.drop) run.CallBack(st, outs);
+  outs.clear();  // outputs not moved out by the callback are destroyed when it returns
+  run.Done();
+}
+
+// Stage 2: the executor thread loads the graph and hands the job to the model's thread.
+void ExecStage(const std::shared_ptr<AsyncRun> &run) {
+  struct Unstage {  // the job leaves the compile/executor stages however this stage ends
+    SessionImpl *s;
+    ~Unstage() { s->staged.fetch_sub(1); }
+  } unstage{run->session};
+  GraphNode &node = *run->node;
+  const Status st = EnsureLoaded(node, "RunGraphAsync");
+  if (st != SUCCESS) {
+    run->Fail(st);
+    run->Done();
+    return;
+  }
+  twin::WorkQueue *q;
+  {
+    std::lock_guard<std::mutex> lk(node.mu);
+    if (!node.model_queue) {
+      node.model_queue.reset(new twin::WorkQueue("ge-model-" + std::to_string(node.id), kModelQueueCapacity));
+      node.ready_queue.store(node.model_queue.get(), std::memory_order_release);
+    }
+    q = node.model_queue.get();
+  }
+  const auto pushed = q->Push([run] { ModelStage(*run); }, false);
+  if (pushed == twin::WorkQueue::PushResult::kFull) {
+    twin::ReportError("RunGraphAsync: the model queue of graph (graph_id=" + std::to_string(node.id) +
+                      ") is full (GE_GRAPH_SYNC_MODEL_FAILED)");
+    run->Fail(GE_GRAPH_SYNC_MODEL_FAILED);
+    run->Done();
+  } else if (pushed == twin::WorkQueue::PushResult::kStopped) {
+    run->Done();  // session shutting down: dropped without a callback, as GE does
+  }
+}
+
+// Stage 1: the compile thread compiles from the actual inputs' descriptions.
+void CompileStage(const std::shared_ptr<AsyncRun> &run) {
+  SessionImpl *session = run->session;
+  GraphNode &node = *run->node;
+  if (twin::CompileStalled(node.session_id, node.id)) twin::WaitWhileStalled(node.session_id, node.id);
+  bool handed_on = false;
+  struct Unstage {  // unless handed to the executor, the job leaves the staged count here
+    SessionImpl *s;
+    bool *handed_on;
+    ~Unstage() {
+      if (!*handed_on) s->staged.fetch_sub(1);
+    }
+  } unstage{session, &handed_on};
+  Status st = SUCCESS;
+  {
+    std::lock_guard<std::mutex> lk(node.mu);
+    if (!node.compiled) {
+      std::vector<ODesc> descs;
+      for (const auto &t : run->inputs) {
+        ODesc d;
+        d.dtype = static_cast<ElemType>(t.GetDataType());
+        for (size_t k = 0; k < t.GetStorageShape().GetDimNum(); ++k) d.dims.push_back(t.GetStorageShape().GetDim(k));
+        descs.push_back(std::move(d));
+      }
+      const auto saved = node.data_descs;
+      if (descs.size() == node.data_descs.size()) node.data_descs = descs;
+      st = CompileLocked(node, "RunGraphAsync");
+      if (st != SUCCESS) node.data_descs = saved;
+    }
+  }
+  if (st != SUCCESS) {
+    session->async_stopped.store(true);  // GE: a compile failure stops the session's async queue for good
+    run->Fail(st);
+    run->Done();
+    return;
+  }
+  handed_on = session->executor_queue.Push([run] { ExecStage(run); }, true) == twin::WorkQueue::PushResult::kOk;
+  if (!handed_on) run->Done();
+}
+}  // namespace
+
 Status GeSession::RunGraphAsync(uint32_t graph_id, const std::vector<gert::Tensor> &inputs,
                                 RunAsyncCallbackV2 callback) {
   GE_SESSION_CHECK("RunGraphAsync");
@@ -861,142 +992,36 @@ Status GeSession::RunGraphAsync(uint32_t graph_id, const std::vector<gert::Tenso
                       "create a new session");
     return FAILED;
   }
-  SessionImpl *session = impl_.get();
-  auto job_inputs = std::make_shared<std::vector<gert::Tensor>>(BorrowInputs(inputs));
-  auto cb = std::make_shared<RunAsyncCallbackV2>(std::move(callback));
-  auto call_back = [cb](Status st, std::vector<gert::Tensor> &outs) {
-    if (!*cb) return;
-    try {
-      (*cb)(st, outs);
-    } catch (...) {
-      // A throwing callback must not take a GE thread down.
-    }
-  };
+  auto run = std::make_shared<AsyncRun>();
+  run->session = impl_.get();
+  run->inputs = BorrowInputs(inputs);
+  run->callback = std::move(callback);
   // GE: a dynamic-shape graph holds at most 32 pending callbacks; a further submit blocks the caller.
-  bool counted = false;
   {
     std::lock_guard<std::mutex> lk(node->mu);
-    counted = node->compiled && node->dynamic;
+    run->counted = node->compiled && node->dynamic;
   }
-  if (counted) {
+  if (run->counted) {
     std::unique_lock<std::mutex> lk(node->pending_mu);
     node->pending_cv.wait(lk, [&] { return node->pending < kDynamicPendingLimit || impl_->finalized.load(); });
     ++node->pending;
   }
   node->running.fetch_add(1);
-  auto done = [node, counted] {
-    if (counted) {
-      std::lock_guard<std::mutex> lk(node->pending_mu);
-      --node->pending;
-      node->pending_cv.notify_one();
-    }
-    node->running.fetch_sub(1);
-  };
-  // Stage 3: the model thread executes, then calls back inline; the next job waits for the callback.
-  auto model_stage = [node, job_inputs, call_back, done]() {
-    std::vector<gert::Tensor> outs;
-    std::vector<ODesc> descs;
-    std::vector<const void *> in;
-    Status st = CheckInputs(*node, *job_inputs, "RunGraphAsync", &descs, &in);
-    std::shared_ptr<Plan> plan;
-    if (st == SUCCESS) {
-      plan = ForValues(node->id, GetPlan(*node, descs, "RunGraphAsync"), in, "RunGraphAsync");
-      if (!plan) st = INTERNAL_ERROR;
-    }
-    const twin::FaultDecision fault = twin::NextRun(node->session_id, node->id);
-    if (st == SUCCESS) st = ApplyFault(fault, *node, "RunGraphAsync");
-    std::vector<void *> out;
-    if (st == SUCCESS) st = MakeHostOutputs(*plan, outs, &out);
-    if (st == SUCCESS) st = RunPlan(*node, *plan, in, out, "RunGraphAsync");
-    if (st != SUCCESS) outs.clear();
-    if (fault.stall) twin::WaitWhileStalled(node->session_id, node->id);
-    if (!fault.drop) call_back(st, outs);
-    outs.clear();  // outputs not moved out by the callback are destroyed when it returns
-    done();
-  };
-  // Stage 2: the executor thread loads the graph and hands the job to the model's thread.
-  auto exec_stage = [session, node, call_back, done, model_stage]() {
-    struct Unstage {  // the job leaves the compile/executor stages however this stage ends
-      SessionImpl *s;
-      ~Unstage() { s->staged.fetch_sub(1); }
-    } unstage{session};
-    const Status st = EnsureLoaded(*node, "RunGraphAsync");
-    if (st != SUCCESS) {
-      std::vector<gert::Tensor> none;
-      call_back(st, none);
-      done();
-      return;
-    }
-    twin::WorkQueue *q;
-    {
-      std::lock_guard<std::mutex> lk(node->mu);
-      if (!node->model_queue) {
-        node->model_queue.reset(new twin::WorkQueue("ge-model-" + std::to_string(node->id), kModelQueueCapacity));
-        node->ready_queue.store(node->model_queue.get(), std::memory_order_release);
-      }
-      q = node->model_queue.get();
-    }
-    const auto pushed = q->Push(model_stage, false);
-    if (pushed == twin::WorkQueue::PushResult::kFull) {
-      twin::ReportError("RunGraphAsync: the model queue of graph (graph_id=" + std::to_string(node->id) +
-                        ") is full (GE_GRAPH_SYNC_MODEL_FAILED)");
-      std::vector<gert::Tensor> none;
-      call_back(GE_GRAPH_SYNC_MODEL_FAILED, none);
-      done();
-    } else if (pushed == twin::WorkQueue::PushResult::kStopped) {
-      done();  // session shutting down: dropped without a callback, as GE does
-    }
-  };
-  // Stage 1: the compile thread compiles from the actual inputs' descriptions.
-  auto compile_stage = [session, node, job_inputs, call_back, done, exec_stage]() {
-    if (twin::CompileStalled(node->session_id, node->id)) twin::WaitWhileStalled(node->session_id, node->id);
-    bool handed_on = false;
-    struct Unstage {  // unless handed to the executor, the job leaves the staged count here
-      SessionImpl *s;
-      bool *handed_on;
-      ~Unstage() {
-        if (!*handed_on) s->staged.fetch_sub(1);
-      }
-    } unstage{session, &handed_on};
-    Status st = SUCCESS;
-    {
-      std::lock_guard<std::mutex> lk(node->mu);
-      if (!node->compiled) {
-        std::vector<ODesc> descs;
-        for (const auto &t : *job_inputs) {
-          ODesc d;
-          d.dtype = static_cast<ElemType>(t.GetDataType());
-          for (size_t k = 0; k < t.GetStorageShape().GetDimNum(); ++k) d.dims.push_back(t.GetStorageShape().GetDim(k));
-          descs.push_back(std::move(d));
-        }
-        const auto saved = node->data_descs;
-        if (descs.size() == node->data_descs.size()) node->data_descs = descs;
-        st = CompileLocked(*node, "RunGraphAsync");
-        if (st != SUCCESS) node->data_descs = saved;
-      }
-    }
-    if (st != SUCCESS) {
-      session->async_stopped.store(true);  // GE: a compile failure stops the session's async queue for good
-      std::vector<gert::Tensor> none;
-      call_back(st, none);
-      done();
-      return;
-    }
-    handed_on = session->executor_queue.Push(exec_stage, true) == twin::WorkQueue::PushResult::kOk;
-    if (!handed_on) done();
-  };
+  run->node = std::move(node);
   // Fast path, unobservable in GE's terms: when the graph is compiled and loaded, its model thread exists and no
   // earlier job of this session is still in the compile or executor stage, those stages would only forward the job
   // (in order) to the model thread: hand it over directly and spare two thread wake-ups per run.
   if (impl_->staged.load() == 0) {
-    twin::WorkQueue *q = node->ready_queue.load(std::memory_order_acquire);
-    if (q != nullptr && q->Push(model_stage, false) == twin::WorkQueue::PushResult::kOk) return SUCCESS;
+    twin::WorkQueue *q = run->node->ready_queue.load(std::memory_order_acquire);
+    if (q != nullptr && q->Push([run] { ModelStage(*run); }, false) == twin::WorkQueue::PushResult::kOk) {
+      return SUCCESS;
+    }
   }
   impl_->staged.fetch_add(1);
-  const auto pushed = impl_->compile_queue.Push(compile_stage, true);
+  const auto pushed = impl_->compile_queue.Push([run] { CompileStage(run); }, true);
   if (pushed != twin::WorkQueue::PushResult::kOk) {
     impl_->staged.fetch_sub(1);
-    done();
+    run->Done();
     twin::ReportError("RunGraphAsync: the session's async queue is stopped");
     return FAILED;
   }
