@@ -95,18 +95,24 @@ FREEZER = _Freezer()
 
 
 class Pins:
-    """Everything a request's native memory depends on, held until the runtime reports completion."""
+    """Everything a request's native memory depends on, held until the runtime reports completion (``unpin``).
+
+    ``objects`` holds what the native descriptors point into; numpy ``arrays`` are frozen read-only meanwhile
+    unless ``freeze`` is false. A request in flight can be its own pins (subclass), one object fewer per run.
+    """
 
     __slots__ = ("objects", "frozen", "nbytes")
 
     def __init__(self, objects: Any, arrays: list[np.ndarray], nbytes: int, freeze: bool) -> None:
         self.objects = objects
         self.nbytes = nbytes
-        self.frozen = arrays if freeze and arrays else None
-        if self.frozen:
-            FREEZER.freeze(self.frozen)
+        if freeze and arrays:
+            FREEZER.freeze(arrays)
+            self.frozen = arrays
+        else:
+            self.frozen = None
 
-    def release(self) -> None:
+    def unpin(self) -> None:
         if self.frozen:
             FREEZER.thaw(self.frozen)
             self.frozen = None

@@ -25,10 +25,12 @@ from . import _lib
 from ._guard import current_backend, running_loop as _running_loop
 
 class Request:
-    """A piece of native async work a hub waits for. Subclasses say how a completion record becomes a result
-    (``settle``, called only if someone still waits) and what to release (``release``, called exactly once)."""
+    """A piece of native async work a hub waits for. Subclasses have a ``waiter`` (from ``Hub.new_waiter``) and say
+    how a completion record becomes a result (``settle``, called only if someone still waits) and what to release
+    (``release``, called exactly once)."""
 
-    __slots__ = ("waiter",)
+    __slots__ = ()
+    waiter: Any
 
     def settle(self, status: int, kind: int, outputs: Any, text: str) -> tuple[Any, BaseException | None]:
         raise NotImplementedError
@@ -36,8 +38,39 @@ class Request:
     def release(self, wanted: bool) -> None:
         """Called once, when the completion arrives (wanted=False if nobody waits for it any more)."""
 
+    def complete(self, status: int, kind: int, outputs: Any, text: str, orphaned: bool) -> None:
+        """The completion arrived (on the consumer's thread): settle if someone still waits, release, resolve.
+        A failure while settling or releasing reaches the awaiting task, never native code; one nobody awaits is
+        raised after the waiter is resolved, for the hub to report."""
+        waiter = self.waiter
+        wanted = not orphaned and not waiter.done()
+        result: Any = None
+        error: BaseException | None = None
+        stray: BaseException | None = None
+        if wanted:
+            try:
+                result, error = self.settle(status, kind, outputs, text)
+            except Exception as exc:
+                error = exc
+        try:
+            self.release(wanted)
+        except Exception as exc:
+            if wanted and error is None:
+                error = exc
+            else:
+                stray = exc
+        if wanted:
+            if error is not None:
+                waiter.set_exception(error)
+            else:
+                waiter.set_result(result)
+        if stray is not None:
+            raise stray
+
 
 class _TrioWaiter:
+    """What a trio task waits on: resolved like an asyncio future (set_result / set_exception)."""
+
     __slots__ = ("event", "result", "error", "abandoned")
 
     def __init__(self) -> None:
@@ -50,6 +83,14 @@ class _TrioWaiter:
 
     def done(self) -> bool:
         return self.abandoned or self.event.is_set()
+
+    def set_result(self, result: Any) -> None:
+        self.result = result
+        self.event.set()
+
+    def set_exception(self, error: BaseException) -> None:
+        self.error = error
+        self.event.set()
 
 
 class Hub:
@@ -83,33 +124,15 @@ class Hub:
     # --- draining ---
     def drain(self) -> None:
         requests = self._requests
+        orphaned = self.orphaned
         for token, status, kind, outputs, text in self.queue.drain():
             request = requests.pop(token, None)
             if request is None:
-                continue  # outputs (if any) are freed with the NativeTensors
+                continue  # outputs (if any) are freed with their Tensors
             try:
-                self._complete(request, status, kind, outputs, text)
+                request.complete(status, kind, outputs, text, orphaned)
             except Exception as exc:  # never lose the rest of the batch to one failure
                 self._report(exc)
-
-    def _complete(self, request: Request, status: int, kind: int, outputs: Any, text: str) -> None:
-        wanted = not self.orphaned and not _waiter_done(request.waiter)
-        result: Any = None
-        error: BaseException | None = None
-        try:
-            if wanted:
-                result, error = request.settle(status, kind, outputs, text)
-        except Exception as exc:  # a failure while settling reaches the awaiting task, never native code
-            error = exc
-        try:
-            request.release(wanted)
-        except Exception as exc:
-            if wanted and error is None:
-                error = exc
-            else:
-                self._report(exc)
-        if wanted:
-            self._resolve(request.waiter, result, error)
 
     def _report(self, exc: BaseException) -> None:
         """An exception nobody awaits (e.g. releasing a request whose task gave up): the loop's handler shows it."""
@@ -119,7 +142,8 @@ class Hub:
         else:
             sys.unraisablehook(_Unraisable(type(exc), exc, exc.__traceback__, "geasync: completing a request", None))
 
-    def _resolve(self, waiter: Any, result: Any, error: BaseException | None) -> None:
+    def start(self, request: Request, session: Any, graph_id: int, descs: Any, context: str) -> None:
+        """Registers ``request`` and submits its RunGraphAsync; on a refused submit, raises with nothing registered."""
         raise NotImplementedError
 
     def new_waiter(self) -> Any:
@@ -144,10 +168,6 @@ class _Unraisable:
         self.err_msg, self.object = err_msg, obj
 
 
-def _waiter_done(waiter: Any) -> bool:
-    return waiter.done()
-
-
 class AsyncioHub(Hub):
     """asyncio and uvloop: a persistent add_reader on the queue's eventfd.
 
@@ -163,16 +183,28 @@ class AsyncioHub(Hub):
         self._batch: list[tuple[Any, int, Any, int]] = []
         loop.add_reader(self.queue.fd, self.drain)
 
-    def submit(self, session: Any, graph_id: int, descs: Any, token: int, context: str) -> None:
-        if not self._batch and len(self._requests) <= 1:
-            # idle: submit now, nothing to batch with (keeps single-request latency low)
-            _lib.run_graph_async_submit(session._handle, graph_id, descs, self.queue, token, context)
-            return
-        if not self._batch:
+    def start(self, request: Request, session: Any, graph_id: int, descs: Any, context: str) -> None:
+        """Registers ``request`` and submits its RunGraphAsync: now when the hub is idle (nothing to batch with,
+        single-request latency stays low), else with the batch sent at the loop's next iteration."""
+        token = next(self._tokens)
+        requests = self._requests
+        requests[token] = request
+        if _reaper._thread is None:
+            _reaper.watch(self)  # so a loop closed with this request in flight is noticed
+        batch = self._batch
+        if batch:
+            batch.append((session, graph_id, descs, token))
+        elif len(requests) > 1:
             loop = self._loop_ref()
             assert loop is not None
             loop.call_soon(self._flush)
-        self._batch.append((session, graph_id, descs, token))
+            batch.append((session, graph_id, descs, token))
+        else:
+            try:
+                _lib.run_graph_async_submit(session._handle, graph_id, descs, self.queue, token, context)
+            except BaseException:
+                del requests[token]  # refused: no completion will come for it
+                raise
 
     def _flush(self) -> None:
         batch, self._batch = self._batch, []
@@ -182,11 +214,14 @@ class AsyncioHub(Hub):
             if request is None:
                 continue
             handle = session._handle
-            if handle is None or _waiter_done(request.waiter):
+            if handle is None or request.waiter.done():
                 # closed before submission, or nobody waits any more: never reaches the runtime
                 self._requests.pop(token, None)
                 text = "the session was closed before this RunGraphAsync job was submitted"
-                self._complete(request, 0xFFFFFFFF, _lib.COMPLETION_ABANDONED, None, text)
+                try:
+                    request.complete(0xFFFFFFFF, _lib.COMPLETION_ABANDONED, None, text, False)
+                except Exception as exc:
+                    self._report(exc)
                 continue
             items.append((handle, graph_id, descs, token))
         if items:
@@ -199,7 +234,7 @@ class AsyncioHub(Hub):
 
     def register(self, token: int, request: Request) -> None:
         super().register(token, request)
-        if _reaper.idle:
+        if _reaper._thread is None:
             _reaper.watch(self)  # so a loop closed with this request in flight is noticed
 
     def new_waiter(self) -> "asyncio.Future[Any]":
@@ -209,14 +244,6 @@ class AsyncioHub(Hub):
 
     async def wait(self, waiter: "asyncio.Future[Any]") -> Any:
         return await waiter
-
-    def _resolve(self, waiter: "asyncio.Future[Any]", result: Any, error: BaseException | None) -> None:
-        if waiter.done():
-            return
-        if error is not None:
-            waiter.set_exception(error)
-        else:
-            waiter.set_result(result)
 
     def orphan(self) -> None:
         loop = self._loop_ref()
@@ -231,8 +258,14 @@ class AsyncioHub(Hub):
 class TrioHub(Hub):
     """trio: one system task waiting on the queue's eventfd for the lifetime of the run."""
 
-    def submit(self, session: Any, graph_id: int, descs: Any, token: int, context: str) -> None:
-        _lib.run_graph_async_submit(session._handle, graph_id, descs, self.queue, token, context)
+    def start(self, request: Request, session: Any, graph_id: int, descs: Any, context: str) -> None:
+        token = self.new_token()
+        self.register(token, request)
+        try:
+            _lib.run_graph_async_submit(session._handle, graph_id, descs, self.queue, token, context)
+        except BaseException:
+            self.forget(token)
+            raise
 
     def __init__(self) -> None:
         import trio
@@ -265,12 +298,6 @@ class TrioHub(Hub):
             raise waiter.error
         return waiter.result
 
-    def _resolve(self, waiter: _TrioWaiter, result: Any, error: BaseException | None) -> None:
-        if waiter.done():
-            return
-        waiter.result = result
-        waiter.error = error
-        waiter.event.set()
 
 
 _asyncio_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncioHub]" = weakref.WeakKeyDictionary()

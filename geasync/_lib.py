@@ -9,6 +9,7 @@ cffi releases the GIL on every ``lib`` call, so blocking calls here never stall 
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib
 import importlib.util
 import math
@@ -260,59 +261,60 @@ def from_buffer(obj: Any, require_writable: bool = False) -> Any:
 
 # --- native tensors ------------------------------------------------------------------------------------------
 
-class NativeTensor:
-    """An owned ga_tensor: its description, and an owner cdata whose collection destroys the tensor.
-
-    The owner is a char* at the data: numpy views made with ffi.buffer(owner) keep it (and so the memory) alive
-    for as long as any view lives.
-    """
-
-    __slots__ = ("owner", "address", "nbytes", "ge_dtype", "placement", "shape")
-
-    def __init__(self, owner: Any, address: int, nbytes: int, ge_dtype: int, placement: int,
-                 shape: tuple[int, ...]) -> None:
-        self.owner = owner
-        self.address = address
-        self.nbytes = nbytes
-        self.ge_dtype = ge_dtype
-        self.placement = placement
-        self.shape = shape
-
-    def host_view(self) -> np.ndarray:
-        dtype = np_dtype(self.ge_dtype)
-        count = math.prod(self.shape)
-        if count == 0 or self.nbytes == 0:
-            return np.empty(self.shape, dtype=dtype)
-        return np.frombuffer(ffi.buffer(self.owner, count * dtype.itemsize), dtype=dtype).reshape(self.shape)
+# How a run's output becomes a Python object: set by the tensor layer (``Tensor``), called as
+# make(owner, address, nbytes, ge_dtype, placement, shape) where ``owner`` is a cdata whose collection destroys the
+# ga_tensor (and so frees or returns its memory).
+_make_output: Any = None
 
 
-def _tensor_destroyer(handle: Any):
-    return lambda _ptr: lib.ga_tensor_destroy(handle)
+def set_output_factory(make: Any) -> None:
+    global _make_output
+    _make_output = make
 
 
-_scratch = threading.local()  # per-thread buffers for taking outputs (grown on demand)
+def host_view(owner: Any, address: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """A numpy view of a host output. The view keeps ``owner`` (so the memory) alive for as long as it lives."""
+    count = math.prod(shape)
+    if count == 0 or nbytes == 0:
+        return np.empty(shape, dtype=dtype)
+    # the char* the buffer is made from holds the owner through its (no-op) destructor
+    keeper = ffi.gc(ffi.cast("char *", address), functools.partial(_keep_alive, owner))
+    return np.frombuffer(ffi.buffer(keeper, count * dtype.itemsize), dtype=dtype).reshape(shape)
 
 
-def _take_outputs(outs: Any) -> list[NativeTensor]:
+def _keep_alive(owner: Any, _pointer: Any) -> None:
+    pass
+
+
+_scratch = threading.local()  # per-thread buffer for taking outputs (grown on demand)
+
+
+def _take_outputs(outs: Any) -> list:
     """Owns the outputs of a run: one native call describes them all and frees the list."""
-    cap = getattr(_scratch, "cap", 0)
-    if cap == 0:
+    try:
+        infos, cap = _scratch.infos, _scratch.cap
+    except AttributeError:
         cap = _scratch.cap = 8
-        _scratch.handles = ffi.new("ga_tensor *[]", cap)
-        _scratch.descs = ffi.new("ga_tensor_desc[]", cap)
-    handles, descs = _scratch.handles, _scratch.descs
-    n = lib.ga_outputs_take_all(outs, handles, descs, cap)
+        infos = _scratch.infos = ffi.new("ga_output_info[]", cap)
+    n = lib.ga_outputs_take_all(outs, infos, cap)
     if n > cap:  # more outputs than ever before on this thread: grow and take them
         cap = _scratch.cap = n
-        handles = _scratch.handles = ffi.new("ga_tensor *[]", cap)
-        descs = _scratch.descs = ffi.new("ga_tensor_desc[]", cap)
-        lib.ga_outputs_take_all(outs, handles, descs, cap)
+        infos = _scratch.infos = ffi.new("ga_output_info[]", cap)
+        lib.ga_outputs_take_all(outs, infos, cap)
+    destroy = lib.ga_tensor_destroy
     result = []
-    for i in range(n):
-        d = descs[i]
-        owner = ffi.gc(ffi.cast("char *", d.data), _tensor_destroyer(handles[i]))
-        result.append(NativeTensor(owner, address_of(d.data), d.size, d.dtype, d.placement,
-                                   tuple(ffi.unpack(d.dims, d.ndim))))
+    i = 0
+    try:
+        while i < n:
+            o = infos[i]
+            owner = ffi.gc(o.handle, destroy)
+            i += 1
+            result.append(_make_output(owner, o.address, o.size, o.dtype, o.placement,
+                                       tuple(ffi.unpack(o.dims, o.ndim))))
+    except BaseException:
+        for k in range(i, n):  # nothing taken here may leak when a later output cannot be wrapped
+            lib.ga_tensor_destroy(infos[k].handle)
+        raise
     return result
 
 
@@ -397,7 +399,7 @@ def compiled_graph_summary(handle: Any, graph_id: int, context: str) -> dict[str
 _run_graph_lock = threading.Lock()
 
 
-def run_graph(handle: Any, graph_id: int, descs: InputDescs, context: str) -> list[NativeTensor]:
+def run_graph(handle: Any, graph_id: int, descs: InputDescs, context: str) -> list:
     out = ffi.new("ga_outputs **")
     with _run_graph_lock:
         status = lib.ga_session_run_graph(handle, graph_id, descs.array, descs.count, out)
@@ -406,7 +408,7 @@ def run_graph(handle: Any, graph_id: int, descs: InputDescs, context: str) -> li
 
 
 def run_graph_with_stream_async(handle: Any, graph_id: int, stream: int, descs: InputDescs,
-                                context: str) -> list[NativeTensor]:
+                                context: str) -> list:
     out = ffi.new("ga_outputs **")
     _callback_errors.clear()
     status = lib.ga_session_run_graph_with_stream_async(handle, graph_id, pointer(stream), descs.array, descs.count,
@@ -554,20 +556,29 @@ class CompletionQueue:
         self._cap = capacity
         self._buf = ffi.new("ga_completion[]", capacity)
 
-    def drain(self) -> list[tuple[int, int, int, list[NativeTensor] | None, str]]:
-        """(token, status, kind, outputs, error text) records; re-arms the eventfd first, so none is missed."""
+    def drain(self) -> list[tuple[int, int, int, Any, str]]:
+        """(token, status, kind, outputs, error text) records; re-arms the eventfd first, so none is missed.
+
+        ``outputs`` is None, the outputs made by the output factory, or the exception raised making them (it
+        belongs to that record alone: the rest of the batch is unaffected)."""
         records = []
         buf = self._buf
+        take = _take_outputs
         while True:
             n = lib.ga_cq_drain(self._cq, buf, self._cap)
             for i in range(n):
                 c = buf[i]
-                outs = None
-                if c.outputs != ffi.NULL:
-                    handle, c.outputs = c.outputs, ffi.NULL
-                    outs = _take_outputs(handle)  # frees the list
+                outs = c.outputs
+                if outs:
+                    c.outputs = ffi.NULL  # taken here: ga_completion_release below must not free it again
+                    try:
+                        outs = take(outs)  # frees the list
+                    except Exception as exc:
+                        outs = exc
+                else:
+                    outs = None
                 text = ""
-                if c.error_message != ffi.NULL:  # only failures carry text to free
+                if c.error_message:  # only failures carry text to free
                     text = ffi.string(c.error_message).decode("utf-8", "replace")
                     lib.ga_completion_release(ffi.addressof(buf, i))
                 records.append((c.token, c.status, c.kind, outs, text))

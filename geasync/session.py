@@ -267,8 +267,7 @@ class Session:
         context = f"Session.run_graph(graph_id={graph_id})"
         handle = self._live(context)
         self._modes.claim(graph_id, RUN_GRAPH, context)
-        outs = _lib.run_graph(handle, graph_id, prepared.descs, context)
-        return [Tensor._from_native(o) for o in outs]
+        return _lib.run_graph(handle, graph_id, prepared.descs, context)
 
     def run_graph_with_stream_async(self, graph_id: int, stream: int, inputs: List[Tensor]) -> List[Tensor]:
         """Enqueue a run on ``stream`` (GE RunGraphWithStreamAsync) and return its device output Tensors at once.
@@ -295,9 +294,9 @@ class Session:
             raise
         # A host function after the run tells when the stream no longer uses the inputs, nor the outputs' memory:
         # output memory dropped by the caller before then is freed only at that point, on a Python thread.
-        owners = [o.owner for o in outs]
+        owners = [t._owner for t in outs]
         _hub.stream_pins.hold(address, lambda: (self._unpin(pins), owners.clear()), context)
-        return [Tensor._from_native(o) for o in outs]
+        return outs
 
     def run_graph_async(self, graph_id: int, inputs: List[Tensor], *,
                         timeout: Optional[float] = None) -> Coroutine[Any, Any, List[Tensor]]:
@@ -358,22 +357,18 @@ class Session:
             if self._handle is None or self._closing:  # closed while this request waited for a slot
                 self._live(context)
             hub = _hub.current_hub()
-            request = _RunRequest(self, self._pin(prepared), context, hub.new_waiter(), cap)
+            request = _RunRequest(self, prepared, graph_id, hub.new_waiter(), cap)
         except BaseException:
             slots.release()
             if cap is not None:
                 cap.release()
             raise
-        token = hub.new_token()
-        hub.register(token, request)
         try:
-            hub.submit(self, graph_id, prepared.descs, token, context)
+            hub.start(request, self, graph_id, prepared, context)
         except GeError as exc:
-            hub.forget(token)
             request.release(True)
             raise self._broken_queue(exc) from None
         except BaseException:
-            hub.forget(token)
             request.release(True)
             raise
         try:
@@ -381,7 +376,7 @@ class Session:
                 return await request.waiter  # the future itself: no extra coroutine frame on the hot path
             return await hub.wait(request.waiter)
         except BaseException:
-            if request.pins.objects is not None:  # still in flight, but nobody waits for it any more
+            if request.objects is not None:  # still in flight, but nobody waits for it any more
                 request.unawaited = True
                 self._unawaited += 1
             raise
@@ -405,9 +400,9 @@ class Session:
         return pins
 
     def _unpin(self, pins: Pins) -> None:
-        if pins.objects:
+        if pins.objects is not None:
             self._slots.pinned_bytes -= pins.nbytes
-            pins.release()
+            pins.unpin()
 
     # --- allocators ---
     def register_external_allocator(self, stream: int, allocator: Allocator) -> None:
@@ -426,45 +421,54 @@ class Session:
         _unmark_allocator(address)
 
 
-class _RunRequest(_hub.Request):
-    """A RunGraphAsync request in flight: its pins, and how its completion becomes Tensors or an exception."""
+class _RunRequest(Pins, _hub.Request):
+    """A RunGraphAsync request in flight: its own input pins, and how its completion becomes Tensors or an
+    exception. One object per request (plus its waiter), as it is made on every run's hot path."""
 
-    __slots__ = ("session", "pins", "context", "unawaited", "cap")
+    __slots__ = ("session", "graph_id", "waiter", "unawaited", "cap")
 
-    def __init__(self, session: Session, pins: Pins, context: str, waiter: Any, cap: Optional[Slots]) -> None:
+    def __init__(self, session: Session, prepared: PreparedInputs, graph_id: int, waiter: Any,
+                 cap: Optional[Slots]) -> None:
+        Pins.__init__(self, prepared, prepared.arrays, prepared.nbytes, session._freeze_inputs)
+        session._slots.pinned_bytes += prepared.nbytes
         self.session = session
-        self.pins = pins
-        self.context = context
+        self.graph_id = graph_id
         self.waiter = waiter
         self.unawaited = False
         self.cap = cap
 
+    @property
+    def context(self) -> str:
+        return f"Session.run_graph_async(graph_id={self.graph_id})"
+
     def settle(self, status: int, kind: int, outputs: Any, text: str) -> tuple[Any, Optional[BaseException]]:
-        slots = self.session._slots
+        if status == 0 and type(outputs) is list:
+            self.session._slots.completed += 1
+            return outputs, None
+        self.session._slots.failed += 1
+        if isinstance(outputs, BaseException):  # the outputs could not be made into Tensors (a dtype numpy lacks)
+            return None, outputs
         if kind == _lib.COMPLETION_ABANDONED:
-            slots.failed += 1
             return None, SessionBrokenError(status, f"{text}; create a new Session", "GeSession::RunGraphAsync",
                                             self.context)
-        if status != 0:
-            slots.failed += 1
-            error = GeError(status, text, "GeSession::RunGraphAsync", self.context)
-            if kind == _lib.COMPLETION_REFUSED:  # a batched submit GE refused
-                return None, self.session._broken_queue(error)
-            self.session._async_failures += 1
-            return None, error
-        tensors = [Tensor._from_native(o) for o in outputs]
-        slots.completed += 1
-        return tensors, None
+        error = GeError(status, text, "GeSession::RunGraphAsync", self.context)
+        if kind == _lib.COMPLETION_REFUSED:  # a batched submit GE refused
+            return None, self.session._broken_queue(error)
+        self.session._async_failures += 1
+        return None, error
 
     def release(self, wanted: bool) -> None:
         session = self.session
+        slots = session._slots
         if self.unawaited:
             self.unawaited = False
             session._unawaited -= 1
-        session._unpin(self.pins)
+        if self.objects is not None:
+            slots.pinned_bytes -= self.nbytes
+            self.unpin()
         if not wanted:
-            session._slots.cancelled += 1
-        session._slots.release()
+            slots.cancelled += 1
+        slots.release()
         if self.cap is not None:
             self.cap.release()
 

@@ -131,7 +131,7 @@ class Stream:
 class _SyncRequest(_hub.Request):
     """synchronize_async: completed by a host function once the stream reaches it."""
 
-    __slots__ = ("context",)
+    __slots__ = ("context", "waiter")
 
     def __init__(self, context: str, waiter: Any) -> None:
         self.context = context

@@ -21,7 +21,10 @@ DEVICE_ALIGNMENT = 32  # GE checks device input addresses against this
 class Tensor:
     """A tensor for GE runs. Build with :meth:`from_numpy` (or pass numpy arrays directly to runs)."""
 
-    __slots__ = ("_array", "_owner", "_native", "_address", "_nbytes", "_shape", "_dtype", "_placement", "__weakref__")
+    # _owner: None for numpy-backed tensors; for runtime outputs the cdata that owns the ga_tensor; for device
+    # memory geasync or the user allocated, whatever keeps it alive
+    __slots__ = ("_array", "_owner", "_output", "_address", "_nbytes", "_shape", "_dtype", "_placement",
+                 "__weakref__")
 
     def __init__(self) -> None:
         raise TypeError("use Tensor.from_numpy(array) (or pass a numpy array directly)")
@@ -31,7 +34,7 @@ class Tensor:
               dtype: np.dtype, placement: str) -> "Tensor":
         t = object.__new__(cls)
         t._array = array
-        t._native = None
+        t._output = False
         t._owner = owner
         t._address = address
         t._nbytes = nbytes
@@ -77,22 +80,27 @@ class Tensor:
                          placement="device")
 
     @classmethod
-    def _from_native(cls, nt: "_lib.NativeTensor") -> "Tensor":
-        # on every run's hot path: the fields are set directly, and a host output's numpy view is made on first use
+    def _from_output(cls, owner: Any, address: int, nbytes: int, ge_dtype: int, placement: int,
+                     shape: tuple[int, ...]) -> "Tensor":
+        """A runtime output (the output factory of ``_lib``). On every run's hot path: the fields are set
+        directly, and a host output's numpy view is made on first use."""
+        dtype = _GE_TO_NP.get(ge_dtype)
+        if dtype is None:
+            dtype = _lib.np_dtype(ge_dtype)  # raises: numpy has no such dtype
         t = object.__new__(cls)
         t._array = None
-        t._native = nt
-        t._owner = nt.owner
-        t._address = nt.address
-        t._nbytes = nt.nbytes
-        t._shape = nt.shape
-        t._dtype = _lib.np_dtype(nt.ge_dtype)
-        t._placement = "device" if nt.placement == _lib.PLACEMENT_DEVICE else "host"
+        t._output = True
+        t._owner = owner
+        t._address = address
+        t._nbytes = nbytes
+        t._shape = shape
+        t._dtype = dtype
+        t._placement = "host" if placement == _PLACEMENT_HOST else "device"
         return t
 
     def _host_array(self) -> np.ndarray | None:
-        if self._array is None and self._native is not None and self._placement == "host":
-            self._array = self._native.host_view()
+        if self._array is None and self._output and self._placement == "host":
+            self._array = _lib.host_view(self._owner, self._address, self._nbytes, self._dtype, self._shape)
         return self._array
 
     # --- properties ---
@@ -116,7 +124,7 @@ class Tensor:
     @property
     def address(self) -> int:
         """Address of the data (device address for device tensors)."""
-        if self._native is None and self._array is not None:
+        if not self._output and self._array is not None:
             return self._array.ctypes.data
         return self._address
 
@@ -164,6 +172,9 @@ class Tensor:
 
 
 _GE_DTYPES = _lib._NP_TO_GE
+_GE_TO_NP = _lib._GE_TO_NP
+_PLACEMENT_HOST = _lib.PLACEMENT_HOST
+_lib.set_output_factory(Tensor._from_output)
 
 
 class PreparedInputs(_lib.InputDescs):

@@ -36,6 +36,18 @@ typedef struct ga_tensor_desc {
   int64_t dims[25];
 } ga_tensor_desc;
 
+/* An output the caller takes over (ga_outputs_take_all): its handle, to destroy with ga_tensor_destroy, and its
+ * description, with the data address as an integer (one field read per value on the binding's hot path). */
+typedef struct ga_output_info {
+  ga_tensor *handle;
+  uintptr_t address;
+  size_t size;
+  int32_t dtype;
+  int32_t placement;
+  uint32_t ndim;
+  int64_t dims[25];
+} ga_output_info;
+
 /* String maps (GE options) as parallel arrays. */
 typedef struct ga_options {
   const char *const *keys;
@@ -140,11 +152,10 @@ ga_status ga_session_unregister_external_allocator(ga_session *session, void *st
 /* Output tensors */
 size_t ga_outputs_count(const ga_outputs *outputs);
 ga_tensor *ga_outputs_take(ga_outputs *outputs, size_t index);
-/* Takes every tensor (handles[i], described in descs[i]) and destroys the list, returning how many there were; if
- * there are more than `capacity`, takes nothing and returns the count. One call instead of 2 + 2n on a hot path. */
-size_t ga_outputs_take_all(ga_outputs *outputs, ga_tensor **handles, ga_tensor_desc *descs, size_t capacity);
+/* Takes every tensor (infos[i]) and destroys the list, returning how many there were; if there are more than
+ * `capacity`, takes nothing and returns the count. One call instead of 2 + 2n on a hot path. */
+size_t ga_outputs_take_all(ga_outputs *outputs, ga_output_info *infos, size_t capacity);
 void ga_outputs_destroy(ga_outputs *outputs);
-void ga_tensor_describe(const ga_tensor *tensor, ga_tensor_desc *out);
 void ga_tensor_destroy(ga_tensor *tensor);
 
 /* Completion queue: multi-producer (runtime threads), single consumer; fd becomes readable when records wait. */

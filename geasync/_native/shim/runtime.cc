@@ -56,6 +56,9 @@ aclError EnsureDevice(int32_t device) {
 int32_t DefaultDevice() { return g_default_device.load(); }
 void SetDefaultDevice(int32_t device) { g_default_device.store(device); }
 
+thread_local std::vector<gert::Tensor> InputScratch::shared_;
+thread_local bool InputScratch::busy_ = false;
+
 bool ToGertTensors(const ga_tensor_desc *descs, size_t count, std::vector<gert::Tensor> *out, std::string *error) {
   out->clear();
   if (count > 0 && descs == nullptr) {
@@ -141,13 +144,21 @@ ga_tensor *ga_outputs_take(ga_outputs *outputs, size_t index) {
   return t;
 }
 
-size_t ga_outputs_take_all(ga_outputs *outputs, ga_tensor **handles, ga_tensor_desc *descs, size_t capacity) {
+size_t ga_outputs_take_all(ga_outputs *outputs, ga_output_info *infos, size_t capacity) {
   if (outputs == nullptr) return 0;
   const size_t n = outputs->items.size();
-  if (n > capacity) return n;  // the caller grows its buffers and calls again; the list is left intact
+  if (n > capacity) return n;  // the caller grows its buffer and calls again; the list is left intact
   for (size_t i = 0; i < n; ++i) {
-    handles[i] = ga_outputs_take(outputs, i);
-    ga_tensor_describe(handles[i], &descs[i]);
+    ga_output_info &info = infos[i];
+    info.handle = ga_outputs_take(outputs, i);
+    const gert::Tensor &t = info.handle->tensor;
+    info.address = reinterpret_cast<uintptr_t>(t.GetAddr());
+    info.size = t.GetSize();
+    info.dtype = static_cast<int32_t>(t.GetDataType());
+    info.placement = t.GetPlacement() == gert::kOnDeviceHbm ? 0 : 1;
+    const gert::Shape &shape = t.GetStorageShape();
+    info.ndim = static_cast<uint32_t>(shape.GetDimNum());
+    for (size_t k = 0; k < info.ndim; ++k) info.dims[k] = shape.GetDim(k);
   }
   ga_outputs_destroy(outputs);
   return n;
@@ -158,19 +169,6 @@ void ga_outputs_destroy(ga_outputs *outputs) {
   for (ga_tensor *t : outputs->items) ga_tensor_destroy(t);
   delete outputs;
   shim::Live().outputs_lists.fetch_sub(1);
-}
-
-void ga_tensor_describe(const ga_tensor *tensor, ga_tensor_desc *out) {
-  if (tensor == nullptr || out == nullptr) return;
-  std::memset(out, 0, sizeof(*out));
-  const gert::Tensor &t = tensor->tensor;
-  out->data = t.GetAddr();
-  out->size = t.GetSize();
-  out->dtype = static_cast<int32_t>(t.GetDataType());
-  out->placement = t.GetPlacement() == gert::kOnDeviceHbm ? 0 : 1;
-  const gert::Shape &shape = t.GetStorageShape();
-  out->ndim = static_cast<uint32_t>(shape.GetDimNum());
-  for (size_t k = 0; k < shape.GetDimNum(); ++k) out->dims[k] = shape.GetDim(k);
 }
 
 void ga_tensor_destroy(ga_tensor *tensor) {

@@ -297,7 +297,9 @@ ga_status ga_session_run_graph(ga_session *session, uint32_t graph_id, const ga_
                                size_t input_count, ga_outputs **outputs) {
   SHIM_SESSION("GeSession::RunGraph");
   if (outputs == nullptr) return shim::FailWith("GeSession::RunGraph", ge::PARAM_INVALID, "outputs is null");
-  std::vector<gert::Tensor> in, out;
+  shim::InputScratch scratch;
+  std::vector<gert::Tensor> &in = *scratch.get();
+  std::vector<gert::Tensor> out;
   std::string error;
   if (!shim::ToGertTensors(inputs, input_count, &in, &error))
     return shim::FailWith("GeSession::RunGraph", ge::PARAM_INVALID, error);
@@ -316,7 +318,9 @@ ga_status ga_session_run_graph_with_stream_async(ga_session *session, uint32_t g
   if (outputs == nullptr) return shim::FailWith(api, ge::PARAM_INVALID, "outputs is null");
   const aclError e = shim::EnterStreamDevice(stream);
   if (e != ACL_SUCCESS) return shim::FailWith("aclrtSetDevice", static_cast<ga_status>(e), aclGetRecentErrMsg());
-  std::vector<gert::Tensor> in, out;
+  shim::InputScratch scratch;
+  std::vector<gert::Tensor> &in = *scratch.get();
+  std::vector<gert::Tensor> out;
   std::string error;
   if (!shim::ToGertTensors(inputs, input_count, &in, &error)) return shim::FailWith(api, ge::PARAM_INVALID, error);
   const ge::Status st = session->session->RunGraphWithStreamAsync(graph_id, stream, in, out);
@@ -331,7 +335,8 @@ ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, con
   const char *api = "GeSession::RunGraphAsync";
   SHIM_SESSION(api);
   if (queue == nullptr) return shim::FailWith(api, ge::PARAM_INVALID, "queue is null");
-  std::vector<gert::Tensor> in;
+  shim::InputScratch scratch;
+  std::vector<gert::Tensor> &in = *scratch.get();
   std::string error;
   if (!shim::ToGertTensors(inputs, input_count, &in, &error)) return shim::FailWith(api, ge::PARAM_INVALID, error);
 

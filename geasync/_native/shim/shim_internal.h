@@ -44,6 +44,30 @@ void SetDefaultDevice(int32_t device);
 
 // Borrowed gert::Tensors over the caller's descriptors (the caller keeps the memory alive).
 bool ToGertTensors(const ga_tensor_desc *descs, size_t count, std::vector<gert::Tensor> *out, std::string *error);
+
+// The input vector a run call builds, reused per thread so a run allocates none (GE copies what it keeps). A call
+// re-entered on the same thread while the vector is in use (a Python allocator running a graph) gets its own.
+class InputScratch {
+ public:
+  InputScratch() : v_(busy_ ? &own_ : &shared_) {
+    if (v_ == &shared_) busy_ = true;
+  }
+  ~InputScratch() {
+    if (v_ == &shared_) {
+      shared_.clear();  // keeps the capacity
+      busy_ = false;
+    }
+  }
+  InputScratch(const InputScratch &) = delete;
+  InputScratch &operator=(const InputScratch &) = delete;
+  std::vector<gert::Tensor> *get() { return v_; }
+
+ private:
+  static thread_local std::vector<gert::Tensor> shared_;
+  static thread_local bool busy_;
+  std::vector<gert::Tensor> own_;
+  std::vector<gert::Tensor> *v_;
+};
 // Moves runtime tensors into a new ga_outputs (nullptr on allocation failure).
 ga_outputs *MakeOutputs(std::vector<gert::Tensor> &&tensors);
 
