@@ -82,7 +82,7 @@ def sync_rate(session: ga.Session, graph_id: int, runs: int) -> float:
 
 
 def native_rate(session: ga.Session, graph_id: int, runs: int, in_flight: int) -> float:
-    descs = prepare_inputs([A, B]).descs
+    descs = prepare_inputs([A, B])
     return runs / _lib.bench_native_run_graph_async(session._handle, graph_id, descs, runs, in_flight)
 
 

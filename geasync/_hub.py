@@ -223,7 +223,7 @@ class AsyncioHub(Hub):
                 except Exception as exc:
                     self._report(exc)
                 continue
-            items.append((handle, graph_id, descs, token))
+            items.append((handle, graph_id, descs.array, descs.count, token))
         if items:
             _lib.run_graph_async_batch(items, self.queue)
 

@@ -61,6 +61,7 @@ def select_backend(requested: str | None = None) -> str:
         module = importlib.import_module(_BACKEND_MODULES[name])
         _register_callbacks(module.ffi)
         ffi, lib = module.ffi, module.lib
+        globals()["from_buffer"] = ffi.from_buffer  # see from_buffer()
         BACKEND = ffi.string(lib.ga_backend_name()).decode()
         return BACKEND
 
@@ -236,18 +237,23 @@ def pointer(address: int) -> Any:
 
 
 class InputDescs:
-    """ga_tensor_desc[] for a run, built from (data, nbytes, ge dtype, placement, ndim, shape) rows.
+    """ga_tensor_desc[] for a run (``array``, ``count``), built from (data, nbytes, ge dtype, placement, ndim, shape)
+    rows, with what keeps the described memory alive while the runtime reads it: ``arrays``, the host numpy arrays
+    among the inputs (the lifetime guard may also freeze them), and ``keep``, anything else (Tensor inputs and the
+    owners of their memory). The rows themselves are not kept: a live array keeps its memory where it is (numpy
+    refuses to resize an array others reference), and GC-tracked objects held per request in flight slow down
+    every collection."""
 
-    Holds every cdata the descriptors point into (``keep``) so the memory outlives the native call.
-    """
+    __slots__ = ("array", "count", "keep", "arrays", "nbytes")
 
-    __slots__ = ("array", "count", "keep")
-
-    def __init__(self, rows: Sequence[tuple[Any, int, int, int, int, tuple[int, ...]]], keep: Any) -> None:
+    def __init__(self, rows: Sequence[tuple[Any, int, int, int, int, tuple[int, ...]]], keep: Any = None,
+                 arrays: list[np.ndarray] | None = None, nbytes: int = 0) -> None:
         self.count = len(rows)
         # one initializer call: several times faster than filling the fields one by one
         self.array = ffi.new("ga_tensor_desc[]", rows) if rows else ffi.new("ga_tensor_desc[]", 1)
         self.keep = keep
+        self.arrays = arrays if arrays is not None else []
+        self.nbytes = nbytes
 
 
 def buffer_pointer(array: np.ndarray) -> Any:
@@ -256,6 +262,9 @@ def buffer_pointer(array: np.ndarray) -> Any:
 
 
 def from_buffer(obj: Any, require_writable: bool = False) -> Any:
+    """``ffi.from_buffer`` of the backend in use. select_backend() rebinds this name to that bound method: it is
+    called for every input array of every run, and a wrapper frame would cost as much as the call itself."""
+    select_backend(None)
     return ffi.from_buffer(obj, require_writable=require_writable)
 
 
@@ -605,10 +614,10 @@ def run_graph_async_submit(handle: Any, graph_id: int, descs: InputDescs, queue:
     _check(status, "GeSession::RunGraphAsync", context)
 
 
-def run_graph_async_batch(items: list[tuple[Any, int, InputDescs, int]], queue: CompletionQueue) -> None:
-    """Submits (session handle, graph id, descs, token) requests in one call; refused ones complete on ``queue``."""
-    arr = ffi.new("ga_async_submit[]", [(h, gid, d.array, d.count, tok) for h, gid, d, tok in items])
-    lib.ga_run_graph_async_batch(arr, len(items), queue.handle)
+def run_graph_async_batch(items: list[tuple[Any, int, Any, int, int]], queue: CompletionQueue) -> None:
+    """Submits (session handle, graph id, descs.array, descs.count, token) requests in one call; refused ones
+    complete on ``queue``."""
+    lib.ga_run_graph_async_batch(ffi.new("ga_async_submit[]", items), len(items), queue.handle)
 
 
 def stream_launch_completion(stream: int, queue: CompletionQueue, token: int, context: str) -> None:

@@ -233,7 +233,7 @@ class Session:
         _check_graph_id(graph_id)
         context = f"Session.compile_graph(graph_id={graph_id})"
         handle = self._live(context)
-        descs = None if inputs is None else prepare_inputs(inputs).descs
+        descs = None if inputs is None else prepare_inputs(inputs)
         _lib.compile_graph(handle, graph_id, descs, context)
         self._graph_caps.pop(graph_id, None)
 
@@ -267,7 +267,7 @@ class Session:
         context = f"Session.run_graph(graph_id={graph_id})"
         handle = self._live(context)
         self._modes.claim(graph_id, RUN_GRAPH, context)
-        return _lib.run_graph(handle, graph_id, prepared.descs, context)
+        return _lib.run_graph(handle, graph_id, prepared, context)
 
     def run_graph_with_stream_async(self, graph_id: int, stream: int, inputs: List[Tensor]) -> List[Tensor]:
         """Enqueue a run on ``stream`` (GE RunGraphWithStreamAsync) and return its device output Tensors at once.
@@ -288,7 +288,7 @@ class Session:
             _mark_allocator(address, default=True)
         pins = self._pin(prepared)
         try:
-            outs = _lib.run_graph_with_stream_async(handle, graph_id, address, prepared.descs, context)
+            outs = _lib.run_graph_with_stream_async(handle, graph_id, address, prepared, context)
         except BaseException:
             self._unpin(pins)
             raise
@@ -308,7 +308,8 @@ class Session:
         the inputs stay pinned until the runtime reports completion. Arguments are checked when it is called (a
         TypeError, a closed session or a run-mode conflict raises at once), the run starts when it is awaited.
         """
-        _check_graph_id(graph_id)
+        if type(graph_id) is not int or not 0 <= graph_id <= 0xFFFFFFFF:
+            _check_graph_id(graph_id)
         prepared = prepare_inputs(inputs)
         context = f"Session.run_graph_async(graph_id={graph_id})"
         self._live(context)
@@ -440,6 +441,17 @@ class _RunRequest(Pins, _hub.Request):
     @property
     def context(self) -> str:
         return f"Session.run_graph_async(graph_id={self.graph_id})"
+
+    def complete(self, status: int, kind: int, outputs: Any, text: str, orphaned: bool) -> None:
+        waiter = self.waiter
+        if status == 0 and type(outputs) is list and not orphaned and not waiter.done():
+            # the common case, on every run's hot path: resolve, then release (a failure releasing is reported
+            # by the hub; the task already has its outputs)
+            self.session._slots.completed += 1
+            waiter.set_result(outputs)
+            self.release(True)
+            return
+        super().complete(status, kind, outputs, text, orphaned)
 
     def settle(self, status: int, kind: int, outputs: Any, text: str) -> tuple[Any, Optional[BaseException]]:
         if status == 0 and type(outputs) is list:

@@ -174,23 +174,11 @@ class Tensor:
 _GE_DTYPES = _lib._NP_TO_GE
 _GE_TO_NP = _lib._GE_TO_NP
 _PLACEMENT_HOST = _lib.PLACEMENT_HOST
+_MAX_DIMS = _lib.MAX_DIMS
 _lib.set_output_factory(Tensor._from_output)
 
 
-class PreparedInputs(_lib.InputDescs):
-    """A run's inputs as native descriptors (``array``, ``count``), with what must stay alive while the runtime reads
-    them (``keep``: the buffers the descriptors point into), the host arrays among them and their size."""
-
-    __slots__ = ("arrays", "nbytes")
-
-    def __init__(self, rows: list, keep: list[Any], arrays: list[np.ndarray], nbytes: int) -> None:
-        super().__init__(rows, keep)
-        self.arrays = arrays  # host numpy arrays read by the runtime (the lifetime guard may freeze them)
-        self.nbytes = nbytes
-
-    @property
-    def descs(self) -> "PreparedInputs":
-        return self
+PreparedInputs = _lib.InputDescs  # a run's inputs as native descriptors, with what keeps them alive
 
 
 def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = False) -> PreparedInputs:
@@ -200,36 +188,38 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
         raise TypeError(f"{what} must be a list, got {type(inputs).__name__}")
     if not isinstance(inputs, (list, tuple)):
         raise TypeError(f"{what} must be a list of Tensor, got {type(inputs).__name__}")
-    rows: list = []  # each row holds the cdata its descriptor points into: the rows keep the buffers alive
-    keep: list[Any] = [rows]
+    rows: list = []
+    keep: list[Any] | None = None  # Tensor inputs and their memory's owners (numpy inputs are kept by `arrays`)
     arrays: list[np.ndarray] = []
     nbytes = 0
+    from_buffer = _lib.from_buffer
     for i, x in enumerate(inputs):
         if type(x) is np.ndarray:
             dt = _GE_DTYPES.get(x.dtype)
-            if dt is not None and x.ndim <= _lib.MAX_DIMS:
+            if dt is not None and x.ndim <= _MAX_DIMS:
                 try:
-                    buf = _lib.from_buffer(x)  # refuses non-contiguous arrays: those take the copying path
+                    buf = from_buffer(x)  # refuses non-contiguous arrays: those take the copying path
                 except (BufferError, ValueError, TypeError):
                     buf = None
                 if buf is not None:
                     arrays.append(x)
                     n = x.nbytes
-                    rows.append((buf, n, dt, _lib.PLACEMENT_HOST, x.ndim, x.shape))
+                    rows.append((buf, n, dt, _PLACEMENT_HOST, x.ndim, x.shape))
                     nbytes += n
                     continue
         if isinstance(x, np.ndarray):
             x = Tensor.from_numpy(x)  # copies non-contiguous arrays; TypeError for dtypes GE lacks
         elif not isinstance(x, Tensor):
             raise TypeError(f"{what}[{i}] must be a geasync.Tensor or a numpy.ndarray, got {type(x).__name__}")
+        if keep is None:
+            keep = []
         dt = _lib.ge_dtype(x._dtype)
         if x._placement == "host":
             arr = x._host_array()
             assert arr is not None
-            buf = _lib.from_buffer(arr, require_writable=False)
-            keep.append(buf)
+            buf = from_buffer(arr, require_writable=False)
             arrays.append(arr)
-            rows.append((buf, arr.nbytes, dt, _lib.PLACEMENT_HOST, arr.ndim, arr.shape))
+            rows.append((buf, arr.nbytes, dt, _PLACEMENT_HOST, arr.ndim, arr.shape))
         else:
             keep.append(x._owner)
             rows.append((_lib.pointer(x._address), x._nbytes, dt, _lib.PLACEMENT_DEVICE, len(x._shape), x._shape))
