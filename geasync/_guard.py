@@ -34,11 +34,11 @@ class ModeRegistry:
     """GE's per-graph run-mode exclusivity, checked before the runtime is called so the error can say more."""
 
     def __init__(self) -> None:
-        self._modes: dict[int, str] = {}
+        self.established: dict[int, str] = {}  # graph id -> its mode (read without the lock on the hot path)
         self._lock = threading.Lock()
 
     def claim(self, graph_id: int, mode: str, context: str) -> None:
-        established = self._modes.setdefault(graph_id, mode)  # atomic: the first caller's mode wins
+        established = self.established.setdefault(graph_id, mode)  # atomic: the first caller's mode wins
         if established == mode:
             return
         ge_text = (f"E10062: Failed to call {mode}. Reason: {established} was already called for the graph "
@@ -51,11 +51,11 @@ class ModeRegistry:
 
     def mode(self, graph_id: int) -> str | None:
         with self._lock:
-            return self._modes.get(graph_id)
+            return self.established.get(graph_id)
 
     def reset(self, graph_id: int) -> None:
         with self._lock:
-            self._modes.pop(graph_id, None)
+            self.established.pop(graph_id, None)
 
 
 class _Freezer:
@@ -103,7 +103,7 @@ class Pins:
 
     __slots__ = ("objects", "frozen", "nbytes")
 
-    def __init__(self, objects: Any, arrays: list[np.ndarray], nbytes: int, freeze: bool) -> None:
+    def __init__(self, objects: Any, arrays: Sequence[np.ndarray], nbytes: int, freeze: bool) -> None:
         self.objects = objects
         self.nbytes = nbytes
         if freeze and arrays:
@@ -265,11 +265,8 @@ def _grant_future(fut: "asyncio.Future[None]", slots: Slots) -> None:
         fut.set_result(None)
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+# The asyncio (or uvloop) loop running in this thread, or None: asyncio's own C accessor, called on every run.
+_running_loop = asyncio._get_running_loop
 
 
 def _current_backend() -> str:

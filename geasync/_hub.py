@@ -25,7 +25,8 @@ from . import _lib
 from ._guard import current_backend, running_loop as _running_loop
 
 class Request:
-    """A piece of native async work a hub waits for. Subclasses have a ``waiter`` (from ``Hub.new_waiter``) and say
+    """A piece of native async work a hub waits for. Subclasses have a ``waiter`` (from ``Hub.new_waiter``) and a
+    ``context`` (the call, for error messages), and say
     how a completion record becomes a result (``settle``, called only if someone still waits) and what to release
     (``release``, called exactly once)."""
 
@@ -142,7 +143,7 @@ class Hub:
         else:
             sys.unraisablehook(_Unraisable(type(exc), exc, exc.__traceback__, "geasync: completing a request", None))
 
-    def start(self, request: Request, session: Any, graph_id: int, descs: Any, context: str) -> None:
+    def start(self, request: Request, session: Any, graph_id: int, descs: Any) -> None:
         """Registers ``request`` and submits its RunGraphAsync; on a refused submit, raises with nothing registered."""
         raise NotImplementedError
 
@@ -183,7 +184,7 @@ class AsyncioHub(Hub):
         self._batch: list[tuple[Any, int, Any, int]] = []
         loop.add_reader(self.queue.fd, self.drain)
 
-    def start(self, request: Request, session: Any, graph_id: int, descs: Any, context: str) -> None:
+    def start(self, request: Request, session: Any, graph_id: int, descs: Any) -> None:
         """Registers ``request`` and submits its RunGraphAsync: now when the hub is idle (nothing to batch with,
         single-request latency stays low), else with the batch sent at the loop's next iteration."""
         token = next(self._tokens)
@@ -201,7 +202,8 @@ class AsyncioHub(Hub):
             batch.append((session, graph_id, descs, token))
         else:
             try:
-                _lib.run_graph_async_submit(session._handle, graph_id, descs, self.queue, token, context)
+                _lib.run_graph_async_submit(session._handle, graph_id, descs, self.queue, token,
+                                            request.context)
             except BaseException:
                 del requests[token]  # refused: no completion will come for it
                 raise
@@ -258,11 +260,11 @@ class AsyncioHub(Hub):
 class TrioHub(Hub):
     """trio: one system task waiting on the queue's eventfd for the lifetime of the run."""
 
-    def start(self, request: Request, session: Any, graph_id: int, descs: Any, context: str) -> None:
+    def start(self, request: Request, session: Any, graph_id: int, descs: Any) -> None:
         token = self.new_token()
         self.register(token, request)
         try:
-            _lib.run_graph_async_submit(session._handle, graph_id, descs, self.queue, token, context)
+            _lib.run_graph_async_submit(session._handle, graph_id, descs, self.queue, token, request.context)
         except BaseException:
             self.forget(token)
             raise

@@ -137,6 +137,11 @@ generation = 0  # incremented by finalize(): sessions of an earlier generation a
 _forked = False  # set in a child forked after initialisation: GE/ACL threads do not survive fork()
 
 
+def forked() -> bool:
+    """Whether this process is a child forked after GE was initialised (check_process says what to do)."""
+    return _forked
+
+
 def _after_fork_in_child() -> None:
     global _forked
     _forked = _initialized
@@ -247,12 +252,12 @@ class InputDescs:
     __slots__ = ("array", "count", "keep", "arrays", "nbytes")
 
     def __init__(self, rows: Sequence[tuple[Any, int, int, int, int, tuple[int, ...]]], keep: Any = None,
-                 arrays: list[np.ndarray] | None = None, nbytes: int = 0) -> None:
+                 arrays: tuple[np.ndarray, ...] = (), nbytes: int = 0) -> None:
         self.count = len(rows)
         # one initializer call: several times faster than filling the fields one by one
         self.array = ffi.new("ga_tensor_desc[]", rows) if rows else ffi.new("ga_tensor_desc[]", 1)
         self.keep = keep
-        self.arrays = arrays if arrays is not None else []
+        self.arrays = arrays
         self.nbytes = nbytes
 
 
@@ -310,18 +315,25 @@ def _take_outputs(outs: Any) -> list:
         cap = _scratch.cap = n
         infos = _scratch.infos = ffi.new("ga_output_info[]", cap)
         lib.ga_outputs_take_all(outs, infos, cap)
+    return _wrap_outputs(infos, 0, n)
+
+
+def _wrap_outputs(infos: Any, start: int, n: int) -> list:
+    """The output factory's objects for the taken tensors infos[start:start + n]: each owned by a cdata whose
+    collection destroys it. Should wrapping one fail, the ones not wrapped yet are destroyed, none leaks."""
     destroy = lib.ga_tensor_destroy
+    make = _make_output
     result = []
-    i = 0
+    i = start
+    end = start + n
     try:
-        while i < n:
+        while i < end:
             o = infos[i]
             owner = ffi.gc(o.handle, destroy)
             i += 1
-            result.append(_make_output(owner, o.address, o.size, o.dtype, o.placement,
-                                       tuple(ffi.unpack(o.dims, o.ndim))))
+            result.append(make(owner, o.address, o.size, o.dtype, o.placement, tuple(ffi.unpack(o.dims, o.ndim))))
     except BaseException:
-        for k in range(i, n):  # nothing taken here may leak when a later output cannot be wrapped
+        for k in range(i, end):
             lib.ga_tensor_destroy(infos[k].handle)
         raise
     return result
@@ -555,7 +567,7 @@ class CompletionQueue:
     ``close()`` drops the consumer's reference; the native queue lives on until the runtime holds none.
     """
 
-    __slots__ = ("_cq", "fd", "_buf", "_cap")
+    __slots__ = ("_cq", "fd", "_buf", "_cap", "_infos")
 
     def __init__(self, capacity: int = 256) -> None:
         out = ffi.new("ga_completion_queue **")
@@ -564,6 +576,7 @@ class CompletionQueue:
         self.fd = int(lib.ga_cq_fd(self._cq))
         self._cap = capacity
         self._buf = ffi.new("ga_completion[]", capacity)
+        self._infos = ffi.new("ga_output_info[]", capacity)  # the outputs of one drained batch (one per run, usually)
 
     def drain(self) -> list[tuple[int, int, int, Any, str]]:
         """(token, status, kind, outputs, error text) records; re-arms the eventfd first, so none is missed.
@@ -571,27 +584,32 @@ class CompletionQueue:
         ``outputs`` is None, the outputs made by the output factory, or the exception raised making them (it
         belongs to that record alone: the rest of the batch is unaffected)."""
         records = []
-        buf = self._buf
-        take = _take_outputs
+        buf, infos, cap = self._buf, self._infos, self._cap
         while True:
-            n = lib.ga_cq_drain(self._cq, buf, self._cap)
+            n = lib.ga_cq_drain_outputs(self._cq, buf, cap, infos, cap)  # one call takes the batch's outputs too
+            pos = 0
             for i in range(n):
                 c = buf[i]
-                outs = c.outputs
-                if outs:
-                    c.outputs = ffi.NULL  # taken here: ga_completion_release below must not free it again
+                k = c.output_count
+                if k == -1:
+                    outs = None
+                else:
                     try:
-                        outs = take(outs)  # frees the list
+                        if k >= 0:
+                            outs = _wrap_outputs(infos, pos, k)
+                        else:  # more outputs than the batch buffer had room for: still a list to take
+                            handle, c.outputs = c.outputs, ffi.NULL
+                            outs = _take_outputs(handle)
                     except Exception as exc:
                         outs = exc
-                else:
-                    outs = None
+                    if k > 0:
+                        pos += k
                 text = ""
                 if c.error_message:  # only failures carry text to free
                     text = ffi.string(c.error_message).decode("utf-8", "replace")
                     lib.ga_completion_release(ffi.addressof(buf, i))
                 records.append((c.token, c.status, c.kind, outs, text))
-            if n < self._cap:
+            if n < cap:
                 return records
 
     def pending(self) -> int:

@@ -308,20 +308,21 @@ class Session:
         the inputs stay pinned until the runtime reports completion. Arguments are checked when it is called (a
         TypeError, a closed session or a run-mode conflict raises at once), the run starts when it is awaited.
         """
+        # every run takes this path: the checks are inlined and the context string is made only for an error
         if type(graph_id) is not int or not 0 <= graph_id <= 0xFFFFFFFF:
             _check_graph_id(graph_id)
         prepared = prepare_inputs(inputs)
-        context = f"Session.run_graph_async(graph_id={graph_id})"
-        self._live(context)
-        self._modes.claim(graph_id, RUN_GRAPH_ASYNC, context)
+        if self._handle is None or self._closing or self._generation != _lib.generation or _lib.forked():
+            self._live(_async_context(graph_id))
+        if self._modes.established.get(graph_id) is not RUN_GRAPH_ASYNC:
+            self._modes.claim(graph_id, RUN_GRAPH_ASYNC, _async_context(graph_id))
         if timeout is None:
-            return self._run_async(graph_id, prepared, context)  # awaited directly: one coroutine per request
-        return self._run_async_with_timeout(graph_id, prepared, context, timeout)
+            return self._run_async(graph_id, prepared)  # awaited directly: one coroutine per request
+        return self._run_async_with_timeout(graph_id, prepared, timeout)
 
-    async def _run_async_with_timeout(self, graph_id: int, prepared: PreparedInputs, context: str,
-                                      timeout: float) -> List[Tensor]:
+    async def _run_async_with_timeout(self, graph_id: int, prepared: PreparedInputs, timeout: float) -> List[Tensor]:
         with anyio.fail_after(timeout):
-            return await self._run_async(graph_id, prepared, context)
+            return await self._run_async(graph_id, prepared)
 
     def _graph_cap(self, graph_id: int) -> Optional[Slots]:
         """GE keeps at most 32 RunGraphAsync callbacks pending for a dynamic-shape graph and blocks the submitter
@@ -340,7 +341,7 @@ class Session:
         self._graph_caps[graph_id] = cap
         return cap
 
-    async def _run_async(self, graph_id: int, prepared: PreparedInputs, context: str) -> List[Tensor]:
+    async def _run_async(self, graph_id: int, prepared: PreparedInputs) -> List[Tensor]:
         cap = self._graph_caps.get(graph_id, _UNKNOWN)
         if cap is _UNKNOWN:
             cap = self._graph_cap(graph_id)
@@ -356,7 +357,7 @@ class Session:
             raise
         try:
             if self._handle is None or self._closing:  # closed while this request waited for a slot
-                self._live(context)
+                self._live(_async_context(graph_id))
             hub = _hub.current_hub()
             request = _RunRequest(self, prepared, graph_id, hub.new_waiter(), cap)
         except BaseException:
@@ -365,7 +366,7 @@ class Session:
                 cap.release()
             raise
         try:
-            hub.start(request, self, graph_id, prepared, context)
+            hub.start(request, self, graph_id, prepared)
         except GeError as exc:
             request.release(True)
             raise self._broken_queue(exc) from None
@@ -440,7 +441,7 @@ class _RunRequest(Pins, _hub.Request):
 
     @property
     def context(self) -> str:
-        return f"Session.run_graph_async(graph_id={self.graph_id})"
+        return _async_context(self.graph_id)
 
     def complete(self, status: int, kind: int, outputs: Any, text: str, orphaned: bool) -> None:
         waiter = self.waiter
@@ -483,6 +484,10 @@ class _RunRequest(Pins, _hub.Request):
         slots.release()
         if self.cap is not None:
             self.cap.release()
+
+
+def _async_context(graph_id: int) -> str:
+    return f"Session.run_graph_async(graph_id={graph_id})"
 
 
 # GE keeps allocators in a process-wide map keyed by stream; this mirrors which streams have one.

@@ -225,4 +225,5 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
             rows.append((_lib.pointer(x._address), x._nbytes, dt, _lib.PLACEMENT_DEVICE, len(x._shape), x._shape))
         keep.append(x)
         nbytes += x._nbytes
-    return PreparedInputs(rows, keep, arrays, nbytes)
+    # a tuple of arrays (not GC-tracked) stops being traversed by the collector once it has seen it
+    return PreparedInputs(rows, keep, tuple(arrays), nbytes)

@@ -75,6 +75,7 @@ typedef struct ga_completion {
   int32_t kind;
   ga_outputs *outputs;
   char *error_message;
+  int32_t output_count; /* set by ga_cq_drain_outputs (see there) */
 } ga_completion;
 
 /* One RunGraphAsync request of a batch (ga_run_graph_async_batch). */
@@ -162,6 +163,11 @@ void ga_tensor_destroy(ga_tensor *tensor);
 ga_status ga_cq_create(ga_completion_queue **out);
 int ga_cq_fd(const ga_completion_queue *queue);
 size_t ga_cq_drain(ga_completion_queue *queue, ga_completion *out, size_t capacity);
+/* ga_cq_drain, also taking the drained records' outputs, in order, into infos (one call per batch on the loop's
+ * hot path). Record i: output_count -1 = no outputs; n >= 0 = its n tensors are the next n infos (the list is
+ * destroyed, outputs = NULL); -2 = they did not fit in the infos left, the list stays in outputs. */
+size_t ga_cq_drain_outputs(ga_completion_queue *queue, ga_completion *out, size_t capacity, ga_output_info *infos,
+                           size_t info_capacity);
 size_t ga_cq_pending(const ga_completion_queue *queue);
 void ga_cq_destroy(ga_completion_queue *queue);
 void ga_completion_release(ga_completion *completion);

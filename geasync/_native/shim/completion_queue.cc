@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -62,6 +63,7 @@ void CqPush(ga_completion_queue *q, uint64_t token, ga_status status, int32_t ki
   c.kind = kind;
   c.outputs = outputs;
   c.error_message = CopyText(error);
+  c.output_count = -1;
   {
     std::lock_guard<std::mutex> lk(q->mu);
     q->records.push_back(c);
@@ -106,6 +108,29 @@ size_t ga_cq_drain(ga_completion_queue *queue, ga_completion *out, size_t capaci
     queue->records.pop_front();
   }
   shim::Live().pending_completions.fetch_sub(static_cast<int64_t>(n));
+  return n;
+}
+
+size_t ga_cq_drain_outputs(ga_completion_queue *queue, ga_completion *out, size_t capacity, ga_output_info *infos,
+                           size_t info_capacity) {
+  const size_t n = ga_cq_drain(queue, out, capacity);
+  size_t used = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ga_completion &c = out[i];
+    if (c.outputs == nullptr) {
+      c.output_count = -1;
+      continue;
+    }
+    const size_t k = ga_outputs_count(c.outputs);
+    if (infos == nullptr || k > info_capacity - used || k > INT32_MAX) {
+      c.output_count = -2;
+      continue;
+    }
+    ga_outputs_take_all(c.outputs, infos + used, k);  // destroys the list
+    c.outputs = nullptr;
+    c.output_count = static_cast<int32_t>(k);
+    used += k;
+  }
   return n;
 }
 
