@@ -64,28 +64,32 @@ class _Freezer:
     def __init__(self) -> None:
         # re-entrant: a finalizer (an unclosed Session collected mid-freeze) may release pins in the same thread
         self._lock = threading.RLock()
-        self._frozen: dict[int, list[Any]] = {}  # id(array) -> [array, pin count, was writeable]
+        self._frozen: dict[int, list[Any]] = {}  # id(array) -> its entry: [array, pin count, was writeable]
 
-    def freeze(self, arrays: Sequence[np.ndarray]) -> None:
+    def freeze(self, arrays: Sequence[np.ndarray]) -> list[list[Any]]:
+        """Pins ``arrays``; returns their entries, which ``thaw`` takes (no lookups on the way back)."""
+        frozen = self._frozen
+        entries = []
         with self._lock:
             for a in arrays:
-                entry = self._frozen.get(id(a))
+                key = id(a)
+                entry = frozen.get(key)
                 if entry is None:
                     was_writeable = a.flags.writeable
                     if was_writeable:
                         a.flags.writeable = False
-                    self._frozen[id(a)] = [a, 1, was_writeable]
+                    entry = frozen[key] = [a, 1, was_writeable]
                 else:
                     entry[1] += 1
+                entries.append(entry)
+        return entries
 
-    def thaw(self, arrays: Sequence[np.ndarray]) -> None:
+    def thaw(self, entries: list[list[Any]]) -> None:
         with self._lock:
-            for a in arrays:
-                entry = self._frozen.get(id(a))
-                if entry is None:
-                    continue
+            for entry in entries:
                 entry[1] -= 1
                 if entry[1] == 0:
+                    a = entry[0]
                     del self._frozen[id(a)]
                     if entry[2]:
                         a.flags.writeable = True
@@ -106,11 +110,7 @@ class Pins:
     def __init__(self, objects: Any, arrays: Sequence[np.ndarray], nbytes: int, freeze: bool) -> None:
         self.objects = objects
         self.nbytes = nbytes
-        if freeze and arrays:
-            FREEZER.freeze(arrays)
-            self.frozen = arrays
-        else:
-            self.frozen = None
+        self.frozen = FREEZER.freeze(arrays) if freeze and arrays else None  # the arrays' freezer entries
 
     def unpin(self) -> None:
         if self.frozen:
