@@ -182,6 +182,9 @@ class AsyncioHub(Hub):
         super().__init__()
         self._loop_ref = weakref.ref(loop)  # weak: the loop owns the reader that owns this hub
         self._batch: list[tuple[Any, int, Any, int]] = []
+        # asyncio's own create_future is a Python method around Future(loop=loop): call that directly (once per
+        # run); any other loop (uvloop) makes its futures its own way
+        self._plain_futures = type(loop).create_future is asyncio.BaseEventLoop.create_future
         loop.add_reader(self.queue.fd, self.drain)
 
     def start(self, request: Request, session: Any, graph_id: int, descs: Any) -> None:
@@ -242,6 +245,8 @@ class AsyncioHub(Hub):
     def new_waiter(self) -> "asyncio.Future[Any]":
         loop = self._loop_ref()
         assert loop is not None
+        if self._plain_futures:
+            return asyncio.Future(loop=loop)
         return loop.create_future()
 
     async def wait(self, waiter: "asyncio.Future[Any]") -> Any:

@@ -134,17 +134,14 @@ _init_pid = -1
 generation = 0  # incremented by finalize(): sessions of an earlier generation are finalised by GE
 
 
-_forked = False  # set in a child forked after initialisation: GE/ACL threads do not survive fork()
-
-
-def forked() -> bool:
-    """Whether this process is a child forked after GE was initialised (check_process says what to do)."""
-    return _forked
+# True in a child forked after initialisation (GE/ACL threads do not survive fork(); check_process says what to do).
+# Read on every async run.
+forked = False
 
 
 def _after_fork_in_child() -> None:
-    global _forked
-    _forked = _initialized
+    global forked
+    forked = _initialized
 
 
 if hasattr(os, "register_at_fork"):
@@ -157,7 +154,7 @@ def same_process() -> bool:
 
 def check_process(context: str) -> None:
     """A forked child cannot use the runtime its parent initialised (GE/ACL threads do not survive fork)."""
-    if _forked and _init_pid != os.getpid():
+    if forked and _init_pid != os.getpid():
         raise GeError(0xFFFFFFFF, f"geasync's runtime was initialised in process {_init_pid} and this process "
                       f"({os.getpid()}) is a fork of it: GE and ACL worker threads do not survive fork(). Use the "
                       "'spawn' or 'forkserver' start method (multiprocessing.get_context('spawn')), or create "

@@ -312,7 +312,7 @@ class Session:
         if type(graph_id) is not int or not 0 <= graph_id <= 0xFFFFFFFF:
             _check_graph_id(graph_id)
         prepared = prepare_inputs(inputs)
-        if self._handle is None or self._closing or self._generation != _lib.generation or _lib.forked():
+        if self._handle is None or self._closing or self._generation != _lib.generation or _lib.forked:
             self._live(_async_context(graph_id))
         if self._modes.established.get(graph_id) is not RUN_GRAPH_ASYNC:
             self._modes.claim(graph_id, RUN_GRAPH_ASYNC, _async_context(graph_id))
