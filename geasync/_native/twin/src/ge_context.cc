@@ -73,7 +73,7 @@ struct WorkQueue::State {
   std::mutex mu;
   std::condition_variable cv;
   std::condition_variable space_cv;
-  std::deque<std::function<void()>> jobs;
+  std::deque<Job> jobs;
   std::atomic<size_t> in_hand{0};  // taken by the worker, not started yet (still count as queued)
   std::atomic<bool> stopped{false};
   bool worker_waiting = false;
@@ -105,7 +105,7 @@ struct WorkQueue::State {
   void Loop() {
     // Named like GE's threads, so a callback can tell where it runs (pthread names are at most 15 chars).
     pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
-    std::deque<std::function<void()>> batch;
+    std::deque<Job> batch;
     for (;;) {
       SpinForJobs();
       {
@@ -124,14 +124,14 @@ struct WorkQueue::State {
           in_hand.store(0);
           return;
         }
-        std::function<void()> next = std::move(batch.front());
+        Job next = std::move(batch.front());
         batch.pop_front();
         in_hand.fetch_sub(1);
         if (producers_waiting.load() != 0) {
           std::lock_guard<std::mutex> l(mu);
           space_cv.notify_all();
         }
-        next();
+        next.run(next.arg);
       }
     }
   }
@@ -142,7 +142,7 @@ WorkQueue::WorkQueue(std::string name, size_t capacity) : st_(std::make_shared<S
   st_->capacity = capacity;
 }
 
-WorkQueue::PushResult WorkQueue::Push(std::function<void()> job, bool block_when_full) {
+WorkQueue::PushResult WorkQueue::Push(Job job, bool block_when_full) {
   std::shared_ptr<State> st = st_;
   std::unique_lock<std::mutex> lk(st->mu);
   if (st->stopped.load()) return PushResult::kStopped;
@@ -165,7 +165,7 @@ WorkQueue::PushResult WorkQueue::Push(std::function<void()> job, bool block_when
 
 void WorkQueue::Stop() {
   std::shared_ptr<State> st = st_;
-  std::deque<std::function<void()>> dropped;
+  std::deque<Job> dropped;
   std::thread worker;
   {
     std::lock_guard<std::mutex> lk(st->mu);

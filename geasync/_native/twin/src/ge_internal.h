@@ -72,9 +72,15 @@ class WorkQueue {
   WorkQueue(const WorkQueue &) = delete;
   WorkQueue &operator=(const WorkQueue &) = delete;
 
+  // A queued job: a function and the object it works on, stored by value (no allocation per job, unlike a
+  // std::function holding a shared_ptr: RunGraphAsync pushes one per run).
+  struct Job {
+    void (*run)(const std::shared_ptr<void> &arg) = nullptr;
+    std::shared_ptr<void> arg;
+  };
   enum class PushResult { kOk, kStopped, kFull };
   // A bounded queue that is full blocks the caller (block_when_full) or returns kFull.
-  PushResult Push(std::function<void()> job, bool block_when_full);
+  PushResult Push(Job job, bool block_when_full);
   void Stop();
   size_t Queued();
 

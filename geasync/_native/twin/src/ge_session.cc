@@ -903,6 +903,8 @@ void ModelStage(AsyncRun &run) {
   run.Done();
 }
 
+void ModelStageJob(const std::shared_ptr<void> &run) { ModelStage(*static_cast<AsyncRun *>(run.get())); }
+
 // Stage 2: the executor thread loads the graph and hands the job to the model's thread.
 void ExecStage(const std::shared_ptr<AsyncRun> &run) {
   struct Unstage {  // the job leaves the compile/executor stages however this stage ends
@@ -925,7 +927,7 @@ void ExecStage(const std::shared_ptr<AsyncRun> &run) {
     }
     q = node.model_queue.get();
   }
-  const auto pushed = q->Push([run] { ModelStage(*run); }, false);
+  const auto pushed = q->Push({ModelStageJob, run}, false);
   if (pushed == twin::WorkQueue::PushResult::kFull) {
     twin::ReportError("RunGraphAsync: the model queue of graph (graph_id=" + std::to_string(node.id) +
                       ") is full (GE_GRAPH_SYNC_MODEL_FAILED)");
@@ -935,6 +937,8 @@ void ExecStage(const std::shared_ptr<AsyncRun> &run) {
     run->Done();  // session shutting down: dropped without a callback, as GE does
   }
 }
+
+void ExecStageJob(const std::shared_ptr<void> &run) { ExecStage(std::static_pointer_cast<AsyncRun>(run)); }
 
 // Stage 1: the compile thread compiles from the actual inputs' descriptions.
 void CompileStage(const std::shared_ptr<AsyncRun> &run) {
@@ -972,9 +976,10 @@ void CompileStage(const std::shared_ptr<AsyncRun> &run) {
     run->Done();
     return;
   }
-  handed_on = session->executor_queue.Push([run] { ExecStage(run); }, true) == twin::WorkQueue::PushResult::kOk;
+  handed_on = session->executor_queue.Push({ExecStageJob, run}, true) == twin::WorkQueue::PushResult::kOk;
   if (!handed_on) run->Done();
 }
+void CompileStageJob(const std::shared_ptr<void> &run) { CompileStage(std::static_pointer_cast<AsyncRun>(run)); }
 }  // namespace
 
 Status GeSession::RunGraphAsync(uint32_t graph_id, const std::vector<gert::Tensor> &inputs,
@@ -1013,12 +1018,12 @@ Status GeSession::RunGraphAsync(uint32_t graph_id, const std::vector<gert::Tenso
   // (in order) to the model thread: hand it over directly and spare two thread wake-ups per run.
   if (impl_->staged.load() == 0) {
     twin::WorkQueue *q = run->node->ready_queue.load(std::memory_order_acquire);
-    if (q != nullptr && q->Push([run] { ModelStage(*run); }, false) == twin::WorkQueue::PushResult::kOk) {
+    if (q != nullptr && q->Push({ModelStageJob, run}, false) == twin::WorkQueue::PushResult::kOk) {
       return SUCCESS;
     }
   }
   impl_->staged.fetch_add(1);
-  const auto pushed = impl_->compile_queue.Push([run] { CompileStage(run); }, true);
+  const auto pushed = impl_->compile_queue.Push({CompileStageJob, run}, true);
   if (pushed != twin::WorkQueue::PushResult::kOk) {
     impl_->staged.fetch_sub(1);
     run->Done();
