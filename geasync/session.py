@@ -197,7 +197,10 @@ class Session:
     def __repr__(self) -> str:
         if self._handle is None:
             return "<geasync.Session closed>"
-        return f"<geasync.Session id={self.session_id} backend={_lib.BACKEND!r}>"
+        try:
+            return f"<geasync.Session id={self.session_id} backend={_lib.BACKEND!r}>"
+        except GeError as exc:  # never raise from repr (it is used by __del__'s warning, after GE was finalized)
+            return f"<geasync.Session unusable: {type(exc).__name__}>"
 
     # --- graphs ---
     def add_graph(self, graph_id: int, graph: Graph, options: Optional[dict] = None) -> None:

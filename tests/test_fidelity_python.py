@@ -121,6 +121,7 @@ async def test_finalize_under_load_breaks_pending_and_later_requests(anyio_backe
         assert "GEFinalizeV2" in str(errors[0]) or "finalized" in str(errors[0])
         with pytest.raises(ga.SessionBrokenError, match="finalized"):
             await s.run_graph_async(1, [A, A])
+        assert "unusable" in repr(s)  # repr never raises (an unclosed session's ResourceWarning uses it)
     finally:
         s.close()
     async with ga.Session() as fresh:  # GE is initialised again for new sessions
