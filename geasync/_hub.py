@@ -26,9 +26,8 @@ from ._guard import current_backend, running_loop as _running_loop
 
 class Request:
     """A piece of native async work a hub waits for. Subclasses have a ``waiter`` (from ``Hub.new_waiter``) and a
-    ``context`` (the call, for error messages), and say
-    how a completion record becomes a result (``settle``, called only if someone still waits) and what to release
-    (``release``, called exactly once)."""
+    ``context`` (the call, for error messages), and say how a completion record becomes a result (``settle``,
+    called only if someone still waits) and what to release (``release``, called exactly once)."""
 
     __slots__ = ()
     waiter: Any
@@ -265,6 +264,13 @@ class AsyncioHub(Hub):
 class TrioHub(Hub):
     """trio: one system task waiting on the queue's eventfd for the lifetime of the run."""
 
+    def __init__(self) -> None:
+        import trio
+
+        super().__init__()
+        self.token = trio.lowlevel.current_trio_token()
+        trio.lowlevel.spawn_system_task(self._dispatch, name="geasync-completion-hub")
+
     def start(self, request: Request, session: Any, graph_id: int, descs: Any) -> None:
         token = self.new_token()
         self.register(token, request)
@@ -273,13 +279,6 @@ class TrioHub(Hub):
         except BaseException:
             self.forget(token)
             raise
-
-    def __init__(self) -> None:
-        import trio
-
-        super().__init__()
-        self.token = trio.lowlevel.current_trio_token()
-        trio.lowlevel.spawn_system_task(self._dispatch, name="geasync-completion-hub")
 
     async def _dispatch(self) -> None:
         import trio
