@@ -13,6 +13,7 @@ eventfd write never hits a reused descriptor).
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import os
 import select
@@ -102,6 +103,7 @@ class Hub:
         self.queue = _lib.CompletionQueue()
         self._requests: dict[int, Request] = {}
         self._tokens = itertools.count(1)
+        self._draining = threading.Lock()
         self.orphaned = False
 
     # --- used by the session / stream layer, on the loop thread ---
@@ -123,16 +125,23 @@ class Hub:
 
     # --- draining ---
     def drain(self) -> None:
-        requests = self._requests
-        orphaned = self.orphaned
-        for token, status, kind, outputs, text in self.queue.drain():
-            request = requests.pop(token, None)
-            if request is None:
-                continue  # outputs (if any) are freed with their Tensors
-            try:
-                request.complete(status, kind, outputs, text, orphaned)
-            except Exception as exc:  # never lose the rest of the batch to one failure
-                self._report(exc)
+        # One drain at a time: the reaper and statistics() may both drain an orphan, and a finalizer run by the GC
+        # inside a drain may close a session, which drains again. The drain under way takes what arrives.
+        if not self._draining.acquire(blocking=False):
+            return
+        try:
+            requests = self._requests
+            orphaned = self.orphaned
+            for token, status, kind, outputs, text in self.queue.drain():
+                request = requests.pop(token, None)
+                if request is None:
+                    continue  # outputs (if any) are freed with their Tensors
+                try:
+                    request.complete(status, kind, outputs, text, orphaned)
+                except Exception as exc:  # never lose the rest of the batch to one failure
+                    self._report(exc)
+        finally:
+            self._draining.release()
 
     def _report(self, exc: BaseException) -> None:
         """An exception nobody awaits (e.g. releasing a request whose task gave up): the loop's handler shows it."""
@@ -181,6 +190,7 @@ class AsyncioHub(Hub):
         super().__init__()
         self._loop_ref = weakref.ref(loop)  # weak: the loop owns the reader that owns this hub
         self._batch: list[tuple[Any, int, Any, int]] = []
+        self.watched = False  # known to the reaper, which notices a loop closed with work in flight
         # asyncio's own create_future is a Python method around Future(loop=loop): call that directly (once per
         # run); any other loop (uvloop) makes its futures its own way
         self._plain_futures = type(loop).create_future is asyncio.BaseEventLoop.create_future
@@ -192,7 +202,7 @@ class AsyncioHub(Hub):
         token = next(self._tokens)
         requests = self._requests
         requests[token] = request
-        if _reaper._thread is None:
+        if _reaper.idle or not self.watched:
             _reaper.watch(self)  # so a loop closed with this request in flight is noticed
         batch = self._batch
         if batch:
@@ -238,7 +248,7 @@ class AsyncioHub(Hub):
 
     def register(self, token: int, request: Request) -> None:
         super().register(token, request)
-        if _reaper._thread is None:
+        if _reaper.idle or not self.watched:
             _reaper.watch(self)  # so a loop closed with this request in flight is noticed
 
     def new_waiter(self) -> "asyncio.Future[Any]":
@@ -345,60 +355,97 @@ class _Reaper:
     """A Python thread (never a native one) that finishes the requests of hubs whose loop has gone away.
 
     It also notices asyncio loops that were closed with requests in flight (asyncio has no close hook), checking
-    a few times a second while any such hub has work outstanding.
+    a few times a second while any such hub has work outstanding, and sleeps otherwise.
+
+    A hub is orphaned by its loop's weakref.finalize, which the GC may run at any allocation, in any thread, while
+    that thread holds any lock -- even inside Thread.start() or Event.set(). So ``adopt`` takes no Python lock and
+    starts no thread: it queues the hub and wakes the reaper through a pipe (a plain write). The reaper's thread is
+    started from ordinary code (``watch``, or a trio hub ending), and its lock is held only for bookkeeping, never
+    while blocking or starting a thread.
     """
 
     def __init__(self) -> None:
-        # Re-entrant: a loop collected by the GC while this lock is held (in any thread, the reaper's included) runs
-        # its weakref.finalize -> Hub.orphan -> adopt() right there.
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
+        self._adopted: collections.deque[Hub] = collections.deque()  # appended without the lock (atomic)
         self._orphans: list[Hub] = []
         self._watched: "weakref.WeakSet[AsyncioHub]" = weakref.WeakSet()
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
-
-    @property
-    def idle(self) -> bool:
-        return self._thread is None
+        self._wake_r, self._wake_w = _nonblocking_pipe()
+        self.idle = True  # nothing to poll for: the next request of any hub calls watch()
 
     def watch(self, hub: AsyncioHub) -> None:
+        """From a loop's thread, ordinary code: ``hub`` has work in flight; notice if its loop closes."""
+        hub.watched = True
         with self._lock:
             self._watched.add(hub)
-            self._ensure_thread()
+            self.idle = False
+        self._wake()
+        self._ensure_thread()
 
     def adopt(self, hub: Hub) -> None:
-        with self._lock:
-            if hub.outstanding == 0 and hub.queue.pending() == 0:
-                hub.queue.close()
-                return
-            self._orphans.append(hub)
-            self._ensure_thread()
+        """The hub's loop is gone. Safe anywhere (see the class docstring)."""
+        if hub.outstanding == 0 and hub.queue.pending() == 0:
+            hub.queue.close()  # nothing will arrive any more
+            return
+        self._adopted.append(hub)
+        self.idle = False
+        self._wake()
+        if isinstance(hub, TrioHub):
+            self._ensure_thread()  # trio hubs end in their system task's finally (ordinary code); never watched
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"\0")
+        except OSError:
+            pass  # the pipe is full: the reaper has wake-ups pending already
 
     def _ensure_thread(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._run, name="geasync-reaper", daemon=True)
-            self._thread.start()
+        with self._lock:
+            if self._thread is not None:
+                return
+            thread = self._thread = threading.Thread(target=self._run, name="geasync-reaper", daemon=True)
+        thread.start()  # outside the lock: the new thread may run finalizers before it counts as started
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            with self._lock:
+                self._thread = None
+
+    def _sleep(self, fds: list[int], timeout: float | None) -> None:
+        """Until a wake-up, a completion on one of ``fds`` or ``timeout`` seconds."""
+        try:
+            readable, _, _ = select.select([self._wake_r, *fds], [], [], timeout)
+        except (OSError, ValueError):
+            return
+        if self._wake_r in readable:
+            try:
+                os.read(self._wake_r, 4096)
+            except OSError:
+                pass
+
+    def _loop(self) -> None:
         while True:
             with self._lock:
+                while self._adopted:
+                    hub = self._adopted.popleft()
+                    self._watched.discard(hub)
+                    if hub not in self._orphans:
+                        self._orphans.append(hub)
                 for hub in list(self._watched):
                     if hub.outstanding and hub.loop_gone:
                         self._watched.discard(hub)
                         hub.orphaned = True
                         self._orphans.append(hub)
                 orphans = list(self._orphans)
-                if not orphans and not any(h.outstanding for h in self._watched):
-                    self._thread = None
-                    return
-            fds = [h.queue.fd for h in orphans]
-            if fds:
-                try:
-                    select.select(fds, [], [], 0.2)
-                except (OSError, ValueError):
-                    pass
-            else:
-                threading.Event().wait(0.2)
+                busy = bool(orphans) or any(h.outstanding for h in self._watched)
+                if not busy:
+                    self.idle = True
+            if not busy:
+                self._sleep([], None)  # until watch() or adopt() writes to the pipe
+                continue
+            self._sleep([h.queue.fd for h in orphans], 0.2)
             for hub in orphans:
                 hub.drain()
                 if hub.outstanding == 0:
@@ -410,16 +457,32 @@ class _Reaper:
     def reap_now(self) -> None:
         """Drain orphans from the calling thread (tests, statistics): completions already delivered are released."""
         with self._lock:
-            orphans = list(self._orphans)
+            orphans = list(self._orphans) + list(self._adopted)
         for hub in orphans:
             hub.drain()
 
     def after_fork_in_child(self) -> None:
         # Native threads and the eventfds' producers do not exist in a forked child: forget everything.
+        self._lock = threading.Lock()
+        self._adopted = collections.deque()
         self._orphans = []
         self._watched = weakref.WeakSet()
         self._thread = None
-        self._lock = threading.RLock()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._wake_r, self._wake_w = _nonblocking_pipe()
+        self.idle = True
+
+
+def _nonblocking_pipe() -> tuple[int, int]:
+    r, w = os.pipe()
+    for fd in (r, w):
+        os.set_blocking(fd, False)
+        os.set_inheritable(fd, False)
+    return r, w
 
 
 _reaper = _Reaper()

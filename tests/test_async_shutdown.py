@@ -398,3 +398,30 @@ def test_loop_collected_while_the_reaper_lock_is_held_does_not_deadlock():
     t = threading.Thread(target=collect_under_lock, daemon=True)
     t.start()
     assert done.wait(10), "orphaning a hub while the reaper's lock was held deadlocked"
+
+
+def test_loop_collected_in_another_thread_while_the_reaper_lock_is_held_does_not_deadlock():
+    """The GC may run a loop's finalizer in a thread while another thread holds the reaper's lock and waits for
+    that thread (it happened inside Thread.start(): the new reaper thread collected a loop before it counted as
+    started). Orphaning a hub must not need that lock."""
+    from geasync import _hub
+
+    loop = asyncio.new_event_loop()
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model((1, 16))))
+        a = np.ones((1, 16), np.float32)
+        loop.run_until_complete(s.run_graph_async(1, [a, a]))
+    loop.close()
+    done = threading.Event()
+
+    def collect():
+        nonlocal loop
+        loop = None
+        gc.collect()  # the loop's weakref.finalize -> Hub.orphan -> the reaper's adopt(), in this thread
+        done.set()
+
+    with _hub._reaper._lock:  # held by this thread while it waits for the collecting one
+        t = threading.Thread(target=collect, daemon=True)
+        t.start()
+        finished = done.wait(10)
+    assert finished, "orphaning a hub needed the reaper's lock held by the thread waiting for it"
