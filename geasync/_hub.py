@@ -315,7 +315,6 @@ class TrioHub(Hub):
         return waiter.result
 
 
-
 _asyncio_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncioHub]" = weakref.WeakKeyDictionary()
 _trio_hubs: dict[Any, TrioHub] = {}
 _hubs_lock = threading.Lock()
