@@ -85,14 +85,19 @@ class _Freezer:
         return entries
 
     def thaw(self, entries: list[list[Any]]) -> None:
+        self.thaw_batch((entries,))
+
+    def thaw_batch(self, groups: Sequence[list[list[Any]]]) -> None:
+        """Thaws the entries of several requests under one lock."""
         with self._lock:
-            for entry in entries:
-                entry[1] -= 1
-                if entry[1] == 0:
-                    a = entry[0]
-                    del self._frozen[id(a)]
-                    if entry[2]:
-                        a.flags.writeable = True
+            for entries in groups:
+                for entry in entries:
+                    entry[1] -= 1
+                    if entry[1] == 0:
+                        a = entry[0]
+                        del self._frozen[id(a)]
+                        if entry[2]:
+                            a.flags.writeable = True
 
 
 FREEZER = _Freezer()
@@ -241,16 +246,17 @@ class Slots:
                     del self._waiters[i]
                     return
 
-    def release(self) -> None:
-        while True:
+    def release(self, n: int = 1) -> None:
+        """Frees ``n`` slots: each goes to the oldest waiter, else back to the pool."""
+        while n:
             with self._lock:
                 if not self._waiters:
-                    self.in_flight -= 1
+                    self.in_flight -= n
                     return
                 grant, _ = self._waiters.popleft()
             # The slot passes to the waiter (in_flight unchanged); skip waiters that gave up.
             if grant():
-                return
+                n -= 1
 
     def snapshot(self) -> SessionStatistics:
         with self._lock:

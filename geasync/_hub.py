@@ -39,10 +39,13 @@ class Request:
     def release(self, wanted: bool) -> None:
         """Called once, when the completion arrives (wanted=False if nobody waits for it any more)."""
 
-    def complete(self, status: int, kind: int, outputs: Any, text: str, orphaned: bool) -> None:
+    def complete(self, status: int, kind: int, outputs: Any, text: str, orphaned: bool) -> bool:
         """The completion arrived (on the consumer's thread): settle if someone still waits, release, resolve.
         A failure while settling or releasing reaches the awaiting task, never native code; one nobody awaits is
-        raised after the waiter is resolved, for the hub to report."""
+        raised after the waiter is resolved, for the hub to report.
+
+        A subclass may resolve the waiter and return True instead of releasing: the hub then releases every such
+        request of the drained batch at once, with ``release_batch``."""
         waiter = self.waiter
         wanted = not orphaned and not waiter.done()
         result: Any = None
@@ -67,6 +70,11 @@ class Request:
                 waiter.set_result(result)
         if stray is not None:
             raise stray
+        return False
+
+    def release_batch(self, requests: list["Request"]) -> None:
+        """Releases ``requests`` (this one's type, each resolved by a ``complete`` that returned True)."""
+        raise NotImplementedError
 
 
 class _TrioWaiter:
@@ -132,13 +140,20 @@ class Hub:
         try:
             requests = self._requests
             orphaned = self.orphaned
+            resolved: list[Request] = []  # completed, their release batched (see Request.complete)
             for token, status, kind, outputs, text in self.queue.drain():
                 request = requests.pop(token, None)
                 if request is None:
                     continue  # outputs (if any) are freed with their Tensors
                 try:
-                    request.complete(status, kind, outputs, text, orphaned)
+                    if request.complete(status, kind, outputs, text, orphaned):
+                        resolved.append(request)
                 except Exception as exc:  # never lose the rest of the batch to one failure
+                    self._report(exc)
+            if resolved:
+                try:
+                    resolved[0].release_batch(resolved)
+                except Exception as exc:
                     self._report(exc)
         finally:
             self._draining.release()

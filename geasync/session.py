@@ -18,7 +18,8 @@ from typing import Any, Coroutine, List, Optional, Sequence
 import anyio
 
 from . import _hub, _lib
-from ._guard import RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry, Pins, SessionStatistics, Slots
+from ._guard import (FREEZER, RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry, Pins,
+                     SessionStatistics, Slots)
 from .allocator import Allocator
 from .errors import GeError, SessionBrokenError, SessionClosedError
 from .graph import Graph
@@ -446,16 +447,42 @@ class _RunRequest(Pins, _hub.Request):
     def context(self) -> str:
         return _async_context(self.graph_id)
 
-    def complete(self, status: int, kind: int, outputs: Any, text: str, orphaned: bool) -> None:
+    def complete(self, status: int, kind: int, outputs: Any, text: str, orphaned: bool) -> bool:
         waiter = self.waiter
         if status == 0 and type(outputs) is list and not orphaned and not waiter.done():
-            # the common case, on every run's hot path: resolve, then release (a failure releasing is reported
-            # by the hub; the task already has its outputs)
+            # the common case, on every run's hot path: resolve now, release with the rest of the drained batch
+            # (release_batch; the task resumes only after the drain)
             self.session._slots.completed += 1
             waiter.set_result(outputs)
-            self.release(True)
-            return
-        super().complete(status, kind, outputs, text, orphaned)
+            return True
+        return super().complete(status, kind, outputs, text, orphaned)
+
+    def release_batch(self, requests: list[_hub.Request]) -> None:
+        """Releases run requests resolved in one drain: their inputs thawed under one lock, their slots freed in
+        one step per session. Each was awaited to the end (resolved, so not unawaited nor cancelled)."""
+        frozen = []
+        freed: dict[Slots, int] = {}
+        caps = []
+        for request in requests:
+            if request.objects is None:
+                continue
+            slots = request.session._slots
+            slots.pinned_bytes -= request.nbytes
+            if request.frozen:
+                frozen.append(request.frozen)
+                request.frozen = None
+            request.objects = None
+            freed[slots] = freed.get(slots, 0) + 1
+            if request.cap is not None:
+                caps.append(request.cap)
+        try:
+            if frozen:
+                FREEZER.thaw_batch(frozen)
+        finally:
+            for slots, n in freed.items():
+                slots.release(n)
+            for cap in caps:
+                cap.release()
 
     def settle(self, status: int, kind: int, outputs: Any, text: str) -> tuple[Any, Optional[BaseException]]:
         if status == 0 and type(outputs) is list:
