@@ -458,20 +458,19 @@ class _RunRequest(Pins, _hub.Request):
         return super().complete(status, kind, outputs, text, orphaned)
 
     def release_batch(self, requests: list[_hub.Request]) -> None:
-        """Releases run requests resolved in one drain: their inputs thawed under one lock, their slots freed in
-        one step per session. Each was awaited to the end (resolved, so not unawaited nor cancelled)."""
+        """Releases run requests (the ones resolved in one drain, or one through ``release``): their inputs thawed
+        under one lock, their slots freed in one step per session."""
         frozen = []
         freed: dict[Slots, int] = {}
         caps = []
         for request in requests:
-            if request.objects is None:
-                continue
             slots = request.session._slots
-            slots.pinned_bytes -= request.nbytes
-            if request.frozen:
-                frozen.append(request.frozen)
-                request.frozen = None
-            request.objects = None
+            if request.objects is not None:
+                slots.pinned_bytes -= request.nbytes
+                if request.frozen:
+                    frozen.append(request.frozen)
+                    request.frozen = None
+                request.objects = None
             freed[slots] = freed.get(slots, 0) + 1
             if request.cap is not None:
                 caps.append(request.cap)
@@ -502,18 +501,12 @@ class _RunRequest(Pins, _hub.Request):
 
     def release(self, wanted: bool) -> None:
         session = self.session
-        slots = session._slots
         if self.unawaited:
             self.unawaited = False
             session._unawaited -= 1
-        if self.objects is not None:
-            slots.pinned_bytes -= self.nbytes
-            self.unpin()
         if not wanted:
-            slots.cancelled += 1
-        slots.release()
-        if self.cap is not None:
-            self.cap.release()
+            session._slots.cancelled += 1
+        self.release_batch([self])
 
 
 def _async_context(graph_id: int) -> str:

@@ -375,23 +375,28 @@ async def test_forked_child_gets_a_clear_error_not_a_hang(anyio_backend):
         assert s.statistics().in_flight == 0
 
 
-def test_loop_collected_while_the_reaper_lock_is_held_does_not_deadlock():
-    """A loop can be garbage-collected at any allocation, also while the reaper's lock is held (the reaper thread
-    iterating its hubs, or statistics() reaping): its hub's finalizer then re-enters that lock in the same thread."""
-    from geasync import _hub
-
+def _closed_loop_with_a_hub() -> asyncio.AbstractEventLoop:
+    """A closed asyncio loop that ran a request (so it has a completion hub): collecting it orphans the hub."""
     loop = asyncio.new_event_loop()
     with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(add_model((1, 16))))
         a = np.ones((1, 16), np.float32)
         loop.run_until_complete(s.run_graph_async(1, [a, a]))
     loop.close()
+    return loop
+
+
+def test_loop_collected_while_the_reaper_lock_is_held_does_not_deadlock():
+    """A loop can be garbage-collected at any allocation, also while the reaper's lock is held (the reaper thread
+    iterating its hubs, or statistics() reaping): its hub's finalizer then re-enters that lock in the same thread."""
+    from geasync import _hub
+
+    loops = [_closed_loop_with_a_hub()]
     done = threading.Event()
 
     def collect_under_lock():
-        nonlocal loop
         with _hub._reaper._lock:
-            loop = None
+            loops.clear()
             gc.collect()  # the loop's weakref.finalize -> Hub.orphan -> the reaper's adopt(), in this thread
         done.set()
 
@@ -406,17 +411,11 @@ def test_loop_collected_in_another_thread_while_the_reaper_lock_is_held_does_not
     started). Orphaning a hub must not need that lock."""
     from geasync import _hub
 
-    loop = asyncio.new_event_loop()
-    with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(add_model((1, 16))))
-        a = np.ones((1, 16), np.float32)
-        loop.run_until_complete(s.run_graph_async(1, [a, a]))
-    loop.close()
+    loops = [_closed_loop_with_a_hub()]
     done = threading.Event()
 
     def collect():
-        nonlocal loop
-        loop = None
+        loops.clear()
         gc.collect()  # the loop's weakref.finalize -> Hub.orphan -> the reaper's adopt(), in this thread
         done.set()
 

@@ -12,7 +12,7 @@ import pytest
 
 import geasync as ga
 from conftest import add_model, live
-from asynctools import slow_chain, wait_for_counters
+from asynctools import Ticker, slow_chain, wait_for_counters
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120, method="thread")]
 
@@ -146,30 +146,20 @@ async def test_async_with_stream_does_not_block_the_loop():
     model, n = slow_chain(0.05)
     x = np.ones((n, n), np.float32)
     w = np.eye(n, dtype=np.float32)
-    gaps = []
+    ticker = Ticker(0.002)
     async with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(model))
-        stop = anyio.Event()
-
-        async def ticker():
-            last = time.perf_counter()
-            while not stop.is_set():
-                await anyio.sleep(0.002)
-                now = time.perf_counter()
-                gaps.append(now - last)
-                last = now
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker)
+            tg.start_soon(ticker.run)
             t0 = time.perf_counter()
             async with ga.Stream() as stream:
                 outs = [s.run_graph_with_stream_async(1, stream, [x, w]) for _ in range(4)]  # ~200 ms
             elapsed = time.perf_counter() - t0
-            stop.set()
+            ticker.stop()
         del outs
     # Leaving `async with Stream` waited for ~200 ms of work on the loop, not by blocking it.
-    assert max(gaps) < max(0.1, elapsed / 2), (max(gaps), elapsed)
-    assert len(gaps) >= 5, (len(gaps), elapsed)
+    assert ticker.max_gap < max(0.1, elapsed / 2), (ticker.max_gap, elapsed)
+    assert ticker.ticks >= 5, (ticker.ticks, elapsed)
 
 
 async def test_cancelled_synchronize_async_does_not_break_the_stream():
@@ -261,26 +251,16 @@ async def test_async_with_stream_exited_by_cancellation_does_not_block_the_loop(
     model, n = slow_chain(0.1)
     x = np.ones((n, n), np.float32)
     w = np.eye(n, dtype=np.float32)
-    gaps = []
+    ticker = Ticker(0.002)
     async with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(model))
-        stop = anyio.Event()
-
-        async def ticker():
-            last = time.perf_counter()
-            while not stop.is_set():
-                await anyio.sleep(0.002)
-                now = time.perf_counter()
-                gaps.append(now - last)
-                last = now
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker)
+            tg.start_soon(ticker.run)
             with anyio.move_on_after(0.02):
                 async with ga.Stream() as stream:
                     outs = [s.run_graph_with_stream_async(1, stream, [x, w]) for _ in range(3)]  # ~300 ms
                     await anyio.sleep(10)
             assert stream.closed
-            stop.set()
+            ticker.stop()
         del outs
-    assert max(gaps) < 0.1, f"the loop was blocked for {max(gaps):.3f} s while the cancelled stream drained"
+    assert ticker.max_gap < 0.1, f"the loop was blocked for {ticker.max_gap:.3f} s while the cancelled stream drained"
