@@ -3,6 +3,17 @@
 
 namespace twin {
 namespace onnx {
+namespace {
+// Whether input i's contents are known now: kUnknown while shapes may stay open, kError (naming the input) when
+// the plan needs them static.
+ValueState ConstantState(InferCtx *c, size_t i, const std::string &who, std::string *reason) {
+  if (c->in_data[i] && c->in[i]->IsStatic()) return ValueState::kKnown;
+  if (!c->need_static) return ValueState::kUnknown;
+  c->missing_input = static_cast<int>(i);
+  *reason = who + " is not a compile-time constant (it depends on runtime data) and determines an output shape";
+  return ValueState::kError;
+}
+}  // namespace
 
 ValueState ReadIntsInput(InferCtx *c, size_t i, std::vector<int64_t> *vals, std::string *reason) {
   const TensorDesc &d = *c->in[i];
@@ -15,14 +26,7 @@ ValueState ReadIntsInput(InferCtx *c, size_t i, std::vector<int64_t> *vals, std:
     *reason = who + " must be a scalar or 1-D, got " + DescStr(d);
     return ValueState::kError;
   }
-  if (!c->in_data[i] || !d.IsStatic()) {
-    if (c->need_static) {
-      c->missing_input = static_cast<int>(i);
-      *reason = who + " is not a compile-time constant (it depends on runtime data) and determines an output shape";
-      return ValueState::kError;
-    }
-    return ValueState::kUnknown;
-  }
+  if (const ValueState st = ConstantState(c, i, who, reason); st != ValueState::kKnown) return st;
   const int64_t n = d.NumElements();
   vals->resize(static_cast<size_t>(n));
   if (d.dtype == ElemType::kInt64) {
@@ -55,14 +59,7 @@ ValueState ReadScalarInput(InferCtx *c, size_t i, double *val, std::string *reas
     *reason = who + " must hold exactly one value, got " + DescStr(d);
     return ValueState::kError;
   }
-  if (!c->in_data[i] || !d.IsStatic()) {
-    if (c->need_static) {
-      c->missing_input = static_cast<int>(i);
-      *reason = who + " is not a compile-time constant (it depends on runtime data) and determines an output shape";
-      return ValueState::kError;
-    }
-    return ValueState::kUnknown;
-  }
+  if (const ValueState st = ConstantState(c, i, who, reason); st != ValueState::kKnown) return st;
   bool ok = VisitType(d.dtype, [&](auto tag) {
     using S = decltype(tag);
     S s;

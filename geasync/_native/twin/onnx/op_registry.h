@@ -49,6 +49,19 @@ struct KernelCtx {
   std::vector<const TensorDesc *> in;  // all static
   std::vector<const void *> in_data;   // compile-time constant inputs, else nullptr
   std::vector<TensorDesc> out;         // all static
+
+  // The same node as an inference input, for kernels that re-derive what inference computed (axes, slices);
+  // every value-dependent input must be known here.
+  InferCtx AsInferCtx() const {
+    InferCtx c;
+    c.node = node;
+    c.opset = opset;
+    c.need_static = true;
+    c.in = in;
+    c.in_data = in_data;
+    c.out = out;
+    return c;
+  }
 };
 
 using CheckFn = bool (*)(const Node &node, int64_t opset, std::string *reason);

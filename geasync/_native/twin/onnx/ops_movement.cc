@@ -387,13 +387,7 @@ std::unique_ptr<Kernel> MakeStridedCopy(size_t es, int64_t base, const std::vect
 }
 
 std::unique_ptr<Kernel> PrepareSlice(const KernelCtx &kc, std::string *reason) {
-  InferCtx c;
-  c.node = kc.node;
-  c.opset = kc.opset;
-  c.need_static = true;
-  c.in = kc.in;
-  c.in_data = kc.in_data;
-  c.out = kc.out;
+  InferCtx c = kc.AsInferCtx();
   SliceSpec sp;
   bool unknown;
   if (!SliceSpecFor(&c, &sp, &unknown, reason)) return nullptr;

@@ -513,14 +513,19 @@ class ConvKernel : public Kernel {
   std::vector<T> wp_, bp_;             // its packed weights and bias (fused form)
 };
 
+// A Conv kernel's window (from X's and W's static spatial dims) and its group count.
+bool ConvGeometry(const KernelCtx &c, Window *w, int64_t *group, std::string *reason) {
+  const auto &xd = c.in[0]->dims, &wd = c.in[1]->dims;
+  return AttrInt(*c.node, "group", 1, group, reason) &&
+         MakeWindow(*c.node, std::vector<int64_t>(xd.begin() + 2, xd.end()),
+                    std::vector<int64_t>(wd.begin() + 2, wd.end()), false, w, reason);
+}
+
 std::unique_ptr<Kernel> PrepareConvFloat(const KernelCtx &c, std::string *reason) {
   const auto &xd = c.in[0]->dims, &wd = c.in[1]->dims;
   int64_t group;
-  if (!AttrInt(*c.node, "group", 1, &group, reason)) return nullptr;
   Window w;
-  if (!MakeWindow(*c.node, std::vector<int64_t>(xd.begin() + 2, xd.end()),
-                  std::vector<int64_t>(wd.begin() + 2, wd.end()), false, &w, reason))
-    return nullptr;
+  if (!ConvGeometry(c, &w, &group, reason)) return nullptr;
   const bool has_bias = c.in.size() > 2 && c.in[2];
   switch (c.out[0].dtype) {
     case ElemType::kFloat: return std::make_unique<ConvKernel<float>>(w, xd[0], xd[1], wd[0], group, has_bias);
@@ -539,11 +544,8 @@ std::unique_ptr<Kernel> PrepareFusedConv(const KernelCtx &c, const std::vector<d
   }
   const auto &xd = c.in[0]->dims, &wd = c.in[1]->dims;
   int64_t group;
-  if (!AttrInt(*c.node, "group", 1, &group, reason)) return nullptr;
   Window w;
-  if (!MakeWindow(*c.node, std::vector<int64_t>(xd.begin() + 2, xd.end()),
-                  std::vector<int64_t>(wd.begin() + 2, wd.end()), false, &w, reason))
-    return nullptr;
+  if (!ConvGeometry(c, &w, &group, reason)) return nullptr;
   const int64_t M = wd[0];
   const int64_t per = c.in[1]->NumElements() / std::max<int64_t>(M, 1);
   const float *W = static_cast<const float *>(c.in_data[1]);

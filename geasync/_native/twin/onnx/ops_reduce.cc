@@ -178,12 +178,7 @@ class ReduceKernel : public Kernel {
 
 template <ReduceKind kKind>
 std::unique_ptr<Kernel> PrepareReduce(const KernelCtx &kc, std::string *reason) {
-  InferCtx c;
-  c.node = kc.node;
-  c.opset = kc.opset;
-  c.need_static = true;
-  c.in = kc.in;
-  c.in_data = kc.in_data;
+  InferCtx c = kc.AsInferCtx();
   std::vector<char> mask;
   bool unknown;
   if (!ReduceMask(&c, &mask, &unknown, reason)) return nullptr;
