@@ -11,7 +11,9 @@ On a machine without an Ascend NPU, geasync runs on its embedded native CPU twin
 from ._lib import backends, current_backend, finalize, live_counters
 from .allocator import Allocator, DeviceAllocator
 from ._guard import SessionStatistics
-from .errors import ExecutionModeError, GeError, SessionBrokenError, SessionClosedError
+from .errors import (ExecutionModeError, GeError, InputError, InputTypeError, SessionBrokenError,
+                     SessionClosedError)
+from ._metadata import ModelFormatError, TensorInfo
 from .graph import Graph
 from .session import CompiledGraphSummary, Session
 from .stream import Stream
@@ -27,12 +29,16 @@ __all__ = [
     "ExecutionModeError",
     "GeError",
     "Graph",
+    "InputError",
+    "InputTypeError",
+    "ModelFormatError",
     "Session",
     "SessionBrokenError",
     "SessionClosedError",
     "SessionStatistics",
     "Stream",
     "Tensor",
+    "TensorInfo",
     "backends",
     "current_backend",
     "finalize",
