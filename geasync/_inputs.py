@@ -40,7 +40,8 @@ class GraphSpec:
     ``want_dtypes[i]`` is input i's ge::DataType (None: not checked), ``ok_shapes[i]`` the shapes seen to match it.
     """
 
-    __slots__ = ("graph_id", "inputs", "outputs", "names", "index", "count", "want_dtypes", "patterns", "ok_shapes")
+    __slots__ = ("graph_id", "inputs", "outputs", "names", "index", "count", "want_dtypes", "patterns", "ok_shapes",
+                 "async_seen", "fixed_by")
 
     def __init__(self, graph_id: int, inputs: Sequence[TensorInfo], outputs: Sequence[TensorInfo]) -> None:
         self.graph_id = graph_id
@@ -54,11 +55,16 @@ class GraphSpec:
         self.patterns = [None if i.shape is None else tuple(d if type(d) is int else None for d in i.shape)
                          for i in self.inputs]
         self.ok_shapes = [{p} if p is not None and None not in p else set() for p in self.patterns]
+        self.async_seen = False  # whether a run_graph_async of this graph was checked (see Session._first_async)
+        self.fixed_by = ""  # why the shapes differ from the model's declaration, for messages
 
-    def compiled(self, inputs: Sequence[Any]) -> "GraphSpec":
+    def compiled(self, inputs: Sequence[Any], fixed_by: str) -> "GraphSpec":
         """The spec after CompileGraph with these inputs: GE fixes the Data nodes to their dtypes and shapes."""
         infos = [TensorInfo(info.name, x.dtype, tuple(int(d) for d in x.shape)) for info, x in zip(self.inputs, inputs)]
-        return GraphSpec(self.graph_id, infos, self.outputs)
+        spec = GraphSpec(self.graph_id, infos, self.outputs)
+        spec.async_seen = self.async_seen
+        spec.fixed_by = fixed_by
+        return spec
 
     # --- errors ---------------------------------------------------------------------------------------------
     def _error(self, cls: type, message: str, api: str, index: Optional[int] = None) -> InputError:
@@ -85,9 +91,11 @@ class GraphSpec:
         pattern = self.patterns[i]
         if pattern is not None and (len(shape) != len(pattern) or
                                     any(p is not None and p != d for p, d in zip(pattern, shape))):
-            free = " ('?' and named dims may be any size)" if None in pattern else ""
+            note = " ('?' and named dims may be any size)" if None in pattern else ""
+            if self.fixed_by:
+                note = f" ({self.fixed_by})"
             raise self._error(InputError, f"input {i} ({info.name!r}): shape {list(shape)} does not match the "
-                              f"graph's {_shape_text(info.shape)}{free}", api, i)
+                              f"graph's {_shape_text(info.shape)}{note}", api, i)
         ok = self.ok_shapes[i]
         if len(ok) < _MAX_REMEMBERED_SHAPES:
             ok.add(shape)

@@ -253,7 +253,7 @@ class Session:
         _lib.compile_graph(handle, graph_id, descs, context)
         self._graph_caps.pop(graph_id, None)
         if fixes_inputs:  # GE ignores the inputs of a graph already compiled
-            self._specs[graph_id] = spec.compiled(inputs)
+            self._specs[graph_id] = spec.compiled(inputs, "fixed by compile_graph with inputs")
 
     def load_graph(self, graph_id: int, options: Optional[dict] = None, stream: Any = None) -> None:
         """Load now (compiling first if needed); runs load on demand."""
@@ -313,6 +313,21 @@ class Session:
                 raise error
             raise no_graph_error(graph_id, f"Session.{api}(graph_id={graph_id})")
         return spec
+
+    def _first_async(self, graph_id: int, spec: GraphSpec, inputs: Any) -> None:
+        """GE compiles a graph not compiled yet for the shapes of its first RunGraphAsync request, which fixes its
+        Data nodes: the input check follows, so later requests of other shapes get an InputError, not a failed run.
+        (``compile_graph(graph_id)`` beforehand compiles for the declared shapes and keeps symbolic dims free.)"""
+        spec.async_seen = True
+        handle = self._handle
+        if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
+            if isinstance(inputs, Mapping):
+                inputs = spec.order(inputs, "run_graph_async")
+            fixed = spec.compiled([x if isinstance(x, Tensor) else Tensor.from_numpy(x) for x in inputs],
+                                  "fixed by the first run_graph_async, which compiled the graph for its shapes; "
+                                  "compile_graph(graph_id) before the first run keeps the model's symbolic dims free")
+            fixed.async_seen = True
+            self._specs[graph_id] = fixed
 
     def _set_spec(self, graph_id: int, graph: Graph) -> None:
         """Remembers an added graph's declared inputs and outputs (read from its bytes, once per Graph)."""
@@ -376,7 +391,10 @@ class Session:
         # every run takes this path: the checks are inlined and the context string is made only for an error
         if type(graph_id) is not int or not 0 <= graph_id <= 0xFFFFFFFF:
             _check_graph_id(graph_id)
-        prepared = prepare_inputs(inputs, spec=self._specs.get(graph_id), api="run_graph_async", graph_id=graph_id)
+        spec = self._specs.get(graph_id)
+        prepared = prepare_inputs(inputs, spec=spec, api="run_graph_async", graph_id=graph_id)
+        if spec is not None and not spec.async_seen:
+            self._first_async(graph_id, spec, inputs)
         if self._handle is None or self._closing or self._generation != _lib.generation or _lib.forked:
             self._live(_async_context(graph_id))
         if self._modes.established.get(graph_id) is not RUN_GRAPH_ASYNC:
