@@ -37,11 +37,12 @@ def _shape_text(shape: Optional[tuple]) -> str:
 class GraphSpec:
     """One added graph's declared inputs and outputs, and the check of a run's inputs against them.
 
-    ``want_dtypes[i]`` is input i's ge::DataType (None: not checked), ``ok_shapes[i]`` the shapes seen to match it.
+    ``want_dtypes[i]`` is input i's ge::DataType (None: not checked), ``ok_shapes[i]`` the shapes seen to match it,
+    ``usual_shapes[i]`` one of them (the fixed shape, or the first seen), compared first.
     """
 
     __slots__ = ("graph_id", "inputs", "outputs", "names", "index", "count", "want_dtypes", "patterns", "ok_shapes",
-                 "async_seen", "fixed_by")
+                 "usual_shapes", "async_seen", "fixed_by")
 
     def __init__(self, graph_id: int, inputs: Sequence[TensorInfo], outputs: Sequence[TensorInfo]) -> None:
         self.graph_id = graph_id
@@ -55,6 +56,8 @@ class GraphSpec:
         self.patterns = [None if i.shape is None else tuple(d if type(d) is int else None for d in i.shape)
                          for i in self.inputs]
         self.ok_shapes = [{p} if p is not None and None not in p else set() for p in self.patterns]
+        # per input: the fixed shape, or the first shape seen to match; compared before the set lookup (cheaper)
+        self.usual_shapes = [p if p is not None and None not in p else None for p in self.patterns]
         self.async_seen = False  # whether a run_graph_async of this graph was checked (see Session._first_async)
         self.fixed_by = ""  # why the shapes differ from the model's declaration, for messages
 
@@ -99,6 +102,8 @@ class GraphSpec:
         ok = self.ok_shapes[i]
         if len(ok) < _MAX_REMEMBERED_SHAPES:
             ok.add(shape)
+        if self.usual_shapes[i] is None:
+            self.usual_shapes[i] = shape
 
     def order(self, feeds: Mapping[Any, Any], api: str) -> list:
         """A ``{name: array}`` feed as the list a run takes (the graph's input order)."""

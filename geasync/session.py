@@ -20,6 +20,7 @@ import anyio
 from . import _hub, _lib
 from ._inputs import GraphSpec, no_graph_error
 from ._metadata import ModelFormatError, TensorInfo
+from ._options import GRAPH_OPTIONS, LOAD_OPTIONS, SESSION_OPTIONS, split_options
 from ._guard import (FREEZER, RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry, Pins,
                      SessionStatistics, Slots)
 from .allocator import Allocator
@@ -81,6 +82,8 @@ class Session:
                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, freeze_inputs: bool = True) -> None:
         self._handle: Any = None
         opts = _check_options(options, "options")
+        # geasync's own options ("geasync.*") are checked here and never reach the runtime
+        ge_opts, own_opts = split_options(opts, SESSION_OPTIONS, "Session() options")
         if not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) or max_in_flight < 1:
             raise ValueError(f"max_in_flight must be a positive int, got {max_in_flight!r}")
         # GE is initialised once per process, by the first session: its device becomes the process's default
@@ -97,14 +100,12 @@ class Session:
         self._specs: dict[int, GraphSpec] = {}  # per graph: declared inputs/outputs, for the input check
         self._spec_errors: dict[int, ModelFormatError] = {}  # graphs GE took whose metadata geasync cannot read
         self._generation = _lib.generation
-        # geasync's own options ("geasync.*") are not GE options: they never reach the runtime
-        ge_opts = {k: v for k, v in opts.items() if not k.startswith("geasync.")}
         self._handle = _lib.session_create(ge_opts, "Session.__init__()")
-        if "geasync.twin.faults" in opts:
+        if "geasync.twin.faults" in own_opts:
             from . import twin
 
             try:
-                twin.apply_option(self, opts["geasync.twin.faults"])
+                twin.apply_option(self, own_opts["geasync.twin.faults"])
             except BaseException:
                 self.close()
                 raise
@@ -220,8 +221,8 @@ class Session:
         _check_graph_id(graph_id)
         if not isinstance(graph, Graph):
             raise TypeError(f"graph must be a geasync.Graph, got {type(graph).__name__}")
-        opts = _check_options(options, "options")
         api = "add_graph_clone" if clone else "add_graph"
+        opts, _ = split_options(_check_options(options, "options"), GRAPH_OPTIONS, f"Session.{api}() options")
         context = f"Session.{api}(graph_id={graph_id})"
         handle = self._live(context)
         _lib.add_graph(handle, graph_id, graph._handle(context), opts, clone, context)
@@ -258,7 +259,7 @@ class Session:
     def load_graph(self, graph_id: int, options: Optional[dict] = None, stream: Any = None) -> None:
         """Load now (compiling first if needed); runs load on demand."""
         _check_graph_id(graph_id)
-        opts = _check_options(options, "options")
+        opts, _ = split_options(_check_options(options, "options"), LOAD_OPTIONS, "Session.load_graph() options")
         address = 0 if stream is None else stream_address(stream, "stream")
         context = f"Session.load_graph(graph_id={graph_id})"
         _lib.load_graph(self._live(context), graph_id, opts, address, context)

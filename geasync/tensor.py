@@ -195,7 +195,7 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
                         (" (GE's contract for this API; turn a {name: array} mapping into the list with "
                          "session.input_list(graph_id, feeds))" if isinstance(inputs, Mapping) else ""))
     if not isinstance(inputs, (list, tuple)):
-        if isinstance(inputs, Mapping):
+        if type(inputs) is dict or isinstance(inputs, Mapping):  # dict first: the ABC check costs more
             if spec is None:
                 raise unknown_graph_feeds_error(graph_id, api)
             inputs = spec.order(inputs, api)
@@ -206,6 +206,7 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
         if len(inputs) != spec.count:
             raise spec.count_error(len(inputs), api)
         want_dtypes = spec.want_dtypes
+        usual_shapes = spec.usual_shapes
         ok_shapes = spec.ok_shapes
     rows: list = []
     keep: list[Any] | None = None  # Tensor inputs and their memory's owners (numpy inputs are kept by `arrays`)
@@ -217,7 +218,8 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
             dt = _GE_DTYPES.get(x.dtype)
             if dt is not None and x.ndim <= _MAX_DIMS:
                 shape = x.shape
-                if spec is not None and (dt != want_dtypes[i] or shape not in ok_shapes[i]):
+                if spec is not None and (dt != want_dtypes[i] or
+                                         (shape != usual_shapes[i] and shape not in ok_shapes[i])):
                     spec.check(i, dt, shape, api)
                 try:
                     buf = from_buffer(x)  # refuses non-contiguous arrays: those take the copying path
@@ -236,7 +238,8 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
         if keep is None:
             keep = []
         dt = _lib.ge_dtype(x._dtype)
-        if spec is not None and (dt != want_dtypes[i] or x._shape not in ok_shapes[i]):
+        if spec is not None and (dt != want_dtypes[i] or
+                                 (x._shape != usual_shapes[i] and x._shape not in ok_shapes[i])):
             spec.check(i, dt, x._shape, api)
         if x._placement == "host":
             arr = x._host_array()
