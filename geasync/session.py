@@ -41,7 +41,7 @@ class CompiledGraphSummary:
     feature_memory_size: int
     stream_num: int
     event_num: int
-    output_shapes: list  # -1 marks a dim that depends on the inputs
+    output_shapes: list  # -1 marks a dim that depends on the inputs; (-2,) an output whose rank does too
     output_dtypes: list
 
 
