@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import os
 import pathlib
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 from conftest import ROOT, TensorProto, add_model, helper, make_model
 
 NATIVE = ROOT / "geasync" / "_native"
+CXX = os.environ.get("CXX", "g++").split()  # e.g. "ccache g++"
 TEST_SOURCE = ROOT / "tests" / "native" / "ge_fidelity_test.cc"
 
 TESTS = [
@@ -67,7 +69,7 @@ def fidelity_binary(tmp_path_factory) -> pathlib.Path:
         obj = cache / f"{src.stem}-{key[:16]}.o"
         if not obj.exists():
             tmp = obj.with_suffix(".tmp")
-            r = subprocess.run(["g++", *flags, "-c", str(src), "-o", str(tmp)], capture_output=True, text=True)
+            r = subprocess.run([*CXX, *flags, "-c", str(src), "-o", str(tmp)], capture_output=True, text=True)
             if r.returncode != 0:
                 raise RuntimeError(f"compiling {src.name} failed:\n{r.stderr[-4000:]}")
             tmp.replace(obj)

@@ -22,6 +22,7 @@
 #include "acl/acl_rt.h"
 #include "ge/ge_api_v2.h"
 #include "parser/onnx_parser.h"
+#include "ge_inner_error_codes.h"  // twin-private: GE's internal codes, to check which one the twin returns
 #include "twin/twin_control.h"
 
 namespace {

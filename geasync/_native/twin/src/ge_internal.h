@@ -13,7 +13,8 @@
 #include <thread>
 
 #include "ge/ge_api_v2.h"
-#include "onnx/engine.h"
+#include "../onnx/engine.h"
+#include "ge_inner_error_codes.h"
 
 namespace ge {
 // What a ge::Graph holds in the twin: a parsed ONNX model. `added` is set by AddGraph (GE refuses a second add).
