@@ -1,6 +1,9 @@
 // Shim: sessions, graphs, the three run modes and external allocators over ge::GeSession.
 // RunGraphAsync completions go to a completion queue; jobs the runtime drops without a callback (session
 // destroyed, GE finalised) are reported as "abandoned" so no awaiting task can hang.
+#include <pthread.h>
+
+#include <cstring>
 #include <set>
 
 #include "parser/onnx_parser.h"
@@ -14,11 +17,22 @@ struct Request {
 };
 
 // Outstanding requests of a session, shared with the callbacks (which may outlive ga_session bookkeeping).
+// Request ids follow the order in which GE queued the requests (submit_mu keeps id and push together).
 struct Outstanding {
+  std::mutex submit_mu;
   std::mutex mu;
   std::map<uint64_t, Request> requests;  // by request id
   uint64_t next_id = 1;
+  uint64_t stopped_by = 0;  // the request whose pre-run failure stopped GE's async queue of the session
 };
+
+// GE's RunGraphAsync pre-run thread (GraphManager::PreRunThreadV2 names it so; pthread names keep 15 characters).
+// Every callback GE makes there is GraphManager::ReturnError, which then stops the session's async queue for good.
+bool OnPreRunThread() {
+  char name[32] = {};
+  if (pthread_getname_np(pthread_self(), name, sizeof(name)) != 0) return false;
+  return std::strncmp(name, "ge_comp_prerun", 14) == 0;
+}
 
 // While a thread is inside ga_session_run_graph_async, a callback GE makes on that same thread (mode conflict)
 // reports through the submit's return value instead of the queue.
@@ -97,6 +111,27 @@ void AbandonAll(Outstanding &o, const std::string &why) {
     std::lock_guard<std::mutex> lk(o.mu);
     left.swap(o.requests);
   }
+  for (auto &kv : left) {
+    shim::CqPush(kv.second.queue, kv.second.token, ge::FAILED, 2, nullptr, why);
+    shim::CqRelease(kv.second.queue);
+  }
+}
+
+// GE stopped the session's async queue at request `failed`: the requests GE queued after it are dropped without
+// callbacks. Completes them now as abandoned, naming the failure, so nothing waits for a callback that cannot come.
+void AbandonQueuedBehind(Outstanding &o, uint64_t failed, ga_status status, const std::string &text) {
+  std::map<uint64_t, Request> left;
+  {
+    std::lock_guard<std::mutex> lk(o.mu);
+    if (o.stopped_by != 0) return;
+    o.stopped_by = failed;
+    auto from = o.requests.upper_bound(failed);
+    left.insert(from, o.requests.end());
+    o.requests.erase(from, o.requests.end());
+  }
+  const std::string why = "GE stopped this session's RunGraphAsync queue when an earlier request failed before "
+                          "running (status " + std::to_string(status) + (text.empty() ? "" : ": " + text) +
+                          "); GE drops the requests queued behind it without calling them back";
   for (auto &kv : left) {
     shim::CqPush(kv.second.queue, kv.second.token, ge::FAILED, 2, nullptr, why);
     shim::CqRelease(kv.second.queue);
@@ -341,6 +376,7 @@ ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, con
   if (!shim::ToGertTensors(inputs, input_count, &in, &error)) return shim::FailWith(api, shim::kParamInvalid, error);
 
   std::shared_ptr<Outstanding> outstanding = session->outstanding;
+  std::lock_guard<std::mutex> submit_order(outstanding->submit_mu);
   uint64_t id;
   {
     std::lock_guard<std::mutex> lk(outstanding->mu);
@@ -362,6 +398,13 @@ ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, con
       outstanding->requests.erase(it);
     }
     std::string text = status == ge::SUCCESS ? std::string() : ge::GEGetErrorMsgV3().GetString();
+    if (status != ge::SUCCESS && text.empty()) {
+      // GE keeps error text per work stream and its workers adopt the submitter's: a clear on the submitting
+      // thread can take the text before this callback reads it.
+      text = "GeSession::RunGraphAsync: the run failed with status " + std::to_string(status) +
+             " (GE's message was not available on its callback thread)";
+    }
+    if (status != ge::SUCCESS && OnPreRunThread()) AbandonQueuedBehind(*outstanding, id, status, text);
     if (t_sync_slot != nullptr && t_sync_slot->request_id == id) {
       t_sync_slot->called = true;
       t_sync_slot->error = std::move(text);
