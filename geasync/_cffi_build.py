@@ -105,12 +105,12 @@ def make_twin_builder() -> FFI:
         '#include "geasync.h"\n#include "twin/twin_control.h"\n',
         source_extension=".cpp",
         sources=[_rel(p) for p in sources],
+        # Only public headers are on the include path (the twin's own sources reach their private headers
+        # relative to themselves): the shim cannot name anything CANN does not publish.
         include_dirs=[
             _rel(NATIVE / "include"),
             _rel(NATIVE / "shim"),
             _rel(NATIVE / "twin" / "include"),
-            _rel(NATIVE / "twin" / "src"),
-            _rel(NATIVE / "twin"),
         ],
         define_macros=[("GEASYNC_BACKEND_NAME", '"twin"')],
         extra_compile_args=compile_args,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import os
 import pathlib
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 from conftest import ROOT, TensorProto, add_model, helper, make_model
 
 NATIVE = ROOT / "geasync" / "_native"
+CXX = os.environ.get("CXX", "g++").split()  # e.g. "ccache g++"
 TEST_SOURCE = ROOT / "tests" / "native" / "ge_fidelity_test.cc"
 
 TESTS = [
@@ -27,12 +29,14 @@ TESTS = [
     "fifo_next_job_after_callback",
     "compile_queue_blocks_at_2048",
     "model_queue_full_fails_job",
-    "dynamic_graph_holds_32_callbacks",
+    "dynamic_graph_32_pending_block_the_executor",
     "compile_failure_stops_async_queue",
     "destroy_drops_queued_jobs",
     "finalize_drops_queued_jobs",
     "process_wide_run_graph_try_lock",
-    "device_input_alignment",
+    "device_input_alignment_not_checked",
+    "failed_implicit_compile_leaves_mode_unset",
+    "error_text_follows_work_stream",
     "load_twice_and_add_twice",
     "remove_running_graph_is_deferred",
     "compile_shapes_by_run_mode",
@@ -67,7 +71,7 @@ def fidelity_binary(tmp_path_factory) -> pathlib.Path:
         obj = cache / f"{src.stem}-{key[:16]}.o"
         if not obj.exists():
             tmp = obj.with_suffix(".tmp")
-            r = subprocess.run(["g++", *flags, "-c", str(src), "-o", str(tmp)], capture_output=True, text=True)
+            r = subprocess.run([*CXX, *flags, "-c", str(src), "-o", str(tmp)], capture_output=True, text=True)
             if r.returncode != 0:
                 raise RuntimeError(f"compiling {src.name} failed:\n{r.stderr[-4000:]}")
             tmp.replace(obj)
@@ -83,7 +87,7 @@ def fidelity_binary(tmp_path_factory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
+def models(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
     d = tmp_path_factory.mktemp("ge_fidelity_models")
     static = d / "add.onnx"
     static.write_bytes(add_model((1, 4)).SerializeToString())
@@ -92,12 +96,17 @@ def models(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
         [helper.make_node("Add", ["a", "b"], ["c"], name="add")],
         [("a", TensorProto.FLOAT, ["N", 4]), ("b", TensorProto.FLOAT, ["N", 4])],
         [("c", TensorProto.FLOAT, ["N", 4])]).SerializeToString())
-    return static, dynamic
+    bad = d / "bad.onnx"  # parses, but its shapes cannot broadcast: every compile of it fails
+    bad.write_bytes(make_model(
+        [helper.make_node("Add", ["a", "b"], ["c"], name="add")],
+        [("a", TensorProto.FLOAT, [2, 4]), ("b", TensorProto.FLOAT, [3, 4])],
+        [("c", TensorProto.FLOAT, [3, 4])]).SerializeToString())
+    return static, dynamic, bad
 
 
 @pytest.mark.parametrize("name", TESTS)
 def test_ge_behaviour(fidelity_binary, models, name):
-    r = subprocess.run([str(fidelity_binary), str(models[0]), str(models[1]), name], capture_output=True, text=True,
+    r = subprocess.run([str(fidelity_binary), *map(str, models), name], capture_output=True, text=True,
                        timeout=120)
     lines = [line for line in r.stdout.splitlines() if line.endswith(name) or f" {name}:" in line]
     assert lines == [f"PASS {name}"], f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr[-3000:]}"

@@ -19,11 +19,11 @@ extern "C" ga_status ga_bench_native_run_graph_async(ga_session *session, uint32
                                                      uint64_t runs, uint32_t in_flight, uint64_t *elapsed_ns) {
   const char *api = "GeSession::RunGraphAsync";
   if (session == nullptr || elapsed_ns == nullptr || in_flight == 0)
-    return shim::FailWith(api, ge::PARAM_INVALID, "session, elapsed_ns and in_flight > 0 are required");
+    return shim::FailWith(api, shim::kParamInvalid, "session, elapsed_ns and in_flight > 0 are required");
   shim::ClearErrors();
   std::vector<gert::Tensor> in;
   std::string error;
-  if (!shim::ToGertTensors(inputs, input_count, &in, &error)) return shim::FailWith(api, ge::PARAM_INVALID, error);
+  if (!shim::ToGertTensors(inputs, input_count, &in, &error)) return shim::FailWith(api, shim::kParamInvalid, error);
   ge::GeSession *ge = shim::NativeSession(session);
   Window w;
   auto callback = [&w](ge::Status st, std::vector<gert::Tensor> &) {

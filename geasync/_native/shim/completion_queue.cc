@@ -75,7 +75,7 @@ void CqPush(ga_completion_queue *q, uint64_t token, ga_status status, int32_t ki
 extern "C" {
 
 ga_status ga_cq_create(ga_completion_queue **out) {
-  if (out == nullptr) return shim::FailWith("ga_cq_create", ge::PARAM_INVALID, "out is null");
+  if (out == nullptr) return shim::FailWith("ga_cq_create", shim::kParamInvalid, "out is null");
   const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (fd < 0) {
     return shim::FailWith("eventfd", ge::FAILED, std::string("eventfd failed: ") + std::strerror(errno));
@@ -83,7 +83,7 @@ ga_status ga_cq_create(ga_completion_queue **out) {
   auto *q = new (std::nothrow) ga_completion_queue();
   if (q == nullptr) {
     close(fd);
-    return shim::FailWith("ga_cq_create", ge::MEMALLOC_FAILED, "out of memory");
+    return shim::FailWith("ga_cq_create", shim::kMemallocFailed, "out of memory");
   }
   q->fd = fd;
   shim::Live().completion_queues.fetch_add(1);

@@ -30,6 +30,17 @@ ga_status FailWith(const char *api, ga_status status, const std::string &message
   return status;
 }
 
+std::string AclRecentText() {
+  const char *text = aclGetRecentErrMsg();
+  return text == nullptr ? std::string() : std::string(text);
+}
+
+ga_status AclFail(const char *api, aclError e) {
+  std::string msg = AclRecentText();
+  if (msg.empty()) msg = std::string(api) + " failed with ACL error " + std::to_string(e);
+  return FailWith(api, static_cast<ga_status>(e), msg);
+}
+
 void ClearErrors() {
   (void)ge::GEGetErrorMsgV3();
   (void)aclGetRecentErrMsg();
@@ -68,7 +79,7 @@ bool ToGertTensors(const ga_tensor_desc *descs, size_t count, std::vector<gert::
   out->reserve(count);
   for (size_t i = 0; i < count; ++i) {
     const ga_tensor_desc &d = descs[i];
-    if (d.ndim > gert::kMaxDimNum) {
+    if (d.ndim > gert::Shape::kMaxDimNum) {
       *error = "input " + std::to_string(i) + " has " + std::to_string(d.ndim) + " dims; GE allows at most 25";
       return false;
     }

@@ -1,6 +1,9 @@
 // Shim: sessions, graphs, the three run modes and external allocators over ge::GeSession.
 // RunGraphAsync completions go to a completion queue; jobs the runtime drops without a callback (session
 // destroyed, GE finalised) are reported as "abandoned" so no awaiting task can hang.
+#include <pthread.h>
+
+#include <cstring>
 #include <set>
 
 #include "parser/onnx_parser.h"
@@ -14,11 +17,22 @@ struct Request {
 };
 
 // Outstanding requests of a session, shared with the callbacks (which may outlive ga_session bookkeeping).
+// Request ids follow the order in which GE queued the requests (submit_mu keeps id and push together).
 struct Outstanding {
+  std::mutex submit_mu;
   std::mutex mu;
   std::map<uint64_t, Request> requests;  // by request id
   uint64_t next_id = 1;
+  uint64_t stopped_by = 0;  // the request whose pre-run failure stopped GE's async queue of the session
 };
+
+// GE's RunGraphAsync pre-run thread (GraphManager::PreRunThreadV2 names it so; pthread names keep 15 characters).
+// Every callback GE makes there is GraphManager::ReturnError, which then stops the session's async queue for good.
+bool OnPreRunThread() {
+  char name[32] = {};
+  if (pthread_getname_np(pthread_self(), name, sizeof(name)) != 0) return false;
+  return std::strncmp(name, "ge_comp_prerun", 14) == 0;
+}
 
 // While a thread is inside ga_session_run_graph_async, a callback GE makes on that same thread (mode conflict)
 // reports through the submit's return value instead of the queue.
@@ -103,6 +117,27 @@ void AbandonAll(Outstanding &o, const std::string &why) {
   }
 }
 
+// GE stopped the session's async queue at request `failed`: the requests GE queued after it are dropped without
+// callbacks. Completes them now as abandoned, naming the failure, so nothing waits for a callback that cannot come.
+void AbandonQueuedBehind(Outstanding &o, uint64_t failed, ga_status status, const std::string &text) {
+  std::map<uint64_t, Request> left;
+  {
+    std::lock_guard<std::mutex> lk(o.mu);
+    if (o.stopped_by != 0) return;
+    o.stopped_by = failed;
+    auto from = o.requests.upper_bound(failed);
+    left.insert(from, o.requests.end());
+    o.requests.erase(from, o.requests.end());
+  }
+  const std::string why = "GE stopped this session's RunGraphAsync queue when an earlier request failed before "
+                          "running (status " + std::to_string(status) + (text.empty() ? "" : ": " + text) +
+                          "); GE drops the requests queued behind it without calling them back";
+  for (auto &kv : left) {
+    shim::CqPush(kv.second.queue, kv.second.token, ge::FAILED, 2, nullptr, why);
+    shim::CqRelease(kv.second.queue);
+  }
+}
+
 std::mutex g_sessions_mu;
 std::set<ga_session *> &Sessions() {
   static auto *s = new std::set<ga_session *>();
@@ -138,10 +173,10 @@ ga_status ga_finalize(void) {
 }
 
 ga_status ga_session_create(const ga_options *options, ga_session **out) {
-  if (out == nullptr) return shim::FailWith("GeSession", ge::PARAM_INVALID, "out is null");
+  if (out == nullptr) return shim::FailWith("GeSession", shim::kParamInvalid, "out is null");
   shim::ClearErrors();
   auto *s = new (std::nothrow) ga_session();
-  if (s == nullptr) return shim::FailWith("GeSession", ge::MEMALLOC_FAILED, "out of memory");
+  if (s == nullptr) return shim::FailWith("GeSession", shim::kMemallocFailed, "out of memory");
   s->session.reset(new (std::nothrow) ge::GeSession(shim::ToMap(options)));
   // GeSession reports construction failures only through the error context.
   std::string error = s->session ? ge::GEGetErrorMsgV3().GetString() : "out of memory";
@@ -177,10 +212,10 @@ uint64_t ga_session_id(const ga_session *session) {
 }
 
 ga_status ga_graph_parse_onnx(const void *buffer, size_t size, const ga_options *parser_params, ga_graph **out) {
-  if (out == nullptr) return shim::FailWith("aclgrphParseONNXFromMem", ge::PARAM_INVALID, "out is null");
+  if (out == nullptr) return shim::FailWith("aclgrphParseONNXFromMem", shim::kParamInvalid, "out is null");
   shim::ClearErrors();
   auto *g = new (std::nothrow) ga_graph();
-  if (g == nullptr) return shim::FailWith("aclgrphParseONNXFromMem", ge::MEMALLOC_FAILED, "out of memory");
+  if (g == nullptr) return shim::FailWith("aclgrphParseONNXFromMem", shim::kMemallocFailed, "out of memory");
   const ge::graphStatus st =
       ge::aclgrphParseONNXFromMem(static_cast<const char *>(buffer), size, shim::ToMap(parser_params), g->graph);
   if (st != ge::GRAPH_SUCCESS) {
@@ -199,13 +234,13 @@ void ga_graph_destroy(ga_graph *graph) {
 }
 
 #define SHIM_SESSION(api)                                                                    \
-  if (session == nullptr) return shim::FailWith(api, ge::PARAM_INVALID, "session is null"); \
+  if (session == nullptr) return shim::FailWith(api, shim::kParamInvalid, "session is null"); \
   shim::ClearErrors()
 
 ga_status ga_session_add_graph(ga_session *session, uint32_t graph_id, const ga_graph *graph,
                                const ga_options *options) {
   SHIM_SESSION("GeSession::AddGraph");
-  if (graph == nullptr) return shim::FailWith("GeSession::AddGraph", ge::PARAM_INVALID, "graph is null");
+  if (graph == nullptr) return shim::FailWith("GeSession::AddGraph", shim::kParamInvalid, "graph is null");
   const ge::Status st = session->session->AddGraph(graph_id, graph->graph, shim::ToMap(options));
   return st == ge::SUCCESS ? 0 : shim::Fail("GeSession::AddGraph", st);
 }
@@ -213,7 +248,7 @@ ga_status ga_session_add_graph(ga_session *session, uint32_t graph_id, const ga_
 ga_status ga_session_add_graph_clone(ga_session *session, uint32_t graph_id, const ga_graph *graph,
                                      const ga_options *options) {
   SHIM_SESSION("GeSession::AddGraphClone");
-  if (graph == nullptr) return shim::FailWith("GeSession::AddGraphClone", ge::PARAM_INVALID, "graph is null");
+  if (graph == nullptr) return shim::FailWith("GeSession::AddGraphClone", shim::kParamInvalid, "graph is null");
   const ge::Status st = session->session->AddGraphClone(graph_id, graph->graph, shim::ToMap(options));
   return st == ge::SUCCESS ? 0 : shim::Fail("GeSession::AddGraphClone", st);
 }
@@ -232,7 +267,7 @@ ga_status ga_session_compile_graph(ga_session *session, uint32_t graph_id, const
     st = session->session->CompileGraph(graph_id);
   } else {
     if (input_count > 0 && inputs == nullptr)
-      return shim::FailWith("GeSession::CompileGraph", ge::PARAM_INVALID, "inputs is null");
+      return shim::FailWith("GeSession::CompileGraph", shim::kParamInvalid, "inputs is null");
     std::vector<ge::Tensor> descs;
     for (size_t i = 0; i < input_count; ++i) {
       const auto &d = inputs[i];
@@ -248,7 +283,7 @@ ga_status ga_session_load_graph(ga_session *session, uint32_t graph_id, const ga
   SHIM_SESSION("GeSession::LoadGraph");
   if (stream != nullptr) {
     const aclError e = shim::EnterStreamDevice(stream);
-    if (e != ACL_SUCCESS) return shim::FailWith("aclrtSetDevice", static_cast<ga_status>(e), aclGetRecentErrMsg());
+    if (e != ACL_SUCCESS) return shim::AclFail("aclrtSetDevice", e);
   }
   const ge::Status st = session->session->LoadGraph(graph_id, shim::ToMap(options), stream);
   return st == ge::SUCCESS ? 0 : shim::Fail("GeSession::LoadGraph", st);
@@ -263,10 +298,10 @@ ga_status ga_session_get_compiled_graph_summary(ga_session *session, uint32_t gr
                                                 ga_tensor_desc *output_descs, size_t output_capacity) {
   SHIM_SESSION("GeSession::GetCompiledGraphSummary");
   if (summary == nullptr)
-    return shim::FailWith("GeSession::GetCompiledGraphSummary", ge::PARAM_INVALID, "summary is null");
+    return shim::FailWith("GeSession::GetCompiledGraphSummary", shim::kParamInvalid, "summary is null");
   ge::CompiledGraphSummaryPtr s = session->session->GetCompiledGraphSummary(graph_id);
   if (!s) {
-    return shim::Fail("GeSession::GetCompiledGraphSummary", ge::GE_GRAPH_NOT_BUILT,
+    return shim::Fail("GeSession::GetCompiledGraphSummary", shim::kGraphNotBuilt,
                       "graph " + std::to_string(graph_id) + " is not compiled (compile, load or run it first)");
   }
   summary->is_static = s->IsStatic() ? 1 : 0;
@@ -296,17 +331,17 @@ ga_status ga_session_get_compiled_graph_summary(ga_session *session, uint32_t gr
 ga_status ga_session_run_graph(ga_session *session, uint32_t graph_id, const ga_tensor_desc *inputs,
                                size_t input_count, ga_outputs **outputs) {
   SHIM_SESSION("GeSession::RunGraph");
-  if (outputs == nullptr) return shim::FailWith("GeSession::RunGraph", ge::PARAM_INVALID, "outputs is null");
+  if (outputs == nullptr) return shim::FailWith("GeSession::RunGraph", shim::kParamInvalid, "outputs is null");
   shim::InputScratch scratch;
   std::vector<gert::Tensor> &in = *scratch.get();
   std::vector<gert::Tensor> out;
   std::string error;
   if (!shim::ToGertTensors(inputs, input_count, &in, &error))
-    return shim::FailWith("GeSession::RunGraph", ge::PARAM_INVALID, error);
+    return shim::FailWith("GeSession::RunGraph", shim::kParamInvalid, error);
   const ge::Status st = session->session->RunGraph(graph_id, in, out);
   if (st != ge::SUCCESS) return shim::Fail("GeSession::RunGraph", st);
   *outputs = shim::MakeOutputs(std::move(out));
-  if (*outputs == nullptr) return shim::FailWith("GeSession::RunGraph", ge::MEMALLOC_FAILED, "out of memory");
+  if (*outputs == nullptr) return shim::FailWith("GeSession::RunGraph", shim::kMemallocFailed, "out of memory");
   return 0;
 }
 
@@ -315,18 +350,18 @@ ga_status ga_session_run_graph_with_stream_async(ga_session *session, uint32_t g
                                                  ga_outputs **outputs) {
   const char *api = "GeSession::RunGraphWithStreamAsync";
   SHIM_SESSION(api);
-  if (outputs == nullptr) return shim::FailWith(api, ge::PARAM_INVALID, "outputs is null");
+  if (outputs == nullptr) return shim::FailWith(api, shim::kParamInvalid, "outputs is null");
   const aclError e = shim::EnterStreamDevice(stream);
-  if (e != ACL_SUCCESS) return shim::FailWith("aclrtSetDevice", static_cast<ga_status>(e), aclGetRecentErrMsg());
+  if (e != ACL_SUCCESS) return shim::AclFail("aclrtSetDevice", e);
   shim::InputScratch scratch;
   std::vector<gert::Tensor> &in = *scratch.get();
   std::vector<gert::Tensor> out;
   std::string error;
-  if (!shim::ToGertTensors(inputs, input_count, &in, &error)) return shim::FailWith(api, ge::PARAM_INVALID, error);
+  if (!shim::ToGertTensors(inputs, input_count, &in, &error)) return shim::FailWith(api, shim::kParamInvalid, error);
   const ge::Status st = session->session->RunGraphWithStreamAsync(graph_id, stream, in, out);
   if (st != ge::SUCCESS) return shim::Fail(api, st);
   *outputs = shim::MakeOutputs(std::move(out));
-  if (*outputs == nullptr) return shim::FailWith(api, ge::MEMALLOC_FAILED, "out of memory");
+  if (*outputs == nullptr) return shim::FailWith(api, shim::kMemallocFailed, "out of memory");
   return 0;
 }
 
@@ -334,13 +369,14 @@ ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, con
                                      size_t input_count, ga_completion_queue *queue, uint64_t token) {
   const char *api = "GeSession::RunGraphAsync";
   SHIM_SESSION(api);
-  if (queue == nullptr) return shim::FailWith(api, ge::PARAM_INVALID, "queue is null");
+  if (queue == nullptr) return shim::FailWith(api, shim::kParamInvalid, "queue is null");
   shim::InputScratch scratch;
   std::vector<gert::Tensor> &in = *scratch.get();
   std::string error;
-  if (!shim::ToGertTensors(inputs, input_count, &in, &error)) return shim::FailWith(api, ge::PARAM_INVALID, error);
+  if (!shim::ToGertTensors(inputs, input_count, &in, &error)) return shim::FailWith(api, shim::kParamInvalid, error);
 
   std::shared_ptr<Outstanding> outstanding = session->outstanding;
+  std::lock_guard<std::mutex> submit_order(outstanding->submit_mu);
   uint64_t id;
   {
     std::lock_guard<std::mutex> lk(outstanding->mu);
@@ -362,6 +398,13 @@ ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, con
       outstanding->requests.erase(it);
     }
     std::string text = status == ge::SUCCESS ? std::string() : ge::GEGetErrorMsgV3().GetString();
+    if (status != ge::SUCCESS && text.empty()) {
+      // GE keeps error text per work stream and its workers adopt the submitter's: a clear on the submitting
+      // thread can take the text before this callback reads it.
+      text = "GeSession::RunGraphAsync: the run failed with status " + std::to_string(status) +
+             " (GE's message was not available on its callback thread)";
+    }
+    if (status != ge::SUCCESS && OnPreRunThread()) AbandonQueuedBehind(*outstanding, id, status, text);
     if (t_sync_slot != nullptr && t_sync_slot->request_id == id) {
       t_sync_slot->called = true;
       t_sync_slot->error = std::move(text);
@@ -373,7 +416,7 @@ ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, con
     if (status == ge::SUCCESS) {
       o = shim::MakeOutputs(std::move(outs));
       if (o == nullptr) {
-        status = ge::MEMALLOC_FAILED;
+        status = shim::kMemallocFailed;
         text = "out of memory moving RunGraphAsync outputs";
       }
     }
@@ -425,12 +468,12 @@ ga_status ga_session_register_external_allocator(ga_session *session, void *stre
   const char *api = "GeSession::RegisterExternalAllocator";
   SHIM_SESSION(api);
   if (malloc_fn == nullptr || free_fn == nullptr)
-    return shim::FailWith(api, ge::PARAM_INVALID, "malloc and free callbacks are required");
+    return shim::FailWith(api, shim::kParamInvalid, "malloc and free callbacks are required");
   std::shared_ptr<AllocatorBridge> bridge;
   try {
     bridge = std::make_shared<AllocatorBridge>(malloc_fn, free_fn, release_fn, user);
   } catch (...) {
-    return shim::FailWith(api, ge::MEMALLOC_FAILED, "out of memory");
+    return shim::FailWith(api, shim::kMemallocFailed, "out of memory");
   }
   const ge::Status st = session->session->RegisterExternalAllocator(stream, bridge);
   return st == ge::SUCCESS ? 0 : shim::Fail(api, st);  // on failure `bridge` dies here and calls release_fn
@@ -445,7 +488,7 @@ ga_status ga_session_register_default_allocator(ga_session *session, void *strea
   try {
     alloc = std::make_shared<DeviceAllocator>();
   } catch (...) {
-    return shim::FailWith(api, ge::MEMALLOC_FAILED, "out of memory");
+    return shim::FailWith(api, shim::kMemallocFailed, "out of memory");
   }
   const ge::Status st = session->session->RegisterExternalAllocator(stream, alloc);
   return st == ge::SUCCESS ? 0 : shim::Fail(api, st);

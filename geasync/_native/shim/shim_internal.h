@@ -11,12 +11,32 @@
 #include <vector>
 
 #include "acl/acl_rt.h"
+// metadef deprecates exe_graph/runtime/tensor.h (removed after 2027-06) for runtime_tensor.h; older toolkits have
+// only the former.
+#if __has_include("exe_graph/runtime/runtime_tensor.h")
+#include "exe_graph/runtime/runtime_tensor.h"
+#else
 #include "exe_graph/runtime/tensor.h"
+#endif
 #include "ge/ge_api_v2.h"
 #include "geasync.h"
 #include "graph/graph.h"
 
 namespace shim {
+
+// Statuses of failures the shim detects itself (a null argument, out of memory, no compiled graph). CANN publishes
+// only ge::SUCCESS and ge::FAILED; these are the values of GE's internal PARAM_INVALID, MEMALLOC_FAILED and
+// GE_GRAPH_NOT_BUILT (ge_inner_error_codes.h, not installed), so the same kind of failure has the same status
+// whether GE or the shim found it.
+constexpr ga_status kParamInvalid = 1343225857U;
+constexpr ga_status kMemallocFailed = 1343225856U;
+constexpr ga_status kGraphNotBuilt = 1343242295U;
+
+// The calling thread's last ACL error text, read and cleared; "" when ACL has none (aclGetRecentErrMsg returns
+// nullptr then: never build a std::string from it directly).
+std::string AclRecentText();
+// Records a failed ACL call: ACL's text, or one naming the call and its code when ACL has none.
+ga_status AclFail(const char *api, aclError e);
 
 // Live counters of shim handles (ga_get_live_counters); every create/destroy pair updates one.
 struct Counters {

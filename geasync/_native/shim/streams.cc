@@ -12,12 +12,7 @@ std::map<void *, int32_t> &StreamDevices() {
   return *m;
 }
 
-ga_status AclFail(const char *api, aclError e) {
-  std::string msg = aclGetRecentErrMsg();
-  if (msg.empty()) msg = std::string(api) + " failed with ACL error " + std::to_string(e);
-  return shim::FailWith(api, static_cast<ga_status>(e), msg);
-}
-
+using shim::AclFail;
 }  // namespace
 
 namespace shim {

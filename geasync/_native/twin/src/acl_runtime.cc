@@ -391,6 +391,7 @@ aclError aclFinalize(void) {
 }
 
 const char *aclGetRecentErrMsg(void) {
+  if (t_recent_err.empty()) return nullptr;  // as CANN's: no message is nullptr, not ""
   t_returned_err.swap(t_recent_err);
   t_recent_err.clear();
   return t_returned_err.c_str();

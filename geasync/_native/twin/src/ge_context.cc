@@ -1,6 +1,10 @@
 // GE twin: process-wide state (GEInitializeV2 / GEFinalizeV2), the per-thread error context read and
 // cleared by GEGetErrorMsgV3, the session registry that finalisation walks, and the worker queue.
 #include <pthread.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
 
 #include <atomic>
 #include <chrono>
@@ -19,8 +23,62 @@ void FinalizeSessionImpl(SessionImpl *s);
 
 namespace twin {
 namespace {
-thread_local std::string t_error;
-thread_local std::string t_warning;
+thread_local uint64_t t_work_stream = 0;  // 0: the thread's own
+
+struct Messages {
+  std::string error, warning;
+};
+// Error and warning text by work stream. `pending` counts streams with text, so reading an empty context (the
+// shim clears before most calls) costs no lock.
+struct MessageStore {
+  std::mutex mu;
+  std::map<uint64_t, Messages> by_stream;
+  std::atomic<int64_t> pending{0};
+};
+MessageStore &Store() {
+  static MessageStore *m = new MessageStore();  // leaked: threads may report during exit
+  return *m;
+}
+
+void Append(std::string Messages::*field, const std::string &msg) {
+  MessageStore &m = Store();
+  std::lock_guard<std::mutex> lk(m.mu);
+  auto [it, fresh] = m.by_stream.try_emplace(CurrentWorkStream());
+  if (fresh) m.pending.fetch_add(1);
+  std::string &text = it->second.*field;
+  if (!text.empty()) text += "\n";
+  text += msg;
+}
+
+std::string Take(std::string Messages::*field) {
+  MessageStore &m = Store();
+  if (m.pending.load(std::memory_order_acquire) == 0) return std::string();
+  std::lock_guard<std::mutex> lk(m.mu);
+  auto it = m.by_stream.find(CurrentWorkStream());
+  if (it == m.by_stream.end()) return std::string();
+  std::string text;
+  text.swap(it->second.*field);
+  if (it->second.error.empty() && it->second.warning.empty()) {
+    m.by_stream.erase(it);
+    m.pending.fetch_sub(1);
+  }
+  return text;
+}
+
+// GE's error manager shows the first message, then the others under a traceback header.
+std::string WithTraceback(const std::string &text) {
+  const size_t nl = text.find('\n');
+  if (nl == std::string::npos) return text;
+  std::string out = text.substr(0, nl + 1) + "TraceBack (most recent call last):\n";
+  size_t start = nl + 1;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    out += "        " + text.substr(start, end - start) + "\n";
+    start = end + 1;
+  }
+  return out;
+}
 
 struct GlobalState {
   std::mutex mu;
@@ -36,16 +94,26 @@ GlobalState &Global() {
 std::atomic<bool> g_initialized{false};
 }  // namespace
 
-void ReportError(const std::string &msg) {
-  if (!t_error.empty()) t_error += "\n";
-  t_error += msg;
+uint64_t CurrentWorkStream() {
+  if (t_work_stream != 0) return t_work_stream;
+  return static_cast<uint64_t>(getpid()) * 100000U + static_cast<uint64_t>(gettid());
 }
-void ReportWarning(const std::string &msg) {
-  if (!t_warning.empty()) t_warning += "\n";
-  t_warning += msg;
-}
+WorkStreamScope::WorkStreamScope(uint64_t work_stream) : saved_(t_work_stream) { t_work_stream = work_stream; }
+WorkStreamScope::~WorkStreamScope() { t_work_stream = saved_; }
+
+void ReportError(const std::string &msg) { Append(&Messages::error, msg); }
+void ReportWarning(const std::string &msg) { Append(&Messages::warning, msg); }
 std::string E10062(const std::string &what, const std::string &why) {
-  return "E10062: Failed to " + what + ". Reason: " + why + ".";
+  char when[64];
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t secs = std::chrono::system_clock::to_time_t(now);
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
+  std::tm tm{};
+  localtime_r(&secs, &tm);
+  const size_t n = std::strftime(when, sizeof(when), "%Y-%m-%d-%H:%M:%S", &tm);
+  std::snprintf(when + n, sizeof(when) - n, ".%03d.%03d", static_cast<int>(us / 1000), static_cast<int>(us % 1000));
+  return "[PID: " + std::to_string(getpid()) + "] " + when + " Invalid_Argument_API_Call_Sequence(E10062): Failed to " +
+         what + ". Reason: " + why + ".";
 }
 bool GeInitialized() { return g_initialized.load(std::memory_order_acquire); }
 
@@ -238,14 +306,10 @@ Status GEFinalizeV2() {
 }
 
 AscendString GEGetErrorMsgV3() {
-  AscendString s(twin::t_error.c_str());
-  twin::t_error.clear();
-  return s;
+  const std::string text = twin::Take(&twin::Messages::error);
+  if (text.empty()) return AscendString("");
+  return AscendString(twin::WithTraceback(text).c_str());
 }
 
-AscendString GEGetWarningMsgV3() {
-  AscendString s(twin::t_warning.c_str());
-  twin::t_warning.clear();
-  return s;
-}
+AscendString GEGetWarningMsgV3() { return AscendString(twin::Take(&twin::Messages::warning).c_str()); }
 }  // namespace ge

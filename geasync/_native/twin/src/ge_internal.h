@@ -13,7 +13,8 @@
 #include <thread>
 
 #include "ge/ge_api_v2.h"
-#include "onnx/engine.h"
+#include "../onnx/engine.h"
+#include "ge_inner_error_codes.h"
 
 namespace ge {
 // What a ge::Graph holds in the twin: a parsed ONNX model. `added` is set by AddGraph (GE refuses a second add).
@@ -27,10 +28,26 @@ class GraphImpl {
 
 namespace twin {
 
-// Appends to the calling thread's GE error context (read and cleared by GEGetErrorMsgV3).
+// GE keeps error text per work stream (pid x 100000 + tid), not per thread: an async worker adopts the submitter's
+// work stream while it handles the submitter's job (error_message::SetErrMgrContext), so text it reports lands in,
+// and GEGetErrorMsgV3 on it reads, the submitter's slot.
+uint64_t CurrentWorkStream();
+class WorkStreamScope {
+ public:
+  explicit WorkStreamScope(uint64_t work_stream);
+  ~WorkStreamScope();
+  WorkStreamScope(const WorkStreamScope &) = delete;
+  WorkStreamScope &operator=(const WorkStreamScope &) = delete;
+
+ private:
+  uint64_t saved_;
+};
+
+// Appends to the calling work stream's GE error context (read and cleared by GEGetErrorMsgV3).
 void ReportError(const std::string &msg);
 void ReportWarning(const std::string &msg);
-// E10062-style user message: "Failed to <what>. Reason: <why>."
+// E10062 as GE's error manager formats it: "[PID: <pid>] <time> Invalid_Argument_API_Call_Sequence(E10062):
+// Failed to <what>. Reason: <why>."
 std::string E10062(const std::string &what, const std::string &why);
 
 // Global GE state: initialised flag and the process-wide registries.

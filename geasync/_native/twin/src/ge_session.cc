@@ -23,10 +23,15 @@ using twin::onnx::Plan;
 using ODesc = twin::onnx::TensorDesc;
 
 constexpr size_t kCompileQueueCapacity = 2048;  // GE: a further submit blocks the caller
-constexpr size_t kModelQueueCapacity = 1024;    // GE: a full per-model queue fails the job
+constexpr size_t kModelQueueCapacity = 2048;    // GE (DataInputer): a full per-model queue fails the job
 constexpr size_t kMaxPlansPerGraph = 16;        // shape-specialised plans kept per graph (dynamic shapes)
-constexpr size_t kDeviceAlignment = 32;
-constexpr int kDynamicPendingLimit = 32;        // GE: dynamic-shape graphs hold at most 32 pending callbacks
+// GE (RunAsyncListener): a dynamic-shape graph holds at most 32 pending callbacks; the 33rd job waits on the
+// session's executor thread, stalling every graph of the session behind it.
+constexpr int kDynamicPendingLimit = 32;
+// GE's thread names (prctl / pthread names are cut to 15 characters).
+constexpr const char *kCompileThread = "ge_comp_prerunV2";
+constexpr const char *kExecutorThread = "ge_mdlexecrun";
+constexpr const char *kModelThread = "ge_davidmdlrun";
 
 enum class RunMode { kNone, kRunGraph, kRunGraphAsync, kRunGraphWithStreamAsync };
 
@@ -173,7 +178,7 @@ struct GraphNode {
   // Cleared before the model queue is stopped at shutdown.
   std::atomic<twin::WorkQueue *> ready_queue{nullptr};
 
-  bool dynamic = false;  // compiled with unknown dims: RunGraphAsync keeps at most 32 callbacks pending
+  std::atomic<bool> dynamic{false};  // compiled with unknown dims: RunGraphAsync keeps at most 32 callbacks pending
   std::mutex pending_mu;
   std::condition_variable pending_cv;
   int pending = 0;
@@ -193,8 +198,8 @@ class SessionImpl {
   std::mutex mu;  // graph registry; AddGraph/RemoveGraph are serialised per session
   std::map<uint32_t, std::shared_ptr<GraphNode>> graphs;
   std::vector<std::weak_ptr<GraphNode>> all_nodes;  // including removed ones still running, for shutdown
-  twin::WorkQueue compile_queue{"ge-compile", kCompileQueueCapacity};
-  twin::WorkQueue executor_queue{"ge-executor"};
+  twin::WorkQueue compile_queue{kCompileThread, kCompileQueueCapacity};
+  twin::WorkQueue executor_queue{kExecutorThread};
   std::atomic<bool> async_stopped{false};
   std::atomic<int64_t> staged{0};  // RunGraphAsync jobs in the compile or executor stage
   std::atomic<bool> finalized{false};
@@ -204,14 +209,18 @@ class SessionImpl {
     std::call_once(shutdown_once, [this] {
       finalized.store(true);
       twin::ForgetSession(id);  // injected stalls must not keep the joins below waiting
-      compile_queue.Stop();
-      executor_queue.Stop();
       std::vector<std::shared_ptr<GraphNode>> nodes;
       {
         std::lock_guard<std::mutex> lk(mu);
         for (auto &w : all_nodes)
           if (auto n = w.lock()) nodes.push_back(std::move(n));
       }
+      for (auto &n : nodes) {  // an executor thread waiting for a pending-callback place gives up
+        std::lock_guard<std::mutex> lk(n->pending_mu);
+        n->pending_cv.notify_all();
+      }
+      compile_queue.Stop();
+      executor_queue.Stop();
       for (auto &n : nodes) {
         std::unique_ptr<twin::WorkQueue> q;
         {
@@ -396,10 +405,7 @@ Status CheckInputs(GraphNode &node, const std::vector<gert::Tensor> &inputs, con
                                     "large enough for " + std::to_string(need) + " bytes");
         return PARAM_INVALID;
       }
-      if (reinterpret_cast<uintptr_t>(addr) % kDeviceAlignment != 0) {
-        twin::ReportError(name(i) + ": device address is not 32-byte aligned");
-        return PARAM_INVALID;
-      }
+      // GE documents 32-byte alignment ("otherwise undefined errors") but never checks it: neither does the twin.
     }
     (*ptrs)[i] = addr;
   }
@@ -464,11 +470,12 @@ Status ApplyFault(const twin::FaultDecision &f, const GraphNode &node, const cha
   return SUCCESS;
 }
 
-// Checks and records the graph's run mode. Returns false (message reported) on a conflict.
-bool ClaimMode(GraphNode &node, RunMode mode) {
+// Checks the graph's run mode; with `record`, a graph with no mode yet takes this one. Returns false (message
+// reported) on a conflict.
+bool ClaimMode(GraphNode &node, RunMode mode, bool record = true) {
   std::lock_guard<std::mutex> lk(node.mu);
   if (node.mode == RunMode::kNone) {
-    node.mode = mode;  // recorded by the first run call, even if that run fails
+    if (record) node.mode = mode;
     return true;
   }
   if (node.mode == mode) return true;
@@ -717,7 +724,7 @@ Status GeSession::RunGraph(uint32_t graph_id, const std::vector<gert::Tensor> &i
   GE_SESSION_CHECK("RunGraph");
   auto node = impl_->Find(graph_id, "RunGraph");
   if (!node) return FAILED;
-  if (!ClaimMode(*node, RunMode::kRunGraph)) return UNSUPPORTED;
+  if (!ClaimMode(*node, RunMode::kRunGraph, false)) return UNSUPPORTED;
   std::unique_lock<std::mutex> process_lock(g_run_graph_lock, std::try_to_lock);
   if (!process_lock.owns_lock()) {
     twin::ReportError("RunGraph: another RunGraph is running in this process (GE_SESS_ALREADY_RUNNING); "
@@ -728,6 +735,8 @@ Status GeSession::RunGraph(uint32_t graph_id, const std::vector<gert::Tensor> &i
   RunningGuard running(*node);
   // Internal codes above 9999999 are returned as FAILED (the message keeps the detail).
   if (EnsureLoaded(*node, "RunGraph") != SUCCESS) return FAILED;
+  // GE sets the run mode after the implicit compile and load: a failure there leaves the graph without a mode.
+  if (!ClaimMode(*node, RunMode::kRunGraph)) return UNSUPPORTED;
   std::vector<ODesc> descs;
   std::vector<const void *> in;
   if (CheckInputs(*node, inputs, "RunGraph", &descs, &in) != SUCCESS) return FAILED;
@@ -751,13 +760,14 @@ Status GeSession::RunGraphWithStreamAsync(uint32_t graph_id, void *stream, const
   GE_SESSION_CHECK(api);
   auto node = impl_->Find(graph_id, api);
   if (!node) return FAILED;
-  if (!ClaimMode(*node, RunMode::kRunGraphWithStreamAsync)) return FAILED;
+  if (!ClaimMode(*node, RunMode::kRunGraphWithStreamAsync, false)) return FAILED;
   if (stream == nullptr || !twin::acl::IsLiveStream(stream)) {
     twin::ReportError(std::string(api) + ": stream is not a live stream created by aclrtCreateStream");
     return PARAM_INVALID;
   }
   std::lock_guard<std::mutex> graph_lock(node->run_mu);
   if (EnsureLoaded(*node, api) != SUCCESS) return FAILED;
+  if (!ClaimMode(*node, RunMode::kRunGraphWithStreamAsync)) return FAILED;  // set after compile and load, as GE
   std::vector<ODesc> descs;
   std::vector<const void *> in;
   Status st = CheckInputs(*node, inputs, api, &descs, &in);
@@ -855,6 +865,7 @@ struct AsyncRun {
   std::vector<gert::Tensor> inputs;  // borrowed copies of the caller's tensors (GE shares inputs, it copies no data)
   RunAsyncCallbackV2 callback;
   bool counted = false;  // holds one of a dynamic-shape graph's 32 pending-callback places
+  uint64_t work_stream = 0;  // the submitter's error-context id, adopted by each stage (GE's SetErrMgrContext)
 
   void CallBack(Status st, std::vector<gert::Tensor> &outs) {
     if (!callback) return;
@@ -881,6 +892,7 @@ struct AsyncRun {
 
 // Stage 3: the model thread executes, then calls back inline; the next job waits for the callback.
 void ModelStage(AsyncRun &run) {
+  twin::WorkStreamScope error_context(run.work_stream);
   GraphNode &node = *run.node;
   std::vector<gert::Tensor> outs;
   std::vector<ODesc> descs;
@@ -911,18 +923,31 @@ void ExecStage(const std::shared_ptr<AsyncRun> &run) {
     SessionImpl *s;
     ~Unstage() { s->staged.fetch_sub(1); }
   } unstage{run->session};
+  twin::WorkStreamScope error_context(run->work_stream);
   GraphNode &node = *run->node;
   const Status st = EnsureLoaded(node, "RunGraphAsync");
   if (st != SUCCESS) {
-    run->Fail(st);
+    run->Fail(st);  // an executor-stage failure: GE calls back and the queue goes on (ModelExecutor::ReturnError)
     run->Done();
     return;
+  }
+  if (node.dynamic.load()) {
+    // GE: RunAsyncListener holds 32 callbacks of a dynamic-shape graph; the executor thread waits for a place.
+    std::unique_lock<std::mutex> lk(node.pending_mu);
+    node.pending_cv.wait(lk, [&] { return node.pending < kDynamicPendingLimit || run->session->finalized.load(); });
+    if (run->session->finalized.load()) {
+      lk.unlock();
+      run->Done();  // shutting down: dropped without a callback
+      return;
+    }
+    ++node.pending;
+    run->counted = true;
   }
   twin::WorkQueue *q;
   {
     std::lock_guard<std::mutex> lk(node.mu);
     if (!node.model_queue) {
-      node.model_queue.reset(new twin::WorkQueue("ge-model-" + std::to_string(node.id), kModelQueueCapacity));
+      node.model_queue.reset(new twin::WorkQueue(kModelThread, kModelQueueCapacity));
       node.ready_queue.store(node.model_queue.get(), std::memory_order_release);
     }
     q = node.model_queue.get();
@@ -944,7 +969,14 @@ void ExecStageJob(const std::shared_ptr<void> &run) { ExecStage(std::static_poin
 void CompileStage(const std::shared_ptr<AsyncRun> &run) {
   SessionImpl *session = run->session;
   GraphNode &node = *run->node;
+  twin::WorkStreamScope error_context(run->work_stream);
   if (twin::CompileStalled(node.session_id, node.id)) twin::WaitWhileStalled(node.session_id, node.id);
+  if (session->async_stopped.load()) {
+    // GE stopped the queue (ReturnError -> StopQueue): the jobs behind the failure are never called back.
+    session->staged.fetch_sub(1);
+    run->Done();
+    return;
+  }
   bool handed_on = false;
   struct Unstage {  // unless handed to the executor, the job leaves the staged count here
     SessionImpl *s;
@@ -971,8 +1003,10 @@ void CompileStage(const std::shared_ptr<AsyncRun> &run) {
     }
   }
   if (st != SUCCESS) {
-    session->async_stopped.store(true);  // GE: a compile failure stops the session's async queue for good
+    // GE (GraphManager::ReturnError): every pre-run failure calls back and then stops the session's async queue
+    // for good; the jobs queued behind it are dropped without callbacks and later submits return FAILED.
     run->Fail(st);
+    session->async_stopped.store(true);
     run->Done();
     return;
   }
@@ -993,7 +1027,7 @@ Status GeSession::RunGraphAsync(uint32_t graph_id, const std::vector<gert::Tenso
     return UNSUPPORTED;
   }
   if (impl_->async_stopped.load()) {
-    twin::ReportError("RunGraphAsync: the session's async queue has stopped after a compile failure; "
+    twin::ReportError("RunGraphAsync: the session's async queue has stopped after a pre-run (compile) failure; "
                       "create a new session");
     return FAILED;
   }
@@ -1001,22 +1035,13 @@ Status GeSession::RunGraphAsync(uint32_t graph_id, const std::vector<gert::Tenso
   run->session = impl_.get();
   run->inputs = BorrowInputs(inputs);
   run->callback = std::move(callback);
-  // GE: a dynamic-shape graph holds at most 32 pending callbacks; a further submit blocks the caller.
-  {
-    std::lock_guard<std::mutex> lk(node->mu);
-    run->counted = node->compiled && node->dynamic;
-  }
-  if (run->counted) {
-    std::unique_lock<std::mutex> lk(node->pending_mu);
-    node->pending_cv.wait(lk, [&] { return node->pending < kDynamicPendingLimit || impl_->finalized.load(); });
-    ++node->pending;
-  }
+  run->work_stream = twin::CurrentWorkStream();
   node->running.fetch_add(1);
   run->node = std::move(node);
   // Fast path, unobservable in GE's terms: when the graph is compiled and loaded, its model thread exists and no
   // earlier job of this session is still in the compile or executor stage, those stages would only forward the job
   // (in order) to the model thread: hand it over directly and spare two thread wake-ups per run.
-  if (impl_->staged.load() == 0) {
+  if (impl_->staged.load() == 0 && !run->node->dynamic.load()) {
     twin::WorkQueue *q = run->node->ready_queue.load(std::memory_order_acquire);
     if (q != nullptr && q->Push({ModelStageJob, run}, false) == twin::WorkQueue::PushResult::kOk) {
       return SUCCESS;

@@ -35,8 +35,6 @@ static const int ACL_ERROR_RT_EVENT_SYNC_TIMEOUT = 507047;
 
 aclError aclInit(const char *configPath);
 aclError aclFinalize(void);
-// Returns and clears the calling thread's last ACL error text ("" when none).
-const char *aclGetRecentErrMsg(void);
 
 #ifdef __cplusplus
 }

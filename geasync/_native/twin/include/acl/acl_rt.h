@@ -25,6 +25,9 @@ typedef enum aclrtMemcpyKind {
 } aclrtMemcpyKind;
 typedef void (*aclrtHostFunc)(void *args);
 
+// Returns and clears the calling thread's last ACL error text; nullptr when there is none (CANN: "@retval null").
+const char *aclGetRecentErrMsg(void);
+
 aclError aclrtSetDevice(int32_t deviceId);
 aclError aclrtResetDevice(int32_t deviceId);
 aclError aclrtGetDevice(int32_t *deviceId);

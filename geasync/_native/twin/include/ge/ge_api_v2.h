@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "exe_graph/runtime/tensor.h"
+#include "exe_graph/runtime/runtime_tensor.h"
 #include "ge/ge_allocator.h"
 #include "ge/ge_api_error_codes.h"
 #include "ge/ge_graph_compile_summary.h"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "graph/ascend_string.h"
-#include "ge/ge_api_error_codes.h"
+#include "graph/error_codes.h"
 
 namespace twin {
 class GraphAccess;
