@@ -6,7 +6,9 @@
 Policy: a request that finds the graph idle (no batch of this batcher in flight) runs at once, alone: at one
 request in flight, batching costs nothing. Requests arriving while batches are in flight are queued and coalesced;
 the queue is flushed when a batch completes (after the tasks that batch woke have had a turn to send their next
-requests), when it holds ``max_batch_size`` rows, or when its oldest request has waited ``max_delay`` seconds.
+requests), when it holds ``max_batch_size`` rows, or when its oldest request has waited ``max_delay`` seconds --
+then into the runtime's queue behind the running batch, at most one such batch at a time: while the graph is
+saturated, flushing on a timer would only split batches and lengthen the queue.
 
 Requests are concatenated along ``batch_axis`` (0) only with requests of the same dtypes and other dims. A batch
 that fails is split in halves and retried, so one bad request fails alone (a broken or closed session fails every
@@ -283,12 +285,19 @@ class Batcher:
     def _dispatch(self) -> None:
         """Launches batches from the queue while the policy allows, else arms the max_delay timer."""
         queue = self._queue
+        limit = self.max_concurrent_batches
         while queue:
-            oldest = queue[0]
-            due = self._closed or now() - oldest.enqueued >= self.max_delay
-            if self._in_flight >= self.max_concurrent_batches and not due and \
-                    self._queued_rows < self.max_batch_size:
-                self._arm_timer(oldest.enqueued + self.max_delay - now())
+            in_flight = self._in_flight
+            if in_flight < limit or self._closed or self._queued_rows >= self.max_batch_size:
+                self._launch(self._take_batch())
+                continue
+            if in_flight > limit:
+                return  # a batch already waits behind the running ones: flushing more would only split batches
+            # Busy: after max_delay, one more batch goes to wait in the runtime's queue (it then starts the moment
+            # the graph frees up, without a round trip through the loop); until then the queue fills.
+            wait = queue[0].enqueued + self.max_delay - now()
+            if wait > 0:
+                self._arm_timer(wait)
                 return
             self._launch(self._take_batch())
 
