@@ -87,13 +87,16 @@ class Batcher:
     side). ``max_batch_size`` bounds the rows of one run (a larger request is refused with ValueError);
     ``max_delay`` (seconds) bounds how long a request waits for a batch to fill while the graph is busy;
     ``max_concurrent_batches`` (default: one per graph instance) is how many batches may run before requests queue;
-    ``batch_sizes`` (optional) pads every batch with zero rows up to the next listed size, for graphs compiled for
-    fixed batch sizes (fewer recompilations of dynamic-shape graphs).
+    ``batch_sizes`` pads every batch with zero rows up to the next listed size. By default ("auto") the sizes are
+    the powers of two below ``max_batch_size`` and ``max_batch_size`` itself: the runtime builds (and caches, a
+    bounded number per graph) one executable per input shape of a dynamic-shape graph, so unbucketed batches of
+    every size from 1 to 64 would keep rebuilding them. Give the sizes a graph was compiled for (a static graph:
+    its one batch size), or None to run batches unpadded.
     """
 
     def __init__(self, session: Any, graph: Any, *, max_batch_size: int = 64, max_delay: float = 0.002,
                  batch_axis: int = 0, max_concurrent_batches: Optional[int] = None,
-                 batch_sizes: Optional[Sequence[int]] = None, timeout: Optional[float] = None) -> None:
+                 batch_sizes: Any = "auto", timeout: Optional[float] = None) -> None:
         from .pool import GraphPool
         from .session import Session
 
@@ -119,6 +122,10 @@ class Batcher:
             max_concurrent_batches = instances
         if type(max_concurrent_batches) is not int or max_concurrent_batches < 1:
             raise ValueError(f"Batcher: max_concurrent_batches must be a positive int, got {max_concurrent_batches!r}")
+        explicit_sizes = batch_sizes is not None and batch_sizes != "auto"
+        if batch_sizes == "auto":
+            batch_sizes = [1 << k for k in range(max_batch_size.bit_length()) if 1 << k < max_batch_size]
+            batch_sizes.append(max_batch_size)
         if batch_sizes is not None:
             sizes = sorted(set(batch_sizes))
             if not sizes or any(type(n) is not int or n < 1 for n in sizes):
@@ -129,7 +136,7 @@ class Batcher:
         else:
             self._sizes = None
         for graph_id in graph_ids:
-            _compile_for_batches(session, graph_id, self._sizes)
+            _compile_for_batches(session, graph_id, explicit_sizes)
         self.session = session
         self.max_batch_size = max_batch_size
         self.max_delay = float(max_delay)
@@ -467,12 +474,12 @@ class Batcher:
         return self._loop.create_future()
 
 
-def _compile_for_batches(session: Any, graph_id: int, sizes: Optional[list[int]]) -> None:
+def _compile_for_batches(session: Any, graph_id: int, explicit_sizes: bool) -> None:
     """Compiles a graph not compiled yet from its declared input shapes (a symbolic batch dim stays symbolic: a
     first run would fix it to that run's size) and checks that batches of several sizes can run."""
     if session.is_graph_need_rebuild(graph_id):
         session.compile_graph(graph_id)
-    if sizes is None and session.get_compiled_graph_summary(graph_id).is_static:
+    if not explicit_sizes and session.get_compiled_graph_summary(graph_id).is_static:
         raise ValueError(f"Batcher: graph {graph_id} is compiled with static shapes, so its batch size is fixed; "
                          "give its inputs a symbolic batch dim (e.g. 'N'), or pass batch_sizes=[<its batch size>] "
                          "to pad every batch to it")
