@@ -39,7 +39,7 @@ async def test_every_mode_and_outcome_adds_up(anyio_backend):
         s.add_graph(4, ga.Graph.from_onnx(add_model()))  # stream mode
         for _ in range(3):
             await s.run_graph_async(1, [A, A])
-        with pytest.raises(ga.GeError):  # refused at submit: the graph is [1, 16]
+        with pytest.raises(ga.InputError):  # refused at the call (the graph is [1, 16]): never submitted
             await s.run_graph_async(1, [np.zeros((2, 16), np.float32), A])
         with ga.twin.fault(s, 1, "fail_run", nth=1):
             with pytest.raises(ga.GeError):
@@ -49,20 +49,31 @@ async def test_every_mode_and_outcome_adds_up(anyio_backend):
                 await s.run_graph_async(1, [A, A], timeout=0.05)
             await wait_until(lambda: s.statistics().in_flight == 0, "the abandoned run to complete")
         s.run_graph(2, [A, A])
-        with pytest.raises(ga.GeError):
-            s.run_graph(2, [np.zeros((3, 16), np.float32), A])
         await s.run_graph_in_thread(3, [A, A])
         s.run_graph_with_stream_async(4, stream, [A, A])
         stream.synchronize()
         st = s.statistics()
         assert_adds_up(st)
         g = st.graphs
-        assert (g[1].submitted, g[1].completed, g[1].failed, g[1].cancelled) == (6, 3, 2, 1), g[1]
-        assert (g[2].completed, g[2].failed) == (1, 1), g[2]
+        assert (g[1].submitted, g[1].completed, g[1].failed, g[1].cancelled) == (5, 3, 1, 1), g[1]
+        assert (g[2].completed, g[2].failed) == (1, 0), g[2]
         assert (g[3].completed, g[4].completed) == (1, 1), (g[3], g[4])
-        assert (st.in_flight, st.waiting, st.submitted) == (0, 0, 10), st
+        assert (st.in_flight, st.waiting, st.submitted) == (0, 0, 8), st
         assert g[1].latency.count == 3 and st.latency.count == 6
         assert st.oldest_age is None
+
+
+async def test_runs_the_runtime_refuses_at_submit_are_failed(anyio_backend):
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(dyn_add()))
+        s.add_graph(2, ga.Graph.from_onnx(add_model()))
+        with pytest.raises(ga.GeError):  # [2,16] + [3,16] cannot broadcast: RunGraphAsync's compile fails
+            await s.run_graph_async(1, [np.ones((2, 16), np.float32), np.ones((3, 16), np.float32)])
+        with pytest.raises(ga.SessionBrokenError):  # GE now refuses every RunGraphAsync submit of the session
+            await s.run_graph_async(2, [A, A])
+        st = s.statistics()
+        assert (st.graphs[1].failed, st.graphs[2].failed, st.graphs[2].submitted) == (1, 1, 1), st
+        assert_adds_up(st)
 
 
 async def test_waiting_for_a_slot_and_giving_up_there_add_up(anyio_backend):
