@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import anyio
 import numpy as np
@@ -29,7 +29,7 @@ import numpy as np
 from . import _hub
 from ._guard import running_loop
 from ._stats import Histogram, HistogramSnapshot, logger, now
-from .errors import SessionBrokenError, SessionClosedError
+from .errors import GeError, InputError, InputTypeError, SessionBrokenError, SessionClosedError
 from .tensor import Tensor
 
 __all__ = ["Batcher", "BatcherClosedError", "BatcherStatistics"]
@@ -37,6 +37,7 @@ __all__ = ["Batcher", "BatcherClosedError", "BatcherStatistics"]
 # Queueing-delay buckets (seconds) and batch-size buckets (rows).
 _DELAY_BUCKETS = (10e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 1.0)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+PARAM_INVALID = 1343225857
 
 
 class BatcherClosedError(RuntimeError):
@@ -137,6 +138,8 @@ class Batcher:
             self._sizes = None
         for graph_id in graph_ids:
             _compile_for_batches(session, graph_id, explicit_sizes)
+        self._graph_id = graph_ids[0]
+        self._inputs = _declared_inputs(session, graph_ids[0], batch_axis, explicit_sizes)
         self.session = session
         self.max_batch_size = max_batch_size
         self.max_delay = float(max_delay)
@@ -158,8 +161,9 @@ class Batcher:
 
     # --- public API ---
     async def run(self, inputs: Sequence[Any], *, timeout: Optional[float] = None) -> list[Tensor]:
-        """This request's outputs (rows of the batch run it joined). ``inputs`` as for ``run_graph_async``, each
-        with the same batch dim (>= 1) on ``batch_axis``. ``timeout`` (seconds; default: the batcher's) raises
+        """This request's outputs (rows of the batch run it joined). ``inputs`` as for ``run_graph_async`` (a list,
+        or a ``{name: array}`` mapping), each with the same batch dim (>= 1) on ``batch_axis``; a request that does
+        not fit the graph's declared inputs is refused with InputError before it joins a batch. ``timeout`` (seconds; default: the batcher's) raises
         TimeoutError; the request's rows are dropped from its batch."""
         arrays, rows, key = self._check(inputs)
         self._bind()
@@ -194,6 +198,8 @@ class Batcher:
 
     # --- requests ---
     def _check(self, inputs: Any) -> tuple[list, int, tuple]:
+        if isinstance(inputs, Mapping):
+            inputs = self.session.input_list(self._graph_id, inputs)
         if not isinstance(inputs, (list, tuple)) or not inputs:
             raise TypeError(f"Batcher.run: inputs must be a non-empty list of arrays or Tensors, got "
                             f"{type(inputs).__name__}")
@@ -222,8 +228,37 @@ class Batcher:
         if rows > self.max_batch_size:
             raise ValueError(f"Batcher.run(graph={self.graph}): {rows} rows exceed max_batch_size="
                              f"{self.max_batch_size}; split the request or raise max_batch_size")
+        if self._inputs is not None:
+            self._check_declared(arrays)
         key = tuple((a.dtype.str, a.shape[:axis] + a.shape[axis + 1:]) for a in arrays)
         return arrays, rows, key
+
+    def _check_declared(self, arrays: list) -> None:
+        """Refuses a request that does not fit the graph's declared inputs before it joins a batch."""
+        declared = self._inputs
+        assert declared is not None
+        problem, index, error = None, None, InputError
+        if len(arrays) != len(declared):
+            problem = f"the graph takes {len(declared)} input(s), got {len(arrays)}"
+        for i, (a, info) in enumerate(zip(arrays, declared)):
+            if problem:
+                break
+            index = i
+            if info.dtype is not None and a.dtype != info.dtype:
+                problem = f"input {i} ('{info.name}') is {a.dtype}, the graph declares {info.dtype}"
+                error = InputTypeError
+            elif info.shape is not None and len(info.shape) != a.ndim:
+                problem = f"input {i} ('{info.name}') has rank {a.ndim}, the graph declares {list(info.shape)}"
+            elif info.shape is not None:
+                for d, (want, got) in enumerate(zip(info.shape, a.shape)):
+                    if d != self.batch_axis and type(want) is int and want != got:
+                        problem = (f"input {i} ('{info.name}') has shape {list(a.shape)}, the graph declares "
+                                   f"{list(info.shape)}")
+                        break
+        if problem:
+            name = declared[index].name if index is not None and index < len(declared) else None
+            raise error(PARAM_INVALID, problem, "Batcher.run", f"Batcher.run(graph={self.graph})",
+                             graph_id=self._graph_id, input_index=index, input_name=name)
 
     def _bind(self) -> None:
         loop = running_loop()
@@ -472,6 +507,21 @@ class Batcher:
         if self._trio:
             return _hub._TrioWaiter()
         return self._loop.create_future()
+
+
+def _declared_inputs(session: Any, graph_id: int, axis: int, explicit_sizes: bool) -> Optional[tuple]:
+    """The graph's declared inputs (None if geasync cannot read them); a fixed batch dim needs explicit sizes."""
+    try:
+        declared = session.graph_inputs(graph_id)
+    except GeError:
+        return None
+    for info in declared:
+        if info.shape is not None and len(info.shape) > axis and type(info.shape[axis]) is int and \
+                not explicit_sizes:
+            raise ValueError(f"Batcher: input '{info.name}' of graph {graph_id} has a fixed batch dim "
+                             f"({list(info.shape)}); give the model a symbolic batch dim, or pass "
+                             f"batch_sizes=[{info.shape[axis]}] to pad every batch to it")
+    return declared
 
 
 def _compile_for_batches(session: Any, graph_id: int, explicit_sizes: bool) -> None:

@@ -178,11 +178,11 @@ async def test_a_bad_request_fails_alone(anyio_backend):
         fns = [lambda x=x: b.run([x]) for x in good]
         fns.insert(3, lambda: b.run([bad]))
         outs = await gather(*fns)
-        assert isinstance(outs[3], ga.GeError) and "783" in str(outs[3])
+        assert isinstance(outs[3], ga.InputError) and "783" in str(outs[3])
         for x, out in zip(good, outs[:3] + outs[4:]):
             np.testing.assert_allclose(out[0].numpy(), mlp_reference(x), rtol=1e-4, atol=1e-6)
         st = b.statistics()
-        assert st.failed == 1 and st.completed == 6
+        assert st.failed == 0 and st.completed == 6 and st.submitted == 6  # refused before it joined a batch
         assert_adds_up(st)
         (probs,) = await b.run([good[0]])  # the session still works
         assert probs.shape == (1, 10)
@@ -207,6 +207,13 @@ async def test_refusals(anyio_backend):
             ga.Batcher(s, 1, max_delay=-1)
         with pytest.raises(TypeError, match="graph"):
             ga.Batcher(s, "1")
+        with pytest.raises(ga.InputTypeError, match="float64"):
+            await b.run([np.zeros((1, 784))])
+        with pytest.raises(ga.InputError, match="takes 1 input"):
+            await b.run([rows(1, 0), rows(1, 1)])
+        (probs,) = await b.run({"x": rows(2, 0)})  # a {name: array} feed
+        assert probs.shape == (2, 10)
+        assert b.statistics().submitted == 1  # refused requests never joined a batch
 
 
 async def test_static_graph_batches_are_padded(anyio_backend):
