@@ -417,10 +417,13 @@ class Batcher:
             if len(batch) > 1:
                 # let the tasks this batch woke send their next requests first, so they coalesce
                 await _checkpoint(self._trio)
-        except BaseException as exc:  # the loop is shutting down: fail what is left, never leak the error
+        except Exception as exc:  # a bug of ours: the batch's requests get it, never a hang
+            logger.exception("batch of graph %s failed unexpectedly", self.graph)
+            self._fail(batch, exc)
+        except BaseException:  # the loop is shutting down: fail what is left
             self._fail(batch, BatcherClosedError(f"Batcher(graph={self.graph}): the event loop stopped while this "
                                                  "request's batch ran"))
-            if not isinstance(exc, Exception) and not self._trio:
+            if not self._trio:
                 raise
         finally:
             self._in_flight -= 1
@@ -428,7 +431,7 @@ class Batcher:
 
     async def _run_requests(self, batch: list[_Request], retry: bool) -> None:
         """Runs ``batch`` as one graph run; on failure, retries its halves (a bad request fails alone)."""
-        if all(r.state != _RUNNING for r in batch):
+        if all(r.state != _RUNNING or r.waiter.done() for r in batch):
             return
         if retry:
             self._retries += 1
@@ -456,7 +459,8 @@ class Batcher:
             self._fail(batch, exc)
             return
         for request, result in zip(batch, results):
-            if request.state == _RUNNING:
+            # a waiter already done was cancelled: its task has yet to run, and will count it cancelled
+            if request.state == _RUNNING and not request.waiter.done():
                 request.waiter.set_result(result)
                 self._finish(request, "completed")
 
@@ -499,7 +503,7 @@ class Batcher:
 
     def _fail(self, batch: list[_Request], exc: BaseException) -> None:
         for request in batch:
-            if request.state == _RUNNING:
+            if request.state == _RUNNING and not request.waiter.done():
                 request.waiter.set_exception(exc)
                 self._finish(request, "failed")
 

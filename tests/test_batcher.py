@@ -295,3 +295,36 @@ async def test_pool_runs_instances_side_by_side(anyio_backend):
         assert len(results) == 3
         with pytest.raises(ValueError, match="distinct"):
             ga.GraphPool(s, [1, 1])
+
+
+async def test_cancel_storm_never_strands_a_batch(anyio_backend):
+    """Requests cancelled at random moments, some as their batch completes: every other request gets its rows."""
+    import random
+
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        b = ga.Batcher(s, 1, max_batch_size=16, max_delay=0.001)
+        rng = random.Random(3)
+        inputs = [rows(1, seed=i) for i in range(300)]
+        ok = cancelled = 0
+
+        async def one(i):
+            nonlocal ok, cancelled
+            with anyio.move_on_after(rng.choice([0, 0.0005, 0.001, 0.002, 10.0])) as scope:
+                (probs,) = await b.run([inputs[i]])
+                np.testing.assert_allclose(probs.numpy(), mlp_reference(inputs[i]), rtol=1e-4, atol=1e-6)
+                ok += 1
+            if scope.cancelled_caught:
+                cancelled += 1
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for i in range(300):
+                    tg.start_soon(one, i)
+                    if i % 7 == 0:
+                        await anyio.sleep(0)
+        st = b.statistics()
+        assert ok + cancelled == 300 and ok > 0, (ok, cancelled)
+        assert st.completed == ok and st.cancelled == cancelled and st.failed == 0, (st, ok, cancelled)
+        assert_adds_up(st)
+        assert st.queued == 0 and st.running == 0
