@@ -16,6 +16,7 @@ opened and closed (``aclose``: in-flight requests finish first) by the applicati
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -25,6 +26,7 @@ from typing import Any, AsyncIterator, Optional
 
 import anyio
 import numpy as np
+import sniffio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -161,6 +163,8 @@ async def run_unless_disconnected(request: Request, batcher: ga.Batcher, x: np.n
                                   timeout: float) -> Optional[list]:
     """The request's outputs, or None if the client disconnected first (the request is then cancelled): servers
     do not cancel a handler when its client goes away, so watch the connection while the request runs."""
+    if sniffio.current_async_library() == "asyncio":
+        return await _run_unless_disconnected_asyncio(request, batcher, x, timeout)
     outputs = error = None
     async with anyio.create_task_group() as tg:
 
@@ -178,6 +182,32 @@ async def run_unless_disconnected(request: Request, batcher: ga.Batcher, x: np.n
     if error is not None:
         raise error
     return outputs
+
+
+async def _run_unless_disconnected_asyncio(request: Request, batcher: ga.Batcher, x: np.ndarray,
+                                           timeout: float) -> Optional[list]:
+    """The same with a bare asyncio task (no task group): a few microseconds less per request on asyncio/uvloop."""
+    handler = asyncio.current_task()
+    assert handler is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        handler.cancel()
+
+    watcher = asyncio.get_running_loop().create_task(watch())
+    try:
+        return await batcher.run([x], timeout=timeout)
+    except asyncio.CancelledError:
+        uncancel = getattr(handler, "uncancel", None)  # Python 3.11+: other cancellations still propagate
+        if gone and (uncancel is None or uncancel() == 0):
+            return None
+        raise
+    finally:
+        watcher.cancel()
 
 
 def main() -> None:
