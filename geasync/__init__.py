@@ -10,11 +10,13 @@ On a machine without an Ascend NPU, geasync runs on its embedded native CPU twin
 
 from ._lib import backends, current_backend, finalize, live_counters
 from .allocator import Allocator, DeviceAllocator
+from .batcher import Batcher, BatcherClosedError, BatcherStatistics
 from ._guard import SessionStatistics
 from .errors import (ExecutionModeError, GeError, InputError, InputTypeError, SessionBrokenError,
                      SessionClosedError)
 from ._metadata import ModelFormatError, TensorInfo
 from .graph import Graph
+from .pool import GraphPool
 from .session import CompiledGraphSummary, Session
 from .stream import Stream
 from .tensor import Tensor
@@ -24,11 +26,15 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Allocator",
+    "Batcher",
+    "BatcherClosedError",
+    "BatcherStatistics",
     "CompiledGraphSummary",
     "DeviceAllocator",
     "ExecutionModeError",
     "GeError",
     "Graph",
+    "GraphPool",
     "InputError",
     "InputTypeError",
     "ModelFormatError",

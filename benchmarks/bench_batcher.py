@@ -1,0 +1,189 @@
+"""Dynamic batching and graph instances, measured side by side in one run (asyncio and uvloop).
+
+1. The example MLP (784-256-10, symbolic batch), closed-loop clients each sending batch-1 requests:
+   unbatched ``await session.run_graph_async`` against ``await Batcher.run`` at 256 clients (throughput, p50, p99)
+   and at 1 client (p50 latency), the two interleaved within each round.
+2. A heavy model (784-8192-10 MLP) served by 1 and by 2 instances (``GraphPool``), 16 clients, unbatched.
+
+    python benchmarks/bench_batcher.py [--seconds 1.5] [--rounds 3] [--out benchmarks/results/batcher.md]
+
+Targets (printed as met or not): at 256 clients the batcher gives >= 8x the throughput of unbatched runs, with p99
+latency <= max_delay + 2 batch run times (of a full batch); at 1 client it is no slower than unbatched (p50, 10%
+allowance for noise). Not a test: the machine is shared, so only ratios measured in the same round mean much.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import pathlib
+import platform
+import sys
+import time
+
+import numpy as np
+
+import geasync as ga
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples" / "models"))
+from make_models import make_mlp  # noqa: E402
+
+MAX_BATCH = 64
+MAX_DELAY = 0.002
+
+
+async def closed_loop(call, clients: int, seconds: float, x: np.ndarray) -> dict:
+    """``clients`` tasks calling ``call([x])`` back to back for ``seconds``: rate and latency percentiles."""
+    latencies: list[float] = []
+    clock = time.perf_counter
+    stop = clock() + seconds
+
+    async def client() -> None:
+        while True:
+            t0 = clock()
+            if t0 >= stop:
+                return
+            await call([x])
+            latencies.append(clock() - t0)
+
+    t0 = clock()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    elapsed = clock() - t0
+    latencies.sort()
+    n = len(latencies)
+    return {"rps": n / elapsed, "p50": latencies[n // 2], "p99": latencies[min(n - 1, int(n * 0.99))], "n": n}
+
+
+async def one_in_flight(calls: dict, runs: int, x: np.ndarray) -> dict:
+    """p50 latency at 1 in flight of each call, interleaved run by run."""
+    samples: dict = {name: [] for name in calls}
+    clock = time.perf_counter
+    for _ in range(runs):
+        for name, call in calls.items():
+            t0 = clock()
+            await call([x])
+            samples[name].append(clock() - t0)
+    return {name: sorted(s)[len(s) // 2] for name, s in samples.items()}
+
+
+async def batch_run_time(session: ga.Session, graph_id: int, rows: int) -> float:
+    x = np.random.default_rng(1).random((rows, 784), dtype=np.float32)
+    times = []
+    for _ in range(30):
+        t0 = time.perf_counter()
+        await session.run_graph_async(graph_id, [x])
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+async def measure_batching(seconds: float, rounds: int) -> dict:
+    x = np.random.default_rng(0).random((1, 784), dtype=np.float32)
+    graph = ga.Graph.from_onnx(make_mlp())
+    async with ga.Session() as s:
+        s.add_graph_clone(1, graph)  # unbatched
+        s.add_graph_clone(2, graph)  # batched
+        s.add_graph_clone(3, graph)  # full-batch timing
+        for gid in (1, 2, 3):
+            s.compile_graph(gid)  # from the declared shapes: the batch dim stays symbolic
+        batcher = ga.Batcher(s, 2, max_batch_size=MAX_BATCH, max_delay=MAX_DELAY)
+        unbatched = lambda inputs: s.run_graph_async(1, inputs)  # noqa: E731
+        await closed_loop(unbatched, 16, 0.2, x)  # warm up
+        await closed_loop(batcher.run, 16, 0.2, x)
+        before = batcher.statistics().batch_size
+        best: dict = {}
+        for _ in range(rounds):
+            for name, call in (("unbatched", unbatched), ("batcher", batcher.run)):
+                r = await closed_loop(call, 256, seconds, x)
+                if name not in best or r["rps"] > best[name]["rps"]:
+                    best[name] = r
+        after = batcher.statistics().batch_size
+        mean_batch = (after.sum - before.sum) / max(after.count - before.count, 1)  # at 256 clients
+        single = {"unbatched": [], "batcher": []}
+        for _ in range(rounds):
+            p50 = await one_in_flight({"unbatched": unbatched, "batcher": batcher.run}, 1000, x)
+            for k, v in p50.items():
+                single[k].append(v)
+        full_batch = await batch_run_time(s, 3, MAX_BATCH)
+        await batcher.aclose()
+    return {"best": best, "single": {k: min(v) for k, v in single.items()}, "full_batch": full_batch,
+            "mean_batch": mean_batch}
+
+
+async def measure_instances(seconds: float, rounds: int) -> dict:
+    x = np.random.default_rng(0).random((1, 784), dtype=np.float32)
+    graph = ga.Graph.from_onnx(make_mlp(d_hidden=8192))
+    async with ga.Session() as s:
+        one = ga.GraphPool.add(s, graph, graph_ids=[1])
+        two = ga.GraphPool.add(s, graph, graph_ids=[2, 3])
+        for pool in (one, two):
+            await closed_loop(pool.run_graph_async, 4, 0.2, x)  # warm up
+        best = {1: 0.0, 2: 0.0}
+        for _ in range(rounds):
+            for n, pool in ((1, one), (2, two)):
+                best[n] = max(best[n], (await closed_loop(pool.run_graph_async, 16, seconds, x))["rps"])
+    return best
+
+
+def report(loop: str, b: dict, inst: dict) -> list[str]:
+    u, bt = b["best"]["unbatched"], b["best"]["batcher"]
+    speedup = bt["rps"] / u["rps"]
+    bound = MAX_DELAY + 2 * b["full_batch"]
+    single = b["single"]["batcher"] / b["single"]["unbatched"]
+    ms = lambda v: f"{v * 1e3:.2f} ms"  # noqa: E731
+    return [
+        f"| {loop} | 256 | unbatched run_graph_async | {u['rps']:,.0f} | {ms(u['p50'])} | {ms(u['p99'])} |",
+        f"| {loop} | 256 | Batcher (max {MAX_BATCH}, {MAX_DELAY * 1e3:g} ms) | {bt['rps']:,.0f} | {ms(bt['p50'])} | "
+        f"{ms(bt['p99'])} |",
+        f"| {loop} | 1 | unbatched run_graph_async | | {b['single']['unbatched'] * 1e6:.0f} us | |",
+        f"| {loop} | 1 | Batcher | | {b['single']['batcher'] * 1e6:.0f} us | |",
+        "",
+        f"- {loop}: batcher / unbatched at 256 clients: {speedup:.2f}x (target >= 8x: "
+        f"{'met' if speedup >= 8 else 'NOT met'}); mean batch at 256 clients {b['mean_batch']:.1f} rows",
+        f"- {loop}: batcher p99 {ms(bt['p99'])} vs max_delay + 2 full-batch runs ({ms(b['full_batch'])} each) = "
+        f"{ms(bound)} ({'met' if bt['p99'] <= bound else 'NOT met'})",
+        f"- {loop}: at 1 client, batcher p50 / unbatched p50 = {single:.2f} (target <= 1.10: "
+        f"{'met' if single <= 1.10 else 'NOT met'})",
+        f"- {loop}: heavy MLP (784-8192-10), 16 clients: 1 instance {inst[1]:,.0f} runs/s, 2 instances "
+        f"{inst[2]:,.0f} runs/s ({inst[2] / inst[1]:.2f}x)",
+        "",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=1.5, help="seconds per closed-loop measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; the best of each measurement counts")
+    parser.add_argument("--out", type=pathlib.Path, default=None, help="also write the report (markdown) here")
+    args = parser.parse_args()
+    loops = [("asyncio", asyncio.new_event_loop)]
+    try:
+        import uvloop
+
+        loops.append(("uvloop", uvloop.new_event_loop))
+    except ImportError:
+        print("uvloop not installed: measuring asyncio only")
+    lines = [f"Batcher and graph instances, {platform.machine()} Python {platform.python_version()}, backend "
+             f"{ga.current_backend()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start, "
+             f"{args.seconds} s per measurement, best of {args.rounds}", "",
+             "| loop | clients | how | req/s | p50 | p99 |", "|---|---|---|---|---|---|"]
+    notes: list[str] = []
+    for name, factory in loops:
+        loop = factory()
+        try:
+            b = loop.run_until_complete(measure_batching(args.seconds, args.rounds))
+            inst = loop.run_until_complete(measure_instances(args.seconds, args.rounds))
+        finally:
+            loop.close()
+        rows = report(name, b, inst)
+        split = rows.index("")
+        lines += rows[:split]
+        notes += rows[split + 1:]
+    text = "\n".join(lines + [""] + notes + [f"load average at the end: {os.getloadavg()[0]:.1f}"])
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""The example HTTP service (examples/http_service) through httpx's ASGI transport, on asyncio, uvloop and trio:
+JSON and raw-tensor bodies, batching under concurrency, 400 / 503 / 504, /stats and /health, a client that
+disconnects, and the twin's fault injection (a failing run, a dropped callback)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import anyio
+import numpy as np
+import pytest
+
+import geasync as ga
+from conftest import ROOT, make_mlp, numpy_helper
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("starlette")
+
+sys.path.insert(0, str(ROOT / "examples" / "http_service"))
+from app import create_app  # noqa: E402
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120, method="thread")]
+
+W = {i.name: numpy_helper.to_array(i).astype(np.float64) for i in make_mlp().graph.initializer}
+
+
+def reference(x: np.ndarray) -> np.ndarray:
+    h = np.maximum(x.astype(np.float64) @ W["w1"] + W["b1"], 0.0)
+    z = h @ W["w2"] + W["b2"]
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@contextlib.asynccontextmanager
+async def service(**kwargs):
+    app = create_app(make_mlp().SerializeToString(), **kwargs)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+            yield app, client
+
+
+def rows(n, seed):
+    return np.random.default_rng(seed).random((n, 784), dtype=np.float32)
+
+
+async def test_json_and_raw_bodies(anyio_backend):
+    async with service() as (app, client):
+        x = rows(2, 0)
+        r = await client.post("/predict", json={"inputs": x.tolist()})
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(np.array(r.json()["outputs"]), reference(x), rtol=1e-4, atol=1e-6)
+        r = await client.post("/predict", content=x.tobytes(), headers={"content-type": "application/octet-stream"})
+        assert r.status_code == 200, r.text
+        assert r.headers["x-shape"] == "2,10"
+        probs = np.frombuffer(r.content, np.float32).reshape(2, 10)
+        np.testing.assert_allclose(probs, reference(x), rtol=1e-4, atol=1e-6)
+
+
+async def test_concurrent_requests_are_batched(anyio_backend):
+    async with service(max_delay=0.01) as (app, client):
+        xs = [rows(1, i) for i in range(40)]
+        results: dict = {}
+
+        async def one(i):
+            r = await client.post("/predict", json={"inputs": xs[i].tolist()})
+            results[i] = r
+
+        async with anyio.create_task_group() as tg:
+            for i in range(40):
+                tg.start_soon(one, i)
+        for i, r in results.items():
+            assert r.status_code == 200, r.text
+            np.testing.assert_allclose(np.array(r.json()["outputs"]), reference(xs[i]), rtol=1e-4, atol=1e-6)
+        stats = (await client.get("/stats")).json()
+        assert stats["batcher"]["completed"] == 40
+        assert stats["batcher"]["batches"] < 40, stats["batcher"]
+        assert stats["session"]["completed"] == stats["batcher"]["batches"]
+
+
+async def test_bad_input_is_400(anyio_backend):
+    async with service() as (app, client):
+        for kwargs in ({"content": b"not json", "headers": {"content-type": "application/json"}},
+                       {"json": {"inputs": [[1.0, 2.0]]}},
+                       {"json": {"x": [[1.0]]}},
+                       {"content": b'{"inputs": [[' + b",".join([b"NaN"] * 784) + b"]]}",
+                        "headers": {"content-type": "application/json"}},
+                       {"content": b"abc", "headers": {"content-type": "application/octet-stream"}},
+                       {"content": rows(1, 0).tobytes(),
+                        "headers": {"content-type": "application/octet-stream", "x-shape": "3,784"}}):
+            r = await client.post("/predict", **kwargs)
+            assert r.status_code == 400, (kwargs.keys(), r.text)
+            assert r.json()["error"]
+        r = await client.post("/predict", json={"inputs": rows(1, 0).tolist()})
+        assert r.status_code == 200  # still serving
+
+
+async def test_the_third_request_fails_with_503(anyio_backend):
+    faults = {"geasync.twin.faults": "graph_id=1,kind=fail_run,nth=3"}
+    async with service(session_options=faults) as (app, client):
+        codes = []
+        for i in range(5):
+            codes.append((await client.post("/predict", json={"inputs": rows(1, i).tolist()})).status_code)
+        assert codes == [200, 200, 503, 200, 200]
+        assert (await client.get("/health")).status_code == 200
+        stats = (await client.get("/stats")).json()
+        assert stats["session"]["failed"] == 1 and stats["batcher"]["failed"] == 1
+
+
+async def test_a_dropped_callback_times_out_and_shows_in_health(anyio_backend):
+    faults = {"geasync.twin.faults": "graph_id=1,kind=drop_callback,nth=2"}
+    async with service(session_options=faults, request_timeout=0.3, abandon_after=0.2) as (app, client):
+        r = await client.post("/predict", json={"inputs": rows(1, 0).tolist()})
+        assert r.status_code == 200
+        r = await client.post("/predict", json={"inputs": rows(1, 1).tolist()})
+        assert r.status_code == 504, r.text
+        r = await client.post("/predict", json={"inputs": rows(1, 2).tolist()})
+        assert r.status_code == 200  # the session keeps serving
+        health = (await client.get("/health")).json()
+        assert health == {"status": "degraded", "abandoned": 1}, health
+        stats = (await client.get("/stats")).json()
+        assert stats["session"]["abandoned"] == 1 and stats["batcher"]["cancelled"] == 1
+
+
+async def test_closed_session_is_503(anyio_backend):
+    async with service() as (app, client):
+        app.state.session.close()
+        r = await client.post("/predict", json={"inputs": rows(1, 0).tolist()})
+        assert r.status_code == 503, r.text
+        assert (await client.get("/health")).status_code == 503
+
+
+async def test_a_client_that_disconnects_cancels_its_request(anyio_backend):
+    faults = {"geasync.twin.faults": "graph_id=1,kind=delay_run,nth=1,delay=0.3"}
+    async with service(session_options=faults) as (app, client):
+        body = b'{"inputs": [' + b",".join([b"0.5"] * 784) + b"]}"
+        sent = []
+        gone = anyio.Event()
+
+        async def receive():
+            if not sent:
+                sent.append(1)
+                return {"type": "http.request", "body": body, "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/predict", "raw_path": b"/predict", "query_string": b"",
+                 "root_path": "", "headers": [(b"content-type", b"application/json")], "client": ("t", 1),
+                 "server": ("svc", 80), "state": {}}
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(app, scope, receive, send)
+            batcher = app.state.batcher
+            while batcher.statistics().running == 0:
+                await anyio.sleep(0.005)
+            gone.set()  # the client goes away mid-run
+        st = batcher.statistics()
+        assert st.cancelled == 1 and st.completed == 0, st
+        assert app.state.disconnects == 1
+        r = await client.post("/predict", json={"inputs": rows(1, 0).tolist()})
+        assert r.status_code == 200
+
+
+async def test_metrics_and_instances(anyio_backend):
+    pytest.importorskip("prometheus_client")
+    async with service(instances=2) as (app, client):
+        assert isinstance(app.state.batcher.graph, ga.GraphPool)
+        r = await client.post("/predict", json={"inputs": rows(3, 0).tolist()})
+        assert r.status_code == 200
+        text = (await client.get("/metrics")).text
+        assert "geasync_runs_completed_total" in text and "geasync_batch_size_rows_bucket" in text, text
