@@ -21,6 +21,7 @@ OpTable BuildTable() {
   RegisterNNOps(&ops);
   RegisterMovementOps(&ops);
   RegisterReduceOps(&ops);
+  RegisterLogicOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;

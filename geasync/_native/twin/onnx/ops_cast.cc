@@ -186,6 +186,19 @@ class CastKernel : public Kernel {
   int64_t n_;
 };
 
+// CastLike: Cast to the dtype of input 1 (whose contents are unused).
+bool InferCastLike(InferCtx *c, std::string *reason) {
+  const ElemType dst = c->in[1]->dtype;
+  if (!PickCast(c->in[0]->dtype, dst)) {
+    *reason = "cast from " + std::string(ElemTypeName(c->in[0]->dtype)) + " to " + ElemTypeName(dst) +
+              " is not supported by the twin";
+    return false;
+  }
+  c->out[0].dtype = dst;
+  c->out[0].dims = c->in[0]->dims;
+  return true;
+}
+
 std::unique_ptr<Kernel> PrepareCast(const KernelCtx &c, std::string *reason) {
   if (c.in[0]->dtype == c.out[0].dtype) return MakeCopyKernel(c.out[0].Bytes());
   CastFn fn = PickCast(c.in[0]->dtype, c.out[0].dtype);
@@ -200,6 +213,7 @@ std::unique_ptr<Kernel> PrepareCast(const KernelCtx &c, std::string *reason) {
 
 void RegisterCastOps(std::vector<OpDef> *ops) {
   ops->push_back({"Cast", 1, 1, 1, 1, CheckCast, InferCast, PrepareCast, true});
+  ops->push_back({"CastLike", 2, 2, 1, 1, nullptr, InferCastLike, PrepareCast, true});
 }
 
 }  // namespace onnx

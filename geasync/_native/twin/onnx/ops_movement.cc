@@ -797,6 +797,20 @@ std::unique_ptr<Kernel> PrepareRange(const KernelCtx &c, std::string *reason) {
   return k;
 }
 
+
+// Size: the element count of input 0 as an int64 scalar.
+bool InferSize(InferCtx *c, std::string *) {
+  c->out[0].dtype = ElemType::kInt64;
+  c->out[0].dims = {};
+  return true;
+}
+
+std::unique_ptr<Kernel> PrepareSize(const KernelCtx &c, std::string *) {
+  const int64_t n = c.in[0]->NumElements();
+  std::vector<uint8_t> bytes(8);
+  CopyBytes(bytes.data(), &n, 8);
+  return std::make_unique<ConstBytesKernel>(std::move(bytes));
+}
 }  // namespace
 
 void RegisterMovementOps(std::vector<OpDef> *ops) {
@@ -810,6 +824,9 @@ void RegisterMovementOps(std::vector<OpDef> *ops) {
   OpDef shape{"Shape", 1, 1, 1, 1, nullptr, InferShape, PrepareShape, true};
   shape.shape_only = true;
   ops->push_back(shape);
+  OpDef size{"Size", 1, 1, 1, 1, nullptr, InferSize, PrepareSize, true};
+  size.shape_only = true;
+  ops->push_back(size);
   ops->push_back(
       {"ConstantOfShape", 1, 1, 1, 1, CheckConstantOfShape, InferConstantOfShape, PrepareConstantOfShape, true});
   ops->push_back({"Range", 3, 3, 1, 1, nullptr, InferRange, PrepareRange, true});

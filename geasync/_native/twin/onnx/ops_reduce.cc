@@ -1,7 +1,10 @@
-// Reductions: ReduceSum, ReduceMean, ReduceMax with keepdims and noop_with_empty_axes; axes come from the
+// Reductions: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare,
+// ReduceLogSum, ReduceLogSumExp with keepdims and noop_with_empty_axes; axes come from the
 // attribute (ReduceMean/ReduceMax before opset 18, ReduceSum before 13) or the optional input.
 // Floating sums accumulate in double; integer sums wrap; ReduceMax propagates NaN; empty reductions give
-// 0 (Sum), NaN (Mean) and the lowest value / -inf / false (Max), like the ONNX reference.
+// 0 (Sum, L1, L2, SumSquare), NaN (Mean), 1 (Prod), -inf (LogSum, LogSumExp) and the lowest / highest value or
+// -inf / +inf (Max / Min), like the ONNX reference. LogSumExp subtracts the maximum before exp, so it does not
+// overflow where the mathematical result is finite.
 // Kernel loops: -O3 vectorisation (beyond -O2's very-cheap cost model) and no FP-trap semantics, so that
 // selects and divisions in them can be if-converted. Before the includes, so inline helpers get it too.
 #pragma GCC optimize("O3", "no-trapping-math")
@@ -17,7 +20,7 @@ namespace twin {
 namespace onnx {
 namespace {
 
-enum ReduceKind { kSum, kMean, kMax };
+enum ReduceKind { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kSumSquare, kLogSum, kLogSumExp };
 
 int64_t AxesInputOpset(const std::string &op) { return op == "ReduceSum" ? 13 : 18; }
 
@@ -66,7 +69,7 @@ bool ReduceType(ElemType t, const std::string &op) {
   if (IsFloatType(t) || t == ElemType::kInt32 || t == ElemType::kInt64 || t == ElemType::kUint32 ||
       t == ElemType::kUint64)
     return true;
-  if (op == "ReduceMax") return t == ElemType::kInt8 || t == ElemType::kUint8 || t == ElemType::kBool;
+  if (op == "ReduceMax" || op == "ReduceMin") return t == ElemType::kInt8 || t == ElemType::kUint8 || t == ElemType::kBool;
   return false;
 }
 
@@ -97,82 +100,133 @@ bool InferReduce(InferCtx *c, std::string *reason) {
   return true;
 }
 
+// Accumulator: double for floating inputs and for the ops whose result is a real function of the sum (L2, LogSum,
+// LogSumExp); otherwise the integer type itself (sums and products wrap, like numpy).
+template <class C, ReduceKind kKind>
+using AccOf = std::conditional_t<
+    std::is_floating_point<C>::value || kKind == kL2 || kKind == kLogSum || kKind == kLogSumExp, double,
+    std::conditional_t<std::is_same<C, bool>::value, uint8_t, C>>;
+
 template <class S, ReduceKind kKind>
 class ReduceKernel : public Kernel {
   using C = typename Num<S>::C;
-  using Acc = std::conditional_t<std::is_floating_point<C>::value, double,
-                                 std::conditional_t<std::is_same<C, bool>::value, uint8_t, C>>;
+  using Acc = AccOf<C, kKind>;
+  static constexpr bool kFloatAcc = std::is_floating_point<Acc>::value;
 
  public:
   ReduceKernel(std::vector<int64_t> dims, std::vector<int64_t> out_strides, int64_t out_n, int64_t count)
       : dims_(std::move(dims)), ostr_(std::move(out_strides)), out_n_(out_n), count_(count), acc_(out_n),
-        idx_(dims_.size()) {
+        shift_(kKind == kLogSumExp ? out_n : 0), idx_(dims_.size()) {
     total_ = 1;
     for (int64_t d : dims_) total_ *= d;
   }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const S *x = static_cast<const S *>(in[0]);
     S *y = static_cast<S *>(out[0]);
-    Acc init;
-    if constexpr (kKind == kMax) {
-      if constexpr (std::is_floating_point<C>::value) init = -std::numeric_limits<double>::infinity();
-      else init = std::numeric_limits<Acc>::lowest();
-    } else {
-      init = Acc(0);
+    if constexpr (kKind == kLogSumExp) {
+      // exp(x - max) keeps the sum finite; the max is added back after the log.
+      Pass<kMax>(x, shift_.data());
+      for (double &m : shift_) m = std::isfinite(m) ? m : 0.0;
     }
-    std::fill(acc_.begin(), acc_.end(), init);
-    if (total_ > 0) {
-      const size_t r = dims_.size();
-      const int64_t inner = dims_[r - 1], is = ostr_[r - 1];
-      std::fill(idx_.begin(), idx_.end(), 0);
-      int64_t off = 0;
-      for (int64_t i = 0; i < total_; i += inner) {
-        const S *px = x + i;
-        Acc *pa = acc_.data() + off;
-        if (is == 0) {
-          Acc a = *pa;
-          for (int64_t j = 0; j < inner; ++j) a = Combine(a, static_cast<Acc>(Num<S>::Load(px[j])));
-          *pa = a;
-        } else {
-          for (int64_t j = 0; j < inner; ++j) pa[j] = Combine(pa[j], static_cast<Acc>(Num<S>::Load(px[j])));
-        }
-        for (size_t d = r - 1; d-- > 0;) {
-          off += ostr_[d];
-          if (++idx_[d] < dims_[d]) break;
-          off -= ostr_[d] * dims_[d];
-          idx_[d] = 0;
-        }
-      }
-    }
-    for (int64_t o = 0; o < out_n_; ++o) {
-      Acc v = acc_[o];
-      if constexpr (kKind == kMean) {
-        if constexpr (std::is_floating_point<Acc>::value) v = count_ ? v / static_cast<double>(count_) : NAN;
-        else v = count_ ? static_cast<Acc>(v / static_cast<Acc>(count_)) : Acc(0);
-      }
-      y[o] = Num<S>::Store(static_cast<C>(v));
-    }
+    Pass<kKind>(x, acc_.data());
+    for (int64_t o = 0; o < out_n_; ++o) y[o] = Num<S>::Store(static_cast<C>(Finish(acc_[o], o)));
     return true;
   }
 
  private:
-  static Acc Combine(Acc a, Acc b) {
-    if constexpr (kKind == kMax) {
-      if constexpr (std::is_floating_point<Acc>::value) {
+  template <ReduceKind kPass, class A>
+  void Pass(const S *x, A *acc) {
+    std::fill(acc, acc + out_n_, Init<kPass, A>());
+    if (total_ == 0) return;
+    const size_t r = dims_.size();
+    const int64_t inner = dims_[r - 1], is = ostr_[r - 1];
+    std::fill(idx_.begin(), idx_.end(), 0);
+    int64_t off = 0;
+    for (int64_t i = 0; i < total_; i += inner) {
+      const S *px = x + i;
+      A *pa = acc + off;
+      if (is == 0) {
+        A a = *pa;
+        const double sh = kPass == kLogSumExp ? shift_[off] : 0.0;
+        for (int64_t j = 0; j < inner; ++j) a = Combine<kPass, A>(a, Pre<kPass, A>(px[j], sh));
+        *pa = a;
+      } else {
+        for (int64_t j = 0; j < inner; ++j)
+          pa[j] = Combine<kPass, A>(pa[j], Pre<kPass, A>(px[j], kPass == kLogSumExp ? shift_[off + j] : 0.0));
+      }
+      for (size_t d = r - 1; d-- > 0;) {
+        off += ostr_[d];
+        if (++idx_[d] < dims_[d]) break;
+        off -= ostr_[d] * dims_[d];
+        idx_[d] = 0;
+      }
+    }
+  }
+
+  template <ReduceKind kPass, class A>
+  static A Init() {
+    constexpr bool kFloat = std::is_floating_point<A>::value;
+    if constexpr (kPass == kMax) return kFloat ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::lowest();
+    if constexpr (kPass == kMin) return kFloat ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max();
+    if constexpr (kPass == kProd) return A(1);
+    return A(0);
+  }
+
+  // The per-element term of the reduction.
+  template <ReduceKind kPass, class A>
+  static A Pre(S s, [[maybe_unused]] double shift) {
+    const C v = Num<S>::Load(s);
+    if constexpr (kPass == kL1) {
+      if constexpr (std::is_signed<C>::value) return static_cast<A>(v < 0 ? -v : v);
+      else return static_cast<A>(v);
+    } else if constexpr (kPass == kL2 || kPass == kSumSquare) {
+      const A a = static_cast<A>(v);
+      if constexpr (std::is_integral<A>::value) return static_cast<A>(static_cast<uint64_t>(a) * static_cast<uint64_t>(a));
+      else return a * a;
+    } else if constexpr (kPass == kLogSumExp) {
+      return std::exp(static_cast<double>(v) - shift);
+    } else {
+      return static_cast<A>(v);
+    }
+  }
+
+  template <ReduceKind kPass, class A>
+  static A Combine(A a, A b) {
+    if constexpr (kPass == kMax || kPass == kMin) {
+      if constexpr (std::is_floating_point<A>::value) {
         if (a != a) return a;
         if (b != b) return b;
       }
-      return a < b ? b : a;
-    } else if constexpr (std::is_integral<Acc>::value) {
-      return static_cast<Acc>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+      return kPass == kMax ? (a < b ? b : a) : (b < a ? b : a);
+    } else if constexpr (kPass == kProd) {
+      if constexpr (std::is_integral<A>::value) return static_cast<A>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+      else return a * b;
+    } else if constexpr (std::is_integral<A>::value) {
+      return static_cast<A>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
     } else {
       return a + b;
+    }
+  }
+
+  Acc Finish(Acc v, [[maybe_unused]] int64_t o) const {
+    if constexpr (kKind == kMean) {
+      if constexpr (kFloatAcc) return count_ ? v / static_cast<double>(count_) : NAN;
+      else return count_ ? static_cast<Acc>(v / static_cast<Acc>(count_)) : Acc(0);
+    } else if constexpr (kKind == kL2) {
+      return std::sqrt(v);
+    } else if constexpr (kKind == kLogSum) {
+      return std::log(v);
+    } else if constexpr (kKind == kLogSumExp) {
+      return std::log(v) + shift_[o];
+    } else {
+      return v;
     }
   }
 
   std::vector<int64_t> dims_, ostr_;  // input dims and matching output strides (0 on reduced axes)
   int64_t out_n_, count_, total_ = 0;
   std::vector<Acc> acc_;
+  std::vector<double> shift_;  // LogSumExp: per-output max
   std::vector<int64_t> idx_;
 };
 
@@ -200,7 +254,7 @@ std::unique_ptr<Kernel> PrepareReduce(const KernelCtx &kc, std::string *reason) 
   std::unique_ptr<Kernel> k;
   VisitType(kc.out[0].dtype, [&](auto tag) {
     using S = decltype(tag);
-    if constexpr (kKind == kMax || !std::is_same<S, Bool>::value)
+    if constexpr (kKind == kMax || kKind == kMin || !std::is_same<S, Bool>::value)
       k = std::make_unique<ReduceKernel<S, kKind>>(dims, str, out_n, count);
   });
   if (!k) *reason = DtypeNotSupported(kc.out[0].dtype);
@@ -213,6 +267,13 @@ void RegisterReduceOps(std::vector<OpDef> *ops) {
   ops->push_back({"ReduceSum", 1, 2, 1, 1, CheckReduce, InferReduce, PrepareReduce<kSum>, true});
   ops->push_back({"ReduceMean", 1, 2, 1, 1, CheckReduce, InferReduce, PrepareReduce<kMean>, true});
   ops->push_back({"ReduceMax", 1, 2, 1, 1, CheckReduce, InferReduce, PrepareReduce<kMax>, true});
+  ops->push_back({"ReduceMin", 1, 2, 1, 1, CheckReduce, InferReduce, PrepareReduce<kMin>, true});
+  ops->push_back({"ReduceProd", 1, 2, 1, 1, CheckReduce, InferReduce, PrepareReduce<kProd>, true});
+  ops->push_back({"ReduceL1", 1, 2, 1, 1, CheckReduce, InferReduce, PrepareReduce<kL1>, true});
+  ops->push_back({"ReduceL2", 1, 2, 1, 1, CheckReduce, InferReduce, PrepareReduce<kL2>, true});
+  ops->push_back({"ReduceSumSquare", 1, 2, 1, 1, CheckReduce, InferReduce, PrepareReduce<kSumSquare>, true});
+  ops->push_back({"ReduceLogSum", 1, 2, 1, 1, CheckReduce, InferReduce, PrepareReduce<kLogSum>, true});
+  ops->push_back({"ReduceLogSumExp", 1, 2, 1, 1, CheckReduce, InferReduce, PrepareReduce<kLogSumExp>, true});
 }
 
 }  // namespace onnx

@@ -1,0 +1,312 @@
+// Broadcasting comparisons, logic, bitwise and integer-style ops: GreaterOrEqual, LessOrEqual, Xor,
+// BitwiseAnd/Or/Xor/Not, BitShift, Mod; and the variadic broadcasting Sum and Mean.
+// Mod with fmod=0 takes the sign of the divisor (Python / numpy.mod), fmod=1 that of the dividend (C fmod);
+// an integer x mod 0 is 0 (numpy's result), never a trap.
+#pragma GCC optimize("O3", "no-trapping-math")
+
+#include <cmath>
+#include <type_traits>
+
+#include "binary_loop.h"
+#include "elem.h"
+
+namespace twin {
+namespace onnx {
+namespace {
+
+bool SameDtypes(const InferCtx &c, std::string *reason) {
+  for (size_t i = 1; i < c.in.size(); ++i) {
+    if (c.has(i) && c.in[i]->dtype != c.in[0]->dtype) {
+      *reason = std::string("input dtypes ") + ElemTypeName(c.in[0]->dtype) + " and " +
+                ElemTypeName(c.in[i]->dtype) + " differ";
+      return false;
+    }
+  }
+  return true;
+}
+
+using TypeCheck = bool (*)(ElemType);
+bool NumericType(ElemType t) { return IsNumericType(t); }
+bool BoolOnly(ElemType t) { return t == ElemType::kBool; }
+bool IntOnly(ElemType t) { return IsIntType(t); }
+bool FloatOnly(ElemType t) { return IsFloatType(t); }
+
+// Broadcast shape of all inputs; output dtype = input dtype, or bool for comparisons.
+template <TypeCheck kAllowed, bool kBoolOut>
+bool InferNary(InferCtx *c, std::string *reason) {
+  if (!SameDtypes(*c, reason)) return false;
+  if (!kAllowed(c->in[0]->dtype)) {
+    *reason = DtypeNotSupported(c->in[0]->dtype);
+    return false;
+  }
+  std::vector<int64_t> dims = c->in[0]->dims;
+  for (size_t i = 1; i < c->in.size(); ++i)
+    if (!BroadcastShapes(dims, c->in[i]->dims, &dims, reason)) return false;
+  c->out[0].dtype = kBoolOut ? ElemType::kBool : c->in[0]->dtype;
+  c->out[0].dims = std::move(dims);
+  return true;
+}
+
+// ---- binary ops: f works on compute values (Num<S>::C) ----
+
+template <class S, class SO, class F>
+class BinaryKernel : public Kernel {
+ public:
+  BinaryKernel(BroadcastN bc, F f) : bc_(std::move(bc)), ctr_(bc_.dims.size()), f_(f) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const F f = f_;
+    BinaryBroadcastLoop(bc_, ctr_.data(), static_cast<const S *>(in[0]), static_cast<const S *>(in[1]),
+                        static_cast<SO *>(out[0]), [f](S a, S b) { return f(a, b); });
+    return true;
+  }
+
+ private:
+  BroadcastN bc_;
+  std::vector<int64_t> ctr_;
+  F f_;
+};
+
+template <class S, class SO, class F>
+std::unique_ptr<Kernel> MakeBinary(const KernelCtx &c, F f) {
+  return std::make_unique<BinaryKernel<S, SO, F>>(MakeBroadcast2(c.in[0]->dims, c.in[1]->dims, c.out[0].dims), f);
+}
+
+enum CompareKind { kGreaterOrEqual, kLessOrEqual };
+
+template <CompareKind kKind>
+std::unique_ptr<Kernel> PrepareCompare(const KernelCtx &c, std::string *reason) {
+  std::unique_ptr<Kernel> k;
+  VisitType(c.in[0]->dtype, [&](auto tag) {
+    using S = decltype(tag);
+    k = MakeBinary<S, uint8_t>(c, [](S a, S b) {
+      const auto x = Num<S>::Load(a), y = Num<S>::Load(b);
+      return static_cast<uint8_t>(kKind == kGreaterOrEqual ? x >= y : x <= y);
+    });
+  });
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return k;
+}
+
+std::unique_ptr<Kernel> PrepareXor(const KernelCtx &c, std::string *) {
+  return MakeBinary<uint8_t, uint8_t>(c, [](uint8_t a, uint8_t b) { return static_cast<uint8_t>((a != 0) != (b != 0)); });
+}
+
+enum BitKind { kAnd, kOr, kXor };
+
+template <class T, BitKind kKind>
+T BitApply(T a, T b) {
+  return static_cast<T>(kKind == kAnd ? (a & b) : kKind == kOr ? (a | b) : (a ^ b));
+}
+
+template <BitKind kKind>
+std::unique_ptr<Kernel> PrepareBitwise(const KernelCtx &c, std::string *reason) {
+  std::unique_ptr<Kernel> k;
+  VisitType(c.in[0]->dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (kIsInt<S>) k = MakeBinary<S, S>(c, [](S a, S b) { return BitApply<S, kKind>(a, b); });
+  });
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return k;
+}
+
+bool CheckBitShift(const Node &n, int64_t, std::string *reason) {
+  const Attribute *a = n.FindAttr("direction");
+  if (!a || a->type != kAttrString || (a->s != "LEFT" && a->s != "RIGHT")) {
+    *reason = "attribute 'direction' must be the string \"LEFT\" or \"RIGHT\"";
+    return false;
+  }
+  return true;
+}
+
+// Shift amounts outside [0, bits) give the sign fill alone (0, or -1 for a right shift of a negative signed value);
+// a signed left shift shifts the two's complement bits (no undefined behaviour).
+template <class S>
+S ShiftLeft(S a, S b) {
+  using U = std::make_unsigned_t<S>;
+  constexpr S kBits = static_cast<S>(sizeof(S) * 8);
+  return (b < 0 || b >= kBits) ? S(0) : static_cast<S>(static_cast<U>(static_cast<U>(a) << static_cast<U>(b)));
+}
+
+template <class S>
+S ShiftRight(S a, S b) {
+  constexpr S kBits = static_cast<S>(sizeof(S) * 8);
+  if (b < 0 || b >= kBits) return (std::is_signed<S>::value && a < 0) ? static_cast<S>(-1) : S(0);
+  return static_cast<S>(a >> b);
+}
+
+std::unique_ptr<Kernel> PrepareBitShift(const KernelCtx &c, std::string *reason) {
+  const bool left = c.node->FindAttr("direction")->s == "LEFT";
+  std::unique_ptr<Kernel> k;
+  VisitType(c.in[0]->dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (kIsInt<S>) {
+      if (left) k = MakeBinary<S, S>(c, [](S a, S b) { return ShiftLeft(a, b); });
+      else k = MakeBinary<S, S>(c, [](S a, S b) { return ShiftRight(a, b); });
+    }
+  });
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return k;
+}
+
+template <class T>
+T IntMod(T a, T b, bool fmod) {
+  if (b == 0) return T(0);
+  if constexpr (std::is_signed<T>::value) {
+    if (b == T(-1)) return T(0);  // avoids the INT_MIN % -1 trap; the result is 0 anyway
+    T r = static_cast<T>(a % b);
+    if (!fmod && r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
+    return r;
+  } else {
+    return static_cast<T>(a % b);
+  }
+}
+
+template <class C>
+C FloatMod(C a, C b, bool fmod) {
+  C r = std::fmod(a, b);
+  if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+
+bool CheckMod(const Node &n, int64_t, std::string *reason) {
+  int64_t fmod;
+  if (!AttrInt(n, "fmod", 0, &fmod, reason)) return false;
+  if (fmod != 0 && fmod != 1) {
+    *reason = "attribute 'fmod' must be 0 or 1";
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<Kernel> PrepareMod(const KernelCtx &c, std::string *reason) {
+  int64_t fmod_attr;
+  if (!AttrInt(*c.node, "fmod", 0, &fmod_attr, reason)) return nullptr;
+  const bool fmod = fmod_attr != 0;
+  std::unique_ptr<Kernel> k;
+  VisitType(c.in[0]->dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (kIsInt<S>) {
+      k = MakeBinary<S, S>(c, [fmod](S a, S b) { return IntMod(a, b, fmod); });
+    } else if constexpr (kIsFloat<S>) {
+      k = MakeBinary<S, S>(c, [fmod](S a, S b) {
+        return Num<S>::Store(FloatMod(Num<S>::Load(a), Num<S>::Load(b), fmod));
+      });
+    }
+  });
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return k;
+}
+
+// ---- BitwiseNot ----
+
+template <class S>
+class BitNotKernel : public Kernel {
+ public:
+  explicit BitNotKernel(int64_t n) : n_(n) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const S *__restrict x = static_cast<const S *>(in[0]);
+    S *__restrict y = static_cast<S *>(out[0]);
+    for (int64_t i = 0; i < n_; ++i) y[i] = static_cast<S>(~x[i]);
+    return true;
+  }
+
+ private:
+  int64_t n_;
+};
+
+bool InferSameAsInput(InferCtx *c, std::string *reason) {
+  if (!IsIntType(c->in[0]->dtype)) {
+    *reason = DtypeNotSupported(c->in[0]->dtype);
+    return false;
+  }
+  c->out[0] = *c->in[0];
+  return true;
+}
+
+std::unique_ptr<Kernel> PrepareBitNot(const KernelCtx &c, std::string *reason) {
+  std::unique_ptr<Kernel> k;
+  VisitType(c.in[0]->dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (kIsInt<S>) k = std::make_unique<BitNotKernel<S>>(c.out[0].NumElements());
+  });
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return k;
+}
+
+// ---- variadic Sum / Mean: accumulate in the output (float32 for 16-bit types would round per step; the
+// accumulator is the compute type of the storage) ----
+
+template <class S, bool kMean>
+class SumKernel : public Kernel {
+  using C = typename Num<S>::C;
+
+ public:
+  SumKernel(std::vector<BroadcastN> bcs, int64_t n) : bcs_(std::move(bcs)), n_(n), acc_(n) {
+    size_t r = 1;
+    for (const auto &b : bcs_) r = std::max(r, b.dims.size());
+    ctr_.resize(r);
+  }
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    C *acc = acc_.data();
+    for (int64_t i = 0; i < n_; ++i) acc[i] = C(0);
+    for (size_t k = 0; k < bcs_.size(); ++k) {
+      const S *x = static_cast<const S *>(in[k]);
+      const BroadcastN &bc = bcs_[k];
+      const int64_t is = bc.strides[1].back();
+      ForEachRunN(bc, ctr_.data(), [&](const int64_t *off, int64_t oo, int64_t n) {
+        C *__restrict po = acc + oo;
+        const S *__restrict px = x + off[1];
+        if (is) {
+          for (int64_t i = 0; i < n; ++i) po[i] += Num<S>::Load(px[i]);
+        } else {
+          const C v = Num<S>::Load(*px);
+          for (int64_t i = 0; i < n; ++i) po[i] += v;
+        }
+      });
+    }
+    S *y = static_cast<S *>(out[0]);
+    const C scale = kMean ? C(1) / static_cast<C>(bcs_.size()) : C(1);
+    for (int64_t i = 0; i < n_; ++i) y[i] = Num<S>::Store(kMean ? acc[i] * scale : acc[i]);
+    return true;
+  }
+
+ private:
+  std::vector<BroadcastN> bcs_;
+  int64_t n_;
+  std::vector<C> acc_;
+  std::vector<int64_t> ctr_;
+};
+
+template <bool kMean>
+std::unique_ptr<Kernel> PrepareSum(const KernelCtx &c, std::string *reason) {
+  std::vector<BroadcastN> bcs;
+  for (size_t k = 0; k < c.in.size(); ++k) bcs.push_back(MakeBroadcast2(c.out[0].dims, c.in[k]->dims, c.out[0].dims));
+  std::unique_ptr<Kernel> k;
+  VisitType(c.out[0].dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (kIsFloat<S>) k = std::make_unique<SumKernel<S, kMean>>(std::move(bcs), c.out[0].NumElements());
+  });
+  if (!k) *reason = DtypeNotSupported(c.out[0].dtype);
+  return k;
+}
+
+}  // namespace
+
+void RegisterLogicOps(std::vector<OpDef> *ops) {
+  ops->push_back({"GreaterOrEqual", 2, 2, 1, 1, nullptr, InferNary<NumericType, true>,
+                  PrepareCompare<kGreaterOrEqual>, true});
+  ops->push_back({"LessOrEqual", 2, 2, 1, 1, nullptr, InferNary<NumericType, true>, PrepareCompare<kLessOrEqual>,
+                  true});
+  ops->push_back({"Xor", 2, 2, 1, 1, nullptr, InferNary<BoolOnly, true>, PrepareXor, true});
+  ops->push_back({"BitwiseAnd", 2, 2, 1, 1, nullptr, InferNary<IntOnly, false>, PrepareBitwise<kAnd>, true});
+  ops->push_back({"BitwiseOr", 2, 2, 1, 1, nullptr, InferNary<IntOnly, false>, PrepareBitwise<kOr>, true});
+  ops->push_back({"BitwiseXor", 2, 2, 1, 1, nullptr, InferNary<IntOnly, false>, PrepareBitwise<kXor>, true});
+  ops->push_back({"BitwiseNot", 1, 1, 1, 1, nullptr, InferSameAsInput, PrepareBitNot, true});
+  ops->push_back({"BitShift", 2, 2, 1, 1, CheckBitShift, InferNary<IntOnly, false>, PrepareBitShift, true});
+  ops->push_back({"Mod", 2, 2, 1, 1, CheckMod, InferNary<NumericType, false>, PrepareMod, true});
+  ops->push_back({"Sum", 1, 64, 1, 1, nullptr, InferNary<FloatOnly, false>, PrepareSum<false>, true});
+  ops->push_back({"Mean", 1, 64, 1, 1, nullptr, InferNary<FloatOnly, false>, PrepareSum<true>, true});
+}
+
+}  // namespace onnx
+}  // namespace twin
