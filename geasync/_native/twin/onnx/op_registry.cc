@@ -21,6 +21,10 @@ OpTable BuildTable() {
   RegisterNNOps(&ops);
   RegisterMovementOps(&ops);
   RegisterReduceOps(&ops);
+  RegisterResizeOps(&ops);
+  RegisterTopKOps(&ops);
+  RegisterQuantOps(&ops);
+  RegisterDetectOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;
