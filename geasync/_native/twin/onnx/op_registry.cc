@@ -25,6 +25,8 @@ OpTable BuildTable() {
   RegisterTopKOps(&ops);
   RegisterQuantOps(&ops);
   RegisterDetectOps(&ops);
+  RegisterEinsumOps(&ops);
+  RegisterRnnOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;
