@@ -22,6 +22,12 @@ OpTable BuildTable() {
   RegisterMovementOps(&ops);
   RegisterReduceOps(&ops);
   RegisterLogicOps(&ops);
+  RegisterResizeOps(&ops);
+  RegisterTopKOps(&ops);
+  RegisterQuantOps(&ops);
+  RegisterDetectOps(&ops);
+  RegisterEinsumOps(&ops);
+  RegisterRnnOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;

@@ -94,6 +94,14 @@ void RegisterNNOps(std::vector<OpDef> *ops);
 void RegisterMovementOps(std::vector<OpDef> *ops);
 void RegisterReduceOps(std::vector<OpDef> *ops);
 void RegisterLogicOps(std::vector<OpDef> *ops);
+// Ops needing structural work (control flow, recurrent, quantisation, detection, Einsum, random).
+void RegisterResizeOps(std::vector<OpDef> *ops);
+void RegisterTopKOps(std::vector<OpDef> *ops);
+void RegisterQuantOps(std::vector<OpDef> *ops);
+void RegisterEinsumOps(std::vector<OpDef> *ops);
+void RegisterDetectOps(std::vector<OpDef> *ops);
+void RegisterRnnOps(std::vector<OpDef> *ops);
+void RegisterRandomOps(std::vector<OpDef> *ops);
 
 // Decodes a Constant node's value attribute into a tensor (ParseModel calls it once per Constant node).
 bool BuildConstantValue(const Node &node, std::shared_ptr<const ConstTensor> *value, std::string *reason);

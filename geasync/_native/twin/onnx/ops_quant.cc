@@ -1,0 +1,760 @@
+// Quantisation: QuantizeLinear, DequantizeLinear (per-tensor, per-axis and blocked scales; 8/16-bit integer
+// types), DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv.
+// Rounding is half-to-even and results saturate to the target type, as in the ONNX reference. Integer matrix
+// products accumulate exactly in int32 (MatMul*) or in double (the Conv variants reuse the twin's Conv kernel on
+// double data, exact for 8-bit operands). 4-bit and float8 types are refused (the twin has no such dtypes).
+#pragma GCC optimize("O3", "no-trapping-math")
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "broadcast.h"
+#include "elem.h"
+
+namespace twin {
+namespace onnx {
+namespace {
+
+// A kernel's input pointers padded with nullptr up to kMaxIns: optional inputs the node omits at the end are not
+// in the plan's pointer array at all.
+constexpr size_t kMaxIns = 9;
+struct Ins {
+  const void *p[kMaxIns] = {};
+  Ins(const void *const *in, size_t n) {
+    for (size_t i = 0; i < n && i < kMaxIns; ++i) p[i] = in[i];
+  }
+  const void *operator[](size_t i) const { return p[i]; }
+};
+
+bool IsQuantType(ElemType t) {
+  return t == ElemType::kUint8 || t == ElemType::kInt8 || t == ElemType::kUint16 || t == ElemType::kInt16;
+}
+
+// Where an element's scale / zero point lives: per tensor, per slice along axis, or per block along axis.
+struct QuantLayout {
+  int64_t outer = 1, len = 1, inner = 1;  // x viewed as [outer, len, inner] around axis
+  enum { kTensor, kAxis, kBlock } kind = kTensor;
+  int64_t block = 0, nblocks = 1;
+};
+
+bool MakeLayout(const Node &n, const TensorDesc &x, const TensorDesc &scale, QuantLayout *l, std::string *reason) {
+  int64_t axis_attr, block;
+  if (!AttrInt(n, "axis", 1, &axis_attr, reason) || !AttrInt(n, "block_size", 0, &block, reason)) return false;
+  const int64_t rank = static_cast<int64_t>(x.dims.size());
+  if (scale.NumElements() == 1 && scale.dims.size() <= 1) return true;  // per tensor
+  int64_t axis;
+  if (!NormalizeAxis(axis_attr, rank, false, &axis, reason)) return false;
+  for (int64_t d = 0; d < axis; ++d) l->outer *= x.dims[d];
+  l->len = x.dims[axis];
+  for (int64_t d = axis + 1; d < rank; ++d) l->inner *= x.dims[d];
+  if (block <= 0) {
+    if (scale.dims.size() != 1 || scale.dims[0] != l->len) {
+      *reason = "scale " + DescStr(scale) + " must be a scalar or hold one value per slice of axis " +
+                std::to_string(axis) + " (" + std::to_string(l->len) + ")";
+      return false;
+    }
+    l->kind = QuantLayout::kAxis;
+    return true;
+  }
+  l->kind = QuantLayout::kBlock;
+  l->block = block;
+  l->nblocks = (l->len + block - 1) / block;
+  bool ok = static_cast<int64_t>(scale.dims.size()) == rank;
+  for (int64_t d = 0; ok && d < rank; ++d) ok = scale.dims[d] == (d == axis ? l->nblocks : x.dims[d]);
+  if (!ok) {
+    *reason = "blocked scale " + DescStr(scale) + " does not match input " + DescStr(x) + " with block_size " +
+              std::to_string(block) + " on axis " + std::to_string(axis);
+    return false;
+  }
+  return true;
+}
+
+// Calls f(element index, parameter index) for every element of x, in order.
+template <class F>
+inline void ForEachParam(const QuantLayout &l, F &&f) {
+  if (l.kind == QuantLayout::kTensor) {
+    const int64_t n = l.outer * l.len * l.inner;
+    for (int64_t e = 0; e < n; ++e) f(e, int64_t(0));
+    return;
+  }
+  int64_t e = 0;
+  for (int64_t o = 0; o < l.outer; ++o)
+    for (int64_t a = 0; a < l.len; ++a) {
+      const int64_t p = l.kind == QuantLayout::kAxis ? a : (o * l.nblocks + a / l.block) * l.inner;
+      const int64_t step = l.kind == QuantLayout::kAxis ? 0 : 1;
+      for (int64_t i = 0; i < l.inner; ++i, ++e) f(e, p + step * i);
+    }
+}
+
+template <class T>
+double LoadAsDouble(const void *p, int64_t i) {
+  return static_cast<double>(Num<T>::Load(static_cast<const T *>(p)[i]));
+}
+
+double LoadAny(ElemType t, const void *p, int64_t i) {
+  double v = 0;
+  VisitType(t, [&](auto tag) {
+    using S = decltype(tag);
+    v = LoadAsDouble<S>(p, i);
+  });
+  return v;
+}
+
+// Round half to even, then saturate into [lo, hi]; NaN maps to lo like the reference's int32 conversion.
+inline int64_t RoundSat(double v, int64_t lo, int64_t hi) {
+  if (!(v == v)) return lo;
+  const double r = std::nearbyint(v);
+  if (r <= static_cast<double>(lo)) return lo;
+  if (r >= static_cast<double>(hi)) return hi;
+  return static_cast<int64_t>(r);
+}
+
+void TypeRange(ElemType t, int64_t *lo, int64_t *hi) {
+  switch (t) {
+    case ElemType::kUint8: *lo = 0, *hi = 255; break;
+    case ElemType::kInt8: *lo = -128, *hi = 127; break;
+    case ElemType::kUint16: *lo = 0, *hi = 65535; break;
+    case ElemType::kInt16: *lo = -32768, *hi = 32767; break;
+    default: *lo = std::numeric_limits<int32_t>::min(), *hi = std::numeric_limits<int32_t>::max(); break;
+  }
+}
+
+void StoreInt(ElemType t, void *p, int64_t i, int64_t v) {
+  switch (t) {
+    case ElemType::kUint8: static_cast<uint8_t *>(p)[i] = static_cast<uint8_t>(v); break;
+    case ElemType::kInt8: static_cast<int8_t *>(p)[i] = static_cast<int8_t>(v); break;
+    case ElemType::kUint16: static_cast<uint16_t *>(p)[i] = static_cast<uint16_t>(v); break;
+    case ElemType::kInt16: static_cast<int16_t *>(p)[i] = static_cast<int16_t>(v); break;
+    default: static_cast<int32_t *>(p)[i] = static_cast<int32_t>(v); break;
+  }
+}
+
+bool ZeroPointMatches(const InferCtx *c, size_t zp, const TensorDesc &scale, std::string *reason) {
+  if (!c->has(zp)) return true;
+  if (c->in[zp]->dims != scale.dims && !(c->in[zp]->NumElements() == 1 && scale.NumElements() == 1)) {
+    *reason = "zero point " + DescStr(*c->in[zp]) + " must have the scale's shape " + DescStr(scale);
+    return false;
+  }
+  return true;
+}
+
+// Records how many inputs the node has, so that Run can tell omitted trailing inputs apart.
+template <class K>
+std::unique_ptr<Kernel> Sized(std::unique_ptr<K> k, const KernelCtx &kc) {
+  k->n_in_ = kc.in.size();
+  return k;
+}
+
+// ---- QuantizeLinear ----
+
+bool InferQuantize(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0], &s = *c->in[1];
+  if (!IsFloatType(x.dtype) && x.dtype != ElemType::kInt32) {
+    *reason = DtypeNotSupported(x.dtype);
+    return false;
+  }
+  int64_t out_attr = 0;
+  if (!AttrInt(*c->node, "output_dtype", 0, &out_attr, reason)) return false;
+  ElemType out = ElemType::kUint8;
+  if (out_attr && !OnnxTypeToElemType(out_attr, &out)) {
+    *reason = std::string("output_dtype ") + OnnxTypeName(out_attr) + " is not supported by the twin";
+    return false;
+  }
+  if (c->has(2)) out = c->in[2]->dtype;
+  if (!IsQuantType(out)) {
+    *reason = std::string("quantised type ") + ElemTypeName(out) +
+              " is not supported by the twin (uint8, int8, uint16, int16 are)";
+    return false;
+  }
+  if (!ZeroPointMatches(c, 2, s, reason)) return false;
+  if (x.IsStatic() && s.IsStatic()) {
+    QuantLayout l;
+    if (!MakeLayout(*c->node, x, s, &l, reason)) return false;
+  }
+  c->out[0] = {out, x.dims};
+  return true;
+}
+
+class QuantizeKernel : public Kernel {
+ public:
+  size_t n_in_ = kMaxIns;  // inputs the node actually has (set by the prepare function)
+  QuantizeKernel(QuantLayout l, ElemType xt, ElemType st, ElemType zt, ElemType yt)
+      : l_(l), xt_(xt), st_(st), zt_(zt), yt_(yt) {
+    TypeRange(yt, &lo_, &hi_);
+  }
+  bool Run(const void *const *in_raw, void *const *out, std::string *) override {
+    const Ins in(in_raw, n_in_);
+    const bool fast = l_.kind == QuantLayout::kTensor && xt_ == ElemType::kFloat && st_ == ElemType::kFloat;
+    if (fast) {  // the common case: one float scale
+      const float *x = static_cast<const float *>(in[0]);
+      const float s = *static_cast<const float *>(in[1]);
+      const float zp = in[2] ? static_cast<float>(LoadAny(zt_, in[2], 0)) : 0.f;
+      const int64_t n = l_.outer * l_.len * l_.inner;
+      if (yt_ == ElemType::kUint8 || yt_ == ElemType::kInt8) {
+        const float flo = static_cast<float>(lo_), fhi = static_cast<float>(hi_);
+        for (int64_t i = 0; i < n; ++i) {
+          float q = std::nearbyint(x[i] / s);
+          q = q != q ? -2147483648.f : q;
+          q = std::min(fhi, std::max(flo, q + zp));
+          if (yt_ == ElemType::kUint8) static_cast<uint8_t *>(out[0])[i] = static_cast<uint8_t>(q);
+          else static_cast<int8_t *>(out[0])[i] = static_cast<int8_t>(q);
+        }
+        return true;
+      }
+    }
+    ForEachParam(l_, [&](int64_t e, int64_t p) {
+      const float x = static_cast<float>(LoadAny(xt_, in[0], e));
+      const float s = static_cast<float>(LoadAny(st_, in[1], p));
+      const int64_t zp = in[2] ? static_cast<int64_t>(LoadAny(zt_, in[2], p)) : 0;
+      const float q = x / s;
+      const int64_t qi = q == q ? RoundSat(q, -(int64_t(1) << 31), (int64_t(1) << 31) - 1) : -(int64_t(1) << 31);
+      StoreInt(yt_, out[0], e, std::min(hi_, std::max(lo_, qi + zp)));
+    });
+    return true;
+  }
+
+ private:
+  QuantLayout l_;
+  ElemType xt_, st_, zt_, yt_;
+  int64_t lo_, hi_;
+};
+
+std::unique_ptr<Kernel> PrepareQuantize(const KernelCtx &kc, std::string *reason) {
+  QuantLayout l;
+  if (!MakeLayout(*kc.node, *kc.in[0], *kc.in[1], &l, reason)) return nullptr;
+  if (l.kind == QuantLayout::kTensor) l.outer = kc.in[0]->NumElements(), l.len = l.inner = 1;
+  const ElemType zt = kc.in.size() > 2 && kc.in[2] ? kc.in[2]->dtype : ElemType::kUint8;
+  return Sized(std::make_unique<QuantizeKernel>(l, kc.in[0]->dtype, kc.in[1]->dtype, zt, kc.out[0].dtype), kc);
+}
+
+// ---- DequantizeLinear ----
+
+bool InferDequantize(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0], &s = *c->in[1];
+  if (!IsQuantType(x.dtype) && x.dtype != ElemType::kInt32) {
+    *reason = DtypeNotSupported(x.dtype);
+    return false;
+  }
+  if (!IsFloatType(s.dtype)) {
+    *reason = DtypeNotSupported(s.dtype, "scale");
+    return false;
+  }
+  if (c->has(2) && c->in[2]->dtype != x.dtype) {
+    *reason = "zero point dtype " + std::string(ElemTypeName(c->in[2]->dtype)) + " differs from the input's";
+    return false;
+  }
+  int64_t out_attr = 0;
+  if (!AttrInt(*c->node, "output_dtype", 0, &out_attr, reason)) return false;
+  ElemType out = s.dtype;
+  if (out_attr && (!OnnxTypeToElemType(out_attr, &out) || !IsFloatType(out))) {
+    *reason = std::string("output_dtype ") + OnnxTypeName(out_attr) + " is not supported";
+    return false;
+  }
+  if (!ZeroPointMatches(c, 2, s, reason)) return false;
+  if (x.IsStatic() && s.IsStatic()) {
+    QuantLayout l;
+    if (!MakeLayout(*c->node, x, s, &l, reason)) return false;
+  }
+  c->out[0] = {out, x.dims};
+  return true;
+}
+
+template <class Y>
+class DequantizeKernel : public Kernel {
+ public:
+  size_t n_in_ = kMaxIns;  // inputs the node actually has (set by the prepare function)
+  DequantizeKernel(QuantLayout l, ElemType xt, ElemType st) : l_(l), xt_(xt), st_(st) {}
+  bool Run(const void *const *in_raw, void *const *out, std::string *) override {
+    const Ins in(in_raw, n_in_);
+    Y *y = static_cast<Y *>(out[0]);
+    if (l_.kind == QuantLayout::kTensor && st_ == ElemType::kFloat &&
+        (xt_ == ElemType::kUint8 || xt_ == ElemType::kInt8)) {
+      const float s = *static_cast<const float *>(in[1]);
+      const float zp = in[2] ? static_cast<float>(LoadAny(xt_, in[2], 0)) : 0.f;
+      const int64_t n = l_.outer * l_.len * l_.inner;
+      if (xt_ == ElemType::kUint8) {
+        const uint8_t *x = static_cast<const uint8_t *>(in[0]);
+        for (int64_t i = 0; i < n; ++i) y[i] = Num<Y>::Store((static_cast<float>(x[i]) - zp) * s);
+      } else {
+        const int8_t *x = static_cast<const int8_t *>(in[0]);
+        for (int64_t i = 0; i < n; ++i) y[i] = Num<Y>::Store((static_cast<float>(x[i]) - zp) * s);
+      }
+      return true;
+    }
+    ForEachParam(l_, [&](int64_t e, int64_t p) {
+      const float dx = static_cast<float>(LoadAny(xt_, in[0], e)) - (in[2] ? static_cast<float>(LoadAny(xt_, in[2], p)) : 0.f);
+      y[e] = Num<Y>::Store(static_cast<typename Num<Y>::C>(dx * static_cast<float>(LoadAny(st_, in[1], p))));
+    });
+    return true;
+  }
+
+ private:
+  QuantLayout l_;
+  ElemType xt_, st_;
+};
+
+std::unique_ptr<Kernel> PrepareDequantize(const KernelCtx &kc, std::string *reason) {
+  QuantLayout l;
+  if (!MakeLayout(*kc.node, *kc.in[0], *kc.in[1], &l, reason)) return nullptr;
+  if (l.kind == QuantLayout::kTensor) l.outer = kc.in[0]->NumElements(), l.len = l.inner = 1;
+  const ElemType xt = kc.in[0]->dtype, st = kc.in[1]->dtype;
+  switch (kc.out[0].dtype) {
+    case ElemType::kFloat: return Sized(std::make_unique<DequantizeKernel<float>>(l, xt, st), kc);
+    case ElemType::kDouble: return Sized(std::make_unique<DequantizeKernel<double>>(l, xt, st), kc);
+    case ElemType::kFloat16: return Sized(std::make_unique<DequantizeKernel<Half>>(l, xt, st), kc);
+    case ElemType::kBf16: return Sized(std::make_unique<DequantizeKernel<BF16>>(l, xt, st), kc);
+    default: *reason = DtypeNotSupported(kc.out[0].dtype, "output"); return nullptr;
+  }
+}
+
+// ---- DynamicQuantizeLinear ----
+
+bool InferDynamicQuantize(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0];
+  if (x.dtype != ElemType::kFloat) {
+    *reason = DtypeNotSupported(x.dtype);
+    return false;
+  }
+  c->out[0] = {ElemType::kUint8, x.dims};
+  c->out[1] = {ElemType::kFloat, {}};
+  c->out[2] = {ElemType::kUint8, {}};
+  return true;
+}
+
+class DynamicQuantizeKernel : public Kernel {
+ public:
+  size_t n_in_ = kMaxIns;  // inputs the node actually has (set by the prepare function)
+  explicit DynamicQuantizeKernel(int64_t n) : n_(n) {}
+  bool Run(const void *const *in_raw, void *const *out, std::string *) override {
+    const Ins in(in_raw, n_in_);
+    const float *x = static_cast<const float *>(in[0]);
+    float mx = 0.f, mn = 0.f;
+    for (int64_t i = 0; i < n_; ++i) {
+      mx = x[i] > mx ? x[i] : mx;  // NaN never wins, like max(0, ...) on finite data
+      mn = x[i] < mn ? x[i] : mn;
+    }
+    const float scale = (mx == mn ? 1.0f : mx - mn) / 255.0f;
+    const float zp = std::nearbyint(std::max(0.f, std::min(255.f, 0.f - mn / scale)));
+    uint8_t *y = static_cast<uint8_t *>(out[0]);
+    for (int64_t i = 0; i < n_; ++i) {
+      float q = std::nearbyint(x[i] / scale) + zp;
+      q = q != q ? 0.f : q;
+      y[i] = static_cast<uint8_t>(std::min(255.f, std::max(0.f, q)));
+    }
+    *static_cast<float *>(out[1]) = scale;
+    *static_cast<uint8_t *>(out[2]) = static_cast<uint8_t>(zp);
+    return true;
+  }
+
+ private:
+  int64_t n_;
+};
+
+std::unique_ptr<Kernel> PrepareDynamicQuantize(const KernelCtx &kc, std::string *) {
+  return Sized(std::make_unique<DynamicQuantizeKernel>(kc.in[0]->NumElements()), kc);
+}
+
+// ---- MatMulInteger / QLinearMatMul ----
+
+// Shapes of a numpy-style matmul: batch dims broadcast, 1-D operands promoted and their dim dropped.
+bool MatMulShape(const TensorDesc &a, const TensorDesc &b, std::vector<int64_t> *out, std::string *reason) {
+  if (a.dims.empty() || b.dims.empty()) {
+    *reason = "matrix product operands must have rank >= 1";
+    return false;
+  }
+  std::vector<int64_t> ad = a.dims, bd = b.dims;
+  if (ad.size() == 1) ad.insert(ad.begin(), 1);
+  if (bd.size() == 1) bd.push_back(1);
+  const int64_t k1 = ad.back(), k2 = bd[bd.size() - 2];
+  if (k1 >= 0 && k2 >= 0 && k1 != k2) {
+    *reason = "inner dimensions differ: " + ShapeStr(a.dims) + " x " + ShapeStr(b.dims);
+    return false;
+  }
+  std::vector<int64_t> ab(ad.begin(), ad.end() - 2), bb(bd.begin(), bd.end() - 2);
+  const size_t r = std::max(ab.size(), bb.size());
+  ab.insert(ab.begin(), r - ab.size(), 1);
+  bb.insert(bb.begin(), r - bb.size(), 1);
+  out->clear();
+  for (size_t i = 0; i < r; ++i) {
+    if (ab[i] != bb[i] && ab[i] != 1 && bb[i] != 1 && ab[i] >= 0 && bb[i] >= 0) {
+      *reason = "batch dimensions do not broadcast: " + ShapeStr(a.dims) + " x " + ShapeStr(b.dims);
+      return false;
+    }
+    out->push_back(ab[i] == 1 ? bb[i] : ab[i]);
+  }
+  if (a.dims.size() > 1) out->push_back(ad[ad.size() - 2]);
+  if (b.dims.size() > 1) out->push_back(bd.back());
+  return true;
+}
+
+bool IsInt8ish(ElemType t) { return t == ElemType::kUint8 || t == ElemType::kInt8; }
+
+// Batched int32 products C[b] = (A[b] - a_zp[row]) (B[b] - b_zp[col]); zero points per row / per column.
+class IntMatMul {
+ public:
+  bool Init(const TensorDesc &a, const TensorDesc &b, std::string *reason) {
+    at_ = a.dtype;
+    bt_ = b.dtype;
+    std::vector<int64_t> ad = a.dims, bd = b.dims;
+    if (ad.size() == 1) ad.insert(ad.begin(), 1);
+    if (bd.size() == 1) bd.push_back(1);
+    M_ = ad[ad.size() - 2], K_ = ad.back(), N_ = bd.back();
+    std::vector<int64_t> ab(ad.begin(), ad.end() - 2), bb(bd.begin(), bd.end() - 2);
+    const size_t r = std::max(ab.size(), bb.size());
+    ab.insert(ab.begin(), r - ab.size(), 1);
+    bb.insert(bb.begin(), r - bb.size(), 1);
+    batch_ = 1;
+    std::vector<int64_t> outb(r);
+    for (size_t i = 0; i < r; ++i) outb[i] = ab[i] == 1 ? bb[i] : ab[i], batch_ *= outb[i];
+    // Offsets of each output batch into A and B (broadcast dims repeat).
+    a_off_.assign(batch_, 0);
+    b_off_.assign(batch_, 0);
+    std::vector<int64_t> as = Strides(ab), bs = Strides(bb), pos(r, 0);
+    for (int64_t q = 0; q < batch_; ++q) {
+      int64_t ao = 0, bo = 0;
+      for (size_t i = 0; i < r; ++i) {
+        if (ab[i] != 1) ao += pos[i] * as[i];
+        if (bb[i] != 1) bo += pos[i] * bs[i];
+      }
+      a_off_[q] = ao * M_ * K_;
+      b_off_[q] = bo * K_ * N_;
+      for (size_t i = r; i-- > 0;) {
+        if (++pos[i] < outb[i]) break;
+        pos[i] = 0;
+      }
+    }
+    (void)reason;
+    return true;
+  }
+  size_t scratch_bytes() const { return static_cast<size_t>(K_ * N_ + K_) * 4 + 64; }
+  int64_t rows() const { return M_; }
+  int64_t cols() const { return N_; }
+  int64_t batches() const { return batch_; }
+  // a_zp / b_zp: nullptr (0), one value, or per row / per column. c: int32 [batch, M, N].
+  void Run(const void *A, const void *B, const void *azp, int64_t azp_n, const void *bzp, int64_t bzp_n,
+           int32_t *c, void *scratch) const {
+    int32_t *bt = static_cast<int32_t *>(scratch);  // B - zp, transposed to [N, K] for contiguous dot products
+    int32_t *arow = bt + K_ * N_;
+    for (int64_t q = 0; q < batch_; ++q) {
+      for (int64_t k = 0; k < K_; ++k)
+        for (int64_t n = 0; n < N_; ++n) {
+          const int32_t zp = bzp ? static_cast<int32_t>(LoadAny(bt_, bzp, bzp_n == 1 ? 0 : n)) : 0;
+          bt[n * K_ + k] = static_cast<int32_t>(LoadAny(bt_, B, b_off_[q] + k * N_ + n)) - zp;
+        }
+      for (int64_t m = 0; m < M_; ++m) {
+        const int32_t zp = azp ? static_cast<int32_t>(LoadAny(at_, azp, azp_n == 1 ? 0 : m)) : 0;
+        Widen(A, a_off_[q] + m * K_, arow, zp);
+        int32_t *cr = c + (q * M_ + m) * N_;
+        for (int64_t n = 0; n < N_; ++n) {
+          const int32_t *bc = bt + n * K_;
+          int32_t s = 0;
+          for (int64_t k = 0; k < K_; ++k) s += arow[k] * bc[k];
+          cr[n] = s;
+        }
+      }
+    }
+  }
+
+ private:
+  void Widen(const void *A, int64_t off, int32_t *row, int32_t zp) const {
+    if (at_ == ElemType::kUint8) {
+      const uint8_t *p = static_cast<const uint8_t *>(A) + off;
+      for (int64_t k = 0; k < K_; ++k) row[k] = static_cast<int32_t>(p[k]) - zp;
+    } else {
+      const int8_t *p = static_cast<const int8_t *>(A) + off;
+      for (int64_t k = 0; k < K_; ++k) row[k] = static_cast<int32_t>(p[k]) - zp;
+    }
+  }
+  ElemType at_ = ElemType::kUint8, bt_ = ElemType::kUint8;
+  int64_t M_ = 0, K_ = 0, N_ = 0, batch_ = 0;
+  std::vector<int64_t> a_off_, b_off_;
+};
+
+bool InferMatMulInteger(InferCtx *c, std::string *reason) {
+  const TensorDesc &a = *c->in[0], &b = *c->in[1];
+  if (!IsInt8ish(a.dtype) || !IsInt8ish(b.dtype)) {
+    *reason = "inputs must be uint8 or int8, got " + DescStr(a) + " and " + DescStr(b);
+    return false;
+  }
+  std::vector<int64_t> dims;
+  if (!MatMulShape(a, b, &dims, reason)) return false;
+  c->out[0] = {ElemType::kInt32, dims};
+  return true;
+}
+
+class MatMulIntegerKernel : public Kernel {
+ public:
+  size_t n_in_ = kMaxIns;  // inputs the node actually has (set by the prepare function)
+  MatMulIntegerKernel(IntMatMul mm, int64_t azp_n, int64_t bzp_n) : mm_(std::move(mm)), azp_n_(azp_n), bzp_n_(bzp_n) {}
+  size_t scratch_bytes() const override { return mm_.scratch_bytes(); }
+  bool Run(const void *const *in_raw, void *const *out, std::string *) override {
+    const Ins in(in_raw, n_in_);
+    mm_.Run(in[0], in[1], in[2], azp_n_, in[3], bzp_n_, static_cast<int32_t *>(out[0]), scratch_);
+    return true;
+  }
+
+ private:
+  IntMatMul mm_;
+  int64_t azp_n_, bzp_n_;
+};
+
+int64_t OptCount(const KernelCtx &kc, size_t i) {
+  return i < kc.in.size() && kc.in[i] ? kc.in[i]->NumElements() : 0;
+}
+
+bool CheckZpCount(int64_t n, int64_t want, const char *what, std::string *reason) {
+  if (n == 0 || n == 1 || n == want) return true;
+  *reason = std::string(what) + " zero point must hold 1 or " + std::to_string(want) + " values, got " +
+            std::to_string(n);
+  return false;
+}
+
+std::unique_ptr<Kernel> PrepareMatMulInteger(const KernelCtx &kc, std::string *reason) {
+  IntMatMul mm;
+  if (!mm.Init(*kc.in[0], *kc.in[1], reason)) return nullptr;
+  const int64_t an = OptCount(kc, 2), bn = OptCount(kc, 3);
+  if (!CheckZpCount(an, mm.rows(), "A's", reason) || !CheckZpCount(bn, mm.cols(), "B's", reason)) return nullptr;
+  return Sized(std::make_unique<MatMulIntegerKernel>(std::move(mm), an, bn), kc);
+}
+
+bool InferQLinearMatMul(InferCtx *c, std::string *reason) {
+  const TensorDesc &a = *c->in[0], &b = *c->in[3];
+  if (!IsInt8ish(a.dtype) || !IsInt8ish(b.dtype)) {
+    *reason = "inputs must be uint8 or int8, got " + DescStr(a) + " and " + DescStr(b);
+    return false;
+  }
+  for (size_t i : {1, 4, 6})
+    if (!IsFloatType(c->in[i]->dtype)) {
+      *reason = DtypeNotSupported(c->in[i]->dtype, "scale");
+      return false;
+    }
+  std::vector<int64_t> dims;
+  if (!MatMulShape(a, b, &dims, reason)) return false;
+  const ElemType yt = c->has(7) ? c->in[7]->dtype : a.dtype;
+  if (!IsInt8ish(yt)) {
+    *reason = DtypeNotSupported(yt, "output");
+    return false;
+  }
+  c->out[0] = {yt, dims};
+  return true;
+}
+
+class QLinearMatMulKernel : public Kernel {
+ public:
+  size_t n_in_ = kMaxIns;  // inputs the node actually has (set by the prepare function)
+  QLinearMatMulKernel(IntMatMul mm, std::vector<ElemType> types, std::vector<int64_t> counts, ElemType yt)
+      : mm_(std::move(mm)), types_(std::move(types)), counts_(std::move(counts)), yt_(yt) {
+    TypeRange(yt, &lo_, &hi_);
+  }
+  size_t scratch_bytes() const override {
+    return mm_.scratch_bytes() + static_cast<size_t>(mm_.batches() * mm_.rows() * mm_.cols()) * 4 + 64;
+  }
+  bool Run(const void *const *in_raw, void *const *out, std::string *) override {
+    const Ins in(in_raw, n_in_);
+    const size_t mm_bytes = (mm_.scratch_bytes() + 63) / 64 * 64;
+    int32_t *acc = reinterpret_cast<int32_t *>(static_cast<uint8_t *>(scratch_) + mm_bytes);
+    mm_.Run(in[0], in[3], in[2], counts_[2], in[5], counts_[5], acc, scratch_);
+    const int64_t M = mm_.rows(), N = mm_.cols();
+    const double yzp = in[7] ? LoadAny(types_[7], in[7], 0) : 0.0;
+    const double ys = LoadAny(types_[6], in[6], 0);
+    for (int64_t q = 0; q < mm_.batches(); ++q)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          const double as = LoadAny(types_[1], in[1], counts_[1] == 1 ? 0 : m);
+          const double bs = LoadAny(types_[4], in[4], counts_[4] == 1 ? 0 : n);
+          // The reference scales in float32: a_scale * b_scale / y_scale, then the int32 sum times that.
+          const float f = static_cast<float>(as) * static_cast<float>(bs) / static_cast<float>(ys);
+          const int64_t e = (q * M + m) * N + n;
+          const double d = static_cast<double>(acc[e]) * f + yzp;
+          StoreInt(yt_, out[0], e, RoundSat(d, lo_, hi_));
+        }
+    return true;
+  }
+
+ private:
+  IntMatMul mm_;
+  std::vector<ElemType> types_;
+  std::vector<int64_t> counts_;
+  ElemType yt_;
+  int64_t lo_, hi_;
+};
+
+std::unique_ptr<Kernel> PrepareQLinearMatMul(const KernelCtx &kc, std::string *reason) {
+  IntMatMul mm;
+  if (!mm.Init(*kc.in[0], *kc.in[3], reason)) return nullptr;
+  std::vector<ElemType> types(8, ElemType::kUint8);
+  std::vector<int64_t> counts(8, 0);
+  for (size_t i = 0; i < 8; ++i) {
+    if (i < kc.in.size() && kc.in[i]) types[i] = kc.in[i]->dtype;
+    counts[i] = OptCount(kc, i);
+  }
+  if (!CheckZpCount(counts[1], mm.rows(), "a_scale/", reason) || !CheckZpCount(counts[2], mm.rows(), "A's", reason) ||
+      !CheckZpCount(counts[4], mm.cols(), "b_scale/", reason) || !CheckZpCount(counts[5], mm.cols(), "B's", reason))
+    return nullptr;
+  if (counts[1] == 0 || counts[4] == 0 || counts[6] != 1 || counts[7] > 1) {
+    *reason = "scales must be given; y_scale and y_zero_point must hold one value";
+    return nullptr;
+  }
+  return Sized(std::make_unique<QLinearMatMulKernel>(std::move(mm), types, counts, kc.out[0].dtype), kc);
+}
+
+// ---- ConvInteger / QLinearConv: the twin's Conv on double copies of the zero-point-shifted operands ----
+
+const OpDef &ConvOp() { return *FindOp("Conv"); }
+
+bool InferConvVia(InferCtx *c, size_t x, size_t w, ElemType out, std::string *reason) {
+  const TensorDesc &xd = *c->in[x], &wd = *c->in[w];
+  if (!IsInt8ish(xd.dtype) || !IsInt8ish(wd.dtype)) {
+    *reason = "X and W must be uint8 or int8, got " + DescStr(xd) + " and " + DescStr(wd);
+    return false;
+  }
+  TensorDesc fx{ElemType::kDouble, xd.dims}, fw{ElemType::kDouble, wd.dims};
+  InferCtx cc;
+  cc.node = c->node;
+  cc.opset = c->opset;
+  cc.need_static = c->need_static;
+  cc.in = {&fx, &fw};
+  cc.in_data = {nullptr, nullptr};
+  cc.out.resize(1);
+  if (!ConvOp().infer(&cc, reason)) return false;
+  c->out[0] = {out, cc.out[0].dims};
+  return true;
+}
+
+bool InferConvInteger(InferCtx *c, std::string *reason) {
+  return InferConvVia(c, 0, 1, ElemType::kInt32, reason);
+}
+
+bool InferQLinearConv(InferCtx *c, std::string *reason) {
+  const ElemType yt = c->has(7) ? c->in[7]->dtype : c->in[0]->dtype;
+  if (!IsInt8ish(yt)) {
+    *reason = DtypeNotSupported(yt, "output");
+    return false;
+  }
+  if (c->has(8) && c->in[8]->dtype != ElemType::kInt32) {
+    *reason = "bias must be int32, got " + DescStr(*c->in[8]);
+    return false;
+  }
+  return InferConvVia(c, 0, 3, yt, reason);
+}
+
+// Roles of the node's inputs, by position: X, W, their zero points and (QLinearConv) scales and bias.
+struct ConvIO {
+  int x, w, xzp, wzp, xs = -1, ws = -1, ys = -1, yzp = -1, bias = -1;
+};
+
+class ConvViaDouble : public Kernel {
+ public:
+  size_t n_in_ = kMaxIns;  // inputs the node actually has (set by the prepare function)
+  ConvViaDouble(std::unique_ptr<Kernel> conv, ConvIO io, std::vector<ElemType> types, std::vector<int64_t> counts,
+                int64_t nx, int64_t nw, int64_t ny, int64_t M, ElemType yt)
+      : conv_(std::move(conv)), io_(io), types_(std::move(types)), counts_(std::move(counts)), nx_(nx), nw_(nw),
+        ny_(ny), M_(M), yt_(yt) {
+    TypeRange(yt, &lo_, &hi_);
+  }
+  size_t scratch_bytes() const override {
+    return static_cast<size_t>(nx_ + nw_ + ny_) * 8 + 3 * 64 + conv_->scratch_bytes();
+  }
+  bool Run(const void *const *in_raw, void *const *out, std::string *reason) override {
+    const Ins in(in_raw, n_in_);
+    double *x = static_cast<double *>(scratch_);
+    double *w = x + Pad(nx_);
+    double *y = w + Pad(nw_);
+    conv_->set_scratch(y + Pad(ny_));
+    const double xzp = io_.xzp >= 0 && in[io_.xzp] ? LoadAny(types_[io_.xzp], in[io_.xzp], 0) : 0.0;
+    for (int64_t i = 0; i < nx_; ++i) x[i] = LoadAny(types_[io_.x], in[io_.x], i) - xzp;
+    const int64_t per = M_ ? nw_ / M_ : 0;
+    for (int64_t m = 0; m < M_; ++m) {
+      const bool has = io_.wzp >= 0 && in[io_.wzp];
+      const double wzp = has ? LoadAny(types_[io_.wzp], in[io_.wzp], counts_[io_.wzp] == 1 ? 0 : m) : 0.0;
+      for (int64_t i = 0; i < per; ++i) w[m * per + i] = LoadAny(types_[io_.w], in[io_.w], m * per + i) - wzp;
+    }
+    const void *cin[2] = {x, w};
+    void *cout[1] = {y};
+    if (!conv_->Run(cin, cout, reason)) return false;
+    if (io_.ys < 0) {
+      for (int64_t i = 0; i < ny_; ++i) static_cast<int32_t *>(out[0])[i] = static_cast<int32_t>(y[i]);
+      return true;
+    }
+    const float xs = static_cast<float>(LoadAny(types_[io_.xs], in[io_.xs], 0));
+    const float ys = static_cast<float>(LoadAny(types_[io_.ys], in[io_.ys], 0));
+    const float yzp = io_.yzp >= 0 && in[io_.yzp] ? static_cast<float>(LoadAny(types_[io_.yzp], in[io_.yzp], 0)) : 0.f;
+    const int64_t spatial = M_ ? ny_ / M_ : 0;
+    for (int64_t i = 0; i < ny_; ++i) {
+      const int64_t m = spatial ? (i / spatial) % M_ : 0;
+      const float ws = static_cast<float>(LoadAny(types_[io_.ws], in[io_.ws], counts_[io_.ws] == 1 ? 0 : m));
+      const double b = io_.bias >= 0 && in[io_.bias] ? static_cast<const int32_t *>(in[io_.bias])[m] : 0;
+      const float v = static_cast<float>(y[i] + b) * (xs * ws / ys) + yzp;
+      StoreInt(yt_, out[0], i, RoundSat(v, lo_, hi_));
+    }
+    return true;
+  }
+
+ private:
+  static int64_t Pad(int64_t n) { return (n + 7) / 8 * 8; }
+  std::unique_ptr<Kernel> conv_;
+  ConvIO io_;
+  std::vector<ElemType> types_;
+  std::vector<int64_t> counts_;
+  int64_t nx_, nw_, ny_, M_;
+  ElemType yt_;
+  int64_t lo_, hi_;
+};
+
+std::unique_ptr<Kernel> PrepareConvVia(const KernelCtx &kc, ConvIO io, std::string *reason) {
+  TensorDesc fx{ElemType::kDouble, kc.in[io.x]->dims}, fw{ElemType::kDouble, kc.in[io.w]->dims};
+  KernelCtx cc;
+  cc.node = kc.node;
+  cc.opset = kc.opset;
+  cc.in = {&fx, &fw};
+  cc.in_data = {nullptr, nullptr};
+  cc.out = {TensorDesc{ElemType::kDouble, kc.out[0].dims}};
+  std::unique_ptr<Kernel> conv = ConvOp().prepare(cc, reason);
+  if (!conv) return nullptr;
+  std::vector<ElemType> types(9, ElemType::kUint8);  // every role position, given or not
+  std::vector<int64_t> counts(9, 0);
+  for (size_t i = 0; i < kc.in.size(); ++i) {
+    if (kc.in[i]) types[i] = kc.in[i]->dtype;
+    counts[i] = OptCount(kc, i);
+  }
+  const int64_t M = kc.in[io.w]->dims[0];
+  for (int i : {io.wzp, io.ws})
+    if (i >= 0 && !CheckZpCount(counts[i], M, "W's", reason)) return nullptr;
+  for (int i : {io.xzp, io.xs, io.ys, io.yzp})
+    if (i >= 0 && counts[i] > 1) {
+      *reason = "input '" + kc.node->input_names[i] + "' must hold one value";
+      return nullptr;
+    }
+  if (io.bias >= 0 && counts[io.bias] != 0 && counts[io.bias] != M) {
+    *reason = "bias must hold one value per output channel";
+    return nullptr;
+  }
+  return Sized(std::make_unique<ConvViaDouble>(std::move(conv), io, types, counts, kc.in[io.x]->NumElements(),
+                                         kc.in[io.w]->NumElements(), kc.out[0].NumElements(), M, kc.out[0].dtype), kc);
+}
+
+std::unique_ptr<Kernel> PrepareConvInteger(const KernelCtx &kc, std::string *reason) {
+  ConvIO io{0, 1, 2, 3};
+  return PrepareConvVia(kc, io, reason);
+}
+
+std::unique_ptr<Kernel> PrepareQLinearConv(const KernelCtx &kc, std::string *reason) {
+  ConvIO io{0, 3, 2, 5, 1, 4, 6, 7, 8};
+  return PrepareConvVia(kc, io, reason);
+}
+
+}  // namespace
+
+void RegisterQuantOps(std::vector<OpDef> *ops) {
+  ops->push_back({"QuantizeLinear", 2, 3, 1, 1, nullptr, InferQuantize, PrepareQuantize, true});
+  ops->push_back({"DequantizeLinear", 2, 3, 1, 1, nullptr, InferDequantize, PrepareDequantize, true});
+  ops->push_back({"DynamicQuantizeLinear", 1, 1, 3, 3, nullptr, InferDynamicQuantize, PrepareDynamicQuantize, true});
+  ops->push_back({"MatMulInteger", 2, 4, 1, 1, nullptr, InferMatMulInteger, PrepareMatMulInteger, true});
+  ops->push_back({"QLinearMatMul", 8, 8, 1, 1, nullptr, InferQLinearMatMul, PrepareQLinearMatMul, true});
+  ops->push_back({"ConvInteger", 2, 4, 1, 1, nullptr, InferConvInteger, PrepareConvInteger, true});
+  ops->push_back({"QLinearConv", 8, 9, 1, 1, nullptr, InferQLinearConv, PrepareQLinearConv, true});
+}
+
+}  // namespace onnx
+}  // namespace twin
