@@ -1,6 +1,7 @@
 // Elementwise ops. Broadcasting binary arithmetic (Add, Sub, Mul, Div, Pow), variadic Max/Min, comparisons
 // (Equal, Less, Greater -> bool), logic (And, Or, Not), Where, Clip and the unary math/activation family
-// (Sqrt, Exp, Log, Neg, Abs, Reciprocal, Erf, Relu, LeakyRelu, Sigmoid, Tanh, Gelu).
+// (Sqrt, Exp, Log, trigonometric and hyperbolic functions, rounding, Sign, IsNaN/IsInf, Relu and its relatives,
+// Sigmoid, Tanh, Gelu, ...); float32 Exp/Log/Tanh/Erf/Sigmoid/Sqrt/Gelu run the vectorised kernels of vmath.h.
 // float16/bfloat16 are computed in float and rounded once per op, like numpy. Integer arithmetic wraps like
 // numpy; integer Div truncates toward zero like the ONNX reference (x / 0 gives 0).
 // Kernel loops: -O3 vectorisation (beyond -O2's very-cheap cost model) and no FP-trap semantics, so that
@@ -14,6 +15,7 @@
 
 #include "broadcast.h"
 #include "elem.h"
+#include "vmath.h"
 
 namespace twin {
 namespace onnx {
@@ -450,106 +452,159 @@ std::unique_ptr<Kernel> PrepareWhere(const KernelCtx &c, std::string *reason) {
 
 // ---- unary ----
 
-struct NegF {
+// Attribute values of a unary op (alpha, beta, gamma, IsInf's detect flags), read once at prepare time.
+struct UnaryParams {
+  float a = 0.f, b = 0.f;
+};
+
+// Functors: Apply on the compute type; kArray, when set, is the vectorised float32 array kernel of the same
+// function (vmath.h), used instead of the element loop for float32 tensors.
+struct NoArray {
+  static constexpr vmath::ArrayFn kArray = nullptr;
+};
+
+struct NegF : NoArray {
   template <class C>
-  static C Apply(C x, float) {
+  static C Apply(C x, const UnaryParams &) {
     if constexpr (std::is_integral<C>::value) return WrapSub(C(0), x);
     else return -x;
   }
 };
-struct AbsF {
+struct AbsF : NoArray {
   template <class C>
-  static C Apply(C x, float) {
+  static C Apply(C x, const UnaryParams &) {
     if constexpr (std::is_unsigned<C>::value) return x;
     else if constexpr (std::is_integral<C>::value) return x < 0 ? WrapSub(C(0), x) : x;
     else return std::fabs(x);
   }
 };
-struct SqrtF {
+struct SignF : NoArray {
   template <class C>
-  static C Apply(C x, float) { return std::sqrt(x); }
-};
-struct ExpF {
-  template <class C>
-  static C Apply(C x, float) { return std::exp(x); }
-};
-struct LogF {
-  template <class C>
-  static C Apply(C x, float) { return std::log(x); }
-};
-struct ReciprocalF {
-  template <class C>
-  static C Apply(C x, float) { return C(1) / x; }
-};
-struct ErfF {
-  template <class C>
-  static C Apply(C x, float) { return std::erf(x); }
-};
-struct ReluF {
-  template <class C>
-  static C Apply(C x, float) {
-    return x < C(0) ? C(0) : x;  // NaN stays NaN; branch-free, so it vectorises
+  static C Apply(C x, const UnaryParams &) {
+    if (x > C(0)) return C(1);
+    if constexpr (std::is_signed<C>::value)
+      if (x < C(0)) return C(-1);
+    return x == C(0) ? C(0) : x;  // NaN stays NaN
   }
 };
-struct LeakyReluF {
+struct BitwiseNotF : NoArray {
   template <class C>
-  static C Apply(C x, float alpha) { return x >= C(0) ? x : x * static_cast<C>(alpha); }
+  static C Apply(C x, const UnaryParams &) { return static_cast<C>(~x); }
 };
-struct SigmoidF {
+struct NotF : NoArray {
   template <class C>
-  static C Apply(C x, float) {
+  static C Apply(C x, const UnaryParams &) { return !x; }
+};
+
+// Float functions: C is float or double (float16/bfloat16 compute in float).
+#define TWIN_STD_UNARY(Name, expr, array)           \
+  struct Name {                                     \
+    static constexpr vmath::ArrayFn kArray = array; \
+    template <class C>                              \
+    static C Apply(C x, const UnaryParams &p) {     \
+      (void)p;                                      \
+      return expr;                                  \
+    }                                               \
+  };
+
+TWIN_STD_UNARY(SqrtF, std::sqrt(x), vmath::SqrtArray)
+TWIN_STD_UNARY(ExpF, std::exp(x), vmath::ExpArray)
+TWIN_STD_UNARY(LogF, std::log(x), vmath::LogArray)
+TWIN_STD_UNARY(ReciprocalF, C(1) / x, nullptr)
+TWIN_STD_UNARY(ErfF, std::erf(x), vmath::ErfArray)
+TWIN_STD_UNARY(TanhF, std::tanh(x), vmath::TanhArray)
+TWIN_STD_UNARY(SinF, std::sin(x), nullptr)
+TWIN_STD_UNARY(CosF, std::cos(x), nullptr)
+TWIN_STD_UNARY(TanF, std::tan(x), nullptr)
+TWIN_STD_UNARY(AsinF, std::asin(x), nullptr)
+TWIN_STD_UNARY(AcosF, std::acos(x), nullptr)
+TWIN_STD_UNARY(AtanF, std::atan(x), nullptr)
+TWIN_STD_UNARY(SinhF, std::sinh(x), nullptr)
+TWIN_STD_UNARY(CoshF, std::cosh(x), nullptr)
+TWIN_STD_UNARY(AsinhF, std::asinh(x), nullptr)
+TWIN_STD_UNARY(AcoshF, std::acosh(x), nullptr)
+TWIN_STD_UNARY(AtanhF, std::atanh(x), nullptr)
+TWIN_STD_UNARY(RoundF, std::nearbyint(x), nullptr)  // half to even, like numpy
+TWIN_STD_UNARY(FloorF, std::floor(x), nullptr)
+TWIN_STD_UNARY(CeilF, std::ceil(x), nullptr)
+// Branch-free forms vectorise as they are; NaN propagates through each (comparisons with NaN are false).
+TWIN_STD_UNARY(ReluF, x < C(0) ? C(0) : x, nullptr)
+TWIN_STD_UNARY(LeakyReluF, x >= C(0) ? x : x * static_cast<C>(p.a), nullptr)
+TWIN_STD_UNARY(ThresholdedReluF, x > static_cast<C>(p.a) ? x : C(0), nullptr)
+TWIN_STD_UNARY(EluF, x > C(0) ? x : static_cast<C>(p.a) * std::expm1(x), nullptr)
+TWIN_STD_UNARY(SeluF, static_cast<C>(p.b) * (x > C(0) ? x : static_cast<C>(p.a) * std::expm1(x)), nullptr)
+TWIN_STD_UNARY(CeluF, x > C(0) ? x : static_cast<C>(p.a) * std::expm1(x / static_cast<C>(p.a)), nullptr)
+TWIN_STD_UNARY(SoftsignF, x / (C(1) + std::fabs(x)), nullptr)
+// log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|)).
+TWIN_STD_UNARY(SoftplusF, (x > C(0) ? x : C(0)) + std::log1p(std::exp(-std::fabs(x))), nullptr)
+TWIN_STD_UNARY(MishF, x * std::tanh((x > C(0) ? x : C(0)) + std::log1p(std::exp(-std::fabs(x)))), nullptr)
+
+template <class C>
+C HardSigmoidOf(C x, C alpha, C beta) {
+  const C v = alpha * x + beta;
+  return v < C(0) ? C(0) : (v > C(1) ? C(1) : v);
+}
+TWIN_STD_UNARY(HardSigmoidF, HardSigmoidOf(x, static_cast<C>(p.a), static_cast<C>(p.b)), nullptr)
+TWIN_STD_UNARY(HardSwishF, x * HardSigmoidOf(x, C(1) / C(6), C(0.5)), nullptr)
+#undef TWIN_STD_UNARY
+
+struct SigmoidF {
+  static constexpr vmath::ArrayFn kArray = vmath::SigmoidArray;
+  template <class C>
+  static C Apply(C x, const UnaryParams &) {
     if (x >= C(0)) return C(1) / (C(1) + std::exp(-x));
     const C e = std::exp(x);  // avoids exp overflow for very negative x
     return e / (C(1) + e);
   }
 };
-struct TanhF {
+struct GeluF {  // exact: 0.5 x (1 + erf(x / sqrt2)) = 0.5 x erfc(-x / sqrt2), accurate in both tails
+  static constexpr vmath::ArrayFn kArray = vmath::GeluArray;
   template <class C>
-  static C Apply(C x, float) { return std::tanh(x); }
-};
-struct GeluF {  // exact: 0.5 x (1 + erf(x / sqrt2))
-  template <class C>
-  static C Apply(C x, float) {
-    if constexpr (std::is_same<C, float>::value) {
-      // 1 + erf(x / sqrt2) = erfc(-x / sqrt2): accurate in both tails, and vectorisable.
-      const float z = x * 0.70710678118654752f;
-      const float az = z < 0.f ? -z : z;
-      const float e = VecErfcPos(az);
-      return 0.5f * x * (z < 0.f ? e : 2.0f - e);
-    }
-    return C(0.5) * x * (C(1) + std::erf(x * static_cast<C>(0.7071067811865476)));
+  static C Apply(C x, const UnaryParams &) {
+    return C(0.5) * x * std::erfc(-x * static_cast<C>(0.7071067811865476));
   }
 };
 struct GeluTanhF {  // approximate="tanh"
+  static constexpr vmath::ArrayFn kArray = vmath::GeluTanhArray;
   template <class C>
-  static C Apply(C x, float) {
+  static C Apply(C x, const UnaryParams &) {
     const C k = static_cast<C>(0.7978845608028654);  // sqrt(2 / pi)
     return C(0.5) * x * (C(1) + std::tanh(k * (x + static_cast<C>(0.044715) * x * x * x)));
   }
-};
-struct NotF {
-  template <class C>
-  static C Apply(C x, float) { return !x; }
 };
 
 template <class S, class Op>
 class UnaryKernel : public Kernel {
  public:
-  UnaryKernel(int64_t n, float param) : n_(n), param_(param) {}
+  UnaryKernel(int64_t n, UnaryParams p) : n_(n), p_(p) {}
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const S *__restrict x = static_cast<const S *>(in[0]);
     S *__restrict y = static_cast<S *>(out[0]);
-    const float p = param_;
+    const UnaryParams p = p_;
     for (int64_t i = 0; i < n_; ++i) y[i] = Num<S>::Store(Op::Apply(Num<S>::Load(x[i]), p));
     return true;
   }
 
  private:
   int64_t n_;
-  float param_;
+  UnaryParams p_;
 };
 
-enum UnaryTypes { kFloatOnly, kSignedOrFloat, kAnyNumeric, kBoolOnly };
+// float32 through a vectorised array kernel (vmath.h), dispatched to the CPU's best instruction set.
+class ArrayKernel : public Kernel {
+ public:
+  ArrayKernel(int64_t n, vmath::ArrayFn fn) : n_(n), fn_(fn) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    fn_(static_cast<const float *>(in[0]), static_cast<float *>(out[0]), n_);
+    return true;
+  }
+
+ private:
+  int64_t n_;
+  vmath::ArrayFn fn_;
+};
+
+enum UnaryTypes { kFloatOnly, kSignedOrFloat, kAnyNumeric, kIntOnly, kBoolOnly };
 
 template <UnaryTypes kTypes>
 bool UnaryAllowed(ElemType t) {
@@ -559,9 +614,21 @@ bool UnaryAllowed(ElemType t) {
       return IsFloatType(t) || t == ElemType::kInt8 || t == ElemType::kInt16 || t == ElemType::kInt32 ||
              t == ElemType::kInt64;
     case kAnyNumeric: return IsNumericType(t);
+    case kIntOnly: return IsIntType(t);
     case kBoolOnly: return t == ElemType::kBool;
   }
   return false;
+}
+
+template <UnaryTypes kTypes, class S>
+constexpr bool UnaryStorageAllowed() {
+  using C = typename Num<S>::C;
+  if constexpr (kTypes == kBoolOnly) return std::is_same<S, Bool>::value;
+  if constexpr (std::is_same<S, Bool>::value) return false;
+  if constexpr (kTypes == kFloatOnly) return std::is_floating_point<C>::value;
+  if constexpr (kTypes == kSignedOrFloat) return std::is_signed<C>::value;
+  if constexpr (kTypes == kIntOnly) return std::is_integral<C>::value;
+  return true;
 }
 
 template <UnaryTypes kTypes>
@@ -574,78 +641,132 @@ bool InferUnary(InferCtx *c, std::string *reason) {
   return true;
 }
 
-bool UnaryParam(const Node &n, float *p, std::string *reason) {
-  *p = 0.f;
-  if (n.op_type == "LeakyRelu") return AttrFloat(n, "alpha", 0.01f, p, reason);
-  if (n.op_type == "Gelu") {
+bool ReadFlag(const Node &n, const char *name, float *v, std::string *reason) {
+  int64_t i;
+  if (!AttrInt(n, name, 1, &i, reason)) return false;
+  *v = i != 0 ? 1.f : 0.f;
+  return true;
+}
+
+bool UnaryParam(const Node &n, UnaryParams *p, std::string *reason) {
+  *p = UnaryParams{};
+  const std::string &t = n.op_type;
+  if (t == "LeakyRelu") return AttrFloat(n, "alpha", 0.01f, &p->a, reason);
+  if (t == "Elu" || t == "Celu" || t == "ThresholdedRelu") return AttrFloat(n, "alpha", 1.0f, &p->a, reason);
+  if (t == "Selu")
+    return AttrFloat(n, "alpha", 1.67326319217681884765625f, &p->a, reason) &&
+           AttrFloat(n, "gamma", 1.05070102214813232421875f, &p->b, reason);
+  if (t == "HardSigmoid")
+    return AttrFloat(n, "alpha", 0.2f, &p->a, reason) && AttrFloat(n, "beta", 0.5f, &p->b, reason);
+  if (t == "IsInf") return ReadFlag(n, "detect_positive", &p->a, reason) && ReadFlag(n, "detect_negative", &p->b, reason);
+  if (t == "Gelu") {
     const Attribute *a = n.FindAttr("approximate");
     if (!a) return true;
     if (a->type != kAttrString || (a->s != "none" && a->s != "tanh")) {
       *reason = "attribute 'approximate' must be \"none\" or \"tanh\"";
       return false;
     }
-    *p = a->s == "tanh" ? 1.f : 0.f;
+    p->a = a->s == "tanh" ? 1.f : 0.f;
   }
   return true;
 }
 
 bool CheckUnary(const Node &n, int64_t, std::string *reason) {
-  float p;
+  UnaryParams p;
   return UnaryParam(n, &p, reason);
 }
 
 template <class Op, UnaryTypes kTypes>
-std::unique_ptr<Kernel> PrepareUnary(const KernelCtx &c, std::string *reason);
-
-// Exact GELU on float32, cloned for AVX-512 / AVX2+FMA / baseline and picked at load time (the wheel stays
-// portable): polynomial chains are latency-bound, so wide FMA vectors matter here.
-__attribute__((target_clones("avx512f", "arch=haswell", "default")))
-void GeluLoopF(const float *__restrict x, float *__restrict y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float z = x[i] * 0.70710678118654752f;
-    const float az = z < 0.f ? -z : z;
-    const float e = VecErfcPos(az);
-    y[i] = 0.5f * x[i] * (z < 0.f ? e : 2.0f - e);
-  }
+std::unique_ptr<Kernel> PrepareUnary(const KernelCtx &c, std::string *reason) {
+  UnaryParams p;
+  if (!UnaryParam(*c.node, &p, reason)) return nullptr;
+  const int64_t n = c.out[0].NumElements();
+  if (Op::kArray && c.out[0].dtype == ElemType::kFloat) return std::make_unique<ArrayKernel>(n, Op::kArray);
+  std::unique_ptr<Kernel> k;
+  VisitType(c.out[0].dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (UnaryStorageAllowed<kTypes, S>()) k = std::make_unique<UnaryKernel<S, Op>>(n, p);
+  });
+  if (!k) *reason = DtypeNotSupported(c.out[0].dtype);
+  return k;
 }
 
-class GeluFloatKernel : public Kernel {
+std::unique_ptr<Kernel> PrepareGelu(const KernelCtx &c, std::string *reason) {
+  UnaryParams p;
+  if (!UnaryParam(*c.node, &p, reason)) return nullptr;
+  return p.a != 0.f ? PrepareUnary<GeluTanhF, kFloatOnly>(c, reason) : PrepareUnary<GeluF, kFloatOnly>(c, reason);
+}
+
+// ---- IsNaN / IsInf: float in, bool out ----
+
+template <class S>
+class IsClassKernel : public Kernel {
  public:
-  explicit GeluFloatKernel(int64_t n) : n_(n) {}
+  IsClassKernel(int64_t n, bool nan, bool pos_inf, bool neg_inf) : n_(n), nan_(nan), pos_(pos_inf), neg_(neg_inf) {}
   bool Run(const void *const *in, void *const *out, std::string *) override {
-    GeluLoopF(static_cast<const float *>(in[0]), static_cast<float *>(out[0]), n_);
+    using C = typename Num<S>::C;
+    const S *x = static_cast<const S *>(in[0]);
+    uint8_t *y = static_cast<uint8_t *>(out[0]);
+    const C inf = std::numeric_limits<C>::infinity();
+    for (int64_t i = 0; i < n_; ++i) {
+      const C v = Num<S>::Load(x[i]);
+      y[i] = static_cast<uint8_t>(nan_ ? v != v : ((pos_ && v == inf) || (neg_ && v == -inf)));
+    }
     return true;
   }
 
  private:
   int64_t n_;
+  bool nan_, pos_, neg_;
 };
 
-std::unique_ptr<Kernel> PrepareGelu(const KernelCtx &c, std::string *reason) {
-  float approx;
-  if (!UnaryParam(*c.node, &approx, reason)) return nullptr;
-  if (approx == 0.f && c.out[0].dtype == ElemType::kFloat)
-    return std::make_unique<GeluFloatKernel>(c.out[0].NumElements());
-  return approx != 0.f ? PrepareUnary<GeluTanhF, kFloatOnly>(c, reason) : PrepareUnary<GeluF, kFloatOnly>(c, reason);
+bool InferIsClass(InferCtx *c, std::string *reason) {
+  if (!IsFloatType(c->in[0]->dtype)) {
+    *reason = DtypeNotSupported(c->in[0]->dtype);
+    return false;
+  }
+  c->out[0].dtype = ElemType::kBool;
+  c->out[0].dims = c->in[0]->dims;
+  return true;
 }
 
-template <class Op, UnaryTypes kTypes>
-std::unique_ptr<Kernel> PrepareUnary(const KernelCtx &c, std::string *reason) {
-  float p;
+template <bool kNan>
+std::unique_ptr<Kernel> PrepareIsClass(const KernelCtx &c, std::string *reason) {
+  UnaryParams p;
   if (!UnaryParam(*c.node, &p, reason)) return nullptr;
   const int64_t n = c.out[0].NumElements();
   std::unique_ptr<Kernel> k;
-  VisitType(c.out[0].dtype, [&](auto tag) {
+  VisitType(c.in[0]->dtype, [&](auto tag) {
     using S = decltype(tag);
-    using C = typename Num<S>::C;
-    constexpr bool ok = kTypes == kBoolOnly ? std::is_same<S, Bool>::value
-                        : kTypes == kFloatOnly ? std::is_floating_point<C>::value
-                        : kTypes == kSignedOrFloat ? (!std::is_same<S, Bool>::value && std::is_signed<C>::value)
-                                                   : !std::is_same<S, Bool>::value;
-    if constexpr (ok) k = std::make_unique<UnaryKernel<S, Op>>(n, p);
+    if constexpr (kIsFloat<S>) k = std::make_unique<IsClassKernel<S>>(n, kNan, p.a != 0.f, p.b != 0.f);
   });
-  if (!k) *reason = DtypeNotSupported(c.out[0].dtype);
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
   return k;
+}
+
+// ---- PRelu: y = x < 0 ? slope * x : x, slope broadcast to x's shape ----
+
+struct PReluF {
+  template <class C>
+  static C Apply(C x, C slope) {
+    if constexpr (std::is_unsigned<C>::value) return x;
+    else if constexpr (std::is_integral<C>::value) return x < 0 ? WrapMul(x, slope) : x;
+    else return x < C(0) ? x * slope : x;
+  }
+};
+
+bool PReluType(ElemType t) {
+  return IsFloatType(t) || t == ElemType::kInt32 || t == ElemType::kInt64 || t == ElemType::kUint32 ||
+         t == ElemType::kUint64;
+}
+
+bool InferPRelu(InferCtx *c, std::string *reason) {
+  if (!InferBroadcast<PReluType>(c, reason)) return false;
+  if (c->out[0].dims != c->in[0]->dims) {
+    *reason = "slope " + DescStr(*c->in[1]) + " must broadcast to the input's shape " + DescStr(*c->in[0]);
+    return false;
+  }
+  return true;
 }
 
 // ---- Clip: min/max are optional scalar inputs (opset >= 11) or float attributes (older) ----
@@ -744,18 +865,38 @@ void RegisterElementwiseOps(std::vector<OpDef> *ops) {
   ops->push_back({"Not", 1, 1, 1, 1, nullptr, InferUnary<kBoolOnly>, PrepareUnary<NotF, kBoolOnly>, true});
   ops->push_back({"Neg", 1, 1, 1, 1, nullptr, InferUnary<kSignedOrFloat>, PrepareUnary<NegF, kSignedOrFloat>, true});
   ops->push_back({"Abs", 1, 1, 1, 1, nullptr, InferUnary<kAnyNumeric>, PrepareUnary<AbsF, kAnyNumeric>, true});
+  ops->push_back({"Sign", 1, 1, 1, 1, nullptr, InferUnary<kAnyNumeric>, PrepareUnary<SignF, kAnyNumeric>, true});
+  ops->push_back(
+      {"BitwiseNot", 1, 1, 1, 1, nullptr, InferUnary<kIntOnly>, PrepareUnary<BitwiseNotF, kIntOnly>, true});
   ops->push_back({"Relu", 1, 1, 1, 1, nullptr, InferUnary<kSignedOrFloat>, PrepareUnary<ReluF, kSignedOrFloat>, true});
-  ops->push_back({"Sqrt", 1, 1, 1, 1, nullptr, InferUnary<kFloatOnly>, PrepareUnary<SqrtF, kFloatOnly>, true});
-  ops->push_back({"Exp", 1, 1, 1, 1, nullptr, InferUnary<kFloatOnly>, PrepareUnary<ExpF, kFloatOnly>, true});
-  ops->push_back({"Log", 1, 1, 1, 1, nullptr, InferUnary<kFloatOnly>, PrepareUnary<LogF, kFloatOnly>, true});
-  ops->push_back(
-      {"Reciprocal", 1, 1, 1, 1, nullptr, InferUnary<kFloatOnly>, PrepareUnary<ReciprocalF, kFloatOnly>, true});
-  ops->push_back({"Erf", 1, 1, 1, 1, nullptr, InferUnary<kFloatOnly>, PrepareUnary<ErfF, kFloatOnly>, true});
-  ops->push_back({"Sigmoid", 1, 1, 1, 1, nullptr, InferUnary<kFloatOnly>, PrepareUnary<SigmoidF, kFloatOnly>, true});
-  ops->push_back({"Tanh", 1, 1, 1, 1, nullptr, InferUnary<kFloatOnly>, PrepareUnary<TanhF, kFloatOnly>, true});
-  ops->push_back(
-      {"LeakyRelu", 1, 1, 1, 1, CheckUnary, InferUnary<kFloatOnly>, PrepareUnary<LeakyReluF, kFloatOnly>, true});
+  ops->push_back({"PRelu", 2, 2, 1, 1, nullptr, InferPRelu, PrepareArith<PReluF>, true});
+  ops->push_back({"IsNaN", 1, 1, 1, 1, nullptr, InferIsClass, PrepareIsClass<true>, true});
+  ops->push_back({"IsInf", 1, 1, 1, 1, CheckUnary, InferIsClass, PrepareIsClass<false>, true});
   ops->push_back({"Gelu", 1, 1, 1, 1, CheckUnary, InferUnary<kFloatOnly>, PrepareGelu, true});
+  struct FloatUnary {
+    const char *name;
+    PrepareFn prepare;
+  };
+  const FloatUnary float_unary[] = {
+      {"Sqrt", PrepareUnary<SqrtF, kFloatOnly>},         {"Exp", PrepareUnary<ExpF, kFloatOnly>},
+      {"Log", PrepareUnary<LogF, kFloatOnly>},           {"Reciprocal", PrepareUnary<ReciprocalF, kFloatOnly>},
+      {"Erf", PrepareUnary<ErfF, kFloatOnly>},           {"Sigmoid", PrepareUnary<SigmoidF, kFloatOnly>},
+      {"Tanh", PrepareUnary<TanhF, kFloatOnly>},         {"Sin", PrepareUnary<SinF, kFloatOnly>},
+      {"Cos", PrepareUnary<CosF, kFloatOnly>},           {"Tan", PrepareUnary<TanF, kFloatOnly>},
+      {"Asin", PrepareUnary<AsinF, kFloatOnly>},         {"Acos", PrepareUnary<AcosF, kFloatOnly>},
+      {"Atan", PrepareUnary<AtanF, kFloatOnly>},         {"Sinh", PrepareUnary<SinhF, kFloatOnly>},
+      {"Cosh", PrepareUnary<CoshF, kFloatOnly>},         {"Asinh", PrepareUnary<AsinhF, kFloatOnly>},
+      {"Acosh", PrepareUnary<AcoshF, kFloatOnly>},       {"Atanh", PrepareUnary<AtanhF, kFloatOnly>},
+      {"Round", PrepareUnary<RoundF, kFloatOnly>},       {"Floor", PrepareUnary<FloorF, kFloatOnly>},
+      {"Ceil", PrepareUnary<CeilF, kFloatOnly>},         {"LeakyRelu", PrepareUnary<LeakyReluF, kFloatOnly>},
+      {"Elu", PrepareUnary<EluF, kFloatOnly>},           {"Selu", PrepareUnary<SeluF, kFloatOnly>},
+      {"Celu", PrepareUnary<CeluF, kFloatOnly>},         {"ThresholdedRelu", PrepareUnary<ThresholdedReluF, kFloatOnly>},
+      {"HardSigmoid", PrepareUnary<HardSigmoidF, kFloatOnly>}, {"HardSwish", PrepareUnary<HardSwishF, kFloatOnly>},
+      {"Softplus", PrepareUnary<SoftplusF, kFloatOnly>}, {"Softsign", PrepareUnary<SoftsignF, kFloatOnly>},
+      {"Mish", PrepareUnary<MishF, kFloatOnly>},
+  };
+  for (const FloatUnary &u : float_unary)
+    ops->push_back({u.name, 1, 1, 1, 1, CheckUnary, InferUnary<kFloatOnly>, u.prepare, true});
   ops->push_back({"Clip", 1, 3, 1, 1, nullptr, InferClip, PrepareClip, true});
 }
 

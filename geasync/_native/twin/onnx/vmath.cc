@@ -1,0 +1,137 @@
+// Array kernels of vmath.h, each compiled for AVX-512, AVX2+FMA and the baseline, chosen once at run time.
+// The loops only call the branch-free inline functions, so GCC vectorises each variant for its target; the whole
+// build keeps default flags and runs on any x86-64 (and elsewhere with the baseline loop alone).
+// no-trapping-math lets the selects be if-converted; no-math-errno lets sqrt become one instruction;
+// fp-contract=fast fuses multiply-adds in the FMA variants.
+#pragma GCC optimize("O3", "no-trapping-math", "no-math-errno", "fp-contract=fast")
+
+#include "vmath.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace twin {
+namespace onnx {
+namespace vmath {
+namespace {
+
+
+#if defined(__x86_64__)
+#define TWIN_VMATH_VARIANTS(Name, F)                                                                              \
+  __attribute__((target("avx512f,avx512dq"))) void Name##Avx512(const float *__restrict x, float *__restrict y, \
+                                                                int64_t n) {                                    \
+    for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                                             \
+  }                                                                                                             \
+  __attribute__((target("avx2,fma"))) void Name##Avx2(const float *__restrict x, float *__restrict y, int64_t n) { \
+    for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                                             \
+  }                                                                                                             \
+  void Name##Baseline(const float *__restrict x, float *__restrict y, int64_t n) {                              \
+    for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                                             \
+  }                                                                                                             \
+  ArrayFn Pick##Name() {                                                                                        \
+    switch (ActiveIsa()) {                                                                                      \
+      case Isa::kAvx512: return Name##Avx512;                                                                   \
+      case Isa::kAvx2: return Name##Avx2;                                                                       \
+      default: return Name##Baseline;                                                                           \
+    }                                                                                                           \
+  }
+#else
+#define TWIN_VMATH_VARIANTS(Name, F)                                                         \
+  void Name##Baseline(const float *__restrict x, float *__restrict y, int64_t n) {         \
+    for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                        \
+  }                                                                                        \
+  ArrayFn Pick##Name() { return Name##Baseline; }
+#endif
+
+TWIN_VMATH_VARIANTS(Exp, Exp)
+TWIN_VMATH_VARIANTS(Log, Log)
+TWIN_VMATH_VARIANTS(Tanh, Tanh)
+TWIN_VMATH_VARIANTS(Erf, Erf)
+TWIN_VMATH_VARIANTS(Sigmoid, Sigmoid)
+
+// (maskz forms: GCC 12 warns about the undefined passthrough of the plain one.)
+// sqrt: GCC keeps a libm call per element for errno unless the whole build has -fno-math-errno, so the vector
+// variants use the instructions directly (correctly rounded, NaN for negative inputs, like std::sqrt).
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void SqrtAvx512(const float *x, float *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_maskz_sqrt_ps(0xffff, _mm512_loadu_ps(x + i)));
+  const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+  _mm512_mask_storeu_ps(y + i, m, _mm512_maskz_sqrt_ps(m, _mm512_maskz_loadu_ps(m, x + i)));
+}
+__attribute__((target("avx2"))) void SqrtAvx2(const float *x, float *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
+  for (; i < n; ++i) _mm_store_ss(y + i, _mm_sqrt_ss(_mm_load_ss(x + i)));
+}
+void SqrtBaseline(const float *x, float *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) _mm_storeu_ps(y + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
+  for (; i < n; ++i) _mm_store_ss(y + i, _mm_sqrt_ss(_mm_load_ss(x + i)));
+}
+ArrayFn PickSqrt() {
+  switch (ActiveIsa()) {
+    case Isa::kAvx512: return SqrtAvx512;
+    case Isa::kAvx2: return SqrtAvx2;
+    default: return SqrtBaseline;
+  }
+}
+#else
+void SqrtBaseline(const float *x, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
+}
+ArrayFn PickSqrt() { return SqrtBaseline; }
+#endif
+TWIN_VMATH_VARIANTS(Gelu, Gelu)
+TWIN_VMATH_VARIANTS(GeluTanh, GeluTanh)
+
+Isa DetectIsa() {
+  Isa best = Isa::kBaseline;
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) best = Isa::kAvx512;
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = Isa::kAvx2;
+#endif
+  const char *cap = std::getenv("GEASYNC_TWIN_SIMD");
+  if (cap && std::strcmp(cap, "baseline") == 0) return Isa::kBaseline;
+  if (cap && std::strcmp(cap, "avx2") == 0 && best == Isa::kAvx512) return Isa::kAvx2;
+  return best;
+}
+
+}  // namespace
+
+Isa ActiveIsa() {
+  static const Isa isa = DetectIsa();
+  return isa;
+}
+
+const char *IsaName() {
+  switch (ActiveIsa()) {
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    default: return "baseline";
+  }
+}
+
+// Each kernel resolves its variant on first use (thread-safe static init), then calls through a pointer.
+#define TWIN_VMATH_ARRAY(Name)                                  \
+  void Name##Array(const float *x, float *y, int64_t n) {       \
+    static const ArrayFn fn = Pick##Name();                     \
+    fn(x, y, n);                                                \
+  }
+
+TWIN_VMATH_ARRAY(Exp)
+TWIN_VMATH_ARRAY(Log)
+TWIN_VMATH_ARRAY(Tanh)
+TWIN_VMATH_ARRAY(Erf)
+TWIN_VMATH_ARRAY(Sigmoid)
+TWIN_VMATH_ARRAY(Sqrt)
+TWIN_VMATH_ARRAY(Gelu)
+TWIN_VMATH_ARRAY(GeluTanh)
+
+}  // namespace vmath
+}  // namespace onnx
+}  // namespace twin

@@ -1,0 +1,175 @@
+// Vectorised float32 math for the kernels. Two layers:
+//  * branch-free inline functions (vmath::Exp, Log, Tanh, Erf, Sigmoid, ...) written so that GCC vectorises a loop
+//    calling them; kernels with their own fused loops (Softmax, LayerNorm, Gelu) inline them;
+//  * array kernels (vmath::ExpArray, ...) compiled three times in vmath.cc (AVX-512, AVX2+FMA, baseline x86-64 or
+//    the portable build elsewhere) and picked once at run time from the CPU's features.
+// Accuracy: Cephes-style range reduction and polynomials, within a few ulp of the correctly rounded result over the
+// whole float range; NaN propagates, infinities, zeros, denormal inputs and overflow/underflow behave like std::.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace twin {
+namespace onnx {
+namespace vmath {
+
+#define TWIN_VMATH_INLINE __attribute__((always_inline)) inline
+
+TWIN_VMATH_INLINE float BitsToFloat(int32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+TWIN_VMATH_INLINE int32_t FloatToBits(float f) {
+  int32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+// exp(x): n = round(x / ln2), r = x - n ln2 (two-part ln2), exp(r) by a degree-6 polynomial, times 2^n applied in
+// two halves so that results down to the smallest denormal and up to FLT_MAX come out right (inf beyond).
+TWIN_VMATH_INLINE float Exp(float x) {
+  // The clamp also maps NaN to a finite value (no UB in the int conversion); NaN is restored at the end.
+  const float xc = x > -104.0f ? (x < 89.0f ? x : 89.0f) : -104.0f;
+  const float magic = 12582912.0f;  // 1.5 * 2^23: adding and subtracting rounds to the nearest integer
+  const float n = (xc * 1.44269504088896341f + magic) - magic;
+  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  const int32_t ni = static_cast<int32_t>(n);
+  const int32_t n1 = ni >> 1, n2 = ni - n1;  // each in [-75, 64]: 2^n1 and 2^n2 are normal floats
+  const float out = y * BitsToFloat((n1 + 127) << 23) * BitsToFloat((n2 + 127) << 23);
+  return x != x ? x : out;
+}
+
+// log(x): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) by Cephes' degree-9 polynomial in m - 1.
+TWIN_VMATH_INLINE float Log(float x) {
+  const bool tiny = x < 1.17549435e-38f;  // denormal (or <= 0): rescale by 2^23 first
+  const float xs = tiny ? x * 8388608.0f : x;
+  const int32_t bits = FloatToBits(xs);
+  int32_t e = ((bits >> 23) & 0xff) - 126;
+  float m = BitsToFloat((bits & 0x007fffff) | 0x3f000000);  // [0.5, 1)
+  const bool lo = m < 0.707106781186547524f;
+  e = lo ? e - 1 : e;
+  m = lo ? m + m - 1.0f : m - 1.0f;
+  const float fe = static_cast<float>(e) - (tiny ? 23.0f : 0.0f);
+  const float z = m * m;
+  float p = 7.0376836292e-2f;
+  p = p * m - 1.1514610310e-1f;
+  p = p * m + 1.1676998740e-1f;
+  p = p * m - 1.2420140846e-1f;
+  p = p * m + 1.4249322787e-1f;
+  p = p * m - 1.6668057665e-1f;
+  p = p * m + 2.0000714765e-1f;
+  p = p * m - 2.4999993993e-1f;
+  p = p * m + 3.3333331174e-1f;
+  float y = p * m * z;
+  y += fe * -2.12194440e-4f;
+  y += -0.5f * z;
+  float out = m + y + fe * 0.693359375f;
+  const float inf = BitsToFloat(0x7f800000);
+  out = x == inf ? inf : out;
+  out = x == 0.0f ? -inf : out;
+  out = x < 0.0f ? BitsToFloat(0x7fc00000) : out;
+  return x != x ? x : out;
+}
+
+// tanh(x): odd polynomial below |x| = 0.625, else sign(x) (1 - 2 / (exp(2|x|) + 1)), which saturates to +-1.
+TWIN_VMATH_INLINE float Tanh(float x) {
+  const float ax = x < 0.0f ? -x : x;
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = p * z * x + x;
+  const float big = 1.0f - 2.0f / (Exp(ax + ax) + 1.0f);
+  const float sbig = x < 0.0f ? -big : big;
+  return ax < 0.625f ? small : sbig;  // NaN: ax < 0.625 is false and big is NaN
+}
+
+// erfc(z) for z >= 0 (Numerical Recipes' Chebyshev fit, fractional error < 1.2e-7); 0 beyond z = 10.
+TWIN_VMATH_INLINE float ErfcPos(float z) {
+  const float t = 1.0f / (1.0f + 0.5f * z);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  const float r = t * Exp(p - z * z);
+  return z > 10.0f ? 0.0f : r;
+}
+
+// erf(x): x P(x^2) below |x| = 0.8 (least-squares fit of erf(x)/x, relative error < 1e-7), 1 - erfc(|x|) above.
+TWIN_VMATH_INLINE float Erf(float x) {
+  const float ax = x < 0.0f ? -x : x;
+  const float z = x * x;
+  float p = -6.54670933727175e-4f;
+  p = p * z + 5.086980294436216e-3f;
+  p = p * z - 2.682185359299183e-2f;
+  p = p * z + 1.1283136904239655e-1f;
+  p = p * z - 3.761260211467743e-1f;
+  p = p * z + 1.1283791065216064f;
+  const float small = x * p;
+  const float big = 1.0f - ErfcPos(ax);
+  const float sbig = x < 0.0f ? -big : big;
+  return ax < 0.8f ? small : sbig;
+}
+
+// 1 / (1 + exp(-x)) from e = exp(-|x|), so that neither side overflows and the tiny tail stays accurate.
+TWIN_VMATH_INLINE float Sigmoid(float x) {
+  const float ax = x < 0.0f ? -x : x;
+  const float e = Exp(-ax);
+  const float s = 1.0f / (1.0f + e);
+  return x < 0.0f ? e * s : s;
+}
+
+// Exact GELU 0.5 x (1 + erf(x / sqrt2)) = 0.5 x erfc(-x / sqrt2): accurate in both tails.
+TWIN_VMATH_INLINE float Gelu(float x) {
+  const float z = x * 0.70710678118654752f;
+  const float az = z < 0.0f ? -z : z;
+  const float e = ErfcPos(az);
+  return 0.5f * x * (z < 0.0f ? e : 2.0f - e);
+}
+
+// GELU with approximate="tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+TWIN_VMATH_INLINE float GeluTanh(float x) {
+  const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + Tanh(u));
+}
+
+// ---- array kernels, dispatched at run time (vmath.cc) ----
+
+using ArrayFn = void (*)(const float *x, float *y, int64_t n);
+
+void ExpArray(const float *x, float *y, int64_t n);
+void LogArray(const float *x, float *y, int64_t n);
+void TanhArray(const float *x, float *y, int64_t n);
+void ErfArray(const float *x, float *y, int64_t n);
+void SigmoidArray(const float *x, float *y, int64_t n);
+void SqrtArray(const float *x, float *y, int64_t n);
+void GeluArray(const float *x, float *y, int64_t n);
+void GeluTanhArray(const float *x, float *y, int64_t n);
+
+// Instruction set the array kernels run with: "avx512", "avx2" or "baseline". GEASYNC_TWIN_SIMD (read once) may
+// cap it at "avx2" or "baseline" (to test the fallbacks); it never enables what the CPU lacks.
+const char *IsaName();
+
+enum class Isa { kBaseline, kAvx2, kAvx512 };
+Isa ActiveIsa();
+
+}  // namespace vmath
+}  // namespace onnx
+}  // namespace twin
