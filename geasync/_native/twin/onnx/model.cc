@@ -586,7 +586,8 @@ bool Build(RawModel &raw, ModelImpl *m, std::string *err) {
              " outputs, got " + std::to_string(nout);
       return false;
     }
-    for (int i = 0; i < op.min_inputs; ++i) {
+    const int required_inputs = op.variadic ? nin : op.min_inputs;
+    for (int i = 0; i < required_inputs; ++i) {
       if (n.input_names[i].empty()) {
         *err = n.Where() + "required input " + std::to_string(i) + " is missing";
         return false;

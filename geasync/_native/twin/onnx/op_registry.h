@@ -79,6 +79,8 @@ struct OpDef {
   // The outputs depend only on the inputs' descs, never on their contents (Shape): folded whenever the output
   // descs are static, and the kernel may be run with null input pointers.
   bool shape_only = false;
+  // Every input is required (ONNX variadic inputs have no omitted form): Concat, Max, Min.
+  bool variadic = false;
 };
 
 const OpDef *FindOp(const std::string &op_type);

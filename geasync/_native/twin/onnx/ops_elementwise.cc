@@ -854,8 +854,8 @@ void RegisterElementwiseOps(std::vector<OpDef> *ops) {
   ops->push_back({"Mul", 2, 2, 1, 1, CheckBinary, InferBroadcast<ArithAllowed>, PrepareArith<MulF>, true});
   ops->push_back({"Div", 2, 2, 1, 1, CheckBinary, InferBroadcast<ArithAllowed>, PrepareArith<DivF>, true});
   ops->push_back({"Pow", 2, 2, 1, 1, CheckBinary, InferPow, PreparePow, true});
-  ops->push_back({"Max", 1, 64, 1, 1, nullptr, InferBroadcast<ArithAllowed>, PrepareVariadic<MaxF>, true});
-  ops->push_back({"Min", 1, 64, 1, 1, nullptr, InferBroadcast<ArithAllowed>, PrepareVariadic<MinF>, true});
+  ops->push_back({"Max", 1, 64, 1, 1, nullptr, InferBroadcast<ArithAllowed>, PrepareVariadic<MaxF>, true, false, true});
+  ops->push_back({"Min", 1, 64, 1, 1, nullptr, InferBroadcast<ArithAllowed>, PrepareVariadic<MinF>, true, false, true});
   ops->push_back({"Equal", 2, 2, 1, 1, CheckBinary, InferCompare<EqualType>, PrepareCompare<EqualF>, true});
   ops->push_back({"Less", 2, 2, 1, 1, CheckBinary, InferCompare<ArithAllowed>, PrepareCompare<LessF>, true});
   ops->push_back({"Greater", 2, 2, 1, 1, CheckBinary, InferCompare<ArithAllowed>, PrepareCompare<GreaterF>, true});

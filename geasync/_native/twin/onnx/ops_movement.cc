@@ -814,7 +814,7 @@ std::unique_ptr<Kernel> PrepareSize(const KernelCtx &c, std::string *) {
 }  // namespace
 
 void RegisterMovementOps(std::vector<OpDef> *ops) {
-  ops->push_back({"Concat", 1, 1024, 1, 1, nullptr, InferConcat, PrepareConcat, true});
+  ops->push_back({"Concat", 1, 1024, 1, 1, nullptr, InferConcat, PrepareConcat, true, false, true});
   ops->push_back({"Split", 1, 2, 1, 1024, nullptr, InferSplit, PrepareSplit, true});
   ops->push_back({"Slice", 1, 5, 1, 1, CheckSlice, InferSlice, PrepareSlice, true});
   ops->push_back({"Gather", 2, 2, 1, 1, nullptr, InferGather, PrepareGather, true});
