@@ -64,8 +64,12 @@ class ParallelBuildExt(build_ext):
             del compiler.compile  # back to the class's method
 
 
-cffi_modules = ["geasync/_cffi_build.py:ffibuilder"]
-if _cann_toolkit_named():
-    cffi_modules.append("geasync/_cffi_build.py:make_cann_builder")
+def main() -> None:
+    cffi_modules = ["geasync/_cffi_build.py:ffibuilder"]
+    if _cann_toolkit_named():
+        cffi_modules.append("geasync/_cffi_build.py:make_cann_builder")
+    setup(cffi_modules=cffi_modules, cmdclass={"build_ext": ParallelBuildExt})
 
-setup(cffi_modules=cffi_modules, cmdclass={"build_ext": ParallelBuildExt})
+
+if __name__ == "__main__":  # pip (setuptools.build_meta) and `python setup.py` both run it as __main__
+    main()

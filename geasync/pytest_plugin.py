@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import inspect
 from typing import Any, Iterator
 
 import pytest
@@ -63,16 +64,25 @@ def _loop_params(marker: pytest.Mark) -> list[Any]:
     return params
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    marker = metafunc.definition.get_closest_marker(MARKER)
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: Any, name: str, obj: object) -> None:
+    # anyio's plugin runs a coroutine test that takes its anyio_backend fixture. A marked test is given that
+    # argument here, as a parametrize mark (which takes precedence over the fixture's own params), before pytest
+    # computes the test's fixtures.
+    if not (collector.istestfunction(obj, name) and inspect.iscoroutinefunction(obj)):
+        return
+    if getattr(obj, "_geasync_loops", False):
+        return
+    own = [m for m in getattr(obj, "pytestmark", ()) if m.name == MARKER]
+    marker = own[0] if own else collector.get_closest_marker(MARKER)
     if marker is None:
         return
-    if metafunc.definition.get_closest_marker("asyncio") is not None:
-        raise pytest.UsageError(f"{metafunc.definition.nodeid}: @pytest.mark.{MARKER} and @pytest.mark.asyncio "
-                                "both ask to run this test; keep one")
-    if "anyio_backend" not in metafunc.fixturenames:
-        metafunc.fixturenames.append("anyio_backend")  # anyio's plugin runs a coroutine test that has this argument
-    metafunc.parametrize("anyio_backend", _loop_params(marker))
+    if any(m.name == "asyncio" for m in getattr(obj, "pytestmark", ())) or collector.get_closest_marker("asyncio"):
+        raise pytest.UsageError(f"{collector.nodeid}::{name}: @pytest.mark.{MARKER} and @pytest.mark.asyncio both "
+                                "ask to run this test; keep one")
+    pytest.mark.usefixtures("anyio_backend")(obj)
+    pytest.mark.parametrize("anyio_backend", _loop_params(marker))(obj)
+    obj._geasync_loops = True  # type: ignore[attr-defined]
 
 
 # --- fixtures -------------------------------------------------------------------------------------------------
@@ -85,24 +95,43 @@ def _live() -> dict[str, int]:
     return ga.live_counters()
 
 
+# A completion queue belongs to an event loop (one hub per loop), which may outlive a test (a session-scoped loop).
+_PER_LOOP = {"completion_queues"}
+
+
 def _assert_no_leaks(before: dict[str, int], what: str) -> None:
     after = _live()
-    leaked = {name: (before[name], after[name]) for name in before if after.get(name) != before[name]}
+    leaked = {name: (before[name], after[name]) for name in before
+              if name not in _PER_LOOP and after.get(name) != before[name]}
     if leaked:
         pytest.fail(f"{what}: native objects still alive after the test (counter: before, after): {leaked}. "
                     "Close sessions and streams, and drop Tensors the test kept (module globals, caches).",
                     pytrace=False)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[Any]:
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_FAILED] = report.failed
+    return report
+
+
+_CALL_FAILED = pytest.StashKey[bool]()
+
+
 @pytest.fixture
-def ga_leak_check() -> Iterator[None]:
-    """Fails the test if it leaves geasync's native live counters (sessions, graphs, tensors, ...) changed."""
+def ga_leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails the test if it leaves geasync's native live counters (sessions, graphs, tensors, ...) changed.
+
+    Not checked after a test that failed: its traceback keeps its objects alive, and the failure is the news."""
     import geasync as ga
 
     ga.current_backend()  # the runtime's own first-use objects are not the test's
     before = _live()
     yield
-    _assert_no_leaks(before, "ga_leak_check")
+    if not request.node.stash.get(_CALL_FAILED, False):
+        _assert_no_leaks(before, "ga_leak_check")
 
 
 @pytest.fixture

@@ -182,8 +182,8 @@ PreparedInputs = _lib.InputDescs  # a run's inputs as native descriptors, with w
 
 
 def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = False) -> PreparedInputs:
-    """Checks a run's inputs (Tensors or numpy arrays; TypeError for anything else, as seed 002 says for
-    non-Tensors) and builds their descriptors. C-contiguous arrays of GE dtypes are used in place."""
+    """Checks a run's inputs (Tensors or numpy arrays; TypeError for anything else, as GE's Python package
+    does for non-Tensors) and builds their descriptors. C-contiguous arrays of GE dtypes are used in place."""
     if require_list and type(inputs) is not list:
         raise TypeError(f"{what} must be a list, got {type(inputs).__name__}")
     if not isinstance(inputs, (list, tuple)):

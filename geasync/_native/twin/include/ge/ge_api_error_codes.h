@@ -1,4 +1,4 @@
-// Twin of GE's status type and the status codes of shared/reference/ge_v2_contract.md §2 (values are GE's).
+// Twin of GE's status type and GE's status codes (values are GE's).
 #ifndef GEASYNC_TWIN_GE_GE_API_ERROR_CODES_H_
 #define GEASYNC_TWIN_GE_GE_API_ERROR_CODES_H_
 
