@@ -102,11 +102,15 @@ _PER_LOOP = {"completion_queues"}
 def _assert_no_leaks(before: dict[str, int], what: str) -> None:
     after = _live()
     leaked = {name: (before[name], after[name]) for name in before
-              if name not in _PER_LOOP and after.get(name) != before[name]}
+              if name not in _PER_LOOP and after.get(name, 0) > before[name]}  # fewer: a wider fixture ended
     if leaked:
         pytest.fail(f"{what}: native objects still alive after the test (counter: before, after): {leaked}. "
                     "Close sessions and streams, and drop Tensors the test kept (module globals, caches).",
                     pytrace=False)
+
+
+_CALL_FAILED = pytest.StashKey[bool]()
+_LIVE_BEFORE = pytest.StashKey[dict]()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -117,21 +121,32 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[Any]:
     return report
 
 
-_CALL_FAILED = pytest.StashKey[bool]()
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: Any) -> Iterator[Any]:
+    # The leak check runs once every fixture of the test is torn down (a user's fixture that owns a session
+    # included, whatever its order), and after the values the fixtures gave the test are let go.
+    result = yield
+    before = item.stash.get(_LIVE_BEFORE, None)
+    if before is not None:
+        del item.stash[_LIVE_BEFORE]
+        if not item.stash.get(_CALL_FAILED, False):  # a failed test's traceback keeps its objects alive
+            funcargs = getattr(item, "funcargs", None)
+            if funcargs:
+                funcargs.clear()
+            _assert_no_leaks(before, "ga_leak_check")
+    return result
 
 
 @pytest.fixture
-def ga_leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
+def ga_leak_check(request: pytest.FixtureRequest) -> None:
     """Fails the test if it leaves geasync's native live counters (sessions, graphs, tensors, ...) changed.
 
-    Not checked after a test that failed: its traceback keeps its objects alive, and the failure is the news."""
+    Checked after all of the test's fixtures are torn down; not after a test that failed (its traceback keeps its
+    objects alive, and the failure is the news)."""
     import geasync as ga
 
     ga.current_backend()  # the runtime's own first-use objects are not the test's
-    before = _live()
-    yield
-    if not request.node.stash.get(_CALL_FAILED, False):
-        _assert_no_leaks(before, "ga_leak_check")
+    request.node.stash[_LIVE_BEFORE] = _live()
 
 
 @pytest.fixture

@@ -23,6 +23,6 @@ def model_path() -> pathlib.Path:
 
 @pytest.fixture
 async def service(model_path, ga_leak_check):
-    """A running service per test; the leak check runs after it has stopped (fixtures tear down in reverse)."""
+    """A running service per test; ga_leak_check checks for leaks once every fixture has been torn down."""
     async with ClassifierService(model_path, max_in_flight=32) as svc:
         yield svc
