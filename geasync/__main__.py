@@ -425,6 +425,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["check"]:  # its options (--help included) are the check's own
+        return check(argv[1:])
     parser = make_parser()
     args = parser.parse_args(argv)
     if getattr(args, "loop", None):
@@ -438,8 +441,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return info()
         if args.command == "demo":
             return demo(args)
-        if args.command == "check":
-            return check(args.check_args)
         if args.command == "run":
             return run(args)
         return bench(args)
