@@ -6,7 +6,6 @@ synchronize_async, and GE's run-mode exclusivity, under asyncio, uvloop or trio.
 
 from __future__ import annotations
 
-import pathlib
 import sys
 
 import anyio
@@ -14,12 +13,9 @@ import numpy as np
 
 import geasync as ga
 
-MODEL = pathlib.Path(__file__).resolve().parent / "models" / "mlp.onnx"
-
-
 async def main() -> None:
     async with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(MODEL))
+        s.add_graph(1, ga.samples.mlp())
         xs = [np.random.rand(8, 784).astype(np.float32) for _ in range(1000)]
         outs: list = [None] * len(xs)
 
@@ -30,7 +26,7 @@ async def main() -> None:
             for i in range(len(xs)):
                 tg.start_soon(one, i)
         async with ga.Stream() as st:
-            s.add_graph(2, ga.Graph.from_onnx(MODEL))
+            s.add_graph(2, ga.samples.mlp())
             ys = s.run_graph_with_stream_async(2, st, [xs[0]])  # enqueued; valid after the stream is done
             await st.synchronize_async()                       # no thread blocked while waiting
             np.testing.assert_allclose(ys[0].to_host().numpy(), outs[0][0].numpy(), rtol=1e-6)

@@ -4,9 +4,13 @@ On a machine without an Ascend NPU, geasync runs on its embedded native CPU twin
 
     import numpy as np, geasync as ga
     with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx("examples/models/mlp.onnx"))
+        s.add_graph(1, ga.samples.mlp())  # or ga.Graph.from_onnx("model.onnx" | bytes | onnx.ModelProto)
         (y,) = s.run_graph(1, [np.random.rand(4, 784).astype(np.float32)])
 """
+
+from . import _preload
+
+_preload.check_built(__path__[0])  # one clear message when the extension is missing (e.g. the unbuilt source tree)
 
 from ._lib import backends, current_backend, finalize, live_counters
 from .allocator import Allocator, DeviceAllocator
@@ -21,6 +25,7 @@ from .session import CompiledGraphSummary, Session
 from .stream import Stream
 from .tensor import Tensor
 from . import twin  # noqa: E402  (twin-only test controls: ga.twin.inject_fault, ...)
+from . import samples  # noqa: E402  (sample models: ga.samples.mlp())
 
 __version__ = "0.1.0"
 
@@ -49,5 +54,6 @@ __all__ = [
     "current_backend",
     "finalize",
     "live_counters",
+    "samples",
     "twin",
 ]

@@ -9,6 +9,9 @@ setup.py only when one is named: GEASYNC_CANN_HOME / ASCEND_HOME_PATH / ASCEND_T
 Environment:
   GEASYNC_SANITIZE=1   build with AddressSanitizer + UndefinedBehaviorSanitizer (see tools/run_sanitized_tests.sh)
   GEASYNC_DEBUG=1      build with -O0 -g
+  GEASYNC_WERROR=1     warnings are errors (-Werror): set by .ci/run and for development; a user's build with
+                       another compiler version must not stop on a new warning
+  CXXFLAGS             appended after geasync's own flags, so a user's flags win
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import shlex
 
 from cffi import FFI
 
@@ -66,6 +70,7 @@ int geasync_twin_fault_add(uint64_t session_id, uint32_t graph_id, int kind, uin
 void geasync_twin_fault_release(uint64_t session_id, uint32_t graph_id);
 void geasync_twin_fault_clear(uint64_t session_id, uint32_t graph_id);
 uint64_t geasync_twin_fault_runs(uint64_t session_id, uint32_t graph_id);
+uint64_t geasync_twin_fault_unfired(uint64_t session_id, uint32_t graph_id);
 """
 
 
@@ -78,9 +83,18 @@ def _blas_args() -> tuple[list[str], list[str]]:
             ["-L" + scipy_openblas32.get_lib_dir(), "-l" + scipy_openblas32.get_library()])
 
 
+def _werror() -> list[str]:
+    return ["-Werror"] if os.environ.get("GEASYNC_WERROR") == "1" else []
+
+
+def _user_cxxflags() -> list[str]:
+    # setuptools passes CFLAGS but not CXXFLAGS to the compiler; these are C++ sources
+    return shlex.split(os.environ.get("CXXFLAGS", ""))
+
+
 def _compile_args() -> tuple[list[str], list[str]]:
     blas_compile, blas_link = _blas_args()
-    compile_args = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread", *blas_compile]
+    compile_args = ["-std=c++17", "-Wall", "-Wextra", *_werror(), "-fvisibility=hidden", "-pthread", *blas_compile]
     link_args = ["-pthread", "-lstdc++", *blas_link]
     if os.environ.get("GEASYNC_SANITIZE") == "1":
         san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
@@ -90,7 +104,7 @@ def _compile_args() -> tuple[list[str], list[str]]:
         compile_args += ["-O0", "-g"]
     else:
         compile_args += ["-O2"]
-    return compile_args, link_args
+    return compile_args + _user_cxxflags(), link_args
 
 
 def make_twin_builder() -> FFI:

@@ -678,3 +678,8 @@ def twin_fault_clear(session_id: int, graph_id: int) -> None:
 def twin_fault_runs(session_id: int, graph_id: int) -> int:
     require_twin("geasync.twin.fault_runs")
     return int(lib.geasync_twin_fault_runs(session_id, graph_id))
+
+
+def twin_fault_unfired(session_id: int, graph_id: int) -> int:
+    require_twin("geasync.twin.unfired_faults")
+    return int(lib.geasync_twin_fault_unfired(session_id, graph_id))

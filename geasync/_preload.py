@@ -46,3 +46,24 @@ def preload() -> None:
                 del os.environ["OPENBLAS_NUM_THREADS"]
             else:
                 os.environ["OPENBLAS_NUM_THREADS"] = saved
+
+
+def check_built(package_dir: str) -> None:
+    """Raises ImportError, saying what to do, when no backend extension was built next to this package.
+
+    The usual cause: Python imported the unbuilt source tree (a clone's ``geasync/`` from the current directory)
+    instead of the installed package. Called by ``geasync/__init__.py`` before anything loads the extension."""
+    import importlib.util
+
+    if any(importlib.util.find_spec(f"geasync.{name}") is not None for name in ("_twin", "_cann")):
+        return
+    root = os.path.dirname(os.path.abspath(package_dir))
+    if any(os.path.exists(os.path.join(root, marker)) for marker in ("setup.py", "pyproject.toml")):
+        raise ImportError(
+            f"geasync: you are importing the source tree at {package_dir}, which has no compiled extension "
+            f"(python looks in the current directory first). Run from another directory (the installed geasync "
+            f"is then used), or build in place for development: pip install -e . (in {root})")
+    raise ImportError(
+        f"geasync: the native extension (geasync._twin) is missing from {package_dir}: the install did not build it. "
+        "Reinstall and read the compiler's messages: pip install --force-reinstall --no-deps --no-cache-dir -v geasync "
+        "(a C++17 compiler is needed: g++ >= 9 or clang++ >= 10)")

@@ -1,4 +1,4 @@
-"""``Allocator``: the external device-memory allocator of seed 002 (``register_external_allocator``).
+"""``Allocator``: the external device-memory allocator of GE's Python package (``register_external_allocator``).
 
 GE calls ``malloc`` for the outputs of ``run_graph_with_stream_async`` on the stream the allocator is registered
 for, on the thread that called into the runtime (never on a runtime thread), and ``free`` when the output Tensor

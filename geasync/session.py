@@ -1,8 +1,8 @@
-"""``Session``: a GE v2 ``GeSession`` with the synchronous contract of GE's Python package (seed document 002),
+"""``Session``: a GE v2 ``GeSession`` with the synchronous contract of GE's ``ge`` Python package,
 and its awaitable runs.
 
 Clause by clause: wrong argument types raise ``TypeError``; runtime failures raise ``GeError`` with GE's message
-and the API context; ``copy`` / ``deepcopy`` raise ``RuntimeError``. Beyond seed 002: compile/load, compiled-graph
+and the API context; ``copy`` / ``deepcopy`` raise ``RuntimeError``. Beyond that package: compile/load, compiled-graph
 summaries, ``session_id``, ``close()`` and use as a context manager, numpy arrays wherever Tensors are taken, and the
 event-loop layer: ``await run_graph_async`` (completions through ``_hub``, pins and bounds from ``_guard``),
 ``run_graph_in_thread``, ``statistics()``, ``async with`` / ``aclose()``.
@@ -73,7 +73,7 @@ _UNKNOWN = object()
 class Session:
     """A GE v2 session: add graphs, then run them. Not copyable.
 
-    Keyword-only, beyond seed 002: ``backend`` is "auto" (default: $GEASYNC_BACKEND, else CANN if this install has
+    Keyword-only, beyond GE's Python package: ``backend`` is "auto" (default: $GEASYNC_BACKEND, else CANN if this install has
     it, else the twin), "twin" or "cann" -- one backend per process; ``max_in_flight`` bounds the session's
     concurrent async requests (further ones wait without blocking the loop); ``freeze_inputs=False`` leaves numpy
     inputs writable while pinned; a run in flight for ``abandon_after`` seconds is counted (and logged) as

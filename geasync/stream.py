@@ -1,6 +1,6 @@
 """``Stream``: an ACL stream (``aclrtCreateStream``), an in-order queue of device work.
 
-``int(stream)`` is its address, which is what seed 002's ``run_graph_with_stream_async`` and the allocator methods
+``int(stream)`` is its address, which is what GE's Python package's ``run_graph_with_stream_async`` and the allocator methods
 take; geasync also accepts the Stream itself there.
 """
 
@@ -144,7 +144,7 @@ class _SyncRequest(_hub.Request):
 
 
 def stream_address(stream: Any, what: str) -> int:
-    """The address of a stream given as an int (seed 002) or a Stream; TypeError otherwise."""
+    """The address of a stream given as an int (as GE's Python package takes it) or a Stream; TypeError otherwise."""
     if isinstance(stream, Stream):
         return stream.address
     if isinstance(stream, int) and not isinstance(stream, bool):

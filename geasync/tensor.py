@@ -184,8 +184,8 @@ PreparedInputs = _lib.InputDescs  # a run's inputs as native descriptors, with w
 
 def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = False, spec: Any = None,
                    api: str = "run_graph", graph_id: int = -1) -> PreparedInputs:
-    """Checks a run's inputs (Tensors or numpy arrays; TypeError for anything else, as seed 002 says for
-    non-Tensors) and builds their descriptors. C-contiguous arrays of GE dtypes are used in place.
+    """Checks a run's inputs (Tensors or numpy arrays; TypeError for anything else, as GE's Python package
+    does for non-Tensors) and builds their descriptors. C-contiguous arrays of GE dtypes are used in place.
 
     ``spec`` (a ``geasync._inputs.GraphSpec``): the graph's declared inputs. With it, a ``{name: array}`` mapping is
     taken too (unless ``require_list``), and each input is checked against the declaration (InputError, naming

@@ -10,8 +10,12 @@ twin-only.
         ga.twin.inject_fault(s, 1, "fail_run", nth=3, status=ga.twin.INTERNAL_ERROR)  # the 3rd run from now fails
         ...
 
-Runs are counted per graph from the moment its first fault is armed (``nth=1`` is the next run; ``nth=0`` every
-run), across all run modes. The same faults can be armed with the session option ``"geasync.twin.faults"``:
+``nth`` counts the graph's runs from the ``inject_fault`` call itself (``nth=1`` is the next run, ``nth=2`` the one
+after; ``nth=0`` every run), across all run modes, so a fault armed later in a test still targets a run to come.
+:func:`fault_runs` counts the graph's runs since its first fault was armed (reset by :func:`clear_faults`).
+A one-shot fault whose run never came is reported rather than ignored: :func:`unfired_faults` counts them,
+:func:`fault` raises :class:`FaultNeverFiredError` at the end of its block, and the pytest plugin's ``ga_faults``
+fixture fails the test. The same faults can be armed with the session option ``"geasync.twin.faults"``:
 ``"graph_id=1,kind=fail_run,nth=3,status=1343225860;graph_id=2,kind=delay_run,delay=0.05"``.
 """
 
@@ -22,13 +26,17 @@ from typing import Any, Iterator
 
 from . import _lib
 
-__all__ = ["inject_fault", "release_stalled", "clear_faults", "fault_runs", "fault", "KINDS", "FAILED",
-           "INTERNAL_ERROR", "PARAM_INVALID"]
+__all__ = ["inject_fault", "release_stalled", "clear_faults", "fault_runs", "unfired_faults", "fault",
+           "FaultNeverFiredError", "KINDS", "FAILED", "INTERNAL_ERROR", "PARAM_INVALID"]
 
 KINDS = {"fail_run": 1, "delay_run": 2, "stall_callback": 3, "drop_callback": 4, "fail_alloc": 5, "stall_compile": 6}
 FAILED = 0xFFFFFFFF
 PARAM_INVALID = 1343225857
 INTERNAL_ERROR = 1343225860
+
+
+class FaultNeverFiredError(AssertionError):
+    """A one-shot fault (``nth >= 1``) was disarmed before the run it targets: the test did not exercise it."""
 
 
 def _ids(session: Any, graph_id: int) -> tuple[int, int]:
@@ -56,7 +64,7 @@ def inject_fault(session: Any, graph_id: int, kind: str, *, nth: int = 1, status
         raise ValueError(f"nth must be an int >= 0 (0 = every run), got {nth!r}")
     if delay < 0:
         raise ValueError(f"delay must be >= 0 seconds, got {delay!r}")
-    sid, gid = _ids(session, graph_id)
+    sid, gid = _ids(session, graph_id)  # Session.session_id raises SessionClosedError once closed
     _lib.twin_fault_add(sid, gid, KINDS[kind], nth, int(status) & 0xFFFFFFFF, int(delay * 1000))
 
 
@@ -71,16 +79,40 @@ def clear_faults(session: Any, graph_id: int) -> None:
 
 
 def fault_runs(session: Any, graph_id: int) -> int:
-    """Runs of ``graph_id`` counted since its first fault was armed."""
+    """Runs of ``graph_id`` counted since its first fault was armed (0 after :func:`clear_faults`)."""
     return _lib.twin_fault_runs(*_ids(session, graph_id))
+
+
+def unfired_faults(session: Any, graph_id: int) -> int:
+    """One-shot faults (``nth >= 1``) armed on ``graph_id`` whose run has not come yet."""
+    return _lib.twin_fault_unfired(*_ids(session, graph_id))
+
+
+def _raise_if_unfired(session: Any, graph_id: int, what: str) -> None:
+    unfired = unfired_faults(session, graph_id)
+    if unfired:
+        raise FaultNeverFiredError(
+            f"{what}: {unfired} fault(s) armed with nth >= 1 on graph {graph_id} never fired: the graph ran "
+            f"{fault_runs(session, graph_id)} time(s) since its first fault was armed, fewer than the nth asked for "
+            "(nth counts from each inject_fault call). Run the graph enough times, or use nth=0 for every run.")
 
 
 @contextlib.contextmanager
 def fault(session: Any, graph_id: int, kind: str, **kwargs: Any) -> Iterator[None]:
-    """``inject_fault`` for the duration of a ``with`` block (cleared, and held completions released, after)."""
+    """``inject_fault`` for the duration of a ``with`` block (cleared, and held completions released, after).
+
+    A block that ends normally before the fault's run came raises :class:`FaultNeverFiredError`."""
     inject_fault(session, graph_id, kind, **kwargs)
     try:
         yield
+    except BaseException:
+        if not session.closed:
+            clear_faults(session, graph_id)
+        raise
+    if session.closed:  # closing forgot the session's faults: nothing left to check or clear
+        return
+    try:
+        _raise_if_unfired(session, graph_id, f"geasync.twin.fault({kind!r})")
     finally:
         clear_faults(session, graph_id)
 

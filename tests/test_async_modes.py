@@ -149,11 +149,11 @@ async def test_mode_conflict_among_concurrent_async_requests():
 
 
 async def test_mode_error_arguments_are_checked_first():
-    """Argument errors stay TypeErrors (seed 002) and do not fix a mode."""
+    """Argument errors stay TypeErrors (as in GE's Python package) and do not fix a mode."""
     async with ga.Session() as s, ga.Stream() as stream:
         s.add_graph(1, ga.Graph.from_onnx(add_model()))
         with pytest.raises(TypeError):
             await s.run_graph_async(1, "not a list")
         with pytest.raises(TypeError):
-            s.run_graph_with_stream_async(1, stream, (A, B))  # seed 002: a list
+            s.run_graph_with_stream_async(1, stream, (A, B))  # GE's Python package: a list
         np.testing.assert_array_equal(await run("sync", s, 1, stream), A + B)

@@ -1,7 +1,7 @@
 """A tiny async service a user might build on geasync: classify 28x28 grayscale images with an ONNX MLP.
 
-It is written against anyio, so it runs under asyncio, uvloop or trio; the tests next to it drive it with
-pytest-asyncio on geasync's native CPU twin, with no NPU needed.
+It is written against anyio, so it runs under asyncio, uvloop or trio; the tests next to it drive it on all three
+with geasync's pytest plugin, on geasync's native CPU twin, with no NPU needed.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@
 // overflow where the mathematical result is finite.
 // Kernel loops: -O3 vectorisation (beyond -O2's very-cheap cost model) and no FP-trap semantics, so that
 // selects and divisions in them can be if-converted. Before the includes, so inline helpers get it too.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3", "no-trapping-math")
+#endif
 
 #include <algorithm>
 #include <cmath>

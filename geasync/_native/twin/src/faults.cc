@@ -17,14 +17,15 @@ namespace twin {
 namespace {
 struct Fault {
   int kind;
-  uint64_t nth;  // 1-based run index after arming; 0 = every run
+  uint64_t target_run;  // the graph's run count at which it fires (runs at arming + nth); 0 = every run
   uint32_t status;
   int64_t delay_ms;
+  bool fired = false;
 };
 
 struct GraphFaults {
   std::vector<Fault> faults;
-  uint64_t runs = 0;    // runs counted since the first fault was armed
+  uint64_t runs = 0;    // runs counted since the first fault was armed (each fault's nth counts from its own arming)
   bool released = false;  // stalled runs may proceed
 };
 
@@ -49,8 +50,9 @@ FaultDecision NextRun(uint64_t session_id, uint32_t graph_id) {
   auto it = r.graphs.find({session_id, graph_id});
   if (it == r.graphs.end()) return d;
   const uint64_t run = ++it->second.runs;
-  for (const Fault &f : it->second.faults) {
-    if (f.nth != 0 && f.nth != run) continue;
+  for (Fault &f : it->second.faults) {
+    if (f.target_run != 0 && f.target_run != run) continue;
+    f.fired = true;
     switch (f.kind) {
       case GEASYNC_TWIN_FAULT_FAIL_RUN:
         d.fail = true;
@@ -124,7 +126,9 @@ int geasync_twin_fault_add(uint64_t session_id, uint32_t graph_id, int kind, uin
     it = r.graphs.emplace(key, twin::GraphFaults{}).first;
     r.armed.fetch_add(1, std::memory_order_release);
   }
-  it->second.faults.push_back(twin::Fault{kind, nth, status, delay_ms});
+  // nth counts from now: a fault armed after earlier runs targets a run still to come
+  const uint64_t target_run = nth == 0 ? 0 : it->second.runs + nth;
+  it->second.faults.push_back(twin::Fault{kind, target_run, status, delay_ms});
   return 0;
 }
 
@@ -148,6 +152,17 @@ uint64_t geasync_twin_fault_runs(uint64_t session_id, uint32_t graph_id) {
   std::lock_guard<std::mutex> lk(r.mu);
   auto it = r.graphs.find({session_id, graph_id});
   return it == r.graphs.end() ? 0 : it->second.runs;
+}
+
+uint64_t geasync_twin_fault_unfired(uint64_t session_id, uint32_t graph_id) {
+  twin::Registry &r = twin::Reg();
+  std::lock_guard<std::mutex> lk(r.mu);
+  auto it = r.graphs.find({session_id, graph_id});
+  if (it == r.graphs.end()) return 0;
+  uint64_t unfired = 0;
+  for (const twin::Fault &f : it->second.faults)
+    if (f.target_run != 0 && !f.fired && f.kind != GEASYNC_TWIN_FAULT_STALL_COMPILE) ++unfired;
+  return unfired;
 }
 
 }  // extern "C"

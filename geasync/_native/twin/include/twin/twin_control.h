@@ -21,8 +21,8 @@ typedef struct geasync_twin_counters {
 
 void geasync_twin_live_counters(geasync_twin_counters *out);
 
-/* Fault kinds. Runs of a graph are counted from the moment its first fault is armed (1 = the next run);
- * nth = 0 applies the fault to every run. */
+/* Fault kinds. nth counts runs of the graph from the call that arms the fault (1 = the next run); nth = 0 applies
+ * the fault to every run. geasync_twin_fault_runs counts the graph's runs since its first fault was armed. */
 enum {
   GEASYNC_TWIN_FAULT_FAIL_RUN = 1,       /* the run fails with `status` (callback status / return code) */
   GEASYNC_TWIN_FAULT_DELAY_RUN = 2,      /* the run starts `delay_ms` late */
@@ -38,6 +38,8 @@ int geasync_twin_fault_add(uint64_t session_id, uint32_t graph_id, int kind, uin
 void geasync_twin_fault_release(uint64_t session_id, uint32_t graph_id);
 void geasync_twin_fault_clear(uint64_t session_id, uint32_t graph_id);
 uint64_t geasync_twin_fault_runs(uint64_t session_id, uint32_t graph_id);
+/* One-shot faults (nth >= 1) of the graph whose run has not come yet (stall_compile, which ignores nth, excluded). */
+uint64_t geasync_twin_fault_unfired(uint64_t session_id, uint32_t graph_id);
 
 #ifdef __cplusplus
 }

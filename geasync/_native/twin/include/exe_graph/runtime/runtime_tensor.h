@@ -47,7 +47,7 @@ class Shape {
  private:
   size_t dim_num_ = 0;
   int64_t dims_[Shape::kMaxDimNum] = {};
-  uint8_t reserved_[40] = {};
+  [[maybe_unused]] uint8_t reserved_[40] = {};
 };
 
 class StorageShape {
@@ -63,13 +63,13 @@ class StorageShape {
  private:
   Shape origin_shape_;
   Shape storage_shape_;
-  uint8_t reserved_[40] = {};
+  [[maybe_unused]] uint8_t reserved_[40] = {};
 };
 
 struct ExpandDimsType {
   int64_t size_ = 0;
   uint64_t mask_ = 0;
-  uint8_t reserved_[40] = {};
+  [[maybe_unused]] uint8_t reserved_[40] = {};
 };
 
 class StorageFormat {
@@ -86,7 +86,7 @@ class StorageFormat {
   ge::Format origin_format_ = ge::FORMAT_ND;
   ge::Format storage_format_ = ge::FORMAT_ND;
   ExpandDimsType expand_dims_type_;
-  uint8_t reserved_[32] = {};
+  [[maybe_unused]] uint8_t reserved_[32] = {};
 };
 
 enum TensorPlacement : int32_t { kOnDeviceHbm, kOnHost, kFollowing, kOnDeviceP2p, kTensorPlacementEnd };
@@ -173,7 +173,7 @@ class TensorData {
   TensorAddrManager manager_ = nullptr;
   size_t size_ = 0;
   TensorPlacement placement_ = kTensorPlacementEnd;
-  uint8_t reserved_[44] = {};
+  [[maybe_unused]] uint8_t reserved_[44] = {};
 };
 
 using TensorVersion = uint8_t;
@@ -224,11 +224,11 @@ class Tensor {
   }
   StorageShape storage_shape_;
   StorageFormat storage_format_;
-  TensorVersion version_ = 0;
-  uint8_t reserved_[3] = {};
+  [[maybe_unused]] TensorVersion version_ = 0;
+  [[maybe_unused]] uint8_t reserved_[3] = {};
   ge::DataType data_type_ = ge::DT_UNDEFINED;
   TensorData tensor_data_;
-  uint8_t reserved_field_[40] = {};
+  [[maybe_unused]] uint8_t reserved_field_[40] = {};
 };
 
 #if defined(__x86_64__)
