@@ -10,9 +10,11 @@ On a machine without an Ascend NPU, geasync runs on its embedded native CPU twin
 
 from ._lib import backends, current_backend, finalize, live_counters
 from .allocator import Allocator, DeviceAllocator
+from .batcher import Batcher, BatcherClosedError, BatcherStatistics
 from ._guard import SessionStatistics
 from .errors import ExecutionModeError, GeError, SessionBrokenError, SessionClosedError
 from .graph import Graph
+from .pool import GraphPool
 from .session import CompiledGraphSummary, Session
 from .stream import Stream
 from .tensor import Tensor
@@ -22,11 +24,15 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Allocator",
+    "Batcher",
+    "BatcherClosedError",
+    "BatcherStatistics",
     "CompiledGraphSummary",
     "DeviceAllocator",
     "ExecutionModeError",
     "GeError",
     "Graph",
+    "GraphPool",
     "Session",
     "SessionBrokenError",
     "SessionClosedError",

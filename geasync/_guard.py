@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from ._stats import HistogramSnapshot, empty_histogram
 from .errors import ExecutionModeError
 
 RUN_GRAPH = "RunGraph"
@@ -126,7 +127,17 @@ class Pins:
 
 @dataclass(frozen=True)
 class SessionStatistics:
-    """A snapshot of a session's asynchronous activity (``Session.statistics()``)."""
+    """A snapshot of a session's runs in every mode (``Session.statistics()``), totals of ``graphs``.
+
+    ``submitted == completed + failed + cancelled + in_flight + waiting``: a run is submitted when geasync takes it
+    (after its arguments and run mode are checked); ``waiting`` is for a slot (``max_in_flight``, or the 32-callback
+    bound of a dynamic-shape graph); ``in_flight`` is with the runtime (RunGraphAsync, stream-mode runs until the
+    stream passes them, synchronous and in-thread runs while they run); ``failed`` includes runs the runtime
+    refused at submit; ``cancelled`` counts runs whose caller gave up (cancelled, timed out) before they ran or
+    before their completion arrived. ``abandoned`` counts runs in flight for longer than the session's
+    ``abandon_after`` seconds (a callback that never came); they stay in ``in_flight``. ``oldest_age`` is the
+    age in seconds of the oldest run in flight, ``latency`` the histogram of completed runs' latencies.
+    """
 
     in_flight: int
     waiting: int
@@ -135,6 +146,15 @@ class SessionStatistics:
     cancelled: int
     pinned_bytes: int
     max_in_flight: int
+    submitted: int = 0
+    abandoned: int = 0
+    oldest_age: Optional[float] = None
+    latency: HistogramSnapshot = field(default_factory=empty_histogram)
+    graphs: dict = field(default_factory=dict)  # graph id -> GraphStatistics
+
+    def as_dict(self) -> dict:
+        """Plain data (JSON-serialisable): histograms as bounds and counts, graphs keyed by their id."""
+        return asdict(self)
 
 
 class Slots:
@@ -146,9 +166,6 @@ class Slots:
         self.in_flight = 0
         self._lock = threading.Lock()
         self._waiters: collections.deque[tuple[Callable[[], bool], Any]] = collections.deque()
-        self.completed = 0
-        self.failed = 0
-        self.cancelled = 0
         self.pinned_bytes = 0
 
     @property
@@ -257,12 +274,6 @@ class Slots:
             # The slot passes to the waiter (in_flight unchanged); skip waiters that gave up.
             if grant():
                 n -= 1
-
-    def snapshot(self) -> SessionStatistics:
-        with self._lock:
-            return SessionStatistics(self.in_flight, len(self._waiters), self.completed, self.failed,
-                                     self.cancelled, self.pinned_bytes, self.limit)
-
 
 def _grant_future(fut: "asyncio.Future[None]", slots: Slots) -> None:
     if fut.done():

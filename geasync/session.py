@@ -18,6 +18,7 @@ from typing import Any, Coroutine, List, Optional, Sequence
 import anyio
 
 from . import _hub, _lib
+from ._stats import GraphCounters, logger, merged_histogram, now
 from ._guard import (FREEZER, RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry, Pins,
                      SessionStatistics, Slots)
 from .allocator import Allocator
@@ -72,15 +73,23 @@ class Session:
     Keyword-only, beyond seed 002: ``backend`` is "auto" (default: $GEASYNC_BACKEND, else CANN if this install has
     it, else the twin), "twin" or "cann" -- one backend per process; ``max_in_flight`` bounds the session's
     concurrent async requests (further ones wait without blocking the loop); ``freeze_inputs=False`` leaves numpy
-    inputs writable while pinned.
+    inputs writable while pinned; a run in flight for ``abandon_after`` seconds is counted (and logged) as
+    abandoned by ``statistics()``.
     """
 
     def __init__(self, options: Optional[dict] = None, *, backend: Optional[str] = None,
-                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, freeze_inputs: bool = True) -> None:
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, freeze_inputs: bool = True,
+                 abandon_after: float = 60.0) -> None:
         self._handle: Any = None
         opts = _check_options(options, "options")
         if not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) or max_in_flight < 1:
             raise ValueError(f"max_in_flight must be a positive int, got {max_in_flight!r}")
+        if not isinstance(abandon_after, (int, float)) or isinstance(abandon_after, bool) or not abandon_after > 0:
+            raise ValueError(f"abandon_after must be a positive number of seconds, got {abandon_after!r}")
+        self._abandon_after = float(abandon_after)
+        self._graph_stats: dict[int, GraphCounters] = {}  # per graph id, every run mode
+        self._stats_lock = threading.Lock()  # for runs counted off the loop's thread (sync, in-thread, stream)
+        self._abandoned_logged = 0
         # GE is initialised once per process, by the first session: its device becomes the process's default
         init_opts = {k: opts[k] for k in ("ge.exec.deviceId",) if k in opts}
         _lib.ensure_initialized(init_opts, backend=backend)
@@ -96,6 +105,7 @@ class Session:
         # geasync's own options ("geasync.*") are not GE options: they never reach the runtime
         ge_opts = {k: v for k, v in opts.items() if not k.startswith("geasync.")}
         self._handle = _lib.session_create(ge_opts, "Session.__init__()")
+        logger.debug("session created (backend %s, max_in_flight %d)", _lib.BACKEND, max_in_flight)
         if "geasync.twin.faults" in opts:
             from . import twin
 
@@ -147,6 +157,8 @@ class Session:
         with self._lock:
             handle, self._handle = self._handle, None
         if handle is not None and _lib.same_process():
+            in_flight = sum(len(c.live) for c in self._graph_stats.values())
+            logger.debug("session closing with %d runs in flight", in_flight)
             _lib.session_destroy(handle)  # GE's threads are joined; jobs it dropped are reported abandoned
             _hub.drain_current()
         _hub.reap_orphans()
@@ -221,6 +233,7 @@ class Session:
         context = f"Session.{api}(graph_id={graph_id})"
         handle = self._live(context)
         _lib.add_graph(handle, graph_id, graph._handle(context), opts, clone, context)
+        logger.debug("graph %d added (%s)", graph_id, graph.name or "unnamed")
         self._modes.reset(graph_id)  # a fresh graph under this id has no run mode yet
         self._graph_caps.pop(graph_id, None)
 
@@ -229,6 +242,7 @@ class Session:
         _check_graph_id(graph_id)
         context = f"Session.remove_graph(graph_id={graph_id})"
         _lib.remove_graph(self._live(context), graph_id, context)
+        logger.debug("graph %d removed", graph_id)
         self._modes.reset(graph_id)
         self._graph_caps.pop(graph_id, None)
 
@@ -271,7 +285,14 @@ class Session:
         context = f"Session.run_graph(graph_id={graph_id})"
         handle = self._live(context)
         self._modes.claim(graph_id, RUN_GRAPH, context)
-        return _lib.run_graph(handle, graph_id, prepared, context)
+        key = self._count_start(graph_id)
+        try:
+            outputs = _lib.run_graph(handle, graph_id, prepared, context)
+        except BaseException:
+            self._count_finish(graph_id, key, "failed")
+            raise
+        self._count_finish(graph_id, key, "completed")
+        return outputs
 
     def run_graph_with_stream_async(self, graph_id: int, stream: int, inputs: List[Tensor]) -> List[Tensor]:
         """Enqueue a run on ``stream`` (GE RunGraphWithStreamAsync) and return its device output Tensors at once.
@@ -291,15 +312,23 @@ class Session:
             _lib.register_default_allocator(handle, address, context)
             _mark_allocator(address, default=True)
         pins = self._pin(prepared)
+        key = self._count_start(graph_id)
         try:
             outs = _lib.run_graph_with_stream_async(handle, graph_id, address, prepared, context)
         except BaseException:
             self._unpin(pins)
+            self._count_finish(graph_id, key, "failed")
             raise
         # A host function after the run tells when the stream no longer uses the inputs, nor the outputs' memory:
         # output memory dropped by the caller before then is freed only at that point, on a Python thread.
         owners = [t._owner for t in outs]
-        _hub.stream_pins.hold(address, lambda: (self._unpin(pins), owners.clear()), context)
+
+        def passed() -> None:
+            self._unpin(pins)
+            owners.clear()
+            self._count_finish(graph_id, key, "completed")
+
+        _hub.stream_pins.hold(address, passed, context)
         return outs
 
     def run_graph_async(self, graph_id: int, inputs: List[Tensor], *,
@@ -346,15 +375,19 @@ class Session:
         return cap
 
     async def _run_async(self, graph_id: int, prepared: PreparedInputs) -> List[Tensor]:
+        counters = self._graph_stats.get(graph_id)
+        if counters is None:
+            counters = self._counters(graph_id)
+        counters.submitted += 1
         cap = self._graph_caps.get(graph_id, _UNKNOWN)
         if cap is _UNKNOWN:
             cap = self._graph_cap(graph_id)
         if cap is not None and not cap.try_acquire():
-            await cap.acquire()
+            await self._wait_for(cap, counters)
         slots = self._slots
         try:
             if not slots.try_acquire():
-                await slots.acquire()  # backpressure: wait for a slot without blocking the loop
+                await self._wait_for(slots, counters)  # backpressure: wait without blocking the loop
         except BaseException:
             if cap is not None:
                 cap.release()
@@ -363,8 +396,9 @@ class Session:
             if self._handle is None or self._closing:  # closed while this request waited for a slot
                 self._live(_async_context(graph_id))
             hub = _hub.current_hub()
-            request = _RunRequest(self, prepared, graph_id, hub.new_waiter(), cap)
+            request = _RunRequest(self, prepared, graph_id, hub.new_waiter(), cap, counters)
         except BaseException:
+            counters.failed += 1
             slots.release()
             if cap is not None:
                 cap.release()
@@ -372,9 +406,11 @@ class Session:
         try:
             hub.start(request, self, graph_id, prepared)
         except GeError as exc:
+            counters.finish(request, "failed")  # refused at submit
             request.release(True)
             raise self._broken_queue(exc) from None
         except BaseException:
+            counters.finish(request, "failed")
             request.release(True)
             raise
         try:
@@ -387,6 +423,18 @@ class Session:
                 self._unawaited += 1
             raise
 
+    @staticmethod
+    async def _wait_for(slots: Slots, counters: GraphCounters) -> None:
+        """Waits for one of ``slots``, counted as waiting; a caller that gives up meanwhile is counted cancelled."""
+        counters.waiting += 1
+        try:
+            await slots.acquire()
+        except BaseException:
+            counters.cancelled += 1
+            raise
+        finally:
+            counters.waiting -= 1
+
     async def run_graph_in_thread(self, graph_id: int, inputs: List[Tensor]) -> List[Tensor]:
         """``run_graph`` (RunGraph mode) in a worker thread, for async code that wants RunGraph semantics.
 
@@ -395,10 +443,53 @@ class Session:
         return await anyio.to_thread.run_sync(self.run_graph, graph_id, inputs)
 
     def statistics(self) -> SessionStatistics:
-        """In flight, waiting for a slot, completed, failed, cancelled (completions nobody awaited any more),
-        pinned input bytes, and the in-flight bound."""
+        """The session's runs in every mode, in total and per graph (see SessionStatistics): in flight, waiting
+        for a slot, completed, failed, cancelled, abandoned, the oldest run's age, latencies; pinned input bytes
+        and the in-flight bound."""
         _hub.reap_orphans()
-        return self._slots.snapshot()
+        _hub.stream_pins.reap()
+        with self._stats_lock:
+            graphs = {gid: c.snapshot(gid, self._abandon_after) for gid, c in list(self._graph_stats.items())}
+        per = graphs.values()
+        ages = [g.oldest_age for g in per if g.oldest_age is not None]
+        abandoned = sum(g.abandoned for g in per)
+        if abandoned > self._abandoned_logged:
+            logger.warning("%d runs of session %s have had no completion for over %.3g s (abandoned: a lost "
+                           "callback?); graphs %s", abandoned, self._id_for_log(), self._abandon_after,
+                           sorted(g.graph_id for g in per if g.abandoned))
+        self._abandoned_logged = abandoned
+        return SessionStatistics(
+            in_flight=sum(g.in_flight for g in per), waiting=sum(g.waiting for g in per),
+            completed=sum(g.completed for g in per), failed=sum(g.failed for g in per),
+            cancelled=sum(g.cancelled for g in per), pinned_bytes=self._slots.pinned_bytes,
+            max_in_flight=self._slots.limit, submitted=sum(g.submitted for g in per), abandoned=abandoned,
+            oldest_age=max(ages) if ages else None, latency=merged_histogram([g.latency for g in per]),
+            graphs=graphs)
+
+    def _id_for_log(self) -> str:
+        handle = self._handle
+        return str(_lib.session_id(handle)) if handle is not None else "(closed)"
+
+    def _counters(self, graph_id: int) -> GraphCounters:
+        counters = self._graph_stats.get(graph_id)
+        if counters is None:
+            with self._stats_lock:
+                counters = self._graph_stats.setdefault(graph_id, GraphCounters())
+        return counters
+
+    def _count_start(self, graph_id: int) -> object:
+        """A run off the loop's hot path (sync, in-thread, stream mode) is submitted and in flight: its key."""
+        key = object()
+        counters = self._counters(graph_id)
+        with self._stats_lock:
+            counters.submitted += 1
+            counters.live[key] = now()
+        return key
+
+    def _count_finish(self, graph_id: int, key: object, outcome: str) -> None:
+        counters = self._counters(graph_id)
+        with self._stats_lock:
+            counters.finish(key, outcome)
 
     def _pin(self, prepared: PreparedInputs) -> Pins:
         pins = Pins(prepared, prepared.arrays, prepared.nbytes, self._freeze_inputs)
@@ -431,10 +522,10 @@ class _RunRequest(Pins, _hub.Request):
     """A RunGraphAsync request in flight: its own input pins, and how its completion becomes Tensors or an
     exception. One object per request (plus its waiter), as it is made on every run's hot path."""
 
-    __slots__ = ("session", "graph_id", "waiter", "unawaited", "cap")
+    __slots__ = ("session", "graph_id", "waiter", "unawaited", "cap", "counters")
 
     def __init__(self, session: Session, prepared: PreparedInputs, graph_id: int, waiter: Any,
-                 cap: Optional[Slots]) -> None:
+                 cap: Optional[Slots], counters: GraphCounters) -> None:
         Pins.__init__(self, prepared, prepared.arrays, prepared.nbytes, session._freeze_inputs)
         session._slots.pinned_bytes += prepared.nbytes
         self.session = session
@@ -442,6 +533,8 @@ class _RunRequest(Pins, _hub.Request):
         self.waiter = waiter
         self.unawaited = False
         self.cap = cap
+        self.counters = counters
+        counters.live[self] = now()  # in flight from here: completed, failed or cancelled at its completion
 
     @property
     def context(self) -> str:
@@ -452,7 +545,11 @@ class _RunRequest(Pins, _hub.Request):
         if status == 0 and type(outputs) is list and not orphaned and not waiter.done():
             # the common case, on every run's hot path: resolve now, release with the rest of the drained batch
             # (release_batch; the task resumes only after the drain)
-            self.session._slots.completed += 1
+            counters = self.counters
+            counters.completed += 1
+            started = counters.live.pop(self, None)
+            if started is not None:
+                counters.latency.observe(now() - started)
             waiter.set_result(outputs)
             return True
         return super().complete(status, kind, outputs, text, orphaned)
@@ -485,9 +582,9 @@ class _RunRequest(Pins, _hub.Request):
 
     def settle(self, status: int, kind: int, outputs: Any, text: str) -> tuple[Any, Optional[BaseException]]:
         if status == 0 and type(outputs) is list:
-            self.session._slots.completed += 1
+            self.counters.finish(self, "completed")
             return outputs, None
-        self.session._slots.failed += 1
+        self.counters.finish(self, "failed")
         if isinstance(outputs, BaseException):  # the outputs could not be made into Tensors (a dtype numpy lacks)
             return None, outputs
         if kind == _lib.COMPLETION_ABANDONED:
@@ -504,8 +601,8 @@ class _RunRequest(Pins, _hub.Request):
         if self.unawaited:
             self.unawaited = False
             session._unawaited -= 1
-        if not wanted:
-            session._slots.cancelled += 1
+        if not wanted and self in self.counters.live:
+            self.counters.finish(self, "cancelled")
         self.release_batch([self])
 
 

@@ -1,0 +1,153 @@
+"""Statistics building blocks: a fixed-bucket histogram, per-graph run counters, and the ``geasync`` logger.
+
+Everything here is updated on the loop's (or caller's) thread with plain integer operations: cheap enough for
+every run, and read as consistent snapshots by ``Session.statistics()`` and ``Batcher.statistics()``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional, Sequence
+
+logger = logging.getLogger("geasync")
+"""geasync's logger: session and graph lifecycle (DEBUG), stopped queues, slow and abandoned requests (WARNING).
+Nothing is logged on a run's hot path; enable with ``logging.getLogger("geasync").setLevel(logging.DEBUG)``."""
+
+# Latency buckets (seconds): 25 us .. 10 s, roughly x2 apart, as Prometheus histograms expect (upper bounds).
+LATENCY_BUCKETS: tuple[float, ...] = (25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
+                                      50e-3, 100e-3, 250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0)
+
+now = time.perf_counter
+
+
+class Histogram:
+    """Counts of observations per bucket (``bounds`` are upper bounds; one overflow bucket), with their sum."""
+
+    __slots__ = ("bounds", "counts", "total", "count")
+
+    def __init__(self, bounds: Sequence[float] = LATENCY_BUCKETS) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+    def snapshot(self) -> "HistogramSnapshot":
+        return HistogramSnapshot(self.bounds, tuple(self.counts), self.total, self.count)
+
+
+@dataclass(frozen=True)
+class HistogramSnapshot:
+    """A histogram at one moment: ``counts[i]`` observations were <= ``bounds[i]`` (and above the bound before);
+    the last count is the overflow. ``quantile(q)`` estimates from the buckets (an upper bound)."""
+
+    bounds: tuple
+    counts: tuple
+    sum: float
+    count: int
+
+    def quantile(self, q: float) -> Optional[float]:
+        if not self.count:
+            return None
+        rank = q * self.count
+        seen = 0
+        for bound, n in zip(self.bounds, self.counts):
+            seen += n
+            if seen >= rank:
+                return bound
+        return float("inf")
+
+    @property
+    def mean(self) -> Optional[float]:
+        return self.sum / self.count if self.count else None
+
+    def as_dict(self) -> dict:
+        return {"bounds": list(self.bounds), "counts": list(self.counts), "sum": self.sum, "count": self.count}
+
+
+class GraphCounters:
+    """One graph's runs in every mode (the session keeps one per graph id). A run is counted ``submitted`` when
+    geasync takes it, then ends in exactly one of completed / failed / cancelled; meanwhile it is waiting (for a
+    slot) or in flight (with the runtime, tracked with its start time for the oldest age and ``abandoned``)."""
+
+    __slots__ = ("submitted", "completed", "failed", "cancelled", "waiting", "live", "latency", "warned")
+
+    def __init__(self) -> None:
+        self.submitted = 0
+        self.completed = 0
+        self.failed = 0
+        self.cancelled = 0
+        self.waiting = 0
+        self.live: dict[Any, float] = {}  # run key -> start time; insertion order is start order
+        self.latency = Histogram()
+        self.warned: set[int] = set()  # ids of runs already reported abandoned (logged once)
+
+    def start(self, key: Any) -> None:
+        self.live[key] = now()
+
+    def finish(self, key: Any, outcome: str) -> None:
+        """``outcome``: "completed", "failed" or "cancelled"."""
+        started = self.live.pop(key, None)
+        if outcome == "completed":
+            self.completed += 1
+            if started is not None:
+                self.latency.observe(now() - started)
+        elif outcome == "failed":
+            self.failed += 1
+        else:
+            self.cancelled += 1
+
+    def snapshot(self, graph_id: int, abandon_after: float) -> "GraphStatistics":
+        t = now()
+        starts = list(self.live.values())
+        oldest = t - min(starts) if starts else None
+        abandoned = sum(1 for s in starts if t - s >= abandon_after)
+        return GraphStatistics(graph_id, self.submitted, self.completed, self.failed, self.cancelled, len(starts),
+                               self.waiting, abandoned, oldest, self.latency.snapshot())
+
+
+@dataclass(frozen=True)
+class GraphStatistics:
+    """One graph's runs (all modes). ``submitted == completed + failed + cancelled + in_flight + waiting``;
+    ``abandoned`` counts the runs in flight for longer than the session's ``abandon_after`` (their completion never
+    came: a lost callback), and ``oldest_age`` is the age in seconds of the oldest run in flight."""
+
+    graph_id: int
+    submitted: int
+    completed: int
+    failed: int
+    cancelled: int
+    in_flight: int
+    waiting: int
+    abandoned: int
+    oldest_age: Optional[float]
+    latency: HistogramSnapshot
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def merged_histogram(snapshots: Sequence[HistogramSnapshot]) -> HistogramSnapshot:
+    if not snapshots:
+        return Histogram().snapshot()
+    counts = [sum(c) for c in zip(*(s.counts for s in snapshots))]
+    return HistogramSnapshot(snapshots[0].bounds, tuple(counts), sum(s.sum for s in snapshots),
+                             sum(s.count for s in snapshots))
+
+
+_EMPTY = Histogram().snapshot()
+
+
+def empty_histogram() -> HistogramSnapshot:
+    return _EMPTY
+
+
+__all__ = ["logger", "Histogram", "HistogramSnapshot", "GraphCounters", "GraphStatistics", "LATENCY_BUCKETS",
+           "field"]

@@ -1,0 +1,488 @@
+"""``Batcher``: dynamic batching of small requests into runs of a graph with a symbolic batch dim.
+
+    batcher = ga.Batcher(session, graph_id, max_batch_size=64, max_delay=0.002)
+    (probs,) = await batcher.run([x])          # x: (1, 784) -> probs: (1, 10), this request's rows only
+
+Policy: a request that finds the graph idle (no batch of this batcher in flight) runs at once, alone: at one
+request in flight, batching costs nothing. Requests arriving while batches are in flight are queued and coalesced;
+the queue is flushed when a batch completes (after the tasks that batch woke have had a turn to send their next
+requests), when it holds ``max_batch_size`` rows, or when its oldest request has waited ``max_delay`` seconds.
+
+Requests are concatenated along ``batch_axis`` (0) only with requests of the same dtypes and other dims. A batch
+that fails is split in halves and retried, so one bad request fails alone (a broken or closed session fails every
+request at once). A cancelled request leaves its batch running; its rows are dropped. Works under asyncio, uvloop
+and trio; one batcher belongs to one event loop.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Optional, Sequence
+
+import anyio
+import numpy as np
+
+from . import _hub
+from ._guard import running_loop
+from ._stats import Histogram, HistogramSnapshot, logger, now
+from .errors import SessionBrokenError, SessionClosedError
+from .tensor import Tensor
+
+__all__ = ["Batcher", "BatcherClosedError", "BatcherStatistics"]
+
+# Queueing-delay buckets (seconds) and batch-size buckets (rows).
+_DELAY_BUCKETS = (10e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 1.0)
+_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+class BatcherClosedError(RuntimeError):
+    """The batcher was closed (``aclose``) before this request ran."""
+
+
+@dataclass(frozen=True)
+class BatcherStatistics:
+    """A batcher's activity. ``submitted == completed + failed + cancelled + queued + running`` (requests);
+    ``batch_size`` is the distribution of rows per batch run, ``queue_delay`` the seconds requests spent queued
+    (those that ran at once count 0), ``retries`` the extra runs made to isolate failing requests."""
+
+    submitted: int
+    completed: int
+    failed: int
+    cancelled: int
+    queued: int
+    running: int
+    batches: int
+    batches_in_flight: int
+    retries: int
+    batch_size: HistogramSnapshot
+    queue_delay: HistogramSnapshot
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class _Request:
+    __slots__ = ("arrays", "rows", "key", "waiter", "enqueued", "state")
+
+    def __init__(self, arrays: list, rows: int, key: tuple, waiter: Any) -> None:
+        self.arrays = arrays
+        self.rows = rows
+        self.key = key
+        self.waiter = waiter
+        self.enqueued = now()
+        self.state = _QUEUED
+
+
+_QUEUED, _RUNNING, _DONE = 0, 1, 2  # a queued request's life; _DONE once counted completed, failed or cancelled
+
+
+class Batcher:
+    """Coalesces concurrent requests to one graph into batch runs (see the module docstring).
+
+    ``graph`` is a graph id of ``session`` or a :class:`geasync.GraphPool` (its instances then run batches side by
+    side). ``max_batch_size`` bounds the rows of one run (a larger request is refused with ValueError);
+    ``max_delay`` (seconds) bounds how long a request waits for a batch to fill while the graph is busy;
+    ``max_concurrent_batches`` (default: one per graph instance) is how many batches may run before requests queue;
+    ``batch_sizes`` (optional) pads every batch with zero rows up to the next listed size, for graphs compiled for
+    fixed batch sizes (fewer recompilations of dynamic-shape graphs).
+    """
+
+    def __init__(self, session: Any, graph: Any, *, max_batch_size: int = 64, max_delay: float = 0.002,
+                 batch_axis: int = 0, max_concurrent_batches: Optional[int] = None,
+                 batch_sizes: Optional[Sequence[int]] = None, timeout: Optional[float] = None) -> None:
+        from .pool import GraphPool
+        from .session import Session
+
+        if not isinstance(session, Session):
+            raise TypeError(f"Batcher: session must be a geasync.Session, got {type(session).__name__}")
+        if isinstance(graph, GraphPool):
+            self._runner = graph.run_graph_async
+            graph_ids = list(graph.graph_ids)
+        elif type(graph) is int:
+            gid = graph
+            self._runner = lambda inputs, timeout=None: session.run_graph_async(gid, inputs, timeout=timeout)
+            graph_ids = [gid]
+        else:
+            raise TypeError(f"Batcher: graph must be a graph id (int) or a geasync.GraphPool, got "
+                            f"{type(graph).__name__}")
+        self.graph = graph
+        instances = len(graph_ids)
+        if type(max_batch_size) is not int or max_batch_size < 1:
+            raise ValueError(f"Batcher: max_batch_size must be a positive int, got {max_batch_size!r}")
+        if not isinstance(max_delay, (int, float)) or not 0 <= max_delay < math.inf:
+            raise ValueError(f"Batcher: max_delay must be a number of seconds >= 0, got {max_delay!r}")
+        if max_concurrent_batches is None:
+            max_concurrent_batches = instances
+        if type(max_concurrent_batches) is not int or max_concurrent_batches < 1:
+            raise ValueError(f"Batcher: max_concurrent_batches must be a positive int, got {max_concurrent_batches!r}")
+        if batch_sizes is not None:
+            sizes = sorted(set(batch_sizes))
+            if not sizes or any(type(n) is not int or n < 1 for n in sizes):
+                raise ValueError(f"Batcher: batch_sizes must be positive ints, got {batch_sizes!r}")
+            if max_batch_size > sizes[-1]:
+                max_batch_size = sizes[-1]
+            self._sizes: Optional[list[int]] = sizes
+        else:
+            self._sizes = None
+        for graph_id in graph_ids:
+            _compile_for_batches(session, graph_id, self._sizes)
+        self.session = session
+        self.max_batch_size = max_batch_size
+        self.max_delay = float(max_delay)
+        self.batch_axis = batch_axis
+        self.max_concurrent_batches = max_concurrent_batches
+        self.timeout = timeout
+        self._queue: collections.deque[_Request] = collections.deque()
+        self._queued_rows = 0
+        self._in_flight = 0  # batches (incl. a request running alone)
+        self._closed = False
+        self._loop: Any = None  # the asyncio loop or trio token it belongs to
+        self._trio = False
+        self._timer: Any = None
+        self._tasks: set = set()
+        self._submitted = self._completed = self._failed = self._cancelled = self._running = 0
+        self._batches = self._retries = 0
+        self._sizes_hist = Histogram(_SIZE_BUCKETS)
+        self._delay_hist = Histogram(_DELAY_BUCKETS)
+
+    # --- public API ---
+    async def run(self, inputs: Sequence[Any], *, timeout: Optional[float] = None) -> list[Tensor]:
+        """This request's outputs (rows of the batch run it joined). ``inputs`` as for ``run_graph_async``, each
+        with the same batch dim (>= 1) on ``batch_axis``. ``timeout`` (seconds; default: the batcher's) raises
+        TimeoutError; the request's rows are dropped from its batch."""
+        arrays, rows, key = self._check(inputs)
+        self._bind()
+        if timeout is None:
+            timeout = self.timeout
+        if timeout is None:
+            return await self._run(arrays, rows, key)
+        with anyio.fail_after(timeout):
+            return await self._run(arrays, rows, key)
+
+    def statistics(self) -> BatcherStatistics:
+        return BatcherStatistics(self._submitted, self._completed, self._failed, self._cancelled, len(self._queue),
+                                 self._running, self._batches, self._in_flight, self._retries,
+                                 self._sizes_hist.snapshot(), self._delay_hist.snapshot())
+
+    async def aclose(self) -> None:
+        """Refuse new requests, run the queued ones now and wait for every batch in flight. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            logger.debug("batcher of graph %s closing: %d queued, %d batches in flight", self.graph,
+                         len(self._queue), self._in_flight)
+        self._dispatch()
+        while self._in_flight or self._queue:
+            self._dispatch()
+            await anyio.sleep(0.001)
+
+    async def __aenter__(self) -> "Batcher":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    # --- requests ---
+    def _check(self, inputs: Any) -> tuple[list, int, tuple]:
+        if not isinstance(inputs, (list, tuple)) or not inputs:
+            raise TypeError(f"Batcher.run: inputs must be a non-empty list of arrays or Tensors, got "
+                            f"{type(inputs).__name__}")
+        if self._closed:
+            raise BatcherClosedError(f"Batcher.run(graph={self.graph}): the batcher is closed")
+        axis = self.batch_axis
+        arrays = []
+        rows = -1
+        for i, x in enumerate(inputs):
+            a = x.numpy() if isinstance(x, Tensor) else x
+            if type(a) is not np.ndarray:
+                raise TypeError(f"Batcher.run: inputs[{i}] must be a numpy.ndarray or a geasync.Tensor, got "
+                                f"{type(x).__name__}")
+            if a.ndim <= axis:
+                raise ValueError(f"Batcher.run(graph={self.graph}): inputs[{i}] has shape {a.shape}, no batch axis "
+                                 f"{axis}; give every input a batch dim (e.g. x[None])")
+            n = a.shape[axis]
+            if rows < 0:
+                rows = n
+            elif n != rows:
+                raise ValueError(f"Batcher.run(graph={self.graph}): inputs disagree on the batch dim (axis {axis}): "
+                                 f"{rows} rows in inputs[0], {n} in inputs[{i}]")
+            arrays.append(a)
+        if rows < 1:
+            raise ValueError(f"Batcher.run(graph={self.graph}): a request needs at least one row on axis {axis}")
+        if rows > self.max_batch_size:
+            raise ValueError(f"Batcher.run(graph={self.graph}): {rows} rows exceed max_batch_size="
+                             f"{self.max_batch_size}; split the request or raise max_batch_size")
+        key = tuple((a.dtype.str, a.shape[:axis] + a.shape[axis + 1:]) for a in arrays)
+        return arrays, rows, key
+
+    def _bind(self) -> None:
+        loop = running_loop()
+        if loop is not None:
+            owner, trio = loop, False
+        else:
+            import trio as trio_mod
+
+            owner, trio = trio_mod.lowlevel.current_trio_token(), True
+        if self._loop is None:
+            self._loop, self._trio = owner, trio
+        elif self._loop is not owner:
+            raise RuntimeError(f"Batcher(graph={self.graph}) is used from another event loop than its first; make "
+                               "one batcher per event loop")
+
+    async def _run(self, arrays: list, rows: int, key: tuple) -> list[Tensor]:
+        self._submitted += 1
+        if self._in_flight < self.max_concurrent_batches and not self._queue:
+            return await self._run_alone(arrays, rows)
+        waiter = self._new_waiter()
+        request = _Request(arrays, rows, key, waiter)
+        self._queue.append(request)
+        self._queued_rows += rows
+        self._dispatch()
+        try:
+            if self._trio:
+                return await _wait_trio(waiter)
+            return await waiter
+        except BaseException:
+            if request.state == _QUEUED:  # it never runs
+                self._queue.remove(request)
+                self._queued_rows -= request.rows
+                self._finish(request, "cancelled")
+            elif request.state == _RUNNING:  # its batch runs on; its rows are dropped
+                self._finish(request, "cancelled")
+            raise
+
+    async def _run_alone(self, arrays: list, rows: int) -> list[Tensor]:
+        """The graph is idle: this request runs now, in its caller's task (a cancellation affects it alone)."""
+        self._in_flight += 1
+        self._running += 1
+        self._batches += 1
+        self._sizes_hist.observe(rows)
+        self._delay_hist.observe(0.0)
+        try:
+            if self._sizes is None:
+                outputs = await self._runner(arrays)
+            else:
+                alone = [_Request(arrays, rows, (), None)]
+                inputs, total = self._concatenate(alone)
+                outputs = self._split(alone, await self._runner(inputs), total)[0]
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                self._failed += 1
+            else:
+                self._cancelled += 1
+            raise
+        finally:
+            self._running -= 1
+            self._in_flight -= 1
+            self._dispatch()
+        self._completed += 1
+        return outputs
+
+    # --- batches ---
+    def _dispatch(self) -> None:
+        """Launches batches from the queue while the policy allows, else arms the max_delay timer."""
+        queue = self._queue
+        while queue:
+            oldest = queue[0]
+            due = self._closed or now() - oldest.enqueued >= self.max_delay
+            if self._in_flight >= self.max_concurrent_batches and not due and \
+                    self._queued_rows < self.max_batch_size:
+                self._arm_timer(oldest.enqueued + self.max_delay - now())
+                return
+            self._launch(self._take_batch())
+
+    def _take_batch(self) -> list[_Request]:
+        queue = self._queue
+        key = queue[0].key
+        batch: list[_Request] = []
+        rows = 0
+        kept: list[_Request] = []
+        while queue and rows < self.max_batch_size:
+            request = queue.popleft()
+            if request.key == key and rows + request.rows <= self.max_batch_size:
+                batch.append(request)
+                rows += request.rows
+            else:
+                kept.append(request)
+                if request.key == key:
+                    break  # the next one of this key does not fit: it leads the next batch
+        queue.extendleft(reversed(kept))
+        self._queued_rows -= rows
+        t = now()
+        for request in batch:
+            self._delay_hist.observe(t - request.enqueued)
+        return batch
+
+    def _finish(self, request: _Request, outcome: str) -> None:
+        if request.state == _RUNNING:
+            self._running -= 1
+        request.state = _DONE
+        if outcome == "completed":
+            self._completed += 1
+        elif outcome == "failed":
+            self._failed += 1
+        else:
+            self._cancelled += 1
+
+    def _launch(self, batch: list[_Request]) -> None:
+        self._in_flight += 1
+        self._running += len(batch)
+        for request in batch:
+            request.state = _RUNNING
+        self._batches += 1
+        if self._trio:
+            import trio
+
+            trio.lowlevel.spawn_system_task(self._run_batch, batch, name="geasync-batch")
+        else:
+            task = self._loop.create_task(self._run_batch(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _arm_timer(self, delay: float) -> None:
+        if self._timer is not None:
+            return
+        if self._trio:
+            import trio
+
+            async def fire() -> None:
+                await trio.sleep(max(delay, 0.0))
+                self._timer = None
+                self._dispatch()
+
+            self._timer = True
+            trio.lowlevel.spawn_system_task(fire, name="geasync-batch-timer")
+        else:
+            self._timer = self._loop.call_later(max(delay, 0.0), self._fire_timer)
+
+    def _fire_timer(self) -> None:
+        self._timer = None
+        self._dispatch()
+
+    async def _run_batch(self, batch: list[_Request]) -> None:
+        try:
+            await self._run_requests(batch, retry=False)
+            if len(batch) > 1:
+                # let the tasks this batch woke send their next requests first, so they coalesce
+                await _checkpoint(self._trio)
+        except BaseException as exc:  # the loop is shutting down: fail what is left, never leak the error
+            self._fail(batch, BatcherClosedError(f"Batcher(graph={self.graph}): the event loop stopped while this "
+                                                 "request's batch ran"))
+            if not isinstance(exc, Exception) and not self._trio:
+                raise
+        finally:
+            self._in_flight -= 1
+            self._dispatch()
+
+    async def _run_requests(self, batch: list[_Request], retry: bool) -> None:
+        """Runs ``batch`` as one graph run; on failure, retries its halves (a bad request fails alone)."""
+        if all(r.state != _RUNNING for r in batch):
+            return
+        if retry:
+            self._retries += 1
+        self._sizes_hist.observe(sum(r.rows for r in batch))
+        try:
+            inputs, total = self._concatenate(batch)
+            outputs = await self._runner(inputs)
+        except (SessionBrokenError, SessionClosedError, BatcherClosedError) as exc:
+            self._fail(batch, exc)
+            return
+        except Exception as exc:
+            if len(batch) == 1:
+                self._fail(batch, exc)
+                return
+            if not retry:
+                logger.info("batch of %d requests to graph %s failed (%s); retrying its halves", len(batch),
+                            self.graph, exc)
+            half = len(batch) // 2
+            await self._run_requests(batch[:half], retry=True)
+            await self._run_requests(batch[half:], retry=True)
+            return
+        try:
+            results = self._split(batch, outputs, total)
+        except Exception as exc:
+            self._fail(batch, exc)
+            return
+        for request, result in zip(batch, results):
+            if request.state == _RUNNING:
+                request.waiter.set_result(result)
+                self._finish(request, "completed")
+
+    def _concatenate(self, batch: list[_Request]) -> tuple[list, int]:
+        total = sum(r.rows for r in batch)
+        padded = total
+        if self._sizes is not None:
+            padded = next(n for n in self._sizes if n >= total)
+        axis = self.batch_axis
+        if len(batch) == 1 and padded == total:
+            return batch[0].arrays, total
+        inputs = []
+        for i in range(len(batch[0].arrays)):
+            parts = [r.arrays[i] for r in batch]
+            if padded > total:
+                shape = list(parts[0].shape)
+                shape[axis] = padded - total
+                parts.append(np.zeros(shape, parts[0].dtype))
+            inputs.append(np.concatenate(parts, axis=axis))
+        return inputs, total
+
+    def _split(self, batch: list[_Request], outputs: list, total: int) -> list[list[Tensor]]:
+        if len(batch) == 1 and (self._sizes is None or total == next(n for n in self._sizes if n >= total)):
+            return [outputs]
+        axis = self.batch_axis
+        arrays = [o.numpy() for o in outputs]
+        results: list[list[Tensor]] = [[] for _ in batch]
+        for t, a in zip(outputs, arrays):
+            if a.ndim <= axis or a.shape[axis] < total:
+                for result in results:  # not batched along the axis: every request gets the whole output
+                    result.append(t)
+                continue
+            start = 0
+            for result, request in zip(results, batch):
+                index = [slice(None)] * a.ndim
+                index[axis] = slice(start, start + request.rows)
+                result.append(Tensor.from_numpy(a[tuple(index)]))
+                start += request.rows
+        return results
+
+    def _fail(self, batch: list[_Request], exc: BaseException) -> None:
+        for request in batch:
+            if request.state == _RUNNING:
+                request.waiter.set_exception(exc)
+                self._finish(request, "failed")
+
+    def _new_waiter(self) -> Any:
+        if self._trio:
+            return _hub._TrioWaiter()
+        return self._loop.create_future()
+
+
+def _compile_for_batches(session: Any, graph_id: int, sizes: Optional[list[int]]) -> None:
+    """Compiles a graph not compiled yet from its declared input shapes (a symbolic batch dim stays symbolic: a
+    first run would fix it to that run's size) and checks that batches of several sizes can run."""
+    if session.is_graph_need_rebuild(graph_id):
+        session.compile_graph(graph_id)
+    if sizes is None and session.get_compiled_graph_summary(graph_id).is_static:
+        raise ValueError(f"Batcher: graph {graph_id} is compiled with static shapes, so its batch size is fixed; "
+                         "give its inputs a symbolic batch dim (e.g. 'N'), or pass batch_sizes=[<its batch size>] "
+                         "to pad every batch to it")
+
+
+async def _wait_trio(waiter: Any) -> Any:
+    await waiter.event.wait()
+    if waiter.error is not None:
+        raise waiter.error
+    return waiter.result
+
+
+async def _checkpoint(trio: bool) -> None:
+    if trio:
+        import trio as trio_mod
+
+        await trio_mod.lowlevel.cancel_shielded_checkpoint()
+        await trio_mod.lowlevel.cancel_shielded_checkpoint()
+    else:
+        import asyncio
+
+        await asyncio.sleep(0)

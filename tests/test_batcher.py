@@ -1,0 +1,290 @@
+"""ga.Batcher under asyncio, uvloop and trio: each request gets its own rows of the batch; requests coalesce while
+the graph is busy and run at once when it is idle; cancellation, timeouts, failing batches, shutdown, padding,
+refusals, graph pools, and statistics that add up."""
+
+from __future__ import annotations
+
+import anyio
+import numpy as np
+import pytest
+
+import geasync as ga
+from conftest import add_model, make_mlp, numpy_helper
+from asynctools import wait_until
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120, method="thread")]
+
+MLP_W = {i.name: numpy_helper.to_array(i).astype(np.float64) for i in make_mlp().graph.initializer}
+
+
+def mlp_reference(x: np.ndarray) -> np.ndarray:
+    h = np.maximum(x.astype(np.float64) @ MLP_W["w1"] + MLP_W["b1"], 0.0)
+    z = h @ MLP_W["w2"] + MLP_W["b2"]
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def rows(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).random((n, 784), dtype=np.float32)
+
+
+def assert_adds_up(st: ga.BatcherStatistics) -> None:
+    assert st.submitted == st.completed + st.failed + st.cancelled + st.queued + st.running, st
+
+
+async def gather(*fns):
+    results: list = [None] * len(fns)
+
+    async def one(i, fn):
+        try:
+            results[i] = await fn()
+        except Exception as exc:
+            results[i] = exc
+
+    async with anyio.create_task_group() as tg:
+        for i, fn in enumerate(fns):
+            tg.start_soon(one, i, fn)
+    return results
+
+
+async def test_each_request_gets_its_own_rows(anyio_backend):
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        b = ga.Batcher(s, 1, max_batch_size=32)
+        inputs = [rows(1 + i % 3, seed=i) for i in range(60)]
+        outs = await gather(*(lambda x=x: b.run([x]) for x in inputs))
+        for x, out in zip(inputs, outs):
+            assert not isinstance(out, Exception), out
+            (probs,) = out
+            assert probs.shape == (x.shape[0], 10)
+            np.testing.assert_allclose(probs.numpy(), mlp_reference(x), rtol=1e-4, atol=1e-6)
+        st = b.statistics()
+        assert st.completed == 60 and st.failed == 0
+        assert st.batches < 60  # they coalesced
+        assert st.batch_size.count == st.batches
+        assert max(b for b, n in zip(st.batch_size.bounds, st.batch_size.counts) if n) > 1
+        assert_adds_up(st)
+        await b.aclose()
+
+
+async def test_idle_graph_runs_a_request_at_once(anyio_backend):
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        b = ga.Batcher(s, 1, max_batch_size=64, max_delay=5.0)  # a long delay would show if it waited
+        with anyio.fail_after(2.0):
+            for i in range(5):
+                (probs,) = await b.run([rows(1, i)])
+                np.testing.assert_allclose(probs.numpy(), mlp_reference(rows(1, i)), rtol=1e-4, atol=1e-6)
+        st = b.statistics()
+        assert st.batches == 5 and st.queue_delay.counts[0] == 5  # each ran alone, with no queueing delay
+
+
+async def test_cancelled_requests_never_cancel_their_batch(anyio_backend):
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        b = ga.Batcher(s, 1, max_batch_size=64, max_delay=1.0)
+        ga.twin.inject_fault(s, 1, "delay_run", nth=1, delay=0.2)  # the first run holds the graph: others queue
+        inputs = [rows(1, seed=i) for i in range(12)]
+        results: dict = {}
+
+        async def one(i, scope_box):
+            with anyio.CancelScope() as scope:
+                scope_box[i] = scope
+                results[i] = await b.run([inputs[i]])
+
+        scopes: dict = {}
+        async with anyio.create_task_group() as tg:
+            for i in range(12):
+                tg.start_soon(one, i, scopes)
+            await wait_until(lambda: b.statistics().queued == 11, "11 requests queued", interval=0.001)
+            for i in (3, 5, 7):
+                scopes[i].cancel()  # queued: they never run
+        for i in range(12):
+            if i in (3, 5, 7):
+                assert i not in results
+            else:
+                np.testing.assert_allclose(results[i][0].numpy(), mlp_reference(inputs[i]), rtol=1e-4, atol=1e-6)
+        st = b.statistics()
+        assert st.cancelled == 3 and st.completed == 9
+        assert_adds_up(st)
+        assert st.queued == 0 and st.running == 0
+
+
+async def test_a_request_cancelled_mid_batch_leaves_the_others_their_rows(anyio_backend):
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        b = ga.Batcher(s, 1, max_batch_size=64, max_delay=0.0)
+        ga.twin.inject_fault(s, 1, "delay_run", nth=0, delay=0.1)  # every run lasts long enough to cancel in it
+        inputs = [rows(1, seed=i) for i in range(6)]
+        results: dict = {}
+        scopes: dict = {}
+
+        async def one(i):
+            with anyio.CancelScope() as scope:
+                scopes[i] = scope
+                results[i] = await b.run([inputs[i]])
+
+        async with anyio.create_task_group() as tg:
+            for i in range(6):
+                tg.start_soon(one, i)
+            await wait_until(lambda: b.statistics().running >= 5, "a batch running", interval=0.001)
+            scopes[4].cancel()
+        assert 4 not in results
+        for i in (0, 1, 2, 3, 5):
+            np.testing.assert_allclose(results[i][0].numpy(), mlp_reference(inputs[i]), rtol=1e-4, atol=1e-6)
+        st = b.statistics()
+        assert st.cancelled == 1 and st.completed == 5
+        assert_adds_up(st)
+
+
+async def test_timeout_raises_and_is_counted(anyio_backend):
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        b = ga.Batcher(s, 1)
+        ga.twin.inject_fault(s, 1, "stall_callback", nth=1)
+        with pytest.raises(TimeoutError):
+            await b.run([rows(1, 0)], timeout=0.1)
+        st = b.statistics()
+        assert st.cancelled == 1 and st.completed == 0
+        assert_adds_up(st)
+        ga.twin.clear_faults(s, 1)
+        (probs,) = await b.run([rows(1, 1)])
+        assert probs.shape == (1, 10)
+
+
+async def test_a_failing_batch_is_retried_in_halves(anyio_backend):
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        b = ga.Batcher(s, 1, max_batch_size=64, max_delay=1.0)
+        ga.twin.inject_fault(s, 1, "delay_run", nth=1, delay=0.2)
+        ga.twin.inject_fault(s, 1, "fail_run", nth=2)  # the batch after the first run fails
+        inputs = [rows(1, seed=i) for i in range(9)]
+        outs = await gather(*(lambda x=x: b.run([x]) for x in inputs))
+        for x, out in zip(inputs, outs):
+            assert not isinstance(out, Exception), out
+            np.testing.assert_allclose(out[0].numpy(), mlp_reference(x), rtol=1e-4, atol=1e-6)
+        st = b.statistics()
+        assert st.retries >= 2 and st.failed == 0 and st.completed == 9
+        assert_adds_up(st)
+
+
+async def test_a_bad_request_fails_alone(anyio_backend):
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        b = ga.Batcher(s, 1, max_batch_size=64, max_delay=0.05)
+        ga.twin.inject_fault(s, 1, "delay_run", nth=1, delay=0.1)
+        good = [rows(1, seed=i) for i in range(6)]
+        bad = np.zeros((1, 783), np.float32)  # wrong feature count: the runtime refuses it
+        fns = [lambda x=x: b.run([x]) for x in good]
+        fns.insert(3, lambda: b.run([bad]))
+        outs = await gather(*fns)
+        assert isinstance(outs[3], ga.GeError) and "783" in str(outs[3])
+        for x, out in zip(good, outs[:3] + outs[4:]):
+            np.testing.assert_allclose(out[0].numpy(), mlp_reference(x), rtol=1e-4, atol=1e-6)
+        st = b.statistics()
+        assert st.failed == 1 and st.completed == 6
+        assert_adds_up(st)
+        (probs,) = await b.run([good[0]])  # the session still works
+        assert probs.shape == (1, 10)
+
+
+async def test_refusals(anyio_backend):
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        b = ga.Batcher(s, 1, max_batch_size=4)
+        with pytest.raises(ValueError, match="max_batch_size"):
+            await b.run([rows(5, 0)])
+        with pytest.raises(ValueError, match="batch axis"):
+            await b.run([np.zeros((), np.float32)])
+        with pytest.raises(TypeError, match="inputs"):
+            await b.run("x")
+        with pytest.raises(TypeError, match=r"inputs\[0\]"):
+            await b.run([[1.0, 2.0]])
+        s.add_graph(2, ga.Graph.from_onnx(add_model((4, 16))))
+        with pytest.raises(ValueError, match="static"):
+            ga.Batcher(s, 2)
+        with pytest.raises(ValueError, match="max_delay"):
+            ga.Batcher(s, 1, max_delay=-1)
+        with pytest.raises(TypeError, match="graph"):
+            ga.Batcher(s, "1")
+
+
+async def test_static_graph_batches_are_padded(anyio_backend):
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model((4, 16))))
+        b = ga.Batcher(s, 1, batch_sizes=[4])
+        inputs = [(np.full((1, 16), i, np.float32), np.full((1, 16), 10 * i, np.float32)) for i in range(7)]
+        outs = await gather(*(lambda a=a, c=c: b.run([a, c]) for a, c in inputs))
+        for (a, c), out in zip(inputs, outs):
+            assert not isinstance(out, Exception), out
+            assert out[0].shape == (1, 16)
+            np.testing.assert_array_equal(out[0].numpy(), a + c)
+
+
+async def test_aclose_runs_what_is_queued_and_refuses_more(anyio_backend):
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        b = ga.Batcher(s, 1, max_batch_size=64, max_delay=10.0)
+        ga.twin.inject_fault(s, 1, "delay_run", nth=1, delay=0.1)
+        results = []
+
+        async def one(i):
+            results.append(await b.run([rows(1, i)]))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(5):
+                tg.start_soon(one, i)
+            await wait_until(lambda: b.statistics().queued == 4, "4 queued", interval=0.001)
+            with anyio.fail_after(5):
+                await b.aclose()  # does not wait for max_delay
+        assert len(results) == 5
+        with pytest.raises(ga.BatcherClosedError):
+            await b.run([rows(1, 0)])
+
+
+async def test_closed_session_fails_every_request(anyio_backend):
+    s = ga.Session()
+    s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+    b = ga.Batcher(s, 1)
+    s.close()
+    outs = await gather(*(lambda i=i: b.run([rows(1, i)]) for i in range(4)))
+    assert all(isinstance(o, ga.SessionClosedError) for o in outs), outs
+    st = b.statistics()
+    assert st.failed == 4
+    assert_adds_up(st)
+
+
+async def test_pool_spreads_batches_over_instances(anyio_backend):
+    async with ga.Session() as s:
+        pool = ga.GraphPool.add(s, ga.Graph.from_onnx(make_mlp()), graph_ids=[1, 2])
+        for gid in pool.graph_ids:
+            ga.twin.inject_fault(s, gid, "delay_run", nth=0, delay=0.05)
+        b = ga.Batcher(s, pool, max_batch_size=8)
+        assert b.max_concurrent_batches == 2
+        inputs = [rows(1, seed=i) for i in range(24)]
+        outs = await gather(*(lambda x=x: b.run([x]) for x in inputs))
+        for x, out in zip(inputs, outs):
+            np.testing.assert_allclose(out[0].numpy(), mlp_reference(x), rtol=1e-4, atol=1e-6)
+        assert ga.twin.fault_runs(s, 1) > 0 and ga.twin.fault_runs(s, 2) > 0  # both instances ran batches
+
+
+async def test_pool_runs_instances_side_by_side(anyio_backend):
+    async with ga.Session() as s:
+        pool = ga.GraphPool.add(s, ga.Graph.from_onnx(make_mlp()), graph_ids=[7, 8, 9])
+        for gid in pool.graph_ids:
+            ga.twin.inject_fault(s, gid, "stall_callback", nth=1)
+        results = []
+
+        async def one(i):
+            results.append(await pool.run_graph_async([rows(1, i)]))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(3):
+                tg.start_soon(one, i)
+            # one request on each instance: each stalls on its own graph
+            await wait_until(lambda: all(ga.twin.fault_runs(s, g) == 1 for g in pool.graph_ids), "3 instances busy")
+            for gid in pool.graph_ids:
+                ga.twin.release_stalled(s, gid)
+        assert len(results) == 3
+        with pytest.raises(ValueError, match="distinct"):
+            ga.GraphPool(s, [1, 1])
