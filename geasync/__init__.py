@@ -12,7 +12,9 @@ from ._lib import backends, current_backend, finalize, live_counters
 from .allocator import Allocator, DeviceAllocator
 from .batcher import Batcher, BatcherClosedError, BatcherStatistics
 from ._guard import SessionStatistics
-from .errors import ExecutionModeError, GeError, SessionBrokenError, SessionClosedError
+from .errors import (ExecutionModeError, GeError, InputError, InputTypeError, SessionBrokenError,
+                     SessionClosedError)
+from ._metadata import ModelFormatError, TensorInfo
 from .graph import Graph
 from .pool import GraphPool
 from .session import CompiledGraphSummary, Session
@@ -33,12 +35,16 @@ __all__ = [
     "GeError",
     "Graph",
     "GraphPool",
+    "InputError",
+    "InputTypeError",
+    "ModelFormatError",
     "Session",
     "SessionBrokenError",
     "SessionClosedError",
     "SessionStatistics",
     "Stream",
     "Tensor",
+    "TensorInfo",
     "backends",
     "current_backend",
     "finalize",

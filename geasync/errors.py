@@ -7,7 +7,8 @@ exceptions in exactly one place (``geasync._lib``).
 
 from __future__ import annotations
 
-__all__ = ["GeError", "ExecutionModeError", "SessionClosedError", "SessionBrokenError", "STATUS_NAMES"]
+__all__ = ["GeError", "ExecutionModeError", "SessionClosedError", "SessionBrokenError", "InputError", "InputTypeError",
+           "STATUS_NAMES"]
 
 # GE's main status codes (ge_api_error_codes) and the ACL codes the shim may return.
 STATUS_NAMES: dict[int, str] = {
@@ -82,3 +83,42 @@ class SessionBrokenError(GeError):
 
     Create a new Session; requests already in flight on the old one have been released.
     """
+
+
+PARAM_INVALID = 1343225857
+
+
+class InputError(GeError, ValueError):
+    """A run's inputs do not match the graph's declared inputs (count, names, dtype, rank or a fixed dim).
+
+    Raised before the request reaches the runtime, so it never affects the session or other requests: a service
+    can answer it as a bad request (``except ga.InputError``) and keep going. It is a ``ValueError`` and, for
+    compatibility with what the runtime itself reports, a ``GeError`` (status PARAM_INVALID).
+
+    Attributes, beyond GeError's: ``graph_id``, ``input_index`` and ``input_name`` (None when the problem is not one
+    input's, e.g. a wrong count).
+    """
+
+    def __init__(self, status: int, error_message: str, api_name: str, context: str = "", *,
+                 graph_id: int | None = None, input_index: int | None = None,
+                 input_name: str | None = None) -> None:
+        self.graph_id = graph_id
+        self.input_index = input_index
+        self.input_name = input_name
+        super().__init__(status, error_message, api_name, context)
+
+    def _format(self) -> str:
+        return f"{self.context}: {self.error_message}" if self.context else self.error_message
+
+    def __reduce__(self):
+        return (_rebuild_input_error, (type(self), self.status, self.error_message, self.api_name, self.context,
+                                       self.graph_id, self.input_index, self.input_name))
+
+
+class InputTypeError(InputError, TypeError):
+    """An input's dtype is not the one the graph declares (also a ``TypeError``)."""
+
+
+def _rebuild_input_error(cls, status, error_message, api_name, context, graph_id, input_index, input_name):
+    return cls(status, error_message, api_name, context, graph_id=graph_id, input_index=input_index,
+               input_name=input_name)

@@ -3,6 +3,9 @@
 The model is parsed when it is first added, so corrupt bytes or unsupported operators are reported by
 ``Session.add_graph`` with GE's message. As in GE, one Graph object can be added once; add it again with
 ``Session.add_graph_clone`` or make a new Graph.
+
+``Graph.inputs`` / ``Graph.outputs`` list the declared inputs and outputs (name, numpy dtype, shape) before any run,
+read from the model bytes themselves (see ``geasync._metadata``), so they are the same on every backend.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import threading
 from typing import Any
 
 from . import _lib
+from ._metadata import TensorInfo, read_io
 
 __all__ = ["Graph"]
 
@@ -19,7 +23,7 @@ __all__ = ["Graph"]
 class Graph:
     """An ONNX graph. Build with :meth:`from_onnx`."""
 
-    __slots__ = ("_model", "_name", "_native", "_lock")
+    __slots__ = ("_model", "_name", "_native", "_lock", "_io")
 
     def __init__(self, model: bytes, name: str | None = None) -> None:
         if not isinstance(model, (bytes, bytearray, memoryview)):
@@ -28,6 +32,7 @@ class Graph:
         self._name = name
         self._native: Any = None
         self._lock = threading.Lock()
+        self._io: tuple[tuple[TensorInfo, ...], tuple[TensorInfo, ...]] | None = None
 
     @classmethod
     def from_onnx(cls, source: Any) -> "Graph":
@@ -50,6 +55,25 @@ class Graph:
     @property
     def model_bytes(self) -> bytes:
         return self._model
+
+    @property
+    def inputs(self) -> tuple[TensorInfo, ...]:
+        """The inputs a run takes, in the order runs take them: ``graph.input`` minus the inputs that have an
+        initializer (GE makes those constants). Each has ``.name``, ``.dtype`` (numpy) and ``.shape`` (an int per
+        fixed dim, the name of a named symbolic dim, None for an unnamed one; None for no shape: any rank).
+        ValueError (ModelFormatError) if the bytes are not an ONNX model."""
+        return self._read_io()[0]
+
+    @property
+    def outputs(self) -> tuple[TensorInfo, ...]:
+        """The outputs, in the order runs return them (``graph.output`` order); described like ``inputs``."""
+        return self._read_io()[1]
+
+    def _read_io(self) -> tuple[tuple[TensorInfo, ...], tuple[TensorInfo, ...]]:
+        io = self._io
+        if io is None:  # read once; a race only reads the same bytes twice
+            io = self._io = read_io(self._model)
+        return io
 
     def _handle(self, context: str) -> Any:
         """The native ge::Graph, parsed on first use (GE remembers that it was added)."""

@@ -13,12 +13,14 @@ from __future__ import annotations
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, Coroutine, List, Optional, Sequence
+from typing import Any, Coroutine, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import anyio
 
 from . import _hub, _lib
 from ._stats import GraphCounters, logger, merged_histogram, now
+from ._inputs import GraphSpec, no_graph_error
+from ._metadata import ModelFormatError, TensorInfo
 from ._guard import (FREEZER, RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry, Pins,
                      SessionStatistics, Slots)
 from .allocator import Allocator
@@ -101,6 +103,8 @@ class Session:
         self._unawaited = 0  # requests in flight whose awaiting task gave up (cancelled / timed out)
         self._async_failures = 0  # failed RunGraphAsync completions: GE may have stopped the async queue
         self._graph_caps: dict[int, Optional[Slots]] = {}  # per-graph bound of dynamic-shape graphs
+        self._specs: dict[int, GraphSpec] = {}  # per graph: declared inputs/outputs, for the input check
+        self._spec_errors: dict[int, ModelFormatError] = {}  # graphs GE took whose metadata geasync cannot read
         self._generation = _lib.generation
         # geasync's own options ("geasync.*") are not GE options: they never reach the runtime
         ge_opts = {k: v for k, v in opts.items() if not k.startswith("geasync.")}
@@ -236,6 +240,7 @@ class Session:
         logger.debug("graph %d added (%s)", graph_id, graph.name or "unnamed")
         self._modes.reset(graph_id)  # a fresh graph under this id has no run mode yet
         self._graph_caps.pop(graph_id, None)
+        self._set_spec(graph_id, graph)
 
     def remove_graph(self, graph_id: int) -> None:
         """Remove a graph; a running graph is removed once its runs finish (GE defers it)."""
@@ -245,15 +250,24 @@ class Session:
         logger.debug("graph %d removed", graph_id)
         self._modes.reset(graph_id)
         self._graph_caps.pop(graph_id, None)
+        self._specs.pop(graph_id, None)
+        self._spec_errors.pop(graph_id, None)
 
-    def compile_graph(self, graph_id: int, inputs: Optional[Sequence[Any]] = None) -> None:
-        """Compile now (runs compile on demand). ``inputs`` (Tensors/arrays) set the Data nodes' shapes and dtypes."""
+    def compile_graph(self, graph_id: int, inputs: Union[Sequence[Any], Mapping[str, Any], None] = None) -> None:
+        """Compile now (runs compile on demand). ``inputs`` (Tensors/arrays, a list or a ``{name: array}`` mapping)
+        set the Data nodes' shapes and dtypes: later runs must then match them (GE fixes the Data nodes)."""
         _check_graph_id(graph_id)
         context = f"Session.compile_graph(graph_id={graph_id})"
         handle = self._live(context)
-        descs = None if inputs is None else prepare_inputs(inputs)
+        spec = self._specs.get(graph_id)
+        if inputs is not None and spec is not None and isinstance(inputs, Mapping):
+            inputs = spec.order(inputs, "compile_graph")
+        descs = None if inputs is None else prepare_inputs(inputs, spec=spec, api="compile_graph", graph_id=graph_id)
+        fixes_inputs = descs is not None and spec is not None and _lib.is_graph_need_rebuild(handle, graph_id)
         _lib.compile_graph(handle, graph_id, descs, context)
         self._graph_caps.pop(graph_id, None)
+        if fixes_inputs:  # GE ignores the inputs of a graph already compiled
+            self._specs[graph_id] = spec.compiled(inputs, "fixed by compile_graph with inputs")
 
     def load_graph(self, graph_id: int, options: Optional[dict] = None, stream: Any = None) -> None:
         """Load now (compiling first if needed); runs load on demand."""
@@ -277,11 +291,72 @@ class Session:
             feature_memory_size=s["feature_memory_size"], stream_num=s["stream_num"], event_num=s["event_num"],
             output_shapes=[shape for shape, _ in s["outputs"]], output_dtypes=[dt for _, dt in s["outputs"]])
 
+    # --- graph metadata and names (inputs by name, outputs by name) ---
+    def graph_inputs(self, graph_id: int) -> Tuple[TensorInfo, ...]:
+        """The inputs runs of ``graph_id`` take, in order (see ``Graph.inputs``); after ``compile_graph`` with
+        inputs, the dtypes and shapes it fixed."""
+        return self._spec(graph_id, "graph_inputs").inputs
+
+    def graph_outputs(self, graph_id: int) -> Tuple[TensorInfo, ...]:
+        """The outputs runs of ``graph_id`` return, in this order (the graph's ``graph.output`` order)."""
+        return self._spec(graph_id, "graph_outputs").outputs
+
+    def input_list(self, graph_id: int, feeds: Mapping[str, Any]) -> List[Any]:
+        """A ``{input name: array}`` mapping as the list runs take (every run method but the stream mode, whose
+        GE contract is a list, also takes the mapping itself). InputError for unknown or missing names."""
+        if not isinstance(feeds, Mapping):
+            raise TypeError(f"feeds must be a mapping of input name to Tensor, got {type(feeds).__name__}")
+        return self._spec(graph_id, "input_list").order(feeds, "input_list")
+
+    def output_dict(self, graph_id: int, outputs: Sequence[Any]) -> Dict[str, Any]:
+        """A run's outputs keyed by the graph's output names (in output order):
+        ``y = session.output_dict(1, session.run_graph(1, feeds))["logits"]``."""
+        spec = self._spec(graph_id, "output_dict")
+        names = [o.name for o in spec.outputs]
+        if len(outputs) != len(names):
+            raise ValueError(f"Session.output_dict(graph_id={graph_id}): the graph has {len(names)} output(s) "
+                             f"({', '.join(map(repr, names))}), got {len(outputs)}")
+        return dict(zip(names, outputs))
+
+    def _spec(self, graph_id: Any, api: str) -> GraphSpec:
+        _check_graph_id(graph_id)
+        spec = self._specs.get(graph_id)
+        if spec is None:
+            error = self._spec_errors.get(graph_id)
+            if error is not None:
+                raise error
+            raise no_graph_error(graph_id, f"Session.{api}(graph_id={graph_id})")
+        return spec
+
+    def _first_async(self, graph_id: int, spec: GraphSpec, inputs: Any) -> None:
+        """GE compiles a graph not compiled yet for the shapes of its first RunGraphAsync request, which fixes its
+        Data nodes: the input check follows, so later requests of other shapes get an InputError, not a failed run.
+        (``compile_graph(graph_id)`` beforehand compiles for the declared shapes and keeps symbolic dims free.)"""
+        spec.async_seen = True
+        handle = self._handle
+        if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
+            if isinstance(inputs, Mapping):
+                inputs = spec.order(inputs, "run_graph_async")
+            fixed = spec.compiled([x if isinstance(x, Tensor) else Tensor.from_numpy(x) for x in inputs],
+                                  "fixed by the first run_graph_async, which compiled the graph for its shapes; "
+                                  "compile_graph(graph_id) before the first run keeps the model's symbolic dims free")
+            fixed.async_seen = True
+            self._specs[graph_id] = fixed
+
+    def _set_spec(self, graph_id: int, graph: Graph) -> None:
+        """Remembers an added graph's declared inputs and outputs (read from its bytes, once per Graph)."""
+        self._spec_errors.pop(graph_id, None)
+        try:
+            self._specs[graph_id] = GraphSpec(graph_id, graph.inputs, graph.outputs)
+        except ModelFormatError as exc:  # GE took bytes geasync cannot read: its runs go unchecked
+            self._specs.pop(graph_id, None)
+            self._spec_errors[graph_id] = exc
+
     # --- runs ---
     def run_graph(self, graph_id: int, inputs: List[Tensor]) -> List[Tensor]:
         """Run synchronously (GE RunGraph); returns host output Tensors. The first run fixes the graph's mode."""
         _check_graph_id(graph_id)
-        prepared = prepare_inputs(inputs)
+        prepared = prepare_inputs(inputs, spec=self._specs.get(graph_id), api="run_graph", graph_id=graph_id)
         context = f"Session.run_graph(graph_id={graph_id})"
         handle = self._live(context)
         self._modes.claim(graph_id, RUN_GRAPH, context)
@@ -303,7 +378,8 @@ class Session:
         """
         _check_graph_id(graph_id)
         address = stream_address(stream, "stream")
-        prepared = prepare_inputs(inputs, require_list=True)
+        prepared = prepare_inputs(inputs, require_list=True, spec=self._specs.get(graph_id),
+                                  api="run_graph_with_stream_async", graph_id=graph_id)
         context = f"Session.run_graph_with_stream_async(graph_id={graph_id})"
         handle = self._live(context)
         self._modes.claim(graph_id, RUN_GRAPH_WITH_STREAM_ASYNC, context)
@@ -344,7 +420,10 @@ class Session:
         # every run takes this path: the checks are inlined and the context string is made only for an error
         if type(graph_id) is not int or not 0 <= graph_id <= 0xFFFFFFFF:
             _check_graph_id(graph_id)
-        prepared = prepare_inputs(inputs)
+        spec = self._specs.get(graph_id)
+        prepared = prepare_inputs(inputs, spec=spec, api="run_graph_async", graph_id=graph_id)
+        if spec is not None and not spec.async_seen:
+            self._first_async(graph_id, spec, inputs)
         if self._handle is None or self._closing or self._generation != _lib.generation or _lib.forked:
             self._live(_async_context(graph_id))
         if self._modes.established.get(graph_id) is not RUN_GRAPH_ASYNC:

@@ -7,11 +7,12 @@ owned by the shim, freed when the Tensor and every numpy view of it are gone), o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from . import _lib
+from ._inputs import unknown_graph_feeds_error
 
 __all__ = ["Tensor"]
 
@@ -181,13 +182,31 @@ _lib.set_output_factory(Tensor._from_output)
 PreparedInputs = _lib.InputDescs  # a run's inputs as native descriptors, with what keeps them alive
 
 
-def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = False) -> PreparedInputs:
+def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = False, spec: Any = None,
+                   api: str = "run_graph", graph_id: int = -1) -> PreparedInputs:
     """Checks a run's inputs (Tensors or numpy arrays; TypeError for anything else, as seed 002 says for
-    non-Tensors) and builds their descriptors. C-contiguous arrays of GE dtypes are used in place."""
+    non-Tensors) and builds their descriptors. C-contiguous arrays of GE dtypes are used in place.
+
+    ``spec`` (a ``geasync._inputs.GraphSpec``): the graph's declared inputs. With it, a ``{name: array}`` mapping is
+    taken too (unless ``require_list``), and each input is checked against the declaration (InputError, naming
+    ``api``). On the hot path that costs a comparison and a set lookup per input."""
     if require_list and type(inputs) is not list:
-        raise TypeError(f"{what} must be a list, got {type(inputs).__name__}")
+        raise TypeError(f"{what} must be a list, got {type(inputs).__name__}" +
+                        (" (GE's contract for this API; turn a {name: array} mapping into the list with "
+                         "session.input_list(graph_id, feeds))" if isinstance(inputs, Mapping) else ""))
     if not isinstance(inputs, (list, tuple)):
-        raise TypeError(f"{what} must be a list of Tensor, got {type(inputs).__name__}")
+        if isinstance(inputs, Mapping):
+            if spec is None:
+                raise unknown_graph_feeds_error(graph_id, api)
+            inputs = spec.order(inputs, api)
+        else:
+            raise TypeError(f"{what} must be a list of Tensor (or a {{name: Tensor}} mapping), got "
+                            f"{type(inputs).__name__}")
+    if spec is not None:
+        if len(inputs) != spec.count:
+            raise spec.count_error(len(inputs), api)
+        want_dtypes = spec.want_dtypes
+        ok_shapes = spec.ok_shapes
     rows: list = []
     keep: list[Any] | None = None  # Tensor inputs and their memory's owners (numpy inputs are kept by `arrays`)
     arrays: list[np.ndarray] = []
@@ -197,6 +216,9 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
         if type(x) is np.ndarray:
             dt = _GE_DTYPES.get(x.dtype)
             if dt is not None and x.ndim <= _MAX_DIMS:
+                shape = x.shape
+                if spec is not None and (dt != want_dtypes[i] or shape not in ok_shapes[i]):
+                    spec.check(i, dt, shape, api)
                 try:
                     buf = from_buffer(x)  # refuses non-contiguous arrays: those take the copying path
                 except (BufferError, ValueError, TypeError):
@@ -204,7 +226,7 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
                 if buf is not None:
                     arrays.append(x)
                     n = x.nbytes
-                    rows.append((buf, n, dt, _PLACEMENT_HOST, x.ndim, x.shape))
+                    rows.append((buf, n, dt, _PLACEMENT_HOST, x.ndim, shape))
                     nbytes += n
                     continue
         if isinstance(x, np.ndarray):
@@ -214,6 +236,8 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
         if keep is None:
             keep = []
         dt = _lib.ge_dtype(x._dtype)
+        if spec is not None and (dt != want_dtypes[i] or x._shape not in ok_shapes[i]):
+            spec.check(i, dt, x._shape, api)
         if x._placement == "host":
             arr = x._host_array()
             assert arr is not None
@@ -227,3 +251,4 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
         nbytes += x._nbytes
     # a tuple of arrays (not GC-tracked) stops being traversed by the collector once it has seen it
     return PreparedInputs(rows, keep, tuple(arrays), nbytes)
+
