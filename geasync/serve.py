@@ -106,6 +106,8 @@ class GeasyncModel:
         """The graph's outputs (numpy arrays, in graph output order) for ``inputs`` (a list of arrays in graph
         input order, or a ``{name: array}`` mapping)."""
         self._ensure_exporter()
+        if isinstance(inputs, Mapping):
+            inputs = self._session.input_list(self._graph_id, inputs)
         if self._batcher is not None:
             outputs = await self._batcher.run(inputs)
         else:

@@ -94,7 +94,7 @@ def test_two_replicas_serve_handle_and_http(cluster, reference):
     _wait_running("two", 2)
 
     async def through_handle():
-        return await asyncio.gather(*(handle.infer.remote(xs[i % len(xs)]) for i in range(96)))
+        return await asyncio.gather(*(handle.infer.remote([xs[i % len(xs)]]) for i in range(96)))
 
     results = asyncio.run(through_handle())
     for i, (y,) in enumerate(results):
@@ -142,7 +142,7 @@ def test_killed_replica_is_restarted_and_no_request_is_lost(cluster, reference):
     async def load():
         async def one(i):
             await asyncio.sleep(0.002 * i)  # spread over ~0.8 s, so the kill lands mid-load
-            return await handle.infer.remote(xs[i % len(xs)])
+            return await handle.infer.remote({"x": xs[i % len(xs)]})  # by name
 
         tasks = [asyncio.ensure_future(one(i)) for i in range(400)]
         await asyncio.sleep(0.3)
@@ -162,7 +162,7 @@ def test_killed_replica_is_restarted_and_no_request_is_lost(cluster, reference):
 
     _wait_running("kill", 2)  # Serve replaced the killed replica
     assert victim not in _replica_actor_names("kill")
-    after = [handle.infer.remote(xs[i]).result(timeout_s=60) for i in range(8)]
+    after = [handle.infer.remote([xs[i]]).result(timeout_s=60) for i in range(8)]
     for i, (y,) in enumerate(after):
         np.testing.assert_allclose(y, ys[i], rtol=1e-5, atol=1e-6)
     serve.delete("kill")
@@ -175,7 +175,7 @@ def test_replica_shutdown_leaves_nothing_pinned(cluster, reference, tmp_path):
     _wait_running("down", 1)
 
     async def burst():
-        return await asyncio.gather(*(handle.infer.remote(xs[i % len(xs)]) for i in range(64)))
+        return await asyncio.gather(*(handle.infer.remote([xs[i % len(xs)]]) for i in range(64)))
 
     assert len(asyncio.run(burst())) == 64
     serve.delete("down")  # Serve calls the replica's __del__, which closes the session
