@@ -109,6 +109,7 @@ def main() -> int:
 
             self.session = ga.Session()
             self.session.add_graph(1, ga.Graph.from_onnx(model))
+            self.session.compile_graph(1)  # from the model's symbolic batch dim: every batch size runs
             self.infer_batch.set_max_batch_size(max_batch_size)
             self.infer_batch.set_batch_wait_timeout_s(max_delay)
 
