@@ -12,7 +12,8 @@ from . import _preload
 
 _preload.check_built(__path__[0])  # one clear message when the extension is missing (e.g. the unbuilt source tree)
 
-from ._lib import backends, current_backend, finalize, live_counters
+from ._diagnostics import live_counters
+from ._lib import backends, current_backend, finalize
 from .allocator import Allocator, DeviceAllocator
 from .batcher import Batcher, BatcherClosedError, BatcherStatistics
 from ._guard import SessionStatistics

@@ -200,12 +200,10 @@ def _finalize_at_exit() -> None:
             pass  # nothing useful to do with a failure while the interpreter exits
 
 
-def live_counters() -> dict[str, int]:
-    """Live native objects (shim handles, and on the twin its own objects) for leak checks in tests."""
-    from . import _hub  # completions already delivered to a gone loop's hub are released first
-
+def native_live_counters() -> dict[str, int]:
+    """Live native objects (shim handles, and on the twin its own objects), as the native side counts them now
+    (``geasync.live_counters`` settles delivered completions first)."""
     select_backend(None)
-    _hub.reap_orphans()
     c = ffi.new("ga_live_counters *")
     lib.ga_get_live_counters(c)
     out = {name: int(getattr(c, name)) for name, _ in ffi.typeof("ga_live_counters").fields}

@@ -34,6 +34,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from . import _lib
+from ._diagnostics import live_counters
 from .batcher import Batcher
 from .errors import GeError, SessionBrokenError
 from .graph import Graph
@@ -117,7 +118,7 @@ class GeasyncModel:
     def statistics(self) -> dict[str, Any]:
         """This replica's session statistics and live native counters."""
         stats = self._session.statistics()
-        return {"replica": _replica_id(), "session": _as_dict(stats), "live": _lib.live_counters(),
+        return {"replica": _replica_id(), "session": _as_dict(stats), "live": live_counters(),
                 "closed": self._closed}
 
     async def close(self) -> dict[str, Any]:
@@ -135,7 +136,7 @@ class GeasyncModel:
         await self._session.aclose()
         # after the close: nothing may stay in flight or pinned
         self._final = {"replica": _replica_id(), "session": _as_dict(self._session.statistics()),
-                       "live": _lib.live_counters(), "closed": True}
+                       "live": live_counters(), "closed": True}
         logger.info("geasync replica closed: %s", self._final)
         if self._shutdown_report:
             tmp = f"{self._shutdown_report}.tmp"

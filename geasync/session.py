@@ -17,7 +17,7 @@ from typing import Any, Coroutine, Dict, List, Mapping, Optional, Sequence, Tupl
 
 import anyio
 
-from . import _hub, _lib
+from . import _faults, _hub, _lib
 from ._inputs import GraphSpec, no_graph_error
 from ._metadata import ModelFormatError, TensorInfo
 from ._options import GRAPH_OPTIONS, LOAD_OPTIONS, SESSION_OPTIONS, split_options
@@ -112,10 +112,8 @@ class Session:
         self._handle = _lib.session_create(ge_opts, "Session.__init__()")
         logger.debug("session created (backend %s, max_in_flight %d)", _lib.BACKEND, max_in_flight)
         if "geasync.twin.faults" in own_opts:
-            from . import twin
-
             try:
-                twin.apply_option(self, own_opts["geasync.twin.faults"])
+                _faults.apply_option(self.session_id, own_opts["geasync.twin.faults"])
             except BaseException:
                 self.close()
                 raise

@@ -25,15 +25,10 @@ import contextlib
 from typing import Any, Iterator
 
 from . import _lib
+from ._faults import FAILED, INTERNAL_ERROR, KINDS, PARAM_INVALID, arm
 
 __all__ = ["inject_fault", "release_stalled", "clear_faults", "fault_runs", "unfired_faults", "fault",
            "FaultNeverFiredError", "KINDS", "FAILED", "INTERNAL_ERROR", "PARAM_INVALID"]
-
-KINDS = {"fail_run": 1, "delay_run": 2, "stall_callback": 3, "drop_callback": 4, "fail_alloc": 5, "stall_compile": 6}
-FAILED = 0xFFFFFFFF
-PARAM_INVALID = 1343225857
-INTERNAL_ERROR = 1343225860
-
 
 class FaultNeverFiredError(AssertionError):
     """A one-shot fault (``nth >= 1``) was disarmed before the run it targets: the test did not exercise it."""
@@ -58,14 +53,8 @@ def inject_fault(session: Any, graph_id: int, kind: str, *, nth: int = 1, status
     stream mode: nothing executes), "fail_alloc" (its output allocation fails), "stall_compile" (RunGraphAsync's
     compile stage holds the graph's jobs until released, so the session's compile queue fills up; nth is ignored).
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    if not isinstance(nth, int) or nth < 0:
-        raise ValueError(f"nth must be an int >= 0 (0 = every run), got {nth!r}")
-    if delay < 0:
-        raise ValueError(f"delay must be >= 0 seconds, got {delay!r}")
     sid, gid = _ids(session, graph_id)  # Session.session_id raises SessionClosedError once closed
-    _lib.twin_fault_add(sid, gid, KINDS[kind], nth, int(status) & 0xFFFFFFFF, int(delay * 1000))
+    arm(sid, gid, kind, nth=nth, status=status, delay=delay)
 
 
 def release_stalled(session: Any, graph_id: int) -> None:
@@ -115,20 +104,3 @@ def fault(session: Any, graph_id: int, kind: str, **kwargs: Any) -> Iterator[Non
         _raise_if_unfired(session, graph_id, f"geasync.twin.fault({kind!r})")
     finally:
         clear_faults(session, graph_id)
-
-
-def apply_option(session: Any, spec: str) -> None:
-    """Arms the faults of a ``"geasync.twin.faults"`` session option."""
-    for item in filter(None, (part.strip() for part in spec.split(";"))):
-        fields = dict(kv.split("=", 1) for kv in item.split(",") if "=" in kv)
-        try:
-            graph_id = int(fields.pop("graph_id"))
-            kind = fields.pop("kind")
-            nth = int(fields.pop("nth", "1"))
-            status = int(fields.pop("status", str(INTERNAL_ERROR)), 0)
-            delay = float(fields.pop("delay", "0"))
-        except (KeyError, ValueError) as exc:
-            raise ValueError(f"bad geasync.twin.faults entry {item!r}: {exc}") from None
-        if fields:
-            raise ValueError(f"bad geasync.twin.faults entry {item!r}: unknown keys {sorted(fields)}")
-        inject_fault(session, graph_id, kind, nth=nth, status=status, delay=delay)

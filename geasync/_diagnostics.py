@@ -1,0 +1,17 @@
+"""Diagnostics for leak checks: live native objects, counted after settling what the runtime already delivered.
+
+Above both the ffi chokepoint (``_lib``, which counts) and the completion hubs (``_hub``, whose orphaned queues may
+hold completions that release native objects once drained), so neither has to import the other.
+"""
+
+from __future__ import annotations
+
+from . import _hub, _lib
+
+
+def live_counters() -> dict[str, int]:
+    """Live native objects (shim handles, and on the twin its own objects) for leak checks in tests. Completions
+    already delivered to the hub of an event loop that is gone are released first."""
+    _lib.select_backend(None)
+    _hub.reap_orphans()
+    return _lib.native_live_counters()

@@ -1,0 +1,106 @@
+"""The package's layering, checked from its source: geasync's modules import each other without a cycle (imports
+inside functions included, since they are cycles all the same), and only ``geasync._lib`` reaches the native
+extensions. See docs/architecture.md for the layers."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "geasync"
+NATIVE_MODULES = {"geasync._twin", "geasync._cann"}
+FFI_OWNER = "geasync._lib"
+
+
+def _module_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    """Every geasync module ``path`` imports, wherever the import statement is."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("geasync"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            if not target.startswith("geasync"):
+                continue
+            submodules = {f"{target}.{a.name}" for a in node.names
+                          if (PACKAGE.parent / f"{target}.{a.name}".replace(".", "/")).with_suffix(".py").exists()}
+            # `from . import _lib` imports the submodule; `from .errors import GeError` the module itself
+            found.update(submodules if submodules and node.module is None else {target} | submodules)
+    found.discard(module)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        # the package itself only re-exports: an edge to it from a submodule is a cycle through __init__
+        graph[name] = {m for m in _imports(path) if m in modules or m in NATIVE_MODULES}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    # the package root is a node too: a module that __init__ imports must not import the root back (entry points
+    # such as __main__ or the pytest plugin, which __init__ does not import, may)
+    assert not _cycles(_graph()), f"import cycles: {_cycles(_graph())}"
+
+
+def test_only_lib_touches_the_native_extensions():
+    graph = _graph()
+    users = sorted(m for m, deps in graph.items() if deps & NATIVE_MODULES)
+    assert users in ([], [FFI_OWNER]), f"modules importing the native extensions directly: {users}"
+
+
+def test_lib_is_the_bottom_layer():
+    """The ffi chokepoint depends on nothing above it (errors and the library preloader only)."""
+    allowed = {"geasync.errors", "geasync._preload"}
+    assert _graph()[FFI_OWNER] <= allowed | NATIVE_MODULES, _graph()[FFI_OWNER]
