@@ -1,7 +1,11 @@
 """What the input check costs per request: building a run's input descriptors with and without the check against
 the graph's declared inputs (``prepare_inputs``, the step every run takes before the runtime), side by side.
 
-    python benchmarks/bench_input_check.py [--number 20000] [--repeat 30]
+    python benchmarks/bench_input_check.py [--number 20000] [--repeat 30] [--throughput-rounds 12]
+
+With --throughput-rounds N, also the completions benchmark's 256-in-flight run_graph_async throughput on asyncio and
+uvloop with and without the check (the same session, its graph's input spec dropped for the unchecked rounds; rounds
+alternate, the best of N counts), and the process CPU time per request.
 
 Each figure is the best of --repeat timeit rounds of the thread's CPU time, in nanoseconds per request.
 This is a benchmark, not a test: it prints what it measures.
@@ -67,10 +71,52 @@ def added_ops(inputs, spec) -> None:
             raise AssertionError
 
 
+async def throughput(rounds: int, runs: int) -> tuple[dict, dict]:
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    import bench_completions as bc
+
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph(bc.MODEL))
+        spec = s._specs[1]  # the graph's input spec: present = checked (benchmark-only access)
+        await bc.geasync_rate(s, 1, 2048, 256)
+        rate = {"checked": 0.0, "unchecked": 0.0}
+        cpu = {"checked": float("inf"), "unchecked": float("inf")}
+        for r in range(rounds):
+            for label in ("checked", "unchecked") if r % 2 == 0 else ("unchecked", "checked"):
+                if label == "checked":
+                    s._specs[1] = spec
+                else:
+                    s._specs.pop(1, None)
+                c0, t0 = time.process_time(), time.perf_counter()
+                await bc.geasync_rate(s, 1, runs, 256)
+                rate[label] = max(rate[label], runs / (time.perf_counter() - t0))
+                cpu[label] = min(cpu[label], (time.process_time() - c0) / runs * 1e6)
+        s._specs[1] = spec
+        return rate, cpu
+
+
+def print_throughput(rounds: int) -> None:
+    import asyncio
+
+    import uvloop
+
+    print(f"\n256 in flight, best of {rounds} alternating rounds:\n")
+    print("| loop | checked (runs/s) | unchecked (runs/s) | checked / unchecked | CPU per run checked / unchecked (us) |")
+    print("|---|---:|---:|---:|---:|")
+    for name, run in (("asyncio", asyncio.run), ("uvloop", uvloop.run)):
+        rate, cpu = run(throughput(rounds, 4096))
+        print(f"| {name} | {rate['checked']:,.0f} | {rate['unchecked']:,.0f} | "
+              f"{rate['checked'] / rate['unchecked']:.2f}x | {cpu['checked']:.1f} / {cpu['unchecked']:.1f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--number", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--throughput-rounds", type=int, default=0)
     args = parser.parse_args()
     ga.current_backend()
     print("| inputs | unchecked (ns) | checked (ns) | difference (ns) | by name (ns) | check's own work (ns) |")
@@ -90,6 +136,8 @@ def main() -> None:
               f"{loop_checked - loop_only:.0f} |")
     print("\n'check's own work': the statements the check adds to the loop over the inputs, timed alone; "
           "'difference': the full path with and without the check (noisier); 'by name': a {name: array} feed.")
+    if args.throughput_rounds:
+        print_throughput(args.throughput_rounds)
 
 
 if __name__ == "__main__":

@@ -377,9 +377,9 @@ class Session:
 
         ``inputs`` is a list, in the graph's input order (GE's contract; ``input_list`` makes one from a mapping),
         checked against the graph's declared inputs first (``InputError``). The outputs are valid once the stream is
-        synchronized. The inputs are pinned (and numpy inputs read-only)
-        until the stream has passed the run. Output memory comes from the allocator registered for the stream;
-        a stream with none gets geasync's device allocator.
+        synchronized. The inputs are pinned (and numpy inputs read-only) until the stream has passed the run. Output
+        memory comes from the allocator registered for the stream; a stream with none gets geasync's device
+        allocator.
         """
         _check_graph_id(graph_id)
         address = stream_address(stream, "stream")
@@ -419,10 +419,10 @@ class Session:
 
         ``inputs`` and outputs as in ``run_graph`` (a list or a ``{name: array}`` mapping; checked against the graph's
         declared inputs at once, so a bad request raises ``InputError`` and never reaches GE). Works under asyncio,
-        uvloop and trio. At most ``max_in_flight`` requests of the session are submitted at
-        once; further ones wait here. Cancelling the awaiting task (or ``timeout``, in seconds) raises at once, but
-        the inputs stay pinned until the runtime reports completion. Arguments are checked when it is called (a
-        TypeError, a closed session or a run-mode conflict raises at once), the run starts when it is awaited.
+        uvloop and trio. At most ``max_in_flight`` requests of the session are submitted at once; further ones wait
+        here. Cancelling the awaiting task (or ``timeout``, in seconds) raises at once, but the inputs stay pinned
+        until the runtime reports completion. Arguments are checked when it is called (a TypeError, an InputError, a
+        closed session or a run-mode conflict raises at once), the run starts when it is awaited.
         """
         # every run takes this path: the checks are inlined and the context string is made only for an error
         if type(graph_id) is not int or not 0 <= graph_id <= 0xFFFFFFFF:

@@ -17,3 +17,11 @@ def test_completions_benchmark_runs_and_prints_its_ratios(tmp_path):
             assert f"| {loop} | {in_flight} |" in table
         assert f"target at 256 in flight ({loop}): >= 3x to_thread:" in table
     assert "p50" in table and "p99" in table
+
+
+def test_input_check_benchmark_runs_and_prints_its_table():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_input_check.py"), "--number", "200",
+                           "--repeat", "2"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for row in ("| 2 static inputs [1,16] |", "| 1 input [N,784], N=8 |", "| 4 inputs [N,16], N=4 |"):
+        assert row in proc.stdout

@@ -192,3 +192,16 @@ def test_bfloat16_declared_input_is_not_dtype_checked_here():
         with pytest.raises(ga.GeError) as ei:
             s.run_graph(1, [np.ones(2, np.float32)])
         assert not isinstance(ei.value, ga.InputError)
+
+
+def test_a_refused_request_fixes_no_run_mode():
+    """GE records a graph's run mode on its first run, even a failed one; a request refused before GE is no run."""
+    with ga.Session() as s, ga.Stream() as st:
+        s.add_graph(1, add34())
+        with pytest.raises(ga.InputError):
+            s.run_graph(1, [A, np.zeros((2, 4), np.float32)])
+        (c,) = s.run_graph_with_stream_async(1, st, [A, A])
+        st.synchronize()
+        np.testing.assert_array_equal(c.to_host().numpy(), 2 * A)
+        with pytest.raises(ga.ExecutionModeError):
+            s.run_graph(1, [A, A])
