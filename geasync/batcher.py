@@ -19,6 +19,7 @@ and trio; one batcher belongs to one event loop.
 from __future__ import annotations
 
 import collections
+import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Optional, Sequence
@@ -107,9 +108,8 @@ class Batcher:
             self._runner = graph.run_graph_async
             graph_ids = list(graph.graph_ids)
         elif type(graph) is int:
-            gid = graph
-            self._runner = lambda inputs, timeout=None: session.run_graph_async(gid, inputs, timeout=timeout)
-            graph_ids = [gid]
+            self._runner = functools.partial(session.run_graph_async, graph)  # (inputs) -> awaitable outputs
+            graph_ids = [graph]
         else:
             raise TypeError(f"Batcher: graph must be a graph id (int) or a geasync.GraphPool, got "
                             f"{type(graph).__name__}")
@@ -199,7 +199,7 @@ class Batcher:
 
     # --- requests ---
     def _check(self, inputs: Any) -> tuple[list, int, tuple]:
-        if isinstance(inputs, Mapping):
+        if type(inputs) is not list and isinstance(inputs, Mapping):
             inputs = self.session.input_list(self._graph_id, inputs)
         if not isinstance(inputs, (list, tuple)) or not inputs:
             raise TypeError(f"Batcher.run: inputs must be a non-empty list of arrays or Tensors, got "
@@ -210,7 +210,7 @@ class Batcher:
         arrays = []
         rows = -1
         for i, x in enumerate(inputs):
-            a = x.numpy() if isinstance(x, Tensor) else x
+            a = x if type(x) is np.ndarray else x.numpy() if isinstance(x, Tensor) else x
             if type(a) is not np.ndarray:
                 raise TypeError(f"Batcher.run: inputs[{i}] must be a numpy.ndarray or a geasync.Tensor, got "
                                 f"{type(x).__name__}")
