@@ -42,7 +42,7 @@ class CompiledGraphSummary:
     feature_memory_size: int
     stream_num: int
     event_num: int
-    output_shapes: list  # -1 marks a dim that depends on the inputs
+    output_shapes: list  # -1 marks a dim that depends on the inputs; (-2,) an output whose rank does too
     output_dtypes: list
 
 
@@ -355,7 +355,11 @@ class Session:
 
     # --- runs ---
     def run_graph(self, graph_id: int, inputs: List[Tensor]) -> List[Tensor]:
-        """Run synchronously (GE RunGraph); returns host output Tensors. The first run fixes the graph's mode."""
+        """Run synchronously (GE RunGraph); returns host output Tensors. The first run fixes the graph's mode.
+
+        ``inputs``: Tensors / numpy arrays in the graph's input order (``graph_inputs``), or a ``{name: array}``
+        mapping. They are checked against the graph's declared inputs first (``InputError``). The outputs come in the
+        graph's output order (``graph_outputs``; ``output_dict`` keys them by name)."""
         _check_graph_id(graph_id)
         prepared = prepare_inputs(inputs, spec=self._specs.get(graph_id), api="run_graph", graph_id=graph_id)
         context = f"Session.run_graph(graph_id={graph_id})"
@@ -373,7 +377,9 @@ class Session:
     def run_graph_with_stream_async(self, graph_id: int, stream: int, inputs: List[Tensor]) -> List[Tensor]:
         """Enqueue a run on ``stream`` (GE RunGraphWithStreamAsync) and return its device output Tensors at once.
 
-        The outputs are valid once the stream is synchronized. The inputs are pinned (and numpy inputs read-only)
+        ``inputs`` is a list, in the graph's input order (GE's contract; ``input_list`` makes one from a mapping),
+        checked against the graph's declared inputs first (``InputError``). The outputs are valid once the stream is
+        synchronized. The inputs are pinned (and numpy inputs read-only)
         until the stream has passed the run. Output memory comes from the allocator registered for the stream;
         a stream with none gets geasync's device allocator.
         """
@@ -413,7 +419,9 @@ class Session:
         """Run on GE's runtime threads (RunGraphAsync) and await the outputs without blocking the event loop:
         ``outputs = await session.run_graph_async(graph_id, inputs)``.
 
-        Works under asyncio, uvloop and trio. At most ``max_in_flight`` requests of the session are submitted at
+        ``inputs`` and outputs as in ``run_graph`` (a list or a ``{name: array}`` mapping; checked against the graph's
+        declared inputs at once, so a bad request raises ``InputError`` and never reaches GE). Works under asyncio,
+        uvloop and trio. At most ``max_in_flight`` requests of the session are submitted at
         once; further ones wait here. Cancelling the awaiting task (or ``timeout``, in seconds) raises at once, but
         the inputs stay pinned until the runtime reports completion. Arguments are checked when it is called (a
         TypeError, a closed session or a run-mode conflict raises at once), the run starts when it is awaited.

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import geasync as ga
-from conftest import add_model, live, make_mlp, numpy_helper
+from conftest import TensorProto, add_model, helper, live, make_mlp, make_model, numpy_helper
 from asynctools import Ticker, chain_model, slow_chain, wait_for_counters, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120, method="thread")]
@@ -160,17 +160,21 @@ async def test_run_graph_in_thread_error_is_a_geerror():
 
 
 async def test_runtime_error_reaches_only_the_task_that_caused_it():
+    # the bad request's inputs match the declaration (so they pass geasync's input check): the runtime fails it,
+    # from the values of the Reshape target
     n, bad = 50, 17
-    a = np.ones((1, 16), np.float32)
+    model = make_model([helper.make_node("Reshape", ["a", "s"], ["c"], name="reshape")],
+                       [("a", TensorProto.FLOAT, [1, 16]), ("s", TensorProto.INT64, [2])],
+                       [("c", TensorProto.FLOAT, None)])
     async with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(add_model()))
-        await s.run_graph_async(1, [a, a])  # compile with the good shape first
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        await s.run_graph_async(1, [np.ones((1, 16), np.float32), np.array([4, 4])])  # compile first
         outcome: dict = {}
 
         async def one(i: int) -> None:
-            b = np.ones((2, 16), np.float32) if i == bad else np.full((1, 16), i, np.float32)
+            target = np.array([3, 7] if i == bad else [4, 4])
             try:
-                (c,) = await s.run_graph_async(1, [a, b])
+                (c,) = await s.run_graph_async(1, [np.full((1, 16), i, np.float32), target])
                 outcome[i] = c.numpy().copy()
             except ga.GeError as exc:
                 outcome[i] = exc
@@ -183,18 +187,18 @@ async def test_runtime_error_reaches_only_the_task_that_caused_it():
         assert isinstance(err, ga.GeError), err
         assert not isinstance(err, (ga.ExecutionModeError, ga.SessionBrokenError, ga.SessionClosedError))
         # GE's message, with the API and the geasync call context.
-        assert "[2, 16]" in err.error_message and "does not match" in err.error_message, err.error_message
+        assert "[3,7]" in err.error_message and "reshape" in err.error_message, err.error_message
         assert err.api_name == "GeSession::RunGraphAsync"
         assert "run_graph_async(graph_id=1)" in err.context
         assert err.status != 0
         for i, c in outcome.items():
             assert not isinstance(c, BaseException), (i, c)
-            np.testing.assert_array_equal(c, a + i)
+            np.testing.assert_array_equal(c, np.full((4, 4), i, np.float32))
         st = s.statistics()
         assert (st.completed, st.failed, st.in_flight, st.pinned_bytes) == (n, 1, 0, 0), st
         # The session still works after the failed request.
-        (c,) = await s.run_graph_async(1, [a, a])
-        np.testing.assert_array_equal(c.numpy(), 2 * a)
+        (c,) = await s.run_graph_async(1, [np.full((1, 16), 5, np.float32), np.array([4, 4])])
+        np.testing.assert_array_equal(c.numpy(), np.full((4, 4), 5, np.float32))
 
 
 async def test_compile_failure_reaches_the_awaiting_task():

@@ -233,3 +233,54 @@ async def test_async_runs_take_dict_feeds(anyio_backend):
         with pytest.raises(ga.InputError, match="missing"):
             await s.run_graph_async(1, {"a": A})
         _check_two(await s.run_graph_async(1, {"a": A, "b": B}), A, B)
+
+
+# --- an input declared with no shape takes any rank (as in onnxruntime) --------------------------------------
+
+def unshaped(op: str):
+    vi = helper.make_tensor_value_info
+    if op == "MatMul":
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+        inputs = [vi("x", F, None), vi("w", F, [4, 2])]
+    else:
+        nodes = [helper.make_node(op, ["x"], ["y"])]
+        inputs = [vi("x", F, None)]
+    model = helper.make_model(helper.make_graph(nodes, "g", inputs, [vi("y", F, None)]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("shape", [(), (3,), (3, 4), (2, 3, 4), (1, 1, 2, 1, 3)])
+def test_unshaped_input_takes_any_rank(session, shape):
+    session.add_graph(1, ga.Graph.from_onnx(unshaped("Relu")))
+    assert session.graph_inputs(1)[0].shape is None
+    x = np.linspace(-1, 1, int(np.prod(shape))).astype(np.float32).reshape(shape)
+    (y,) = session.run_graph(1, {"x": x})
+    np.testing.assert_array_equal(y.numpy(), np.maximum(x, 0))
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(unshaped("Relu").SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(y.numpy(), sess.run(None, {"x": x})[0])
+
+
+def test_unshaped_input_matmul_and_summary(session):
+    session.add_graph(1, ga.Graph.from_onnx(unshaped("MatMul")))
+    w = np.arange(8, dtype=np.float32).reshape(4, 2)
+    for shape in [(4,), (3, 4), (2, 3, 4)]:
+        x = np.ones(shape, np.float32)
+        (y,) = session.run_graph(1, [x, w])
+        np.testing.assert_allclose(y.numpy(), x @ w)
+    summary = session.get_compiled_graph_summary(1)
+    assert not summary.is_static and summary.output_shapes == [(-2,)]  # GE's mark for an unknown rank
+    with pytest.raises(ga.InputError, match=r"input 1 \('w'\).*\[4, 3\]"):
+        session.run_graph(1, [np.ones(4, np.float32), np.ones((4, 3), np.float32)])
+
+
+@pytest.mark.anyio
+async def test_unshaped_input_async(anyio_backend):
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(unshaped("Neg")))
+        s.compile_graph(1)  # compiled for the declaration: any rank stays free for every request
+        for shape in [(2,), (2, 5), (1, 2, 3)]:
+            (y,) = await s.run_graph_async(1, [np.ones(shape, np.float32)])
+            np.testing.assert_array_equal(y.numpy(), -np.ones(shape, np.float32))

@@ -35,12 +35,16 @@ size_t ElemSize(ElemType t);
 // "float32", "int64", ... for messages.
 const char *ElemTypeName(ElemType t);
 
-// A tensor's type and shape. A dim of -1 is unknown (symbolic in the model, e.g. a batch dim "N").
+// A tensor's type and shape. A dim of -1 is unknown (symbolic in the model, e.g. a batch dim "N"). dims {-2} is an
+// unknown rank (GE's UNKNOWN_DIM_NUM): a graph input declared with no shape takes any rank; inference gives {-2}
+// for every output of a model fed such a desc.
+constexpr int64_t kUnknownRankDim = -2;
 struct TensorDesc {
   ElemType dtype = ElemType::kUndefined;
   std::vector<int64_t> dims;
 
-  bool IsStatic() const;       // no -1 dims
+  bool IsStatic() const;       // no -1 dims (and not an unknown rank)
+  bool IsUnknownRank() const { return dims.size() == 1 && dims[0] == kUnknownRankDim; }
   int64_t NumElements() const; // -1 if not static
   size_t Bytes() const;        // 0 if not static
 };

@@ -543,6 +543,7 @@ bool Build(RawModel &raw, ModelImpl *m, std::string *err) {
       *err = "graph input '" + vi.name + "' has no tensor element type";
       return false;
     }
+    if (!rank_known) info.desc.dims = {kUnknownRankDim};  // no shape field: any rank, as in onnxruntime
     add_value(vi.name, ValueKind::kGraphInput, static_cast<int>(m->inputs_.size()));
     m->input_values_.push_back(value_of[vi.name]);
     m->inputs_.push_back(std::move(info));

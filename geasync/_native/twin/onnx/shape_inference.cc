@@ -38,6 +38,7 @@ bool CheckInputDescs(const ModelImpl &m, const std::vector<TensorDesc> &inputs, 
         return false;
       }
     }
+    if (!need_static && !m.input_rank_known_[i] && got.IsUnknownRank()) continue;  // see InferShapes
     int64_t n;
     std::string reason;
     if (!CheckedNumElements(got.dims, &n, &reason)) {
@@ -180,6 +181,18 @@ bool InferShapes(const Model &model, const std::vector<TensorDesc> &inputs, std:
       err = "InferShapes: model was not created by ParseModel";
     } else {
       Analysis a;
+      bool unknown_rank = false;
+      for (const TensorDesc &d : inputs) unknown_rank = unknown_rank || d.IsUnknownRank();
+      if (unknown_rank) {  // an input of any rank: nothing downstream has a known shape until the run's inputs
+        if (!CheckInputDescs(*m, inputs, /*need_static=*/false, &err)) {
+          if (error) *error = err;
+          return false;
+        }
+        std::vector<TensorDesc> out(m->outputs_.size());
+        for (size_t k = 0; k < out.size(); ++k) out[k] = {m->outputs_[k].desc.dtype, {kUnknownRankDim}};
+        if (outputs) *outputs = std::move(out);
+        return true;
+      }
       if (Analyze(*m, inputs, /*compile=*/false, &a, &err)) {
         std::vector<TensorDesc> out;
         for (int vid : m->output_values_) out.push_back(a.desc[vid]);
