@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Optional, Sequence
 
 logger = logging.getLogger("geasync")
@@ -77,7 +77,7 @@ class GraphCounters:
     geasync takes it, then ends in exactly one of completed / failed / cancelled; meanwhile it is waiting (for a
     slot) or in flight (with the runtime, tracked with its start time for the oldest age and ``abandoned``)."""
 
-    __slots__ = ("submitted", "completed", "failed", "cancelled", "waiting", "live", "latency", "warned")
+    __slots__ = ("submitted", "completed", "failed", "cancelled", "waiting", "live", "latency")
 
     def __init__(self) -> None:
         self.submitted = 0
@@ -87,7 +87,6 @@ class GraphCounters:
         self.waiting = 0
         self.live: dict[Any, float] = {}  # run key -> start time; insertion order is start order
         self.latency = Histogram()
-        self.warned: set[int] = set()  # ids of runs already reported abandoned (logged once)
 
     def start(self, key: Any) -> None:
         self.live[key] = now()
@@ -149,5 +148,4 @@ def empty_histogram() -> HistogramSnapshot:
     return _EMPTY
 
 
-__all__ = ["logger", "Histogram", "HistogramSnapshot", "GraphCounters", "GraphStatistics", "LATENCY_BUCKETS",
-           "field"]
+__all__ = ["logger", "Histogram", "HistogramSnapshot", "GraphCounters", "GraphStatistics", "LATENCY_BUCKETS"]

@@ -19,6 +19,7 @@ and trio; one batcher belongs to one event loop.
 from __future__ import annotations
 
 import collections
+import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Optional, Sequence
@@ -107,9 +108,8 @@ class Batcher:
             self._runner = graph.run_graph_async
             graph_ids = list(graph.graph_ids)
         elif type(graph) is int:
-            gid = graph
-            self._runner = lambda inputs, timeout=None: session.run_graph_async(gid, inputs, timeout=timeout)
-            graph_ids = [gid]
+            self._runner = functools.partial(session.run_graph_async, graph)  # (inputs) -> awaitable outputs
+            graph_ids = [graph]
         else:
             raise TypeError(f"Batcher: graph must be a graph id (int) or a geasync.GraphPool, got "
                             f"{type(graph).__name__}")
@@ -140,6 +140,7 @@ class Batcher:
             _compile_for_batches(session, graph_id, explicit_sizes)
         self._graph_id = graph_ids[0]
         self._inputs = _declared_inputs(session, graph_ids[0], batch_axis, explicit_sizes)
+        self._fitting: set = set()  # request signatures (dtypes, non-batch dims) known to fit the declared inputs
         self.session = session
         self.max_batch_size = max_batch_size
         self.max_delay = float(max_delay)
@@ -198,7 +199,7 @@ class Batcher:
 
     # --- requests ---
     def _check(self, inputs: Any) -> tuple[list, int, tuple]:
-        if isinstance(inputs, Mapping):
+        if type(inputs) is not list and isinstance(inputs, Mapping):
             inputs = self.session.input_list(self._graph_id, inputs)
         if not isinstance(inputs, (list, tuple)) or not inputs:
             raise TypeError(f"Batcher.run: inputs must be a non-empty list of arrays or Tensors, got "
@@ -209,7 +210,7 @@ class Batcher:
         arrays = []
         rows = -1
         for i, x in enumerate(inputs):
-            a = x.numpy() if isinstance(x, Tensor) else x
+            a = x if type(x) is np.ndarray else x.numpy() if isinstance(x, Tensor) else x
             if type(a) is not np.ndarray:
                 raise TypeError(f"Batcher.run: inputs[{i}] must be a numpy.ndarray or a geasync.Tensor, got "
                                 f"{type(x).__name__}")
@@ -228,9 +229,11 @@ class Batcher:
         if rows > self.max_batch_size:
             raise ValueError(f"Batcher.run(graph={self.graph}): {rows} rows exceed max_batch_size="
                              f"{self.max_batch_size}; split the request or raise max_batch_size")
-        if self._inputs is not None:
+        key = tuple((a.dtype, a.shape[:axis] + a.shape[axis + 1:]) for a in arrays)
+        if self._inputs is not None and key not in self._fitting:
             self._check_declared(arrays)
-        key = tuple((a.dtype.str, a.shape[:axis] + a.shape[axis + 1:]) for a in arrays)
+            if len(self._fitting) < 64:
+                self._fitting.add(key)  # requests of this signature fit: skip the check next time
         return arrays, rows, key
 
     def _check_declared(self, arrays: list) -> None:
@@ -494,6 +497,15 @@ class Batcher:
                     result.append(t)
                 continue
             start = 0
+            if axis == 0:  # rows of a C-contiguous array are C-contiguous views: wrap them without checks
+                make = Tensor._make
+                dtype = a.dtype
+                for result, request in zip(results, batch):
+                    part = a[start:start + request.rows]
+                    result.append(make(array=part, owner=None, address=0, nbytes=part.nbytes, shape=part.shape,
+                                       dtype=dtype, placement="host"))
+                    start += request.rows
+                continue
             for result, request in zip(results, batch):
                 index = [slice(None)] * a.ndim
                 index[axis] = slice(start, start + request.rows)

@@ -325,6 +325,27 @@ async def test_cancel_storm_never_strands_a_batch(anyio_backend):
                         await anyio.sleep(0)
         st = b.statistics()
         assert ok + cancelled == 300 and ok > 0, (ok, cancelled)
-        assert st.completed == ok and st.cancelled == cancelled and st.failed == 0, (st, ok, cancelled)
+        # a request whose rows were delivered as its deadline struck counts completed, though its caller gave up
+        assert st.completed + st.cancelled == 300 and st.failed == 0, (st, ok, cancelled)
+        assert ok <= st.completed <= ok + 5, (st, ok, cancelled)
         assert_adds_up(st)
         assert st.queued == 0 and st.running == 0
+
+
+@pytest.mark.timeout(300, method="thread")
+def test_batcher_benchmark_runs_and_prints_its_targets(tmp_path):
+    """The benchmark still runs (tiny sizes; it measures, this only checks that it reports)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = tmp_path / "batcher.md"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_batcher.py"), "--seconds", "0.2",
+                           "--rounds", "1", "--out", str(out)], capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    for loop in ("asyncio", "uvloop"):
+        assert f"- {loop}: batcher / unbatched at 256 clients:" in text, text
+        assert f"- {loop}: heavy MLP" in text and "2 instances" in text, text
+    assert "target >= 8x" in text and "p99" in text

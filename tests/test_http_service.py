@@ -173,3 +173,40 @@ async def test_metrics_and_instances(anyio_backend):
         assert r.status_code == 200
         text = (await client.get("/metrics")).text
         assert "geasync_runs_completed_total" in text and "geasync_batch_size_rows_bucket" in text, text
+
+
+@pytest.mark.timeout(120, method="thread")
+def test_the_service_runs_with_one_command():
+    """The README's command (uvicorn, uvloop when installed) serves /health and /predict, and stops cleanly."""
+    import os
+    import socket
+    import subprocess
+    import time
+
+    pytest.importorskip("uvicorn")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, PORT=str(port))
+    env.pop("PYTHONWARNINGS", None)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "http_service" / "app.py")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.communicate()[1][-3000:]
+                assert time.monotonic() < deadline, "the service did not start"
+                time.sleep(0.1)
+        assert r.status_code == 200 and r.json()["status"] == "ok"
+        x = rows(1, 0)
+        r = httpx.post(f"http://127.0.0.1:{port}/predict", json={"inputs": x.tolist()}, timeout=10)
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(np.array(r.json()["outputs"]), reference(x), rtol=1e-4, atol=1e-6)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err, err[-3000:]
