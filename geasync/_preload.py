@@ -65,5 +65,5 @@ def check_built(package_dir: str) -> None:
             f"is then used), or build in place for development: pip install -e . (in {root})")
     raise ImportError(
         f"geasync: the native extension (geasync._twin) is missing from {package_dir}: the install did not build it. "
-        "Reinstall and read the compiler's messages: pip install --force-reinstall --no-deps --no-cache-dir -v geasync "
-        "(a C++17 compiler is needed: g++ >= 9 or clang++ >= 10)")
+        "Reinstall it and read the compiler's messages: in the clone, pip install --force-reinstall --no-deps "
+        "--no-cache-dir -v . (a C++17 compiler is needed: g++ >= 9 or clang++ >= 10)")

@@ -71,6 +71,10 @@ async def test_a_lost_callback_ends_in_the_callers_timeout(service, ga_faults):
         await service.classify(images(1)[0], timeout=0.2)
 
 
+def submitted(stats: ga.SessionStatistics) -> int:
+    return stats.in_flight + stats.waiting + stats.completed + stats.failed + stats.cancelled
+
+
 async def test_shutdown_waits_for_requests_in_flight(model_path, ga_leak_check):
     svc = ClassifierService(model_path)
     await svc.start()
@@ -82,7 +86,9 @@ async def test_shutdown_waits_for_requests_in_flight(model_path, ga_leak_check):
     async with anyio.create_task_group() as tg:
         for img in images(64, seed=3):
             tg.start_soon(one, img)
-        await anyio.sleep(0)  # let them submit
+        with anyio.fail_after(10):  # let every request reach the session
+            while submitted(svc.session.statistics()) < 64:
+                await anyio.sleep(0)
         await svc.aclose()
     assert len(results) == 64
     with pytest.raises(RuntimeError, match="not running"):
