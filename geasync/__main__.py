@@ -164,16 +164,25 @@ def check(argv: Sequence[str]) -> int:
 # --- run ------------------------------------------------------------------------------------------------------
 
 def _read_model(path: str) -> tuple[bytes, Any]:
-    from . import _model_info
+    """The model's bytes and its Graph (whose ``inputs`` / ``outputs`` are read from the bytes alone)."""
+    import geasync as ga
 
     try:
         data = pathlib.Path(path).read_bytes()
     except OSError as exc:
         raise UsageError(f"cannot read the model {path!r}: {exc.strerror or exc}") from None
+    graph = ga.Graph.from_onnx(data)
     try:
-        return data, _model_info.read(data)
-    except _model_info.ModelInfoError as exc:
+        graph.inputs
+    except ga.ModelFormatError as exc:
         raise UsageError(f"{path}: {exc}") from None
+    return data, graph
+
+
+def _describe(value: Any) -> str:
+    """``name: float32[N, 784]`` (``?`` for an unnamed dim, ``[...]`` for any rank)."""
+    dims = "..." if value.shape is None else ", ".join("?" if d is None else str(d) for d in value.shape)
+    return f"{value.name}: {value.dtype if value.dtype is not None else 'unknown type'}[{dims}]"
 
 
 def _load_inputs(specs: Sequence[str], info: Any, model: str) -> list[Any]:
@@ -190,12 +199,12 @@ def _load_inputs(specs: Sequence[str], info: Any, model: str) -> list[Any]:
             name, file = declared[0], spec
         if name not in declared:
             raise UsageError(f"--input {spec!r}: {model} has no input {name!r}; its inputs: "
-                             + ", ".join(i.describe() for i in info.inputs))
+                             + ", ".join(_describe(i) for i in info.inputs))
         try:
             given[name] = np.load(file, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise UsageError(f"--input {spec!r}: cannot load {file!r} as a .npy array: {exc}") from None
-    missing = [i.describe() for i in info.inputs if i.name not in given]
+    missing = [_describe(i) for i in info.inputs if i.name not in given]
     if missing:
         raise UsageError(f"{model} needs these inputs too: {', '.join(missing)} (--input NAME=FILE.npy)")
     return [given[name] for name in declared]
@@ -255,16 +264,14 @@ class Progress:
 def _bench_inputs(info: Any, batch: int, model: str) -> list[Any]:
     import numpy as np
 
-    from . import _model_info
-
     rng = np.random.default_rng(0)
     arrays = []
     for value in info.inputs:
-        shape = tuple(batch if not isinstance(d, int) else d for d in value.dims)
-        try:
-            dtype = value.dtype
-        except _model_info.ModelInfoError as exc:
-            raise UsageError(f"{model}: {exc}") from None
+        if value.shape is None or value.dtype is None:
+            raise UsageError(f"{model}: input {_describe(value)} declares no shape or a type numpy lacks, so "
+                             "bench cannot make it up; use `run` with --input files")
+        shape = tuple(batch if not isinstance(d, int) else d for d in value.shape)
+        dtype = value.dtype
         if dtype.kind == "f":
             arrays.append(rng.random(shape).astype(dtype))
         elif dtype.kind == "b":
