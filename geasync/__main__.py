@@ -89,10 +89,16 @@ def info(out: TextIO | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_list = sys.argv[1:] if argv is None else list(argv)
+    if args_list[:1] == ["check"]:  # its own parser: geasync._check
+        from . import _check
+
+        return _check.main(args_list[1:])
     parser = argparse.ArgumentParser(prog="python -m geasync", description="geasync command line")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="version, backends, CANN toolkit path and versions")
-    args = parser.parse_args(argv)
+    sub.add_parser("check", help="can this ONNX model run on the twin? (python -m geasync check --help)")
+    args = parser.parse_args(args_list)
     if args.command == "info":
         return info()
     return 2  # pragma: no cover - argparse rejects other commands
