@@ -102,7 +102,7 @@ bool DecodeTensor(const uint8_t *base, ProtoReader r, ConstTensor *t, std::strin
   }
   const std::string who = "tensor '" + t->name + "'";
   if (has_external || data_location == 1) {
-    *semantic = who + " uses external data, which the twin does not support (embed the weights in the model)";
+    *semantic = who + " uses external data: give the model by path (Graph.from_onnx(path) reads the files beside it)";
     return true;
   }
   if (has_segment) {
