@@ -71,6 +71,7 @@ void geasync_twin_fault_release(uint64_t session_id, uint32_t graph_id);
 void geasync_twin_fault_clear(uint64_t session_id, uint32_t graph_id);
 uint64_t geasync_twin_fault_runs(uint64_t session_id, uint32_t graph_id);
 uint64_t geasync_twin_fault_unfired(uint64_t session_id, uint32_t graph_id);
+size_t geasync_twin_check_onnx(const void *data, size_t size, char *buf, size_t cap);
 """
 
 

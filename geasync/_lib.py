@@ -657,6 +657,21 @@ def require_twin(what: str) -> None:
                       "(Session(backend='twin') or GEASYNC_BACKEND=twin).", "geasync.twin", what)
 
 
+def twin_check_onnx(model: bytes) -> str:
+    """The twin's model check report (text lines, see twin_control.h), whichever backend this process uses."""
+    from . import _preload
+
+    _preload.preload()
+    module = importlib.import_module(_BACKEND_MODULES["twin"])
+    cap = 1 << 16
+    while True:
+        buf = module.ffi.new("char[]", cap)
+        n = int(module.lib.geasync_twin_check_onnx(model, len(model), buf, cap))
+        if n < cap:
+            return module.ffi.string(buf).decode("utf-8", "replace")
+        cap = n + 1
+
+
 def twin_fault_add(session_id: int, graph_id: int, kind: int, nth: int, status: int, delay_ms: int) -> None:
     require_twin("geasync.twin.inject_fault")
     if lib.geasync_twin_fault_add(session_id, graph_id, kind, nth, status, delay_ms) != 0:

@@ -42,7 +42,7 @@ class Graph:
         if isinstance(source, (str, os.PathLike)):
             path = os.fspath(source)
             with open(path, "rb") as f:
-                return cls(f.read(), name=os.path.basename(path))
+                return cls(_with_external_data(f.read(), path), name=os.path.basename(path))
         serialize = getattr(source, "SerializeToString", None)
         if callable(serialize) and type(source).__name__ == "ModelProto":
             return cls(serialize())
@@ -85,3 +85,10 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"Graph(name={self._name!r}, {len(self._model)} bytes)"
+
+
+def _with_external_data(model: bytes, path: str) -> bytes:
+    """Initializers stored as external data, read from their files beside the model (ValueError if unsafe)."""
+    from ._external_data import inline_external_data
+
+    return inline_external_data(model, os.path.dirname(os.path.abspath(path)))

@@ -76,6 +76,16 @@ class Model {
 // Never crashes, whatever the bytes.
 std::shared_ptr<const Model> ParseModel(const void *data, size_t size, std::string *error);
 
+// What `python -m geasync check` reports about a model: every problem that keeps it off the twin (all unsupported
+// nodes, not only the first), its declared inputs/outputs and opset. Never crashes, whatever the bytes.
+struct ModelCheck {
+  int64_t ir_version = 0;
+  int64_t opset = 0;                      // default domain; 0 if not imported
+  std::vector<ValueInfo> inputs, outputs;  // as declared (initializer-backed inputs excluded)
+  std::vector<std::string> problems;      // each names the node, op and reason where there is one
+};
+void CheckModel(const void *data, size_t size, ModelCheck *report);
+
 // Infers output descs from input descs that may contain unknown (-1) dims; used at GE compile time with the
 // Data nodes' shapes. Unknown dims propagate as -1. Fails (false + *error naming node, op and reason) on
 // a definite mismatch: wrong input count or dtype, incompatible broadcast, MatMul inner dims, bad Reshape, ...

@@ -4,6 +4,7 @@
 #include <map>
 #include <new>
 #include <queue>
+#include <set>
 #include <unordered_map>
 
 #include "common.h"
@@ -101,7 +102,7 @@ bool DecodeTensor(const uint8_t *base, ProtoReader r, ConstTensor *t, std::strin
   }
   const std::string who = "tensor '" + t->name + "'";
   if (has_external || data_location == 1) {
-    *semantic = who + " uses external data, which the twin does not support (embed the weights in the model)";
+    *semantic = who + " uses external data: give the model by path (Graph.from_onnx(path) reads the files beside it)";
     return true;
   }
   if (has_segment) {
@@ -712,7 +713,100 @@ bool Build(RawModel &raw, ModelImpl *m, std::string *err) {
   return true;
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Model check: the per-node checks of Build, continued past the first failure.
+
+void CheckNodes(RawGraph &g, int64_t opset, std::vector<std::string> *problems) {
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    RawNode &rn = g.nodes[k];
+    Node &n = rn.node;
+    if (n.name.empty()) n.name = "#" + std::to_string(k);
+    if (!rn.deferred_error.empty()) {
+      problems->push_back(n.Where() + rn.deferred_error);
+      continue;
+    }
+    if (!n.domain.empty() && n.domain != "ai.onnx") {
+      problems->push_back(n.Where() + "operator domain '" + n.domain + "' is not supported by the twin");
+      continue;
+    }
+    n.op = FindOp(n.op_type);
+    if (!n.op) {
+      problems->push_back(n.Where() + "operator not supported by the twin");
+      continue;
+    }
+    const int nin = static_cast<int>(n.input_names.size()), nout = static_cast<int>(n.output_names.size());
+    if (nin < n.op->min_inputs || nin > n.op->max_inputs || nout < n.op->min_outputs || nout > n.op->max_outputs) {
+      problems->push_back(n.Where() + "has " + std::to_string(nin) + " inputs and " + std::to_string(nout) +
+                          " outputs, which the twin's implementation does not accept");
+      continue;
+    }
+    std::string reason;
+    if (n.op->check && !n.op->check(n, opset, &reason)) problems->push_back(n.Where() + reason);
+  }
+}
+
+void CheckDeclared(const std::vector<RawValueInfo> &vis, const char *what, const std::set<std::string> &skip,
+                   std::vector<ValueInfo> *out, std::vector<std::string> *problems) {
+  for (const RawValueInfo &vi : vis) {
+    if (skip.count(vi.name)) continue;
+    ValueInfo info;
+    info.name = vi.name;
+    bool rank_known = false;
+    std::string err;
+    if (!ValueInfoToDesc(vi, what, &info.desc, &rank_known, &err)) problems->push_back(err);
+    out->push_back(std::move(info));
+  }
+}
+
 }  // namespace
+
+void CheckModel(const void *data, size_t size, ModelCheck *report) {
+  *report = ModelCheck();
+  try {
+    static const uint8_t kNothing = 0;
+    const uint8_t *base = data ? static_cast<const uint8_t *>(data) : &kNothing;
+    RawModel raw;
+    std::string err;
+    if (!data && size) {
+      report->problems.push_back("ONNX model: null data");
+      return;
+    }
+    if (!DecodeModel(base, size, &raw, &err)) {
+      report->problems.push_back(err);
+      return;
+    }
+    report->ir_version = raw.ir_version;
+    for (const auto &op : raw.opsets)
+      if ((op.first.empty() || op.first == "ai.onnx") && op.second > report->opset) report->opset = op.second;
+    std::set<std::string> init_names;
+    for (size_t i = 0; i < raw.graph.initializers.size(); ++i) {
+      init_names.insert(raw.graph.initializers[i]->name);
+      if (!raw.graph.initializer_errors[i].empty())
+        report->problems.push_back("initializer " + raw.graph.initializer_errors[i]);
+    }
+    CheckDeclared(raw.graph.inputs, "graph input", init_names, &report->inputs, &report->problems);
+    CheckDeclared(raw.graph.outputs, "graph output", {}, &report->outputs, &report->problems);
+    CheckNodes(raw.graph, report->opset, &report->problems);
+    if (!report->problems.empty()) return;
+    // Nothing wrong node by node: the whole-graph checks (edges, cycles, shapes) report their first problem.
+    std::shared_ptr<const Model> m = ParseModel(data, size, &err);
+    if (!m) {
+      report->problems.push_back(err);
+      return;
+    }
+    const ModelImpl &mi = static_cast<const ModelImpl &>(*m);
+    for (bool known : mi.input_rank_known_)
+      if (!known) return;  // shapes cannot be propagated from an input of unknown rank; the runtime will know it
+    std::vector<TensorDesc> in_descs;
+    for (const ValueInfo &vi : m->inputs()) in_descs.push_back(vi.desc);
+    std::vector<TensorDesc> outs;
+    if (!InferShapes(*m, in_descs, &outs, &err)) report->problems.push_back(err);
+  } catch (const std::bad_alloc &) {
+    report->problems.push_back("out of memory while checking the ONNX model");
+  } catch (const std::exception &e) {
+    report->problems.push_back(std::string("internal error while checking the ONNX model: ") + e.what());
+  }
+}
 
 std::shared_ptr<const Model> ParseModel(const void *data, size_t size, std::string *error) {
   std::string err;

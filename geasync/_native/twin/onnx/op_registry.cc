@@ -28,6 +28,7 @@ OpTable BuildTable() {
   RegisterDetectOps(&ops);
   RegisterEinsumOps(&ops);
   RegisterRnnOps(&ops);
+  RegisterRandomOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;

@@ -4,6 +4,7 @@
 #ifndef GEASYNC_TWIN_TWIN_CONTROL_H_
 #define GEASYNC_TWIN_TWIN_CONTROL_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -40,6 +41,12 @@ void geasync_twin_fault_clear(uint64_t session_id, uint32_t graph_id);
 uint64_t geasync_twin_fault_runs(uint64_t session_id, uint32_t graph_id);
 /* One-shot faults (nth >= 1) of the graph whose run has not come yet (stall_compile, which ignores nth, excluded). */
 uint64_t geasync_twin_fault_unfired(uint64_t session_id, uint32_t graph_id);
+
+/* Checks ONNX ModelProto bytes against the twin: writes a text report (NUL-terminated, truncated to cap) of lines
+ * "ir_version\tN", "opset\tN", "input|output\tNAME\tDTYPE\tD1,D2,..." (-1 = unknown dim) and one
+ * "problem\tMESSAGE" per problem found (all unsupported nodes, not only the first). Returns the report's full
+ * length; call again with a larger buffer when it is >= cap. */
+size_t geasync_twin_check_onnx(const void *data, size_t size, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

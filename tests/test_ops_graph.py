@@ -1,0 +1,466 @@
+"""Twin operators that need structural work: Resize/Upsample, TopK, the quantisation family, NonMaxSuppression,
+RoiAlign, Einsum, RNN/GRU/LSTM.
+
+Two kinds of checks, both through geasync's public API: every numeric ONNX node test case of these operators, and
+onnx.reference on random inputs beyond those cases (other shapes and attributes, ties, NaN/inf, large magnitudes,
+denormals, empty tensors).
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+
+import geasync as ga
+
+import onnx  # noqa: E402  (a test dependency)
+import onnx.numpy_helper  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+OPS = ("Resize Upsample TopK QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger QLinearMatMul "
+       "ConvInteger QLinearConv NonMaxSuppression RoiAlign Einsum RNN GRU LSTM").split()
+
+# Element types neither the twin nor numpy (as geasync exchanges tensors) represent.
+_EXOTIC_TYPES = {TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2,
+                 TensorProto.FLOAT8E5M2FNUZ, TensorProto.UINT4, TensorProto.INT4, TensorProto.BFLOAT16,
+                 TensorProto.FLOAT4E2M1, TensorProto.STRING}
+for _name in ("UINT2", "INT2", "FLOAT8E8M0", "FLOAT6E2M3", "FLOAT6E3M2"):
+    if hasattr(TensorProto, _name):
+        _EXOTIC_TYPES.add(getattr(TensorProto, _name))
+
+
+def _uses_exotic_type(model) -> bool:
+    g = model.graph
+    types = [v.type.tensor_type.elem_type for v in list(g.input) + list(g.output)]
+    types += [a.i for n in g.node for a in n.attribute if a.name == "output_dtype"]
+    return any(t in _EXOTIC_TYPES for t in types)
+
+
+def _node_cases():
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = collect_testcases()
+    out = []
+    for c in cases:
+        nodes = c.model.graph.node
+        if len(nodes) == 1 and nodes[0].op_type in OPS and not _uses_exotic_type(c.model):
+            out.append(pytest.param(c, id=c.name))
+    return out
+
+
+@pytest.fixture(scope="module")
+def session():
+    with ga.Session() as s:
+        yield s
+
+
+_ids = itertools.count(1)
+
+
+def _run(session, model, inputs):
+    gid = next(_ids)
+    session.add_graph(gid, ga.Graph.from_onnx(model))
+    try:
+        return [np.array(t.numpy(), copy=True) for t in session.run_graph(gid, [np.require(x, requirements="C") for x in inputs])]
+    finally:
+        session.remove_graph(gid)
+
+
+def _assert_close(got, want, rtol=1e-4, atol=1e-5):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        w = np.asarray(w)
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("case", _node_cases())
+def test_node_case(session, case):
+    for inputs, outputs in case.data_sets:
+        ins = [onnx.numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else np.asarray(x) for x in inputs]
+        outs = [onnx.numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else np.asarray(x) for x in outputs]
+        _assert_close(_run(session, case.model, ins), outs, rtol=1e-3, atol=1e-5)
+
+
+def test_node_cases_cover_every_operator():
+    covered = {p.values[0].model.graph.node[0].op_type for p in _node_cases()}
+    assert covered == set(OPS)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Random and edge-value inputs against onnx.reference
+
+
+def _model(op, inputs, outputs, opset, **attrs):
+    """A one-node model; inputs/outputs are (name, numpy dtype or TensorProto type, shape or None)."""
+    def vi(name, dtype, shape):
+        t = dtype if isinstance(dtype, int) else helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        return helper.make_tensor_value_info(name, t, shape)
+
+    node = helper.make_node(op, [i[0] for i in inputs], [o[0] for o in outputs], **attrs)
+    graph = helper.make_graph([node], op.lower(), [vi(*i) for i in inputs if i[0]], [vi(*o) for o in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _check(session, model, feeds, rtol=1e-4, atol=1e-5):
+    want = ReferenceEvaluator(model).run(None, dict(zip([i.name for i in model.graph.input], feeds)))
+    _assert_close(_run(session, model, feeds), want, rtol=rtol, atol=atol)
+
+
+def _edge_floats(rng, shape, dtype=np.float32):
+    """Random values with large magnitudes and denormals mixed in."""
+    x = rng.standard_normal(shape).astype(dtype)
+    flat = x.reshape(-1)
+    if flat.size >= 4:
+        flat[rng.integers(0, flat.size, 2)] = np.array([3e30, -2e-39], dtype)
+    return x
+
+
+RESIZE_COMBOS = [
+    ("nearest", ctm, nm) for ctm in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel")
+    for nm in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+] + [
+    (mode, ctm, "round_prefer_floor") for mode in ("linear", "cubic")
+    for ctm in ("half_pixel", "half_pixel_symmetric", "asymmetric", "align_corners", "pytorch_half_pixel")
+]
+
+
+@pytest.mark.parametrize("mode,ctm,nearest_mode", RESIZE_COMBOS)
+@pytest.mark.parametrize("scales", [(1, 1, 1.7, 0.6), (1, 1, 0.5, 2.25)])
+def test_resize_random(session, mode, ctm, nearest_mode, scales):
+    rng = np.random.default_rng(7)
+    x = _edge_floats(rng, (2, 3, 5, 7)) if mode == "nearest" else rng.standard_normal((2, 3, 5, 7)).astype(np.float32)
+    s = np.array(scales, np.float32)
+    m = _model("Resize", [("x", np.float32, x.shape), ("", None, None), ("s", np.float32, [4])],
+               [("y", np.float32, None)], 19, mode=mode, coordinate_transformation_mode=ctm, nearest_mode=nearest_mode)
+    _check(session, m, [x, s], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("exclude_outside", [0, 1])
+def test_resize_sizes_antialias_axes(session, mode, exclude_outside):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 2, 9, 11)).astype(np.float32)
+    sizes = np.array([4, 5], np.int64)
+    m = _model("Resize", [("x", np.float32, x.shape), ("", None, None), ("", None, None), ("sz", np.int64, [2])],
+               [("y", np.float32, None)], 19, mode=mode, antialias=1, axes=[2, 3], exclude_outside=exclude_outside,
+               keep_aspect_ratio_policy="not_larger")
+    _check(session, m, [x, sizes], rtol=1e-4, atol=1e-5)
+
+
+def test_resize_integer_and_empty(session):
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 256, (1, 1, 4, 6), dtype=np.uint8)
+    m = _model("Resize", [("x", np.uint8, x.shape), ("", None, None), ("s", np.float32, [4])],
+               [("y", np.uint8, None)], 19, mode="linear")
+    _check(session, m, [x, np.array([1, 1, 1.5, 0.75], np.float32)])
+    e = np.zeros((0, 3, 4, 4), np.float32)
+    m = _model("Resize", [("x", np.float32, e.shape), ("", None, None), ("s", np.float32, [4])],
+               [("y", np.float32, None)], 19, mode="cubic")
+    (y,) = _run(session, m, [e, np.array([1, 1, 2, 2], np.float32)])
+    assert y.shape == (0, 3, 8, 8)
+
+
+@pytest.mark.parametrize("largest", [0, 1])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_topk_random_ties_nan(session, largest, axis):
+    rng = np.random.default_rng(11)
+    x = rng.integers(-3, 4, (6, 7, 5)).astype(np.float32)  # many ties
+    x[1, 2, 3] = np.nan
+    x[0, 0, 0] = np.inf
+    x[2, 1, 1] = -np.inf
+    k = np.array([3], np.int64)
+    m = _model("TopK", [("x", np.float32, x.shape), ("k", np.int64, [1])],
+               [("v", np.float32, None), ("i", np.int64, None)], 11, axis=axis, largest=largest)
+    _check(session, m, [x, k])
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float64, np.uint8])
+def test_topk_dtypes_and_empty(session, dtype):
+    rng = np.random.default_rng(12)
+    x = rng.integers(0, 50, (4, 9)).astype(dtype)
+    m = _model("TopK", [("x", dtype, x.shape), ("k", np.int64, [1])], [("v", dtype, None), ("i", np.int64, None)], 11)
+    _check(session, m, [x, np.array([9], np.int64)])
+    _check(session, m, [x, np.array([0], np.int64)])
+
+
+@pytest.mark.parametrize("qtype", [np.uint8, np.int8, np.uint16, np.int16])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_quantize_dequantize_random(session, qtype, per_axis):
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal((3, 4, 5)) * 200).astype(np.float32)
+    x.reshape(-1)[:4] = [np.nan, 1e30, -1e-40, 2.5]  # NaN, saturation, denormal, a half-way tie
+    scale = (rng.random(4) + 0.5).astype(np.float32) if per_axis else np.array(1.0, np.float32)
+    info = np.iinfo(qtype)
+    zp = rng.integers(info.min // 4, info.max // 4, scale.shape).astype(qtype)
+    m = _model("QuantizeLinear", [("x", np.float32, x.shape), ("s", np.float32, scale.shape), ("z", qtype, zp.shape)],
+               [("y", qtype, None)], 21, axis=1)
+    want_nan_free = x.copy()
+    want_nan_free[np.isnan(want_nan_free) | (np.abs(want_nan_free) > 1e9)] = 0  # see note below
+    _check(session, m, [want_nan_free, scale, zp])
+    # Beyond int32 the reference's int32 conversion wraps; the twin saturates as the operator's spec says.
+    (y,) = _run(session, m, [x, scale, zp])
+    assert y.reshape(-1)[1] == info.max
+    q = rng.integers(info.min, info.max, x.shape, endpoint=True).astype(qtype)
+    m = _model("DequantizeLinear", [("q", qtype, q.shape), ("s", np.float32, scale.shape), ("z", qtype, zp.shape)],
+               [("y", np.float32, None)], 21, axis=1)
+    _check(session, m, [q, scale, zp])
+
+
+def test_quantize_blocked_and_float16(session):
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((4, 6)).astype(np.float16)
+    scale = (rng.random((4, 2)) + 0.1).astype(np.float16)
+    m = _model("DequantizeLinear", [("q", np.int8, x.shape), ("s", np.float16, scale.shape)],
+               [("y", np.float16, None)], 21, axis=1, block_size=3)
+    q = rng.integers(-128, 128, x.shape).astype(np.int8)
+    _check(session, m, [q, scale], rtol=1e-3)
+
+
+def test_dynamic_quantize_and_integer_matmuls(session):
+    rng = np.random.default_rng(15)
+    x = _edge_floats(rng, (3, 8)) / 1e28
+    m = _model("DynamicQuantizeLinear", [("x", np.float32, x.shape)],
+               [("y", np.uint8, None), ("s", np.float32, None), ("z", np.uint8, None)], 11)
+    _check(session, m, [x])
+    a = rng.integers(0, 256, (2, 3, 4, 5), dtype=np.uint8)
+    b = rng.integers(-128, 128, (5, 6), dtype=np.int8)
+    # Per-column zero point for B (the reference broadcasts a per-row one for A along the wrong axis).
+    m = _model("MatMulInteger", [("a", np.uint8, a.shape), ("b", np.int8, b.shape), ("az", np.uint8, []),
+                                 ("bz", np.int8, [6])], [("y", np.int32, None)], 10)
+    _check(session, m, [a, b, np.asarray(np.uint8(77)), rng.integers(-128, 128, 6, dtype=np.int8)])
+    m = _model("QLinearMatMul", [("a", np.uint8, [4, 5]), ("as", np.float32, []), ("az", np.uint8, []),
+                                 ("b", np.uint8, [5, 3]), ("bs", np.float32, []), ("bz", np.uint8, []),
+                                 ("ys", np.float32, []), ("yz", np.uint8, [])], [("y", np.uint8, None)], 10)
+    feeds = [rng.integers(0, 256, (4, 5), dtype=np.uint8), np.float32(0.02), np.uint8(120),
+             rng.integers(0, 256, (5, 3), dtype=np.uint8), np.float32(0.03), np.uint8(130), np.float32(0.5),
+             np.uint8(128)]
+    _check(session, m, [np.asarray(f) for f in feeds])
+
+
+def test_conv_integer_random(session):
+    rng = np.random.default_rng(16)
+    x = rng.integers(0, 256, (1, 2, 6, 7), dtype=np.uint8)
+    w = rng.integers(0, 256, (4, 2, 3, 3), dtype=np.uint8)
+    m = _model("ConvInteger", [("x", np.uint8, x.shape), ("w", np.uint8, w.shape), ("xz", np.uint8, []),
+                               ("wz", np.uint8, [4])], [("y", np.int32, None)], 10, pads=[1, 0, 1, 2],
+               strides=[1, 2])
+    _check(session, m, [x, w, np.asarray(np.uint8(100)), rng.integers(0, 256, 4, dtype=np.uint8)])
+
+
+@pytest.mark.parametrize("center", [0, 1])
+def test_nms_random(session, center):
+    rng = np.random.default_rng(17 + center)
+    boxes = rng.random((2, 30, 4)).astype(np.float32)
+    scores = rng.random((2, 3, 30)).astype(np.float32)
+    scores[0, 0, :5] = 0.5  # ties
+    m = _model("NonMaxSuppression", [("b", np.float32, boxes.shape), ("s", np.float32, scores.shape),
+                                     ("m", np.int64, [1]), ("i", np.float32, [1]), ("t", np.float32, [1])],
+               [("y", np.int64, None)], 11, center_point_box=center)
+    _check(session, m, [boxes, scores, np.array([7], np.int64), np.array([0.3], np.float32),
+                        np.array([0.2], np.float32)])
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("ctm", ["half_pixel", "output_half_pixel"])
+def test_roialign_random(session, mode, ctm):
+    rng = np.random.default_rng(19)
+    x = rng.standard_normal((2, 3, 10, 8)).astype(np.float32)
+    rois = np.array([[0, 0, 7, 9], [1.5, 2.2, 6.1, 4.3], [-3, -2, 4, 12]], np.float32)
+    bi = np.array([0, 1, 1], np.int64)
+    m = _model("RoiAlign", [("x", np.float32, x.shape), ("r", np.float32, rois.shape), ("b", np.int64, bi.shape)],
+               [("y", np.float32, None)], 16, mode=mode, coordinate_transformation_mode=ctm, output_height=3,
+               output_width=4, sampling_ratio=2, spatial_scale=0.8)
+    _check(session, m, [x, rois, bi], rtol=1e-4, atol=1e-5)
+
+
+EINSUMS = [("ij,jk->ik", [(3, 4), (4, 5)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ii->i", [(4, 4)]),
+           ("ii", [(5, 5)]), ("...ij,...jk", [(2, 1, 3, 4), (3, 4, 2)]), ("i,i->", [(6,), (6,)]),
+           ("ij->ji", [(3, 4)]), ("abc,cd,de->abe", [(2, 3, 4), (4, 5), (5, 2)]), ("ij,ij->ij", [(0, 3), (0, 3)]),
+           ("iJ,Jk", [(2, 3), (3, 4)])]
+
+
+@pytest.mark.parametrize("eq,shapes", EINSUMS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_einsum_random(session, eq, shapes, dtype):
+    rng = np.random.default_rng(23)
+    feeds = [(rng.standard_normal(s) * 5).astype(dtype) for s in shapes]
+    if dtype == np.float32 and feeds[0].size:
+        feeds[0].reshape(-1)[0] = np.nan
+    m = _model("Einsum", [(f"x{i}", dtype, f.shape) for i, f in enumerate(feeds)], [("y", dtype, None)], 12,
+               equation=eq)
+    _check(session, m, feeds, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("layout", [0, 1])
+def test_recurrent_random(session, op, layout):
+    rng = np.random.default_rng(29)
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    seq, batch, inp, hid = 4, 3, 5, 6
+    x = rng.standard_normal((seq, batch, inp) if layout == 0 else (batch, seq, inp)).astype(np.float32)
+    w = (rng.standard_normal((1, gates * hid, inp)) * 0.5).astype(np.float32)
+    r = (rng.standard_normal((1, gates * hid, hid)) * 0.5).astype(np.float32)
+    b = (rng.standard_normal((1, 2 * gates * hid)) * 0.1).astype(np.float32)
+    h0 = rng.standard_normal((1, batch, hid) if layout == 0 else (batch, 1, hid)).astype(np.float32)
+    inputs = [("x", np.float32, x.shape), ("w", np.float32, w.shape), ("r", np.float32, r.shape),
+              ("b", np.float32, b.shape), ("", None, None), ("h0", np.float32, h0.shape)]
+    m = _model(op, inputs, [("y", np.float32, None), ("yh", np.float32, None)], 14, hidden_size=hid, layout=layout)
+    _check(session, m, [x, w, r, b, h0], rtol=1e-4, atol=1e-5)
+
+
+def test_refusals_name_node_op_and_reason(session):
+    m = _model("Resize", [("x", TensorProto.STRING, [1, 1, 2, 2]), ("", None, None), ("s", np.float32, [4])],
+               [("y", TensorProto.STRING, None)], 19)
+    with pytest.raises(ga.GeError, match="(?i)string"):
+        session.add_graph(next(_ids), ga.Graph.from_onnx(m))
+    m = _model("Resize", [("x", np.float32, [1, 1, 2, 2]), ("", None, None), ("s", np.float32, [4])],
+               [("y", np.float32, None)], 19, mode="bogus")
+    with pytest.raises(ga.GeError, match=r"op Resize\): attribute 'mode' has unsupported value 'bogus'"):
+        session.add_graph(next(_ids), ga.Graph.from_onnx(m))
+    # The output is declared float so that the node itself (not the graph's declarations) must refuse int4.
+    m = _model("QuantizeLinear", [("x", np.float32, [3]), ("s", np.float32, [])], [("y", np.float32, None)], 21,
+               output_dtype=TensorProto.INT4)
+    gid = next(_ids)
+    with pytest.raises(ga.GeError, match=r"op QuantizeLinear\): output_dtype INT4 is not supported"):
+        session.add_graph(gid, ga.Graph.from_onnx(m))
+        session.run_graph(gid, [np.zeros(3, np.float32), np.asarray(np.float32(1))])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Random operators: shapes, dtypes, distributions, seeds, never folded
+
+
+def _random_model(op, opset=15, inputs=(), **attrs):
+    return _model(op, list(inputs), [("y", attrs.pop("out_dtype", np.float32), None)], opset, **attrs)
+
+
+def test_random_normal_and_uniform_distributions(session):
+    m = _random_model("RandomNormal", shape=[200, 100], mean=3.0, scale=2.0, seed=1.0)
+    (y,) = _run(session, m, [])
+    assert y.shape == (200, 100) and y.dtype == np.float32
+    assert abs(y.mean() - 3.0) < 0.05 and abs(y.std() - 2.0) < 0.05
+    m = _random_model("RandomUniform", shape=[20000], low=-1.0, high=5.0, dtype=TensorProto.DOUBLE,
+                      out_dtype=np.float64)
+    (u,) = _run(session, m, [])
+    assert u.dtype == np.float64 and u.min() >= -1.0 and u.max() < 5.0 and abs(u.mean() - 2.0) < 0.05
+
+
+def test_random_seed_reproducible_and_runs_differ(session):
+    m = _random_model("RandomUniform", shape=[64], seed=7.0)
+    gid = next(_ids)
+    session.add_graph(gid, ga.Graph.from_onnx(m))
+    first = session.run_graph(gid, [])[0].numpy().copy()
+    second = session.run_graph(gid, [])[0].numpy().copy()
+    session.remove_graph(gid)
+    assert not np.array_equal(first, second)  # not folded into a constant
+    (again,) = _run(session, m, [])
+    np.testing.assert_array_equal(again, first)  # same seed, same first draw
+
+
+def test_random_like_bernoulli_multinomial(session):
+    x = np.zeros((3, 5), np.float16)
+    m = _random_model("RandomNormalLike", inputs=[("x", np.float16, x.shape)], out_dtype=np.float16)
+    (y,) = _run(session, m, [x])
+    assert y.shape == (3, 5) and y.dtype == np.float16
+    p = np.tile(np.array([0.0, 0.25, 1.0], np.float32), (4000, 1))
+    m = _random_model("Bernoulli", inputs=[("p", np.float32, p.shape)], seed=3.0)
+    (b,) = _run(session, m, [p])
+    assert set(np.unique(b)) <= {0.0, 1.0}
+    assert b[:, 0].sum() == 0 and b[:, 2].sum() == 4000 and abs(b[:, 1].mean() - 0.25) < 0.03
+    logits = np.log(np.array([[0.1, 0.6, 0.3]], np.float32))
+    m = _random_model("Multinomial", inputs=[("l", np.float32, logits.shape)], sample_size=20000,
+                      dtype=TensorProto.INT64, out_dtype=np.int64)
+    (s,) = _run(session, m, [logits])
+    assert s.shape == (1, 20000) and s.dtype == np.int64
+    np.testing.assert_allclose(np.bincount(s[0], minlength=3) / 20000, [0.1, 0.6, 0.3], atol=0.02)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Odd shapes and attributes: every case either runs or is refused with a GeError, in a subprocess (a crash must fail
+# the test, not the test run).
+
+_ODD_CASES = r"""
+import numpy as np, itertools, sys
+import geasync as ga
+from onnx import helper, TensorProto
+s = ga.Session(); gid = [0]
+def run(op, ins, outs, opset, **attrs):
+    def vi(n, t, sh): return helper.make_tensor_value_info(n, t, sh)
+    node = helper.make_node(op, [i[0] for i in ins], [o for o in outs], **attrs)
+    g = helper.make_graph([node], "f", [vi(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in ins if n],
+                          [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs if o])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    gid[0] += 1
+    try:
+        s.add_graph(gid[0], ga.Graph.from_onnx(m))
+        s.run_graph(gid[0], [np.require(a, requirements="C") for n, a in ins if n])
+        s.remove_graph(gid[0]); return "ok"
+    except ga.GeError as e:
+        return "err"
+    except Exception as e:
+        return "pyerr " + type(e).__name__ + str(e)[:80]
+f32 = np.float32
+res = []
+for shp in [(0, 3, 4, 4), (1, 1, 1, 1), (1, 2, 0, 3)]:
+    x = np.ones(shp, f32)
+    for mode in ["nearest", "linear", "cubic"]:
+        for sc in [[1, 1, 0.01, 100.0], [1, 1, 1e-9, 1], [1, 1, -1, 2], [1, 1, np.nan, 2], [1, 1, 3, 3]]:
+            res.append(run("Resize", [("x", x), ("", None), ("s", np.array(sc, f32))], ["y"], 19, mode=mode, antialias=int(mode != "nearest")))
+        res.append(run("Resize", [("x", x), ("r", np.array([0, 0, -1e30, 2, 1, 1, 1e30, -5], f32)), ("s", np.array([1, 1, 2, 2], f32))], ["y"], 19, mode=mode, coordinate_transformation_mode="tf_crop_and_resize"))
+        res.append(run("Resize", [("x", x), ("", None), ("", None), ("z", np.array([0, 0, 0, 0], np.int64))], ["y"], 19, mode=mode))
+        res.append(run("Resize", [("x", x), ("", None), ("", None), ("z", np.array([1, 1, -3, 2], np.int64))], ["y"], 19, mode=mode))
+for k in [-1, 0, 5, 100]:
+    res.append(run("TopK", [("x", np.ones((3, 5), f32)), ("k", np.array([k], np.int64))], ["v", "i"], 11))
+    res.append(run("TopK", [("x", np.ones((0, 5), f32)), ("k", np.array([k], np.int64))], ["v", "i"], 11, axis=0))
+res.append(run("QuantizeLinear", [("x", np.ones((2, 3), f32)), ("s", np.ones(5, f32))], ["y"], 13))
+res.append(run("QuantizeLinear", [("x", np.ones((2, 3), f32)), ("s", np.zeros((), f32))], ["y"], 13))
+res.append(run("QuantizeLinear", [("x", np.ones((2, 3), f32)), ("s", np.ones((2, 5), f32))], ["y"], 21, block_size=1))
+res.append(run("DequantizeLinear", [("x", np.ones((2, 3), np.uint8)), ("s", np.ones(3, f32)), ("z", np.ones(2, np.uint8))], ["y"], 13))
+res.append(run("DynamicQuantizeLinear", [("x", np.zeros((0,), f32))], ["y", "s", "z"], 11))
+res.append(run("DynamicQuantizeLinear", [("x", np.array([np.nan, np.inf, -np.inf], f32))], ["y", "s", "z"], 11))
+res.append(run("MatMulInteger", [("a", np.ones((2, 3), np.uint8)), ("b", np.ones((4, 5), np.uint8))], ["y"], 10))
+res.append(run("MatMulInteger", [("a", np.ones((0, 3), np.uint8)), ("b", np.ones((3, 0), np.uint8))], ["y"], 10))
+res.append(run("MatMulInteger", [("a", np.ones((3,), np.uint8)), ("b", np.ones((3,), np.uint8))], ["y"], 10))
+res.append(run("ConvInteger", [("x", np.ones((1, 1, 2, 2), np.uint8)), ("w", np.ones((1, 1, 3, 3), np.uint8))], ["y"], 10))
+res.append(run("NonMaxSuppression", [("b", np.zeros((1, 0, 4), f32)), ("s", np.zeros((1, 1, 0), f32))], ["y"], 11))
+res.append(run("NonMaxSuppression", [("b", np.full((1, 3, 4), np.nan, f32)), ("s", np.ones((1, 2, 3), f32)), ("m", np.array([-5], np.int64))], ["y"], 11))
+res.append(run("NonMaxSuppression", [("b", np.zeros((1, 3, 4), f32)), ("s", np.ones((2, 2, 3), f32)), ("m", np.array([5], np.int64))], ["y"], 11))
+res.append(run("RoiAlign", [("x", np.ones((1, 1, 4, 4), f32)), ("r", np.array([[0, 0, 1e30, 1e30]], f32)), ("b", np.array([0], np.int64))], ["y"], 16))
+res.append(run("RoiAlign", [("x", np.ones((1, 1, 4, 4), f32)), ("r", np.array([[0, 0, 2, 2]], f32)), ("b", np.array([7], np.int64))], ["y"], 16))
+res.append(run("RoiAlign", [("x", np.ones((1, 1, 4, 4), f32)), ("r", np.full((1, 4), np.nan, f32)), ("b", np.array([0], np.int64))], ["y"], 16))
+res.append(run("RoiAlign", [("x", np.ones((1, 1, 0, 4), f32)), ("r", np.zeros((1, 4), f32)), ("b", np.array([0], np.int64))], ["y"], 16))
+for eq in ["ij,jk", "i,j->ij", "...,...", "ij->", "a", "ii->i", "ab,ab->ba", "i->ii", "ij,jk->zz", "->", ",", "i$"]:
+    res.append(run("Einsum", [("a", np.ones((2, 3), f32)), ("b", np.ones((3, 2), f32))], ["y"], 12, equation=eq))
+    res.append(run("Einsum", [("a", np.ones((3, 3), f32))], ["y"], 12, equation=eq))
+for op, g in [("RNN", 1), ("GRU", 3), ("LSTM", 4)]:
+    res.append(run(op, [("x", np.ones((0, 2, 3), f32)), ("w", np.ones((1, g * 4, 3), f32)), ("r", np.ones((1, g * 4, 4), f32))], ["y", "h"], 14, hidden_size=4))
+    res.append(run(op, [("x", np.ones((2, 2, 3), f32)), ("w", np.ones((1, g * 4, 3), f32)), ("r", np.ones((1, g * 4, 4), f32)), ("", None), ("l", np.array([5, -1], np.int32))], ["y"], 14, hidden_size=4))
+    res.append(run(op, [("x", np.ones((2, 2, 3), f32)), ("w", np.ones((1, g * 4, 3), f32)), ("r", np.ones((1, g * 4, 4), f32))], ["y"], 14, hidden_size=5))
+    res.append(run(op, [("x", np.ones((2, 2, 3), f32)), ("w", np.ones((2, g * 4, 3), f32)), ("r", np.ones((2, g * 4, 4), f32))], ["", "h"], 14, hidden_size=4, direction="bidirectional", activations=["Foo"] * 6))
+res.append(run("Multinomial", [("x", np.ones((2, 0), f32))], ["y"], 15, sample_size=3))
+res.append(run("RandomNormal", [], ["y"], 15, shape=[-1, 2]))
+bad = [r for r in res if r.startswith("pyerr")]
+assert not bad, bad
+print("cases", len(res), "refused", res.count("err"))
+"""
+
+
+def test_odd_inputs_never_crash():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-W", "ignore", "-c", _ODD_CASES], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "refused" in p.stdout
+    cases, refused = int(p.stdout.split()[1]), int(p.stdout.split()[3])
+    assert cases > 100 and 0 < refused < cases
