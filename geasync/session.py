@@ -336,7 +336,7 @@ class Session:
             return cap
         handle = self._handle
         if handle is None or _lib.is_graph_need_rebuild(handle, graph_id):
-            return None  # not compiled yet: RunGraphAsync compiles it from the inputs' (static) shapes
+            return None  # not compiled (the first async run compiles it): asked again next time
         try:
             summary = _lib.compiled_graph_summary(handle, graph_id, "Session.run_graph_async")
         except GeError:
@@ -345,10 +345,26 @@ class Session:
         self._graph_caps[graph_id] = cap
         return cap
 
+    def _compile_declared(self, graph_id: int, context: str) -> None:
+        # On a worker thread. Under the session's lock, so close() cannot destroy the handle meanwhile.
+        with self._lock:
+            handle = self._handle
+            if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
+                _lib.compile_graph(handle, graph_id, None, context)
+
+    async def _first_async_run(self, graph_id: int) -> Optional[Slots]:
+        """GE's RunGraphAsync compiles a graph from its first request's shapes (a static model: a later request of
+        another size fails) and any pre-run failure stops the session's async queue for good. So before the first
+        RunGraphAsync of a graph nobody compiled, geasync compiles it from its declared inputs (CompileGraph), off
+        the event loop: symbolic dims give a dynamic-shape model that takes any size, and a request that does not
+        fit the graph fails alone at run time instead of stopping the session."""
+        await anyio.to_thread.run_sync(self._compile_declared, graph_id, _async_context(graph_id))
+        return self._graph_cap(graph_id)
+
     async def _run_async(self, graph_id: int, prepared: PreparedInputs) -> List[Tensor]:
         cap = self._graph_caps.get(graph_id, _UNKNOWN)
         if cap is _UNKNOWN:
-            cap = self._graph_cap(graph_id)
+            cap = await self._first_async_run(graph_id)
         if cap is not None and not cap.try_acquire():
             await cap.acquire()
         slots = self._slots

@@ -25,7 +25,8 @@ from . import _lib
 __all__ = ["inject_fault", "release_stalled", "clear_faults", "fault_runs", "fault", "KINDS", "FAILED",
            "INTERNAL_ERROR", "PARAM_INVALID"]
 
-KINDS = {"fail_run": 1, "delay_run": 2, "stall_callback": 3, "drop_callback": 4, "fail_alloc": 5, "stall_compile": 6}
+KINDS = {"fail_run": 1, "delay_run": 2, "stall_callback": 3, "drop_callback": 4, "fail_alloc": 5, "stall_compile": 6,
+         "fail_prerun": 7}
 FAILED = 0xFFFFFFFF
 PARAM_INVALID = 1343225857
 INTERNAL_ERROR = 1343225860
@@ -48,7 +49,9 @@ def inject_fault(session: Any, graph_id: int, kind: str, *, nth: int = 1, status
     kind: "fail_run" (the run fails with ``status``), "delay_run" (starts ``delay`` seconds late), "stall_callback"
     (its completion is held until :func:`release_stalled`), "drop_callback" (RunGraphAsync: no callback ever;
     stream mode: nothing executes), "fail_alloc" (its output allocation fails), "stall_compile" (RunGraphAsync's
-    compile stage holds the graph's jobs until released, so the session's compile queue fills up; nth is ignored).
+    compile stage holds the graph's jobs until released, so the session's compile queue fills up; nth is ignored),
+    "fail_prerun" (RunGraphAsync's pre-run stage fails the graph's jobs with ``status``, after which GE stops the
+    session's async queue; nth is ignored).
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")

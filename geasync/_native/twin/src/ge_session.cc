@@ -986,7 +986,13 @@ void CompileStage(const std::shared_ptr<AsyncRun> &run) {
     }
   } unstage{session, &handed_on};
   Status st = SUCCESS;
-  {
+  uint32_t injected = 0;
+  if (twin::PreRunFails(node.session_id, node.id, &injected)) {
+    twin::ReportError("RunGraphAsync: pre-run of graph (graph_id=" + std::to_string(node.id) + ") failed with status " +
+                      std::to_string(injected) + " (fault injected by the twin)");
+    st = injected == SUCCESS ? FAILED : injected;
+  }
+  if (st == SUCCESS) {
     std::lock_guard<std::mutex> lk(node.mu);
     if (!node.compiled) {
       std::vector<ODesc> descs;
