@@ -358,7 +358,9 @@ class Session:
         RunGraphAsync of a graph nobody compiled, geasync compiles it from its declared inputs (CompileGraph), off
         the event loop: symbolic dims give a dynamic-shape model that takes any size, and a request that does not
         fit the graph fails alone at run time instead of stopping the session."""
-        await anyio.to_thread.run_sync(self._compile_declared, graph_id, _async_context(graph_id))
+        handle = self._handle
+        if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
+            await anyio.to_thread.run_sync(self._compile_declared, graph_id, _async_context(graph_id))
         return self._graph_cap(graph_id)
 
     async def _run_async(self, graph_id: int, prepared: PreparedInputs) -> List[Tensor]:

@@ -1,4 +1,4 @@
-// GE twin: class GeSession with GE v2's observable behaviour (shared/reference/ge_v2_contract.md §3):
+// GE twin: class GeSession with GE v2's observable behaviour (checked against hicann/ge, see docs/fidelity.md):
 // graph registry, compile/load on demand, the three mutually exclusive run modes with GE's codes and E10062
 // text, RunGraphAsync's compile -> executor -> per-model thread pipeline, stream-mode runs enqueued on ACL
 // streams, outputs owned through TensorData managers, and the process-wide external allocator map.

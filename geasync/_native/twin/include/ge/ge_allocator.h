@@ -1,5 +1,5 @@
 // Twin of GE's ge/ge_allocator.h: external allocators and the refcounted MemBlock they hand out
-// (shared/reference/ge_v2_contract.md §5).
+// (hicann/metadef inc/external/ge/ge_allocator.h).
 #ifndef GEASYNC_TWIN_GE_GE_ALLOCATOR_H_
 #define GEASYNC_TWIN_GE_GE_ALLOCATOR_H_
 
