@@ -62,7 +62,7 @@ def _check_options(options: Any, what: str) -> dict:
 
 
 DEFAULT_MAX_IN_FLIGHT = 512  # below GE's per-model queue (1024), so RunGraphAsync never fails or blocks for space
-DYNAMIC_GRAPH_PENDING_LIMIT = 32  # GE blocks RunGraphAsync beyond 32 pending callbacks of a dynamic-shape graph
+DYNAMIC_GRAPH_PENDING_LIMIT = 32  # GE's executor thread waits beyond 32 pending callbacks of a dynamic-shape graph
 _UNKNOWN = object()
 
 
@@ -329,8 +329,9 @@ class Session:
             return await self._run_async(graph_id, prepared)
 
     def _graph_cap(self, graph_id: int) -> Optional[Slots]:
-        """GE keeps at most 32 RunGraphAsync callbacks pending for a dynamic-shape graph and blocks the submitter
-        beyond that: such graphs get their own bound, so the event loop never blocks inside RunGraphAsync."""
+        """GE keeps at most 32 RunGraphAsync callbacks pending for a dynamic-shape graph; beyond that its session
+        executor thread waits, stalling every other graph of the session. Such graphs get their own bound of 32, so
+        GE never waits and the session's other graphs keep running."""
         cap = self._graph_caps.get(graph_id, _UNKNOWN)
         if cap is not _UNKNOWN:
             return cap
