@@ -92,6 +92,7 @@ class Session:
         self._unawaited = 0  # requests in flight whose awaiting task gave up (cancelled / timed out)
         self._async_failures = 0  # failed RunGraphAsync completions: GE may have stopped the async queue
         self._graph_caps: dict[int, Optional[Slots]] = {}  # per-graph bound of dynamic-shape graphs
+        self._compiling = 0  # requests waiting for their graph's compile before the first RunGraphAsync
         self._generation = _lib.generation
         # geasync's own options ("geasync.*") are not GE options: they never reach the runtime
         ge_opts = {k: v for k, v in opts.items() if not k.startswith("geasync.")}
@@ -157,7 +158,8 @@ class Session:
         releases them (GE drops what it has not started)."""
         self._closing = True
         try:
-            while self._slots.in_flight - self._unawaited > 0 or self._slots.waiting:
+            while (self._slots.in_flight - self._unawaited > 0 or self._slots.waiting or self._compiling
+                   or any(cap is not None and cap.waiting for cap in self._graph_caps.values())):
                 await anyio.sleep(0.002)
         finally:
             self.close()
@@ -361,10 +363,15 @@ class Session:
         fit the graph fails alone at run time instead of stopping the session."""
         handle = self._handle
         if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
-            await anyio.to_thread.run_sync(self._compile_declared, graph_id, _async_context(graph_id))
+            self._compiling += 1  # aclose() waits for these requests too
+            try:
+                await anyio.to_thread.run_sync(self._compile_declared, graph_id, _async_context(graph_id))
+            finally:
+                self._compiling -= 1
         return self._graph_cap(graph_id)
 
     async def _run_async(self, graph_id: int, prepared: PreparedInputs) -> List[Tensor]:
+        started_open = not self._closing  # aclose() lets the requests started before it finish
         cap = self._graph_caps.get(graph_id, _UNKNOWN)
         if cap is _UNKNOWN:
             cap = await self._first_async_run(graph_id)
@@ -379,7 +386,7 @@ class Session:
                 cap.release()
             raise
         try:
-            if self._handle is None or self._closing:  # closed while this request waited for a slot
+            if self._handle is None or (self._closing and not started_open):  # closed while it waited for a slot
                 self._live(_async_context(graph_id))
             hub = _hub.current_hub()
             request = _RunRequest(self, prepared, graph_id, hub.new_waiter(), cap)
