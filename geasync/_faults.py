@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from . import _lib
 
-KINDS = {"fail_run": 1, "delay_run": 2, "stall_callback": 3, "drop_callback": 4, "fail_alloc": 5, "stall_compile": 6}
+KINDS = {"fail_run": 1, "delay_run": 2, "stall_callback": 3, "drop_callback": 4, "fail_alloc": 5, "stall_compile": 6,
+         "fail_prerun": 7}
 FAILED = 0xFFFFFFFF
 PARAM_INVALID = 1343225857
 INTERNAL_ERROR = 1343225860

@@ -66,7 +66,7 @@ def _check_options(options: Any, what: str) -> dict:
 
 
 DEFAULT_MAX_IN_FLIGHT = 512  # below GE's per-model queue (1024), so RunGraphAsync never fails or blocks for space
-DYNAMIC_GRAPH_PENDING_LIMIT = 32  # GE blocks RunGraphAsync beyond 32 pending callbacks of a dynamic-shape graph
+DYNAMIC_GRAPH_PENDING_LIMIT = 32  # GE's executor thread waits beyond 32 pending callbacks of a dynamic-shape graph
 _UNKNOWN = object()
 
 
@@ -108,6 +108,7 @@ class Session:
         self._graph_caps: dict[int, Optional[Slots]] = {}  # per-graph bound of dynamic-shape graphs
         self._specs: dict[int, GraphSpec] = {}  # per graph: declared inputs/outputs, for the input check
         self._spec_errors: dict[int, ModelFormatError] = {}  # graphs GE took whose metadata geasync cannot read
+        self._compiling = 0  # requests waiting for their graph's compile before the first RunGraphAsync
         self._generation = _lib.generation
         self._handle = _lib.session_create(ge_opts, "Session.__init__()")
         logger.debug("session created (backend %s, max_in_flight %d)", _lib.BACKEND, max_in_flight)
@@ -172,7 +173,8 @@ class Session:
         releases them (GE drops what it has not started)."""
         self._closing = True
         try:
-            while self._slots.in_flight - self._unawaited > 0 or self._slots.waiting:
+            while (self._slots.in_flight - self._unawaited > 0 or self._slots.waiting or self._compiling
+                   or any(cap is not None and cap.waiting for cap in self._graph_caps.values())):
                 await anyio.sleep(0.002)
         finally:
             self.close()
@@ -328,19 +330,9 @@ class Session:
         return spec
 
     def _first_async(self, graph_id: int, spec: GraphSpec, inputs: Any) -> None:
-        """GE compiles a graph not compiled yet for the shapes of its first RunGraphAsync request, which fixes its
-        Data nodes: the input check follows, so later requests of other shapes get an InputError, not a failed run.
-        (``compile_graph(graph_id)`` beforehand compiles for the declared shapes and keeps symbolic dims free.)"""
+        """The graph's first run_graph_async. geasync compiles a graph nobody compiled from its declared inputs before
+        that run (``_first_async_run``), so symbolic dims stay free and the input check keeps the declaration."""
         spec.async_seen = True
-        handle = self._handle
-        if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
-            if isinstance(inputs, Mapping):
-                inputs = spec.order(inputs, "run_graph_async")
-            fixed = spec.compiled([x if isinstance(x, Tensor) else Tensor.from_numpy(x) for x in inputs],
-                                  "fixed by the first run_graph_async, which compiled the graph for its shapes; "
-                                  "compile_graph(graph_id) before the first run keeps the model's symbolic dims free")
-            fixed.async_seen = True
-            self._specs[graph_id] = fixed
 
     def _set_spec(self, graph_id: int, graph: Graph) -> None:
         """Remembers an added graph's declared inputs and outputs (read from its bytes, once per Graph)."""
@@ -444,14 +436,15 @@ class Session:
             return await self._run_async(graph_id, prepared)
 
     def _graph_cap(self, graph_id: int) -> Optional[Slots]:
-        """GE keeps at most 32 RunGraphAsync callbacks pending for a dynamic-shape graph and blocks the submitter
-        beyond that: such graphs get their own bound, so the event loop never blocks inside RunGraphAsync."""
+        """GE keeps at most 32 RunGraphAsync callbacks pending for a dynamic-shape graph; beyond that its session
+        executor thread waits, stalling every other graph of the session. Such graphs get their own bound of 32, so
+        GE never waits and the session's other graphs keep running."""
         cap = self._graph_caps.get(graph_id, _UNKNOWN)
         if cap is not _UNKNOWN:
             return cap
         handle = self._handle
         if handle is None or _lib.is_graph_need_rebuild(handle, graph_id):
-            return None  # not compiled yet: RunGraphAsync compiles it from the inputs' (static) shapes
+            return None  # not compiled (the first async run compiles it): asked again next time
         try:
             summary = _lib.compiled_graph_summary(handle, graph_id, "Session.run_graph_async")
         except GeError:
@@ -460,14 +453,37 @@ class Session:
         self._graph_caps[graph_id] = cap
         return cap
 
+    def _compile_declared(self, graph_id: int, context: str) -> None:
+        # On a worker thread. Under the session's lock, so close() cannot destroy the handle meanwhile.
+        with self._lock:
+            handle = self._handle
+            if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
+                _lib.compile_graph(handle, graph_id, None, context)
+
+    async def _first_async_run(self, graph_id: int) -> Optional[Slots]:
+        """GE's RunGraphAsync compiles a graph from its first request's shapes (a static model: a later request of
+        another size fails) and any pre-run failure stops the session's async queue for good. So before the first
+        RunGraphAsync of a graph nobody compiled, geasync compiles it from its declared inputs (CompileGraph), off
+        the event loop: symbolic dims give a dynamic-shape model that takes any size, and a request that does not
+        fit the graph fails alone at run time instead of stopping the session."""
+        handle = self._handle
+        if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
+            self._compiling += 1  # aclose() waits for these requests too
+            try:
+                await anyio.to_thread.run_sync(self._compile_declared, graph_id, _async_context(graph_id))
+            finally:
+                self._compiling -= 1
+        return self._graph_cap(graph_id)
+
     async def _run_async(self, graph_id: int, prepared: PreparedInputs) -> List[Tensor]:
         counters = self._graph_stats.get(graph_id)
         if counters is None:
             counters = self._counters(graph_id)
         counters.submitted += 1
+        started_open = not self._closing  # aclose() lets the requests started before it finish
         cap = self._graph_caps.get(graph_id, _UNKNOWN)
         if cap is _UNKNOWN:
-            cap = self._graph_cap(graph_id)
+            cap = await self._first_async_run(graph_id)
         if cap is not None and not cap.try_acquire():
             await self._wait_for(cap, counters)
         slots = self._slots
@@ -479,7 +495,7 @@ class Session:
                 cap.release()
             raise
         try:
-            if self._handle is None or self._closing:  # closed while this request waited for a slot
+            if self._handle is None or (self._closing and not started_open):  # closed while it waited for a slot
                 self._live(_async_context(graph_id))
             hub = _hub.current_hub()
             request = _RunRequest(self, prepared, graph_id, hub.new_waiter(), cap, counters)

@@ -59,7 +59,7 @@ def build_fake_toolkit(home: pathlib.Path, jobs: int = 2, opt: str = "-O1") -> p
     (home / "version.cfg").write_text(FAKE_VERSION)
 
     kw = _twin_build_flags()
-    cxx = os.environ.get("CXX", "g++")
+    cxx = os.environ.get("CXX", "g++").split()  # e.g. "ccache g++"
     # The twin's own flags, minus what only fits a Python extension: default visibility (these are the runtime's
     # exported libraries), no -Werror, a cheaper optimisation level.
     cflags = [a for a in kw.get("extra_compile_args", [])
@@ -81,7 +81,7 @@ def build_fake_toolkit(home: pathlib.Path, jobs: int = 2, opt: str = "-O1") -> p
 
     def compile_one(src: pathlib.Path) -> pathlib.Path:
         out = obj / f"{src.parent.name}_{src.stem}.o"
-        _run([cxx, "-c", str(src), "-o", str(out), *cflags])
+        _run([*cxx, "-c", str(src), "-o", str(out), *cflags])
         return out
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -90,7 +90,7 @@ def build_fake_toolkit(home: pathlib.Path, jobs: int = 2, opt: str = "-O1") -> p
     deps = {"ascendcl": [], "ge_runner_v2": ["ascendcl"], "fmk_onnx_parser": ["ge_runner_v2", "ascendcl"]}
     for name in ("ascendcl", "ge_runner_v2", "fmk_onnx_parser"):
         target = lib64 / f"lib{name}.so"
-        _run([cxx, "-shared", "-o", str(target), *(str(objects[s]) for s in groups[name]),
+        _run([*cxx, "-shared", "-o", str(target), *(str(objects[s]) for s in groups[name]),
               f"-Wl,-soname,lib{name}.so", "-Wl,--no-undefined", "-L" + str(lib64),
               *("-l" + d for d in deps[name]), *link_extra])
     shutil.rmtree(obj)

@@ -157,3 +157,55 @@ async def test_mode_error_arguments_are_checked_first():
         with pytest.raises(TypeError):
             s.run_graph_with_stream_async(1, stream, (A, B))  # GE's Python package: a list
         np.testing.assert_array_equal(await run("sync", s, 1, stream), A + B)
+
+
+# --- symbolic dims in every mode ------------------------------------------------------------------------------------
+
+def batch_graph() -> ga.Graph:
+    from conftest import TensorProto, helper, make_model
+
+    return ga.Graph.from_onnx(make_model(
+        [helper.make_node("Add", ["a", "b"], ["c"])],
+        [("a", TensorProto.FLOAT, ["N", 1, 4, 4]), ("b", TensorProto.FLOAT, ["N", 1, 4, 4])],
+        [("c", TensorProto.FLOAT, ["N", 1, 4, 4])]))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "stream"])
+async def test_symbolic_batch_takes_any_size_without_compile_graph(mode):
+    # GE's RunGraphAsync would compile from the first request's shapes and refuse every other batch size; geasync
+    # compiles the graph from its declared [N, 1, 4, 4] inputs first, as RunGraph does.
+    async with ga.Session() as s, ga.Stream() as stream:
+        s.add_graph(1, batch_graph())
+        for n in (3, 1, 5, 3):
+            x = np.arange(n * 16, dtype=np.float32).reshape(n, 1, 4, 4)
+            if mode == "sync":
+                (c,) = s.run_graph(1, [x, x])
+                out = c.numpy().copy()
+            elif mode == "async":
+                (c,) = await s.run_graph_async(1, [x, x])
+                out = c.numpy().copy()
+            else:
+                (c,) = s.run_graph_with_stream_async(1, stream, [x, x])
+                await stream.synchronize_async()
+                out = c.to_host().numpy().copy()
+            del c
+            np.testing.assert_array_equal(out, x + x)
+
+
+async def test_concurrent_first_async_requests_of_one_symbolic_graph():
+    async with ga.Session() as s:
+        s.add_graph(1, batch_graph())
+        results = {}
+
+        async def one(n):
+            x = np.full((n, 1, 4, 4), n, np.float32)
+            (c,) = await s.run_graph_async(1, [x, x])
+            results[n] = c.numpy().copy()
+
+        async with anyio.create_task_group() as tg:
+            for n in (1, 2, 3, 4, 5, 6):
+                tg.start_soon(one, n)
+        for n, out in results.items():
+            np.testing.assert_array_equal(out, np.full((n, 1, 4, 4), 2 * n, np.float32))
+        assert sorted(results) == [1, 2, 3, 4, 5, 6]
+        assert not s.get_compiled_graph_summary(1).is_static  # one dynamic-shape model serves every size

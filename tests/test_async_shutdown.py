@@ -235,6 +235,7 @@ def test_loop_gone_with_work_in_flight_leaks_nothing(kind, how):
     s = ga.Session()
     try:
         s.add_graph(1, ga.Graph.from_onnx(model))
+        s.compile_graph(1)  # up front: a first request would wait for the compile on a worker thread first
         xs = [np.full((n, n), i, np.float32) for i in range(12)]
         refs = [weakref.ref(x) for x in xs]
         inputs = [[x, w] for x in xs]

@@ -81,12 +81,28 @@ async def test_close_with_pending_requests_raises_session_broken(anyio_backend):
         await s.run_graph_async(1, [A, A])
 
 
-async def test_compile_failure_stops_queue_then_session_broken(anyio_backend):
+async def test_malformed_request_fails_alone_and_the_session_keeps_working(anyio_backend):
+    # GE would compile the graph from this request's shapes, fail, and stop the session's async queue for good;
+    # geasync compiled it from its declared [N,4] inputs first, so only this request fails.
     async with ga.Session() as s:
         s.add_graph(1, dyn_graph())
         s.add_graph(2, add_graph())
-        with pytest.raises(ga.GeError) as first:  # [2,4] + [3,4] cannot broadcast: RunGraphAsync compile fails
+        with pytest.raises(ga.GeError) as first:  # [2,4] + [3,4] cannot broadcast
             await s.run_graph_async(1, [np.ones((2, 4), np.float32), np.ones((3, 4), np.float32)])
+        assert not isinstance(first.value, ga.SessionBrokenError)
+        (y,) = await s.run_graph_async(2, [A, A])
+        np.testing.assert_array_equal(y.numpy(), A + A)
+        (z,) = await s.run_graph_async(1, [DYN_A, DYN_A])
+        np.testing.assert_array_equal(z.numpy(), DYN_A + DYN_A)
+
+
+async def test_pre_run_failure_stops_queue_then_session_broken(anyio_backend):
+    async with ga.Session() as s:
+        s.add_graph(1, add_graph())
+        s.add_graph(2, add_graph())
+        ga.twin.inject_fault(s, 1, "fail_prerun")
+        with pytest.raises(ga.GeError) as first:
+            await s.run_graph_async(1, [A, A])
         assert not isinstance(first.value, ga.SessionBrokenError)
         with pytest.raises(ga.SessionBrokenError) as later:  # GE now refuses every RunGraphAsync of the session
             await s.run_graph_async(2, [A, A])
@@ -95,6 +111,40 @@ async def test_compile_failure_stops_queue_then_session_broken(anyio_backend):
     async with ga.Session() as fresh:  # what the message says to do works
         fresh.add_graph(2, add_graph())
         await fresh.run_graph_async(2, [A, A])
+
+
+async def test_requests_queued_behind_a_pre_run_failure_fail_promptly(anyio_backend):
+    # GE stops the async queue at a pre-run failure and never calls back the jobs queued behind it: geasync fails
+    # them at once with SessionBrokenError naming the failure, instead of leaving them to wait forever.
+    async with ga.Session() as s:
+        s.add_graph(1, add_graph())
+        s.add_graph(2, add_graph())
+        ga.twin.inject_fault(s, 1, "stall_compile")  # the failing request is held in GE's pre-run stage ...
+        ga.twin.inject_fault(s, 1, "fail_prerun")
+        results: dict[int, BaseException] = {}
+
+        async def one(i, graph_id, inputs):
+            try:
+                await s.run_graph_async(graph_id, inputs)
+            except ga.GeError as exc:
+                results[i] = exc
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(one, 0, 1, [A, A])
+                await wait_until(lambda: s.statistics().in_flight == 1, "the failing request is with GE")
+                for i in (1, 2, 3):  # ... while three good ones queue behind it
+                    tg.start_soon(one, i, 2, [A, A])
+                await wait_until(lambda: s.statistics().in_flight == 4, "four requests with GE")
+                ga.twin.release_stalled(s, 1)
+        assert sorted(results) == [0, 1, 2, 3]
+        assert not isinstance(results[0], ga.SessionBrokenError)
+        for i in (1, 2, 3):
+            assert isinstance(results[i], ga.SessionBrokenError), results[i]
+            assert "failed before running" in str(results[i]) and "fault injected" in str(results[i])
+        assert s.statistics().in_flight == 0
+        with pytest.raises(ga.SessionBrokenError):  # and GE refuses the session's later requests
+            await s.run_graph_async(2, [A, A])
 
 
 async def test_finalize_under_load_breaks_pending_and_later_requests(anyio_backend):
@@ -179,6 +229,32 @@ async def test_dynamic_shape_graph_is_bounded_to_32_pending(anyio_backend):
             await wait_until(lambda: len(done) == 40, "len(done) == 40")
             ticker.stop()
         assert ticker.max_gap < 0.5
+
+
+async def test_other_graphs_keep_running_while_a_dynamic_graph_has_32_pending(anyio_backend):
+    # GE waits for a dynamic-shape graph's 33rd pending callback on the session's executor thread, which would stall
+    # every other graph of the session; geasync keeps the 33rd in geasync, so the other graphs go on.
+    async with ga.Session() as s:
+        s.add_graph(1, dyn_graph())
+        s.compile_graph(1)
+        s.add_graph(2, add_graph())
+        ga.twin.inject_fault(s, 1, "stall_callback", nth=0)
+        done = []
+
+        async def one():
+            await s.run_graph_async(1, [DYN_A, DYN_A])
+            done.append(1)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(34):
+                tg.start_soon(one)
+            await wait_until(lambda: s.statistics().in_flight == 32, "32 requests of graph 1 with GE")
+            with anyio.fail_after(5):
+                (y,) = await s.run_graph_async(2, [A, A])
+            np.testing.assert_array_equal(y.numpy(), A + A)
+            assert not done
+            ga.twin.clear_faults(s, 1)
+            await wait_until(lambda: len(done) == 34, "len(done) == 34")
 
 
 # --- synchronous runs from many threads -----------------------------------------------------------------------------

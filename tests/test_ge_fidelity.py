@@ -37,6 +37,7 @@ TESTS = [
     "device_input_alignment_not_checked",
     "failed_implicit_compile_leaves_mode_unset",
     "error_text_follows_work_stream",
+    "acl_recent_err_msg_null_when_none",
     "load_twice_and_add_twice",
     "remove_running_graph_is_deferred",
     "compile_shapes_by_run_mode",
@@ -110,3 +111,36 @@ def test_ge_behaviour(fidelity_binary, models, name):
                        timeout=120)
     lines = [line for line in r.stdout.splitlines() if line.endswith(name) or f" {name}:" in line]
     assert lines == [f"PASS {name}"], f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr[-3000:]}"
+
+
+# --- the twin's public headers declare only what CANN publishes ----------------------------------------------------
+
+_PUBLIC_USE = """
+#include "acl/acl_rt.h"
+#include "exe_graph/runtime/runtime_tensor.h"
+#include "ge/ge_api_v2.h"
+#include "parser/onnx_parser.h"
+unsigned long use() { return ge::SUCCESS + ge::FAILED + ge::GRAPH_SUCCESS + ge::GRAPH_PARAM_INVALID
+                             + gert::Shape::kMaxDimNum + (aclGetRecentErrMsg() == nullptr); }
+"""
+
+
+def _compile_against_public_headers(source: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess:
+    # The include path the twin build gives the shim (geasync/_cffi_build.py): no twin-private directory on it.
+    src = tmp_path / "use.cc"
+    src.write_text(source)
+    flags = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-I" + str(NATIVE / "include"),
+             "-I" + str(NATIVE / "shim"), "-I" + str(NATIVE / "twin" / "include")]
+    return subprocess.run([*CXX, *flags, str(src)], capture_output=True, text=True)
+
+
+def test_public_names_compile_against_the_twin_headers(tmp_path):
+    r = _compile_against_public_headers(_PUBLIC_USE, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name", ["ge::PARAM_INVALID", "ge::MEMALLOC_FAILED", "ge::GE_GRAPH_NOT_BUILT",
+                                  "ge::UNSUPPORTED", "gert::kMaxDimNum"])
+def test_names_cann_does_not_publish_fail_the_build(tmp_path, name):
+    r = _compile_against_public_headers(_PUBLIC_USE + f"unsigned long bad() {{ return {name}; }}\n", tmp_path)
+    assert r.returncode != 0 and name.split("::")[1] in r.stderr, r.stderr[-3000:]

@@ -205,7 +205,7 @@ def assemble(repos: dict[str, pathlib.Path], home: pathlib.Path, log) -> dict[st
                 target.parent.mkdir(parents=True, exist_ok=True)
                 rel = str(target.relative_to(home))
                 if rel in installed and target.read_bytes() != f.read_bytes():
-                    log(f"  note: {rel} from {repo} replaces the one from {installed[rel]}")
+                    log(f"  note: {rel}: a later install rule of {repo} replaces the file {installed[rel]} put there")
                 shutil.copyfile(f, target)
                 installed[rel] = repo
                 count += 1
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         sources = sorted((NATIVE / "shim").glob("*.cc"))
         for src in sources:
             r = subprocess.run([*command, str(src)], capture_output=True, text=True, cwd=str(ROOT))
-            errors = len(re.findall(r": error:", r.stderr))
+            errors = len(re.findall(r": (?:fatal )?error:", r.stderr))
             if r.returncode == 0:
                 log(f"ok    {src.relative_to(ROOT)}")
             else:

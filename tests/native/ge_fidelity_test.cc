@@ -472,6 +472,16 @@ std::string ErrorTextFollowsWorkStream() {
   return "";
 }
 
+std::string AclRecentErrMsgIsNullWhenNone() {
+  (void)aclGetRecentErrMsg();
+  EXPECT(aclGetRecentErrMsg() == nullptr, "aclGetRecentErrMsg is not nullptr without a message (CANN: @retval null)");
+  EXPECT(aclrtSetDevice(9999) != ACL_SUCCESS, "aclrtSetDevice(9999) succeeded");
+  const char *text = aclGetRecentErrMsg();
+  EXPECT(text != nullptr && *text != '\0', "no text after a failed ACL call");
+  EXPECT(aclGetRecentErrMsg() == nullptr, "the text was not cleared by reading it");
+  return "";
+}
+
 std::string ErrorCodes() {
   ge::GeSession s({});
   std::vector<float> buf;
@@ -516,6 +526,7 @@ const std::map<std::string, std::function<std::string()>> &Tests() {
       {"device_input_alignment_not_checked", DeviceInputAlignmentNotChecked},
       {"failed_implicit_compile_leaves_mode_unset", FailedImplicitCompileLeavesModeUnset},
       {"error_text_follows_work_stream", ErrorTextFollowsWorkStream},
+      {"acl_recent_err_msg_null_when_none", AclRecentErrMsgIsNullWhenNone},
       {"load_twice_and_add_twice", LoadTwiceAndAddTwice},
       {"remove_running_graph_is_deferred", RemoveRunningGraphIsDeferred},
       {"compile_shapes_by_run_mode", CompileShapesByRunMode},

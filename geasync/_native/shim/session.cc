@@ -1,6 +1,7 @@
 // Shim: sessions, graphs, the three run modes and external allocators over ge::GeSession.
 // RunGraphAsync completions go to a completion queue; jobs the runtime drops without a callback (session
-// destroyed, GE finalised) are reported as "abandoned" so no awaiting task can hang.
+// destroyed, GE finalised, queued behind a pre-run failure that stopped the session's async queue) are reported as
+// "abandoned" so no awaiting task can hang.
 #include <pthread.h>
 
 #include <cstring>

@@ -88,6 +88,21 @@ bool CompileStalled(uint64_t session_id, uint32_t graph_id) {
   return false;
 }
 
+bool PreRunFails(uint64_t session_id, uint32_t graph_id, uint32_t *status) {
+  Registry &r = Reg();
+  if (r.armed.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard<std::mutex> lk(r.mu);
+  auto it = r.graphs.find({session_id, graph_id});
+  if (it == r.graphs.end()) return false;
+  for (const Fault &f : it->second.faults) {
+    if (f.kind == GEASYNC_TWIN_FAULT_FAIL_PRERUN) {
+      *status = f.status;
+      return true;
+    }
+  }
+  return false;
+}
+
 void WaitWhileStalled(uint64_t session_id, uint32_t graph_id) {
   Registry &r = Reg();
   std::unique_lock<std::mutex> lk(r.mu);
@@ -117,7 +132,7 @@ extern "C" {
 
 int geasync_twin_fault_add(uint64_t session_id, uint32_t graph_id, int kind, uint64_t nth, uint32_t status,
                            int64_t delay_ms) {
-  if (kind < GEASYNC_TWIN_FAULT_FAIL_RUN || kind > GEASYNC_TWIN_FAULT_STALL_COMPILE || delay_ms < 0) return -1;
+  if (kind < GEASYNC_TWIN_FAULT_FAIL_RUN || kind > GEASYNC_TWIN_FAULT_FAIL_PRERUN || delay_ms < 0) return -1;
   twin::Registry &r = twin::Reg();
   std::lock_guard<std::mutex> lk(r.mu);
   auto key = std::make_pair(session_id, graph_id);

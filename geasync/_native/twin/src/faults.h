@@ -20,6 +20,8 @@ struct FaultDecision {
 FaultDecision NextRun(uint64_t session_id, uint32_t graph_id);
 // True if the compile stage must hold this graph's jobs (GEASYNC_TWIN_FAULT_STALL_COMPILE armed, not released).
 bool CompileStalled(uint64_t session_id, uint32_t graph_id);
+// True (and *status set) if the pre-run stage must fail this graph's jobs (GEASYNC_TWIN_FAULT_FAIL_PRERUN armed).
+bool PreRunFails(uint64_t session_id, uint32_t graph_id, uint32_t *status);
 // Blocks the calling (runtime) thread while the graph's stalled runs are held.
 void WaitWhileStalled(uint64_t session_id, uint32_t graph_id);
 // Session teardown: forget the session's faults and release its stalled runs.

@@ -1,4 +1,4 @@
-// GE twin: class GeSession with GE v2's observable behaviour:
+// GE twin: class GeSession with GE v2's observable behaviour (checked against hicann/ge, see docs/fidelity.md):
 // graph registry, compile/load on demand, the three mutually exclusive run modes with GE's codes and E10062
 // text, RunGraphAsync's compile -> executor -> per-model thread pipeline, stream-mode runs enqueued on ACL
 // streams, outputs owned through TensorData managers, and the process-wide external allocator map.
@@ -371,9 +371,9 @@ Status CheckInputs(GraphNode &node, const std::vector<gert::Tensor> &inputs, con
       if (d.dtype != want.dtype) {
         mismatch = 1;
       } else {
-        bool ok = d.dims.size() == want.dims.size() || want.IsUnknownRank();  // a Data node of unknown rank
+        bool ok = d.dims.size() == want.dims.size();
         for (size_t k = 0; ok && k < d.dims.size(); ++k)
-          ok = d.dims[k] >= 0 && (want.IsUnknownRank() || want.dims[k] < 0 || want.dims[k] == d.dims[k]);
+          ok = d.dims[k] >= 0 && (want.dims[k] < 0 || want.dims[k] == d.dims[k]);
         if (!ok) mismatch = 2;
       }
       if (mismatch != 0) {
@@ -986,7 +986,13 @@ void CompileStage(const std::shared_ptr<AsyncRun> &run) {
     }
   } unstage{session, &handed_on};
   Status st = SUCCESS;
-  {
+  uint32_t injected = 0;
+  if (twin::PreRunFails(node.session_id, node.id, &injected)) {
+    twin::ReportError("RunGraphAsync: pre-run of graph (graph_id=" + std::to_string(node.id) + ") failed with status " +
+                      std::to_string(injected) + " (fault injected by the twin)");
+    st = injected == SUCCESS ? FAILED : injected;
+  }
+  if (st == SUCCESS) {
     std::lock_guard<std::mutex> lk(node.mu);
     if (!node.compiled) {
       std::vector<ODesc> descs;

@@ -1,5 +1,5 @@
 // Twin of CANN's acl/acl_base.h: the ACL types, error codes and init entry points the shim uses.
-// Signatures and values are CANN's.
+// Signatures follow hicann/runtime include/external/acl/acl_base.h; values are CANN's.
 #ifndef GEASYNC_TWIN_ACL_ACL_BASE_H_
 #define GEASYNC_TWIN_ACL_ACL_BASE_H_
 

@@ -1,5 +1,5 @@
 // Twin of CANN's acl/acl_rt.h (subset): devices, thread-local contexts, streams, host functions, events, memory.
-// Signatures are CANN's.
+// Signatures follow hicann/runtime include/external/acl/acl_rt.h.
 #ifndef GEASYNC_TWIN_ACL_ACL_RT_H_
 #define GEASYNC_TWIN_ACL_ACL_RT_H_
 

@@ -1,4 +1,5 @@
-// Twin of GE's ge/ge_allocator.h: external allocators and the refcounted MemBlock they hand out.
+// Twin of GE's ge/ge_allocator.h: external allocators and the refcounted MemBlock they hand out
+// (hicann/metadef inc/external/ge/ge_allocator.h).
 #ifndef GEASYNC_TWIN_GE_GE_ALLOCATOR_H_
 #define GEASYNC_TWIN_GE_GE_ALLOCATOR_H_
 

@@ -1,5 +1,5 @@
 // Twin of GE's ge/ge_api_v2.h (libge_runner_v2.so): initialisation, error text and class GeSession,
-// with GE's signatures.
+// with the signatures of hicann/ge inc/external/ge/ge_api_v2.h.
 #ifndef GEASYNC_TWIN_GE_GE_API_V2_H_
 #define GEASYNC_TWIN_GE_GE_API_V2_H_
 

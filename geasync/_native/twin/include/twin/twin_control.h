@@ -30,8 +30,10 @@ enum {
   GEASYNC_TWIN_FAULT_STALL_CALLBACK = 3, /* the completion is held until geasync_twin_fault_release/clear */
   GEASYNC_TWIN_FAULT_DROP_CALLBACK = 4,  /* RunGraphAsync: no callback at all; stream mode: nothing executes */
   GEASYNC_TWIN_FAULT_FAIL_ALLOC = 5,     /* the run's output allocation fails (MEMALLOC_FAILED) */
-  GEASYNC_TWIN_FAULT_STALL_COMPILE = 6   /* RunGraphAsync's compile stage holds this graph's jobs until released
+  GEASYNC_TWIN_FAULT_STALL_COMPILE = 6,  /* RunGraphAsync's compile stage holds this graph's jobs until released
                                             (nth is ignored): fills the session's compile queue */
+  GEASYNC_TWIN_FAULT_FAIL_PRERUN = 7     /* RunGraphAsync's pre-run stage fails this graph's jobs with `status`
+                                            (nth is ignored): GE then stops the session's async queue */
 };
 /* Returns 0, or -1 for an unknown kind or a negative delay. */
 int geasync_twin_fault_add(uint64_t session_id, uint32_t graph_id, int kind, uint64_t nth, uint32_t status,
