@@ -524,9 +524,9 @@ TWIN_STD_UNARY(CoshF, std::cosh(x), nullptr)
 TWIN_STD_UNARY(AsinhF, std::asinh(x), nullptr)
 TWIN_STD_UNARY(AcoshF, std::acosh(x), nullptr)
 TWIN_STD_UNARY(AtanhF, std::atanh(x), nullptr)
-TWIN_STD_UNARY(RoundF, std::nearbyint(x), nullptr)  // half to even, like numpy
-TWIN_STD_UNARY(FloorF, std::floor(x), nullptr)
-TWIN_STD_UNARY(CeilF, std::ceil(x), nullptr)
+TWIN_STD_UNARY(RoundF, std::nearbyint(x), vmath::RoundArray)  // half to even, like numpy
+TWIN_STD_UNARY(FloorF, std::floor(x), vmath::FloorArray)
+TWIN_STD_UNARY(CeilF, std::ceil(x), vmath::CeilArray)
 // Branch-free forms vectorise as they are; NaN propagates through each (comparisons with NaN are false).
 TWIN_STD_UNARY(ReluF, x < C(0) ? C(0) : x, nullptr)
 TWIN_STD_UNARY(LeakyReluF, x >= C(0) ? x : x * static_cast<C>(p.a), nullptr)
