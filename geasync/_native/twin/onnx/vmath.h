@@ -100,8 +100,9 @@ TWIN_VMATH_INLINE float Tanh(float x) {
   return ax < 0.625f ? small : sbig;  // NaN: ax < 0.625 is false and big is NaN
 }
 
-// erfc(z) for z >= 0 (Numerical Recipes' Chebyshev fit, fractional error < 1.2e-7); 0 beyond z = 10.
-TWIN_VMATH_INLINE float ErfcPos(float z) {
+// erfc(z) for z >= 0 given z and z^2 (Numerical Recipes' Chebyshev fit, fractional error < 1.2e-7); 0 beyond
+// z = 10. Callers that can form z^2 with one rounding (Gelu: x^2 / 2) pass it: the tail's error grows with it.
+TWIN_VMATH_INLINE float ErfcPos(float z, float zz) {
   const float t = 1.0f / (1.0f + 0.5f * z);
   float p = 0.17087277f;
   p = p * t - 0.82215223f;
@@ -113,7 +114,7 @@ TWIN_VMATH_INLINE float ErfcPos(float z) {
   p = p * t + 0.37409196f;
   p = p * t + 1.00002368f;
   p = p * t - 1.26551223f;
-  const float r = t * Exp(p - z * z);
+  const float r = t * Exp(p - zz);
   return z > 10.0f ? 0.0f : r;
 }
 
@@ -128,7 +129,7 @@ TWIN_VMATH_INLINE float Erf(float x) {
   p = p * z - 3.761260211467743e-1f;
   p = p * z + 1.1283791065216064f;
   const float small = x * p;
-  const float big = 1.0f - ErfcPos(ax);
+  const float big = 1.0f - ErfcPos(ax, x * x);
   const float sbig = x < 0.0f ? -big : big;
   return ax < 0.8f ? small : sbig;
 }
@@ -145,8 +146,30 @@ TWIN_VMATH_INLINE float Sigmoid(float x) {
 TWIN_VMATH_INLINE float Gelu(float x) {
   const float z = x * 0.70710678118654752f;
   const float az = z < 0.0f ? -z : z;
-  const float e = ErfcPos(az);
+  const float e = ErfcPos(az, 0.5f * (x * x));
   return 0.5f * x * (z < 0.0f ? e : 2.0f - e);
+}
+
+// exp(x) - 1 without cancellation near 0: a degree-8 Taylor polynomial below |x| = 0.5, exp(x) - 1 above.
+TWIN_VMATH_INLINE float Expm1(float x) {
+  float p = 2.48015873e-5f;  // 1/8!
+  p = p * x + 1.98412698e-4f;
+  p = p * x + 1.38888889e-3f;
+  p = p * x + 8.33333333e-3f;
+  p = p * x + 4.16666667e-2f;
+  p = p * x + 1.66666667e-1f;
+  p = p * x + 0.5f;
+  const float small = x + x * x * p;
+  const float big = Exp(x) - 1.0f;
+  const float ax = x < 0.0f ? -x : x;
+  return ax < 0.5f ? small : big;  // NaN takes big, which is NaN
+}
+
+// log(1 + x) for x in [0, 1] (Softplus' tail): log(w) * x / (w - 1) with w = 1 + x corrects w's rounding.
+TWIN_VMATH_INLINE float Log1pUnit(float x) {
+  const float w = 1.0f + x;
+  const float l = Log(w);
+  return w == 1.0f ? x : l * (x / (w - 1.0f));
 }
 
 // GELU with approximate="tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
