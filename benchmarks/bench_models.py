@@ -130,9 +130,8 @@ def measure_throughput(models, so, args):
         sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
         in_name = sess.get_inputs()[0].name
         with ga.Session() as session:
-            graph = ga.Graph.from_onnx(blob)
             for g in range(cores):
-                session.add_graph(g + 1, graph)
+                session.add_graph(g + 1, ga.Graph.from_onnx(blob))
 
             async def drive(n: int) -> None:
                 todo = iter(range(n))
