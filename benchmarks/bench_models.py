@@ -1,5 +1,8 @@
 """Twin vs onnxruntime latency on the three models of tests/test_models.py (MLP, CNN, transformer encoder block),
-at batch 1 and 32, both measured in this one run, interleaved, with the same threading policy.
+at batch 1 and 32, plus a MatMul+Tanh chain, the transformer block at sequence length 256 and a CNN with smooth
+activations (SiLU, HardSwish, Tanh), all measured in this one run, interleaved, with the same threading policy;
+then throughput with 256 requests in flight (twin: Session.run_graph_async under asyncio; onnxruntime:
+InferenceSession.run from a thread pool), on the same cores.
 
     pip install ".[bench]"          # onnxruntime is a benchmark-only dependency
     python benchmarks/bench_models.py [--seconds 1.5] [--out benchmarks/results/models.md]
@@ -9,7 +12,9 @@ own model thread, so one BLAS thread per graph never oversubscribes the cores); 
 of intra-op threads and one inter-op thread (sequential execution). Both are driven from Python with one
 synchronous call per inference (twin: Session.run_graph; onnxruntime: InferenceSession.run), inputs prepared once.
 Latency is the median over repeated calls after warm-up; the ratio column is twin / onnxruntime (lower is better,
-the target is <= 1.5).
+the target is <= 1.5). Throughput: the model is added to the twin once per core (each graph has its own model
+thread) and requests go round-robin; onnxruntime gets a thread pool with one worker per core, one shared session
+(1 intra-op thread each); the ratio there is twin / onnxruntime time per request (lower is better).
 """
 
 from __future__ import annotations
@@ -29,7 +34,65 @@ import geasync as ga
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_models import MODELS, model_input, reference  # noqa: E402
+from test_models import MODELS, make_transformer, model_input, reference  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+def _finish(nodes, name, x_shape, y_shape, inits):
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+                              initializer=[numpy_helper.from_array(a, n) for n, a in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    return model
+
+
+def make_matmul_tanh(seed: int = 0, width: int = 256, depth: int = 4):
+    """depth x (MatMul width x width, Tanh): the shape of an RNN cell / tanh MLP."""
+    rng = np.random.default_rng(seed)
+    inits, nodes, x = {}, [], "x"
+    for i in range(depth):
+        inits[f"w{i}"] = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
+                  helper.make_node("Tanh", [f"m{i}"], [f"t{i}" if i < depth - 1 else "y"])]
+        x = f"t{i}"
+    return _finish(nodes, "matmul_tanh", ["N", width], ["N", width], inits)
+
+
+def make_cnn_activations(seed: int = 0, image: int = 32):
+    """Conv 3->32 + SiLU (x * Sigmoid(x)), Conv 32->32 + HardSwish, Conv 32->16 + Tanh, global pool, Gemm 10."""
+    rng = np.random.default_rng(seed)
+    inits, nodes, x = {}, [], "x"
+    n = helper.make_node
+    for i, (cin, cout, act) in enumerate(((3, 32, "silu"), (32, 32, "HardSwish"), (32, 16, "Tanh"))):
+        inits[f"c{i}_w"] = (rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(cin * 9)).astype(np.float32)
+        inits[f"c{i}_b"] = (rng.standard_normal(cout) * 0.1).astype(np.float32)
+        nodes.append(n("Conv", [x, f"c{i}_w", f"c{i}_b"], [f"c{i}"], pads=[1, 1, 1, 1]))
+        if act == "silu":
+            nodes += [n("Sigmoid", [f"c{i}"], [f"s{i}"]), n("Mul", [f"c{i}", f"s{i}"], [f"a{i}"])]
+        else:
+            nodes.append(n(act, [f"c{i}"], [f"a{i}"]))
+        x = f"a{i}"
+    inits["fc_w"] = (rng.standard_normal((16, 10)) / 4).astype(np.float32)
+    inits["fc_b"] = np.zeros(10, np.float32)
+    nodes += [n("GlobalAveragePool", [x], ["g"]), n("Flatten", ["g"], ["f"]), n("Gemm", ["f", "fc_w", "fc_b"], ["y"])]
+    return _finish(nodes, "cnn_activations", ["N", 3, image, image], ["N", 10], inits)
+
+
+EXTRA_MODELS = {
+    "matmul_tanh": make_matmul_tanh,
+    "transformer_seq256": lambda: make_transformer(seq=256),
+    "cnn_activations": make_cnn_activations,
+}
+
+
+def all_models():
+    """(name, model, input for a batch) for every benchmarked model."""
+    out = []
+    for name, build in {**MODELS, **EXTRA_MODELS}.items():
+        model = build()
+        out.append((name, model, lambda b, name=name, model=model: model_input(name, model, b)))
+    return out
 
 
 def blas_threads() -> int:
@@ -53,11 +116,60 @@ def time_calls(fn, seconds: float, min_calls: int = 20) -> float:
     return statistics.median(samples)
 
 
+def measure_throughput(models, so, args):
+    """Requests per second with args.in_flight requests outstanding, twin vs onnxruntime, batch 1."""
+    import asyncio
+    import concurrent.futures
+    import onnxruntime as ort
+
+    cores = os.cpu_count() or 1
+    out = []
+    for name, model, make_input in models:
+        blob = model.SerializeToString()
+        x = make_input(1)
+        sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+        in_name = sess.get_inputs()[0].name
+        with ga.Session() as session:
+            for g in range(cores):
+                session.add_graph(g + 1, ga.Graph.from_onnx(blob))
+
+            async def drive(n: int) -> None:
+                todo = iter(range(n))
+
+                async def worker() -> None:
+                    for i in todo:
+                        await session.run_graph_async(i % cores + 1, [x])
+                await asyncio.gather(*(worker() for _ in range(args.in_flight)))
+
+            asyncio.run(drive(min(args.requests, 256)))  # warm-up
+            t0 = time.perf_counter()
+            asyncio.run(drive(args.requests))
+            twin_rps = args.requests / (time.perf_counter() - t0)
+        with concurrent.futures.ThreadPoolExecutor(cores) as pool:
+            list(pool.map(lambda _: sess.run(None, {in_name: x}), range(min(args.requests, 256))))
+            t0 = time.perf_counter()
+            pending = set()
+            for _ in range(args.requests):
+                if len(pending) >= args.in_flight:
+                    _, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+                pending.add(pool.submit(sess.run, None, {in_name: x}))
+            concurrent.futures.wait(pending)
+            ort_rps = args.requests / (time.perf_counter() - t0)
+        out.append((name, twin_rps, ort_rps))
+        print(f"{name:<20} {args.in_flight} in flight: twin {twin_rps:9.0f} req/s  onnxruntime {ort_rps:9.0f} req/s  "
+              f"ratio {ort_rps / twin_rps:5.2f}", flush=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=1.5, help="measuring time per (model, batch, runtime)")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best median per side is kept")
     ap.add_argument("--out", type=pathlib.Path, default=None, help="also write the table (markdown) here")
+    ap.add_argument("--batches", type=lambda v: [int(b) for b in v.split(",")], default=[1, 32],
+                    help="comma-separated batch sizes")
+    ap.add_argument("--in-flight", type=int, default=256, help="requests in flight for the throughput rows (0: skip)")
+    ap.add_argument("--requests", type=int, default=2048, help="requests per throughput measurement")
     args = ap.parse_args()
 
     import onnxruntime as ort
@@ -70,17 +182,17 @@ def main() -> int:
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 
     rows = []
+    models = all_models()
     with ga.Session() as session:
         gid = 0
-        for name, build in MODELS.items():
-            model = build()
+        for name, model, make_input in models:
             blob = model.SerializeToString()
             ort_sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
             in_name = ort_sess.get_inputs()[0].name
             gid += 1
             session.add_graph(gid, ga.Graph.from_onnx(blob))
-            for batch in (1, 32):
-                x = model_input(name, model, batch)
+            for batch in args.batches:
+                x = make_input(batch)
                 twin_out = session.run_graph(gid, [x])[0].numpy()
                 ort_out = ort_sess.run(None, {in_name: x})[0]
                 ref = reference(model, x)
@@ -92,8 +204,9 @@ def main() -> int:
                     best_twin = min(best_twin, time_calls(lambda: session.run_graph(gid, [x]), args.seconds))
                     best_ort = min(best_ort, time_calls(lambda: ort_sess.run(None, {in_name: x}), args.seconds))
                 rows.append((name, batch, best_twin, best_ort, best_twin / best_ort, err_twin, err_ort))
-                print(f"{name:<12} batch {batch:>2}: twin {best_twin:9.1f} us  onnxruntime {best_ort:9.1f} us  "
+                print(f"{name:<20} batch {batch:>2}: twin {best_twin:9.1f} us  onnxruntime {best_ort:9.1f} us  "
                       f"ratio {best_twin / best_ort:5.2f}", flush=True)
+    throughput = [] if args.in_flight <= 0 else measure_throughput(models, so, args)
 
     header = (f"Twin vs onnxruntime {ort.__version__} latency (median, microseconds per inference, one synchronous "
               f"call from Python), {threads} BLAS / intra-op thread(s), {os.cpu_count()} cores, "
@@ -104,6 +217,14 @@ def main() -> int:
         lines.append(f"| {name} | {batch} | {t:.1f} | {o:.1f} | {r:.2f} | {et:.1e} | {eo:.1e} |")
     worst = max(r for *_, r, _, _ in rows)
     lines += ["", f"Worst ratio: {worst:.2f} (target <= 1.5). Errors are max |out - onnx.reference| / max |reference|."]
+    if throughput:
+        lines += ["", f"Throughput, {args.in_flight} requests in flight, batch 1, {os.cpu_count()} cores (twin: the "
+                  f"graph added once per core, run_graph_async under asyncio; onnxruntime: one session, a pool of "
+                  f"{os.cpu_count()} threads):", "",
+                  "| model | twin (requests/s) | onnxruntime (requests/s) | twin / onnxruntime (time per request) |",
+                  "|---|---:|---:|---:|"]
+        for name, t, o in throughput:
+            lines.append(f"| {name} | {t:.0f} | {o:.0f} | {o / t:.2f} |")
     text = "\n".join(lines)
     print()
     print(text)

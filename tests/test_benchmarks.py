@@ -25,3 +25,16 @@ def test_input_check_benchmark_runs_and_prints_its_table():
     assert proc.returncode == 0, proc.stderr
     for row in ("| 2 static inputs [1,16] |", "| 1 input [N,784], N=8 |", "| 4 inputs [N,16], N=4 |"):
         assert row in proc.stdout
+
+
+def test_ops_benchmark_runs_and_prints_its_rows(tmp_path):
+    out = tmp_path / "ops.md"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_ops.py"), "--sizes", "small",
+                           "--seconds", "0.01", "--rounds", "1", "--only", "Tanh,Softmax,LayerNorm,MatMul",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    table = out.read_text()
+    for case in ("Tanh x8", "Softmax x8 (axis -1)", "LayerNormalization (axis -1)", "MatMul 4x4x4"):
+        assert f"| {case} | small |" in table, case
+    assert "OPENBLAS_CORETYPE" in table and "Worst ratio:" in table
+    assert "| NO |" not in table  # the twin's outputs agree with onnxruntime's

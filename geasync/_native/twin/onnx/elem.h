@@ -115,41 +115,6 @@ std::unique_ptr<Kernel> PrepareViaFloat(const KernelCtx &c, PrepareFn float_prep
 // True when any input or output of the node is float16 or bfloat16.
 bool HasHalfTypes(const KernelCtx &c);
 
-// Branch-free float32 exp (Cephes polynomial, ~1 ulp on [-87, 88]; 0 below, clamped above) that the
-// compiler can vectorise, unlike libm's expf. NaN propagates.
-__attribute__((always_inline)) inline float VecExp(float x) {
-  const float xc = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
-  const float magic = 12582912.0f;  // 1.5 * 2^23: adding and subtracting rounds to the nearest integer
-  const float n = (xc * 1.44269504088896341f + magic) - magic;
-  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  const int32_t e = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &e, 4);
-  const float out = y * scale;
-  return x != x ? x : (x < -87.0f ? 0.0f : out);  // never a subnormal (slow) result
-}
-
-// erfc(z) for z >= 0 with fractional error < 1.2e-7 (Numerical Recipes' Chebyshev fit), vectorisable.
-__attribute__((always_inline)) inline float VecErfcPos(float z) {
-  const float t = 1.0f / (1.0f + 0.5f * z);
-  const float poly =
-      -1.26551223f +
-      t * (1.00002368f +
-           t * (0.37409196f +
-                t * (0.09678418f +
-                     t * (-0.18628806f +
-                          t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
-  const float r = t * VecExp(-z * z + poly);
-  return z > 9.0f ? 0.0f : r;  // erfc(9) < 1e-36: keep results normal
-}
-
 // Row-major strides of dims.
 std::vector<int64_t> Strides(const std::vector<int64_t> &dims);
 

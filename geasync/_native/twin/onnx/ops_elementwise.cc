@@ -526,20 +526,36 @@ TWIN_STD_UNARY(CoshF, std::cosh(x), nullptr)
 TWIN_STD_UNARY(AsinhF, std::asinh(x), nullptr)
 TWIN_STD_UNARY(AcoshF, std::acosh(x), nullptr)
 TWIN_STD_UNARY(AtanhF, std::atanh(x), nullptr)
-TWIN_STD_UNARY(RoundF, std::nearbyint(x), nullptr)  // half to even, like numpy
-TWIN_STD_UNARY(FloorF, std::floor(x), nullptr)
-TWIN_STD_UNARY(CeilF, std::ceil(x), nullptr)
+TWIN_STD_UNARY(RoundF, std::nearbyint(x), vmath::RoundArray)  // half to even, like numpy
+TWIN_STD_UNARY(FloorF, std::floor(x), vmath::FloorArray)
+TWIN_STD_UNARY(CeilF, std::ceil(x), vmath::CeilArray)
 // Branch-free forms vectorise as they are; NaN propagates through each (comparisons with NaN are false).
 TWIN_STD_UNARY(ReluF, x < C(0) ? C(0) : x, nullptr)
 TWIN_STD_UNARY(LeakyReluF, x >= C(0) ? x : x * static_cast<C>(p.a), nullptr)
 TWIN_STD_UNARY(ThresholdedReluF, x > static_cast<C>(p.a) ? x : C(0), nullptr)
-TWIN_STD_UNARY(EluF, x > C(0) ? x : static_cast<C>(p.a) * std::expm1(x), nullptr)
-TWIN_STD_UNARY(SeluF, static_cast<C>(p.b) * (x > C(0) ? x : static_cast<C>(p.a) * std::expm1(x)), nullptr)
-TWIN_STD_UNARY(CeluF, x > C(0) ? x : static_cast<C>(p.a) * std::expm1(x / static_cast<C>(p.a)), nullptr)
+// expm1 / softplus / tanh through vmath's inline forms for float32, so that the loops vectorise.
+template <class C>
+C Expm1Of(C x) {
+  if constexpr (std::is_same<C, float>::value) return vmath::Expm1(x);
+  else return std::expm1(x);
+}
+template <class C>
+C SoftplusOf(C x) {  // log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|))
+  if constexpr (std::is_same<C, float>::value)
+    return (x > 0.0f ? x : 0.0f) + vmath::Log1pUnit(vmath::Exp(x < 0.0f ? x : -x));
+  else return (x > C(0) ? x : C(0)) + std::log1p(std::exp(-std::fabs(x)));
+}
+template <class C>
+C TanhOf(C x) {
+  if constexpr (std::is_same<C, float>::value) return vmath::Tanh(x);
+  else return std::tanh(x);
+}
+TWIN_STD_UNARY(EluF, x > C(0) ? x : static_cast<C>(p.a) * Expm1Of(x), nullptr)
+TWIN_STD_UNARY(SeluF, static_cast<C>(p.b) * (x > C(0) ? x : static_cast<C>(p.a) * Expm1Of(x)), nullptr)
+TWIN_STD_UNARY(CeluF, x > C(0) ? x : static_cast<C>(p.a) * Expm1Of(x / static_cast<C>(p.a)), nullptr)
 TWIN_STD_UNARY(SoftsignF, x / (C(1) + std::fabs(x)), nullptr)
-// log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|)).
-TWIN_STD_UNARY(SoftplusF, (x > C(0) ? x : C(0)) + std::log1p(std::exp(-std::fabs(x))), nullptr)
-TWIN_STD_UNARY(MishF, x * std::tanh((x > C(0) ? x : C(0)) + std::log1p(std::exp(-std::fabs(x)))), nullptr)
+TWIN_STD_UNARY(SoftplusF, SoftplusOf(x), nullptr)
+TWIN_STD_UNARY(MishF, x * TanhOf(SoftplusOf(x)), nullptr)
 
 template <class C>
 C HardSigmoidOf(C x, C alpha, C beta) {
@@ -584,6 +600,48 @@ class UnaryKernel : public Kernel {
     S *__restrict y = static_cast<S *>(out[0]);
     const UnaryParams p = p_;
     for (int64_t i = 0; i < n_; ++i) y[i] = Num<S>::Store(Op::Apply(Num<S>::Load(x[i]), p));
+    return true;
+  }
+
+ private:
+  int64_t n_;
+  UnaryParams p_;
+};
+
+// float32 element loop of an op without an array kernel, compiled per instruction set like vmath's (the loops
+// vectorise when Op::Apply is branch-free; libm calls stay calls).
+template <class Op>
+void FloatLoop(const float *__restrict x, float *__restrict y, int64_t n, UnaryParams p) {
+  for (int64_t i = 0; i < n; ++i) y[i] = Op::Apply(x[i], p);
+}
+#if defined(__x86_64__)
+template <class Op>
+__attribute__((target("avx512f,avx512dq"))) void FloatLoopAvx512(const float *__restrict x, float *__restrict y,
+                                                                  int64_t n, UnaryParams p) {
+  for (int64_t i = 0; i < n; ++i) y[i] = Op::Apply(x[i], p);
+}
+template <class Op>
+__attribute__((target("avx2,fma"))) void FloatLoopAvx2(const float *__restrict x, float *__restrict y, int64_t n,
+                                                        UnaryParams p) {
+  for (int64_t i = 0; i < n; ++i) y[i] = Op::Apply(x[i], p);
+}
+#endif
+
+template <class Op>
+class FloatUnaryKernel : public Kernel {
+ public:
+  FloatUnaryKernel(int64_t n, UnaryParams p) : n_(n), p_(p) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const float *x = static_cast<const float *>(in[0]);
+    float *y = static_cast<float *>(out[0]);
+#if defined(__x86_64__)
+    switch (vmath::ActiveIsa()) {
+      case vmath::Isa::kAvx512: FloatLoopAvx512<Op>(x, y, n_, p_); return true;
+      case vmath::Isa::kAvx2: FloatLoopAvx2<Op>(x, y, n_, p_); return true;
+      default: break;
+    }
+#endif
+    FloatLoop<Op>(x, y, n_, p_);
     return true;
   }
 
@@ -683,7 +741,11 @@ std::unique_ptr<Kernel> PrepareUnary(const KernelCtx &c, std::string *reason) {
   UnaryParams p;
   if (!UnaryParam(*c.node, &p, reason)) return nullptr;
   const int64_t n = c.out[0].NumElements();
-  if (Op::kArray && c.out[0].dtype == ElemType::kFloat) return std::make_unique<ArrayKernel>(n, Op::kArray);
+  if (c.out[0].dtype == ElemType::kFloat && UnaryAllowed<kTypes>(ElemType::kFloat)) {
+    // (compared as an integer: GCC warns that a function's address "will never be NULL" when it is not null)
+    if (reinterpret_cast<uintptr_t>(Op::kArray) != 0) return std::make_unique<ArrayKernel>(n, Op::kArray);
+    if constexpr (UnaryStorageAllowed<kTypes, float>()) return std::make_unique<FloatUnaryKernel<Op>>(n, p);
+  }
   std::unique_ptr<Kernel> k;
   VisitType(c.out[0].dtype, [&](auto tag) {
     using S = decltype(tag);

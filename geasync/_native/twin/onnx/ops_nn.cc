@@ -20,6 +20,7 @@
 #include "broadcast.h"
 #include "elem.h"
 #include "gemm.h"
+#include "vmath.h"
 
 namespace twin {
 namespace onnx {
@@ -986,6 +987,10 @@ class LayerNormKernel : public Kernel {
     for (int64_t j = 0; j < inner_; ++j) {
       scale_[j] = s[sidx_[j]];
       bias_[j] = b ? b[bidx_[j]] : T(0);
+    }
+    if constexpr (std::is_same<T, float>::value) {  // the vectorised fused kernel
+      vmath::LayerNormRows(x, y, outer_, inner_, scale_.data(), b ? bias_.data() : nullptr, eps_, mean_out, inv_out);
+      return true;
     }
     for (int64_t o = 0; o < outer_; ++o) {
       const T *xr = x + o * inner_;

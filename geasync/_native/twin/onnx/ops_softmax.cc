@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "elem.h"
+#include "vmath.h"
 
 namespace twin {
 namespace onnx {
@@ -39,47 +40,6 @@ bool InferSoftmax(InferCtx *c, std::string *reason) {
   return true;
 }
 
-// Softmax / LogSoftmax over contiguous float32 rows (the common axis=-1 case), cloned for AVX-512 / AVX2+FMA /
-// baseline. Lane-wise partial maxima and sums keep the reductions vectorisable without -ffast-math.
-__attribute__((target_clones("avx512f", "arch=haswell", "default")))
-void SoftmaxRowsF(const float *__restrict x, float *__restrict y, int64_t rows, int64_t n, bool log_softmax) {
-  constexpr int64_t kL = 16;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *xr = x + r * n;
-    float *yr = y + r * n;
-    float m[kL];
-    for (int64_t j = 0; j < kL; ++j) m[j] = -std::numeric_limits<float>::infinity();
-    int64_t i = 0;
-    for (; i + kL <= n; i += kL)
-      for (int64_t j = 0; j < kL; ++j) m[j] = xr[i + j] > m[j] ? xr[i + j] : m[j];
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < kL; ++j) mx = m[j] > mx ? m[j] : mx;
-    for (; i < n; ++i) mx = xr[i] > mx ? xr[i] : mx;
-    float acc[kL] = {};
-    i = 0;
-    for (; i + kL <= n; i += kL)
-      for (int64_t j = 0; j < kL; ++j) {
-        const float e = VecExp(xr[i + j] - mx);
-        yr[i + j] = e;
-        acc[j] += e;
-      }
-    float sum = 0.f;
-    for (int64_t j = 0; j < kL; ++j) sum += acc[j];
-    for (; i < n; ++i) {
-      const float e = VecExp(xr[i] - mx);
-      yr[i] = e;
-      sum += e;
-    }
-    if (log_softmax) {
-      const float lse = std::log(sum) + mx;
-      for (int64_t k = 0; k < n; ++k) yr[k] = xr[k] - lse;
-    } else {
-      const float inv = 1.0f / sum;
-      for (int64_t k = 0; k < n; ++k) yr[k] *= inv;
-    }
-  }
-}
-
 template <class T, bool kLog>
 class SoftmaxKernel : public Kernel {
  public:
@@ -91,7 +51,7 @@ class SoftmaxKernel : public Kernel {
     T *y = static_cast<T *>(out[0]);
     if constexpr (std::is_same<T, float>::value) {
       if (inner_ == 1) {
-        SoftmaxRowsF(x, y, outer_, n_, kLog);
+        vmath::SoftmaxRows(x, y, outer_, n_, kLog);  // contiguous rows: the vectorised fused kernel
         return true;
       }
     }
@@ -106,7 +66,7 @@ class SoftmaxKernel : public Kernel {
       for (int64_t k = 0; k < n_; ++k)
         for (int64_t j = 0; j < inner_; ++j) {
           T e;
-          if constexpr (std::is_same<T, float>::value) e = VecExp(xo[k * inner_ + j] - mx_[j]);
+          if constexpr (std::is_same<T, float>::value) e = vmath::Exp(xo[k * inner_ + j] - mx_[j]);
           else e = std::exp(xo[k * inner_ + j] - mx_[j]);
           yo[k * inner_ + j] = e;
           sum_[j] += e;

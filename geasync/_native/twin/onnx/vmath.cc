@@ -89,6 +89,117 @@ ArrayFn PickSqrt() { return SqrtBaseline; }
 TWIN_VMATH_VARIANTS(Gelu, Gelu)
 TWIN_VMATH_VARIANTS(GeluTanh, GeluTanh)
 
+TWIN_VMATH_INLINE float Floor(float x) { return __builtin_floorf(x); }
+TWIN_VMATH_INLINE float Ceil(float x) { return __builtin_ceilf(x); }
+TWIN_VMATH_INLINE float Round(float x) { return __builtin_nearbyintf(x); }
+TWIN_VMATH_VARIANTS(Floor, Floor)
+TWIN_VMATH_VARIANTS(Ceil, Ceil)
+TWIN_VMATH_VARIANTS(Round, Round)
+
+// ---- fused row kernels: one always-inline body, compiled per instruction set like the element-wise loops ----
+
+constexpr int64_t kLanes = 16;  // independent partial results: the reductions vectorise without reassociation
+
+TWIN_VMATH_INLINE void SoftmaxBody(const float *__restrict x, float *__restrict y, int64_t rows, int64_t n,
+                                   bool log_softmax) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    float m[kLanes];
+    for (int64_t j = 0; j < kLanes; ++j) m[j] = -__builtin_inff();
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+      for (int64_t j = 0; j < kLanes; ++j) m[j] = xr[i + j] > m[j] ? xr[i + j] : m[j];
+    float mx = -__builtin_inff();
+    for (int64_t j = 0; j < kLanes; ++j) mx = m[j] > mx ? m[j] : mx;
+    for (; i < n; ++i) mx = xr[i] > mx ? xr[i] : mx;
+    float acc[kLanes] = {};
+    float sum = 0.f;
+    i = 0;
+    if (log_softmax) {
+      for (; i + kLanes <= n; i += kLanes)
+        for (int64_t j = 0; j < kLanes; ++j) acc[j] += Exp(xr[i + j] - mx);
+      for (; i < n; ++i) sum += Exp(xr[i] - mx);
+    } else {
+      for (; i + kLanes <= n; i += kLanes)
+        for (int64_t j = 0; j < kLanes; ++j) {
+          const float e = Exp(xr[i + j] - mx);
+          yr[i + j] = e;
+          acc[j] += e;
+        }
+      for (; i < n; ++i) {
+        const float e = Exp(xr[i] - mx);
+        yr[i] = e;
+        sum += e;
+      }
+    }
+    for (int64_t j = 0; j < kLanes; ++j) sum += acc[j];
+    if (log_softmax) {
+      const float lse = Log(sum) + mx;
+      for (int64_t k = 0; k < n; ++k) yr[k] = xr[k] - lse;
+    } else {
+      const float inv = 1.0f / sum;
+      for (int64_t k = 0; k < n; ++k) yr[k] *= inv;
+    }
+  }
+}
+
+TWIN_VMATH_INLINE void LayerNormBody(const float *__restrict x, float *__restrict y, int64_t rows, int64_t n,
+                                     const float *__restrict scale, const float *__restrict bias, float epsilon,
+                                     float *__restrict mean_out, float *__restrict inv_out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    double acc[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+      for (int64_t j = 0; j < kLanes; ++j) acc[j] += xr[i + j];
+    double sum = 0;
+    for (; i < n; ++i) sum += xr[i];
+    for (int64_t j = 0; j < kLanes; ++j) sum += acc[j];
+    const double mean = n ? sum / static_cast<double>(n) : 0.0;
+    double sq[kLanes] = {};
+    double sqs = 0;
+    for (i = 0; i + kLanes <= n; i += kLanes)
+      for (int64_t j = 0; j < kLanes; ++j) {
+        const double d = static_cast<double>(xr[i + j]) - mean;
+        sq[j] += d * d;
+      }
+    for (; i < n; ++i) {
+      const double d = static_cast<double>(xr[i]) - mean;
+      sqs += d * d;
+    }
+    for (int64_t j = 0; j < kLanes; ++j) sqs += sq[j];
+    const double var = n ? sqs / static_cast<double>(n) : 0.0;
+    const double inv = 1.0 / __builtin_sqrt(var + static_cast<double>(epsilon));
+    const float m = static_cast<float>(mean), iv = static_cast<float>(inv);
+    if (bias) {
+      for (int64_t k = 0; k < n; ++k) yr[k] = (xr[k] - m) * iv * scale[k] + bias[k];
+    } else {
+      for (int64_t k = 0; k < n; ++k) yr[k] = (xr[k] - m) * iv * scale[k];
+    }
+    if (mean_out) mean_out[r] = m;
+    if (inv_out) inv_out[r] = iv;
+  }
+}
+
+#if defined(__x86_64__)
+#define TWIN_VMATH_FUSED(Name, Params, Args)                                                   \
+  __attribute__((target("avx512f,avx512dq"))) void Name##Avx512 Params { Name##Body Args; } \
+  __attribute__((target("avx2,fma"))) void Name##Avx2 Params { Name##Body Args; }            \
+  void Name##Baseline Params { Name##Body Args; }
+#else
+#define TWIN_VMATH_FUSED(Name, Params, Args) \
+  void Name##Baseline Params { Name##Body Args; }
+#endif
+
+#define TWIN_SOFTMAX_PARAMS (const float *x, float *y, int64_t rows, int64_t n, bool log_softmax)
+TWIN_VMATH_FUSED(Softmax, TWIN_SOFTMAX_PARAMS, (x, y, rows, n, log_softmax))
+#define TWIN_LAYERNORM_PARAMS                                                                                     \
+  (const float *x, float *y, int64_t rows, int64_t n, const float *scale, const float *bias, float epsilon, \
+   float *mean, float *inv_std)
+TWIN_VMATH_FUSED(LayerNorm, TWIN_LAYERNORM_PARAMS, (x, y, rows, n, scale, bias, epsilon, mean, inv_std))
+
 Isa DetectIsa() {
   Isa best = Isa::kBaseline;
 #if defined(__x86_64__)
@@ -131,6 +242,26 @@ TWIN_VMATH_ARRAY(Sigmoid)
 TWIN_VMATH_ARRAY(Sqrt)
 TWIN_VMATH_ARRAY(Gelu)
 TWIN_VMATH_ARRAY(GeluTanh)
+TWIN_VMATH_ARRAY(Floor)
+TWIN_VMATH_ARRAY(Ceil)
+TWIN_VMATH_ARRAY(Round)
+
+// The fused kernels pick their variant per call (one predictable switch per call, not per element).
+#if defined(__x86_64__)
+#define TWIN_VMATH_CALL_FUSED(Name, Args)        \
+  switch (ActiveIsa()) {                         \
+    case Isa::kAvx512: return Name##Avx512 Args; \
+    case Isa::kAvx2: return Name##Avx2 Args;     \
+    default: return Name##Baseline Args;         \
+  }
+#else
+#define TWIN_VMATH_CALL_FUSED(Name, Args) return Name##Baseline Args;
+#endif
+
+void SoftmaxRows TWIN_SOFTMAX_PARAMS { TWIN_VMATH_CALL_FUSED(Softmax, (x, y, rows, n, log_softmax)) }
+void LayerNormRows TWIN_LAYERNORM_PARAMS {
+  TWIN_VMATH_CALL_FUSED(LayerNorm, (x, y, rows, n, scale, bias, epsilon, mean, inv_std))
+}
 
 }  // namespace vmath
 }  // namespace onnx

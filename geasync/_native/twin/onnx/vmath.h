@@ -30,22 +30,27 @@ TWIN_VMATH_INLINE int32_t FloatToBits(float f) {
 // exp(x): n = round(x / ln2), r = x - n ln2 (two-part ln2), exp(r) by a degree-6 polynomial, times 2^n applied in
 // two halves so that results down to the smallest denormal and up to FLT_MAX come out right (inf beyond).
 TWIN_VMATH_INLINE float Exp(float x) {
-  // The clamp also maps NaN to a finite value (no UB in the int conversion); NaN is restored at the end.
-  const float xc = x > -104.0f ? (x < 89.0f ? x : 89.0f) : -104.0f;
-  const float magic = 12582912.0f;  // 1.5 * 2^23: adding and subtracting rounds to the nearest integer
-  const float n = (xc * 1.44269504088896341f + magic) - magic;
-  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+  const float magic = 12582912.0f;  // 1.5 * 2^23: t's low mantissa bits hold round(x / ln2) as an integer
+  const float t = x * 1.44269504088896341f + magic;
+  const float n = t - magic;
+  // n as an integer, clamped in the integer domain (out-of-range x are replaced below): the bit difference is
+  // monotonic in t, so even when t left magic's binade the clamp lands on the right end.
+  int32_t ni = static_cast<int32_t>(static_cast<uint32_t>(FloatToBits(t)) - static_cast<uint32_t>(FloatToBits(magic)));
+  ni = ni < 128 ? ni : 128;
+  ni = ni > -150 ? ni : -150;
+  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  const int32_t ni = static_cast<int32_t>(n);
+  const float y = p * r * r + r + 1.0f;       // NaN for NaN x, which then propagates
   const int32_t n1 = ni >> 1, n2 = ni - n1;  // each in [-75, 64]: 2^n1 and 2^n2 are normal floats
-  const float out = y * BitsToFloat((n1 + 127) << 23) * BitsToFloat((n2 + 127) << 23);
-  return x != x ? x : out;
+  const float out = y * BitsToFloat(static_cast<int32_t>(static_cast<uint32_t>(n1 + 127) << 23)) *
+                    BitsToFloat(static_cast<int32_t>(static_cast<uint32_t>(n2 + 127) << 23));
+  const float big = x > 88.8f ? BitsToFloat(0x7f800000) : out;
+  return x < -104.0f ? 0.0f : big;
 }
 
 // log(x): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) by Cephes' degree-9 polynomial in m - 1.
@@ -95,8 +100,9 @@ TWIN_VMATH_INLINE float Tanh(float x) {
   return ax < 0.625f ? small : sbig;  // NaN: ax < 0.625 is false and big is NaN
 }
 
-// erfc(z) for z >= 0 (Numerical Recipes' Chebyshev fit, fractional error < 1.2e-7); 0 beyond z = 10.
-TWIN_VMATH_INLINE float ErfcPos(float z) {
+// erfc(z) for z >= 0 given z and z^2 (Numerical Recipes' Chebyshev fit, fractional error < 1.2e-7); 0 beyond
+// z = 10. Callers that can form z^2 with one rounding (Gelu: x^2 / 2) pass it: the tail's error grows with it.
+TWIN_VMATH_INLINE float ErfcPos(float z, float zz) {
   const float t = 1.0f / (1.0f + 0.5f * z);
   float p = 0.17087277f;
   p = p * t - 0.82215223f;
@@ -108,7 +114,7 @@ TWIN_VMATH_INLINE float ErfcPos(float z) {
   p = p * t + 0.37409196f;
   p = p * t + 1.00002368f;
   p = p * t - 1.26551223f;
-  const float r = t * Exp(p - z * z);
+  const float r = t * Exp(p - zz);
   return z > 10.0f ? 0.0f : r;
 }
 
@@ -123,7 +129,7 @@ TWIN_VMATH_INLINE float Erf(float x) {
   p = p * z - 3.761260211467743e-1f;
   p = p * z + 1.1283791065216064f;
   const float small = x * p;
-  const float big = 1.0f - ErfcPos(ax);
+  const float big = 1.0f - ErfcPos(ax, x * x);
   const float sbig = x < 0.0f ? -big : big;
   return ax < 0.8f ? small : sbig;
 }
@@ -140,8 +146,30 @@ TWIN_VMATH_INLINE float Sigmoid(float x) {
 TWIN_VMATH_INLINE float Gelu(float x) {
   const float z = x * 0.70710678118654752f;
   const float az = z < 0.0f ? -z : z;
-  const float e = ErfcPos(az);
+  const float e = ErfcPos(az, 0.5f * (x * x));
   return 0.5f * x * (z < 0.0f ? e : 2.0f - e);
+}
+
+// exp(x) - 1 without cancellation near 0: a degree-8 Taylor polynomial below |x| = 0.5, exp(x) - 1 above.
+TWIN_VMATH_INLINE float Expm1(float x) {
+  float p = 2.48015873e-5f;  // 1/8!
+  p = p * x + 1.98412698e-4f;
+  p = p * x + 1.38888889e-3f;
+  p = p * x + 8.33333333e-3f;
+  p = p * x + 4.16666667e-2f;
+  p = p * x + 1.66666667e-1f;
+  p = p * x + 0.5f;
+  const float small = x + x * x * p;
+  const float big = Exp(x) - 1.0f;
+  const float ax = x < 0.0f ? -x : x;
+  return ax < 0.5f ? small : big;  // NaN takes big, which is NaN
+}
+
+// log(1 + x) for x in [0, 1] (Softplus' tail): log(w) * x / (w - 1) with w = 1 + x corrects w's rounding.
+TWIN_VMATH_INLINE float Log1pUnit(float x) {
+  const float w = 1.0f + x;
+  const float l = Log(w);
+  return w == 1.0f ? x : l * (x / (w - 1.0f));
 }
 
 // GELU with approximate="tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
@@ -162,6 +190,18 @@ void SigmoidArray(const float *x, float *y, int64_t n);
 void SqrtArray(const float *x, float *y, int64_t n);
 void GeluArray(const float *x, float *y, int64_t n);
 void GeluTanhArray(const float *x, float *y, int64_t n);
+
+void FloorArray(const float *x, float *y, int64_t n);
+void CeilArray(const float *x, float *y, int64_t n);
+void RoundArray(const float *x, float *y, int64_t n);  // half to even
+
+// Fused row kernels over contiguous float32 rows of length n.
+// Softmax (or LogSoftmax) of each row: max, exp and sum in one pass over lanes, then the scaling pass.
+void SoftmaxRows(const float *x, float *y, int64_t rows, int64_t n, bool log_softmax);
+// LayerNormalization of each row: mean and variance accumulated in double lanes, then
+// y = (x - mean) * inv_std * scale + bias (bias may be null); mean/inv_std outputs may be null.
+void LayerNormRows(const float *x, float *y, int64_t rows, int64_t n, const float *scale, const float *bias,
+                   float epsilon, float *mean, float *inv_std);
 
 // Instruction set the array kernels run with: "avx512", "avx2" or "baseline". GEASYNC_TWIN_SIMD (read once) may
 // cap it at "avx2" or "baseline" (to test the fallbacks); it never enables what the CPU lacks.

@@ -1,0 +1,279 @@
+"""Per-operator speed: the twin vs onnxruntime, side by side in one run, one thread each, at three sizes.
+
+    pip install ".[bench]"          # onnxruntime is a benchmark-only dependency
+    env -u OPENBLAS_CORETYPE python benchmarks/bench_ops.py --out benchmarks/results/ops.md
+    OPENBLAS_CORETYPE=Haswell python benchmarks/bench_ops.py --out benchmarks/results/ops-coretype-haswell.md
+
+Each case is a small graph per operator family (element-wise ops as a chain of 8 nodes, so that per-call overhead
+does not hide the kernel), at "small" (16 elements), "64k" (256x256) and "1M" (1024x1024) sizes, or the
+equivalent GEMM / Conv shapes. Both runtimes are driven from Python with one synchronous call per inference (twin:
+Session.run_graph; onnxruntime: InferenceSession.run with 1 intra-op and 1 inter-op thread, sequential), inputs
+prepared once; the twin's BLAS runs on GEASYNC_BLAS_THREADS threads (default 1). The two are timed interleaved
+(--rounds), keeping each side's best median. The ratio is twin / onnxruntime (lower is better; target <= 1.5).
+Outputs are checked against each other before timing (the correctness tests compare with onnx.reference).
+OPENBLAS_CORETYPE is read by OpenBLAS when it loads: the header states what this run had.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import geasync as ga
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from conftest import TensorProto, helper, make_model  # noqa: E402
+
+F = TensorProto.FLOAT
+CHAIN = 8
+SIZES = {"small": (4, 4), "64k": (256, 256), "1M": (1024, 1024)}
+
+# Unary element-wise ops and the input range each chain starts from (values may leave the domain along the chain:
+# both runtimes then compute the same NaN/inf values).
+UNARY = {
+    "Relu": (-2, 2), "Abs": (-2, 2), "Neg": (-2, 2), "Exp": (-2, 2), "Log": (0.5, 100), "Sqrt": (0, 100),
+    "Reciprocal": (0.5, 2), "Tanh": (-3, 3), "Sigmoid": (-6, 6), "Erf": (-3, 3), "Gelu": (-3, 3),
+    "LeakyRelu": (-2, 2), "Elu": (-2, 2), "Softplus": (-3, 3), "HardSigmoid": (-4, 4), "Sin": (-3, 3),
+    "Cos": (-3, 3), "Floor": (-9, 9), "Round": (-9, 9), "Sign": (-2, 2), "Clip": (-2, 2),
+}
+OPSET = 20
+
+
+def chain_model(op: str, shape, **attrs):
+    nodes, x = [], "x"
+    for i in range(CHAIN):
+        nodes.append(helper.make_node(op, [x], [f"y{i}"], **attrs))
+        x = f"y{i}"
+    return make_model(nodes, [("x", F, list(shape))], [(x, F, list(shape))], opset=OPSET)
+
+
+def binary_chain(op: str, shape, bshape):
+    """x op b op b ...: b broadcasts like a bias row (bshape) or matches x."""
+    nodes, x = [], "x"
+    for i in range(CHAIN):
+        nodes.append(helper.make_node(op, [x, "b"], [f"y{i}"]))
+        x = f"y{i}"
+    return make_model(nodes, [("x", F, list(shape)), ("b", F, list(bshape))], [(x, F, list(shape))], opset=OPSET)
+
+
+def rand(shape, lo=-2.0, hi=2.0, seed=0):
+    return np.random.default_rng(seed).uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def elementwise_cases(size: str):
+    shape = SIZES[size]
+    for op, (lo, hi) in UNARY.items():
+        yield f"{op} x{CHAIN}", chain_model(op, shape), [rand(shape, lo, hi)]
+    for op in ("Add", "Mul", "Div"):
+        yield f"{op} x{CHAIN} (same shape)", binary_chain(op, shape, shape), [rand(shape), rand(shape, 0.9, 1.1, 1)]
+        yield f"{op} x{CHAIN} (row broadcast)", binary_chain(op, shape, shape[-1:]), \
+            [rand(shape), rand(shape[-1:], 0.9, 1.1, 1)]
+
+
+def normalisation_cases(size: str):
+    rows, cols = SIZES[size]
+    shape = [rows, cols]
+    for op in ("Softmax", "LogSoftmax"):
+        yield f"{op} x{CHAIN} (axis -1)", chain_model(op, shape, axis=-1), [rand(shape)]
+    scale, bias = np.ones(cols, np.float32), np.zeros(cols, np.float32)
+    ln = make_model([helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1)],
+                    [("x", F, shape)], [("y", F, shape)], initializers=[("s", scale), ("b", bias)], opset=OPSET)
+    yield "LayerNormalization (axis -1)", ln, [rand(shape)]
+    red = make_model([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1)], [("x", F, shape)],
+                     [("y", F, [rows, 1])], initializers=[("axes", np.array([-1], np.int64))], opset=OPSET)
+    yield "ReduceSum (axis -1)", red, [rand(shape)]
+    red = make_model([helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=1)], [("x", F, shape)],
+                     [("y", F, [1, cols])], initializers=[("axes", np.array([0], np.int64))], opset=OPSET)
+    yield "ReduceMean (axis 0)", red, [rand(shape)]
+
+
+def movement_cases(size: str):
+    rows, cols = SIZES[size]
+    shape = [rows, cols]
+    tr = make_model([helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])], [("x", F, shape)],
+                    [("y", F, [cols, rows])], opset=OPSET)
+    yield "Transpose (2-D)", tr, [rand(shape)]
+    cat = make_model([helper.make_node("Concat", ["x", "x"], ["y"], axis=1)], [("x", F, shape)],
+                     [("y", F, [rows, 2 * cols])], opset=OPSET)
+    yield "Concat (axis 1)", cat, [rand(shape)]
+    idx = np.arange(0, rows, 2, dtype=np.int64)
+    gat = make_model([helper.make_node("Gather", ["x", "i"], ["y"], axis=0)], [("x", F, shape)],
+                     [("y", F, [len(idx), cols])], initializers=[("i", idx)], opset=OPSET)
+    yield "Gather (rows)", gat, [rand(shape)]
+    cast = make_model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)], [("x", F, shape)],
+                      [("y", TensorProto.FLOAT16, shape)], opset=OPSET)
+    yield "Cast (float -> float16)", cast, [rand(shape)]
+
+
+# GEMM / Conv shapes per size: (M, K, N) and (N, C, H, W, M, k).
+GEMM = {"small": (4, 4, 4), "64k": (256, 256, 256), "1M": (1024, 1024, 1024)}
+MLP_ROWS = {"small": 1, "64k": 32, "1M": 256}
+CONV = {"small": (1, 3, 8, 8, 4, 3), "64k": (1, 16, 64, 64, 16, 3), "1M": (1, 64, 128, 128, 64, 3)}
+
+
+def linear_cases(size: str):
+    m, k, n = GEMM[size]
+    mm = make_model([helper.make_node("MatMul", ["a", "w"], ["y"])], [("a", F, [m, k])], [("y", F, [m, n])],
+                    initializers=[("w", rand((k, n), seed=2))], opset=OPSET)
+    yield f"MatMul {m}x{k}x{n}", mm, [rand((m, k))]
+    rows = MLP_ROWS[size]
+    rng = np.random.default_rng(3)
+    inits, nodes, x = [], [], "x"
+    for i, (a, b) in enumerate(((784, 256), (256, 10))):
+        inits += [(f"w{i}", (rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32)),
+                  (f"b{i}", np.zeros(b, np.float32))]
+        nodes.append(helper.make_node("Gemm", [x, f"w{i}", f"b{i}"], [f"h{i}"]))
+        x = f"h{i}"
+        if i == 0:
+            nodes.append(helper.make_node("Relu", [x], ["r0"]))
+            x = "r0"
+    mlp = make_model(nodes, [("x", F, [rows, 784])], [(x, F, [rows, 10])], initializers=inits, opset=OPSET)
+    yield f"MLP 784-256-10 (Gemm, batch {rows})", mlp, [rand((rows, 784))]
+    nb, c, h, w, mo, kk = CONV[size]
+    conv_inits = [("w", rand((mo, c, kk, kk), -0.2, 0.2, 4)), ("b", rand((mo,), seed=5))]
+    conv = make_model([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])], [("x", F, [nb, c, h, w])],
+                      [("y", F, [nb, mo, h, w])], initializers=conv_inits, opset=OPSET)
+    yield f"Conv {c}->{mo} 3x3 on {h}x{w}", conv, [rand((nb, c, h, w))]
+    pool = make_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+                      [("x", F, [nb, c, h, w])], [("y", F, [nb, c, h // 2, w // 2])], opset=OPSET)
+    yield f"MaxPool 2x2 on {c}x{h}x{w}", pool, [rand((nb, c, h, w))]
+
+
+FAMILIES = {
+    "element-wise": elementwise_cases,
+    "normalisation / reduction": normalisation_cases,
+    "data movement": movement_cases,
+    "linear algebra / conv": linear_cases,
+}
+
+
+def time_calls(fn, seconds: float, min_calls: int = 5) -> float:
+    """Median wall time of fn() in microseconds over about `seconds` (after warm-up)."""
+    for _ in range(3):
+        fn()
+    samples = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline or len(samples) < min_calls:
+        t0 = time.perf_counter_ns()
+        fn()
+        samples.append((time.perf_counter_ns() - t0) / 1e3)
+    return statistics.median(samples)
+
+
+def blas_core() -> str:
+    try:
+        import scipy_openblas32 as sob
+        lib = ctypes.CDLL(os.path.join(sob.get_lib_dir(), sob.get_library(fullname=True)))
+        lib.scipy_openblas_get_corename.restype = ctypes.c_char_p
+        return lib.scipy_openblas_get_corename().decode()
+    except (ImportError, OSError, AttributeError):
+        return "unknown"
+
+
+def vector_isa() -> str:
+    """The instruction set the twin's vectorised kernels pick on this CPU (the twin's own rule, see vmath.h)."""
+    try:
+        flags = set(next(ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")).split())
+    except (OSError, StopIteration):
+        return platform.machine()
+    best = "avx512" if {"avx512f", "avx512dq"} <= flags else "avx2" if {"avx2", "fma"} <= flags else "baseline"
+    cap = os.environ.get("GEASYNC_TWIN_SIMD")
+    if cap == "baseline" or (cap == "avx2" and best == "avx512"):
+        return cap
+    return best
+
+
+def outputs_agree(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.shape != b.shape:
+        return False
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    both_nan = np.isnan(a64) & np.isnan(b64)
+    scale = max(1.0, float(np.nanmax(np.abs(np.where(np.isfinite(b64), b64, 0))))) if b64.size else 1.0
+    close = np.isclose(a64, b64, rtol=1e-3, atol=1e-4 * scale) | both_nan
+    return bool(close.all())
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=0.3, help="measuring time per (case, runtime, round)")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best median per side is kept")
+    ap.add_argument("--sizes", default="small,64k,1M", help="comma-separated subset of: " + ", ".join(SIZES))
+    ap.add_argument("--only", default="", help="only cases whose name contains one of these (comma-separated)")
+    ap.add_argument("--out", type=pathlib.Path, default=None, help="also write the table (markdown) here")
+    args = ap.parse_args(argv)
+
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    sizes = [s for s in args.sizes.split(",") if s]
+    only = [s for s in args.only.split(",") if s]
+    rows = []
+    with ga.Session() as session:
+        gid = 0
+        for family, cases in FAMILIES.items():
+            for size in sizes:
+                for name, model, feeds in cases(size):
+                    if only and not any(o in name for o in only):
+                        continue
+                    blob = model.SerializeToString()
+                    gid += 1
+                    session.add_graph(gid, ga.Graph.from_onnx(blob))
+                    sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+                    names = [i.name for i in sess.get_inputs()]
+                    ort_feeds = dict(zip(names, feeds))
+                    with np.errstate(all="ignore"):
+                        twin_out = session.run_graph(gid, feeds)[0].numpy().copy()
+                        ort_out = sess.run(None, ort_feeds)[0]
+                    agree = outputs_agree(twin_out, ort_out)
+                    best_twin = best_ort = float("inf")
+                    for _ in range(args.rounds):
+                        best_twin = min(best_twin, time_calls(lambda: session.run_graph(gid, feeds), args.seconds))
+                        best_ort = min(best_ort, time_calls(lambda: sess.run(None, ort_feeds), args.seconds))
+                    session.remove_graph(gid)
+                    ratio = best_twin / best_ort
+                    rows.append((family, name, size, best_twin, best_ort, ratio, agree))
+                    print(f"{family:<26} {name:<36} {size:>5}: twin {best_twin:10.1f} us  onnxruntime "
+                          f"{best_ort:10.1f} us  ratio {ratio:5.2f}{'' if agree else '  OUTPUTS DIFFER'}",
+                          flush=True)
+
+    coretype = os.environ.get("OPENBLAS_CORETYPE")
+    header = (f"Twin vs onnxruntime {ort.__version__}, per operator (median microseconds per synchronous call from "
+              f"Python), 1 intra-op thread / {os.environ.get('GEASYNC_BLAS_THREADS', '1')} BLAS thread, "
+              f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}; "
+              f"OPENBLAS_CORETYPE {'=' + coretype if coretype else 'unset'} (OpenBLAS core: {blas_core()}), "
+              f"twin vector kernels: {vector_isa()}.")
+    lines = [header, "", "| family | case | size | twin (us) | onnxruntime (us) | twin / onnxruntime | outputs agree |",
+             "|---|---|---|---:|---:|---:|---|"]
+    for family, name, size, t, o, r, agree in rows:
+        lines.append(f"| {family} | {name} | {size} | {t:.1f} | {o:.1f} | {r:.2f} | {'yes' if agree else 'NO'} |")
+    if rows:
+        worst = max(rows, key=lambda r: r[5])
+        lines += ["", f"Worst ratio: {worst[5]:.2f} ({worst[1]}, {worst[2]}); target <= 1.5 for every row."]
+        over = [f"{r[1]} ({r[2]}): {r[5]:.2f}" for r in rows if r[5] > 1.5]
+        lines.append("Rows above 1.5: " + ("; ".join(over) if over else "none") + ".")
+    text = "\n".join(lines)
+    print()
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("# Operator speed: twin vs onnxruntime\n\n"
+                            f"Produced by `python benchmarks/bench_ops.py --out {args.out.as_posix()}`.\n\n"
+                            + text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

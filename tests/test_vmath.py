@@ -1,0 +1,209 @@
+"""The twin's vectorised float32 kernels (Exp, Log, Tanh, Erf, Sigmoid, Sqrt, Gelu, Floor/Ceil/Round, fused
+Softmax/LogSoftmax and LayerNormalization), through the public API: accuracy in ulp against float64 references on
+dense grids, edge values (NaN, infinities, signed zeros, denormals, overflow/underflow thresholds), and the same
+checks with the fallback instruction sets (GEASYNC_TWIN_SIMD caps the twin's choice, in a subprocess)."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx.reference import ReferenceEvaluator
+
+import geasync as ga
+from conftest import TensorProto, helper, make_model
+
+F = TensorProto.FLOAT
+ROOT = Path(__file__).resolve().parent.parent
+_erf = np.frompyfunc(math.erf, 1, 1)
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def run_op(op: str, x: np.ndarray, opset: int = 20, **attrs) -> np.ndarray:
+    model = make_model([helper.make_node(op, ["x"], ["y"], **attrs)], [("x", F, list(x.shape))],
+                       [("y", F, list(x.shape))], opset=opset)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        outs = s.run_graph(1, [x])
+        y = outs[0].numpy().copy()
+        del outs
+    return y
+
+
+def ulp_error(got: np.ndarray, ref64: np.ndarray) -> np.ndarray:
+    """|got - ref| in units of the float32 spacing at the reference (denormal spacing below FLT_MIN)."""
+    ref64 = np.asarray(ref64, dtype=np.float64)
+    with np.errstate(all="ignore"):  # spacing(FLT_MAX) overflows: that float32 ulp is inf
+        ref32 = np.abs(ref64.astype(np.float32))
+        spacing = np.maximum(np.spacing(ref32), np.float32(2.0 ** -149)).astype(np.float64)
+        spacing = np.where(np.isinf(spacing), 2.0 ** 104, spacing)
+    return np.abs(got.astype(np.float64) - ref64) / spacing
+
+
+def _grid() -> np.ndarray:
+    rng = np.random.default_rng(7)
+    return np.concatenate([
+        np.linspace(-12, 12, 120001), rng.standard_normal(50000) * 4, rng.uniform(-110, 100, 50000),
+        np.geomspace(1e-30, 80, 20000), -np.geomspace(1e-30, 80, 20000),
+    ]).astype(np.float32)
+
+
+# op -> (float64 reference, domain filter, max ulp error)
+ACCURACY = {
+    "Exp": (np.exp, lambda x: x, 2.0),
+    "Log": (np.log, lambda x: np.abs(x) + np.float32(1e-38), 2.0),
+    "Tanh": (np.tanh, lambda x: x, 3.0),
+    "Erf": (lambda v: _erf(v).astype(np.float64), lambda x: x, 4.0),
+    "Sigmoid": (lambda v: 1.0 / (1.0 + np.exp(-v)), lambda x: x, 4.0),
+    "Sqrt": (np.sqrt, np.abs, 0.5),
+    "Gelu": (lambda v: 0.5 * v * _erfc(-v / math.sqrt(2.0)).astype(np.float64), lambda x: x[x > -3], 16.0),
+}
+
+
+@pytest.mark.parametrize("op", sorted(ACCURACY))
+def test_float32_kernel_within_ulps_of_float64_reference(op):
+    ref_fn, domain, max_ulp = ACCURACY[op]
+    x = np.ascontiguousarray(domain(_grid())).astype(np.float32)
+    got = run_op(op, x)
+    with np.errstate(all="ignore"):
+        ref = ref_fn(x.astype(np.float64))
+        representable = np.isfinite(ref.astype(np.float32))
+    assert np.array_equal(np.isfinite(got), representable), x[np.isfinite(got) != representable][:5]
+    with np.errstate(all="ignore"):
+        err = ulp_error(got[representable], ref[representable])
+    worst = int(np.argmax(err))
+    assert err[worst] <= max_ulp, f"{op}: {err[worst]:.2f} ulp at x={x[representable][worst]!r}"
+
+
+EDGES = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 1e-40, -1e-40, 1.1754944e-38,
+                  3.4028235e38, -3.4028235e38, 88.72, 88.73, 89.0, -87.3, -87.4, -103.0, -103.9, -104.0, -120.0,
+                  0.625, -0.625, 0.8, -0.8, 9.0, -9.0, 10.0, -10.0, 20.0, -20.0, 1e30, -1e30], dtype=np.float32)
+
+
+@pytest.mark.parametrize("op", sorted(ACCURACY))
+def test_edge_values_match_float64_reference(op):
+    ref_fn, domain, max_ulp = ACCURACY[op]
+    x = EDGES if op != "Gelu" else EDGES[(EDGES > -3) | ~np.isfinite(EDGES)]
+    got = run_op(op, x)
+    with np.errstate(all="ignore"):
+        ref = np.asarray(ref_fn(x.astype(np.float64)), dtype=np.float64)
+        if op == "Gelu":  # like 0.5 x (1 + erf(x / sqrt2)) in numpy: inf at +inf, NaN (-inf * 0) at -inf
+            ref = np.where(x == np.inf, np.inf, np.where(x == -np.inf, np.nan, ref))
+        ref32 = ref.astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref32), err_msg=f"{op}: NaN positions, x={x}")
+    inf = np.isinf(ref32)
+    np.testing.assert_array_equal(got[inf], ref32[inf], err_msg=f"{op}: infinities")
+    fin = np.isfinite(ref32)
+    err = ulp_error(got[fin], ref[fin])
+    assert err.max() <= max(max_ulp, 2.0), f"{op}: {err.max():.2f} ulp at x={x[fin][int(np.argmax(err))]!r}"
+
+
+def test_gelu_negative_tail_relative_error():
+    # below x = -3 the result is a tiny erfc tail: x / sqrt2 and its square are rounded to float32 there, which
+    # bounds the relative error (in ulp it grows with x^2), as in any float32 evaluation of the formula
+    x = np.linspace(-13, -3, 20001).astype(np.float32)
+    got = run_op("Gelu", x).astype(np.float64)
+    ref = (0.5 * x.astype(np.float64) * _erfc(-x.astype(np.float64) / math.sqrt(2.0))).astype(np.float64)
+    np.testing.assert_allclose(got, ref, rtol=3e-5, atol=0)
+
+
+def test_exp_underflow_gives_denormals_and_zero_like_numpy():
+    x = np.array([-87.5, -95.0, -100.0, -103.2, -104.5, -200.0], np.float32)
+    got = run_op("Exp", x)
+    ref = np.exp(x.astype(np.float64)).astype(np.float32)
+    assert (got[:4] > 0).all() and (got[:4] < np.float32(1.1754944e-38)).all()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=2 * 2.0 ** -149)
+    assert got[-1] == 0 and got[-2] == 0
+
+
+@pytest.mark.parametrize("op", ["Floor", "Ceil", "Round"])
+def test_rounding_kernels_are_exact(op):
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.uniform(-50, 50, 10001), np.arange(-8, 8.5, 0.5), EDGES]).astype(np.float32)
+    np.testing.assert_array_equal(run_op(op, x), ReferenceEvaluator(
+        make_model([helper.make_node(op, ["x"], ["y"])], [("x", F, list(x.shape))], [("y", F, list(x.shape))],
+                   opset=20)).run(None, {"x": x})[0])
+
+
+# ---- fused row kernels ----
+
+def _softmax_model(op, shape, axis):
+    return make_model([helper.make_node(op, ["x"], ["y"], axis=axis)], [("x", F, list(shape))],
+                      [("y", F, list(shape))], opset=20)
+
+
+def _run_model(model, feeds):
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        outs = s.run_graph(1, list(feeds.values()))
+        got = [o.numpy().copy() for o in outs]
+        del outs
+    return got
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 15), (4, 16), (2, 17), (5, 1000), (2, 3, 33)])
+def test_softmax_rows_match_reference(op, shape):
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal(shape) * 20).astype(np.float32)
+    model = _softmax_model(op, shape, -1)
+    got = _run_model(model, {"x": x})[0]
+    with np.errstate(divide="ignore"):  # the reference's log(softmax) is -inf where softmax underflows
+        ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    if op == "LogSoftmax":
+        x64 = x.astype(np.float64)
+        ref = x64 - x64.max(axis=-1, keepdims=True)
+        ref = (ref - np.log(np.exp(ref).sum(axis=-1, keepdims=True))).astype(np.float32)
+    np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-6 if op == "Softmax" else 1e-5)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_edge_rows(op):
+    x = np.array([[1e30, -1e30, 0.0, 5.0], [-np.inf, 0.0, 1.0, 2.0], [np.nan, 1.0, 2.0, 3.0],
+                  [-87.0, -200.0, 0.0, 1e-40], [3.0, 3.0, 3.0, 3.0]], np.float32)
+    got = _run_model(_softmax_model(op, x.shape, -1), {"x": x})[0]
+    with np.errstate(all="ignore"):  # float64 formula (the reference takes log(softmax), -inf where it underflows)
+        x64 = x.astype(np.float64)
+        shifted = x64 - x64.max(axis=-1, keepdims=True)
+        lse = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        ref = (shifted - lse if op == "LogSoftmax" else np.exp(shifted - lse)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape,axis", [((4, 16), -1), ((3, 7, 33), -1), ((2, 5, 8), 1), ((1, 1000), -1), ((6, 1), -1)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_layer_norm_rows_match_reference(shape, axis, with_bias):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(shape) * 3 + 100).astype(np.float32)  # a large mean: cancellation must not hurt
+    tail = list(shape[axis:])
+    inits = [("s", rng.uniform(0.5, 1.5, tail).astype(np.float32))]
+    names = ["x", "s"]
+    if with_bias:
+        inits.append(("b", rng.standard_normal(tail).astype(np.float32)))
+        names.append("b")
+    node = helper.make_node("LayerNormalization", names, ["y", "mean", "inv"], axis=axis, epsilon=1e-5)
+    stat = list(shape[:axis % len(shape)]) + [1] * len(tail)
+    model = make_model([node], [("x", F, list(shape))], [("y", F, list(shape)), ("mean", F, stat), ("inv", F, stat)],
+                       initializers=inits, opset=20)
+    got = _run_model(model, {"x": x})
+    ref = ReferenceEvaluator(model).run(None, {"x": x})
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+
+
+# ---- the fallback instruction sets run the same checks ----
+
+@pytest.mark.parametrize("isa", ["baseline", "avx2"])
+def test_fallback_instruction_sets_pass_the_same_checks(isa):
+    env = {**os.environ, "GEASYNC_TWIN_SIMD": isa}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__)), "-k",
+         "not fallback_instruction_sets"], capture_output=True, text=True, timeout=600, env=env, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout
