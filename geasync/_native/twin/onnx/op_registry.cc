@@ -22,6 +22,7 @@ OpTable BuildTable() {
   RegisterMovementOps(&ops);
   RegisterReduceOps(&ops);
   RegisterLogicOps(&ops);
+  RegisterIndexOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;

@@ -50,6 +50,8 @@ struct KernelCtx {
   std::vector<const void *> in_data;   // compile-time constant inputs, else nullptr
   std::vector<TensorDesc> out;         // all static
 
+  bool has(size_t i) const { return i < in.size() && in[i] != nullptr; }
+
   // The same node as an inference input, for kernels that re-derive what inference computed (axes, slices);
   // every value-dependent input must be known here.
   InferCtx AsInferCtx() const {
@@ -94,6 +96,7 @@ void RegisterNNOps(std::vector<OpDef> *ops);
 void RegisterMovementOps(std::vector<OpDef> *ops);
 void RegisterReduceOps(std::vector<OpDef> *ops);
 void RegisterLogicOps(std::vector<OpDef> *ops);
+void RegisterIndexOps(std::vector<OpDef> *ops);
 
 // Decodes a Constant node's value attribute into a tensor (ParseModel calls it once per Constant node).
 bool BuildConstantValue(const Node &node, std::shared_ptr<const ConstTensor> *value, std::string *reason);
