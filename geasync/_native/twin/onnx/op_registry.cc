@@ -23,6 +23,7 @@ OpTable BuildTable() {
   RegisterReduceOps(&ops);
   RegisterLogicOps(&ops);
   RegisterIndexOps(&ops);
+  RegisterPadOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;
