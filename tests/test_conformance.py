@@ -43,8 +43,8 @@ NOT_IMPLEMENTED_YET = set(
     "Attention LinearAttention FlexAttention RotaryEmbedding RMSNormalization SwiGLU Swish SoftmaxCrossEntropyLoss "
     "NegativeLogLikelihoodLoss GridSample AffineGrid CausalConvWithState ConvTranspose DeformConv Col2Im DFT STFT "
     "HannWindow HammingWindow BlackmanWindow MelWeightMatrix BitCast ImageDecoder TfIdfVectorizer Unique "
-    "CenterCropPad Compress TensorScatter ReverseSequence NonZero MaxUnpool LpPool GlobalMaxPool LRN "
-    "LpNormalization InstanceNormalization GroupNormalization MeanVarianceNormalization DepthToSpace SpaceToDepth "
+    "CenterCropPad Compress TensorScatter ReverseSequence NonZero MaxUnpool LpPool LRN "
+    "InstanceNormalization GroupNormalization MeanVarianceNormalization "
     "Det".split()
 )
 

@@ -24,6 +24,7 @@ OpTable BuildTable() {
   RegisterLogicOps(&ops);
   RegisterIndexOps(&ops);
   RegisterPadOps(&ops);
+  RegisterSpaceOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;

@@ -98,6 +98,7 @@ void RegisterReduceOps(std::vector<OpDef> *ops);
 void RegisterLogicOps(std::vector<OpDef> *ops);
 void RegisterIndexOps(std::vector<OpDef> *ops);
 void RegisterPadOps(std::vector<OpDef> *ops);
+void RegisterSpaceOps(std::vector<OpDef> *ops);
 
 // Decodes a Constant node's value attribute into a tensor (ParseModel calls it once per Constant node).
 bool BuildConstantValue(const Node &node, std::shared_ptr<const ConstTensor> *value, std::string *reason);
