@@ -29,8 +29,8 @@ import pytest
 WORKERS = 2
 CASE_TIMEOUT_S = 30  # a case running longer counts as hung (the worker is killed and restarted after it)
 
-# Operators another change is adding: their cases are skipped as "operator not implemented yet: <op>". Merging
-# that change means deleting the names here.
+# Operators not implemented yet: their cases (plain and expanded) are skipped as "operator not implemented yet: <op>".
+# Implementing one (or merging the change that adds it) means deleting its name here.
 NOT_IMPLEMENTED_YET = set(
     # control flow, recurrent, quantisation, detection, resize, einsum, random
     "If Loop Scan LSTM GRU RNN QuantizeLinear DequantizeLinear QLinearConv QLinearMatMul MatMulInteger ConvInteger "
@@ -38,25 +38,62 @@ NOT_IMPLEMENTED_YET = set(
     "RandomNormalLike RandomUniformLike Multinomial Bernoulli "
     # unary element-wise math and activations
     "Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Round Floor Ceil Sign IsNaN IsInf Elu Selu HardSigmoid "
-    "HardSwish Mish Softplus Softsign PRelu ThresholdedRelu Celu".split()
+    "HardSwish Mish Softplus Softsign PRelu ThresholdedRelu Celu "
+    # the rest of the suite, still open in this change's issue
+    "Attention LinearAttention FlexAttention RotaryEmbedding RMSNormalization SwiGLU Swish SoftmaxCrossEntropyLoss "
+    "NegativeLogLikelihoodLoss GridSample AffineGrid CausalConvWithState ConvTranspose DeformConv Col2Im DFT STFT "
+    "HannWindow HammingWindow BlackmanWindow MelWeightMatrix BitCast ImageDecoder TfIdfVectorizer Unique "
+    "CenterCropPad Compress TensorScatter ReverseSequence NonZero MaxUnpool LpPool LRN "
+    "InstanceNormalization GroupNormalization MeanVarianceNormalization "
+    "Det".split()
 )
+
+# Operators outside the default ai.onnx domain (training, ai.onnx.ml) or over optional-typed values.
+OUT_OF_SCOPE = {
+    **dict.fromkeys("Adagrad Adam Momentum".split(),
+                    "ai.onnx.preview.training operator: the twin runs the default ai.onnx domain only"),
+    **dict.fromkeys("TreeEnsemble Binarizer ArrayFeatureExtractor".split(),
+                    "ai.onnx.ml operator: the twin runs the default ai.onnx domain only"),
+    **dict.fromkeys("OptionalHasElement OptionalGetElement".split(),
+                    "optional-typed values are not supported by the twin (tensors only)"),
+}
+
+# Expanded (function-body) cases that fail for a reason other than an operator of their body not implemented yet.
+EXPANDED_FAILURES = {
+    "test_attention_4d_causal_fp16_expanded":
+        "float16 expanded body: the reference rounds every intermediate to float16, the twin's float16 Softmax "
+        "computes in float32; the difference exceeds the case's rtol=1e-3",
+}
 
 _EXOTIC = "{} is not an element type the twin (or GE's DataType set that geasync exposes) represents"
 
 
-def skips(cases_by_name: dict[str, str]) -> dict[str, str]:
-    """case name -> reason, for every case that is not expected to pass. cases_by_name: case name -> operator."""
+def skips(cases) -> dict[str, str]:
+    """case name -> reason, for every case that is not expected to pass. cases: [(operator, case)]."""
     s: dict[str, str] = {}
-    for name, op in cases_by_name.items():
-        if op in NOT_IMPLEMENTED_YET:
+    for op, case in cases:
+        name = case.name
+        used = sorted({n.op_type for n in case.model.graph.node} & NOT_IMPLEMENTED_YET)
+        if op in OUT_OF_SCOPE:
+            s[name] = OUT_OF_SCOPE[op]
+        elif "_expanded" not in name and op in NOT_IMPLEMENTED_YET:
             s[name] = f"operator not implemented yet: {op}"
+        elif used:
+            s[name] = f"the expanded graph uses an operator not implemented yet: {', '.join(used)}"
+        elif name in EXPANDED_FAILURES:
+            s[name] = EXPANDED_FAILURES[name]
     s.update({
         "test_batchnorm_example_training_mode":
             "BatchNormalization training_mode=1 (running statistics outputs): the twin implements inference only",
         "test_batchnorm_epsilon_training_mode":
             "BatchNormalization training_mode=1 (running statistics outputs): the twin implements inference only",
     })
-    return {k: v for k, v in s.items() if k in cases_by_name}
+    for name in ("test_training_dropout", "test_training_dropout_mask", "test_training_dropout_default",
+                 "test_training_dropout_default_mask"):
+        s[name] = ("Dropout training_mode=1 with ratio > 0 draws a random mask (the expected values come from numpy's "
+                   "generator); the twin implements inference only and refuses it at run time")
+    names = {c.name for _, c in cases}
+    return {k: v for k, v in s.items() if k in names}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -250,7 +287,7 @@ def _ort_available() -> bool:
 if __name__ != "__main__":
     ALL_CASES = collect()
     OP_OF = {c.name: op for op, c in ALL_CASES}
-    SKIPS = skips(OP_OF)
+    SKIPS = skips(ALL_CASES)
     OPERATORS = sorted({op for op, _ in ALL_CASES})
     _RESULTS: dict[str, tuple[bool, str]] = {}
     _ORT_RESULTS: dict[str, tuple[bool, str]] = {}

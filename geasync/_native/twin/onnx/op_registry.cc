@@ -29,6 +29,9 @@ OpTable BuildTable() {
   RegisterEinsumOps(&ops);
   RegisterRnnOps(&ops);
   RegisterRandomOps(&ops);
+  RegisterIndexOps(&ops);
+  RegisterPadOps(&ops);
+  RegisterSpaceOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;

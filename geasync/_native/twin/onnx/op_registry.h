@@ -50,6 +50,8 @@ struct KernelCtx {
   std::vector<const void *> in_data;   // compile-time constant inputs, else nullptr
   std::vector<TensorDesc> out;         // all static
 
+  bool has(size_t i) const { return i < in.size() && in[i] != nullptr; }
+
   // The same node as an inference input, for kernels that re-derive what inference computed (axes, slices);
   // every value-dependent input must be known here.
   InferCtx AsInferCtx() const {
@@ -104,6 +106,9 @@ void RegisterEinsumOps(std::vector<OpDef> *ops);
 void RegisterDetectOps(std::vector<OpDef> *ops);
 void RegisterRnnOps(std::vector<OpDef> *ops);
 void RegisterRandomOps(std::vector<OpDef> *ops);
+void RegisterIndexOps(std::vector<OpDef> *ops);
+void RegisterPadOps(std::vector<OpDef> *ops);
+void RegisterSpaceOps(std::vector<OpDef> *ops);
 
 // Decodes a Constant node's value attribute into a tensor (ParseModel calls it once per Constant node).
 bool BuildConstantValue(const Node &node, std::shared_ptr<const ConstTensor> *value, std::string *reason);

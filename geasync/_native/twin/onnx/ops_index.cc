@@ -1,0 +1,889 @@
+// Index-driven and axis-wise ops: ArgMax/ArgMin, Hardmax, GatherElements, GatherND, ScatterElements (and the
+// deprecated Scatter), ScatterND, OneHot, EyeLike, Trilu, CumSum/CumProd, Shrink, Dropout (inference).
+// Tensors are viewed as [outer, axis, inner]; data movement dispatches on the element width only. An index out of
+// range fails the run with a message (never an out-of-bounds access).
+#pragma GCC optimize("O3", "no-trapping-math")
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "elem.h"
+
+namespace twin {
+namespace onnx {
+namespace {
+
+struct AxisView {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+AxisView ViewAt(const std::vector<int64_t> &dims, int64_t axis) {
+  AxisView v;
+  for (int64_t i = 0; i < axis; ++i) v.outer *= dims[i];
+  v.n = dims.empty() ? 1 : dims[axis];
+  for (size_t i = axis + 1; i < dims.size(); ++i) v.inner *= dims[i];
+  return v;
+}
+
+bool IndexType(ElemType t) { return t == ElemType::kInt64 || t == ElemType::kInt32; }
+
+// Calls f(U{}) with the unsigned integer type of the element width of t.
+template <class F>
+bool VisitWidth(ElemType t, F &&f) {
+  switch (ElemSize(t)) {
+    case 1: f(uint8_t{}); return true;
+    case 2: f(uint16_t{}); return true;
+    case 4: f(uint32_t{}); return true;
+    case 8: f(uint64_t{}); return true;
+    default: return false;
+  }
+}
+
+template <class F>
+bool VisitIndex(ElemType t, F &&f) {
+  if (t == ElemType::kInt64) f(int64_t{});
+  else if (t == ElemType::kInt32) f(int32_t{});
+  else return false;
+  return true;
+}
+
+bool NormIndex(int64_t i, int64_t n, int64_t *out, std::string *reason) {
+  if (i < -n || i >= n) {
+    *reason = "index " + std::to_string(i) + " is out of range [" + std::to_string(-n) + ", " + std::to_string(n) + ")";
+    return false;
+  }
+  *out = i < 0 ? i + n : i;
+  return true;
+}
+
+bool AxisAttr(const Node &n, int64_t def, int64_t rank, int64_t *axis, std::string *reason) {
+  int64_t a;
+  return AttrInt(n, "axis", def, &a, reason) && NormalizeAxis(a, rank, false, axis, reason);
+}
+
+// ---- ArgMax / ArgMin ----
+
+bool InferArg(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0];
+  if (!IsNumericType(x.dtype)) {
+    *reason = DtypeNotSupported(x.dtype);
+    return false;
+  }
+  int64_t axis, keepdims;
+  const int64_t r = static_cast<int64_t>(x.dims.size());
+  if (!AxisAttr(*c->node, 0, std::max<int64_t>(r, 1), &axis, reason) || !AttrInt(*c->node, "keepdims", 1, &keepdims, reason))
+    return false;
+  c->out[0].dtype = ElemType::kInt64;
+  c->out[0].dims.clear();
+  for (int64_t i = 0; i < r; ++i) {
+    if (i != axis) c->out[0].dims.push_back(x.dims[i]);
+    else if (keepdims) c->out[0].dims.push_back(1);
+  }
+  return true;
+}
+
+template <class S, bool kMax>
+class ArgKernel : public Kernel {
+  using C = typename Num<S>::C;
+
+ public:
+  ArgKernel(AxisView v, bool last) : v_(v), last_(last) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const S *x = static_cast<const S *>(in[0]);
+    int64_t *y = static_cast<int64_t *>(out[0]);
+    for (int64_t o = 0; o < v_.outer; ++o) {
+      for (int64_t i = 0; i < v_.inner; ++i) {
+        const S *p = x + o * v_.n * v_.inner + i;
+        int64_t best = 0;
+        C bv = Num<S>::Load(p[0]);
+        for (int64_t k = 1; k < v_.n; ++k) {
+          const C cv = Num<S>::Load(p[k * v_.inner]);
+          if (Better(cv, bv) || (last_ && cv == bv)) {
+            bv = cv;
+            best = k;
+          }
+        }
+        y[o * v_.inner + i] = best;
+      }
+    }
+    return true;
+  }
+
+ private:
+  // NaN wins (the first one, like numpy), then the larger (ArgMax) or smaller (ArgMin) value.
+  static bool Better(C cv, C bv) {
+    if constexpr (kIsFloat<S>) {
+      if (bv != bv) return false;
+      if (cv != cv) return true;
+    }
+    return kMax ? cv > bv : cv < bv;
+  }
+  AxisView v_;
+  bool last_;
+};
+
+template <bool kMax>
+std::unique_ptr<Kernel> PrepareArg(const KernelCtx &c, std::string *reason) {
+  int64_t axis, last;
+  const auto &d = c.in[0]->dims;
+  if (!AxisAttr(*c.node, 0, std::max<int64_t>(d.size(), 1), &axis, reason) ||
+      !AttrInt(*c.node, "select_last_index", 0, &last, reason))
+    return nullptr;
+  if (ViewAt(d, axis).n == 0) {
+    *reason = "cannot take ArgMax/ArgMin over an empty axis";
+    return nullptr;
+  }
+  std::unique_ptr<Kernel> k;
+  VisitType(c.in[0]->dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (!std::is_same<S, Bool>::value) k = std::make_unique<ArgKernel<S, kMax>>(ViewAt(d, axis), last != 0);
+  });
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return k;
+}
+
+// ---- Hardmax: 1 at the first maximum along axis, else 0 (opset < 13: over the flattened [axis:] block) ----
+
+bool InferSameFloat(InferCtx *c, std::string *reason) {
+  if (!IsFloatType(c->in[0]->dtype)) {
+    *reason = DtypeNotSupported(c->in[0]->dtype);
+    return false;
+  }
+  c->out[0] = *c->in[0];
+  return true;
+}
+
+template <class S>
+class HardmaxKernel : public Kernel {
+  using C = typename Num<S>::C;
+
+ public:
+  explicit HardmaxKernel(AxisView v) : v_(v) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const S *x = static_cast<const S *>(in[0]);
+    S *y = static_cast<S *>(out[0]);
+    for (int64_t o = 0; o < v_.outer; ++o) {
+      for (int64_t i = 0; i < v_.inner; ++i) {
+        const int64_t base = o * v_.n * v_.inner + i;
+        int64_t best = 0;
+        C bv = Num<S>::Load(x[base]);
+        for (int64_t k = 0; k < v_.n; ++k) {
+          const C cv = Num<S>::Load(x[base + k * v_.inner]);
+          if (cv > bv) {
+            bv = cv;
+            best = k;
+          }
+          y[base + k * v_.inner] = Num<S>::Store(C(0));
+        }
+        if (v_.n) y[base + best * v_.inner] = Num<S>::Store(C(1));
+      }
+    }
+    return true;
+  }
+
+ private:
+  AxisView v_;
+};
+
+std::unique_ptr<Kernel> PrepareHardmax(const KernelCtx &c, std::string *reason) {
+  const auto &d = c.in[0]->dims;
+  const int64_t r = std::max<int64_t>(d.size(), 1);
+  int64_t axis;
+  if (!AxisAttr(*c.node, c.opset >= 13 ? -1 : 1, r, &axis, reason)) return nullptr;
+  AxisView v = ViewAt(d, axis);
+  if (c.opset < 13) {  // softmax-style 2-D coercion: [prod(dims[:axis]), prod(dims[axis:])]
+    v.n *= v.inner;
+    v.inner = 1;
+  }
+  std::unique_ptr<Kernel> k;
+  VisitType(c.in[0]->dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (kIsFloat<S>) k = std::make_unique<HardmaxKernel<S>>(v);
+  });
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return k;
+}
+
+// ---- GatherElements / ScatterElements ----
+
+bool InferGatherElements(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0], &idx = *c->in[1];
+  if (!IndexType(idx.dtype)) {
+    *reason = "indices must be int32 or int64, got " + DescStr(idx);
+    return false;
+  }
+  if (idx.dims.size() != x.dims.size()) {
+    *reason = "indices rank " + std::to_string(idx.dims.size()) + " differs from data rank " +
+              std::to_string(x.dims.size());
+    return false;
+  }
+  int64_t axis;
+  if (!AxisAttr(*c->node, 0, std::max<int64_t>(x.dims.size(), 1), &axis, reason)) return false;
+  c->out[0].dtype = x.dtype;
+  c->out[0].dims = idx.dims;
+  return true;
+}
+
+// Element offsets in a tensor of dims `data` for each position of a tensor of dims `walk`, with the axis term
+// left out (added per element from the index): off[p] = sum_{d != axis} coord_d(p) * stride_data[d].
+std::vector<int64_t> WalkOffsets(const std::vector<int64_t> &walk, const std::vector<int64_t> &data, int64_t axis) {
+  const std::vector<int64_t> ds = Strides(data);
+  int64_t n = 1;
+  for (int64_t d : walk) n *= d;
+  std::vector<int64_t> off(static_cast<size_t>(n));
+  std::vector<int64_t> coord(walk.size(), 0);
+  int64_t cur = 0;
+  for (int64_t p = 0; p < n; ++p) {
+    off[p] = cur;
+    for (size_t d = walk.size(); d-- > 0;) {
+      const int64_t step = static_cast<int64_t>(d) == axis ? 0 : ds[d];
+      cur += step;
+      if (++coord[d] < walk[d]) break;
+      cur -= step * walk[d];
+      coord[d] = 0;
+    }
+  }
+  return off;
+}
+
+template <class U, class I>
+class GatherElementsKernel : public Kernel {
+ public:
+  GatherElementsKernel(std::vector<int64_t> off, int64_t axis_n, int64_t axis_stride)
+      : off_(std::move(off)), n_(axis_n), stride_(axis_stride) {}
+  bool Run(const void *const *in, void *const *out, std::string *reason) override {
+    const U *x = static_cast<const U *>(in[0]);
+    const I *idx = static_cast<const I *>(in[1]);
+    U *y = static_cast<U *>(out[0]);
+    for (size_t p = 0; p < off_.size(); ++p) {
+      int64_t k;
+      if (!NormIndex(idx[p], n_, &k, reason)) return false;
+      y[p] = x[off_[p] + k * stride_];
+    }
+    return true;
+  }
+
+ private:
+  std::vector<int64_t> off_;
+  int64_t n_, stride_;
+};
+
+std::unique_ptr<Kernel> PrepareGatherElements(const KernelCtx &c, std::string *reason) {
+  const auto &d = c.in[0]->dims;
+  int64_t axis;
+  if (!AxisAttr(*c.node, 0, std::max<int64_t>(d.size(), 1), &axis, reason)) return nullptr;
+  std::vector<int64_t> off = WalkOffsets(c.in[1]->dims, d, axis);
+  const int64_t n = d.empty() ? 1 : d[axis], stride = d.empty() ? 1 : Strides(d)[axis];
+  std::unique_ptr<Kernel> k;
+  VisitWidth(c.in[0]->dtype, [&](auto u) {
+    VisitIndex(c.in[1]->dtype, [&](auto i) {
+      k = std::make_unique<GatherElementsKernel<decltype(u), decltype(i)>>(off, n, stride);
+    });
+  });
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return k;
+}
+
+enum Reduction { kNone, kAdd, kMul, kMaxR, kMinR };
+
+bool ReadReduction(const Node &n, Reduction *r, std::string *reason) {
+  const Attribute *a = n.FindAttr("reduction");
+  *r = kNone;
+  if (!a) return true;
+  if (a->type != kAttrString) {
+    *reason = "attribute 'reduction' must be a string";
+    return false;
+  }
+  if (a->s == "none") *r = kNone;
+  else if (a->s == "add") *r = kAdd;
+  else if (a->s == "mul") *r = kMul;
+  else if (a->s == "max") *r = kMaxR;
+  else if (a->s == "min") *r = kMinR;
+  else {
+    *reason = "attribute 'reduction' must be none, add, mul, max or min, got '" + a->s + "'";
+    return false;
+  }
+  return true;
+}
+
+bool CheckScatter(const Node &n, int64_t, std::string *reason) {
+  Reduction r;
+  return ReadReduction(n, &r, reason);
+}
+
+template <class S>
+inline void Reduce(S *dst, S v, Reduction r) {
+  using C = typename Num<S>::C;
+  if (r == kNone) {
+    *dst = v;
+    return;
+  }
+  const C a = Num<S>::Load(*dst), b = Num<S>::Load(v);
+  C out;
+  if constexpr (std::is_same<C, bool>::value) {
+    out = r == kAdd || r == kMaxR ? (a || b) : (a && b);
+  } else {
+    out = r == kAdd ? C(a + b) : r == kMul ? C(a * b) : r == kMaxR ? std::max(a, b) : std::min(a, b);
+  }
+  *dst = Num<S>::Store(out);
+}
+
+bool InferScatterElements(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0], &idx = *c->in[1], &upd = *c->in[2];
+  if (!IndexType(idx.dtype)) {
+    *reason = "indices must be int32 or int64, got " + DescStr(idx);
+    return false;
+  }
+  if (upd.dtype != x.dtype || idx.dims.size() != x.dims.size()) {
+    *reason = "updates must have data's dtype and indices data's rank";
+    return false;
+  }
+  int64_t axis;
+  if (!AxisAttr(*c->node, 0, std::max<int64_t>(x.dims.size(), 1), &axis, reason)) return false;
+  c->out[0] = x;
+  return true;
+}
+
+template <class S, class I>
+class ScatterElementsKernel : public Kernel {
+ public:
+  ScatterElementsKernel(std::vector<int64_t> off, int64_t n, int64_t stride, size_t bytes, Reduction r)
+      : off_(std::move(off)), n_(n), stride_(stride), bytes_(bytes), r_(r) {}
+  bool Run(const void *const *in, void *const *out, std::string *reason) override {
+    const I *idx = static_cast<const I *>(in[1]);
+    const S *upd = static_cast<const S *>(in[2]);
+    S *y = static_cast<S *>(out[0]);
+    if (y != in[0]) CopyBytes(y, in[0], bytes_);
+    for (size_t p = 0; p < off_.size(); ++p) {
+      int64_t k;
+      if (!NormIndex(idx[p], n_, &k, reason)) return false;
+      Reduce(y + off_[p] + k * stride_, upd[p], r_);
+    }
+    return true;
+  }
+
+ private:
+  std::vector<int64_t> off_;
+  int64_t n_, stride_;
+  size_t bytes_;
+  Reduction r_;
+};
+
+std::unique_ptr<Kernel> PrepareScatterElements(const KernelCtx &c, std::string *reason) {
+  const auto &d = c.in[0]->dims;
+  int64_t axis;
+  Reduction r;
+  if (!AxisAttr(*c.node, 0, std::max<int64_t>(d.size(), 1), &axis, reason) || !ReadReduction(*c.node, &r, reason))
+    return nullptr;
+  std::vector<int64_t> off = WalkOffsets(c.in[1]->dims, d, axis);
+  const int64_t n = d.empty() ? 1 : d[axis], stride = d.empty() ? 1 : Strides(d)[axis];
+  std::unique_ptr<Kernel> k;
+  VisitType(c.in[0]->dtype, [&](auto tag) {
+    VisitIndex(c.in[1]->dtype, [&](auto i) {
+      k = std::make_unique<ScatterElementsKernel<decltype(tag), decltype(i)>>(off, n, stride, c.out[0].Bytes(), r);
+    });
+  });
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return k;
+}
+
+// ---- GatherND / ScatterND ----
+
+bool InferGatherND(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0], &idx = *c->in[1];
+  int64_t b;
+  if (!AttrInt(*c->node, "batch_dims", 0, &b, reason)) return false;
+  if (idx.dtype != ElemType::kInt64 || idx.dims.empty()) {
+    *reason = "indices must be an int64 tensor of rank >= 1, got " + DescStr(idx);
+    return false;
+  }
+  const int64_t q = static_cast<int64_t>(idx.dims.size()), r = static_cast<int64_t>(x.dims.size());
+  const int64_t k = idx.dims.back();
+  if (k < 0) {
+    *reason = "the last dim of indices must be known";
+    return false;
+  }
+  if (b < 0 || b >= std::min(q, r) || k > r - b) {
+    *reason = "batch_dims / indices shape do not fit the data: " + DescStr(x) + ", " + DescStr(idx);
+    return false;
+  }
+  c->out[0].dtype = x.dtype;
+  c->out[0].dims.assign(idx.dims.begin(), idx.dims.end() - 1);
+  for (int64_t i = b + k; i < r; ++i) c->out[0].dims.push_back(x.dims[i]);
+  return true;
+}
+
+// Shared geometry: `batch` leading dims, `tuples` index tuples of length k per batch, each selecting a slice of
+// `slice` elements from the data block of `block` elements of that batch.
+struct NDGeometry {
+  int64_t batch = 1, tuples = 1, k = 0, slice = 1, block = 1;
+  std::vector<int64_t> dims, strides;  // the k indexed data dims and their element strides within a block
+};
+
+NDGeometry MakeND(const std::vector<int64_t> &data, const std::vector<int64_t> &idx, int64_t b) {
+  NDGeometry g;
+  g.k = idx.back();
+  for (int64_t i = 0; i < b; ++i) g.batch *= data[i];
+  for (size_t i = b; i + 1 < idx.size(); ++i) g.tuples *= idx[i];
+  for (size_t i = b + g.k; i < data.size(); ++i) g.slice *= data[i];
+  for (size_t i = b; i < data.size(); ++i) g.block *= data[i];
+  const std::vector<int64_t> st = Strides(data);
+  for (int64_t j = 0; j < g.k; ++j) {
+    g.dims.push_back(data[b + j]);
+    g.strides.push_back(st[b + j]);
+  }
+  return g;
+}
+
+bool TupleOffset(const NDGeometry &g, const int64_t *t, int64_t *off, std::string *reason) {
+  *off = 0;
+  for (int64_t j = 0; j < g.k; ++j) {
+    int64_t v;
+    if (!NormIndex(t[j], g.dims[j], &v, reason)) return false;
+    *off += v * g.strides[j];
+  }
+  return true;
+}
+
+template <class U>
+class GatherNDKernel : public Kernel {
+ public:
+  explicit GatherNDKernel(NDGeometry g) : g_(std::move(g)) {}
+  bool Run(const void *const *in, void *const *out, std::string *reason) override {
+    const U *x = static_cast<const U *>(in[0]);
+    const int64_t *idx = static_cast<const int64_t *>(in[1]);
+    U *y = static_cast<U *>(out[0]);
+    for (int64_t b = 0; b < g_.batch; ++b) {
+      for (int64_t t = 0; t < g_.tuples; ++t) {
+        int64_t off;
+        if (!TupleOffset(g_, idx + (b * g_.tuples + t) * g_.k, &off, reason)) return false;
+        std::memcpy(y + (b * g_.tuples + t) * g_.slice, x + b * g_.block + off, g_.slice * sizeof(U));
+      }
+    }
+    return true;
+  }
+
+ private:
+  NDGeometry g_;
+};
+
+std::unique_ptr<Kernel> PrepareGatherND(const KernelCtx &c, std::string *reason) {
+  int64_t b;
+  if (!AttrInt(*c.node, "batch_dims", 0, &b, reason)) return nullptr;
+  NDGeometry g = MakeND(c.in[0]->dims, c.in[1]->dims, b);
+  std::unique_ptr<Kernel> k;
+  VisitWidth(c.in[0]->dtype, [&](auto u) { k = std::make_unique<GatherNDKernel<decltype(u)>>(g); });
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return k;
+}
+
+bool InferScatterND(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0], &idx = *c->in[1];
+  if (idx.dtype != ElemType::kInt64 || idx.dims.empty() || idx.dims.back() < 0 ||
+      idx.dims.back() > static_cast<int64_t>(x.dims.size()) || c->in[2]->dtype != x.dtype) {
+    *reason = "indices must be int64 with a last dim <= data rank, updates of data's dtype";
+    return false;
+  }
+  c->out[0] = x;
+  return true;
+}
+
+template <class S>
+class ScatterNDKernel : public Kernel {
+ public:
+  ScatterNDKernel(NDGeometry g, size_t bytes, Reduction r) : g_(std::move(g)), bytes_(bytes), r_(r) {}
+  bool Run(const void *const *in, void *const *out, std::string *reason) override {
+    const int64_t *idx = static_cast<const int64_t *>(in[1]);
+    const S *upd = static_cast<const S *>(in[2]);
+    S *y = static_cast<S *>(out[0]);
+    if (y != in[0]) CopyBytes(y, in[0], bytes_);
+    for (int64_t t = 0; t < g_.tuples; ++t) {
+      int64_t off;
+      if (!TupleOffset(g_, idx + t * g_.k, &off, reason)) return false;
+      for (int64_t j = 0; j < g_.slice; ++j) Reduce(y + off + j, upd[t * g_.slice + j], r_);
+    }
+    return true;
+  }
+
+ private:
+  NDGeometry g_;
+  size_t bytes_;
+  Reduction r_;
+};
+
+std::unique_ptr<Kernel> PrepareScatterND(const KernelCtx &c, std::string *reason) {
+  Reduction r;
+  if (!ReadReduction(*c.node, &r, reason)) return nullptr;
+  NDGeometry g = MakeND(c.in[0]->dims, c.in[1]->dims, 0);
+  std::unique_ptr<Kernel> k;
+  VisitType(c.in[0]->dtype, [&](auto tag) {
+    k = std::make_unique<ScatterNDKernel<decltype(tag)>>(g, c.out[0].Bytes(), r);
+  });
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return k;
+}
+
+// ---- OneHot(indices, depth, values[off, on]) ----
+
+bool InferOneHot(InferCtx *c, std::string *reason) {
+  const TensorDesc &idx = *c->in[0];
+  if (!IsNumericType(idx.dtype) || !IsNumericType(c->in[2]->dtype)) {
+    *reason = DtypeNotSupported(idx.dtype);
+    return false;
+  }
+  double depth;
+  const ValueState st = ReadScalarInput(c, 1, &depth, reason);
+  if (st == ValueState::kError) return false;
+  const int64_t r = static_cast<int64_t>(idx.dims.size());
+  int64_t axis;
+  if (!AxisAttr(*c->node, -1, r + 1, &axis, reason)) return false;
+  c->out[0].dtype = c->in[2]->dtype;
+  c->out[0].dims = idx.dims;
+  c->out[0].dims.insert(c->out[0].dims.begin() + axis, st == ValueState::kKnown ? static_cast<int64_t>(depth) : -1);
+  return true;
+}
+
+template <class SI, class U>
+class OneHotKernel : public Kernel {
+ public:
+  OneHotKernel(AxisView v) : v_(v) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const SI *idx = static_cast<const SI *>(in[0]);
+    const U *vals = static_cast<const U *>(in[2]);
+    U *y = static_cast<U *>(out[0]);
+    const U off = vals[0], on = vals[1];
+    std::fill(y, y + v_.outer * v_.n * v_.inner, off);
+    for (int64_t o = 0; o < v_.outer; ++o) {
+      for (int64_t i = 0; i < v_.inner; ++i) {
+        int64_t k = static_cast<int64_t>(Num<SI>::Load(idx[o * v_.inner + i]));
+        if (k < 0) k += v_.n;
+        if (k >= 0 && k < v_.n) y[(o * v_.n + k) * v_.inner + i] = on;  // out of range: all "off", like ONNX
+      }
+    }
+    return true;
+  }
+
+ private:
+  AxisView v_;
+};
+
+std::unique_ptr<Kernel> PrepareOneHot(const KernelCtx &c, std::string *reason) {
+  const auto &od = c.out[0].dims;
+  int64_t axis;
+  if (!AxisAttr(*c.node, -1, static_cast<int64_t>(od.size()), &axis, reason)) return nullptr;
+  const AxisView v = ViewAt(od, axis);
+  std::unique_ptr<Kernel> k;
+  VisitType(c.in[0]->dtype, [&](auto si) {
+    using SI = decltype(si);
+    if constexpr (!std::is_same<SI, Bool>::value)
+      VisitWidth(c.out[0].dtype, [&](auto u) { k = std::make_unique<OneHotKernel<SI, decltype(u)>>(v); });
+  });
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return k;
+}
+
+// ---- EyeLike ----
+
+bool InferEyeLike(InferCtx *c, std::string *reason) {
+  if (c->in[0]->dims.size() != 2) {
+    *reason = "input must be 2-D, got " + DescStr(*c->in[0]);
+    return false;
+  }
+  int64_t dt;
+  if (!AttrInt(*c->node, "dtype", -1, &dt, reason)) return false;
+  ElemType t = c->in[0]->dtype;
+  if (dt >= 0 && !OnnxTypeToElemType(dt, &t)) {
+    *reason = std::string("dtype ") + OnnxTypeName(dt) + " is not supported by the twin";
+    return false;
+  }
+  c->out[0].dtype = t;
+  c->out[0].dims = c->in[0]->dims;
+  return true;
+}
+
+template <class S>
+class EyeKernel : public Kernel {
+ public:
+  EyeKernel(int64_t rows, int64_t cols, int64_t k) : rows_(rows), cols_(cols), k_(k) {}
+  bool Run(const void *const *, void *const *out, std::string *) override {
+    S *y = static_cast<S *>(out[0]);
+    using C = typename Num<S>::C;
+    std::fill(y, y + rows_ * cols_, Num<S>::Store(C(0)));
+    for (int64_t i = 0; i < rows_; ++i) {
+      const int64_t j = i + k_;
+      if (j >= 0 && j < cols_) y[i * cols_ + j] = Num<S>::Store(C(1));
+    }
+    return true;
+  }
+
+ private:
+  int64_t rows_, cols_, k_;
+};
+
+std::unique_ptr<Kernel> PrepareEyeLike(const KernelCtx &c, std::string *reason) {
+  int64_t kk;
+  if (!AttrInt(*c.node, "k", 0, &kk, reason)) return nullptr;
+  std::unique_ptr<Kernel> k;
+  VisitType(c.out[0].dtype, [&](auto tag) {
+    k = std::make_unique<EyeKernel<decltype(tag)>>(c.out[0].dims[0], c.out[0].dims[1], kk);
+  });
+  if (!k) *reason = DtypeNotSupported(c.out[0].dtype);
+  return k;
+}
+
+// ---- Trilu(input, k?) over the last two dims; k is read at run time ----
+
+bool InferTrilu(InferCtx *c, std::string *reason) {
+  if (c->in[0]->dims.size() < 2) {
+    *reason = "input must have rank >= 2, got " + DescStr(*c->in[0]);
+    return false;
+  }
+  if (c->has(1) && !IndexType(c->in[1]->dtype)) {
+    *reason = "k must be int64, got " + DescStr(*c->in[1]);
+    return false;
+  }
+  c->out[0] = *c->in[0];
+  return true;
+}
+
+template <class U>
+class TriluKernel : public Kernel {
+ public:
+  TriluKernel(int64_t mats, int64_t rows, int64_t cols, bool upper, bool has_k)
+      : mats_(mats), rows_(rows), cols_(cols), upper_(upper), has_k_(has_k) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const U *x = static_cast<const U *>(in[0]);
+    U *y = static_cast<U *>(out[0]);
+    const int64_t k = has_k_ ? *static_cast<const int64_t *>(in[1]) : 0;
+    for (int64_t m = 0; m < mats_; ++m) {
+      for (int64_t i = 0; i < rows_; ++i) {
+        const U *px = x + (m * rows_ + i) * cols_;
+        U *py = y + (m * rows_ + i) * cols_;
+        // upper keeps j >= i + k; lower keeps j <= i + k
+        const int64_t edge = std::clamp<int64_t>(upper_ ? i + k : i + k + 1, 0, cols_);
+        for (int64_t j = 0; j < cols_; ++j) py[j] = ((j >= edge) == upper_) ? px[j] : U(0);
+      }
+    }
+    return true;
+  }
+
+ private:
+  int64_t mats_, rows_, cols_;
+  bool upper_, has_k_;
+};
+
+std::unique_ptr<Kernel> PrepareTrilu(const KernelCtx &c, std::string *reason) {
+  int64_t upper;
+  if (!AttrInt(*c.node, "upper", 1, &upper, reason)) return nullptr;
+  if (c.has(1) && c.in[1]->dtype != ElemType::kInt64) {
+    *reason = "k must be int64";
+    return nullptr;
+  }
+  const auto &d = c.out[0].dims;
+  const int64_t rows = d[d.size() - 2], cols = d.back();
+  const int64_t mats = rows * cols != 0 ? c.out[0].NumElements() / (rows * cols) : 0;
+  std::unique_ptr<Kernel> k;
+  VisitWidth(c.out[0].dtype, [&](auto u) {
+    k = std::make_unique<TriluKernel<decltype(u)>>(mats, rows, cols, upper != 0, c.has(1));
+  });
+  if (!k) *reason = DtypeNotSupported(c.out[0].dtype);
+  return k;
+}
+
+// ---- CumSum / CumProd(x, axis) with exclusive / reverse; axis is read at run time ----
+
+bool InferCum(InferCtx *c, std::string *reason) {
+  if (!IsNumericType(c->in[0]->dtype)) {
+    *reason = DtypeNotSupported(c->in[0]->dtype);
+    return false;
+  }
+  if (!IndexType(c->in[1]->dtype)) {
+    *reason = "axis must be int32 or int64, got " + DescStr(*c->in[1]);
+    return false;
+  }
+  c->out[0] = *c->in[0];
+  return true;
+}
+
+template <class S, class I, bool kProd>
+class CumKernel : public Kernel {
+  using C = typename Num<S>::C;
+  using Acc = std::conditional_t<std::is_floating_point<C>::value, double, C>;
+
+ public:
+  CumKernel(std::vector<int64_t> dims, bool exclusive, bool reverse)
+      : dims_(std::move(dims)), exclusive_(exclusive), reverse_(reverse) {}
+  bool Run(const void *const *in, void *const *out, std::string *reason) override {
+    const S *x = static_cast<const S *>(in[0]);
+    S *y = static_cast<S *>(out[0]);
+    int64_t axis;
+    const int64_t r = std::max<int64_t>(dims_.size(), 1);
+    if (!NormalizeAxis(static_cast<int64_t>(*static_cast<const I *>(in[1])), r, false, &axis, reason)) return false;
+    const AxisView v = ViewAt(dims_, axis);
+    for (int64_t o = 0; o < v.outer; ++o) {
+      for (int64_t i = 0; i < v.inner; ++i) {
+        Acc acc = kProd ? Acc(1) : Acc(0);
+        for (int64_t t = 0; t < v.n; ++t) {
+          const int64_t kk = reverse_ ? v.n - 1 - t : t;
+          const int64_t p = (o * v.n + kk) * v.inner + i;
+          const Acc xv = static_cast<Acc>(Num<S>::Load(x[p]));
+          if (exclusive_) y[p] = Num<S>::Store(static_cast<C>(acc));
+          acc = kProd ? static_cast<Acc>(acc * xv) : static_cast<Acc>(acc + xv);
+          if (!exclusive_) y[p] = Num<S>::Store(static_cast<C>(acc));
+        }
+      }
+    }
+    return true;
+  }
+
+ private:
+  std::vector<int64_t> dims_;
+  bool exclusive_, reverse_;
+};
+
+template <bool kProd>
+std::unique_ptr<Kernel> PrepareCum(const KernelCtx &c, std::string *reason) {
+  int64_t exclusive, reverse;
+  if (!AttrInt(*c.node, "exclusive", 0, &exclusive, reason) || !AttrInt(*c.node, "reverse", 0, &reverse, reason))
+    return nullptr;
+  std::unique_ptr<Kernel> k;
+  VisitType(c.in[0]->dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (!std::is_same<S, Bool>::value)
+      VisitIndex(c.in[1]->dtype, [&](auto i) {
+        k = std::make_unique<CumKernel<S, decltype(i), kProd>>(c.in[0]->dims, exclusive != 0, reverse != 0);
+      });
+  });
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return k;
+}
+
+// ---- Shrink ----
+
+bool InferShrink(InferCtx *c, std::string *reason) {
+  if (!IsNumericType(c->in[0]->dtype)) {
+    *reason = DtypeNotSupported(c->in[0]->dtype);
+    return false;
+  }
+  c->out[0] = *c->in[0];
+  return true;
+}
+
+template <class S>
+class ShrinkKernel : public Kernel {
+  using C = typename Num<S>::C;
+
+ public:
+  ShrinkKernel(int64_t n, float lambd, float bias) : n_(n), lambd_(lambd), bias_(bias) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const S *__restrict x = static_cast<const S *>(in[0]);
+    S *__restrict y = static_cast<S *>(out[0]);
+    const double l = lambd_, b = bias_;
+    for (int64_t i = 0; i < n_; ++i) {
+      const double v = static_cast<double>(Num<S>::Load(x[i]));
+      y[i] = Num<S>::Store(static_cast<C>(v < -l ? v + b : (v > l ? v - b : 0.0)));
+    }
+    return true;
+  }
+
+ private:
+  int64_t n_;
+  float lambd_, bias_;
+};
+
+std::unique_ptr<Kernel> PrepareShrink(const KernelCtx &c, std::string *reason) {
+  float lambd, bias;
+  if (!AttrFloat(*c.node, "lambd", 0.5f, &lambd, reason) || !AttrFloat(*c.node, "bias", 0.f, &bias, reason))
+    return nullptr;
+  std::unique_ptr<Kernel> k;
+  VisitType(c.in[0]->dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (!std::is_same<S, Bool>::value)
+      k = std::make_unique<ShrinkKernel<S>>(c.out[0].NumElements(), lambd, bias);
+  });
+  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return k;
+}
+
+// ---- Dropout (inference): the output is the input and the mask all true. training_mode=true with a ratio
+// above 0 needs random numbers and fails the run with a reason. ----
+
+bool InferDropout(InferCtx *c, std::string *reason) {
+  if (!IsFloatType(c->in[0]->dtype)) {
+    *reason = DtypeNotSupported(c->in[0]->dtype);
+    return false;
+  }
+  c->out[0] = *c->in[0];
+  if (c->out.size() > 1) {
+    c->out[1].dtype = ElemType::kBool;
+    c->out[1].dims = c->in[0]->dims;
+  }
+  return true;
+}
+
+class DropoutKernel : public Kernel {
+ public:
+  DropoutKernel(size_t bytes, int64_t n, bool mask, bool has_ratio, bool has_training, ElemType ratio_type)
+      : bytes_(bytes), n_(n), mask_(mask), has_ratio_(has_ratio), has_training_(has_training), ratio_type_(ratio_type) {}
+  bool Run(const void *const *in, void *const *out, std::string *reason) override {
+    const bool training = has_training_ && *static_cast<const uint8_t *>(in[2]) != 0;
+    // The default ratio is 0.5.
+    if (training && (!has_ratio_ || RatioOf(in[1]) > 0)) {
+      *reason = "Dropout with training_mode=true and ratio > 0 is random; the twin implements inference only";
+      return false;
+    }
+    if (out[0] != in[0]) CopyBytes(out[0], in[0], bytes_);
+    if (mask_ && out[1]) std::memset(out[1], 1, static_cast<size_t>(n_));
+    return true;
+  }
+
+ private:
+  double RatioOf(const void *p) const {
+    double r = 0;
+    VisitType(ratio_type_, [&](auto tag) {
+      using S = decltype(tag);
+      S s;
+      std::memcpy(&s, p, sizeof(S));
+      r = static_cast<double>(Num<S>::Load(s));
+    });
+    return r;
+  }
+  size_t bytes_;
+  int64_t n_;
+  bool mask_, has_ratio_, has_training_;
+  ElemType ratio_type_;
+};
+
+std::unique_ptr<Kernel> PrepareDropout(const KernelCtx &c, std::string *reason) {
+  if (c.opset < 7) {
+    *reason = "Dropout before opset 7 (is_test attribute) is not supported by the twin";
+    return nullptr;
+  }
+  const ElemType rt = c.has(1) ? c.in[1]->dtype : ElemType::kFloat;
+  return std::make_unique<DropoutKernel>(c.out[0].Bytes(), c.out[0].NumElements(), c.out.size() > 1, c.has(1), c.has(2), rt);
+}
+
+}  // namespace
+
+void RegisterIndexOps(std::vector<OpDef> *ops) {
+  ops->push_back({"ArgMax", 1, 1, 1, 1, nullptr, InferArg, PrepareArg<true>, true});
+  ops->push_back({"ArgMin", 1, 1, 1, 1, nullptr, InferArg, PrepareArg<false>, true});
+  ops->push_back({"Hardmax", 1, 1, 1, 1, nullptr, InferSameFloat, PrepareHardmax, true});
+  ops->push_back({"GatherElements", 2, 2, 1, 1, nullptr, InferGatherElements, PrepareGatherElements, true});
+  ops->push_back({"ScatterElements", 3, 3, 1, 1, CheckScatter, InferScatterElements, PrepareScatterElements, true});
+  ops->push_back({"Scatter", 3, 3, 1, 1, CheckScatter, InferScatterElements, PrepareScatterElements, true});
+  ops->push_back({"GatherND", 2, 2, 1, 1, nullptr, InferGatherND, PrepareGatherND, true});
+  ops->push_back({"ScatterND", 3, 3, 1, 1, CheckScatter, InferScatterND, PrepareScatterND, true});
+  ops->push_back({"OneHot", 3, 3, 1, 1, nullptr, InferOneHot, PrepareOneHot, true});
+  ops->push_back({"EyeLike", 1, 1, 1, 1, nullptr, InferEyeLike, PrepareEyeLike, true});
+  ops->push_back({"Trilu", 1, 2, 1, 1, nullptr, InferTrilu, PrepareTrilu, true});
+  ops->push_back({"CumSum", 2, 2, 1, 1, nullptr, InferCum, PrepareCum<false>, true});
+  ops->push_back({"CumProd", 2, 2, 1, 1, nullptr, InferCum, PrepareCum<true>, true});
+  ops->push_back({"Shrink", 1, 1, 1, 1, nullptr, InferShrink, PrepareShrink, true});
+  ops->push_back({"Dropout", 1, 3, 1, 2, nullptr, InferDropout, PrepareDropout, true});
+}
+
+}  // namespace onnx
+}  // namespace twin

@@ -1,0 +1,268 @@
+// Pad (constant / reflect / edge / wrap, negative pads crop, optional axes) and Tile as one gather kernel: every
+// output dim maps each output index to a source index (or -1 = the constant), precomputed at prepare time, so
+// Run is a row loop with a table lookup per element and no per-element arithmetic on coordinates.
+#pragma GCC optimize("O3", "no-trapping-math")
+
+#include <algorithm>
+#include <cstring>
+
+#include "elem.h"
+
+namespace twin {
+namespace onnx {
+namespace {
+
+template <class F>
+bool VisitWidth(ElemType t, F &&f) {
+  switch (ElemSize(t)) {
+    case 1: f(uint8_t{}); return true;
+    case 2: f(uint16_t{}); return true;
+    case 4: f(uint32_t{}); return true;
+    case 8: f(uint64_t{}); return true;
+    default: return false;
+  }
+}
+
+// out[o] = in[src(o)] with src given per dim by maps (-1 anywhere = the fill value, read from in[fill_input]).
+template <class U>
+class GatherMapKernel : public Kernel {
+ public:
+  GatherMapKernel(std::vector<int64_t> in_dims, std::vector<std::vector<int64_t>> maps, int fill_input)
+      : in_strides_(Strides(in_dims)), maps_(std::move(maps)), fill_input_(fill_input), ctr_(maps_.size()) {
+    total_ = 1;
+    for (const auto &m : maps_) total_ *= static_cast<int64_t>(m.size());
+  }
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const U *x = static_cast<const U *>(in[0]);
+    U *y = static_cast<U *>(out[0]);
+    U fill = U(0);
+    if (fill_input_ >= 0 && in[fill_input_]) std::memcpy(&fill, in[fill_input_], sizeof(U));
+    if (total_ == 0) return true;
+    const size_t r = maps_.size();
+    if (r == 0) {
+      y[0] = x[0];
+      return true;
+    }
+    const std::vector<int64_t> &last = maps_[r - 1];
+    const int64_t inner = static_cast<int64_t>(last.size());
+    std::fill(ctr_.begin(), ctr_.end(), 0);
+    for (int64_t o = 0; o < total_; o += inner) {
+      int64_t base = 0;
+      bool outside = false;
+      for (size_t d = 0; d + 1 < r; ++d) {
+        const int64_t s = maps_[d][ctr_[d]];
+        outside |= s < 0;
+        base += s * in_strides_[d];
+      }
+      U *__restrict py = y + o;
+      if (outside) {
+        std::fill(py, py + inner, fill);
+      } else {
+        const U *__restrict px = x + base;
+        for (int64_t j = 0; j < inner; ++j) py[j] = last[j] < 0 ? fill : px[last[j]];
+      }
+      for (size_t d = r - 1; d-- > 0;) {
+        if (++ctr_[d] < static_cast<int64_t>(maps_[d].size())) break;
+        ctr_[d] = 0;
+      }
+    }
+    return true;
+  }
+
+ private:
+  std::vector<int64_t> in_strides_;
+  std::vector<std::vector<int64_t>> maps_;
+  int fill_input_;
+  std::vector<int64_t> ctr_;
+  int64_t total_ = 0;
+};
+
+std::unique_ptr<Kernel> MakeGatherMap(ElemType t, const std::vector<int64_t> &in_dims,
+                                      std::vector<std::vector<int64_t>> maps, int fill_input, std::string *reason) {
+  std::unique_ptr<Kernel> k;
+  VisitWidth(t, [&](auto u) { k = std::make_unique<GatherMapKernel<decltype(u)>>(in_dims, std::move(maps), fill_input); });
+  if (!k) *reason = DtypeNotSupported(t);
+  return k;
+}
+
+// ---- Pad ----
+
+enum PadMode { kConstant, kReflect, kEdge, kWrap };
+
+bool ReadMode(const Node &n, PadMode *m, std::string *reason) {
+  const Attribute *a = n.FindAttr("mode");
+  *m = kConstant;
+  if (!a) return true;
+  if (a->type != kAttrString) {
+    *reason = "attribute 'mode' must be a string";
+    return false;
+  }
+  if (a->s == "constant") *m = kConstant;
+  else if (a->s == "reflect") *m = kReflect;
+  else if (a->s == "edge") *m = kEdge;
+  else if (a->s == "wrap") *m = kWrap;
+  else {
+    *reason = "attribute 'mode' must be constant, reflect, edge or wrap, got '" + a->s + "'";
+    return false;
+  }
+  return true;
+}
+
+bool CheckPad(const Node &n, int64_t, std::string *reason) {
+  PadMode m;
+  return ReadMode(n, &m, reason);
+}
+
+// Per-dim (begin, end) pads over all dims; *unknown when the pads / axes inputs are not known yet.
+bool PadAmounts(InferCtx *c, std::vector<int64_t> *begin, std::vector<int64_t> *end, bool *unknown,
+                std::string *reason) {
+  const int64_t r = static_cast<int64_t>(c->in[0]->dims.size());
+  std::vector<int64_t> pads, axes;
+  *unknown = false;
+  if (c->opset < 11) {
+    bool present;
+    if (!AttrInts(*c->node, c->opset < 2 ? "paddings" : "pads", &pads, &present, reason)) return false;
+  } else {
+    const ValueState st = ReadIntsInput(c, 1, &pads, reason);
+    if (st == ValueState::kError) return false;
+    if (st == ValueState::kUnknown) {
+      *unknown = true;
+      return true;
+    }
+  }
+  if (c->has(3)) {
+    const ValueState st = ReadIntsInput(c, 3, &axes, reason);
+    if (st == ValueState::kError) return false;
+    if (st == ValueState::kUnknown) {
+      *unknown = true;
+      return true;
+    }
+  } else {
+    for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  }
+  const size_t na = axes.size();
+  if (pads.size() != 2 * na) {
+    *reason = "pads must hold 2 x " + std::to_string(na) + " values, got " + std::to_string(pads.size());
+    return false;
+  }
+  begin->assign(r, 0);
+  end->assign(r, 0);
+  for (size_t i = 0; i < na; ++i) {
+    int64_t a;
+    if (!NormalizeAxis(axes[i], r, false, &a, reason)) return false;
+    (*begin)[a] = pads[i];
+    (*end)[a] = pads[i + na];
+  }
+  return true;
+}
+
+bool InferPad(InferCtx *c, std::string *reason) {
+  PadMode m;
+  if (!ReadMode(*c->node, &m, reason)) return false;
+  std::vector<int64_t> b, e;
+  bool unknown;
+  if (!PadAmounts(c, &b, &e, &unknown, reason)) return false;
+  const auto &d = c->in[0]->dims;
+  c->out[0].dtype = c->in[0]->dtype;
+  c->out[0].dims.assign(d.size(), -1);
+  if (unknown) return true;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (d[i] < 0) continue;
+    const int64_t n = d[i] + b[i] + e[i];
+    if (n < 0) {
+      *reason = "pads crop dim " + std::to_string(i) + " of " + DescStr(*c->in[0]) + " below zero";
+      return false;
+    }
+    if (m != kConstant && d[i] == 0 && n > 0) {
+      *reason = "cannot pad an empty dim in reflect / edge / wrap mode";
+      return false;
+    }
+    c->out[0].dims[i] = n;
+  }
+  return true;
+}
+
+int64_t PadSource(int64_t i, int64_t n, PadMode m) {
+  if (i >= 0 && i < n) return i;
+  switch (m) {
+    case kConstant: return -1;
+    case kEdge: return i < 0 ? 0 : n - 1;
+    case kWrap: return ((i % n) + n) % n;
+    case kReflect: {
+      if (n == 1) return 0;
+      const int64_t period = 2 * (n - 1);
+      int64_t k = ((i % period) + period) % period;
+      return k < n ? k : period - k;
+    }
+  }
+  return -1;
+}
+
+std::unique_ptr<Kernel> PreparePad(const KernelCtx &kc, std::string *reason) {
+  InferCtx c = kc.AsInferCtx();
+  PadMode m;
+  std::vector<int64_t> b, e;
+  bool unknown;
+  if (!ReadMode(*kc.node, &m, reason) || !PadAmounts(&c, &b, &e, &unknown, reason)) return nullptr;
+  const auto &d = kc.in[0]->dims;
+  std::vector<std::vector<int64_t>> maps(d.size());
+  for (size_t i = 0; i < d.size(); ++i)
+    for (int64_t o = 0; o < kc.out[0].dims[i]; ++o) maps[i].push_back(PadSource(o - b[i], d[i], m));
+  if (kc.opset < 11) {
+    float value;
+    if (!AttrFloat(*kc.node, "value", 0.f, &value, reason)) return nullptr;
+    if (value != 0.f) {
+      *reason = "Pad before opset 11 with a nonzero 'value' attribute is not supported by the twin";
+      return nullptr;
+    }
+    return MakeGatherMap(kc.in[0]->dtype, d, std::move(maps), -1, reason);
+  }
+  const bool has_value = kc.has(2) && kc.in[2]->NumElements() > 0;
+  if (has_value && kc.in[2]->dtype != kc.in[0]->dtype) {
+    *reason = "constant_value must have the data's dtype";
+    return nullptr;
+  }
+  return MakeGatherMap(kc.in[0]->dtype, d, std::move(maps), has_value ? 2 : -1, reason);
+}
+
+// ---- Tile ----
+
+bool InferTile(InferCtx *c, std::string *reason) {
+  std::vector<int64_t> reps;
+  const ValueState st = ReadIntsInput(c, 1, &reps, reason);
+  if (st == ValueState::kError) return false;
+  const auto &d = c->in[0]->dims;
+  c->out[0].dtype = c->in[0]->dtype;
+  c->out[0].dims.assign(d.size(), -1);
+  if (st == ValueState::kUnknown) return true;
+  if (reps.size() != d.size()) {
+    *reason = "repeats must hold one value per dim of " + DescStr(*c->in[0]);
+    return false;
+  }
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (reps[i] < 0) {
+      *reason = "repeats must be >= 0";
+      return false;
+    }
+    if (d[i] >= 0) c->out[0].dims[i] = d[i] * reps[i];
+  }
+  return true;
+}
+
+std::unique_ptr<Kernel> PrepareTile(const KernelCtx &kc, std::string *reason) {
+  const auto &d = kc.in[0]->dims;
+  std::vector<std::vector<int64_t>> maps(d.size());
+  for (size_t i = 0; i < d.size(); ++i)
+    for (int64_t o = 0; o < kc.out[0].dims[i]; ++o) maps[i].push_back(o % d[i]);
+  return MakeGatherMap(kc.in[0]->dtype, d, std::move(maps), -1, reason);
+}
+
+}  // namespace
+
+void RegisterPadOps(std::vector<OpDef> *ops) {
+  ops->push_back({"Pad", 1, 4, 1, 1, CheckPad, InferPad, PreparePad, true});
+  ops->push_back({"Tile", 2, 2, 1, 1, nullptr, InferTile, PrepareTile, true});
+}
+
+}  // namespace onnx
+}  // namespace twin
