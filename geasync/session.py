@@ -50,6 +50,22 @@ def _check_graph_id(graph_id: Any) -> int:
     return graph_id
 
 
+def _max_memory_bytes(options: dict) -> int:
+    """The "geasync.max_memory_bytes" session option: bytes one compiled graph may hold (its intermediates,
+    folded constants and the outputs of a run); a model that needs more is refused with a GeError at compile.
+    Default: the machine's physical memory."""
+    text = options.get("geasync.max_memory_bytes")
+    if text is None:
+        return 0
+    try:
+        value = int(text, 0)
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise ValueError(f"option geasync.max_memory_bytes must be a positive number of bytes, got {text!r}")
+    return value
+
+
 def _check_options(options: Any, what: str) -> dict:
     if options is None:
         return {}
@@ -95,7 +111,10 @@ class Session:
         self._generation = _lib.generation
         # geasync's own options ("geasync.*") are not GE options: they never reach the runtime
         ge_opts = {k: v for k, v in opts.items() if not k.startswith("geasync.")}
+        max_memory = _max_memory_bytes(opts)
         self._handle = _lib.session_create(ge_opts, "Session.__init__()")
+        if max_memory:
+            _lib.set_memory_limit(_lib.session_id(self._handle), max_memory)
         if "geasync.twin.faults" in opts:
             from . import twin
 

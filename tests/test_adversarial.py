@@ -102,3 +102,82 @@ def test_blanked_inputs_of_every_node_test_model_never_crash():
     assert "checked" in out
     checked = int(out.split()[1])
     assert checked > 1000, out
+
+
+# --- 6. memory a model asks for ------------------------------------------------------------------------------------
+
+_HUGE_DECLARED = """
+import resource, sys
+import numpy as np
+import geasync as ga
+from conftest import TensorProto, helper, make_model
+
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+
+model = make_model([helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Relu", ["t"], ["y"])],
+                   [("x", TensorProto.FLOAT, [2**31 - 1])], [("y", TensorProto.FLOAT, None)])
+base = peak_mb()
+MODE = sys.argv[1]
+opts = {"geasync.max_memory_bytes": str(1 << 30)} if MODE == "limit" else {}
+with ga.Session(opts) as s:
+    s.add_graph(1, ga.Graph.from_onnx(model))
+    try:
+        if MODE == "run":
+            s.run_graph(1, [np.ones(3, np.float32)])
+        elif MODE == "stream":
+            with ga.Stream() as st:
+                s.run_graph_with_stream_async(1, st, [np.ones(3, np.float32)])
+                st.synchronize()
+        else:
+            s.compile_graph(1)
+        print("no error")
+    except ga.GeError as exc:
+        print("GeError:", exc)
+print("grew_mb", peak_mb() - base)
+"""
+
+
+@pytest.mark.parametrize("mode", ["run", "stream", "compile", "limit"])
+def test_a_huge_declared_shape_commits_no_memory(mode):
+    code = _HUGE_DECLARED.replace("sys.argv[1]", repr(mode))
+    out = run_isolated(code, timeout=120).stdout
+    grew = int(out.rsplit("grew_mb", 1)[1])
+    assert grew < 256, out
+    if mode in ("run", "stream"):
+        assert "does not match" in out, out
+    if mode == "limit":
+        assert "GeError" in out and "geasync.max_memory_bytes" in out and "8589934" in out, out
+
+
+def test_max_memory_bytes_option_is_checked():
+    with pytest.raises(ValueError, match="max_memory_bytes"):
+        ga.Session({"geasync.max_memory_bytes": "lots"})
+    with pytest.raises(ValueError, match="max_memory_bytes"):
+        ga.Session({"geasync.max_memory_bytes": "0"})
+
+
+def test_large_constant_output_is_written_once():
+    """A constant output (ConstantOfShape of a constant shape) is computed into the run's output, not held by the
+    plan and copied: peak memory about 1x the output, not 2x."""
+    code = """
+    import resource
+    import numpy as np
+    import geasync as ga
+    from conftest import TensorProto, helper, make_model, numpy_helper
+    n = 1 << 28  # 1 GiB of float32
+    model = make_model([helper.make_node("ConstantOfShape", ["shape"], ["y"],
+                                         value=numpy_helper.from_array(np.array([1], np.float32)))],
+                       [("x", TensorProto.FLOAT, [1])], [("y", TensorProto.FLOAT, [n])],
+                       initializers=[("shape", np.array([n], np.int64))])
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        (y,) = s.run_graph(1, [np.ones(1, np.float32)])
+        assert y.numpy()[-1] == 1
+        del y
+    print("grew_mb", (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10) - base)
+    """
+    out = run_isolated(code, timeout=120).stdout
+    grew = int(out.rsplit("grew_mb", 1)[1])
+    assert grew < 1024 * 1.5, out

@@ -39,6 +39,10 @@ void geasync_twin_fault_release(uint64_t session_id, uint32_t graph_id);
 void geasync_twin_fault_clear(uint64_t session_id, uint32_t graph_id);
 uint64_t geasync_twin_fault_runs(uint64_t session_id, uint32_t graph_id);
 
+/* Bytes one compiled plan of the session's graphs may hold (intermediates, folded constants, outputs of a run);
+ * a plan that needs more is refused at compile (GeError naming both). 0 restores the default (physical memory). */
+void geasync_twin_set_memory_limit(uint64_t session_id, uint64_t bytes);
+
 #ifdef __cplusplus
 }
 #endif
