@@ -180,7 +180,10 @@ class Slots:
             if _running_loop() is loop:
                 fut.set_result(None)
             else:
-                loop.call_soon_threadsafe(_grant_future, fut, self)
+                try:
+                    loop.call_soon_threadsafe(_grant_future, fut, self)
+                except RuntimeError:  # its loop is closed: nobody will take the slot, pass it on
+                    return False
             return True
 
         if self._park(grant):
@@ -212,7 +215,10 @@ class Slots:
             if threading.get_ident() == thread:
                 event.set()
             else:
-                token.run_sync_soon(event.set)
+                try:
+                    token.run_sync_soon(event.set)
+                except trio.RunFinishedError:  # its run is over: nobody will take the slot, pass it on
+                    return False
             return True
 
         if self._park(grant):
@@ -286,7 +292,7 @@ def _current_backend() -> str:
         try:
             trio.lowlevel.current_trio_token()
             return "trio"
-        except RuntimeError:
+        except (RuntimeError, AttributeError):  # AttributeError: another thread is importing trio
             pass
     raise RuntimeError("geasync's async API must be awaited inside an asyncio (or uvloop) or trio event loop")
 

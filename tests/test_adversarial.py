@@ -181,3 +181,97 @@ def test_large_constant_output_is_written_once():
     out = run_isolated(code, timeout=120).stdout
     grew = int(out.rsplit("grew_mb", 1)[1])
     assert grew < 1024 * 1.5, out
+# --- 3. a loop closed before its batched submit went out -------------------------------------------------------
+
+_LOOP_CLOSED_BEFORE_FLUSH = """
+import asyncio, gc, sys, time, threading, warnings
+warnings.simplefilter("ignore")
+import numpy as np
+import geasync as ga
+from conftest import add_model
+
+s = ga.Session(max_in_flight=4)
+s.add_graph(1, ga.Graph.from_onnx(add_model((1, 16))))
+a = np.ones((1, 16), np.float32)
+
+loop = asyncio.new_event_loop()
+tasks = [loop.create_task(s.run_graph_async(1, [a, a])) for _ in range(4)]
+loop.call_soon(loop.stop)  # the tasks take their first step (submit or batch), then the loop stops
+loop.run_forever()
+loop.close()  # the batch was never sent
+del tasks, loop
+gc.collect()
+
+async def later():
+    out = await s.run_graph_async(1, [a, a], timeout=10)  # needs a slot the batch held
+    await asyncio.wait_for(s.aclose(), 10)
+    return out
+
+out = asyncio.run(later())
+assert np.array_equal(out[0].numpy(), a + a)
+a[0, 0] = 5  # the pins were released: writeable again
+print("ok", s.statistics().in_flight)
+"""
+
+
+def test_requests_batched_when_the_loop_closed_are_released():
+    out = run_isolated(_LOOP_CLOSED_BEFORE_FLUSH, timeout=60).stdout
+    assert "ok 0" in out, out
+
+
+# --- 4. a slot granted to a waiter whose loop is closed --------------------------------------------------------
+
+def test_slot_granted_to_a_closed_loop_passes_on_and_the_reaper_survives():
+    code = """
+    import asyncio, gc, sys, threading, warnings
+    warnings.simplefilter("ignore")
+    import numpy as np
+    import geasync as ga
+    from asynctools import slow_chain
+
+    reported = []
+    sys.unraisablehook = lambda args: reported.append(args.exc_type)
+    model, n = slow_chain(0.3)
+    x, w = np.ones((n, n), np.float32), np.eye(n, dtype=np.float32)
+    s = ga.Session(max_in_flight=1)
+    s.add_graph(1, ga.Graph.from_onnx(model))
+
+    def start_and_close(count):
+        loop = asyncio.new_event_loop()
+        tasks = [loop.create_task(s.run_graph_async(1, [x, w])) for _ in range(count)]
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+        loop.close()
+
+    start_and_close(1)  # holds the only slot, its loop closed: the reaper finishes it
+    start_and_close(1)  # parked for the slot, its loop closed too
+    gc.collect()
+
+    async def later():
+        out = await s.run_graph_async(1, [x, w], timeout=20)
+        await asyncio.wait_for(s.aclose(), 20)
+        return out
+
+    out = asyncio.run(later())
+    assert np.array_equal(out[0].numpy(), x)
+    assert TypeError not in reported, reported
+    print("ok", s.statistics().in_flight)
+    """
+    out = run_isolated(code, timeout=90).stdout
+    assert "ok 0" in out, out
+
+
+# --- 9. close() while another thread imports trio ----------------------------------------------------------------
+
+def test_close_while_trio_is_half_imported():
+    code = """
+    import sys, types
+    import geasync as ga
+    s = ga.Session()
+    sys.modules["trio"] = types.ModuleType("trio")  # what another thread's import leaves for a while
+    s.close()
+    del sys.modules["trio"]
+    print("closed", s.closed)
+    """
+    out = run_isolated(code).stdout
+    assert "closed True" in out, out
