@@ -275,3 +275,42 @@ def test_close_while_trio_is_half_imported():
     """
     out = run_isolated(code).stdout
     assert "closed True" in out, out
+
+
+# --- 2. a forked child and its parent's streams ----------------------------------------------------------------
+
+def test_stream_waits_in_a_forked_child_raise_instead_of_hanging():
+    code = """
+    import asyncio, os, sys
+    import numpy as np
+    import geasync as ga
+    from asynctools import slow_chain
+    model, n = slow_chain(0.3)
+    x, w = np.ones((n, n), np.float32), np.eye(n, dtype=np.float32)
+    s = ga.Session()
+    s.add_graph(1, ga.Graph.from_onnx(model))
+    busy, idle = ga.Stream(), ga.Stream()
+    s.run_graph_with_stream_async(1, busy, [x, w])  # queued while we fork
+    pid = os.fork()
+    if pid == 0:
+        failures = 0
+        for what, call in [("synchronize", lambda: busy.synchronize()),
+                           ("synchronize timeout", lambda: busy.synchronize(timeout=1.0)),
+                           ("synchronize_async", lambda: asyncio.run(idle.synchronize_async())),
+                           ("query", lambda: idle.query())]:
+            try:
+                call()
+                print(what, "returned", flush=True)
+                failures += 1
+            except ga.GeError as exc:
+                if "fork" not in str(exc):
+                    print(what, "unclear:", exc, flush=True)
+                    failures += 1
+        os._exit(1 if failures else 0)
+    _, status = os.waitpid(pid, 0)
+    busy.synchronize()
+    busy.close(); idle.close(); s.close()
+    print("child status", os.waitstatus_to_exitcode(status))
+    """
+    out = run_isolated(code, timeout=60).stdout
+    assert "child status 0" in out, out
