@@ -113,8 +113,9 @@ class Session:
         ge_opts = {k: v for k, v in opts.items() if not k.startswith("geasync.")}
         max_memory = _max_memory_bytes(opts)
         self._handle = _lib.session_create(ge_opts, "Session.__init__()")
+        self._id = _lib.session_id(self._handle)  # for twin controls while closing (the handle may be gone)
         if max_memory:
-            _lib.set_memory_limit(_lib.session_id(self._handle), max_memory)
+            _lib.set_memory_limit(self._id, max_memory)
         if "geasync.twin.faults" in opts:
             from . import twin
 

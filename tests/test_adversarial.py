@@ -314,3 +314,33 @@ def test_stream_waits_in_a_forked_child_raise_instead_of_hanging():
     """
     out = run_isolated(code, timeout=60).stdout
     assert "child status 0" in out, out
+
+
+# --- 5. aclose() under stalled faults ----------------------------------------------------------------------------
+
+@pytest.mark.anyio
+async def test_aclose_finishes_once_stalled_completions_are_released(anyio_backend):
+    import anyio
+
+    a = np.ones((1, 16), np.float32)
+    from conftest import add_model
+
+    s = ga.Session()
+    s.add_graph(1, ga.Graph.from_onnx(add_model((1, 16))))
+    ga.twin.inject_fault(s, 1, "stall_callback", nth=0)
+    results = []
+
+    async def run():
+        results.append(await s.run_graph_async(1, [a, a]))
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await anyio.sleep(0.05)
+            tg.start_soon(s.aclose)
+            await anyio.sleep(0.05)
+            assert not s.closed  # aclose waits for the stalled run
+            ga.twin.release_stalled(s, 1)  # must work while closing
+    assert s.closed and len(results) == 1
+    assert np.array_equal(results[0][0].numpy(), a + a)
+    ga.twin.clear_faults(s, 1)  # a closed session: a no-op, not an error
