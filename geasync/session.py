@@ -11,6 +11,7 @@ event-loop layer: ``await run_graph_async`` (completions through ``_hub``, pins 
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any, Coroutine, List, Optional, Sequence
@@ -153,6 +154,17 @@ class Session:
         broken = SessionBrokenError(error.status, f"{error.error_message} -- {why}", error.api_name, error.context)
         broken.__cause__ = error
         return broken
+
+    async def _refused(self, error: GeError) -> GeError:
+        """A refused submit. GE stops the async queue before it calls back the request whose compile failed, so a
+        submit can be refused before that failure reaches this loop: give it a moment to arrive (bounded), so the
+        caller learns the session is broken rather than a bare FAILED."""
+        if error.status == 0xFFFFFFFF and not self._async_failures and self._generation == _lib.generation:
+            deadline = time.monotonic() + 0.5
+            while not self._async_failures and self._slots.in_flight and time.monotonic() < deadline:
+                _hub.drain_current()
+                await anyio.sleep(0.001)
+        return self._broken_queue(error)
 
     @property
     def closed(self) -> bool:
@@ -393,7 +405,7 @@ class Session:
             hub.start(request, self, graph_id, prepared)
         except GeError as exc:
             request.release(True)
-            raise self._broken_queue(exc) from None
+            raise (await self._refused(exc)) from None
         except BaseException:
             request.release(True)
             raise

@@ -344,3 +344,33 @@ async def test_aclose_finishes_once_stalled_completions_are_released(anyio_backe
     assert s.closed and len(results) == 1
     assert np.array_equal(results[0][0].numpy(), a + a)
     ga.twin.clear_faults(s, 1)  # a closed session: a no-op, not an error
+
+
+# --- 8. requests refused after a compile failure stopped the queue ---------------------------------------------
+
+@pytest.mark.anyio
+async def test_requests_after_a_compile_failure_say_the_session_is_broken(anyio_backend):
+    import anyio
+
+    model = make_model([helper.make_node("Reshape", ["x", "shape"], ["y"])],
+                       [("x", TensorProto.FLOAT, ["N"])], [("y", TensorProto.FLOAT, [4])],
+                       initializers=[("shape", np.array([4], np.int64))])
+    bad = np.ones(3, np.float32)  # cannot be reshaped to [4]: RunGraphAsync's compile fails
+    plain = []
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+
+        async def run():
+            try:
+                await s.run_graph_async(1, [bad])
+            except ga.SessionBrokenError:
+                pass
+            except ga.GeError as exc:
+                plain.append(str(exc))
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for _ in range(400):
+                    tg.start_soon(run)
+    refused = [m for m in plain if "compiling graph" not in m]
+    assert not refused, f"{len(refused)} plain GeErrors for refused submits, e.g. {refused[0]}"
