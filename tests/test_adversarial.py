@@ -374,3 +374,50 @@ async def test_requests_after_a_compile_failure_say_the_session_is_broken(anyio_
                     tg.start_soon(run)
     refused = [m for m in plain if "compiling graph" not in m]
     assert not refused, f"{len(refused)} plain GeErrors for refused submits, e.g. {refused[0]}"
+
+
+# --- 10. freezing a view freezes what it views ----------------------------------------------------------------
+
+@pytest.mark.anyio
+async def test_base_of_a_pinned_view_is_frozen_too(anyio_backend):
+    from asynctools import slow_chain
+
+    model, n = slow_chain(0.2)
+    base = np.ones((2 * n, n), np.float32)
+    view = base[:n]
+    w = np.eye(n, dtype=np.float32)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        import anyio
+
+        async with anyio.create_task_group() as tg:
+            out = []
+
+            async def run():
+                out.append(await s.run_graph_async(1, [view, w]))
+
+            tg.start_soon(run)
+            await anyio.sleep(0.02)
+            if not out:
+                with pytest.raises(ValueError):
+                    base[0, 0] = 100  # would race the runtime
+                with pytest.raises(ValueError):
+                    view[0, 0] = 100
+        assert np.array_equal(out[0][0].numpy(), np.ones((n, n), np.float32))
+        base[0, 0] = 2  # writeable again after the run, both
+        view[0, 1] = 3
+        assert base[0, 0] == 2 and base[0, 1] == 3
+
+
+def test_views_pinned_by_several_runs_are_thawed_in_any_order():
+    base = np.zeros(8, np.float32)
+    v1, v2 = base[:4], base[4:]
+    from geasync._guard import FREEZER
+
+    e1 = FREEZER.freeze([v1])
+    e2 = FREEZER.freeze([base, v2])
+    assert not base.flags.writeable and not v1.flags.writeable and not v2.flags.writeable
+    FREEZER.thaw(e1)  # v1's base is still pinned by e2: v1 waits for it
+    assert not base.flags.writeable
+    FREEZER.thaw(e2)
+    assert base.flags.writeable and v1.flags.writeable and v2.flags.writeable
