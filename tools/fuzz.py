@@ -38,11 +38,24 @@ MAX_INPUT_ELEMENTS = 1 << 16
 MEMORY_LIMIT = str(256 << 20)
 
 
-def node_test_models() -> list[bytes]:
-    warnings.simplefilter("ignore")
-    from onnx.backend.test.case.node import collect_testcases
+SEEDS = ROOT / ".fuzz" / "seeds"  # the node-test models, written once (collecting them takes a while)
 
-    return [case.model.SerializeToString() for case in collect_testcases(None)]
+
+def node_test_models() -> list[bytes]:
+    if not SEEDS.is_dir():
+        warnings.simplefilter("ignore")
+        from onnx.backend.test.case.node import collect_testcases
+
+        tmp = SEEDS.with_name(f"seeds.{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        for case in collect_testcases(None):
+            data = case.model.SerializeToString()
+            (tmp / hashlib.sha1(data).hexdigest()).write_bytes(data)
+        try:
+            tmp.rename(SEEDS)
+        except OSError:  # another process wrote them first
+            pass
+    return [p.read_bytes() for p in sorted(SEEDS.iterdir())]
 
 
 def build_corpus(directory: pathlib.Path) -> None:
