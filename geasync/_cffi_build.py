@@ -8,6 +8,7 @@ setup.py only when one is named: GEASYNC_CANN_HOME / ASCEND_HOME_PATH / ASCEND_T
 
 Environment:
   GEASYNC_SANITIZE=1   build with AddressSanitizer + UndefinedBehaviorSanitizer (see tools/run_sanitized_tests.sh)
+  GEASYNC_SANITIZE=thread  build with ThreadSanitizer (see tools/tsan_stress.sh)
   GEASYNC_DEBUG=1      build with -O0 -g
   GEASYNC_WERROR=1     warnings are errors (-Werror): set by .ci/run and for development; a user's build with
                        another compiler version must not stop on a new warning
@@ -72,6 +73,7 @@ void geasync_twin_fault_clear(uint64_t session_id, uint32_t graph_id);
 uint64_t geasync_twin_fault_runs(uint64_t session_id, uint32_t graph_id);
 uint64_t geasync_twin_fault_unfired(uint64_t session_id, uint32_t graph_id);
 size_t geasync_twin_check_onnx(const void *data, size_t size, char *buf, size_t cap);
+void geasync_twin_set_memory_limit(uint64_t session_id, uint64_t bytes);
 """
 
 
@@ -99,6 +101,10 @@ def _compile_args() -> tuple[list[str], list[str]]:
     link_args = ["-pthread", "-lstdc++", *blas_link]
     if os.environ.get("GEASYNC_SANITIZE") == "1":
         san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
+        compile_args += ["-O1", "-g"] + san
+        link_args += san
+    elif os.environ.get("GEASYNC_SANITIZE") == "thread":  # ThreadSanitizer (tools/tsan_stress.sh builds its own)
+        san = ["-fsanitize=thread", "-fno-omit-frame-pointer"]
         compile_args += ["-O1", "-g"] + san
         link_args += san
     elif os.environ.get("GEASYNC_DEBUG") == "1":

@@ -65,25 +65,50 @@ class _Freezer:
     def __init__(self) -> None:
         # re-entrant: a finalizer (an unclosed Session collected mid-freeze) may release pins in the same thread
         self._lock = threading.RLock()
-        self._frozen: dict[int, list[Any]] = {}  # id(array) -> its entry: [array, pin count, was writeable]
+        self._frozen: dict[int, list[Any]] = {}  # id(array) -> its entry (see _pin)
 
     def freeze(self, arrays: Sequence[np.ndarray]) -> list[list[Any]]:
-        """Pins ``arrays``; returns their entries, which ``thaw`` takes (no lookups on the way back)."""
-        frozen = self._frozen
-        entries = []
+        """Pins ``arrays`` and the numpy arrays they view (their ``base`` chain: a write through the array that
+        owns the memory would race the runtime as much as one through the view); returns their entries, which
+        ``thaw`` takes (no lookups on the way back), owners before their views.
+
+        Not reachable, so not frozen: other views of the same memory made before the run, and memory owned by a
+        non-numpy object (a bytearray, an mmap) written through that object."""
+        entries: list[list[Any]] = []
         with self._lock:
             for a in arrays:
-                key = id(a)
-                entry = frozen.get(key)
-                if entry is None:
-                    was_writeable = a.flags.writeable
-                    if was_writeable:
-                        a.flags.writeable = False
-                    entry = frozen[key] = [a, 1, was_writeable]
+                if isinstance(a.base, np.ndarray):
+                    chain = [a]
+                    while isinstance(chain[-1].base, np.ndarray):
+                        chain.append(chain[-1].base)
+                    for array in reversed(chain):  # the owner first
+                        entries.append(self._pin(array))
                 else:
-                    entry[1] += 1
-                entries.append(entry)
+                    entries.append(self._pin(a))
         return entries
+
+    def _pin(self, a: np.ndarray) -> list[Any]:
+        entry = self._frozen.get(id(a))
+        if entry is None:
+            was_writeable = a.flags.writeable
+            if was_writeable:
+                a.flags.writeable = False
+            elif isinstance(a.base, np.ndarray):  # read-only only because it waits for its base to thaw
+                was_writeable = self._unpark(a)
+            # [array, pin count, was writeable, views thawed while this array was still pinned]
+            entry = self._frozen[id(a)] = [a, 1, was_writeable, None]
+        else:
+            entry[1] += 1
+        return entry
+
+    def _unpark(self, a: np.ndarray) -> bool:
+        base_entry = self._frozen.get(id(a.base))
+        parked = base_entry[3] if base_entry is not None else None
+        for i, entry in enumerate(parked or ()):
+            if entry[0] is a:
+                del parked[i]
+                return True
+        return False
 
     def thaw(self, entries: list[list[Any]]) -> None:
         self.thaw_batch((entries,))
@@ -95,10 +120,25 @@ class _Freezer:
                 for entry in entries:
                     entry[1] -= 1
                     if entry[1] == 0:
-                        a = entry[0]
-                        del self._frozen[id(a)]
+                        del self._frozen[id(entry[0])]
                         if entry[2]:
-                            a.flags.writeable = True
+                            self._make_writeable(entry)
+
+    def _make_writeable(self, entry: list[Any]) -> None:
+        a = entry[0]
+        base_entry = self._frozen.get(id(a.base)) if isinstance(a.base, np.ndarray) else None
+        if base_entry is not None:  # numpy refuses a writeable view of a read-only base: wait for the base
+            if base_entry[3] is None:
+                base_entry[3] = []
+            base_entry[3].append(entry)
+            return
+        try:
+            a.flags.writeable = True
+        except ValueError:  # its base was made read-only by its owner meanwhile: it stays as numpy allows
+            return
+        for view in entry[3] or ():
+            self._make_writeable(view)
+        entry[3] = None
 
 
 FREEZER = _Freezer()
@@ -197,7 +237,10 @@ class Slots:
             if _running_loop() is loop:
                 fut.set_result(None)
             else:
-                loop.call_soon_threadsafe(_grant_future, fut, self)
+                try:
+                    loop.call_soon_threadsafe(_grant_future, fut, self)
+                except RuntimeError:  # its loop is closed: nobody will take the slot, pass it on
+                    return False
             return True
 
         if self._park(grant):
@@ -229,7 +272,10 @@ class Slots:
             if threading.get_ident() == thread:
                 event.set()
             else:
-                token.run_sync_soon(event.set)
+                try:
+                    token.run_sync_soon(event.set)
+                except trio.RunFinishedError:  # its run is over: nobody will take the slot, pass it on
+                    return False
             return True
 
         if self._park(grant):
@@ -297,7 +343,7 @@ def _current_backend() -> str:
         try:
             trio.lowlevel.current_trio_token()
             return "trio"
-        except RuntimeError:
+        except (RuntimeError, AttributeError):  # AttributeError: another thread is importing trio
             pass
     raise RuntimeError("geasync's async API must be awaited inside an asyncio (or uvloop) or trio event loop")
 

@@ -141,6 +141,8 @@ class Hub:
         try:
             requests = self._requests
             orphaned = self.orphaned
+            if orphaned:
+                self._abandon_unsubmitted()
             resolved: list[Request] = []  # completed, their release batched (see Request.complete)
             for token, status, kind, outputs, text in self.queue.drain():
                 request = requests.pop(token, None)
@@ -159,13 +161,17 @@ class Hub:
         finally:
             self._draining.release()
 
+    def _abandon_unsubmitted(self) -> None:
+        """The loop went away before sending requests it held for a batched submit: they never reach the runtime,
+        so no completion will come; release them now (their pins and slots), as abandoned."""
+
     def _report(self, exc: BaseException) -> None:
         """An exception nobody awaits (e.g. releasing a request whose task gave up): the loop's handler shows it."""
         loop = _running_loop()
         if loop is not None:
             loop.call_exception_handler({"message": "geasync: error while completing a request", "exception": exc})
         else:
-            sys.unraisablehook(_Unraisable(type(exc), exc, exc.__traceback__, "geasync: completing a request", None))
+            _report_unraisable(exc)
 
     def start(self, request: Request, session: Any, graph_id: int, descs: Any) -> None:
         """Registers ``request`` and submits its RunGraphAsync; on a refused submit, raises with nothing registered."""
@@ -185,12 +191,25 @@ class Hub:
         _reaper.adopt(self)
 
 
-class _Unraisable:
-    """The argument sys.unraisablehook expects (its own type is not constructible from Python)."""
+class _RaiseWhenCollected:
+    """Raises its exception from __del__: the interpreter hands it to sys.unraisablehook with the arguments the
+    hook expects (their type cannot be constructed from Python)."""
 
-    def __init__(self, exc_type, exc_value, exc_traceback, err_msg, obj) -> None:
-        self.exc_type, self.exc_value, self.exc_traceback = exc_type, exc_value, exc_traceback
-        self.err_msg, self.object = err_msg, obj
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def __del__(self) -> None:
+        raise self.error
+
+
+def _report_unraisable(exc: BaseException) -> None:
+    """Shows an exception nobody awaits (sys.unraisablehook); never raises, so a reaper batch goes on."""
+    try:
+        _RaiseWhenCollected(exc)
+    except Exception:
+        pass
 
 
 # Seconds a lone RunGraphAsync submit polls for its completion before the loop waits on the eventfd
@@ -285,6 +304,18 @@ class AsyncioHub(Hub):
             items.append((handle, graph_id, descs.array, descs.count, token))
         if items:
             _lib.run_graph_async_batch(items, self.queue)
+
+    def _abandon_unsubmitted(self) -> None:
+        batch, self._batch = self._batch, []
+        text = "the event loop was closed before this RunGraphAsync job was submitted"
+        for _session, _graph_id, _descs, token in batch:
+            request = self._requests.pop(token, None)
+            if request is None:
+                continue
+            try:
+                request.complete(0xFFFFFFFF, _lib.COMPLETION_ABANDONED, None, text, True)
+            except Exception as exc:
+                self._report(exc)
 
     @property
     def loop_gone(self) -> bool:
@@ -491,7 +522,10 @@ class _Reaper:
                 continue
             self._sleep([h.queue.fd for h in orphans], 0.2)
             for hub in orphans:
-                hub.drain()
+                try:
+                    hub.drain()
+                except Exception as exc:  # the reaper must outlive any one request's failure
+                    _report_unraisable(exc)
                 if hub.outstanding == 0:
                     with self._lock:
                         if hub in self._orphans:
@@ -562,7 +596,7 @@ def drain_current() -> None:
         if trio is not None:
             try:
                 hub = _trio_hubs.get(trio.lowlevel.current_trio_token())
-            except RuntimeError:
+            except (RuntimeError, AttributeError):  # not in trio, or trio is being imported by another thread
                 hub = None
     if hub is not None and not hub.orphaned:
         hub.drain()

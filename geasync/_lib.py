@@ -688,6 +688,14 @@ def twin_fault_clear(session_id: int, graph_id: int) -> None:
     lib.geasync_twin_fault_clear(session_id, graph_id)
 
 
+def set_memory_limit(session_id: int, nbytes: int) -> None:
+    """geasync.max_memory_bytes: the bytes one compiled plan of the session may hold (enforced by the twin, whose
+    plans are host memory; on CANN, GE plans device memory itself and reports what it cannot fit)."""
+    select_backend(None)
+    if BACKEND == "twin":
+        lib.geasync_twin_set_memory_limit(session_id, nbytes)
+
+
 def twin_fault_runs(session_id: int, graph_id: int) -> int:
     require_twin("geasync.twin.fault_runs")
     return int(lib.geasync_twin_fault_runs(session_id, graph_id))

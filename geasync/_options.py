@@ -18,6 +18,8 @@ PREFIX = "geasync."
 # key -> what it does (shown in errors); keep docs/options.md in step
 SESSION_OPTIONS: dict[str, str] = {
     "geasync.twin.faults": "twin only: faults to arm when the session is created (see geasync.twin)",
+    "geasync.max_memory_bytes": "twin only: bytes one compiled graph may commit (intermediates, folded constants, "
+                                "outputs); a model needing more is refused at compile (default: physical memory)",
 }
 GRAPH_OPTIONS: dict[str, str] = {}  # add_graph / add_graph_clone
 LOAD_OPTIONS: dict[str, str] = {}  # load_graph

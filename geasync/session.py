@@ -11,6 +11,7 @@ event-loop layer: ``await run_graph_async`` (completions through ``_hub``, pins 
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any, Coroutine, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -52,6 +53,22 @@ def _check_graph_id(graph_id: Any) -> int:
     if not 0 <= graph_id <= 0xFFFFFFFF:
         raise ValueError(f"graph_id must fit in uint32, got {graph_id}")
     return graph_id
+
+
+def _max_memory_bytes(options: dict) -> int:
+    """The "geasync.max_memory_bytes" session option: bytes one compiled graph may hold (its intermediates,
+    folded constants and the outputs of a run); a model that needs more is refused with a GeError at compile.
+    Default: the machine's physical memory."""
+    text = options.get("geasync.max_memory_bytes")
+    if text is None:
+        return 0
+    try:
+        value = int(text, 0)
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise ValueError(f"option geasync.max_memory_bytes must be a positive number of bytes, got {text!r}")
+    return value
 
 
 def _check_options(options: Any, what: str) -> dict:
@@ -110,8 +127,12 @@ class Session:
         self._spec_errors: dict[int, ModelFormatError] = {}  # graphs GE took whose metadata geasync cannot read
         self._compiling = 0  # requests waiting for their graph's compile before the first RunGraphAsync
         self._generation = _lib.generation
+        max_memory = _max_memory_bytes(own_opts)
         self._handle = _lib.session_create(ge_opts, "Session.__init__()")
+        self._id = _lib.session_id(self._handle)  # for twin controls while closing (the handle may be gone)
         logger.debug("session created (backend %s, max_in_flight %d)", _lib.BACKEND, max_in_flight)
+        if max_memory:
+            _lib.set_memory_limit(self._id, max_memory)
         if "geasync.twin.faults" in own_opts:
             try:
                 _faults.apply_option(self.session_id, own_opts["geasync.twin.faults"])
@@ -147,6 +168,17 @@ class Session:
         broken = SessionBrokenError(error.status, f"{error.error_message} -- {why}", error.api_name, error.context)
         broken.__cause__ = error
         return broken
+
+    async def _refused(self, error: GeError) -> GeError:
+        """A refused submit. GE stops the async queue before it calls back the request whose compile failed, so a
+        submit can be refused before that failure reaches this loop: give it a moment to arrive (bounded), so the
+        caller learns the session is broken rather than a bare FAILED."""
+        if error.status == 0xFFFFFFFF and not self._async_failures and self._generation == _lib.generation:
+            deadline = time.monotonic() + 0.5
+            while not self._async_failures and self._slots.in_flight and time.monotonic() < deadline:
+                _hub.drain_current()
+                await anyio.sleep(0.001)
+        return self._broken_queue(error)
 
     @property
     def closed(self) -> bool:
@@ -510,7 +542,7 @@ class Session:
         except GeError as exc:
             counters.finish(request, "failed")  # refused at submit
             request.release(True)
-            raise self._broken_queue(exc) from None
+            raise (await self._refused(exc)) from None
         except BaseException:
             counters.finish(request, "failed")
             request.release(True)

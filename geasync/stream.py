@@ -33,6 +33,7 @@ class Stream:
 
     @property
     def address(self) -> int:
+        _lib.check_process("Stream")  # a forked child cannot wait on its parent's streams: say so, never hang
         if not self._address:
             raise SessionClosedError(0xFFFFFFFF, "the stream is closed; create a new Stream", "geasync", "Stream")
         return self._address

@@ -34,13 +34,17 @@ class FaultNeverFiredError(AssertionError):
     """A one-shot fault (``nth >= 1``) was disarmed before the run it targets: the test did not exercise it."""
 
 
-def _ids(session: Any, graph_id: int) -> tuple[int, int]:
+def _ids(session: Any, graph_id: int, *, closing: bool = False) -> tuple[int, int]:
+    """closing=True: also for a session being closed (aclose() waits for the completions these release) or
+    closed (its faults are gone: releasing them is a no-op)."""
     from .session import Session
 
     if not isinstance(session, Session):
         raise TypeError(f"session must be a geasync.Session, got {type(session).__name__}")
     if not isinstance(graph_id, int) or isinstance(graph_id, bool):
         raise TypeError(f"graph_id must be an int, got {type(graph_id).__name__}")
+    if closing:
+        return session._id, graph_id
     return session.session_id, graph_id
 
 
@@ -61,17 +65,17 @@ def inject_fault(session: Any, graph_id: int, kind: str, *, nth: int = 1, status
 
 def release_stalled(session: Any, graph_id: int) -> None:
     """Lets the held completions of ``graph_id`` (and later stalled ones) proceed."""
-    _lib.twin_fault_release(*_ids(session, graph_id))
+    _lib.twin_fault_release(*_ids(session, graph_id, closing=True))
 
 
 def clear_faults(session: Any, graph_id: int) -> None:
     """Disarms every fault of ``graph_id`` and releases its held completions."""
-    _lib.twin_fault_clear(*_ids(session, graph_id))
+    _lib.twin_fault_clear(*_ids(session, graph_id, closing=True))
 
 
 def fault_runs(session: Any, graph_id: int) -> int:
     """Runs of ``graph_id`` counted since its first fault was armed (0 after :func:`clear_faults`)."""
-    return _lib.twin_fault_runs(*_ids(session, graph_id))
+    return _lib.twin_fault_runs(*_ids(session, graph_id, closing=True))
 
 
 def unfired_faults(session: Any, graph_id: int) -> int:

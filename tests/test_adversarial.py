@@ -102,3 +102,322 @@ def test_blanked_inputs_of_every_node_test_model_never_crash():
     assert "checked" in out
     checked = int(out.split()[1])
     assert checked > 1000, out
+
+
+# --- 6. memory a model asks for ------------------------------------------------------------------------------------
+
+_HUGE_DECLARED = """
+import resource, sys
+import numpy as np
+import geasync as ga
+from conftest import TensorProto, helper, make_model
+
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+
+model = make_model([helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Relu", ["t"], ["y"])],
+                   [("x", TensorProto.FLOAT, [2**31 - 1])], [("y", TensorProto.FLOAT, None)])
+base = peak_mb()
+MODE = sys.argv[1]
+opts = {"geasync.max_memory_bytes": str(1 << 30)} if MODE == "limit" else {}
+with ga.Session(opts) as s:
+    s.add_graph(1, ga.Graph.from_onnx(model))
+    try:
+        if MODE == "run":
+            s.run_graph(1, [np.ones(3, np.float32)])
+        elif MODE == "stream":
+            with ga.Stream() as st:
+                s.run_graph_with_stream_async(1, st, [np.ones(3, np.float32)])
+                st.synchronize()
+        else:
+            s.compile_graph(1)
+        print("no error")
+    except ga.GeError as exc:
+        print("GeError:", exc)
+print("grew_mb", peak_mb() - base)
+"""
+
+
+@pytest.mark.parametrize("mode", ["run", "stream", "compile", "limit"])
+def test_a_huge_declared_shape_commits_no_memory(mode):
+    code = _HUGE_DECLARED.replace("sys.argv[1]", repr(mode))
+    out = run_isolated(code, timeout=120).stdout
+    grew = int(out.rsplit("grew_mb", 1)[1])
+    assert grew < 256, out
+    if mode in ("run", "stream"):
+        assert "does not match" in out, out
+    if mode == "limit":
+        assert "GeError" in out and "geasync.max_memory_bytes" in out and "8589934" in out, out
+
+
+def test_max_memory_bytes_option_is_checked():
+    with pytest.raises(ValueError, match="max_memory_bytes"):
+        ga.Session({"geasync.max_memory_bytes": "lots"})
+    with pytest.raises(ValueError, match="max_memory_bytes"):
+        ga.Session({"geasync.max_memory_bytes": "0"})
+
+
+def test_large_constant_output_is_written_once():
+    """A constant output (ConstantOfShape of a constant shape) is computed into the run's output, not held by the
+    plan and copied: peak memory about 1x the output, not 2x."""
+    code = """
+    import resource
+    import numpy as np
+    import geasync as ga
+    from conftest import TensorProto, helper, make_model, numpy_helper
+    n = 1 << 28  # 1 GiB of float32
+    model = make_model([helper.make_node("ConstantOfShape", ["shape"], ["y"],
+                                         value=numpy_helper.from_array(np.array([1], np.float32)))],
+                       [("x", TensorProto.FLOAT, [1])], [("y", TensorProto.FLOAT, [n])],
+                       initializers=[("shape", np.array([n], np.int64))])
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        (y,) = s.run_graph(1, [np.ones(1, np.float32)])
+        assert y.numpy()[-1] == 1
+        del y
+    print("grew_mb", (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10) - base)
+    """
+    out = run_isolated(code, timeout=120).stdout
+    grew = int(out.rsplit("grew_mb", 1)[1])
+    assert grew < 1024 * 1.5, out
+# --- 3. a loop closed before its batched submit went out -------------------------------------------------------
+
+_LOOP_CLOSED_BEFORE_FLUSH = """
+import asyncio, gc, sys, time, threading, warnings
+warnings.simplefilter("ignore")
+import numpy as np
+import geasync as ga
+from conftest import add_model
+
+s = ga.Session(max_in_flight=4)
+s.add_graph(1, ga.Graph.from_onnx(add_model((1, 16))))
+a = np.ones((1, 16), np.float32)
+
+loop = asyncio.new_event_loop()
+tasks = [loop.create_task(s.run_graph_async(1, [a, a])) for _ in range(4)]
+loop.call_soon(loop.stop)  # the tasks take their first step (submit or batch), then the loop stops
+loop.run_forever()
+loop.close()  # the batch was never sent
+del tasks, loop
+gc.collect()
+
+async def later():
+    out = await s.run_graph_async(1, [a, a], timeout=10)  # needs a slot the batch held
+    await asyncio.wait_for(s.aclose(), 10)
+    return out
+
+out = asyncio.run(later())
+assert np.array_equal(out[0].numpy(), a + a)
+a[0, 0] = 5  # the pins were released: writeable again
+print("ok", s.statistics().in_flight)
+"""
+
+
+def test_requests_batched_when_the_loop_closed_are_released():
+    out = run_isolated(_LOOP_CLOSED_BEFORE_FLUSH, timeout=60).stdout
+    assert "ok 0" in out, out
+
+
+# --- 4. a slot granted to a waiter whose loop is closed --------------------------------------------------------
+
+def test_slot_granted_to_a_closed_loop_passes_on_and_the_reaper_survives():
+    code = """
+    import asyncio, gc, sys, threading, warnings
+    warnings.simplefilter("ignore")
+    import numpy as np
+    import geasync as ga
+    from asynctools import slow_chain
+
+    reported = []
+    sys.unraisablehook = lambda args: reported.append(args.exc_type)
+    model, n = slow_chain(0.3)
+    x, w = np.ones((n, n), np.float32), np.eye(n, dtype=np.float32)
+    s = ga.Session(max_in_flight=1)
+    s.add_graph(1, ga.Graph.from_onnx(model))
+
+    def start_and_close(count):
+        loop = asyncio.new_event_loop()
+        tasks = [loop.create_task(s.run_graph_async(1, [x, w])) for _ in range(count)]
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+        loop.close()
+
+    start_and_close(1)  # holds the only slot, its loop closed: the reaper finishes it
+    start_and_close(1)  # parked for the slot, its loop closed too
+    gc.collect()
+
+    async def later():
+        out = await s.run_graph_async(1, [x, w], timeout=20)
+        await asyncio.wait_for(s.aclose(), 20)
+        return out
+
+    out = asyncio.run(later())
+    assert np.array_equal(out[0].numpy(), x)
+    assert TypeError not in reported, reported
+    print("ok", s.statistics().in_flight)
+    """
+    out = run_isolated(code, timeout=90).stdout
+    assert "ok 0" in out, out
+
+
+# --- 9. close() while another thread imports trio ----------------------------------------------------------------
+
+def test_close_while_trio_is_half_imported():
+    code = """
+    import sys, types
+    import geasync as ga
+    s = ga.Session()
+    sys.modules["trio"] = types.ModuleType("trio")  # what another thread's import leaves for a while
+    s.close()
+    del sys.modules["trio"]
+    print("closed", s.closed)
+    """
+    out = run_isolated(code).stdout
+    assert "closed True" in out, out
+
+
+# --- 2. a forked child and its parent's streams ----------------------------------------------------------------
+
+def test_stream_waits_in_a_forked_child_raise_instead_of_hanging():
+    code = """
+    import asyncio, os, sys
+    import numpy as np
+    import geasync as ga
+    from asynctools import slow_chain
+    model, n = slow_chain(0.3)
+    x, w = np.ones((n, n), np.float32), np.eye(n, dtype=np.float32)
+    s = ga.Session()
+    s.add_graph(1, ga.Graph.from_onnx(model))
+    busy, idle = ga.Stream(), ga.Stream()
+    s.run_graph_with_stream_async(1, busy, [x, w])  # queued while we fork
+    pid = os.fork()
+    if pid == 0:
+        failures = 0
+        for what, call in [("synchronize", lambda: busy.synchronize()),
+                           ("synchronize timeout", lambda: busy.synchronize(timeout=1.0)),
+                           ("synchronize_async", lambda: asyncio.run(idle.synchronize_async())),
+                           ("query", lambda: idle.query())]:
+            try:
+                call()
+                print(what, "returned", flush=True)
+                failures += 1
+            except ga.GeError as exc:
+                if "fork" not in str(exc):
+                    print(what, "unclear:", exc, flush=True)
+                    failures += 1
+        os._exit(1 if failures else 0)
+    _, status = os.waitpid(pid, 0)
+    busy.synchronize()
+    busy.close(); idle.close(); s.close()
+    print("child status", os.waitstatus_to_exitcode(status))
+    """
+    out = run_isolated(code, timeout=60).stdout
+    assert "child status 0" in out, out
+
+
+# --- 5. aclose() under stalled faults ----------------------------------------------------------------------------
+
+@pytest.mark.anyio
+async def test_aclose_finishes_once_stalled_completions_are_released(anyio_backend):
+    import anyio
+
+    a = np.ones((1, 16), np.float32)
+    from conftest import add_model
+
+    s = ga.Session()
+    s.add_graph(1, ga.Graph.from_onnx(add_model((1, 16))))
+    ga.twin.inject_fault(s, 1, "stall_callback", nth=0)
+    results = []
+
+    async def run():
+        results.append(await s.run_graph_async(1, [a, a]))
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await anyio.sleep(0.05)
+            tg.start_soon(s.aclose)
+            await anyio.sleep(0.05)
+            assert not s.closed  # aclose waits for the stalled run
+            ga.twin.release_stalled(s, 1)  # must work while closing
+    assert s.closed and len(results) == 1
+    assert np.array_equal(results[0][0].numpy(), a + a)
+    ga.twin.clear_faults(s, 1)  # a closed session: a no-op, not an error
+
+
+# --- 8. requests refused after a compile failure stopped the queue ---------------------------------------------
+
+@pytest.mark.anyio
+async def test_requests_after_a_compile_failure_say_the_session_is_broken(anyio_backend):
+    import anyio
+
+    model = make_model([helper.make_node("Reshape", ["x", "shape"], ["y"])],
+                       [("x", TensorProto.FLOAT, ["N"])], [("y", TensorProto.FLOAT, [4])],
+                       initializers=[("shape", np.array([4], np.int64))])
+    bad = np.ones(3, np.float32)  # cannot be reshaped to [4]: RunGraphAsync's compile fails
+    plain = []
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+
+        async def run():
+            try:
+                await s.run_graph_async(1, [bad])
+            except ga.SessionBrokenError:
+                pass
+            except ga.GeError as exc:
+                plain.append(str(exc))
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for _ in range(400):
+                    tg.start_soon(run)
+    refused = [m for m in plain if "compiling graph" not in m]
+    assert not refused, f"{len(refused)} plain GeErrors for refused submits, e.g. {refused[0]}"
+
+
+# --- 10. freezing a view freezes what it views ----------------------------------------------------------------
+
+@pytest.mark.anyio
+async def test_base_of_a_pinned_view_is_frozen_too(anyio_backend):
+    from asynctools import slow_chain
+
+    model, n = slow_chain(0.2)
+    base = np.ones((2 * n, n), np.float32)
+    view = base[:n]
+    w = np.eye(n, dtype=np.float32)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        import anyio
+
+        async with anyio.create_task_group() as tg:
+            out = []
+
+            async def run():
+                out.append(await s.run_graph_async(1, [view, w]))
+
+            tg.start_soon(run)
+            await anyio.sleep(0.02)
+            if not out:
+                with pytest.raises(ValueError):
+                    base[0, 0] = 100  # would race the runtime
+                with pytest.raises(ValueError):
+                    view[0, 0] = 100
+        assert np.array_equal(out[0][0].numpy(), np.ones((n, n), np.float32))
+        base[0, 0] = 2  # writeable again after the run, both
+        view[0, 1] = 3
+        assert base[0, 0] == 2 and base[0, 1] == 3
+
+
+def test_views_pinned_by_several_runs_are_thawed_in_any_order():
+    base = np.zeros(8, np.float32)
+    v1, v2 = base[:4], base[4:]
+    from geasync._guard import FREEZER
+
+    e1 = FREEZER.freeze([v1])
+    e2 = FREEZER.freeze([base, v2])
+    assert not base.flags.writeable and not v1.flags.writeable and not v2.flags.writeable
+    FREEZER.thaw(e1)  # v1's base is still pinned by e2: v1 waits for it
+    assert not base.flags.writeable
+    FREEZER.thaw(e2)
+    assert base.flags.writeable and v1.flags.writeable and v2.flags.writeable

@@ -20,7 +20,12 @@ struct Analysis {
   size_t folded_bytes = 0;
   // When Analyze fails because a shape depends on contents unknown at compile time: that value's id, else -1.
   int missing_value = -1;
+  // Input: bytes folding may hold (0: no limit beyond kMaxTensorBytes per tensor).
+  uint64_t memory_limit = 0;
 };
+
+// The message of a plan refused for memory: `what` needs `need` bytes, above `limit`.
+std::string MemoryLimitError(const std::string &what, uint64_t need, uint64_t limit);
 
 // Checks caller-supplied descs against the model's Data inputs (count, dtype, rank, known dims, size limits).
 bool CheckInputDescs(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool need_static, std::string *err);

@@ -126,7 +126,13 @@ struct CompileOptions {
   // Return a value-dependent plan (see Plan::Specialize) instead of failing when an output shape depends on the
   // contents of graph inputs. Callers that pass true must call Specialize before allocating outputs.
   bool allow_value_dependent = false;
+  // Bytes the plan may hold (intermediates, folded constants, the outputs a run allocates); a plan that needs
+  // more is refused with an error naming the need and the limit. 0: DefaultMemoryLimit().
+  uint64_t max_memory_bytes = 0;
 };
+
+// The limit of plans compiled without one: the machine's physical memory (a plan beyond it can never run).
+uint64_t DefaultMemoryLimit();
 
 // Compiles for concrete input descs (all dims known; count and dtypes must match model.inputs(), dims must
 // agree wherever the model's dims are known). Returns nullptr + *error on failure.

@@ -18,6 +18,12 @@ constexpr size_t kAlign = 64;
 
 size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
+std::string DescsStr(const std::vector<TensorDesc> &descs) {
+  std::string s;
+  for (const TensorDesc &d : descs) s += (s.empty() ? "" : ", ") + ShapeStr(d.dims);
+  return "(" + s + ")";
+}
+
 // First-fit offset allocator with coalescing free list; sizes are kAlign multiples.
 class ArenaAllocator {
  public:
@@ -86,12 +92,13 @@ class PlanImpl : public Plan {
   bool Run(const std::vector<const void *> &inputs, const std::vector<void *> &outputs, std::string *error) override;
 
   // bound: per graph input, contents to treat as constants (value-specialised plans; copied), or nullptr.
-  bool Build(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs, std::string *err,
-             const std::vector<const void *> *bound = nullptr);
+  bool Build(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs, uint64_t memory_limit,
+             std::string *err, const std::vector<const void *> *bound = nullptr);
   int missing_value() const { return a_.missing_value; }
 
  private:
   bool BindIo(const void *p, const TensorDesc &d, const char *what, size_t i, void **slot, std::string *err);
+  bool AllocateArena(std::string *err);
   std::unique_ptr<Kernel> TryFuseConv(const KernelCtx &kc, const std::vector<int> &uses,
                                       const std::vector<int> &sole_user, std::vector<char> *absorbed,
                                       std::vector<int> *outputs);
@@ -108,13 +115,15 @@ class PlanImpl : public Plan {
   std::vector<int> input_slot_;   // per graph input
   std::vector<int> output_slot_;  // per graph output: slot written directly by a kernel, or -1
   std::vector<FinalCopy> copies_;
-  std::vector<uint8_t> arena_storage_;
+  // Intermediates: allocated (not zeroed) by the first Run, so compiling commits no memory; offsets per slot.
+  std::unique_ptr<uint8_t[]> arena_storage_;
+  std::vector<size_t> arena_offset_;  // per slot, SIZE_MAX if the slot is not in the arena
   std::vector<std::vector<uint8_t>> bound_storage_;  // copies of bound input contents
   std::vector<char> input_bound_;                    // per graph input
 };
 
-bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs, std::string *err,
-                     const std::vector<const void *> *bound) {
+bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs,
+                     uint64_t memory_limit, std::string *err, const std::vector<const void *> *bound) {
   model_ = std::move(model);
   m_ = dynamic_cast<const ModelImpl *>(model_.get());
   if (!m_) {
@@ -134,6 +143,7 @@ bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<Tenso
       input_bound_[i] = 1;
     }
   }
+  a_.memory_limit = memory_limit;
   if (!Analyze(*m_, inputs, /*compile=*/true, &a_, err, bound ? &bound_ptrs : nullptr)) return false;
   input_descs_ = inputs;
   for (int vid : m_->output_values_) output_descs_.push_back(a_.desc[vid]);
@@ -237,15 +247,23 @@ bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<Tenso
     *err = "intermediate tensors would need " + std::to_string(workspace_bytes_) + " bytes, which is absurd";
     return false;
   }
-  arena_storage_.assign(workspace_bytes_ + kAlign, 0);
-  uint8_t *base = arena_storage_.data();
-  base += (kAlign - reinterpret_cast<uintptr_t>(base) % kAlign) % kAlign;
+  uint64_t need = workspace_bytes_ + a_.folded_bytes;
+  for (int vid : m_->output_values_) need += a_.desc[vid].Bytes();  // what each run allocates for its outputs
+  if (need > memory_limit) {
+    *err = MemoryLimitError("the graph for input shapes " + DescsStr(inputs) + " (intermediates " +
+                                std::to_string(workspace_bytes_) + " bytes, folded constants " +
+                                std::to_string(a_.folded_bytes) + ", outputs the rest)",
+                            need, memory_limit);
+    return false;
+  }
+  arena_offset_.assign(ns, SIZE_MAX);
   for (size_t v = 0; v < ns; ++v) {
     if (!is_arena[v]) continue;
-    ptr_[v] = slot_bytes[v] > 0 ? base + offset[v] : const_cast<void *>(EmptyTensorData());
+    if (slot_bytes[v] > 0)
+      arena_offset_[v] = offset[v];
+    else
+      ptr_[v] = const_cast<void *>(EmptyTensorData());
   }
-  for (Step &s : steps_)
-    if (s.scratch_bytes) s.kernel->set_scratch(base + s.scratch_off);
 
   // Graph outputs not written by a kernel are copied at the end of Run.
   for (size_t j = 0; j < m_->output_values_.size(); ++j) {
@@ -314,6 +332,21 @@ std::unique_ptr<Kernel> PlanImpl::TryFuseConv(const KernelCtx &kc, const std::ve
   return k;
 }
 
+bool PlanImpl::AllocateArena(std::string *err) {
+  arena_storage_.reset(new (std::nothrow) uint8_t[workspace_bytes_ + kAlign]);
+  if (!arena_storage_) {
+    *err = "out of memory: the plan's intermediate tensors need " + std::to_string(workspace_bytes_) + " bytes";
+    return false;
+  }
+  uint8_t *base = arena_storage_.get();
+  base += (kAlign - reinterpret_cast<uintptr_t>(base) % kAlign) % kAlign;
+  for (size_t v = 0; v < arena_offset_.size(); ++v)
+    if (arena_offset_[v] != SIZE_MAX) ptr_[v] = base + arena_offset_[v];
+  for (Step &s : steps_)
+    if (s.scratch_bytes) s.kernel->set_scratch(base + s.scratch_off);
+  return true;
+}
+
 bool PlanImpl::BindIo(const void *p, const TensorDesc &d, const char *what, size_t i, void **slot, std::string *err) {
   const size_t bytes = d.Bytes();
   if (bytes == 0) {
@@ -341,7 +374,7 @@ bool PlanImpl::Run(const std::vector<const void *> &inputs, const std::vector<vo
             std::to_string(output_descs_.size()) + " outputs, got " + std::to_string(inputs.size()) + " and " +
             std::to_string(outputs.size());
     } else {
-      bool ok = true;
+      bool ok = arena_storage_ || AllocateArena(&err);
       for (size_t i = 0; ok && i < inputs.size(); ++i) {
         void *unused = nullptr;  // bound inputs keep pointing at the plan's copy
         ok = BindIo(inputs[i], input_descs_[i], "input", i, input_bound_[i] ? &unused : &ptr_[input_slot_[i]], &err);
@@ -404,9 +437,9 @@ class ValueDependentPlan : public Plan {
   static constexpr size_t kMaxSpecialised = 16;
 
   ValueDependentPlan(std::shared_ptr<const Model> model, std::vector<TensorDesc> inputs, std::vector<char> value_inputs,
-                     std::vector<TensorDesc> outputs)
+                     std::vector<TensorDesc> outputs, uint64_t memory_limit)
       : model_(std::move(model)), input_descs_(std::move(inputs)), output_descs_(std::move(outputs)),
-        value_inputs_(std::move(value_inputs)) {}
+        memory_limit_(memory_limit), value_inputs_(std::move(value_inputs)) {}
   const std::vector<TensorDesc> &input_descs() const override { return input_descs_; }
   const std::vector<TensorDesc> &output_descs() const override { return output_descs_; }
   size_t const_bytes() const override { return model_->initializer_bytes(); }
@@ -448,7 +481,7 @@ class ValueDependentPlan : public Plan {
           for (size_t i = 0; i < inputs.size(); ++i)
             if (value_inputs_[i]) bound[i] = inputs[i];
           std::unique_ptr<PlanImpl> plan(new PlanImpl());
-          if (plan->Build(model_, input_descs_, &err, &bound)) {
+          if (plan->Build(model_, input_descs_, memory_limit_, &err, &bound)) {
             cache_.emplace_front(key, std::shared_ptr<Plan>(std::move(plan)));
             if (cache_.size() > kMaxSpecialised) cache_.pop_back();
             return cache_.front().second;
@@ -477,6 +510,7 @@ class ValueDependentPlan : public Plan {
  private:
   std::shared_ptr<const Model> model_;
   std::vector<TensorDesc> input_descs_, output_descs_;
+  const uint64_t memory_limit_;
   std::mutex mu_;
   std::vector<char> value_inputs_;  // per graph input: contents determine shapes
   std::list<std::pair<std::string, std::shared_ptr<Plan>>> cache_;  // most recently used first
@@ -496,8 +530,9 @@ std::unique_ptr<Plan> CompilePlan(std::shared_ptr<const Model> model, const std:
     if (!model) {
       err = "CompilePlan: no model";
     } else {
+      const uint64_t limit = options.max_memory_bytes ? options.max_memory_bytes : DefaultMemoryLimit();
       std::unique_ptr<PlanImpl> plan(new PlanImpl());
-      if (plan->Build(model, inputs, &err)) return plan;
+      if (plan->Build(model, inputs, limit, &err)) return plan;
       const ModelImpl *m = dynamic_cast<const ModelImpl *>(model.get());
       if (options.allow_value_dependent && m && plan->missing_value() >= 0) {
         std::vector<char> value_inputs(m->inputs_.size(), 0);
@@ -508,7 +543,7 @@ std::unique_ptr<Plan> CompilePlan(std::shared_ptr<const Model> model, const std:
         std::string ierr;
         if (any && InferShapes(*model, inputs, &outs, &ierr)) {
           return std::unique_ptr<Plan>(
-              new ValueDependentPlan(std::move(model), inputs, std::move(value_inputs), std::move(outs)));
+              new ValueDependentPlan(std::move(model), inputs, std::move(value_inputs), std::move(outs), limit));
         }
       }
     }

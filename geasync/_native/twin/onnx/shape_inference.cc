@@ -1,5 +1,7 @@
 // Graph-level shape inference and constant folding (Analyze), and the public InferShapes entry point.
 // Per-op rules live with each op's OpDef::infer in ops_*.cc.
+#include <unistd.h>
+
 #include <new>
 
 #include "analysis.h"
@@ -12,6 +14,9 @@ namespace {
 
 // Folding while only inferring shapes is for small shape-like tensors; big ones are left to CompilePlan.
 constexpr int64_t kInferFoldLimit = int64_t(1) << 16;
+// Compile folds only values up to this size: a bigger one (a ConstantOfShape filling an output) would be held by
+// the plan for its lifetime and copied into every run's output; computed at run time it is written in place.
+constexpr uint64_t kCompileFoldBytes = uint64_t(1) << 20;
 
 }  // namespace
 
@@ -133,6 +138,11 @@ bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool com
     }
     if (op.shape_only && op.foldable) all_const = true;  // reads descs only
     if (!all_const || !all_static || (!compile && total > kInferFoldLimit)) continue;
+    if (!op.shape_only) {
+      uint64_t out_bytes = 0;
+      for (const TensorDesc &d : ctx.out) out_bytes += d.Bytes();
+      if (out_bytes > kCompileFoldBytes) continue;
+    }
     // Fold: run the kernel now, keep the results as constants.
     KernelCtx kctx;
     kctx.node = &n;
@@ -144,6 +154,14 @@ bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool com
     if (!kernel) {
       *err = n.Where() + reason;
       return false;
+    }
+    if (a->memory_limit) {  // folded values stay with the plan: they count against its limit
+      uint64_t need = a->folded_bytes + kernel->scratch_bytes();
+      for (const TensorDesc &d : ctx.out) need += d.Bytes();
+      if (need > a->memory_limit) {
+        *err = n.Where() + MemoryLimitError("folding its constant inputs at compile time", need, a->memory_limit);
+        return false;
+      }
     }
     std::vector<std::shared_ptr<std::vector<uint8_t>>> bufs;
     std::vector<void *> outs;
@@ -170,6 +188,20 @@ bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool com
     a->node_folded[k] = 1;
   }
   return true;
+}
+
+std::string MemoryLimitError(const std::string &what, uint64_t need, uint64_t limit) {
+  return what + " needs " + std::to_string(need) + " bytes, above the memory limit of " + std::to_string(limit) +
+         " bytes (Session option geasync.max_memory_bytes; the default is the machine's physical memory): check "
+         "the model's declared shapes, or raise the limit";
+}
+
+uint64_t DefaultMemoryLimit() {
+  static const uint64_t limit = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : kMaxTensorBytes;
+  }();
+  return limit;
 }
 
 bool InferShapes(const Model &model, const std::vector<TensorDesc> &inputs, std::vector<TensorDesc> *outputs,

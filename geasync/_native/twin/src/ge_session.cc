@@ -14,6 +14,7 @@
 #include "acl_internal.h"
 #include "ge_internal.h"
 #include "faults.h"
+#include "memory_limits.h"
 #include "twin/twin_control.h"
 
 namespace ge {
@@ -209,6 +210,7 @@ class SessionImpl {
     std::call_once(shutdown_once, [this] {
       finalized.store(true);
       twin::ForgetSession(id);  // injected stalls must not keep the joins below waiting
+      twin::ForgetMemoryLimit(id);
       std::vector<std::shared_ptr<GraphNode>> nodes;
       {
         std::lock_guard<std::mutex> lk(mu);
@@ -266,9 +268,10 @@ namespace {
 
 // Plans may be value-dependent (an output shape depends on an input's contents, e.g. a Reshape shape fed as a
 // graph input): the run then uses the plan the engine specialises for that run's input values.
-twin::onnx::CompileOptions ValueDependentOk() {
+twin::onnx::CompileOptions ValueDependentOk(const GraphNode &node) {
   twin::onnx::CompileOptions o;
   o.allow_value_dependent = true;
+  o.max_memory_bytes = twin::SessionMemoryLimit(node.session_id);  // geasync.max_memory_bytes
   return o;
 }
 
@@ -295,7 +298,7 @@ Status CompileLocked(GraphNode &node, const char *api) {
   bool is_static = true;
   for (const auto &d : node.data_descs) is_static = is_static && d.IsStatic();
   if (is_static) {
-    auto plan = twin::onnx::CompilePlan(node.model, node.data_descs, ValueDependentOk(), &error);
+    auto plan = twin::onnx::CompilePlan(node.model, node.data_descs, ValueDependentOk(node), &error);
     if (!plan) {
       twin::ReportError(std::string(api) + ": compiling graph (graph_id=" + std::to_string(node.id) +
                         ") failed: " + error);
@@ -331,7 +334,7 @@ std::shared_ptr<Plan> GetPlan(GraphNode &node, const std::vector<ODesc> &descs, 
     }
   }
   std::string error;
-  auto plan = twin::onnx::CompilePlan(node.model, descs, ValueDependentOk(), &error);
+  auto plan = twin::onnx::CompilePlan(node.model, descs, ValueDependentOk(node), &error);
   if (!plan) {
     twin::ReportError(std::string(api) + ": graph (graph_id=" + std::to_string(node.id) +
                       ") cannot run with these inputs: " + error);

@@ -50,6 +50,10 @@ uint64_t geasync_twin_fault_unfired(uint64_t session_id, uint32_t graph_id);
  * length; call again with a larger buffer when it is >= cap. */
 size_t geasync_twin_check_onnx(const void *data, size_t size, char *buf, size_t cap);
 
+/* Bytes one compiled plan of the session's graphs may hold (intermediates, folded constants, outputs of a run);
+ * a plan that needs more is refused at compile (GeError naming both). 0 restores the default (physical memory). */
+void geasync_twin_set_memory_limit(uint64_t session_id, uint64_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,228 @@
+// Native stress test of the event-loop plumbing, for ThreadSanitizer (tools/tsan_stress.sh): completion queues
+// fed by GE's runtime threads (RunGraphAsync, single and batched submits) and by ACL host functions on streams,
+// drained by consumer threads the way hubs drain them, with sessions created and destroyed under load and
+// stream-mode runs alongside. Written against geasync.h (the shim's C ABI) only.
+//   completion_stress_test <add.onnx> [seconds]
+// Prints "PASS ..." and exits 0 when every submitted token completed exactly once and the live counters return
+// to zero; TSan reports (halt_on_error) fail it.
+#include <poll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "geasync.h"
+
+namespace {
+
+std::atomic<bool> g_failed{false};
+
+void Fail(const char *what, ga_status st) {
+  std::fprintf(stderr, "FAIL %s: status %u: %s\n", what, st, ga_last_error());
+  g_failed = true;
+}
+
+struct Input {
+  float a[16], b[16];
+  ga_tensor_desc descs[2];
+  Input() {
+    for (int i = 0; i < 16; ++i) a[i] = b[i] = 1.0f;
+    float *bufs[2] = {a, b};
+    for (int k = 0; k < 2; ++k) {
+      std::memset(&descs[k], 0, sizeof(descs[k]));
+      descs[k].data = bufs[k];
+      descs[k].size = sizeof(a);
+      descs[k].dtype = 0;      // float32
+      descs[k].placement = 1;  // host
+      descs[k].ndim = 2;
+      descs[k].dims[0] = 1;
+      descs[k].dims[1] = 16;
+    }
+  }
+};
+
+// One consumer: owns a queue, drains it when its fd is readable, counts tokens.
+struct Consumer {
+  ga_completion_queue *queue = nullptr;
+  std::atomic<uint64_t> submitted{0};
+  uint64_t completed = 0;
+  std::vector<uint8_t> seen;  // per token: completions received
+
+  void Drain() {
+    ga_completion records[64];
+    ga_output_info infos[64];
+    for (;;) {
+      const size_t n = ga_cq_drain_outputs(queue, records, 64, infos, 64);
+      size_t pos = 0;
+      for (size_t i = 0; i < n; ++i) {
+        ga_completion &c = records[i];
+        if (c.token >= seen.size()) seen.resize(c.token * 2 + 1, 0);
+        if (++seen[c.token] != 1) {
+          std::fprintf(stderr, "FAIL token %llu completed twice\n", static_cast<unsigned long long>(c.token));
+          g_failed = true;
+        }
+        if (c.output_count >= 0) {
+          for (int k = 0; k < c.output_count; ++k) ga_tensor_destroy(infos[pos + k].handle);
+          pos += c.output_count;
+        } else if (c.output_count == -2) {
+          ga_outputs_destroy(c.outputs);
+        }
+        if (c.error_message) ga_completion_release(&c);
+        ++completed;
+      }
+      if (n < 64) return;
+    }
+  }
+};
+
+ga_session *NewSession(const std::string &model) {
+  ga_session *s = nullptr;
+  ga_status st = ga_session_create(nullptr, &s);
+  if (st != 0) {
+    Fail("ga_session_create", st);
+    return nullptr;
+  }
+  ga_graph *g = nullptr;
+  if ((st = ga_graph_parse_onnx(model.data(), model.size(), nullptr, &g)) != 0) Fail("parse", st);
+  if (g && (st = ga_session_add_graph(s, 1, g, nullptr)) != 0) Fail("add_graph", st);
+  ga_graph *g2 = nullptr;
+  if ((st = ga_graph_parse_onnx(model.data(), model.size(), nullptr, &g2)) != 0) Fail("parse", st);
+  if (g2 && (st = ga_session_add_graph(s, 2, g2, nullptr)) != 0) Fail("add_graph", st);
+  ga_graph_destroy(g);
+  ga_graph_destroy(g2);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s <add.onnx> [seconds]\n", argv[0]);
+    return 2;
+  }
+  std::ifstream in(argv[1], std::ios::binary);
+  const std::string model((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const double seconds = argc > 2 ? std::atof(argv[2]) : 5.0;
+  ga_status st = ga_initialize(nullptr);
+  if (st != 0) {
+    Fail("ga_initialize", st);
+    return 1;
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  std::atomic<uint64_t> async_done{0}, host_done{0}, stream_runs{0}, sessions{0};
+
+  // Loop-like pairs: a submitting thread and a draining thread per queue, sessions recycled under load.
+  auto async_pair = [&](int id) {
+    ga_status st;
+    Consumer consumer;
+    if ((st = ga_cq_create(&consumer.queue)) != 0) return Fail("ga_cq_create", st);
+    std::atomic<bool> stop{false};
+    std::thread drainer([&] {
+      pollfd p{ga_cq_fd(consumer.queue), POLLIN, 0};
+      while (!stop.load() || consumer.completed < consumer.submitted.load()) {
+        poll(&p, 1, 10);
+        consumer.Drain();
+      }
+    });
+    Input input;
+    uint64_t token = 0;
+    while (Clock::now() < deadline && !g_failed) {
+      ga_session *s = NewSession(model);
+      if (!s) break;
+      ++sessions;
+      for (int round = 0; round < 20; ++round) {
+        if (id % 2 == 0) {
+          ++token;
+          consumer.submitted.fetch_add(1);
+          if ((st = ga_session_run_graph_async(s, 1, input.descs, 2, consumer.queue, token)) != 0) {
+            consumer.submitted.fetch_sub(1);  // refused: no completion comes
+          }
+        } else {
+          ga_async_submit items[8];
+          for (auto &item : items) item = {s, 1, input.descs, 2, ++token};
+          consumer.submitted.fetch_add(8);
+          ga_run_graph_async_batch(items, 8, consumer.queue);  // refused ones complete on the queue
+        }
+      }
+      if (token % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      ga_session_destroy(s);  // jobs still queued are completed as abandoned
+    }
+    stop = true;
+    drainer.join();
+    async_done += consumer.completed;
+    ga_cq_destroy(consumer.queue);
+  };
+
+  // Streams: stream-mode runs and host functions completing on a queue, synchronize and destroy under load.
+  auto stream_worker = [&] {
+    ga_status st;
+    Consumer consumer;
+    if ((st = ga_cq_create(&consumer.queue)) != 0) return Fail("ga_cq_create", st);
+    ga_session *s = NewSession(model);
+    if (!s) return;
+    Input input;
+    uint64_t token = 0;
+    while (Clock::now() < deadline && !g_failed) {
+      void *stream = nullptr;
+      if ((st = ga_stream_create(-1, &stream)) != 0) return Fail("ga_stream_create", st);
+      if ((st = ga_session_register_default_allocator(s, stream)) != 0) Fail("register allocator", st);
+      for (int k = 0; k < 10; ++k) {
+        ga_outputs *outs = nullptr;
+        if ((st = ga_session_run_graph_with_stream_async(s, 2, stream, input.descs, 2, &outs)) != 0)
+          Fail("RunGraphWithStreamAsync", st);
+        consumer.submitted.fetch_add(1);
+        if ((st = ga_stream_launch_completion(stream, consumer.queue, ++token)) != 0) {
+          consumer.submitted.fetch_sub(1);
+          Fail("aclrtLaunchHostFunc", st);
+        }
+        if (outs) ga_outputs_destroy(outs);  // device memory returns once the stream passed the run
+        ++stream_runs;
+      }
+      if (token % 20 == 0) {
+        if ((st = ga_stream_synchronize(stream, 10000)) != 0) Fail("aclrtSynchronizeStream", st);
+      }
+      consumer.Drain();
+      ga_session_unregister_external_allocator(s, stream);
+      if ((st = ga_stream_destroy(stream)) != 0) Fail("aclrtDestroyStream", st);
+    }
+    while (consumer.completed < consumer.submitted.load()) {
+      pollfd p{ga_cq_fd(consumer.queue), POLLIN, 0};
+      poll(&p, 1, 10);
+      consumer.Drain();
+    }
+    host_done += consumer.completed;
+    ga_cq_destroy(consumer.queue);
+    ga_session_destroy(s);
+  };
+
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back(async_pair, i);
+  threads.emplace_back(stream_worker);
+  for (auto &t : threads) t.join();
+
+  ga_live_counters c;
+  ga_get_live_counters(&c);
+  if (c.sessions || c.tensors || c.outputs_lists || c.streams || c.completion_queues || c.pending_completions) {
+    std::fprintf(stderr,
+                 "FAIL live counters not back to zero: sessions=%lld tensors=%lld outputs=%lld streams=%lld "
+                 "queues=%lld pending=%lld\n",
+                 (long long)c.sessions, (long long)c.tensors, (long long)c.outputs_lists, (long long)c.streams,
+                 (long long)c.completion_queues, (long long)c.pending_completions);
+    g_failed = true;
+  }
+  ga_finalize();
+  if (g_failed) return 1;
+  std::printf("PASS completion stress: %llu async completions, %llu host functions, %llu stream runs, %llu sessions\n",
+              (unsigned long long)async_done.load(), (unsigned long long)host_done.load(),
+              (unsigned long long)stream_runs.load(), (unsigned long long)sessions.load());
+  return 0;
+}

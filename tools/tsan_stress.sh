@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds the shim and the twin with ThreadSanitizer together with tests/native/completion_stress_test.cc (completion
+# queues, GE's runtime threads, streams and host functions under load) and runs it. Any TSan report fails it.
+#   bash tools/tsan_stress.sh [seconds]        # default 20
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-20}
+python=${PYTHON:-python3}
+build=${GEASYNC_TSAN_BUILD:-build/tsan}
+mkdir -p "$build"
+blas_inc=$("$python" -c "import scipy_openblas32 as s; print(s.get_include_dir())")
+blas_dir=$("$python" -c "import scipy_openblas32 as s; print(s.get_lib_dir())")
+blas_lib=$("$python" -c "import scipy_openblas32 as s; print(s.get_library())")
+flags=(-std=c++17 -O1 -g -fsanitize=thread -fno-omit-frame-pointer -Wall -Wextra -Werror -pthread
+       -Igeasync/_native/include -Igeasync/_native/shim -Igeasync/_native/twin/include -Igeasync/_native/twin/src
+       -Igeasync/_native/twin "-I$blas_inc" -DGEASYNC_HAVE_OPENBLAS=1 '-DGEASYNC_BACKEND_NAME="twin"')
+objects=()
+for src in geasync/_native/shim/*.cc geasync/_native/twin/src/*.cc geasync/_native/twin/onnx/*.cc \
+           tests/native/completion_stress_test.cc; do
+  obj="$build/$(echo "$src" | tr / _).o"
+  src_flags=("${flags[@]}")
+  if grep -q target_clones "$src"; then
+    # their ifunc resolvers run while the program is relocated, before TSan's runtime is up: kernel math only, so
+    # they are built uninstrumented (TSan still sees every access of the threading code around them)
+    src_flags=()
+    for f in "${flags[@]}"; do [ "$f" = -fsanitize=thread ] || src_flags+=("$f"); done
+  fi
+  if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then
+    ${CXX:-g++} "${src_flags[@]}" -c "$src" -o "$obj" &
+    while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-2}" ]; do wait -n; done
+  fi
+  objects+=("$obj")
+done
+while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n; done  # a failed compile fails the script (set -e)
+${CXX:-g++} -fsanitize=thread -pthread "${objects[@]}" -o "$build/completion_stress_test" "-L$blas_dir" "-l$blas_lib" \
+  "-Wl,-rpath,$blas_dir"
+"$python" - "$build/add.onnx" <<'PY'
+import sys
+from onnx import TensorProto, helper
+g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["c"])], "add",
+                      [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 16]) for n in "ab"],
+                      [helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 16])])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+m.ir_version = 8
+open(sys.argv[1], "wb").write(m.SerializeToString())
+PY
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}" \
+  "$build/completion_stress_test" "$build/add.onnx" "$seconds"
