@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from . import _lib
 from ._guard import current_backend, running_loop as _running_loop
+from .tensor import Tensor
 
 class Request:
     """A piece of native async work a hub waits for. Subclasses have a ``waiter`` (from ``Hub.new_waiter``) and a
@@ -109,7 +110,7 @@ class Hub:
     asyncio = False  # waiters are asyncio futures (awaitable directly)
 
     def __init__(self) -> None:
-        self.queue = _lib.CompletionQueue()
+        self.queue = _lib.CompletionQueue(Tensor._from_output)
         self._requests: dict[int, Request] = {}
         self._tokens = itertools.count(1)
         self._draining = threading.Lock()

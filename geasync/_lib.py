@@ -270,15 +270,10 @@ def from_buffer(obj: Any, require_writable: bool = False) -> Any:
 
 # --- native tensors ------------------------------------------------------------------------------------------
 
-# How a run's output becomes a Python object: set by the tensor layer (``Tensor``), called as
-# make(owner, address, nbytes, ge_dtype, placement, shape) where ``owner`` is a cdata whose collection destroys the
-# ga_tensor (and so frees or returns its memory).
-_make_output: Any = None
-
-
-def set_output_factory(make: Any) -> None:
-    global _make_output
-    _make_output = make
+# How a run's output becomes a Python object is the caller's: every function here that returns outputs takes an
+# output factory ``make``, called as make(owner, address, nbytes, ge_dtype, placement, shape) where ``owner`` is a
+# cdata whose collection destroys the ga_tensor (and so frees or returns its memory). The tensor layer passes
+# ``Tensor._from_output``.
 
 
 def host_view(owner: Any, address: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -298,7 +293,7 @@ def _keep_alive(owner: Any, _pointer: Any) -> None:
 _scratch = threading.local()  # per-thread buffer for taking outputs (grown on demand)
 
 
-def _take_outputs(outs: Any) -> list:
+def _take_outputs(outs: Any, make: Any) -> list:
     """Owns the outputs of a run: one native call describes them all and frees the list."""
     try:
         infos, cap = _scratch.infos, _scratch.cap
@@ -310,14 +305,13 @@ def _take_outputs(outs: Any) -> list:
         cap = _scratch.cap = n
         infos = _scratch.infos = ffi.new("ga_output_info[]", cap)
         lib.ga_outputs_take_all(outs, infos, cap)
-    return _wrap_outputs(infos, 0, n)
+    return _wrap_outputs(infos, 0, n, make)
 
 
-def _wrap_outputs(infos: Any, start: int, n: int) -> list:
+def _wrap_outputs(infos: Any, start: int, n: int, make: Any) -> list:
     """The output factory's objects for the taken tensors infos[start:start + n]: each owned by a cdata whose
     collection destroys it. Should wrapping one fail, the ones not wrapped yet are destroyed, none leaks."""
     destroy = lib.ga_tensor_destroy
-    make = _make_output
     result = []
     i = start
     end = start + n
@@ -415,16 +409,16 @@ def compiled_graph_summary(handle: Any, graph_id: int, context: str) -> dict[str
 _run_graph_lock = threading.Lock()
 
 
-def run_graph(handle: Any, graph_id: int, descs: InputDescs, context: str) -> list:
+def run_graph(handle: Any, graph_id: int, descs: InputDescs, context: str, make: Any) -> list:
     out = ffi.new("ga_outputs **")
     with _run_graph_lock:
         status = lib.ga_session_run_graph(handle, graph_id, descs.array, descs.count, out)
         _check(status, "GeSession::RunGraph", context)
-    return _take_outputs(out[0])
+    return _take_outputs(out[0], make)
 
 
 def run_graph_with_stream_async(handle: Any, graph_id: int, stream: int, descs: InputDescs,
-                                context: str) -> list:
+                                context: str, make: Any) -> list:
     out = ffi.new("ga_outputs **")
     _callback_errors.clear()
     status = lib.ga_session_run_graph_with_stream_async(handle, graph_id, pointer(stream), descs.array, descs.count,
@@ -433,7 +427,7 @@ def run_graph_with_stream_async(handle: Any, graph_id: int, stream: int, descs: 
         message, api = _last_error("GeSession::RunGraphWithStreamAsync")
         err = GeError(status, message, api, context)
         raise err from _callback_errors.pop()
-    return _take_outputs(out[0])
+    return _take_outputs(out[0], make)
 
 
 # --- allocators --------------------------------------------------------------------------------------------
@@ -562,9 +556,11 @@ class CompletionQueue:
     ``close()`` drops the consumer's reference; the native queue lives on until the runtime holds none.
     """
 
-    __slots__ = ("_cq", "fd", "_buf", "_cap", "_infos")
+    __slots__ = ("_cq", "fd", "_buf", "_cap", "_infos", "_make")
 
-    def __init__(self, capacity: int = 256) -> None:
+    def __init__(self, make: Any = None, capacity: int = 256) -> None:
+        """``make``: the output factory for the outputs its records carry (None for a queue of host functions)."""
+        self._make = make
         out = ffi.new("ga_completion_queue **")
         _check(lib.ga_cq_create(out), "eventfd", "geasync completion hub")
         self._cq = out[0]
@@ -591,10 +587,10 @@ class CompletionQueue:
                 else:
                     try:
                         if k >= 0:
-                            outs = _wrap_outputs(infos, pos, k)
+                            outs = _wrap_outputs(infos, pos, k, self._make)
                         else:  # more outputs than the batch buffer had room for: still a list to take
                             handle, c.outputs = c.outputs, ffi.NULL
-                            outs = _take_outputs(handle)
+                            outs = _take_outputs(handle, self._make)
                     except Exception as exc:
                         outs = exc
                     if k > 0:

@@ -126,6 +126,7 @@ class Session:
         self._specs: dict[int, GraphSpec] = {}  # per graph: declared inputs/outputs, for the input check
         self._spec_errors: dict[int, ModelFormatError] = {}  # graphs GE took whose metadata geasync cannot read
         self._compiling = 0  # requests waiting for their graph's compile before the first RunGraphAsync
+        self._starting = 0  # requests started before aclose() that hold no session slot yet
         self._generation = _lib.generation
         max_memory = _max_memory_bytes(own_opts)
         self._handle = _lib.session_create(ge_opts, "Session.__init__()")
@@ -206,7 +207,7 @@ class Session:
         self._closing = True
         try:
             while (self._slots.in_flight - self._unawaited > 0 or self._slots.waiting or self._compiling
-                   or any(cap is not None and cap.waiting for cap in self._graph_caps.values())):
+                   or self._starting or any(cap is not None and cap.waiting for cap in self._graph_caps.values())):
                 await anyio.sleep(0.002)
         finally:
             self.close()
@@ -389,7 +390,7 @@ class Session:
         self._modes.claim(graph_id, RUN_GRAPH, context)
         key = self._count_start(graph_id)
         try:
-            outputs = _lib.run_graph(handle, graph_id, prepared, context)
+            outputs = _lib.run_graph(handle, graph_id, prepared, context, Tensor._from_output)
         except BaseException:
             self._count_finish(graph_id, key, "failed")
             raise
@@ -419,7 +420,8 @@ class Session:
         pins = self._pin(prepared)
         key = self._count_start(graph_id)
         try:
-            outs = _lib.run_graph_with_stream_async(handle, graph_id, address, prepared, context)
+            outs = _lib.run_graph_with_stream_async(handle, graph_id, address, prepared, context,
+                                                      Tensor._from_output)
         except BaseException:
             self._unpin(pins)
             self._count_finish(graph_id, key, "failed")
@@ -513,19 +515,25 @@ class Session:
             counters = self._counters(graph_id)
         counters.submitted += 1
         started_open = not self._closing  # aclose() lets the requests started before it finish
-        cap = self._graph_caps.get(graph_id, _UNKNOWN)
-        if cap is _UNKNOWN:
-            cap = await self._first_async_run(graph_id)
-        if cap is not None and not cap.try_acquire():
-            await self._wait_for(cap, counters)
-        slots = self._slots
+        # Until it holds a session slot (in_flight), a request started before aclose() is counted here, so aclose()
+        # also waits for one that was just granted a place under the graph's bound and has not resumed yet.
+        self._starting += started_open
         try:
-            if not slots.try_acquire():
-                await self._wait_for(slots, counters)  # backpressure: wait without blocking the loop
-        except BaseException:
-            if cap is not None:
-                cap.release()
-            raise
+            cap = self._graph_caps.get(graph_id, _UNKNOWN)
+            if cap is _UNKNOWN:
+                cap = await self._first_async_run(graph_id)
+            if cap is not None and not cap.try_acquire():
+                await self._wait_for(cap, counters)
+            slots = self._slots
+            try:
+                if not slots.try_acquire():
+                    await self._wait_for(slots, counters)  # backpressure: wait without blocking the loop
+            except BaseException:
+                if cap is not None:
+                    cap.release()
+                raise
+        finally:
+            self._starting -= started_open
         try:
             if self._handle is None or (self._closing and not started_open):  # closed while it waited for a slot
                 self._live(_async_context(graph_id))

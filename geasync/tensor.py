@@ -176,7 +176,6 @@ _GE_DTYPES = _lib._NP_TO_GE
 _GE_TO_NP = _lib._GE_TO_NP
 _PLACEMENT_HOST = _lib.PLACEMENT_HOST
 _MAX_DIMS = _lib.MAX_DIMS
-_lib.set_output_factory(Tensor._from_output)
 
 
 PreparedInputs = _lib.InputDescs  # a run's inputs as native descriptors, with what keeps them alive

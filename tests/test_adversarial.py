@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import geasync as ga
-from conftest import TensorProto, helper, make_model
+from conftest import add_model, TensorProto, helper, make_model
 
 TESTS = pathlib.Path(__file__).resolve().parent
 
@@ -350,19 +350,19 @@ async def test_aclose_finishes_once_stalled_completions_are_released(anyio_backe
 
 @pytest.mark.anyio
 async def test_requests_after_a_compile_failure_say_the_session_is_broken(anyio_backend):
+    """GE stops the async queue at the first pre-run failure: the failing job gets GE's error, every other request
+    of the burst (queued behind it, or submitted after) is told the session is broken, on every loop."""
     import anyio
 
-    model = make_model([helper.make_node("Reshape", ["x", "shape"], ["y"])],
-                       [("x", TensorProto.FLOAT, ["N"])], [("y", TensorProto.FLOAT, [4])],
-                       initializers=[("shape", np.array([4], np.int64))])
-    bad = np.ones(3, np.float32)  # cannot be reshaped to [4]: RunGraphAsync's compile fails
     plain = []
     with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(model))
+        s.add_graph(1, ga.Graph.from_onnx(add_model((1, 16))))
+        ga.twin.inject_fault(s, 1, "fail_prerun")
+        a = np.ones((1, 16), np.float32)
 
         async def run():
             try:
-                await s.run_graph_async(1, [bad])
+                await s.run_graph_async(1, [a, a])
             except ga.SessionBrokenError:
                 pass
             except ga.GeError as exc:
@@ -372,8 +372,7 @@ async def test_requests_after_a_compile_failure_say_the_session_is_broken(anyio_
             async with anyio.create_task_group() as tg:
                 for _ in range(400):
                     tg.start_soon(run)
-    refused = [m for m in plain if "compiling graph" not in m]
-    assert not refused, f"{len(refused)} plain GeErrors for refused submits, e.g. {refused[0]}"
+    assert len(plain) == 1, f"{len(plain)} plain GeErrors (only the job that failed in pre-run may get one): {plain[:2]}"
 
 
 # --- 10. freezing a view freezes what it views ----------------------------------------------------------------

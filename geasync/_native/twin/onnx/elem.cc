@@ -16,6 +16,10 @@ ValueState ConstantState(InferCtx *c, size_t i, const std::string &who, std::str
 }  // namespace
 
 ValueState ReadIntsInput(InferCtx *c, size_t i, std::vector<int64_t> *vals, std::string *reason) {
+  if (!c->has(i)) {  // an omitted (empty-named) input this op needs: refused, never dereferenced
+    *reason = "required input " + std::to_string(i) + " is missing";
+    return ValueState::kError;
+  }
   const TensorDesc &d = *c->in[i];
   const std::string who = "input '" + c->node->input_names[i] + "'";
   if (d.dtype != ElemType::kInt64 && d.dtype != ElemType::kInt32) {
@@ -53,6 +57,10 @@ bool ReadIntsInputOrAttr(InferCtx *c, int64_t input_opset, const char *attr, std
 }
 
 ValueState ReadScalarInput(InferCtx *c, size_t i, double *val, std::string *reason) {
+  if (!c->has(i)) {
+    *reason = "required input " + std::to_string(i) + " is missing";
+    return ValueState::kError;
+  }
   const TensorDesc &d = *c->in[i];
   const std::string who = "input '" + c->node->input_names[i] + "'";
   if (d.NumElements() != 1 && d.IsStatic()) {

@@ -81,7 +81,7 @@ struct OpDef {
   // The outputs depend only on the inputs' descs, never on their contents (Shape): folded whenever the output
   // descs are static, and the kernel may be run with null input pointers.
   bool shape_only = false;
-  // Every input is required (ONNX variadic inputs have no omitted form): Concat, Max, Min.
+  // Every input is required (ONNX variadic inputs have no omitted form): Concat, Max, Min, Sum, Mean, Einsum.
   bool variadic = false;
 };
 

@@ -251,7 +251,7 @@ std::unique_ptr<Kernel> PrepareEinsum(const KernelCtx &kc, std::string *reason) 
 }  // namespace
 
 void RegisterEinsumOps(std::vector<OpDef> *ops) {
-  ops->push_back({"Einsum", 1, 64, 1, 1, nullptr, InferEinsum, PrepareEinsum, true});
+  ops->push_back({"Einsum", 1, 64, 1, 1, nullptr, InferEinsum, PrepareEinsum, true, false, /*variadic=*/true});
 }
 
 }  // namespace onnx

@@ -304,8 +304,8 @@ void RegisterLogicOps(std::vector<OpDef> *ops) {
   ops->push_back({"BitwiseNot", 1, 1, 1, 1, nullptr, InferSameAsInput, PrepareBitNot, true});
   ops->push_back({"BitShift", 2, 2, 1, 1, CheckBitShift, InferNary<IntOnly, false>, PrepareBitShift, true});
   ops->push_back({"Mod", 2, 2, 1, 1, CheckMod, InferNary<NumericType, false>, PrepareMod, true});
-  ops->push_back({"Sum", 1, 64, 1, 1, nullptr, InferNary<FloatOnly, false>, PrepareSum<false>, true});
-  ops->push_back({"Mean", 1, 64, 1, 1, nullptr, InferNary<FloatOnly, false>, PrepareSum<true>, true});
+  ops->push_back({"Sum", 1, 64, 1, 1, nullptr, InferNary<FloatOnly, false>, PrepareSum<false>, true, false, /*variadic=*/true});
+  ops->push_back({"Mean", 1, 64, 1, 1, nullptr, InferNary<FloatOnly, false>, PrepareSum<true>, true, false, /*variadic=*/true});
 }
 
 }  // namespace onnx

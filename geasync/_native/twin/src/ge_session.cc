@@ -374,9 +374,9 @@ Status CheckInputs(GraphNode &node, const std::vector<gert::Tensor> &inputs, con
       if (d.dtype != want.dtype) {
         mismatch = 1;
       } else {
-        bool ok = d.dims.size() == want.dims.size();
+        bool ok = d.dims.size() == want.dims.size() || want.IsUnknownRank();  // a Data node of unknown rank
         for (size_t k = 0; ok && k < d.dims.size(); ++k)
-          ok = d.dims[k] >= 0 && (want.dims[k] < 0 || want.dims[k] == d.dims[k]);
+          ok = d.dims[k] >= 0 && (want.IsUnknownRank() || want.dims[k] < 0 || want.dims[k] == d.dims[k]);
         if (!ok) mismatch = 2;
       }
       if (mismatch != 0) {

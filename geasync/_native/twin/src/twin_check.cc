@@ -2,7 +2,7 @@
 #include <cstring>
 #include <string>
 
-#include "onnx/engine.h"
+#include "../onnx/engine.h"
 #include "twin/twin_control.h"
 
 namespace {
