@@ -75,7 +75,7 @@ class GeasyncModel:
         model: an ONNX file path (readable on every node) or the model's bytes.
         options: Session options (GE options, ``geasync.*`` options); a device is added for NPU replicas.
         max_batch_size / max_delay: the dynamic batcher's bounds (``geasync.Batcher``); ``max_batch_size=1``
-            turns batching off.
+            turns batching off, and a graph whose inputs have no symbolic leading (batch) dim runs unbatched.
         backend: "auto" (CANN when this install has it, else the twin), "twin" or "cann".
         shutdown_report: a file to write the final statistics to (JSON) when the replica shuts down.
     """
@@ -91,7 +91,9 @@ class GeasyncModel:
         self._inputs = list(graph.inputs)
         self._outputs = list(graph.outputs)
         self._batcher: Optional[Batcher] = None
-        if max_batch_size > 1:
+        # batching coalesces along a symbolic leading (batch) dim: a graph without one runs each request alone
+        batchable = all(i.shape and not isinstance(i.shape[0], int) for i in self._inputs)
+        if max_batch_size > 1 and batchable:
             self._batcher = Batcher(self._session, self._graph_id, max_batch_size=max_batch_size,
                                     max_delay=max_delay)
         self._gauges = {name: serve_metrics.Gauge(f"geasync_{name}", description=f"geasync Session.statistics().{name}")
