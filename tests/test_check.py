@@ -88,7 +88,7 @@ def test_command_line(tmp_path):
     bad = tmp_path / "bad.onnx"
     onnx.save(_bad_model(), bad)
     p = subprocess.run([sys.executable, "-m", "geasync", "check", str(bad)], capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, cwd=tmp_path)  # not the repository root: its source tree is not built in place
     assert p.returncode == 1, p.stderr
     assert "first_bad" in p.stdout and "second_bad" in p.stdout
 

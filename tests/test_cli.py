@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -17,10 +18,12 @@ pytestmark = pytest.mark.timeout(240, method="thread")
 
 
 def cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    """``python -m geasync ARGS`` as a user runs it: the installed package (from the tests' directory by default:
+    the repository root holds the source tree, which a non-editable install does not build in place)."""
     env = dict(os.environ)
     env.pop("PYTHONWARNINGS", None)
     return subprocess.run([sys.executable, "-m", "geasync", *args], capture_output=True, text=True, timeout=180,
-                          cwd=cwd, env=env)
+                          cwd=cwd or pathlib.Path(__file__).resolve().parent, env=env)
 
 
 @pytest.fixture(scope="module")
