@@ -456,10 +456,12 @@ print("cases", len(res), "refused", res.count("err"))
 
 
 def test_odd_inputs_never_crash():
+    import os
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-W", "ignore", "-c", _ODD_CASES], capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, "-W", "ignore", "-c", _ODD_CASES], capture_output=True, text=True, timeout=300,
+                       cwd=os.path.dirname(os.path.abspath(__file__)))  # the installed geasync, not the source tree
     assert p.returncode == 0, p.stderr[-2000:]
     assert "refused" in p.stdout
     cases, refused = int(p.stdout.split()[1]), int(p.stdout.split()[3])

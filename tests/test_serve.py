@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import time
 
@@ -42,9 +43,16 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             namespace="geasync-serve-tests")
+def cluster(tmp_path_factory):
+    # Ray's workers start in the driver's working directory and import from it: not the repository root, whose
+    # source tree a non-editable install does not build in place
+    here = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("ray"))
+    try:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 namespace="geasync-serve-tests")
+    finally:
+        os.chdir(here)
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:

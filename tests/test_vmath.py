@@ -204,6 +204,7 @@ def test_fallback_instruction_sets_pass_the_same_checks(isa):
     env = {**os.environ, "GEASYNC_TWIN_SIMD": isa}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__)), "-k",
-         "not fallback_instruction_sets"], capture_output=True, text=True, timeout=600, env=env, cwd=str(ROOT))
+         "not fallback_instruction_sets"], capture_output=True, text=True, timeout=600, env=env,
+        cwd=str(ROOT / "tests"))  # not the root: its source tree is not built in place by a non-editable install
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout
