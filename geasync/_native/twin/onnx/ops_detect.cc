@@ -4,7 +4,9 @@
 // function shared by shape inference and the kernel. Boxes are ranked by score (ties: lower index first), as the
 // ONNX reference does, and IoU is computed in float like it.
 // RoiAlign follows the reference's bilinear sampling (avg or max, half_pixel or output_half_pixel).
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3", "no-trapping-math")
+#endif
 
 #include <algorithm>
 #include <array>

@@ -2,7 +2,9 @@
 // The equation is compiled at prepare time into per-operand strides for every label; the kernel walks the output
 // labels and, for each output element, the contracted labels, with incremental offsets (no per-element division).
 // Floating types accumulate in double, integers in 64 bits (wrapping like the reference's fixed-width sums).
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3")
+#endif
 
 #include <algorithm>
 #include <map>

@@ -2,7 +2,9 @@
 // deprecated Scatter), ScatterND, OneHot, EyeLike, Trilu, CumSum/CumProd, Shrink, Dropout (inference).
 // Tensors are viewed as [outer, axis, inner]; data movement dispatches on the element width only. An index out of
 // range fails the run with a message (never an out-of-bounds access).
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3", "no-trapping-math")
+#endif
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,9 @@
 // BitwiseAnd/Or/Xor/Not, BitShift, Mod; and the variadic broadcasting Sum and Mean.
 // Mod with fmod=0 takes the sign of the divisor (Python / numpy.mod), fmod=1 that of the dividend (C fmod);
 // an integer x mod 0 is 0 (numpy's result), never a trap.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3", "no-trapping-math")
+#endif
 
 #include <cmath>
 #include <type_traits>

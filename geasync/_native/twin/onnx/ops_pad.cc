@@ -1,7 +1,9 @@
 // Pad (constant / reflect / edge / wrap, negative pads crop, optional axes) and Tile as one gather kernel: every
 // output dim maps each output index to a source index (or -1 = the constant), precomputed at prepare time, so
 // Run is a row loop with a table lookup per element and no per-element arithmetic on coordinates.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3", "no-trapping-math")
+#endif
 
 #include <algorithm>
 #include <cstring>

@@ -3,7 +3,9 @@
 // Rounding is half-to-even and results saturate to the target type, as in the ONNX reference. Integer matrix
 // products accumulate exactly in int32 (MatMul*) or in double (the Conv variants reuse the twin's Conv kernel on
 // double data, exact for 8-bit operands). 4-bit and float8 types are refused (the twin has no such dtypes).
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3", "no-trapping-math")
+#endif
 
 #include <algorithm>
 #include <cmath>

@@ -5,7 +5,9 @@
 // at prepare time exactly as the ONNX reference picks its neighbours; the kernel then runs one pass per axis.
 // Nearest is a pure gather for every dtype; linear/cubic compute in double and round back like the reference
 // (integers round half to even and saturate, floats clip to the finite range).
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3", "no-trapping-math")
+#endif
 
 #include <algorithm>
 #include <cmath>

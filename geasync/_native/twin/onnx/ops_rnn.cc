@@ -2,7 +2,9 @@
 // states; LSTM peepholes and input_forget; clip; linear_before_reset; every activation ONNX lists for them).
 // The input projection X W^T of all time steps is one GEMM per direction; each step then does one H R^T GEMM and
 // the gate arithmetic. float32 and float64.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3", "no-trapping-math")
+#endif
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,8 @@
 // DepthToSpace and SpaceToDepth (DCR / CRD) as a precomputed permutation of element offsets, LpNormalization
 // (p = 1 or 2 along an axis) and GlobalMaxPool.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3", "no-trapping-math")
+#endif
 
 #include <cmath>
 

@@ -1,7 +1,9 @@
 // TopK (opset 1: attribute k; 10+: input K; 11+: largest, sorted). Ties go to the lower index and NaN ranks
 // above every number, like the ONNX reference (a stable sort with NaN last, flipped for largest). The K best of
 // each lane are selected with partial_sort over an index buffer (no per-element allocation).
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3")
+#endif
 
 #include <algorithm>
 #include <cmath>

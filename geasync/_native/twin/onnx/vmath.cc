@@ -3,7 +3,9 @@
 // build keeps default flags and runs on any x86-64 (and elsewhere with the baseline loop alone).
 // no-trapping-math lets the selects be if-converted; no-math-errno lets sqrt become one instruction;
 // fp-contract=fast fuses multiply-adds in the FMA variants.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3", "no-trapping-math", "no-math-errno", "fp-contract=fast")
+#endif
 
 #include "vmath.h"
 
