@@ -13,8 +13,9 @@ from __future__ import annotations
 import threading
 import time
 import warnings
+import weakref
 from dataclasses import dataclass
-from typing import Any, Coroutine, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Coroutine, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import anyio
 
@@ -28,7 +29,7 @@ from ._guard import (FREEZER, RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_
 from .allocator import Allocator
 from .errors import GeError, SessionBrokenError, SessionClosedError
 from .graph import Graph
-from .stream import stream_address
+from .stream import has_allocator, mark_allocator, release_default_allocator, stream_address, unmark_allocator
 from .tensor import PreparedInputs, Tensor, prepare_inputs
 
 __all__ = ["Session", "CompiledGraphSummary"]
@@ -101,6 +102,7 @@ class Session:
                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, freeze_inputs: bool = True,
                  abandon_after: float = 60.0) -> None:
         self._handle: Any = None
+        self._default_allocators: set[int] = set()  # streams given geasync's device allocator by this session
         opts = _check_options(options, "options")
         # geasync's own options ("geasync.*") are checked here and never reach the runtime
         ge_opts, own_opts = split_options(opts, SESSION_OPTIONS, "Session() options")
@@ -191,6 +193,12 @@ class Session:
         Async requests still queued in GE are dropped by it; their awaiting tasks get SessionBrokenError.
         Use ``await aclose()`` (or ``async with``) to let in-flight work finish first.
         """
+        if self._handle is not None and _lib.same_process():
+            for address in list(self._default_allocators):  # they would outlive the session in GE's map
+                try:
+                    release_default_allocator(address)
+                except GeError:
+                    pass  # best effort: the session is going away anyway
         with self._lock:
             handle, self._handle = self._handle, None
         if handle is not None and _lib.same_process():
@@ -414,9 +422,10 @@ class Session:
         handle = self._live(context)
         self._modes.claim(graph_id, RUN_GRAPH_WITH_STREAM_ASYNC, context)
         _hub.stream_pins.reap()
-        if not _registered_allocator(address):
+        if not has_allocator(address):
             _lib.register_default_allocator(handle, address, context)
-            _mark_allocator(address, default=True)
+            self._default_allocators.add(address)
+            mark_allocator(address, _allocator_release(self, address))
         pins = self._pin(prepared)
         key = self._count_start(graph_id)
         try:
@@ -651,13 +660,22 @@ class Session:
             raise TypeError(f"allocator must be a geasync.Allocator instance, got {type(allocator).__name__}")
         context = "Session.register_external_allocator()"
         _lib.register_external_allocator(self._live(context), address, allocator, context)
-        _mark_allocator(address, default=False)
+        self._default_allocators.discard(address)
+        mark_allocator(address, None)
 
     def unregister_external_allocator(self, stream: int) -> None:
         address = stream_address(stream, "stream")
         context = "Session.unregister_external_allocator()"
         _lib.unregister_external_allocator(self._live(context), address, context)
-        _unmark_allocator(address)
+        self._default_allocators.discard(address)
+        unmark_allocator(address)
+
+    def _release_default_allocator(self, address: int) -> None:
+        # the stream (or this session) closes: drop the device allocator geasync registered for it
+        self._default_allocators.discard(address)
+        handle = self._handle
+        if handle is not None:
+            _lib.unregister_external_allocator(handle, address, "Stream.close()")
 
 
 class _RunRequest(Pins, _hub.Request):
@@ -748,25 +766,17 @@ class _RunRequest(Pins, _hub.Request):
         self.release_batch([self])
 
 
+def _allocator_release(session: Session, address: int) -> Callable[[], None]:
+    ref = weakref.ref(session)  # the stream ledger must not keep the session alive
+
+    def release() -> None:
+        owner = ref()
+        if owner is not None:
+            owner._release_default_allocator(address)
+
+    return release
+
+
 def _async_context(graph_id: int) -> str:
     return f"Session.run_graph_async(graph_id={graph_id})"
 
-
-# GE keeps allocators in a process-wide map keyed by stream; this mirrors which streams have one.
-_allocator_streams: dict[int, bool] = {}
-_allocator_streams_lock = threading.Lock()
-
-
-def _registered_allocator(address: int) -> bool:
-    with _allocator_streams_lock:
-        return address in _allocator_streams
-
-
-def _mark_allocator(address: int, default: bool) -> None:
-    with _allocator_streams_lock:
-        _allocator_streams[address] = default
-
-
-def _unmark_allocator(address: int) -> None:
-    with _allocator_streams_lock:
-        _allocator_streams.pop(address, None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from typing import Any
+from typing import Any, Callable, Optional
 
 import anyio
 
@@ -17,6 +17,38 @@ from . import _hub, _lib
 from .errors import GeError, SessionClosedError
 
 __all__ = ["Stream", "stream_address"]
+
+
+# GE keeps external allocators in a process-wide map keyed by stream address. This mirrors which streams have one:
+# None for the caller's own, or how to unregister the device allocator geasync registered for a stream that had
+# none (done when the stream or that session closes, so a stream's allocator does not outlive it).
+_allocators: dict[int, Optional[Callable[[], None]]] = {}
+_allocators_lock = threading.Lock()
+
+
+def has_allocator(address: int) -> bool:
+    with _allocators_lock:
+        return address in _allocators
+
+
+def mark_allocator(address: int, release: Optional[Callable[[], None]]) -> None:
+    with _allocators_lock:
+        _allocators[address] = release
+
+
+def unmark_allocator(address: int) -> None:
+    with _allocators_lock:
+        _allocators.pop(address, None)
+
+
+def release_default_allocator(address: int) -> None:
+    """Unregister geasync's default allocator for ``address``, if it registered one (a caller's own stays)."""
+    with _allocators_lock:
+        if _allocators.get(address) is None:
+            return
+        release = _allocators.pop(address)
+    assert release is not None
+    release()
 
 
 class Stream:
@@ -94,7 +126,10 @@ class Stream:
         with self._lock:
             address, self._address = self._address, 0
         if address and _lib.same_process():
-            _lib.stream_destroy(address, "Stream.close()")  # waits for the queued work
+            try:
+                release_default_allocator(address)
+            finally:
+                _lib.stream_destroy(address, "Stream.close()")  # waits for the queued work
             _hub.stream_pins.reap()
 
     def __enter__(self) -> "Stream":

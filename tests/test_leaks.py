@@ -183,12 +183,9 @@ def test_stream_mode_session_cycles_no_leak():
         assert not diff(before, live())
 
 
-def test_new_streams_cost_at_most_one_default_allocator_each():
-    """GE keeps allocators in a process-wide map keyed by stream; geasync registers a default one per new stream.
-
-    Everything else (streams, tensors, device memory) must go back to where it was; 'allocators' may grow by at most
-    one per stream used.
-    """
+def test_closing_a_stream_releases_the_default_allocator_geasync_gave_it():
+    """GE keeps allocators in a process-wide map keyed by stream; geasync registers a device allocator for a stream
+    that has none. Closing the stream unregisters it: streams used and closed leave nothing behind."""
     n = 5
     with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(add_model()))
@@ -199,9 +196,28 @@ def test_new_streams_cost_at_most_one_default_allocator_each():
                 st.synchronize()
                 np.testing.assert_array_equal(outs[0].to_host().numpy(), 2 * A)
                 del outs
-        after = live()
-    assert not diff(before, after, ignore=("allocators",))
-    assert before["allocators"] <= after["allocators"] <= before["allocators"] + n
+        assert not diff(before, live())
+
+
+def test_closing_the_session_releases_default_allocators_of_streams_still_open():
+    before = live()
+    with ga.Stream() as st:
+        with ga.Session() as s:
+            s.add_graph(1, ga.Graph.from_onnx(add_model()))
+            outs = s.run_graph_with_stream_async(1, st, [A, A])
+            st.synchronize()
+            held = outs[0].to_host().numpy()  # device outputs outlive neither the session's allocator nor us
+            del outs
+            assert live()["allocators"] == before["allocators"] + 1
+        assert live()["allocators"] == before["allocators"]
+        # the stream outlives that session: the next session's run on it gets a device allocator again
+        with ga.Session() as s2:
+            s2.add_graph(1, ga.Graph.from_onnx(add_model()))
+            outs = s2.run_graph_with_stream_async(1, st, [A, A])
+            st.synchronize()
+            np.testing.assert_array_equal(outs[0].to_host().numpy(), held)
+            del outs
+    assert not diff(before, live())
 
 
 def test_to_device_to_host_no_leak(no_leaks):

@@ -2,6 +2,9 @@
 // small helpers shared by the other shim files (options, device context, tensor conversion).
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
 
 #include "shim_internal.h"
 
@@ -41,9 +44,42 @@ ga_status AclFail(const char *api, aclError e) {
   return FailWith(api, static_cast<ga_status>(e), msg);
 }
 
+// GE keeps error text per work stream, and the workers running an async request adopt the submitter's stream.
+// So a clear on the submitting thread can take the text of its own in-flight request before that request's
+// callback reads it. While async requests are pending, a clear keeps what it took, by thread, for that callback.
+namespace {
+std::mutex &TakenMu() {
+  static std::mutex *m = new std::mutex();  // leaked: GE threads may report during exit
+  return *m;
+}
+std::map<std::thread::id, std::string> &Taken() {
+  static auto *m = new std::map<std::thread::id, std::string>();
+  return *m;
+}
+}  // namespace
+
 void ClearErrors() {
-  (void)ge::GEGetErrorMsgV3();
+  if (Live().pending_completions.load(std::memory_order_acquire) == 0) {
+    (void)ge::GEGetErrorMsgV3();
+  } else {
+    std::lock_guard<std::mutex> lk(TakenMu());
+    std::string text = ge::GEGetErrorMsgV3().GetString();
+    if (!text.empty()) Taken()[std::this_thread::get_id()] = std::move(text);
+  }
   (void)aclGetRecentErrMsg();
+}
+
+std::string AsyncRunErrorText(std::thread::id submitter) {
+  std::lock_guard<std::mutex> lk(TakenMu());
+  std::string text = ge::GEGetErrorMsgV3().GetString();
+  if (text.empty()) {
+    auto it = Taken().find(submitter);
+    if (it != Taken().end()) {
+      text = std::move(it->second);
+      Taken().erase(it);
+    }
+  }
+  return text;
 }
 
 std::map<ge::AscendString, ge::AscendString> ToMap(const ga_options *options) {

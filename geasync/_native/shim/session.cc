@@ -15,6 +15,7 @@ namespace {
 struct Request {
   ga_completion_queue *queue;
   uint64_t token;
+  std::thread::id submitter;  // whose GE error stream the request's workers write to
 };
 
 // Outstanding requests of a session, shared with the callbacks (which may outlive ga_session bookkeeping).
@@ -382,7 +383,7 @@ ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, con
   {
     std::lock_guard<std::mutex> lk(outstanding->mu);
     id = outstanding->next_id++;
-    outstanding->requests[id] = Request{queue, token};
+    outstanding->requests[id] = Request{queue, token, std::this_thread::get_id()};
   }
   shim::CqRetain(queue);
   shim::Live().pending_completions.fetch_add(1);
@@ -398,10 +399,8 @@ ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, con
       req = it->second;
       outstanding->requests.erase(it);
     }
-    std::string text = status == ge::SUCCESS ? std::string() : ge::GEGetErrorMsgV3().GetString();
+    std::string text = status == ge::SUCCESS ? std::string() : shim::AsyncRunErrorText(req.submitter);
     if (status != ge::SUCCESS && text.empty()) {
-      // GE keeps error text per work stream and its workers adopt the submitter's: a clear on the submitting
-      // thread can take the text before this callback reads it.
       text = "GeSession::RunGraphAsync: the run failed with status " + std::to_string(status) +
              " (GE's message was not available on its callback thread)";
     }

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <map>
+#include <thread>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -52,6 +53,9 @@ ga_status Fail(const char *api, ga_status status, const std::string &fallback = 
 ga_status FailWith(const char *api, ga_status status, const std::string &message);
 // Clears stale GE/ACL messages on this thread before a call whose failure text we will read.
 void ClearErrors();
+// On a GE thread running an async request that failed: GE's text for it, including text a clear on the
+// submitting thread took first.
+std::string AsyncRunErrorText(std::thread::id submitter);
 
 std::map<ge::AscendString, ge::AscendString> ToMap(const ga_options *options);
 
