@@ -150,6 +150,31 @@ def test_a_huge_declared_shape_commits_no_memory(mode):
         assert "GeError" in out and "geasync.max_memory_bytes" in out and "8589934" in out, out
 
 
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_kernel_tables_for_a_huge_declared_shape_are_refused_before_they_are_built(op):
+    """A pool kernel keeps tap ranges per output position (32 bytes each): a declared shape whose outputs alone
+    exceed geasync.max_memory_bytes is refused before any kernel is prepared (found by the compile fuzzer)."""
+    code = f"""
+    import resource
+    import geasync as ga
+    from conftest import TensorProto, helper, make_model
+    model = make_model([helper.make_node("{op}", ["x"], ["y"], kernel_shape=[2])],
+                       [("x", TensorProto.FLOAT, [1, 1, 1 << 25])], [("y", TensorProto.FLOAT, None)])
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+    with ga.Session({{"geasync.max_memory_bytes": str(64 << 20)}}) as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        try:
+            s.compile_graph(1)
+            print("no error")
+        except ga.GeError as exc:
+            print("GeError:", exc)
+    print("grew_mb", (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10) - base)
+    """
+    out = run_isolated(code, timeout=120).stdout
+    assert "GeError" in out and "geasync.max_memory_bytes" in out and op in out, out
+    assert int(out.rsplit("grew_mb", 1)[1]) < 200, out
+
+
 def test_max_memory_bytes_option_is_checked():
     with pytest.raises(ValueError, match="max_memory_bytes"):
         ga.Session({"geasync.max_memory_bytes": "lots"})

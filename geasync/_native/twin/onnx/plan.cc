@@ -92,6 +92,7 @@ class PlanImpl : public Plan {
   bool Run(const std::vector<const void *> &inputs, const std::vector<void *> &outputs, std::string *error) override;
 
   // bound: per graph input, contents to treat as constants (value-specialised plans; copied), or nullptr.
+  bool WithinMemoryLimit(const std::vector<TensorDesc> &inputs, uint64_t memory_limit, std::string *err);
   bool Build(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs, uint64_t memory_limit,
              std::string *err, const std::vector<const void *> *bound = nullptr);
   int missing_value() const { return a_.missing_value; }
@@ -121,6 +122,27 @@ class PlanImpl : public Plan {
   std::vector<std::vector<uint8_t>> bound_storage_;  // copies of bound input contents
   std::vector<char> input_bound_;                    // per graph input
 };
+
+// Kernels size their tables from their outputs' shapes (a pool's taps per output position, say), so refuse a graph
+// before preparing them when one step's outputs, or the graph's outputs, alone exceed the limit: a lower bound of
+// what a run would need (the exact figure, with the arena's reuse, is checked after planning).
+bool PlanImpl::WithinMemoryLimit(const std::vector<TensorDesc> &inputs, uint64_t memory_limit, std::string *err) {
+  uint64_t outputs = 0;
+  for (int vid : m_->output_values_) outputs += a_.desc[vid].Bytes();
+  uint64_t widest = 0;
+  size_t widest_node = 0;
+  for (size_t k = 0; k < m_->nodes_.size(); ++k) {
+    if (a_.node_folded[k]) continue;
+    uint64_t step = 0;
+    for (const TensorDesc &d : a_.node_out[k]) step += d.Bytes();
+    if (step > widest) widest = step, widest_node = k;
+  }
+  const uint64_t need = std::max(outputs, widest) + a_.folded_bytes;
+  if (need <= memory_limit) return true;
+  const std::string what = widest >= outputs ? m_->nodes_[widest_node].Where() + "outputs" : "the graph's outputs";
+  *err = MemoryLimitError(what + " for input shapes " + DescsStr(inputs), need, memory_limit);
+  return false;
+}
 
 bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs,
                      uint64_t memory_limit, std::string *err, const std::vector<const void *> *bound) {
@@ -178,6 +200,7 @@ bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<Tenso
         sole_user[vid] = static_cast<int>(k);
       }
   for (int vid : m_->output_values_) uses[vid] += 2;
+  if (!WithinMemoryLimit(inputs, memory_limit, err)) return false;
   std::vector<char> absorbed(m_->nodes_.size(), 0);
   for (size_t k = 0; k < m_->nodes_.size(); ++k) {
     if (a_.node_folded[k] || absorbed[k]) continue;
