@@ -113,6 +113,21 @@ async def test_pre_run_failure_stops_queue_then_session_broken(anyio_backend):
         await fresh.run_graph_async(2, [A, A])
 
 
+async def test_a_submit_right_after_a_pre_run_failure_is_refused_not_left_waiting(anyio_backend):
+    # GE calls the failing request back and only then stops its queue: a request submitted in between (here, right
+    # after the failure reached the caller) is accepted and never run. geasync must refuse it, not wait forever.
+    for attempt in range(300):  # the window is narrow: before the fix about 1 attempt in 100 hung
+        with anyio.fail_after(10):
+            async with ga.Session() as s:
+                s.add_graph(1, add_graph())
+                s.add_graph(2, add_graph())
+                ga.twin.inject_fault(s, 1, "fail_prerun")
+                with pytest.raises(ga.GeError):
+                    await s.run_graph_async(1, [A, A])
+                with pytest.raises(ga.SessionBrokenError, match="create a new Session"):
+                    await s.run_graph_async(2, [A, A])
+
+
 async def test_requests_queued_behind_a_pre_run_failure_fail_promptly(anyio_backend):
     # GE stops the async queue at a pre-run failure and never calls back the jobs queued behind it: geasync fails
     # them at once with SessionBrokenError naming the failure, instead of leaving them to wait forever.

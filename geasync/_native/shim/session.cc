@@ -382,6 +382,13 @@ ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, con
   uint64_t id;
   {
     std::lock_guard<std::mutex> lk(outstanding->mu);
+    if (outstanding->stopped_by != 0) {
+      // GE calls the failing request back before it stops the queue: a submit in between is accepted and then
+      // never run. The pre-run thread has ended either way, so refuse as GE does once the queue is stopped.
+      return shim::FailWith(api, static_cast<ga_status>(ge::FAILED),
+                            "GE stopped this session's RunGraphAsync queue when an earlier request failed before "
+                            "running; it runs no request submitted after that");
+    }
     id = outstanding->next_id++;
     outstanding->requests[id] = Request{queue, token, std::this_thread::get_id()};
   }
