@@ -15,7 +15,10 @@ clear GeError/ValueError/TypeError, a timeout, memory beyond -rss_limit_mb) are 
 Coverage: atheris instruments the Python code it imports after ``atheris.instrument_imports``; the native
 extension is reached through Python, so its coverage guides only when it is built with
 ``-fsanitize=fuzzer-no-link`` (not done here). Running against the sanitizer build (GEASYNC_SANITIZE=1, with the
-ASan runtime preloaded) turns silent memory errors into findings.
+ASan runtime preloaded) turns silent memory errors into findings, but then libFuzzer takes its coverage symbols from
+ASan's library and finds no coverage at all (atheris warns): the run is unguided. Both targets still explore, as
+the input's bytes pick a seed model and how to change it; a run without the sanitizer is coverage-guided on the
+Python side.
 
   python tools/fuzz.py --target decode --seconds 60
   python tools/fuzz.py --target compile --seconds 1800
