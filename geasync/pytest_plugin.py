@@ -28,7 +28,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import inspect
-from typing import Any, Iterator
+from typing import Any, Generator, Iterator
 
 import pytest
 
@@ -57,7 +57,7 @@ def _loop_params(marker: pytest.Mark) -> list[Any]:
     params = []
     for name in names:
         backend, package = LOOPS[name]
-        marks = ()
+        marks: tuple[pytest.MarkDecorator, ...] = ()
         if importlib.util.find_spec(package) is None:
             marks = (pytest.mark.skip(reason=f"{name}: the {package!r} package is not installed"),)
         params.append(pytest.param(backend, id=name, marks=marks))
@@ -110,11 +110,11 @@ def _assert_no_leaks(before: dict[str, int], what: str) -> None:
 
 
 _CALL_FAILED = pytest.StashKey[bool]()
-_LIVE_BEFORE = pytest.StashKey[dict]()
+_LIVE_BEFORE = pytest.StashKey[dict[str, int]]()
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[Any]:
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if report.when == "call":
         item.stash[_CALL_FAILED] = report.failed

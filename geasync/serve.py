@@ -29,7 +29,7 @@ import asyncio
 import json
 import logging
 import os
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, cast
 
 import numpy as np
 
@@ -231,7 +231,7 @@ def _as_dict(stats: Any) -> dict[str, Any]:
     return {name: getattr(stats, name) for name in stats.__dataclass_fields__}
 
 
-def build_app(args: Mapping[str, Any]) -> Any:
+def build_app(args: Mapping[str, Any]) -> serve.Application:
     """An application builder for ``serve run`` / Serve config files (``import_path: geasync.serve:build_app``),
     from ``args``: model (path), options, max_batch_size, max_delay, backend."""
     known = {"model", "options", "max_batch_size", "max_delay", "backend", "shutdown_report"}
@@ -240,4 +240,5 @@ def build_app(args: Mapping[str, Any]) -> Any:
         raise ValueError(f"geasync.serve.build_app args: 'model' is required; known keys {sorted(known)}, "
                          f"unknown {unknown}")
     kwargs = {k: v for k, v in args.items() if k != "model"}
-    return GeasyncModel.bind(args["model"], **kwargs)
+    deployment = cast(serve.Deployment, GeasyncModel)  # what @serve.deployment made it (type checkers keep the class)
+    return deployment.bind(args["model"], **kwargs)

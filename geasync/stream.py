@@ -168,6 +168,7 @@ class _SyncRequest(_hub.Request):
     """synchronize_async: completed by a host function once the stream reaches it."""
 
     __slots__ = ("context", "waiter")
+    context: str
 
     def __init__(self, context: str, waiter: Any) -> None:
         self.context = context
