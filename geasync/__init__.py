@@ -26,8 +26,8 @@ from .session import CompiledGraphSummary, Session
 from .stream import Stream
 from .tensor import Tensor
 from ._types import Inputs, Options, StreamLike, TensorLike
-from . import twin  # noqa: E402  (twin-only test controls: ga.twin.inject_fault, ...)
-from . import samples  # noqa: E402  (sample models: ga.samples.mlp())
+from . import twin  # (twin-only test controls: ga.twin.inject_fault, ...)
+from . import samples  # (sample models: ga.samples.mlp())
 
 __version__ = "0.1.0"
 

@@ -120,7 +120,8 @@ def make_twin_builder() -> FFI:
     ffi = FFI()
     ffi.cdef(_cdef_from_header(NATIVE / "include" / "geasync.h") + _CALLBACKS + _BENCH_CDEF + _TWIN_CDEF)
     sources = sorted(
-        [*(NATIVE / "shim").glob("*.cc"), *(NATIVE / "twin" / "src").glob("*.cc"), *(NATIVE / "twin" / "onnx").glob("*.cc")]
+        [*(NATIVE / "shim").glob("*.cc"), *(NATIVE / "twin" / "src").glob("*.cc"),
+         *(NATIVE / "twin" / "onnx").glob("*.cc")]
     )
     compile_args, link_args = _compile_args()
     ffi.set_source(

@@ -118,7 +118,9 @@ def _inline_tensor(tensor: bytes, model_dir: str) -> bytes | None:
 def _inline_graph(graph: bytes, model_dir: str) -> bytes | None:
     parts, changed = [], False
     for field, wire, whole, payload in _fields(graph):
-        new = _inline_tensor(payload, model_dir) if field == 5 and wire == _WIRE_LEN and isinstance(payload, bytes) else None
+        new = None
+        if field == 5 and wire == _WIRE_LEN and isinstance(payload, bytes):
+            new = _inline_tensor(payload, model_dir)
         changed = changed or new is not None
         parts.append(whole if new is None else _len_field(5, new))
     return b"".join(parts) if changed else None
@@ -130,7 +132,9 @@ def inline_external_data(model: bytes, model_dir: str) -> bytes:
         return model
     parts, changed = [], False
     for field, wire, whole, payload in _fields(model):
-        new = _inline_graph(payload, model_dir) if field == 7 and wire == _WIRE_LEN and isinstance(payload, bytes) else None
+        new = None
+        if field == 7 and wire == _WIRE_LEN and isinstance(payload, bytes):
+            new = _inline_graph(payload, model_dir)
         changed = changed or new is not None
         parts.append(whole if new is None else _len_field(7, new))
     return b"".join(parts) if changed else model

@@ -401,7 +401,8 @@ _trio_hubs: dict[Any, TrioHub] = {}
 _hubs_lock = threading.Lock()
 
 
-_last: tuple[Callable[[], object], Hub | None] = (lambda: None, None)  # (weakref to loop, hub) of the last lookup: most programs have one loop
+# (weakref to loop, hub) of the last lookup: most programs have one loop
+_last: tuple[Callable[[], object], Hub | None] = (lambda: None, None)
 
 
 def current_hub() -> Hub:

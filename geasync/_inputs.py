@@ -64,7 +64,8 @@ class GraphSpec:
 
     def compiled(self, inputs: Sequence[Any], fixed_by: str) -> "GraphSpec":
         """The spec after CompileGraph with these inputs: GE fixes the Data nodes to their dtypes and shapes."""
-        infos = [TensorInfo(info.name, x.dtype, tuple(int(d) for d in x.shape)) for info, x in zip(self.inputs, inputs)]
+        infos = [TensorInfo(info.name, x.dtype, tuple(int(d) for d in x.shape))
+                 for info, x in zip(self.inputs, inputs, strict=True)]
         spec = GraphSpec(self.graph_id, infos, self.outputs)
         spec.async_seen = self.async_seen
         spec.fixed_by = fixed_by
@@ -94,7 +95,7 @@ class GraphSpec:
                               f"{info.dtype} (convert it: array.astype(np.{info.dtype}))", api, i)
         pattern = self.patterns[i]
         if pattern is not None and (len(shape) != len(pattern) or
-                                    any(p is not None and p != d for p, d in zip(pattern, shape))):
+                                    any(p is not None and p != d for p, d in zip(pattern, shape, strict=True))):
             note = " ('?' and named dims may be any size)" if None in pattern else ""
             if self.fixed_by:
                 note = f" ({self.fixed_by})"

@@ -170,8 +170,8 @@ class Batcher:
     async def run(self, inputs: Inputs, *, timeout: Optional[float] = None) -> list[Tensor]:
         """This request's outputs (rows of the batch run it joined). ``inputs`` as for ``run_graph_async`` (a list,
         or a ``{name: array}`` mapping), each with the same batch dim (>= 1) on ``batch_axis``; a request that does
-        not fit the graph's declared inputs is refused with InputError before it joins a batch. ``timeout`` (seconds; default: the batcher's) raises
-        TimeoutError; the request's rows are dropped from its batch."""
+        not fit the graph's declared inputs is refused with InputError before it joins a batch. ``timeout``
+        (seconds; default: the batcher's) raises TimeoutError; the request's rows are dropped from its batch."""
         arrays, rows, key = self._check(inputs)
         self._bind()
         if timeout is None:
@@ -252,7 +252,7 @@ class Batcher:
         problem, index, error = None, None, InputError
         if len(arrays) != len(declared):
             problem = f"the graph takes {len(declared)} input(s), got {len(arrays)}"
-        for i, (a, info) in enumerate(zip(arrays, declared)):
+        for i, (a, info) in enumerate(zip(arrays, declared, strict=False)):  # a count mismatch is the problem
             if problem:
                 break
             index = i
@@ -262,7 +262,7 @@ class Batcher:
             elif info.shape is not None and len(info.shape) != a.ndim:
                 problem = f"input {i} ('{info.name}') has rank {a.ndim}, the graph declares {list(info.shape)}"
             elif info.shape is not None:
-                for d, (want, got) in enumerate(zip(info.shape, a.shape)):
+                for d, (want, got) in enumerate(zip(info.shape, a.shape, strict=True)):
                     if d != self.batch_axis and type(want) is int and want != got:
                         problem = (f"input {i} ('{info.name}') has shape {list(a.shape)}, the graph declares "
                                    f"{list(info.shape)}")
@@ -470,7 +470,7 @@ class Batcher:
         except Exception as exc:
             self._fail(batch, exc)
             return
-        for request, result in zip(batch, results):
+        for request, result in zip(batch, results, strict=True):
             # a waiter already done was cancelled: its task has yet to run, and will count it cancelled
             if request.state == _RUNNING and not request.waiter.done():
                 request.waiter.set_result(result)
@@ -500,7 +500,7 @@ class Batcher:
         axis = self.batch_axis
         arrays = [o.numpy() for o in outputs]
         results: list[list[Tensor]] = [[] for _ in batch]
-        for t, a in zip(outputs, arrays):
+        for t, a in zip(outputs, arrays, strict=True):
             if a.ndim <= axis or a.shape[axis] < total:
                 for result in results:  # not batched along the axis: every request gets the whole output
                     result.append(t)
@@ -509,13 +509,13 @@ class Batcher:
             if axis == 0:  # rows of a C-contiguous array are C-contiguous views: wrap them without checks
                 make = Tensor._make
                 dtype = a.dtype
-                for result, request in zip(results, batch):
+                for result, request in zip(results, batch, strict=True):
                     part = a[start:start + request.rows]
                     result.append(make(array=part, owner=None, address=0, nbytes=part.nbytes, shape=part.shape,
                                        dtype=dtype, placement="host"))
                     start += request.rows
                 continue
-            for result, request in zip(results, batch):
+            for result, request in zip(results, batch, strict=True):
                 index = [slice(None)] * a.ndim
                 index[axis] = slice(start, start + request.rows)
                 result.append(Tensor.from_numpy(a[tuple(index)]))

@@ -165,7 +165,7 @@ class GeasyncModel:
             feed = self._json_input(body)
             outputs = await self.infer(feed)
             names = [o.name for o in self._outputs]
-            return JSONResponse({"outputs": {n: o.tolist() for n, o in zip(names, outputs)}})
+            return JSONResponse({"outputs": {n: o.tolist() for n, o in zip(names, outputs, strict=True)}})
         except SessionBrokenError as exc:
             return JSONResponse({"error": str(exc)}, status_code=503)
         except (_BadRequest, ValueError, TypeError) as exc:
@@ -188,7 +188,7 @@ class GeasyncModel:
         if isinstance(items, Sequence) and not isinstance(items, (str, bytes)):
             if len(items) != len(self._inputs):
                 raise _BadRequest(f"the graph takes {len(self._inputs)} inputs, got {len(items)}")
-            return [np.asarray(value, dtype=i.dtype) for value, i in zip(items, self._inputs)]
+            return [np.asarray(value, dtype=i.dtype) for value, i in zip(items, self._inputs, strict=True)]
         raise _BadRequest('"inputs" must be an object (by name) or a list (in graph input order)')
 
     def _raw_input(self, body: bytes, headers: Mapping[str, str]) -> list[np.ndarray]:

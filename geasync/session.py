@@ -96,8 +96,8 @@ _UNKNOWN: Any = object()
 class Session:
     """A GE v2 session: add graphs, then run them. Not copyable.
 
-    Keyword-only, beyond GE's Python package: ``backend`` is "auto" (default: $GEASYNC_BACKEND, else CANN if this install has
-    it, else the twin), "twin" or "cann" -- one backend per process; ``max_in_flight`` bounds the session's
+    Keyword-only, beyond GE's Python package: ``backend`` is "auto" (default: $GEASYNC_BACKEND, else CANN if this
+    install has it, else the twin), "twin" or "cann" -- one backend per process; ``max_in_flight`` bounds the session's
     concurrent async requests (further ones wait without blocking the loop); ``freeze_inputs=False`` leaves numpy
     inputs writable while pinned; a run in flight for ``abandon_after`` seconds is counted (and logged) as
     abandoned by ``statistics()``.
@@ -365,7 +365,7 @@ class Session:
         if len(outputs) != len(names):
             raise ValueError(f"Session.output_dict(graph_id={graph_id}): the graph has {len(names)} output(s) "
                              f"({', '.join(map(repr, names))}), got {len(outputs)}")
-        return dict(zip(names, outputs))
+        return dict(zip(names, outputs, strict=True))
 
     def _spec(self, graph_id: Any, api: str) -> GraphSpec:
         _check_graph_id(graph_id)

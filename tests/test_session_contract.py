@@ -432,7 +432,7 @@ def test_graph_from_onnx_path_bytes_modelproto(session, tmp_path):
     sources = [MLP_PATH, str(MLP_PATH), p, MLP_PATH.read_bytes(), bytearray(MLP_PATH.read_bytes()), model]
     results = [_run_mlp(session, ga.Graph.from_onnx(src), 1 + i) for i, src in enumerate(sources)]
     x = np.random.default_rng(1).random((2, 784), dtype=np.float32)
-    for i, r in enumerate(results):
+    for r in results:
         assert r.shape == (2, 10)
         np.testing.assert_allclose(r.sum(axis=1), 1.0, rtol=1e-5)
     # same input (seed 1) for sources 0 vs a re-run via bytes
