@@ -29,7 +29,7 @@ import asyncio
 import json
 import logging
 import os
-from typing import Any, Mapping, Optional, Sequence, cast
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -67,9 +67,8 @@ class _BadRequest(ValueError):
     """An HTTP body that cannot be made into the graph's inputs (answered with 400)."""
 
 
-@serve.deployment(name="GeasyncModel", max_ongoing_requests=1024)
-class GeasyncModel:
-    """A Ray Serve deployment that serves one ONNX model with geasync.
+class _GeasyncModel:
+    """A Ray Serve deployment that serves one ONNX model with geasync (``GeasyncModel``, below).
 
     Args:
         model: an ONNX file path (readable on every node) or the model's bytes.
@@ -217,6 +216,11 @@ class GeasyncModel:
             await asyncio.sleep(_STATS_PERIOD)
 
 
+# The deployment, made by a call rather than as a class decorator: type checkers then see a serve.Deployment
+# (GeasyncModel.options(...).bind(...) type-checks in users' code), which is what the decorator makes at run time.
+GeasyncModel: serve.Deployment = serve.deployment(name="GeasyncModel", max_ongoing_requests=1024)(_GeasyncModel)
+
+
 def _replica_id() -> str:
     try:
         return str(serve.get_replica_context().replica_id.unique_id)
@@ -240,5 +244,4 @@ def build_app(args: Mapping[str, Any]) -> serve.Application:
         raise ValueError(f"geasync.serve.build_app args: 'model' is required; known keys {sorted(known)}, "
                          f"unknown {unknown}")
     kwargs = {k: v for k, v in args.items() if k != "model"}
-    deployment = cast(serve.Deployment, GeasyncModel)  # what @serve.deployment made it (type checkers keep the class)
-    return deployment.bind(args["model"], **kwargs)
+    return GeasyncModel.bind(args["model"], **kwargs)
