@@ -23,7 +23,7 @@ TensorLikeT = TypeVar("TensorLikeT", bound=TensorLike)
 """A list of one kind of input (``list`` is invariant: a ``list[NDArray[np.float32]]`` is no ``list[TensorLike]``)."""
 
 Inputs = Union[Sequence[TensorLike], Mapping[str, TensorLike]]
-"""A run's inputs: in the graph's input order (a list or tuple), or keyed by input name."""
+"""A run's inputs: a sequence (a list, a tuple) in the graph's input order, or a mapping keyed by input name."""
 
 StreamLike = Union[Stream, int]
 """A stream: a geasync Stream, or a stream's address (an int, as GE's Python package takes it)."""
