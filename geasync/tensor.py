@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Mapping
 
 import numpy as np
-from numpy.typing import DTypeLike, NDArray
+from numpy.typing import ArrayLike, DTypeLike, NDArray
 
 from . import _lib
 from ._inputs import unknown_graph_feeds_error
@@ -55,8 +55,8 @@ class Tensor:
         return t
 
     @classmethod
-    def from_numpy(cls, array: "NDArray[Any] | Tensor") -> "Tensor":
-        """A host tensor over ``array`` (no copy when it is C-contiguous, else a contiguous copy)."""
+    def from_numpy(cls, array: "Tensor | ArrayLike") -> "Tensor":
+        """A host tensor over ``array`` (no copy when it is a C-contiguous numpy array, else a contiguous copy)."""
         if isinstance(array, Tensor):
             return array
         arr = np.asarray(array)

@@ -52,7 +52,7 @@ s.run_graph_with_stream_async(1, ga.Stream(), (x,))  # arg-type: GE's contract f
 s.run_graph_with_stream_async(1, "stream", [x])  # arg-type: a Stream or its address
 s.add_graph(1, b"onnx bytes")  # arg-type: a geasync.Graph
 s.add_graph(1, ga.samples.mlp(), options={"ge.graphRunMode": 1})  # dict-item: option values are str
-ga.Tensor.from_numpy([1.0, 2.0])  # arg-type: a numpy array
+ga.Tensor.from_numpy(ga.samples.mlp())  # arg-type: array data, not a Graph
 y: list[np.ndarray] = s.run_graph(1, [x])  # assignment: runs return Tensors
 ga.Batcher(s, "1")  # arg-type: a graph id or a GraphPool
 '''
