@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Sequence, TypeVar, Union
+from typing import Any, Dict, List, Mapping, Sequence, Union
 
 from numpy.typing import NDArray
 
@@ -19,8 +19,10 @@ __all__ = ["Inputs", "Options", "StreamLike", "TensorLike"]
 TensorLike = Union[Tensor, NDArray[Any]]
 """One input of a run: a geasync Tensor or a numpy array (of a dtype GE has; anything else raises TypeError)."""
 
-TensorLikeT = TypeVar("TensorLikeT", bound=TensorLike)
-"""A list of one kind of input (``list`` is invariant: a ``list[NDArray[np.float32]]`` is no ``list[TensorLike]``)."""
+TensorLikeList = Union[List[TensorLike], List[Tensor], List[NDArray[Any]]]
+"""The inputs of a stream-mode run: a list (GE's contract) of Tensors, of arrays, or of both (``list`` is invariant,
+so ``list[TensorLike]`` alone would refuse a ``list[Tensor]``; a list display that mixes them needs that annotation:
+``xs: list[ga.TensorLike] = [tensor, array]``)."""
 
 Inputs = Union[Sequence[TensorLike], Mapping[str, TensorLike]]
 """A run's inputs: a sequence (a list, a tuple) in the graph's input order, or a mapping keyed by input name."""

@@ -33,7 +33,7 @@ from .errors import GeError, SessionBrokenError, SessionClosedError
 from .graph import Graph
 from .stream import has_allocator, mark_allocator, release_default_allocator, stream_address, unmark_allocator
 from .tensor import PreparedInputs, Tensor, prepare_inputs
-from ._types import Inputs, Options, StreamLike, TensorLike, TensorLikeT
+from ._types import Inputs, Options, StreamLike, TensorLike, TensorLikeList
 
 _T = TypeVar("_T")
 
@@ -413,7 +413,7 @@ class Session:
         return outputs
 
     def run_graph_with_stream_async(self, graph_id: int, stream: StreamLike,
-                                    inputs: List[TensorLikeT]) -> List[Tensor]:
+                                    inputs: TensorLikeList) -> List[Tensor]:
         """Enqueue a run on ``stream`` (GE RunGraphWithStreamAsync) and return its device output Tensors at once.
 
         ``inputs`` is a list, in the graph's input order (GE's contract; ``input_list`` makes one from a mapping),
