@@ -4,6 +4,8 @@ refusals, graph pools, and statistics that add up."""
 
 from __future__ import annotations
 
+import collections
+
 import anyio
 import numpy as np
 import pytest
@@ -214,7 +216,10 @@ async def test_refusals(anyio_backend):
             await b.run([rows(1, 0), rows(1, 1)])
         (probs,) = await b.run({"x": rows(2, 0)})  # a {name: array} feed
         assert probs.shape == (2, 10)
-        assert b.statistics().submitted == 1  # refused requests never joined a batch
+        x = rows(3, 1)
+        (probs,) = await b.run(collections.UserList([x]))  # any sequence, as the type hints say
+        np.testing.assert_allclose(probs.numpy(), mlp_reference(x), rtol=1e-4, atol=1e-6)
+        assert b.statistics().submitted == 2  # refused requests never joined a batch
 
 
 async def test_static_graph_batches_are_padded(anyio_backend):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import copy
 
 import numpy as np
@@ -147,6 +148,15 @@ def test_run_graph_accepts_tuple(session):
     session.add_graph(1, add_graph())
     (c,) = session.run_graph(1, (A, A))
     np.testing.assert_array_equal(c.numpy(), 2 * A)
+
+
+def test_run_graph_accepts_any_sequence(session):
+    """The type hints say runs take a Sequence of inputs: any sequence is taken (a str is none of inputs)."""
+    session.add_graph(1, add_graph())
+    (c,) = session.run_graph(1, collections.UserList([A, A]))
+    np.testing.assert_array_equal(c.numpy(), 2 * A)
+    with pytest.raises(TypeError, match="inputs must be a list"):
+        session.run_graph(1, "ab")
 
 
 def test_run_graph_accepts_tensors_and_numpy(session):
