@@ -100,7 +100,7 @@ def start_server(kind: str) -> tuple[subprocess.Popen, int]:
             return proc, port
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError(f"server {kind} exited with {proc.returncode}")
+                raise RuntimeError(f"server {kind} exited with {proc.returncode}") from None
             time.sleep(0.1)
     proc.kill()
     raise RuntimeError(f"server {kind} did not start")
@@ -259,9 +259,10 @@ def main() -> None:
         if "geasync" in servers:
             stats = loop.run_until_complete(fetch_stats(servers["geasync"][1]))
             s, b = stats["session"], stats["batcher"]
-            lines += ["", f"- geasync server at the end: session submitted {s['submitted']}, completed {s['completed']}, "
-                      f"cancelled {s['cancelled']}, in flight {s['in_flight']}, abandoned {s['abandoned']}; batcher "
-                      f"batches {b['batches']}, mean batch {b['batch_size']['sum'] / max(b['batch_size']['count'], 1):.1f}"
+            mean_batch = b["batch_size"]["sum"] / max(b["batch_size"]["count"], 1)
+            lines += ["", f"- geasync server at the end: session submitted {s['submitted']}, "
+                      f"completed {s['completed']}, cancelled {s['cancelled']}, in flight {s['in_flight']}, "
+                      f"abandoned {s['abandoned']}; batcher batches {b['batches']}, mean batch {mean_batch:.1f}"
                       f" rows, cancelled {b['cancelled']}; disconnects seen {stats['disconnects']}"]
     finally:
         loop.close()

@@ -133,7 +133,7 @@ def measure_throughput(models, so, args):
             for g in range(cores):
                 session.add_graph(g + 1, ga.Graph.from_onnx(blob))
 
-            async def drive(n: int) -> None:
+            async def drive(n: int, x: np.ndarray = x) -> None:
                 todo = iter(range(n))
 
                 async def worker() -> None:
@@ -146,7 +146,8 @@ def measure_throughput(models, so, args):
             asyncio.run(drive(args.requests))
             twin_rps = args.requests / (time.perf_counter() - t0)
         with concurrent.futures.ThreadPoolExecutor(cores) as pool:
-            list(pool.map(lambda _: sess.run(None, {in_name: x}), range(min(args.requests, 256))))
+            list(pool.map(lambda _, sess=sess, in_name=in_name, x=x: sess.run(None, {in_name: x}),
+                          range(min(args.requests, 256))))
             t0 = time.perf_counter()
             pending = set()
             for _ in range(args.requests):
@@ -201,8 +202,10 @@ def main() -> int:
                 err_ort = float(np.abs(ort_out - ref).max()) / scale
                 best_twin = best_ort = float("inf")
                 for _ in range(args.rounds):
-                    best_twin = min(best_twin, time_calls(lambda: session.run_graph(gid, [x]), args.seconds))
-                    best_ort = min(best_ort, time_calls(lambda: ort_sess.run(None, {in_name: x}), args.seconds))
+                    best_twin = min(best_twin, time_calls(lambda gid=gid, x=x: session.run_graph(gid, [x]),
+                                                          args.seconds))
+                    best_ort = min(best_ort, time_calls(lambda o=ort_sess, n=in_name, x=x: o.run(None, {n: x}),
+                                                        args.seconds))
                 rows.append((name, batch, best_twin, best_ort, best_twin / best_ort, err_twin, err_ort))
                 print(f"{name:<20} batch {batch:>2}: twin {best_twin:9.1f} us  onnxruntime {best_ort:9.1f} us  "
                       f"ratio {best_twin / best_ort:5.2f}", flush=True)

@@ -233,15 +233,17 @@ def main(argv=None) -> int:
                     session.add_graph(gid, ga.Graph.from_onnx(blob))
                     sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
                     names = [i.name for i in sess.get_inputs()]
-                    ort_feeds = dict(zip(names, feeds))
+                    ort_feeds = dict(zip(names, feeds, strict=True))
                     with np.errstate(all="ignore"):
                         twin_out = session.run_graph(gid, feeds)[0].numpy().copy()
                         ort_out = sess.run(None, ort_feeds)[0]
                     agree = outputs_agree(twin_out, ort_out)
                     best_twin = best_ort = float("inf")
                     for _ in range(args.rounds):
-                        best_twin = min(best_twin, time_calls(lambda: session.run_graph(gid, feeds), args.seconds))
-                        best_ort = min(best_ort, time_calls(lambda: sess.run(None, ort_feeds), args.seconds))
+                        best_twin = min(best_twin, time_calls(lambda g=gid, f=feeds: session.run_graph(g, f),
+                                                              args.seconds))
+                        best_ort = min(best_ort, time_calls(lambda o=sess, f=ort_feeds: o.run(None, f),
+                                                            args.seconds))
                     session.remove_graph(gid)
                     ratio = best_twin / best_ort
                     rows.append((family, name, size, best_twin, best_ort, ratio, agree))

@@ -131,13 +131,13 @@ def main() -> int:
                 model, max_batch_size=args.max_batch_size, max_delay=args.max_delay)
             handle = serve.run(app, name=name, route_prefix=f"/{name}")
 
-            async def via_handle():
+            async def via_handle(handle=handle):
                 return [await _closed_loop(lambda: handle.infer.remote([x]), args.concurrency, args.seconds)
                         for _ in range(args.rounds)]
 
             record(f"serve, {replicas} replica{'s' if replicas > 1 else ''}", _best(asyncio.run(via_handle())))
 
-            async def via_http():
+            async def via_http(name=name):
                 limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
                 async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", limits=limits, timeout=60) as c:
                     body, headers = x.tobytes(), {"content-type": "application/octet-stream", "x-shape": "1,784"}

@@ -28,7 +28,7 @@ def read_table(path: pathlib.Path) -> list[dict[str, str]]:
     if len(rows) < 2:
         raise ValueError(f"{path}: no markdown table found")
     header, body = rows[0], rows[1:]
-    return [dict(zip(header, row)) for row in body]
+    return [dict(zip(header, row, strict=True)) for row in body]
 
 
 def number(cell: str) -> float:
@@ -68,7 +68,7 @@ def plot_models(rows: list[dict[str, str]], out: pathlib.Path) -> None:
     ax.bar(x, ratios, 0.55, label="twin / onnxruntime latency")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.axhline(1.5, color="tab:red", linestyle="--", linewidth=1, label="target: at most 1.5")
-    for xi, ratio in zip(x, ratios):
+    for xi, ratio in zip(x, ratios, strict=True):
         ax.text(xi, ratio + 0.02, f"{ratio:.2f}", ha="center", va="bottom", fontsize=9)
     ax.set_xticks(x, labels)
     ax.set_ylim(0, max(1.9, max(ratios) + 0.4))

@@ -17,7 +17,7 @@ async def main() -> None:
     async with ga.Session() as s:
         s.add_graph(1, ga.samples.mlp())
         xs = [np.random.rand(8, 784).astype(np.float32) for _ in range(1000)]
-        outs: list = [None] * len(xs)
+        outs: list[list[ga.Tensor]] = [[] for _ in xs]
 
         async def one(i: int) -> None:
             outs[i] = await s.run_graph_async(1, [xs[i]])

@@ -46,14 +46,14 @@ class Summary:
         return self.processed / self.seconds if self.seconds else 0.0
 
 
-async def source(n_items: int, seed: int, out: anyio.abc.ObjectSendStream) -> None:
+async def source(n_items: int, seed: int, out: anyio.abc.ObjectSendStream[Item]) -> None:
     rng = np.random.default_rng(seed)
     async with out:
         for i in range(n_items):
             await out.send(Item(i, rng.integers(0, 256, (28, 28), dtype=np.uint8)))
 
 
-async def preprocess(inp: anyio.abc.ObjectReceiveStream, out: anyio.abc.ObjectSendStream) -> None:
+async def preprocess(inp: anyio.abc.ObjectReceiveStream[Item], out: anyio.abc.ObjectSendStream[Item]) -> None:
     async with inp, out:
         async for item in inp:
             x = item.image.astype(np.float32) / 255.0
@@ -61,16 +61,18 @@ async def preprocess(inp: anyio.abc.ObjectReceiveStream, out: anyio.abc.ObjectSe
             await out.send(item)
 
 
-async def infer(session: ga.Session, inp: anyio.abc.ObjectReceiveStream, out: anyio.abc.ObjectSendStream) -> None:
+async def infer(session: ga.Session, inp: anyio.abc.ObjectReceiveStream[Item],
+                out: anyio.abc.ObjectSendStream[Item]) -> None:
     async with inp, out:
         async for item in inp:
+            assert item.features is not None, "preprocess sets the features"
             (probs,) = await session.run_graph_async(GRAPH_ID, [item.features])
             item.probs = probs.numpy()[0].copy()  # copy: the output Tensor's memory goes with it
             item.features = None
             await out.send(item)
 
 
-async def postprocess(inp: anyio.abc.ObjectReceiveStream, summary: Summary) -> None:
+async def postprocess(inp: anyio.abc.ObjectReceiveStream[Item], summary: Summary) -> None:
     async with inp:
         async for item in inp:
             assert item.probs is not None and abs(float(item.probs.sum()) - 1.0) < 1e-4, "softmax must sum to 1"

@@ -25,8 +25,9 @@ from .pool import GraphPool
 from .session import CompiledGraphSummary, Session
 from .stream import Stream
 from .tensor import Tensor
-from . import twin  # noqa: E402  (twin-only test controls: ga.twin.inject_fault, ...)
-from . import samples  # noqa: E402  (sample models: ga.samples.mlp())
+from ._types import Inputs, Options, StreamLike, TensorLike
+from . import twin  # (twin-only test controls: ga.twin.inject_fault, ...)
+from . import samples  # (sample models: ga.samples.mlp())
 
 __version__ = "0.1.0"
 
@@ -43,14 +44,18 @@ __all__ = [
     "GraphPool",
     "InputError",
     "InputTypeError",
+    "Inputs",
     "ModelFormatError",
+    "Options",
     "Session",
     "SessionBrokenError",
     "SessionClosedError",
     "SessionStatistics",
     "Stream",
+    "StreamLike",
     "Tensor",
     "TensorInfo",
+    "TensorLike",
     "backends",
     "current_backend",
     "finalize",

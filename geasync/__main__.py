@@ -169,7 +169,7 @@ def _read_model(path: str) -> tuple[bytes, Any]:
         raise UsageError(f"cannot read the model {path!r}: {exc.strerror or exc}") from None
     graph = ga.Graph.from_onnx(data)
     try:
-        graph.inputs
+        _ = graph.inputs  # reads the declared inputs now: a file that is no ONNX model is a usage error
     except ga.ModelFormatError as exc:
         raise UsageError(f"{path}: {exc}") from None
     return data, graph
@@ -222,11 +222,11 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     names = [o.name for o in info.outputs] or [f"output_{i}" for i in range(len(outputs))]
     if args.save:
-        np.savez(args.save, **dict(zip(names, outputs)))
+        np.savez(args.save, **dict(zip(names, outputs, strict=True)))
         print(f"saved {len(outputs)} output(s) to {args.save}: {', '.join(names)}")
         return EXIT_OK
     with np.printoptions(precision=args.precision, suppress=True, threshold=args.threshold):
-        for name, value in zip(names, outputs):
+        for name, value in zip(names, outputs, strict=True):
             print(f"{name}: {value.dtype}{list(value.shape)}")
             print(value)
     return EXIT_OK
@@ -335,7 +335,7 @@ def bench(args: argparse.Namespace) -> int:
 
     data, info = _read_model(args.model)
     inputs = _bench_inputs(info, args.batch, args.model)
-    shapes = ", ".join(f"{i.name}{list(a.shape)}" for i, a in zip(info.inputs, inputs))
+    shapes = ", ".join(f"{i.name}{list(a.shape)}" for i, a in zip(info.inputs, inputs, strict=True))
     print(f"{args.model}: inputs {shapes}; {args.seconds:g} s per measurement, {args.in_flight} in flight on "
           f"{args.loop}, backend {ga.current_backend()!r}", file=sys.stderr)
     try:

@@ -21,6 +21,8 @@ import os
 import pathlib
 import re
 import shlex
+from types import ModuleType
+from typing import Any
 
 from cffi import FFI
 
@@ -118,7 +120,8 @@ def make_twin_builder() -> FFI:
     ffi = FFI()
     ffi.cdef(_cdef_from_header(NATIVE / "include" / "geasync.h") + _CALLBACKS + _BENCH_CDEF + _TWIN_CDEF)
     sources = sorted(
-        [*(NATIVE / "shim").glob("*.cc"), *(NATIVE / "twin" / "src").glob("*.cc"), *(NATIVE / "twin" / "onnx").glob("*.cc")]
+        [*(NATIVE / "shim").glob("*.cc"), *(NATIVE / "twin" / "src").glob("*.cc"),
+         *(NATIVE / "twin" / "onnx").glob("*.cc")]
     )
     compile_args, link_args = _compile_args()
     ffi.set_source(
@@ -143,7 +146,7 @@ def make_twin_builder() -> FFI:
 
 # --- geasync._cann: the same shim against an installed CANN toolkit ------------------------------------------------
 
-def _load_toolkit_module():
+def _load_toolkit_module() -> ModuleType:
     # geasync/_toolkit.py by path: this script runs before geasync is importable (cffi execs it from setup.py).
     import importlib.util
     import sys
@@ -151,6 +154,7 @@ def _load_toolkit_module():
     name = "_geasync_build_toolkit"
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, HERE / "_toolkit.py")
+        assert spec is not None and spec.loader is not None  # a .py path always has a source loader
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
@@ -179,7 +183,7 @@ def _cann_compile_args() -> tuple[list[str], list[str]]:
     return compile_args, link_args
 
 
-def make_cann_builder(toolkit=None, absolute_paths: bool = False) -> FFI:
+def make_cann_builder(toolkit: Any = None, absolute_paths: bool = False) -> FFI:
     """geasync._cann: the shim (not the twin) compiled against the CANN toolkit named by GEASYNC_CANN_HOME,
     ASCEND_HOME_PATH or ASCEND_TOOLKIT_HOME (see geasync/_toolkit.py), linked to libge_runner_v2, libascendcl and
     libfmk_onnx_parser with an rpath (DT_RPATH, so their own dependencies in the toolkit resolve too) so that it

@@ -9,6 +9,7 @@ directory, a missing file, or an offset/length beyond the file's end raises Valu
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 _WIRE_VARINT, _WIRE_I64, _WIRE_LEN, _WIRE_I32 = 0, 1, 2, 5
 
@@ -36,7 +37,7 @@ def _encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _fields(buf: bytes):
+def _fields(buf: bytes) -> Iterator[tuple[int, int, bytes, bytes | int]]:
     """(field number, wire type, whole field bytes, payload) for each field of a message."""
     pos = 0
     while pos < len(buf):
@@ -96,17 +97,18 @@ def _inline_tensor(tensor: bytes, model_dir: str) -> bytes | None:
     for field, _wire, whole, payload in _fields(tensor):
         if field == 14 and payload == 1:
             external = True
-        elif field == 13:
+        elif field == 13 and isinstance(payload, bytes):
             key = value = ""
             for f2, _w2, _whole2, p2 in _fields(payload):
-                if f2 == 1:
-                    key = bytes(p2).decode("utf-8", "replace")
-                elif f2 == 2:
-                    value = bytes(p2).decode("utf-8", "replace")
+                # a string field of the wrong wire type (a corrupt model) reads as empty, never as bytes(n)
+                if f2 == 1 and isinstance(p2, bytes):
+                    key = p2.decode("utf-8", "replace")
+                elif f2 == 2 and isinstance(p2, bytes):
+                    value = p2.decode("utf-8", "replace")
             entries[key] = value
         elif field != 14:
-            if field == 8:
-                name = bytes(payload).decode("utf-8", "replace")
+            if field == 8 and isinstance(payload, bytes):
+                name = payload.decode("utf-8", "replace")
             kept.append(whole)
     if not external:
         return None
@@ -116,7 +118,9 @@ def _inline_tensor(tensor: bytes, model_dir: str) -> bytes | None:
 def _inline_graph(graph: bytes, model_dir: str) -> bytes | None:
     parts, changed = [], False
     for field, wire, whole, payload in _fields(graph):
-        new = _inline_tensor(payload, model_dir) if field == 5 and wire == _WIRE_LEN else None
+        new = None
+        if field == 5 and wire == _WIRE_LEN and isinstance(payload, bytes):
+            new = _inline_tensor(payload, model_dir)
         changed = changed or new is not None
         parts.append(whole if new is None else _len_field(5, new))
     return b"".join(parts) if changed else None
@@ -128,7 +132,9 @@ def inline_external_data(model: bytes, model_dir: str) -> bytes:
         return model
     parts, changed = [], False
     for field, wire, whole, payload in _fields(model):
-        new = _inline_graph(payload, model_dir) if field == 7 and wire == _WIRE_LEN else None
+        new = None
+        if field == 7 and wire == _WIRE_LEN and isinstance(payload, bytes):
+            new = _inline_graph(payload, model_dir)
         changed = changed or new is not None
         parts.append(whole if new is None else _len_field(7, new))
     return b"".join(parts) if changed else model

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from ._stats import HistogramSnapshot, empty_histogram
+from ._stats import GraphStatistics, HistogramSnapshot, empty_histogram
 from .errors import ExecutionModeError
 
 RUN_GRAPH = "RunGraph"
@@ -103,8 +103,8 @@ class _Freezer:
 
     def _unpark(self, a: np.ndarray) -> bool:
         base_entry = self._frozen.get(id(a.base))
-        parked = base_entry[3] if base_entry is not None else None
-        for i, entry in enumerate(parked or ()):
+        parked: list[list[Any]] = (base_entry[3] if base_entry is not None else None) or []
+        for i, entry in enumerate(parked):
             if entry[0] is a:
                 del parked[i]
                 return True
@@ -190,9 +190,9 @@ class SessionStatistics:
     abandoned: int = 0
     oldest_age: Optional[float] = None
     latency: HistogramSnapshot = field(default_factory=empty_histogram)
-    graphs: dict = field(default_factory=dict)  # graph id -> GraphStatistics
+    graphs: dict[int, GraphStatistics] = field(default_factory=dict)  # graph id -> GraphStatistics
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Plain data (JSON-serialisable): histograms as bounds and counts, graphs keyed by their id."""
         return asdict(self)
 

@@ -21,7 +21,8 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from asyncio import AbstractEventLoop, Future
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import _lib
 from ._guard import current_backend, running_loop as _running_loop
@@ -34,6 +35,9 @@ class Request:
 
     __slots__ = ()
     waiter: Any
+    if TYPE_CHECKING:
+        @property
+        def context(self) -> str: ...
 
     def settle(self, status: int, kind: int, outputs: Any, text: str) -> tuple[Any, BaseException | None]:
         raise NotImplementedError
@@ -228,7 +232,7 @@ class AsyncioHub(Hub):
 
     asyncio = True
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: AbstractEventLoop) -> None:
         super().__init__()
         self._loop_ref = weakref.ref(loop)  # weak: the loop owns the reader that owns this hub
         self._batch: list[tuple[Any, int, Any, int]] = []
@@ -328,14 +332,14 @@ class AsyncioHub(Hub):
         if _reaper.idle or not self.watched:
             _reaper.watch(self)  # so a loop closed with this request in flight is noticed
 
-    def new_waiter(self) -> "asyncio.Future[Any]":
+    def new_waiter(self) -> Future[Any]:
         loop = self._loop_ref()
         assert loop is not None
         if self._plain_futures:
             return asyncio.Future(loop=loop)
         return loop.create_future()
 
-    async def wait(self, waiter: "asyncio.Future[Any]") -> Any:
+    async def wait(self, waiter: Future[Any]) -> Any:
         return await waiter
 
     def orphan(self) -> None:
@@ -397,7 +401,8 @@ _trio_hubs: dict[Any, TrioHub] = {}
 _hubs_lock = threading.Lock()
 
 
-_last: tuple[Any, Any] = (lambda: None, None)  # (weakref to loop, hub) of the last lookup: most programs have one loop
+# (weakref to loop, hub) of the last lookup: most programs have one loop
+_last: tuple[Callable[[], object], Hub | None] = (lambda: None, None)
 
 
 def current_hub() -> Hub:
@@ -406,7 +411,7 @@ def current_hub() -> Hub:
     loop = _running_loop()
     if loop is not None:
         last_loop, hub = _last
-        if last_loop() is loop and not hub.orphaned:
+        if last_loop() is loop and hub is not None and not hub.orphaned:
             return hub
         hub = _asyncio_hubs.get(loop)
         if hub is None or hub.orphaned:
@@ -506,7 +511,8 @@ class _Reaper:
             with self._lock:
                 while self._adopted:
                     hub = self._adopted.popleft()
-                    self._watched.discard(hub)
+                    if isinstance(hub, AsyncioHub):  # only those are watched
+                        self._watched.discard(hub)
                     if hub not in self._orphans:
                         self._orphans.append(hub)
                 for hub in list(self._watched):

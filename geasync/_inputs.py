@@ -9,7 +9,7 @@ set lookup per input (shapes already seen to match are remembered), the full che
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, TypeVar
 
 from . import _lib
 from ._metadata import TensorInfo
@@ -20,6 +20,7 @@ __all__ = ["GraphSpec", "run_context"]
 _MAX_REMEMBERED_SHAPES = 64  # per input: bounds the memory a stream of distinct shapes can take
 _API = "geasync input check"
 GRAPH_NOT_EXIST = 1343242242
+_V = TypeVar("_V")
 
 
 def run_context(api: str, graph_id: int) -> str:
@@ -30,7 +31,7 @@ def _dim_text(d: Any) -> str:
     return "?" if d is None else str(d)
 
 
-def _shape_text(shape: Optional[tuple]) -> str:
+def _shape_text(shape: Optional[tuple[Any, ...]]) -> str:
     return "any shape" if shape is None else "[" + ", ".join(_dim_text(d) for d in shape) + "]"
 
 
@@ -63,14 +64,15 @@ class GraphSpec:
 
     def compiled(self, inputs: Sequence[Any], fixed_by: str) -> "GraphSpec":
         """The spec after CompileGraph with these inputs: GE fixes the Data nodes to their dtypes and shapes."""
-        infos = [TensorInfo(info.name, x.dtype, tuple(int(d) for d in x.shape)) for info, x in zip(self.inputs, inputs)]
+        infos = [TensorInfo(info.name, x.dtype, tuple(int(d) for d in x.shape))
+                 for info, x in zip(self.inputs, inputs, strict=True)]
         spec = GraphSpec(self.graph_id, infos, self.outputs)
         spec.async_seen = self.async_seen
         spec.fixed_by = fixed_by
         return spec
 
     # --- errors ---------------------------------------------------------------------------------------------
-    def _error(self, cls: type, message: str, api: str, index: Optional[int] = None) -> InputError:
+    def _error(self, cls: type[InputError], message: str, api: str, index: Optional[int] = None) -> InputError:
         name = None if index is None else self.names[index]
         return cls(PARAM_INVALID, message, _API, run_context(api, self.graph_id), graph_id=self.graph_id,
                    input_index=index, input_name=name)
@@ -83,7 +85,7 @@ class GraphSpec:
                            f"inputs, in order: {self._listing()}", api)
 
     # --- the checks -----------------------------------------------------------------------------------------
-    def check(self, i: int, dt: int, shape: tuple, api: str) -> None:
+    def check(self, i: int, dt: int, shape: tuple[int, ...], api: str) -> None:
         """Input i, of ge::DataType ``dt`` and ``shape``, against the declaration (the slow path: a new shape)."""
         info = self.inputs[i]
         want = self.want_dtypes[i]
@@ -93,7 +95,7 @@ class GraphSpec:
                               f"{info.dtype} (convert it: array.astype(np.{info.dtype}))", api, i)
         pattern = self.patterns[i]
         if pattern is not None and (len(shape) != len(pattern) or
-                                    any(p is not None and p != d for p, d in zip(pattern, shape))):
+                                    any(p is not None and p != d for p, d in zip(pattern, shape, strict=True))):
             note = " ('?' and named dims may be any size)" if None in pattern else ""
             if self.fixed_by:
                 note = f" ({self.fixed_by})"
@@ -105,7 +107,7 @@ class GraphSpec:
         if self.usual_shapes[i] is None:
             self.usual_shapes[i] = shape
 
-    def order(self, feeds: Mapping[Any, Any], api: str) -> list:
+    def order(self, feeds: Mapping[Any, _V], api: str) -> list[_V]:
         """A ``{name: array}`` feed as the list a run takes (the graph's input order)."""
         index = self.index
         if len(feeds) == self.count:

@@ -15,7 +15,8 @@ import importlib.util
 import math
 import os
 import threading
-from typing import Any, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -274,6 +275,8 @@ def from_buffer(obj: Any, require_writable: bool = False) -> Any:
 # output factory ``make``, called as make(owner, address, nbytes, ge_dtype, placement, shape) where ``owner`` is a
 # cdata whose collection destroys the ga_tensor (and so frees or returns its memory). The tensor layer passes
 # ``Tensor._from_output``.
+_T = TypeVar("_T")
+OutputFactory = Callable[[Any, int, int, int, int, "tuple[int, ...]"], _T]
 
 
 def host_view(owner: Any, address: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -293,7 +296,7 @@ def _keep_alive(owner: Any, _pointer: Any) -> None:
 _scratch = threading.local()  # per-thread buffer for taking outputs (grown on demand)
 
 
-def _take_outputs(outs: Any, make: Any) -> list:
+def _take_outputs(outs: Any, make: OutputFactory[_T]) -> list[_T]:
     """Owns the outputs of a run: one native call describes them all and frees the list."""
     try:
         infos, cap = _scratch.infos, _scratch.cap
@@ -308,7 +311,7 @@ def _take_outputs(outs: Any, make: Any) -> list:
     return _wrap_outputs(infos, 0, n, make)
 
 
-def _wrap_outputs(infos: Any, start: int, n: int, make: Any) -> list:
+def _wrap_outputs(infos: Any, start: int, n: int, make: OutputFactory[_T]) -> list[_T]:
     """The output factory's objects for the taken tensors infos[start:start + n]: each owned by a cdata whose
     collection destroys it. Should wrapping one fail, the ones not wrapped yet are destroyed, none leaks."""
     destroy = lib.ga_tensor_destroy
@@ -409,7 +412,7 @@ def compiled_graph_summary(handle: Any, graph_id: int, context: str) -> dict[str
 _run_graph_lock = threading.Lock()
 
 
-def run_graph(handle: Any, graph_id: int, descs: InputDescs, context: str, make: Any) -> list:
+def run_graph(handle: Any, graph_id: int, descs: InputDescs, context: str, make: OutputFactory[_T]) -> list[_T]:
     out = ffi.new("ga_outputs **")
     with _run_graph_lock:
         status = lib.ga_session_run_graph(handle, graph_id, descs.array, descs.count, out)
@@ -418,7 +421,7 @@ def run_graph(handle: Any, graph_id: int, descs: InputDescs, context: str, make:
 
 
 def run_graph_with_stream_async(handle: Any, graph_id: int, stream: int, descs: InputDescs,
-                                context: str, make: Any) -> list:
+                                context: str, make: OutputFactory[_T]) -> list[_T]:
     out = ffi.new("ga_outputs **")
     _callback_errors.clear()
     status = lib.ga_session_run_graph_with_stream_async(handle, graph_id, pointer(stream), descs.array, descs.count,
@@ -451,11 +454,11 @@ _allocator_handles: dict[int, Any] = {}  # handle address -> ffi.new_handle(allo
 _allocator_lock = threading.RLock()  # the release callback can run from a finalizer while it is held
 
 
-def _on_callback_error(exc_type, exc_value, tb) -> None:
+def _on_callback_error(exc_type: type[BaseException], exc_value: BaseException, tb: TracebackType | None) -> None:
     _callback_errors.error = exc_value
 
 
-def _ga_py_alloc_malloc(user, size):
+def _ga_py_alloc_malloc(user: Any, size: int) -> Any:
     allocator = ffi.from_handle(user)
     address = allocator.malloc(int(size))
     if not isinstance(address, int) or isinstance(address, bool):
@@ -463,11 +466,11 @@ def _ga_py_alloc_malloc(user, size):
     return ffi.cast("void *", address)
 
 
-def _ga_py_alloc_free(user, addr):
+def _ga_py_alloc_free(user: Any, addr: Any) -> None:
     ffi.from_handle(user).free(address_of(addr))
 
 
-def _ga_py_alloc_release(user):
+def _ga_py_alloc_release(user: Any) -> None:
     with _allocator_lock:
         _allocator_handles.pop(address_of(user), None)
 
@@ -582,6 +585,7 @@ class CompletionQueue:
             for i in range(n):
                 c = buf[i]
                 k = c.output_count
+                outs: Any
                 if k == -1:
                     outs = None
                 else:
@@ -639,7 +643,7 @@ def bench_native_run_graph_async(handle: Any, graph_id: int, descs: InputDescs, 
     elapsed = ffi.new("uint64_t *")
     status = lib.ga_bench_native_run_graph_async(handle, graph_id, descs.array, descs.count, runs, in_flight, elapsed)
     _check(status, "GeSession::RunGraphAsync", "native benchmark driver")
-    return elapsed[0] / 1e9
+    return float(elapsed[0]) / 1e9
 
 
 # --- twin-only controls --------------------------------------------------------------------------------------
@@ -664,7 +668,8 @@ def twin_check_onnx(model: bytes) -> str:
         buf = module.ffi.new("char[]", cap)
         n = int(module.lib.geasync_twin_check_onnx(model, len(model), buf, cap))
         if n < cap:
-            return module.ffi.string(buf).decode("utf-8", "replace")
+            report: str = module.ffi.string(buf).decode("utf-8", "replace")
+            return report
         cap = n + 1
 
 

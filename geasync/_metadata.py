@@ -14,13 +14,15 @@ What GE's ONNX parser does, and so what the metadata says:
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Union
+from typing import Iterator, NamedTuple, Optional, Union
 
 import numpy as np
 
 __all__ = ["TensorInfo", "ModelFormatError", "read_io"]
 
 Dim = Union[int, str, None]
+_Buffer = Union[bytes, memoryview]
+_Value = Union[int, tuple[int, int], None]  # a field's value: see _fields
 
 # TensorProto.DataType -> numpy (types numpy has no dtype for, e.g. bfloat16 or float8, map to None)
 _ONNX_TO_NP: dict[int, np.dtype] = {
@@ -63,7 +65,7 @@ def _fail(what: str, pos: int) -> ModelFormatError:
     return ModelFormatError(f"corrupt ONNX model: {what} at byte {pos}")
 
 
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+def _varint(buf: _Buffer, pos: int, end: int) -> tuple[int, int]:
     result = shift = 0
     start = pos
     while True:
@@ -81,7 +83,7 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
             raise _fail("malformed varint", start)
 
 
-def _fields(buf: bytes, pos: int, end: int):
+def _fields(buf: _Buffer, pos: int, end: int) -> Iterator[tuple[int, int, _Value]]:
     """(field number, wire type, value) for each field of the message in buf[pos:end]: the value is an int for
     varints, a (start, end) span for length-delimited fields, None for fixed-size ones (skipped)."""
     while pos < end:
@@ -90,6 +92,7 @@ def _fields(buf: bytes, pos: int, end: int):
         field, wire = key >> 3, key & 7
         if field == 0:
             raise _fail("invalid field number", start)
+        value: _Value
         if wire == _VARINT:
             value, pos = _varint(buf, pos, end)
         elif wire == _LEN:
@@ -109,23 +112,23 @@ def _fields(buf: bytes, pos: int, end: int):
         yield field, wire, value
 
 
-def _span(wire: int, value, pos_hint: int) -> tuple[int, int]:
-    if wire != _LEN:
+def _span(wire: int, value: _Value, pos_hint: int) -> tuple[int, int]:
+    if wire != _LEN or not isinstance(value, tuple):
         raise _fail(f"unexpected wire type {wire}", pos_hint)
     return value
 
 
-def _text(buf: bytes, span: tuple[int, int]) -> str:
+def _text(buf: _Buffer, span: tuple[int, int]) -> str:
     return bytes(buf[span[0]:span[1]]).decode("utf-8", "replace")
 
 
-def _int64(wire: int, value, pos_hint: int) -> int:
-    if wire != _VARINT:
+def _int64(wire: int, value: _Value, pos_hint: int) -> int:
+    if wire != _VARINT or not isinstance(value, int):
         raise _fail(f"unexpected wire type {wire}", pos_hint)
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _dim(buf: bytes, start: int, end: int) -> Dim:
+def _dim(buf: _Buffer, start: int, end: int) -> Dim:
     dim: Dim = None
     for field, wire, value in _fields(buf, start, end):
         if field == 1:
@@ -136,7 +139,7 @@ def _dim(buf: bytes, start: int, end: int) -> Dim:
     return dim
 
 
-def _tensor_type(buf: bytes, start: int, end: int) -> tuple[int, Optional[tuple[Dim, ...]]]:
+def _tensor_type(buf: _Buffer, start: int, end: int) -> tuple[int, Optional[tuple[Dim, ...]]]:
     elem_type, shape = 0, None
     for field, wire, value in _fields(buf, start, end):
         if field == 1:
@@ -147,7 +150,7 @@ def _tensor_type(buf: bytes, start: int, end: int) -> tuple[int, Optional[tuple[
     return elem_type, shape
 
 
-def _value_info(buf: bytes, start: int, end: int) -> TensorInfo:
+def _value_info(buf: _Buffer, start: int, end: int) -> TensorInfo:
     name, elem_type, shape = "", 0, None
     for field, wire, value in _fields(buf, start, end):
         if field == 1:
@@ -160,7 +163,7 @@ def _value_info(buf: bytes, start: int, end: int) -> TensorInfo:
     return TensorInfo(name, _ONNX_TO_NP.get(elem_type), shape)
 
 
-def _tensor_name(buf: bytes, start: int, end: int) -> str:
+def _tensor_name(buf: _Buffer, start: int, end: int) -> str:
     name = ""
     for field, wire, value in _fields(buf, start, end):
         if field == 8:
@@ -170,16 +173,18 @@ def _tensor_name(buf: bytes, start: int, end: int) -> str:
 
 def read_io(model: bytes) -> tuple[tuple[TensorInfo, ...], tuple[TensorInfo, ...]]:
     """(inputs, outputs) declared by ModelProto bytes; ModelFormatError if they are not one."""
-    buf = memoryview(model).cast("B") if not isinstance(model, bytes) else model
+    buf: _Buffer = memoryview(model).cast("B") if not isinstance(model, bytes) else model
     graph = None
     for field, wire, value in _fields(buf, 0, len(buf)):
         if field == 7:
             if graph is not None:
-                raise _fail("more than one graph", value[0] if wire == _LEN else 0)
+                raise _fail("more than one graph", value[0] if isinstance(value, tuple) else 0)
             graph = _span(wire, value, 0)
     if graph is None:
         raise ModelFormatError("ONNX model has no graph")
-    inputs, outputs, initializers = [], [], set()
+    inputs: list[TensorInfo] = []
+    outputs: list[TensorInfo] = []
+    initializers: set[str] = set()
     for field, wire, value in _fields(buf, *graph):
         if field in (5, 11, 12):
             s, e = _span(wire, value, graph[0])

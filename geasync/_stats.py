@@ -48,8 +48,8 @@ class HistogramSnapshot:
     """A histogram at one moment: ``counts[i]`` observations were <= ``bounds[i]`` (and above the bound before);
     the last count is the overflow. ``quantile(q)`` estimates from the buckets (an upper bound)."""
 
-    bounds: tuple
-    counts: tuple
+    bounds: tuple[float, ...]
+    counts: tuple[int, ...]  # one more than bounds: the overflow
     sum: float
     count: int
 
@@ -58,7 +58,7 @@ class HistogramSnapshot:
             return None
         rank = q * self.count
         seen = 0
-        for bound, n in zip(self.bounds, self.counts):
+        for bound, n in zip(self.bounds, self.counts, strict=False):  # the overflow count has no bound
             seen += n
             if seen >= rank:
                 return bound
@@ -68,7 +68,7 @@ class HistogramSnapshot:
     def mean(self) -> Optional[float]:
         return self.sum / self.count if self.count else None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"bounds": list(self.bounds), "counts": list(self.counts), "sum": self.sum, "count": self.count}
 
 
@@ -129,14 +129,14 @@ class GraphStatistics:
     oldest_age: Optional[float]
     latency: HistogramSnapshot
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def merged_histogram(snapshots: Sequence[HistogramSnapshot]) -> HistogramSnapshot:
     if not snapshots:
         return Histogram().snapshot()
-    counts = [sum(c) for c in zip(*(s.counts for s in snapshots))]
+    counts = [sum(c) for c in zip(*(s.counts for s in snapshots), strict=True)]
     return HistogramSnapshot(snapshots[0].bounds, tuple(counts), sum(s.sum for s in snapshots),
                              sum(s.count for s in snapshots))
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import pathlib
 import platform
-from typing import Mapping, NamedTuple
+from typing import Iterable, Mapping, NamedTuple
 
 HOME_VARIABLES = ("GEASYNC_CANN_HOME", "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
 _DISABLED = ("none", "0", "off", "no", "false")
@@ -98,8 +98,8 @@ class Toolkit(NamedTuple):
     variable: str  # the environment variable that named it
     include_dirs: tuple[pathlib.Path, ...]
     library_dirs: tuple[pathlib.Path, ...]
-    headers: dict  # header (as included) -> file
-    libraries: dict  # link name -> file (lib<name>.so)
+    headers: dict[str, pathlib.Path]  # header (as included) -> file
+    libraries: dict[str, pathlib.Path]  # link name -> file (lib<name>.so)
     versions: tuple[tuple[str, str], ...]  # (version file relative to home, summary)
 
 
@@ -120,7 +120,7 @@ def _extra_dirs(env: Mapping[str, str], var: str) -> list[pathlib.Path]:
     return [pathlib.Path(p).expanduser() for p in env.get(var, "").split(os.pathsep) if p.strip()]
 
 
-def _unique(paths) -> tuple[pathlib.Path, ...]:
+def _unique(paths: Iterable[pathlib.Path]) -> tuple[pathlib.Path, ...]:
     seen: dict[str, pathlib.Path] = {}
     for p in paths:
         seen.setdefault(os.path.normpath(str(p)), p)

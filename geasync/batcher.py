@@ -22,15 +22,20 @@ import collections
 import functools
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Awaitable, Callable, Literal, Mapping, Optional, Sequence, Union
 
 import anyio
 import numpy as np
+from numpy.typing import NDArray
 
 from . import _hub
 from ._guard import running_loop
+from ._metadata import TensorInfo
 from ._stats import Histogram, HistogramSnapshot, logger, now
+from ._types import Inputs
 from .errors import GeError, InputError, InputTypeError, SessionBrokenError, SessionClosedError
+from .pool import GraphPool
+from .session import Session
 from .tensor import Tensor
 
 __all__ = ["Batcher", "BatcherClosedError", "BatcherStatistics"]
@@ -39,6 +44,8 @@ __all__ = ["Batcher", "BatcherClosedError", "BatcherStatistics"]
 _DELAY_BUCKETS = (10e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 1.0)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 PARAM_INVALID = 1343225857
+_Arrays = list[NDArray[Any]]  # a request's inputs, or a batch's
+_Key = tuple[Any, ...]  # a request's signature: (dtype, shape without the batch dim) per input
 
 
 class BatcherClosedError(RuntimeError):
@@ -63,14 +70,14 @@ class BatcherStatistics:
     batch_size: HistogramSnapshot
     queue_delay: HistogramSnapshot
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 class _Request:
     __slots__ = ("arrays", "rows", "key", "waiter", "enqueued", "state")
 
-    def __init__(self, arrays: list, rows: int, key: tuple, waiter: Any) -> None:
+    def __init__(self, arrays: _Arrays, rows: int, key: _Key, waiter: Any) -> None:
         self.arrays = arrays
         self.rows = rows
         self.key = key
@@ -96,14 +103,13 @@ class Batcher:
     its one batch size), or None to run batches unpadded.
     """
 
-    def __init__(self, session: Any, graph: Any, *, max_batch_size: int = 64, max_delay: float = 0.002,
-                 batch_axis: int = 0, max_concurrent_batches: Optional[int] = None,
-                 batch_sizes: Any = "auto", timeout: Optional[float] = None) -> None:
-        from .pool import GraphPool
-        from .session import Session
-
+    def __init__(self, session: Session, graph: Union[int, GraphPool], *, max_batch_size: int = 64,
+                 max_delay: float = 0.002, batch_axis: int = 0, max_concurrent_batches: Optional[int] = None,
+                 batch_sizes: Union[Sequence[int], Literal["auto"], None] = "auto",
+                 timeout: Optional[float] = None) -> None:
         if not isinstance(session, Session):
             raise TypeError(f"Batcher: session must be a geasync.Session, got {type(session).__name__}")
+        self._runner: Callable[[_Arrays], Awaitable[list[Tensor]]]
         if isinstance(graph, GraphPool):
             self._runner = graph.run_graph_async
             graph_ids = list(graph.graph_ids)
@@ -140,7 +146,7 @@ class Batcher:
             _compile_for_batches(session, graph_id, explicit_sizes)
         self._graph_id = graph_ids[0]
         self._inputs = _declared_inputs(session, graph_ids[0], batch_axis, explicit_sizes)
-        self._fitting: set = set()  # request signatures (dtypes, non-batch dims) known to fit the declared inputs
+        self._fitting: set[_Key] = set()  # request signatures (dtypes, non-batch dims) known to fit the declared inputs
         self.session = session
         self.max_batch_size = max_batch_size
         self.max_delay = float(max_delay)
@@ -154,18 +160,18 @@ class Batcher:
         self._loop: Any = None  # the asyncio loop or trio token it belongs to
         self._trio = False
         self._timer: Any = None
-        self._tasks: set = set()
+        self._tasks: set[Any] = set()  # batch tasks of an asyncio loop, kept until done
         self._submitted = self._completed = self._failed = self._cancelled = self._running = 0
         self._batches = self._retries = 0
         self._sizes_hist = Histogram(_SIZE_BUCKETS)
         self._delay_hist = Histogram(_DELAY_BUCKETS)
 
     # --- public API ---
-    async def run(self, inputs: Sequence[Any], *, timeout: Optional[float] = None) -> list[Tensor]:
+    async def run(self, inputs: Inputs, *, timeout: Optional[float] = None) -> list[Tensor]:
         """This request's outputs (rows of the batch run it joined). ``inputs`` as for ``run_graph_async`` (a list,
         or a ``{name: array}`` mapping), each with the same batch dim (>= 1) on ``batch_axis``; a request that does
-        not fit the graph's declared inputs is refused with InputError before it joins a batch. ``timeout`` (seconds; default: the batcher's) raises
-        TimeoutError; the request's rows are dropped from its batch."""
+        not fit the graph's declared inputs is refused with InputError before it joins a batch. ``timeout``
+        (seconds; default: the batcher's) raises TimeoutError; the request's rows are dropped from its batch."""
         arrays, rows, key = self._check(inputs)
         self._bind()
         if timeout is None:
@@ -198,9 +204,12 @@ class Batcher:
         await self.aclose()
 
     # --- requests ---
-    def _check(self, inputs: Any) -> tuple[list, int, tuple]:
-        if type(inputs) is not list and isinstance(inputs, Mapping):
-            inputs = self.session.input_list(self._graph_id, inputs)
+    def _check(self, inputs: Any) -> tuple[_Arrays, int, _Key]:
+        if type(inputs) is not list:
+            if isinstance(inputs, Mapping):
+                inputs = self.session.input_list(self._graph_id, inputs)
+            elif isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes, bytearray)):
+                inputs = list(inputs)  # any other sequence (what the type hints say runs take)
         if not isinstance(inputs, (list, tuple)) or not inputs:
             raise TypeError(f"Batcher.run: inputs must be a non-empty list of arrays or Tensors, got "
                             f"{type(inputs).__name__}")
@@ -236,14 +245,14 @@ class Batcher:
                 self._fitting.add(key)  # requests of this signature fit: skip the check next time
         return arrays, rows, key
 
-    def _check_declared(self, arrays: list) -> None:
+    def _check_declared(self, arrays: _Arrays) -> None:
         """Refuses a request that does not fit the graph's declared inputs before it joins a batch."""
         declared = self._inputs
         assert declared is not None
         problem, index, error = None, None, InputError
         if len(arrays) != len(declared):
             problem = f"the graph takes {len(declared)} input(s), got {len(arrays)}"
-        for i, (a, info) in enumerate(zip(arrays, declared)):
+        for i, (a, info) in enumerate(zip(arrays, declared, strict=False)):  # a count mismatch is the problem
             if problem:
                 break
             index = i
@@ -253,7 +262,7 @@ class Batcher:
             elif info.shape is not None and len(info.shape) != a.ndim:
                 problem = f"input {i} ('{info.name}') has rank {a.ndim}, the graph declares {list(info.shape)}"
             elif info.shape is not None:
-                for d, (want, got) in enumerate(zip(info.shape, a.shape)):
+                for d, (want, got) in enumerate(zip(info.shape, a.shape, strict=True)):
                     if d != self.batch_axis and type(want) is int and want != got:
                         problem = (f"input {i} ('{info.name}') has shape {list(a.shape)}, the graph declares "
                                    f"{list(info.shape)}")
@@ -265,6 +274,7 @@ class Batcher:
 
     def _bind(self) -> None:
         loop = running_loop()
+        owner: Any
         if loop is not None:
             owner, trio = loop, False
         else:
@@ -277,7 +287,7 @@ class Batcher:
             raise RuntimeError(f"Batcher(graph={self.graph}) is used from another event loop than its first; make "
                                "one batcher per event loop")
 
-    async def _run(self, arrays: list, rows: int, key: tuple) -> list[Tensor]:
+    async def _run(self, arrays: _Arrays, rows: int, key: _Key) -> list[Tensor]:
         self._submitted += 1
         if self._in_flight < self.max_concurrent_batches and not self._queue:
             return await self._run_alone(arrays, rows)
@@ -287,9 +297,8 @@ class Batcher:
         self._queued_rows += rows
         self._dispatch()
         try:
-            if self._trio:
-                return await _wait_trio(waiter)
-            return await waiter
+            outputs: list[Tensor] = await (_wait_trio(waiter) if self._trio else waiter)
+            return outputs
         except BaseException:
             if request.state == _QUEUED:  # it never runs
                 self._queue.remove(request)
@@ -299,7 +308,7 @@ class Batcher:
                 self._finish(request, "cancelled")
             raise
 
-    async def _run_alone(self, arrays: list, rows: int) -> list[Tensor]:
+    async def _run_alone(self, arrays: _Arrays, rows: int) -> list[Tensor]:
         """The graph is idle: this request runs now, in its caller's task (a cancellation affects it alone)."""
         self._in_flight += 1
         self._running += 1
@@ -461,13 +470,13 @@ class Batcher:
         except Exception as exc:
             self._fail(batch, exc)
             return
-        for request, result in zip(batch, results):
+        for request, result in zip(batch, results, strict=True):
             # a waiter already done was cancelled: its task has yet to run, and will count it cancelled
             if request.state == _RUNNING and not request.waiter.done():
                 request.waiter.set_result(result)
                 self._finish(request, "completed")
 
-    def _concatenate(self, batch: list[_Request]) -> tuple[list, int]:
+    def _concatenate(self, batch: list[_Request]) -> tuple[_Arrays, int]:
         total = sum(r.rows for r in batch)
         padded = total
         if self._sizes is not None:
@@ -485,13 +494,13 @@ class Batcher:
             inputs.append(np.concatenate(parts, axis=axis))
         return inputs, total
 
-    def _split(self, batch: list[_Request], outputs: list, total: int) -> list[list[Tensor]]:
+    def _split(self, batch: list[_Request], outputs: list[Tensor], total: int) -> list[list[Tensor]]:
         if len(batch) == 1 and (self._sizes is None or total == next(n for n in self._sizes if n >= total)):
             return [outputs]
         axis = self.batch_axis
         arrays = [o.numpy() for o in outputs]
         results: list[list[Tensor]] = [[] for _ in batch]
-        for t, a in zip(outputs, arrays):
+        for t, a in zip(outputs, arrays, strict=True):
             if a.ndim <= axis or a.shape[axis] < total:
                 for result in results:  # not batched along the axis: every request gets the whole output
                     result.append(t)
@@ -500,13 +509,13 @@ class Batcher:
             if axis == 0:  # rows of a C-contiguous array are C-contiguous views: wrap them without checks
                 make = Tensor._make
                 dtype = a.dtype
-                for result, request in zip(results, batch):
+                for result, request in zip(results, batch, strict=True):
                     part = a[start:start + request.rows]
                     result.append(make(array=part, owner=None, address=0, nbytes=part.nbytes, shape=part.shape,
                                        dtype=dtype, placement="host"))
                     start += request.rows
                 continue
-            for result, request in zip(results, batch):
+            for result, request in zip(results, batch, strict=True):
                 index = [slice(None)] * a.ndim
                 index[axis] = slice(start, start + request.rows)
                 result.append(Tensor.from_numpy(a[tuple(index)]))
@@ -525,7 +534,8 @@ class Batcher:
         return self._loop.create_future()
 
 
-def _declared_inputs(session: Any, graph_id: int, axis: int, explicit_sizes: bool) -> Optional[tuple]:
+def _declared_inputs(session: Session, graph_id: int, axis: int,
+                     explicit_sizes: bool) -> Optional[tuple[TensorInfo, ...]]:
     """The graph's declared inputs (None if geasync cannot read them); a fixed batch dim needs explicit sizes."""
     try:
         declared = session.graph_inputs(graph_id)
@@ -540,7 +550,7 @@ def _declared_inputs(session: Any, graph_id: int, axis: int, explicit_sizes: boo
     return declared
 
 
-def _compile_for_batches(session: Any, graph_id: int, explicit_sizes: bool) -> None:
+def _compile_for_batches(session: Session, graph_id: int, explicit_sizes: bool) -> None:
     """Compiles a graph not compiled yet from its declared input shapes (a symbolic batch dim stays symbolic: a
     first run would fix it to that run's size) and checks that batches of several sizes can run."""
     if session.is_graph_need_rebuild(graph_id):

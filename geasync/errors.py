@@ -7,6 +7,8 @@ exceptions in exactly one place (``geasync._lib``).
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["GeError", "ExecutionModeError", "SessionClosedError", "SessionBrokenError", "InputError", "InputTypeError",
            "STATUS_NAMES"]
 
@@ -66,7 +68,7 @@ class GeError(RuntimeError):
             head += f" in {self.context}"
         return f"{head}: {self.error_message}" if self.error_message else head
 
-    def __reduce__(self):  # keep picklable for multiprocessing / pytest-xdist
+    def __reduce__(self) -> tuple[Any, ...]:  # keep picklable for multiprocessing / pytest-xdist
         return (type(self), (self.status, self.error_message, self.api_name, self.context))
 
 
@@ -110,7 +112,7 @@ class InputError(GeError, ValueError):
     def _format(self) -> str:
         return f"{self.context}: {self.error_message}" if self.context else self.error_message
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_input_error, (type(self), self.status, self.error_message, self.api_name, self.context,
                                        self.graph_id, self.input_index, self.input_name))
 
@@ -119,6 +121,7 @@ class InputTypeError(InputError, TypeError):
     """An input's dtype is not the one the graph declares (also a ``TypeError``)."""
 
 
-def _rebuild_input_error(cls, status, error_message, api_name, context, graph_id, input_index, input_name):
+def _rebuild_input_error(cls: type[InputError], status: int, error_message: str, api_name: str, context: str,
+                         graph_id: int | None, input_index: int | None, input_name: str | None) -> InputError:
     return cls(status, error_message, api_name, context, graph_id=graph_id, input_index=input_index,
                input_name=input_name)

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _lib
 from ._metadata import TensorInfo, read_io
+
+if TYPE_CHECKING:
+    from onnx import ModelProto  # optional: geasync reads ONNX bytes itself
 
 __all__ = ["Graph"]
 
@@ -35,7 +38,7 @@ class Graph:
         self._io: tuple[tuple[TensorInfo, ...], tuple[TensorInfo, ...]] | None = None
 
     @classmethod
-    def from_onnx(cls, source: Any) -> "Graph":
+    def from_onnx(cls, source: str | os.PathLike[str] | bytes | bytearray | memoryview | ModelProto) -> "Graph":
         """A graph from an ONNX file path, ModelProto bytes, or an ``onnx.ModelProto`` (needs the onnx package)."""
         if isinstance(source, (bytes, bytearray, memoryview)):
             return cls(bytes(source))

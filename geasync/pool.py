@@ -14,10 +14,13 @@ Each instance holds its own weights and working memory.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from ._stats import logger
+from ._types import Inputs, Options
 from .graph import Graph
+from .session import Session, _check_graph_id
+from .tensor import Tensor
 
 __all__ = ["GraphPool"]
 
@@ -25,9 +28,7 @@ __all__ = ["GraphPool"]
 class GraphPool:
     """Instances of one graph already added to ``session`` under ``graph_ids``; see the module docstring."""
 
-    def __init__(self, session: Any, graph_ids: Sequence[int]) -> None:
-        from .session import Session, _check_graph_id
-
+    def __init__(self, session: Session, graph_ids: Sequence[int]) -> None:
         if not isinstance(session, Session):
             raise TypeError(f"GraphPool: session must be a geasync.Session, got {type(session).__name__}")
         ids = [_check_graph_id(g) for g in graph_ids]
@@ -39,7 +40,7 @@ class GraphPool:
         self._next = 0
 
     @classmethod
-    def add(cls, session: Any, graph: Graph, *, graph_ids: Sequence[int], options: Optional[dict] = None,
+    def add(cls, session: Session, graph: Graph, *, graph_ids: Sequence[int], options: Optional[Options] = None,
             load: bool = False) -> "GraphPool":
         """Adds ``graph`` once per id of ``graph_ids`` (``add_graph_clone``: one Graph object serves them all)
         and returns the pool; ``load=True`` also loads every instance now."""
@@ -63,7 +64,7 @@ class GraphPool:
         self._next = (best + 1) % n
         return best
 
-    async def run_graph_async(self, inputs: Any, *, timeout: Optional[float] = None) -> list:
+    async def run_graph_async(self, inputs: Inputs, *, timeout: Optional[float] = None) -> list[Tensor]:
         """``Session.run_graph_async`` on the least busy instance."""
         i = self._pick()
         self._busy[i] += 1

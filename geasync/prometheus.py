@@ -18,13 +18,16 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from ._stats import HistogramSnapshot
+from .batcher import Batcher
+from .session import Session
 
 __all__ = ["GeasyncCollector"]
 
 
 def _buckets(h: HistogramSnapshot) -> list[tuple[str, float]]:
-    out, seen = [], 0
-    for bound, n in zip(h.bounds, h.counts):
+    out: list[tuple[str, float]] = []
+    seen = 0
+    for bound, n in zip(h.bounds, h.counts, strict=False):  # the overflow count has no bound: +Inf below
         seen += n
         out.append((repr(float(bound)), seen))
     out.append(("+Inf", h.count))
@@ -34,7 +37,7 @@ def _buckets(h: HistogramSnapshot) -> list[tuple[str, float]]:
 class GeasyncCollector(Collector):
     """Exports a session's statistics (per graph) and, optionally, named batchers' statistics."""
 
-    def __init__(self, session: Any, *, batchers: Optional[Mapping[str, Any]] = None,
+    def __init__(self, session: Session, *, batchers: Optional[Mapping[str, Batcher]] = None,
                  labels: Optional[Mapping[str, str]] = None, prefix: str = "geasync") -> None:
         self.session = session
         self.batchers = dict(batchers or {})
@@ -56,8 +59,8 @@ class GeasyncCollector(Collector):
             values = [str(gid), *extra]
             for k, family in counters.items():
                 family.add_metric(values, getattr(g, k))
-            for k, family in gauges.items():
-                family.add_metric(values, getattr(g, k))
+            for k, gauge in gauges.items():
+                gauge.add_metric(values, getattr(g, k))
             oldest.add_metric(values, g.oldest_age if g.oldest_age is not None else 0.0)
             latency.add_metric(values, _buckets(g.latency), g.latency.sum)
         yield from counters.values()

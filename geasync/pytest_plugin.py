@@ -28,9 +28,13 @@ from __future__ import annotations
 import gc
 import importlib.util
 import inspect
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, ContextManager, Generator, Iterator
 
 import pytest
+
+if TYPE_CHECKING:  # imported when a fixture is used (see the module docstring)
+    from .graph import Graph
+    from .session import Session
 
 # event loop -> anyio_backend value (anyio's plugin runs the test on it) and the package it needs
 LOOPS: dict[str, tuple[tuple[str, dict[str, Any]], str]] = {
@@ -57,7 +61,7 @@ def _loop_params(marker: pytest.Mark) -> list[Any]:
     params = []
     for name in names:
         backend, package = LOOPS[name]
-        marks = ()
+        marks: tuple[pytest.MarkDecorator, ...] = ()
         if importlib.util.find_spec(package) is None:
             marks = (pytest.mark.skip(reason=f"{name}: the {package!r} package is not installed"),)
         params.append(pytest.param(backend, id=name, marks=marks))
@@ -110,11 +114,11 @@ def _assert_no_leaks(before: dict[str, int], what: str) -> None:
 
 
 _CALL_FAILED = pytest.StashKey[bool]()
-_LIVE_BEFORE = pytest.StashKey[dict]()
+_LIVE_BEFORE = pytest.StashKey[dict[str, int]]()
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[Any]:
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if report.when == "call":
         item.stash[_CALL_FAILED] = report.failed
@@ -150,7 +154,7 @@ def ga_leak_check(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture
-def ga_session(ga_leak_check: None, request: pytest.FixtureRequest) -> Iterator[Any]:
+def ga_session(ga_leak_check: None, request: pytest.FixtureRequest) -> Iterator[Session]:
     """A twin Session, closed after the test, which then fails if native objects were left alive."""
     import geasync as ga
 
@@ -168,29 +172,29 @@ class Faults:
     """``ga_faults``: :func:`geasync.twin.inject_fault` with bookkeeping, cleared after the test."""
 
     def __init__(self) -> None:
-        self._armed: dict[tuple[int, int], tuple[Any, int]] = {}
+        self._armed: dict[tuple[int, int], tuple[Session, int]] = {}
         self.never_fired: list[str] = []
 
-    def inject(self, session: Any, graph_id: int, kind: str, **kwargs: Any) -> None:
+    def inject(self, session: Session, graph_id: int, kind: str, **kwargs: Any) -> None:
         """:func:`geasync.twin.inject_fault`; ``nth`` counts from this call."""
         import geasync as ga
 
         ga.twin.inject_fault(session, graph_id, kind, **kwargs)
         self._armed[(id(session), graph_id)] = (session, graph_id)
 
-    def fault(self, session: Any, graph_id: int, kind: str, **kwargs: Any) -> Any:
+    def fault(self, session: Session, graph_id: int, kind: str, **kwargs: Any) -> ContextManager[None]:
         """:func:`geasync.twin.fault`: armed for a ``with`` block, checked and cleared at its end."""
         import geasync as ga
 
         return ga.twin.fault(session, graph_id, kind, **kwargs)
 
-    def release(self, session: Any, graph_id: int) -> None:
+    def release(self, session: Session, graph_id: int) -> None:
         """:func:`geasync.twin.release_stalled`."""
         import geasync as ga
 
         ga.twin.release_stalled(session, graph_id)
 
-    def runs(self, session: Any, graph_id: int) -> int:
+    def runs(self, session: Session, graph_id: int) -> int:
         """:func:`geasync.twin.fault_runs`."""
         import geasync as ga
 
@@ -224,7 +228,7 @@ def ga_faults() -> Iterator[Faults]:
 
 
 @pytest.fixture
-def ga_mlp() -> Any:
+def ga_mlp() -> Graph:
     """A fresh Graph of geasync's sample MLP: input "x" float32 [N, 784], output "probs" float32 [N, 10]."""
     import geasync as ga
 

@@ -13,8 +13,11 @@ the ``examples/models/mlp.onnx`` of the repository.
 from __future__ import annotations
 
 import functools
+from typing import Sequence
 
 import numpy as np
+
+from .graph import Graph
 
 __all__ = ["mlp", "mlp_bytes", "MLP_INPUT", "MLP_OUTPUT"]
 
@@ -56,7 +59,7 @@ def _tensor(name: str, array: np.ndarray) -> bytes:  # TensorProto: dims=1, data
     return dims + _int(2, _FLOAT) + _bytes(8, name) + _bytes(9, np.ascontiguousarray(array, "<f4").tobytes())
 
 
-def _value_info(name: str, dims: list) -> bytes:
+def _value_info(name: str, dims: Sequence[int | str]) -> bytes:
     # ValueInfoProto{name=1, type=2}: TypeProto{tensor_type=1}: Tensor{elem_type=1, shape=2}: TensorShapeProto{dim=1}
     # Dimension{dim_value=1 | dim_param=2}
     shape = b"".join(_bytes(1, _bytes(2, d) if isinstance(d, str) else _int(1, d)) for d in dims)
@@ -105,11 +108,9 @@ def mlp_bytes(seed: int = 0, d_in: int = 784, d_hidden: int = 256, d_out: int = 
             + _bytes(8, _bytes(1, "") + _int(2, 17)))
 
 
-def mlp(seed: int = 0, d_in: int = 784, d_hidden: int = 256, d_out: int = 10):
+def mlp(seed: int = 0, d_in: int = 784, d_hidden: int = 256, d_out: int = 10) -> Graph:
     """A fresh :class:`geasync.Graph` of :func:`mlp_bytes` (a Graph can be added to a session once: call again
     for another). Input ``"x"`` float32 [N, d_in], output ``"probs"`` float32 [N, d_out]."""
-    from .graph import Graph
-
     return Graph.from_onnx(mlp_bytes(seed, d_in, d_hidden, d_out))
 
 

@@ -67,9 +67,8 @@ class _BadRequest(ValueError):
     """An HTTP body that cannot be made into the graph's inputs (answered with 400)."""
 
 
-@serve.deployment(name="GeasyncModel", max_ongoing_requests=1024)
-class GeasyncModel:
-    """A Ray Serve deployment that serves one ONNX model with geasync.
+class _GeasyncModel:
+    """A Ray Serve deployment that serves one ONNX model with geasync (``GeasyncModel``, below).
 
     Args:
         model: an ONNX file path (readable on every node) or the model's bytes.
@@ -165,7 +164,7 @@ class GeasyncModel:
             feed = self._json_input(body)
             outputs = await self.infer(feed)
             names = [o.name for o in self._outputs]
-            return JSONResponse({"outputs": {n: o.tolist() for n, o in zip(names, outputs)}})
+            return JSONResponse({"outputs": {n: o.tolist() for n, o in zip(names, outputs, strict=True)}})
         except SessionBrokenError as exc:
             return JSONResponse({"error": str(exc)}, status_code=503)
         except (_BadRequest, ValueError, TypeError) as exc:
@@ -188,7 +187,7 @@ class GeasyncModel:
         if isinstance(items, Sequence) and not isinstance(items, (str, bytes)):
             if len(items) != len(self._inputs):
                 raise _BadRequest(f"the graph takes {len(self._inputs)} inputs, got {len(items)}")
-            return [np.asarray(value, dtype=i.dtype) for value, i in zip(items, self._inputs)]
+            return [np.asarray(value, dtype=i.dtype) for value, i in zip(items, self._inputs, strict=True)]
         raise _BadRequest('"inputs" must be an object (by name) or a list (in graph input order)')
 
     def _raw_input(self, body: bytes, headers: Mapping[str, str]) -> list[np.ndarray]:
@@ -217,6 +216,11 @@ class GeasyncModel:
             await asyncio.sleep(_STATS_PERIOD)
 
 
+# The deployment, made by a call rather than as a class decorator: type checkers then see a serve.Deployment
+# (GeasyncModel.options(...).bind(...) type-checks in users' code), which is what the decorator makes at run time.
+GeasyncModel: serve.Deployment = serve.deployment(name="GeasyncModel", max_ongoing_requests=1024)(_GeasyncModel)
+
+
 def _replica_id() -> str:
     try:
         return str(serve.get_replica_context().replica_id.unique_id)
@@ -231,7 +235,7 @@ def _as_dict(stats: Any) -> dict[str, Any]:
     return {name: getattr(stats, name) for name in stats.__dataclass_fields__}
 
 
-def build_app(args: Mapping[str, Any]) -> Any:
+def build_app(args: Mapping[str, Any]) -> serve.Application:
     """An application builder for ``serve run`` / Serve config files (``import_path: geasync.serve:build_app``),
     from ``args``: model (path), options, max_batch_size, max_delay, backend."""
     known = {"model", "options", "max_batch_size", "max_delay", "backend", "shutdown_report"}

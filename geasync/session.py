@@ -15,7 +15,9 @@ import time
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Coroutine, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Coroutine, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, cast
+
+import numpy as np
 
 import anyio
 
@@ -31,6 +33,9 @@ from .errors import GeError, SessionBrokenError, SessionClosedError
 from .graph import Graph
 from .stream import has_allocator, mark_allocator, release_default_allocator, stream_address, unmark_allocator
 from .tensor import PreparedInputs, Tensor, prepare_inputs
+from ._types import Inputs, Options, StreamLike, TensorLike, TensorLikeList
+
+_T = TypeVar("_T")
 
 __all__ = ["Session", "CompiledGraphSummary"]
 
@@ -44,8 +49,8 @@ class CompiledGraphSummary:
     feature_memory_size: int
     stream_num: int
     event_num: int
-    output_shapes: list  # -1 marks a dim that depends on the inputs; (-2,) an output whose rank does too
-    output_dtypes: list
+    output_shapes: list[tuple[int, ...]]  # -1 marks a dim that depends on the inputs; (-2,) one whose rank does too
+    output_dtypes: list[Optional[np.dtype[Any]]]  # None: a ge::DataType numpy lacks
 
 
 def _check_graph_id(graph_id: Any) -> int:
@@ -56,7 +61,7 @@ def _check_graph_id(graph_id: Any) -> int:
     return graph_id
 
 
-def _max_memory_bytes(options: dict) -> int:
+def _max_memory_bytes(options: Mapping[str, str]) -> int:
     """The "geasync.max_memory_bytes" session option: bytes one compiled graph may hold (its intermediates,
     folded constants and the outputs of a run); a model that needs more is refused with a GeError at compile.
     Default: the machine's physical memory."""
@@ -72,7 +77,7 @@ def _max_memory_bytes(options: dict) -> int:
     return value
 
 
-def _check_options(options: Any, what: str) -> dict:
+def _check_options(options: Any, what: str) -> Dict[str, str]:
     if options is None:
         return {}
     if not isinstance(options, dict):
@@ -85,20 +90,20 @@ def _check_options(options: Any, what: str) -> dict:
 
 DEFAULT_MAX_IN_FLIGHT = 512  # below GE's per-model queue (1024), so RunGraphAsync never fails or blocks for space
 DYNAMIC_GRAPH_PENDING_LIMIT = 32  # GE's executor thread waits beyond 32 pending callbacks of a dynamic-shape graph
-_UNKNOWN = object()
+_UNKNOWN: Any = object()
 
 
 class Session:
     """A GE v2 session: add graphs, then run them. Not copyable.
 
-    Keyword-only, beyond GE's Python package: ``backend`` is "auto" (default: $GEASYNC_BACKEND, else CANN if this install has
-    it, else the twin), "twin" or "cann" -- one backend per process; ``max_in_flight`` bounds the session's
+    Keyword-only, beyond GE's Python package: ``backend`` is "auto" (default: $GEASYNC_BACKEND, else CANN if this
+    install has it, else the twin), "twin" or "cann" -- one backend per process; ``max_in_flight`` bounds the session's
     concurrent async requests (further ones wait without blocking the loop); ``freeze_inputs=False`` leaves numpy
     inputs writable while pinned; a run in flight for ``abandon_after`` seconds is counted (and logged) as
     abandoned by ``statistics()``.
     """
 
-    def __init__(self, options: Optional[dict] = None, *, backend: Optional[str] = None,
+    def __init__(self, options: Optional[Options] = None, *, backend: Optional[str] = None,
                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, freeze_inputs: bool = True,
                  abandon_after: float = 60.0) -> None:
         self._handle: Any = None
@@ -240,13 +245,13 @@ class Session:
             except Exception:
                 pass
 
-    def __copy__(self):
+    def __copy__(self) -> "Session":
         raise RuntimeError("Session does not support copy")
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: Any) -> "Session":
         raise RuntimeError("Session does not support deepcopy")
 
-    def __reduce__(self):
+    def __reduce__(self) -> Any:
         raise RuntimeError("Session cannot be pickled")
 
     @property
@@ -262,11 +267,11 @@ class Session:
             return f"<geasync.Session unusable: {type(exc).__name__}>"
 
     # --- graphs ---
-    def add_graph(self, graph_id: int, graph: Graph, options: Optional[dict] = None) -> None:
+    def add_graph(self, graph_id: int, graph: Graph, options: Optional[Options] = None) -> None:
         """Add ``graph`` under ``graph_id`` (GE parses it now: corrupt or unsupported models raise GeError)."""
         self._add(graph_id, graph, options, clone=False)
 
-    def add_graph_clone(self, graph_id: int, graph: Graph, options: Optional[dict] = None) -> None:
+    def add_graph_clone(self, graph_id: int, graph: Graph, options: Optional[Options] = None) -> None:
         """Add a copy of ``graph`` (GE's AddGraphClone): the same Graph may be added any number of times this way."""
         self._add(graph_id, graph, options, clone=True)
 
@@ -295,7 +300,7 @@ class Session:
         self._specs.pop(graph_id, None)
         self._spec_errors.pop(graph_id, None)
 
-    def compile_graph(self, graph_id: int, inputs: Union[Sequence[Any], Mapping[str, Any], None] = None) -> None:
+    def compile_graph(self, graph_id: int, inputs: Optional[Inputs] = None) -> None:
         """Compile now (runs compile on demand). ``inputs`` (Tensors/arrays, a list or a ``{name: array}`` mapping)
         set the Data nodes' shapes and dtypes: later runs must then match them (GE fixes the Data nodes)."""
         _check_graph_id(graph_id)
@@ -309,9 +314,11 @@ class Session:
         _lib.compile_graph(handle, graph_id, descs, context)
         self._graph_caps.pop(graph_id, None)
         if fixes_inputs:  # GE ignores the inputs of a graph already compiled
-            self._specs[graph_id] = spec.compiled(inputs, "fixed by compile_graph with inputs")
+            assert spec is not None
+            ordered = cast(Sequence[Any], inputs)  # a mapping was put in the graph's input order above
+            self._specs[graph_id] = spec.compiled(ordered, "fixed by compile_graph with inputs")
 
-    def load_graph(self, graph_id: int, options: Optional[dict] = None, stream: Any = None) -> None:
+    def load_graph(self, graph_id: int, options: Optional[Options] = None, stream: Optional[StreamLike] = None) -> None:
         """Load now (compiling first if needed); runs load on demand."""
         _check_graph_id(graph_id)
         opts, _ = split_options(_check_options(options, "options"), LOAD_OPTIONS, "Session.load_graph() options")
@@ -343,14 +350,14 @@ class Session:
         """The outputs runs of ``graph_id`` return, in this order (the graph's ``graph.output`` order)."""
         return self._spec(graph_id, "graph_outputs").outputs
 
-    def input_list(self, graph_id: int, feeds: Mapping[str, Any]) -> List[Any]:
+    def input_list(self, graph_id: int, feeds: Mapping[str, TensorLike]) -> List[TensorLike]:
         """A ``{input name: array}`` mapping as the list runs take (every run method but the stream mode, whose
         GE contract is a list, also takes the mapping itself). InputError for unknown or missing names."""
         if not isinstance(feeds, Mapping):
             raise TypeError(f"feeds must be a mapping of input name to Tensor, got {type(feeds).__name__}")
         return self._spec(graph_id, "input_list").order(feeds, "input_list")
 
-    def output_dict(self, graph_id: int, outputs: Sequence[Any]) -> Dict[str, Any]:
+    def output_dict(self, graph_id: int, outputs: Sequence[_T]) -> Dict[str, _T]:
         """A run's outputs keyed by the graph's output names (in output order):
         ``y = session.output_dict(1, session.run_graph(1, feeds))["logits"]``."""
         spec = self._spec(graph_id, "output_dict")
@@ -358,7 +365,7 @@ class Session:
         if len(outputs) != len(names):
             raise ValueError(f"Session.output_dict(graph_id={graph_id}): the graph has {len(names)} output(s) "
                              f"({', '.join(map(repr, names))}), got {len(outputs)}")
-        return dict(zip(names, outputs))
+        return dict(zip(names, outputs, strict=True))
 
     def _spec(self, graph_id: Any, api: str) -> GraphSpec:
         _check_graph_id(graph_id)
@@ -385,7 +392,7 @@ class Session:
             self._spec_errors[graph_id] = exc
 
     # --- runs ---
-    def run_graph(self, graph_id: int, inputs: List[Tensor]) -> List[Tensor]:
+    def run_graph(self, graph_id: int, inputs: Inputs) -> List[Tensor]:
         """Run synchronously (GE RunGraph); returns host output Tensors. The first run fixes the graph's mode.
 
         ``inputs``: Tensors / numpy arrays in the graph's input order (``graph_inputs``), or a ``{name: array}``
@@ -405,7 +412,8 @@ class Session:
         self._count_finish(graph_id, key, "completed")
         return outputs
 
-    def run_graph_with_stream_async(self, graph_id: int, stream: int, inputs: List[Tensor]) -> List[Tensor]:
+    def run_graph_with_stream_async(self, graph_id: int, stream: StreamLike,
+                                    inputs: TensorLikeList) -> List[Tensor]:
         """Enqueue a run on ``stream`` (GE RunGraphWithStreamAsync) and return its device output Tensors at once.
 
         ``inputs`` is a list, in the graph's input order (GE's contract; ``input_list`` makes one from a mapping),
@@ -447,7 +455,7 @@ class Session:
         _hub.stream_pins.hold(address, passed, context)
         return outs
 
-    def run_graph_async(self, graph_id: int, inputs: List[Tensor], *,
+    def run_graph_async(self, graph_id: int, inputs: Inputs, *,
                         timeout: Optional[float] = None) -> Coroutine[Any, Any, List[Tensor]]:
         """Run on GE's runtime threads (RunGraphAsync) and await the outputs without blocking the event loop:
         ``outputs = await session.run_graph_async(graph_id, inputs)``.
@@ -482,7 +490,7 @@ class Session:
         """GE keeps at most 32 RunGraphAsync callbacks pending for a dynamic-shape graph; beyond that its session
         executor thread waits, stalling every other graph of the session. Such graphs get their own bound of 32, so
         GE never waits and the session's other graphs keep running."""
-        cap = self._graph_caps.get(graph_id, _UNKNOWN)
+        cap: Optional[Slots] = self._graph_caps.get(graph_id, _UNKNOWN)
         if cap is not _UNKNOWN:
             return cap
         handle = self._handle
@@ -565,9 +573,12 @@ class Session:
             request.release(True)
             raise
         try:
+            outputs: List[Tensor]
             if hub.asyncio:
-                return await request.waiter  # the future itself: no extra coroutine frame on the hot path
-            return await hub.wait(request.waiter)
+                outputs = await request.waiter  # the future itself: no extra coroutine frame on the hot path
+            else:
+                outputs = await hub.wait(request.waiter)
+            return outputs
         except BaseException:
             if request.objects is not None:  # still in flight, but nobody waits for it any more
                 request.unawaited = True
@@ -586,7 +597,7 @@ class Session:
         finally:
             counters.waiting -= 1
 
-    async def run_graph_in_thread(self, graph_id: int, inputs: List[Tensor]) -> List[Tensor]:
+    async def run_graph_in_thread(self, graph_id: int, inputs: Inputs) -> List[Tensor]:
         """``run_graph`` (RunGraph mode) in a worker thread, for async code that wants RunGraph semantics.
 
         Cancelling waits for the worker to finish the run (the inputs are in use until then).
@@ -653,7 +664,7 @@ class Session:
             pins.unpin()
 
     # --- allocators ---
-    def register_external_allocator(self, stream: int, allocator: Allocator) -> None:
+    def register_external_allocator(self, stream: StreamLike, allocator: Allocator) -> None:
         """Use ``allocator`` for output memory of runs on ``stream`` (process-wide, the last registration wins)."""
         address = stream_address(stream, "stream")
         if not isinstance(allocator, Allocator):
@@ -663,7 +674,7 @@ class Session:
         self._default_allocators.discard(address)
         mark_allocator(address, None)
 
-    def unregister_external_allocator(self, stream: int) -> None:
+    def unregister_external_allocator(self, stream: StreamLike) -> None:
         address = stream_address(stream, "stream")
         context = "Session.unregister_external_allocator()"
         _lib.unregister_external_allocator(self._live(context), address, context)
@@ -720,7 +731,7 @@ class _RunRequest(Pins, _hub.Request):
         frozen = []
         freed: dict[Slots, int] = {}
         caps = []
-        for request in requests:
+        for request in cast("list[_RunRequest]", requests):
             slots = request.session._slots
             if request.objects is not None:
                 slots.pinned_bytes -= request.nbytes

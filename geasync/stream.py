@@ -1,7 +1,7 @@
 """``Stream``: an ACL stream (``aclrtCreateStream``), an in-order queue of device work.
 
-``int(stream)`` is its address, which is what GE's Python package's ``run_graph_with_stream_async`` and the allocator methods
-take; geasync also accepts the Stream itself there.
+``int(stream)`` is its address, which is what GE's Python package's ``run_graph_with_stream_async`` and the
+allocator methods take; geasync also accepts the Stream itself there.
 """
 
 from __future__ import annotations
@@ -168,6 +168,7 @@ class _SyncRequest(_hub.Request):
     """synchronize_async: completed by a host function once the stream reaches it."""
 
     __slots__ = ("context", "waiter")
+    context: str
 
     def __init__(self, context: str, waiter: Any) -> None:
         self.context = context

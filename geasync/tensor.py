@@ -7,9 +7,11 @@ owned by the shim, freed when the Tensor and every numpy view of it are gone), o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Mapping
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike, NDArray
 
 from . import _lib
 from ._inputs import unknown_graph_feeds_error
@@ -26,13 +28,21 @@ class Tensor:
     # memory geasync or the user allocated, whatever keeps it alive
     __slots__ = ("_array", "_owner", "_output", "_address", "_nbytes", "_shape", "_dtype", "_placement",
                  "__weakref__")
+    _array: NDArray[Any] | None  # numpy-backed: the array; a host output: its view, made on first use
+    _owner: Any
+    _output: bool  # a runtime output
+    _address: int
+    _nbytes: int
+    _shape: tuple[int, ...]
+    _dtype: np.dtype[Any]
+    _placement: str
 
     def __init__(self) -> None:
         raise TypeError("use Tensor.from_numpy(array) (or pass a numpy array directly)")
 
     @classmethod
-    def _make(cls, *, array: np.ndarray | None, owner: Any, address: int, nbytes: int, shape: tuple[int, ...],
-              dtype: np.dtype, placement: str) -> "Tensor":
+    def _make(cls, *, array: NDArray[Any] | None, owner: Any, address: int, nbytes: int, shape: tuple[int, ...],
+              dtype: np.dtype[Any], placement: str) -> "Tensor":
         t = object.__new__(cls)
         t._array = array
         t._output = False
@@ -45,8 +55,8 @@ class Tensor:
         return t
 
     @classmethod
-    def from_numpy(cls, array: Any) -> "Tensor":
-        """A host tensor over ``array`` (no copy when it is C-contiguous, else a contiguous copy)."""
+    def from_numpy(cls, array: "Tensor | ArrayLike") -> "Tensor":
+        """A host tensor over ``array`` (no copy when it is a C-contiguous numpy array, else a contiguous copy)."""
         if isinstance(array, Tensor):
             return array
         arr = np.asarray(array)
@@ -59,7 +69,7 @@ class Tensor:
                          dtype=arr.dtype, placement="host")
 
     @classmethod
-    def from_device(cls, address: int, shape: Any, dtype: Any, *, owner: Any = None) -> "Tensor":
+    def from_device(cls, address: int, shape: Sequence[int], dtype: DTypeLike, *, owner: object = None) -> "Tensor":
         """A device tensor over memory you allocated (e.g. with aclrtMalloc): geasync does not free it.
 
         GE requires device inputs to be 32-byte aligned: an unaligned address is refused here, before the runtime
@@ -99,7 +109,7 @@ class Tensor:
         t._placement = "host" if placement == _PLACEMENT_HOST else "device"
         return t
 
-    def _host_array(self) -> np.ndarray | None:
+    def _host_array(self) -> NDArray[Any] | None:
         if self._array is None and self._output and self._placement == "host":
             self._array = _lib.host_view(self._owner, self._address, self._nbytes, self._dtype, self._shape)
         return self._array
@@ -110,7 +120,7 @@ class Tensor:
         return self._shape
 
     @property
-    def dtype(self) -> np.dtype:
+    def dtype(self) -> np.dtype[Any]:
         return self._dtype
 
     @property
@@ -126,10 +136,10 @@ class Tensor:
     def address(self) -> int:
         """Address of the data (device address for device tensors)."""
         if not self._output and self._array is not None:
-            return self._array.ctypes.data
+            return int(self._array.ctypes.data)
         return self._address
 
-    def numpy(self) -> np.ndarray:
+    def numpy(self) -> NDArray[Any]:
         """The data as a numpy array: a zero-copy view, valid while it lives. Device tensors: use to_host()."""
         if self._placement != "host":
             raise ValueError("this Tensor lives in device memory; call .to_host() first (after the stream that "
@@ -138,7 +148,7 @@ class Tensor:
         assert arr is not None
         return arr
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> NDArray[Any]:
         arr = self.numpy()
         if dtype is not None and np.dtype(dtype) != arr.dtype:
             return arr.astype(dtype)
@@ -198,6 +208,8 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
             if spec is None:
                 raise unknown_graph_feeds_error(graph_id, api)
             inputs = spec.order(inputs, api)
+        elif isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes, bytearray)):
+            inputs = list(inputs)  # any other sequence (what the type hints say runs take)
         else:
             raise TypeError(f"{what} must be a list of Tensor (or a {{name: Tensor}} mapping), got "
                             f"{type(inputs).__name__}")
@@ -207,9 +219,9 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
         want_dtypes = spec.want_dtypes
         usual_shapes = spec.usual_shapes
         ok_shapes = spec.ok_shapes
-    rows: list = []
+    rows: list[tuple[Any, int, int, int, int, tuple[int, ...]]] = []
     keep: list[Any] | None = None  # Tensor inputs and their memory's owners (numpy inputs are kept by `arrays`)
-    arrays: list[np.ndarray] = []
+    arrays: list[NDArray[Any]] = []
     nbytes = 0
     from_buffer = _lib.from_buffer
     for i, x in enumerate(inputs):

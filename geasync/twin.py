@@ -26,6 +26,7 @@ from typing import Any, Iterator
 
 from . import _lib
 from ._faults import FAILED, INTERNAL_ERROR, KINDS, PARAM_INVALID, arm
+from .session import Session
 
 __all__ = ["inject_fault", "release_stalled", "clear_faults", "fault_runs", "unfired_faults", "fault",
            "FaultNeverFiredError", "KINDS", "FAILED", "INTERNAL_ERROR", "PARAM_INVALID"]
@@ -34,11 +35,9 @@ class FaultNeverFiredError(AssertionError):
     """A one-shot fault (``nth >= 1``) was disarmed before the run it targets: the test did not exercise it."""
 
 
-def _ids(session: Any, graph_id: int, *, closing: bool = False) -> tuple[int, int]:
+def _ids(session: Session, graph_id: int, *, closing: bool = False) -> tuple[int, int]:
     """closing=True: also for a session being closed (aclose() waits for the completions these release) or
     closed (its faults are gone: releasing them is a no-op)."""
-    from .session import Session
-
     if not isinstance(session, Session):
         raise TypeError(f"session must be a geasync.Session, got {type(session).__name__}")
     if not isinstance(graph_id, int) or isinstance(graph_id, bool):
@@ -48,7 +47,7 @@ def _ids(session: Any, graph_id: int, *, closing: bool = False) -> tuple[int, in
     return session.session_id, graph_id
 
 
-def inject_fault(session: Any, graph_id: int, kind: str, *, nth: int = 1, status: int = INTERNAL_ERROR,
+def inject_fault(session: Session, graph_id: int, kind: str, *, nth: int = 1, status: int = INTERNAL_ERROR,
                  delay: float = 0.0) -> None:
     """Arms a fault on ``graph_id`` of ``session``.
 
@@ -63,27 +62,27 @@ def inject_fault(session: Any, graph_id: int, kind: str, *, nth: int = 1, status
     arm(sid, gid, kind, nth=nth, status=status, delay=delay)
 
 
-def release_stalled(session: Any, graph_id: int) -> None:
+def release_stalled(session: Session, graph_id: int) -> None:
     """Lets the held completions of ``graph_id`` (and later stalled ones) proceed."""
     _lib.twin_fault_release(*_ids(session, graph_id, closing=True))
 
 
-def clear_faults(session: Any, graph_id: int) -> None:
+def clear_faults(session: Session, graph_id: int) -> None:
     """Disarms every fault of ``graph_id`` and releases its held completions."""
     _lib.twin_fault_clear(*_ids(session, graph_id, closing=True))
 
 
-def fault_runs(session: Any, graph_id: int) -> int:
+def fault_runs(session: Session, graph_id: int) -> int:
     """Runs of ``graph_id`` counted since its first fault was armed (0 after :func:`clear_faults`)."""
     return _lib.twin_fault_runs(*_ids(session, graph_id, closing=True))
 
 
-def unfired_faults(session: Any, graph_id: int) -> int:
+def unfired_faults(session: Session, graph_id: int) -> int:
     """One-shot faults (``nth >= 1``) armed on ``graph_id`` whose run has not come yet."""
     return _lib.twin_fault_unfired(*_ids(session, graph_id))
 
 
-def _raise_if_unfired(session: Any, graph_id: int, what: str) -> None:
+def _raise_if_unfired(session: Session, graph_id: int, what: str) -> None:
     unfired = unfired_faults(session, graph_id)
     if unfired:
         raise FaultNeverFiredError(
@@ -93,7 +92,7 @@ def _raise_if_unfired(session: Any, graph_id: int, what: str) -> None:
 
 
 @contextlib.contextmanager
-def fault(session: Any, graph_id: int, kind: str, **kwargs: Any) -> Iterator[None]:
+def fault(session: Session, graph_id: int, kind: str, **kwargs: Any) -> Iterator[None]:
     """``inject_fault`` for the duration of a ``with`` block (cleared, and held completions released, after).
 
     A block that ends normally before the fault's run came raises :class:`FaultNeverFiredError`."""

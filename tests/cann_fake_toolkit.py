@@ -85,7 +85,7 @@ def build_fake_toolkit(home: pathlib.Path, jobs: int = 2, opt: str = "-O1") -> p
         return out
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        objects = dict(zip(twin_sources, pool.map(compile_one, twin_sources)))
+        objects = dict(zip(twin_sources, pool.map(compile_one, twin_sources), strict=True))
 
     deps = {"ascendcl": [], "ge_runner_v2": ["ascendcl"], "fmk_onnx_parser": ["ge_runner_v2", "ascendcl"]}
     for name in ("ascendcl", "ge_runner_v2", "fmk_onnx_parser"):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import geasync as ga
-from conftest import add_model, TensorProto, helper, make_model
+from conftest import add_model
 
 TESTS = pathlib.Path(__file__).resolve().parent
 
@@ -397,7 +397,8 @@ async def test_requests_after_a_compile_failure_say_the_session_is_broken(anyio_
             async with anyio.create_task_group() as tg:
                 for _ in range(400):
                     tg.start_soon(run)
-    assert len(plain) == 1, f"{len(plain)} plain GeErrors (only the job that failed in pre-run may get one): {plain[:2]}"
+    assert len(plain) == 1, \
+        f"{len(plain)} plain GeErrors (only the job that failed in pre-run may get one): {plain[:2]}"
 
 
 # --- 10. freezing a view freezes what it views ----------------------------------------------------------------

@@ -42,7 +42,7 @@ async def test_synchronize_async_then_outputs_are_correct():
             with anyio.fail_after(20):
                 await stream.synchronize_async()
             await until_query_true(stream)
-            for (c,), b in zip(outs, bs):
+            for (c,), b in zip(outs, bs, strict=True):
                 np.testing.assert_array_equal(c.to_host().numpy(), a + b)
             st = s.statistics()
             assert st.pinned_bytes == 0, st  # the stream passed every run: inputs released

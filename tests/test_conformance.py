@@ -157,7 +157,7 @@ def _to_numpy(x):
 
 def check_outputs(rtol, atol, ref_outputs, outputs) -> None:
     assert len(outputs) == len(ref_outputs), f"{len(outputs)} outputs, expected {len(ref_outputs)}"
-    for i, (ref, out) in enumerate(zip(ref_outputs, outputs)):
+    for i, (ref, out) in enumerate(zip(ref_outputs, outputs, strict=True)):
         ref = _to_numpy(ref)
         assert out.dtype == ref.dtype, f"output {i}: dtype {out.dtype}, expected {ref.dtype}"
         assert out.shape == ref.shape, f"output {i}: shape {out.shape}, expected {ref.shape}"
@@ -202,7 +202,7 @@ class _OrtRunner:
         sess = self._ort.InferenceSession(model_bytes, self._opts, providers=["CPUExecutionProvider"])
         names = [i.name for i in sess.get_inputs()]
         for inputs, _ in data_sets:
-            feeds = {n: _to_numpy(x) for n, x in zip(names, inputs)}
+            feeds = {n: _to_numpy(x) for n, x in zip(names, inputs, strict=True)}
             yield [np.asarray(o) for o in sess.run(None, feeds)]
 
 
@@ -210,7 +210,7 @@ def _run_case(runner, case) -> tuple[bool, str]:
     name, model_bytes, data_sets, rtol, atol = case
     try:
         results = runner.run(model_bytes, data_sets)
-        for (_, ref_outputs), outputs in zip(data_sets, results):
+        for (_, ref_outputs), outputs in zip(data_sets, results, strict=True):
             check_outputs(rtol, atol, ref_outputs, outputs)
         return True, ""
     except Exception as e:  # noqa: BLE001 (the message is the result)

@@ -311,7 +311,8 @@ async def test_run_graph_in_thread_alongside_sync_runs(anyio_backend):
         async with anyio.create_task_group() as tg:
             for _ in range(8):
                 tg.start_soon(in_thread)
-            tg.start_soon(anyio.to_thread.run_sync, lambda: results.append(float(s.run_graph(1, [A, A])[0].numpy()[0, 0])))
+            tg.start_soon(anyio.to_thread.run_sync,
+                          lambda: results.append(float(s.run_graph(1, [A, A])[0].numpy()[0, 0])))
         assert results == [2.0] * 9
 
 

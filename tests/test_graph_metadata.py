@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 import geasync as ga
-from conftest import MLP_PATH, TensorProto, add_model, helper, make_mlp, make_model, numpy_helper
+from conftest import MLP_PATH, TensorProto, add_model, helper, make_mlp, make_model
 
 F = TensorProto.FLOAT
 pytestmark = pytest.mark.timeout(120)
@@ -112,7 +112,7 @@ def test_agrees_with_onnxruntime():
 def test_corrupt_bytes_raise_model_format_error(data, needle):
     g = ga.Graph(data)
     with pytest.raises(ga.ModelFormatError, match=needle) as ei:
-        g.inputs
+        _ = g.inputs
     assert isinstance(ei.value, ValueError) and "ONNX model" in str(ei.value)
 
 
@@ -132,7 +132,7 @@ def test_mutated_models_never_raise_anything_else():
             else:
                 data[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
         try:
-            ga.Graph(bytes(data)).inputs
+            _ = ga.Graph(bytes(data)).inputs
             outcomes.add("read")
         except ga.ModelFormatError:
             outcomes.add("refused")

@@ -129,7 +129,7 @@ def test_session_cycles_no_leak(no_leaks):
 def test_add_remove_cycles_no_leak(no_leaks):
     g = ga.Graph.from_onnx(add_model())
     with ga.Session() as s:
-        for i in range(300):
+        for _ in range(300):
             s.add_graph_clone(1, g)
             (c,) = s.run_graph(1, [A, A])
             del c

@@ -38,7 +38,7 @@ def _finish(nodes, name, inputs, outputs, inits, opset):
 def make_mlp(seed: int = 0, dims=(784, 512, 256, 10)) -> "onnx.ModelProto":
     rng = np.random.default_rng(seed)
     inits, nodes, x = {}, [], "x"
-    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
         inits[f"w{i}"] = (rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32)
         inits[f"b{i}"] = (rng.standard_normal(b) * 0.1).astype(np.float32)
         nodes.append(helper.make_node("Gemm", [x, f"w{i}", f"b{i}"], [f"h{i}"], name=f"fc{i}"))
@@ -54,7 +54,7 @@ def make_mlp(seed: int = 0, dims=(784, 512, 256, 10)) -> "onnx.ModelProto":
 def make_cnn(seed: int = 0, channels=(3, 16, 32), image: int = 32, classes: int = 10) -> "onnx.ModelProto":
     rng = np.random.default_rng(seed)
     inits, nodes, x, size = {}, [], "x", image
-    for i, (cin, cout) in enumerate(zip(channels[:-1], channels[1:])):
+    for i, (cin, cout) in enumerate(zip(channels[:-1], channels[1:], strict=True)):
         inits[f"conv{i}_w"] = (rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(cin * 9)).astype(np.float32)
         inits[f"conv{i}_b"] = (rng.standard_normal(cout) * 0.1).astype(np.float32)
         inits[f"bn{i}_scale"] = rng.uniform(0.5, 1.5, cout).astype(np.float32)
@@ -75,7 +75,8 @@ def make_cnn(seed: int = 0, channels=(3, 16, 32), image: int = 32, classes: int 
     inits["fc_b"] = (rng.standard_normal(classes) * 0.1).astype(np.float32)
     nodes += [helper.make_node("Flatten", [x], ["flat"], name="flatten", axis=1),
               helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="classifier")]
-    return _finish(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", channels[0], image, image])],
+    return _finish(nodes, "cnn",
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", channels[0], image, image])],
                    [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])], inits, 17)
 
 

@@ -42,7 +42,7 @@ def run_and_compare(model: onnx.ModelProto, feeds: dict, *, rtol=1e-5, atol=1e-6
         assert len(outs) == len(expected)
         got = [o.numpy().copy() for o in outs]
         del outs
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         e = np.asarray(e)
         assert g.shape == e.shape, (g.shape, e.shape)
         assert g.dtype == e.dtype, (g.dtype, e.dtype)
@@ -58,10 +58,10 @@ def single(op, in_shapes, out_shape=None, *, dtype=F, out_dtype=None, initialize
     names = [f"x{i}" for i in range(len(in_shapes))]
     init_names = [n for n, _ in initializers]
     node = helper.make_node(op, names + init_names, ["y"], name=f"{op.lower()}_node", **attrs)
-    model = make_model([node], [(n, dtype, list(s)) for n, s in zip(names, in_shapes)],
+    model = make_model([node], [(n, dtype, list(s)) for n, s in zip(names, in_shapes, strict=True)],
                        [("y", out_dtype if out_dtype is not None else dtype, out_shape)], initializers=initializers)
     if feeds is None:
-        feeds = {n: rand(s, NP_OF[dtype]) for n, s in zip(names, in_shapes)}
+        feeds = {n: rand(s, NP_OF[dtype]) for n, s in zip(names, in_shapes, strict=True)}
     return model, feeds
 
 

@@ -14,7 +14,8 @@ from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 _TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.int32: TensorProto.INT32,
-          np.int64: TensorProto.INT64, np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8, np.bool_: TensorProto.BOOL}
+          np.int64: TensorProto.INT64, np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8,
+          np.bool_: TensorProto.BOOL}
 
 _EDGE = np.array([np.nan, np.inf, -np.inf, 1e-40, -1e-40, 3e38, -3e38, 0.0, -0.0, 1.0], np.float32)
 
@@ -22,7 +23,8 @@ _EDGE = np.array([np.nan, np.inf, -np.inf, 1e-40, -1e-40, 3e38, -3e38, 0.0, -0.0
 def _model(op, inputs, n_out=1, opset=21, **attrs):
     node = helper.make_node(op, [f"x{i}" for i in range(len(inputs))], [f"y{i}" for i in range(n_out)], **attrs)
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info(f"x{i}", _TYPES[a.dtype.type], a.shape) for i, a in enumerate(inputs)],
+        [node], "g",
+        [helper.make_tensor_value_info(f"x{i}", _TYPES[a.dtype.type], a.shape) for i, a in enumerate(inputs)],
         [helper.make_tensor_value_info(f"y{i}", TensorProto.UNDEFINED, None) for i in range(n_out)])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
@@ -33,7 +35,7 @@ def _check(op, inputs, n_out=1, opset=21, **attrs):
     with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(model))
         got = [t.numpy() for t in s.run_graph(1, list(inputs))]
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         e = np.asarray(e)
         if op.startswith("Reduce") and g.dtype == inputs[0].dtype and e.dtype != g.dtype:
             e = e.astype(g.dtype)  # the reference widens some integer reductions; ONNX keeps the input type

@@ -67,14 +67,15 @@ def _run(session, model, inputs):
     gid = next(_ids)
     session.add_graph(gid, ga.Graph.from_onnx(model))
     try:
-        return [np.array(t.numpy(), copy=True) for t in session.run_graph(gid, [np.require(x, requirements="C") for x in inputs])]
+        outputs = session.run_graph(gid, [np.require(x, requirements="C") for x in inputs])
+        return [np.array(t.numpy(), copy=True) for t in outputs]
     finally:
         session.remove_graph(gid)
 
 
 def _assert_close(got, want, rtol=1e-4, atol=1e-5):
     assert len(got) == len(want)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         w = np.asarray(w)
         assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
         if w.dtype.kind == "f":
@@ -112,7 +113,7 @@ def _model(op, inputs, outputs, opset, **attrs):
 
 
 def _check(session, model, feeds, rtol=1e-4, atol=1e-5):
-    want = ReferenceEvaluator(model).run(None, dict(zip([i.name for i in model.graph.input], feeds)))
+    want = ReferenceEvaluator(model).run(None, dict(zip([i.name for i in model.graph.input], feeds, strict=True)))
     _assert_close(_run(session, model, feeds), want, rtol=rtol, atol=atol)
 
 
@@ -415,38 +416,57 @@ for shp in [(0, 3, 4, 4), (1, 1, 1, 1), (1, 2, 0, 3)]:
     x = np.ones(shp, f32)
     for mode in ["nearest", "linear", "cubic"]:
         for sc in [[1, 1, 0.01, 100.0], [1, 1, 1e-9, 1], [1, 1, -1, 2], [1, 1, np.nan, 2], [1, 1, 3, 3]]:
-            res.append(run("Resize", [("x", x), ("", None), ("s", np.array(sc, f32))], ["y"], 19, mode=mode, antialias=int(mode != "nearest")))
-        res.append(run("Resize", [("x", x), ("r", np.array([0, 0, -1e30, 2, 1, 1, 1e30, -5], f32)), ("s", np.array([1, 1, 2, 2], f32))], ["y"], 19, mode=mode, coordinate_transformation_mode="tf_crop_and_resize"))
-        res.append(run("Resize", [("x", x), ("", None), ("", None), ("z", np.array([0, 0, 0, 0], np.int64))], ["y"], 19, mode=mode))
-        res.append(run("Resize", [("x", x), ("", None), ("", None), ("z", np.array([1, 1, -3, 2], np.int64))], ["y"], 19, mode=mode))
+            res.append(run("Resize", [("x", x), ("", None), ("s", np.array(sc, f32))], ["y"], 19, mode=mode,
+                           antialias=int(mode != "nearest")))
+        res.append(run("Resize", [("x", x), ("r", np.array([0, 0, -1e30, 2, 1, 1, 1e30, -5], f32)),
+                                  ("s", np.array([1, 1, 2, 2], f32))], ["y"], 19, mode=mode,
+                       coordinate_transformation_mode="tf_crop_and_resize"))
+        res.append(run("Resize", [("x", x), ("", None), ("", None), ("z", np.array([0, 0, 0, 0], np.int64))], ["y"],
+                       19, mode=mode))
+        res.append(run("Resize", [("x", x), ("", None), ("", None), ("z", np.array([1, 1, -3, 2], np.int64))], ["y"],
+                       19, mode=mode))
 for k in [-1, 0, 5, 100]:
     res.append(run("TopK", [("x", np.ones((3, 5), f32)), ("k", np.array([k], np.int64))], ["v", "i"], 11))
     res.append(run("TopK", [("x", np.ones((0, 5), f32)), ("k", np.array([k], np.int64))], ["v", "i"], 11, axis=0))
 res.append(run("QuantizeLinear", [("x", np.ones((2, 3), f32)), ("s", np.ones(5, f32))], ["y"], 13))
 res.append(run("QuantizeLinear", [("x", np.ones((2, 3), f32)), ("s", np.zeros((), f32))], ["y"], 13))
 res.append(run("QuantizeLinear", [("x", np.ones((2, 3), f32)), ("s", np.ones((2, 5), f32))], ["y"], 21, block_size=1))
-res.append(run("DequantizeLinear", [("x", np.ones((2, 3), np.uint8)), ("s", np.ones(3, f32)), ("z", np.ones(2, np.uint8))], ["y"], 13))
+res.append(run("DequantizeLinear", [("x", np.ones((2, 3), np.uint8)), ("s", np.ones(3, f32)),
+                                    ("z", np.ones(2, np.uint8))], ["y"], 13))
 res.append(run("DynamicQuantizeLinear", [("x", np.zeros((0,), f32))], ["y", "s", "z"], 11))
 res.append(run("DynamicQuantizeLinear", [("x", np.array([np.nan, np.inf, -np.inf], f32))], ["y", "s", "z"], 11))
 res.append(run("MatMulInteger", [("a", np.ones((2, 3), np.uint8)), ("b", np.ones((4, 5), np.uint8))], ["y"], 10))
 res.append(run("MatMulInteger", [("a", np.ones((0, 3), np.uint8)), ("b", np.ones((3, 0), np.uint8))], ["y"], 10))
 res.append(run("MatMulInteger", [("a", np.ones((3,), np.uint8)), ("b", np.ones((3,), np.uint8))], ["y"], 10))
-res.append(run("ConvInteger", [("x", np.ones((1, 1, 2, 2), np.uint8)), ("w", np.ones((1, 1, 3, 3), np.uint8))], ["y"], 10))
+res.append(run("ConvInteger", [("x", np.ones((1, 1, 2, 2), np.uint8)), ("w", np.ones((1, 1, 3, 3), np.uint8))], ["y"],
+               10))
 res.append(run("NonMaxSuppression", [("b", np.zeros((1, 0, 4), f32)), ("s", np.zeros((1, 1, 0), f32))], ["y"], 11))
-res.append(run("NonMaxSuppression", [("b", np.full((1, 3, 4), np.nan, f32)), ("s", np.ones((1, 2, 3), f32)), ("m", np.array([-5], np.int64))], ["y"], 11))
-res.append(run("NonMaxSuppression", [("b", np.zeros((1, 3, 4), f32)), ("s", np.ones((2, 2, 3), f32)), ("m", np.array([5], np.int64))], ["y"], 11))
-res.append(run("RoiAlign", [("x", np.ones((1, 1, 4, 4), f32)), ("r", np.array([[0, 0, 1e30, 1e30]], f32)), ("b", np.array([0], np.int64))], ["y"], 16))
-res.append(run("RoiAlign", [("x", np.ones((1, 1, 4, 4), f32)), ("r", np.array([[0, 0, 2, 2]], f32)), ("b", np.array([7], np.int64))], ["y"], 16))
-res.append(run("RoiAlign", [("x", np.ones((1, 1, 4, 4), f32)), ("r", np.full((1, 4), np.nan, f32)), ("b", np.array([0], np.int64))], ["y"], 16))
-res.append(run("RoiAlign", [("x", np.ones((1, 1, 0, 4), f32)), ("r", np.zeros((1, 4), f32)), ("b", np.array([0], np.int64))], ["y"], 16))
+res.append(run("NonMaxSuppression", [("b", np.full((1, 3, 4), np.nan, f32)), ("s", np.ones((1, 2, 3), f32)),
+                                     ("m", np.array([-5], np.int64))], ["y"], 11))
+res.append(run("NonMaxSuppression", [("b", np.zeros((1, 3, 4), f32)), ("s", np.ones((2, 2, 3), f32)),
+                                     ("m", np.array([5], np.int64))], ["y"], 11))
+res.append(run("RoiAlign", [("x", np.ones((1, 1, 4, 4), f32)), ("r", np.array([[0, 0, 1e30, 1e30]], f32)),
+                            ("b", np.array([0], np.int64))], ["y"], 16))
+res.append(run("RoiAlign", [("x", np.ones((1, 1, 4, 4), f32)), ("r", np.array([[0, 0, 2, 2]], f32)),
+                            ("b", np.array([7], np.int64))], ["y"], 16))
+res.append(run("RoiAlign", [("x", np.ones((1, 1, 4, 4), f32)), ("r", np.full((1, 4), np.nan, f32)),
+                            ("b", np.array([0], np.int64))], ["y"], 16))
+res.append(run("RoiAlign", [("x", np.ones((1, 1, 0, 4), f32)), ("r", np.zeros((1, 4), f32)),
+                            ("b", np.array([0], np.int64))], ["y"], 16))
 for eq in ["ij,jk", "i,j->ij", "...,...", "ij->", "a", "ii->i", "ab,ab->ba", "i->ii", "ij,jk->zz", "->", ",", "i$"]:
     res.append(run("Einsum", [("a", np.ones((2, 3), f32)), ("b", np.ones((3, 2), f32))], ["y"], 12, equation=eq))
     res.append(run("Einsum", [("a", np.ones((3, 3), f32))], ["y"], 12, equation=eq))
 for op, g in [("RNN", 1), ("GRU", 3), ("LSTM", 4)]:
-    res.append(run(op, [("x", np.ones((0, 2, 3), f32)), ("w", np.ones((1, g * 4, 3), f32)), ("r", np.ones((1, g * 4, 4), f32))], ["y", "h"], 14, hidden_size=4))
-    res.append(run(op, [("x", np.ones((2, 2, 3), f32)), ("w", np.ones((1, g * 4, 3), f32)), ("r", np.ones((1, g * 4, 4), f32)), ("", None), ("l", np.array([5, -1], np.int32))], ["y"], 14, hidden_size=4))
-    res.append(run(op, [("x", np.ones((2, 2, 3), f32)), ("w", np.ones((1, g * 4, 3), f32)), ("r", np.ones((1, g * 4, 4), f32))], ["y"], 14, hidden_size=5))
-    res.append(run(op, [("x", np.ones((2, 2, 3), f32)), ("w", np.ones((2, g * 4, 3), f32)), ("r", np.ones((2, g * 4, 4), f32))], ["", "h"], 14, hidden_size=4, direction="bidirectional", activations=["Foo"] * 6))
+    res.append(run(op, [("x", np.ones((0, 2, 3), f32)), ("w", np.ones((1, g * 4, 3), f32)),
+                        ("r", np.ones((1, g * 4, 4), f32))], ["y", "h"], 14, hidden_size=4))
+    res.append(run(op, [("x", np.ones((2, 2, 3), f32)), ("w", np.ones((1, g * 4, 3), f32)),
+                        ("r", np.ones((1, g * 4, 4), f32)), ("", None), ("l", np.array([5, -1], np.int32))], ["y"], 14,
+                   hidden_size=4))
+    res.append(run(op, [("x", np.ones((2, 2, 3), f32)), ("w", np.ones((1, g * 4, 3), f32)),
+                        ("r", np.ones((1, g * 4, 4), f32))], ["y"], 14, hidden_size=5))
+    res.append(run(op, [("x", np.ones((2, 2, 3), f32)), ("w", np.ones((2, g * 4, 3), f32)),
+                        ("r", np.ones((2, g * 4, 4), f32))], ["", "h"], 14, hidden_size=4, direction="bidirectional",
+                   activations=["Foo"] * 6))
 res.append(run("Multinomial", [("x", np.ones((2, 0), f32))], ["y"], 15, sample_size=3))
 res.append(run("RandomNormal", [], ["y"], 15, shape=[-1, 2]))
 bad = [r for r in res if r.startswith("pyerr")]

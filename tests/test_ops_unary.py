@@ -47,7 +47,7 @@ def compare(model, feeds, *, rtol, atol=0.0, expected=None):
     if expected is None:
         with np.errstate(all="ignore"):
             expected = ReferenceEvaluator(model).run(None, feeds)
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         e = np.asarray(e)
         assert g.dtype == e.dtype and g.shape == e.shape, (g.dtype, g.shape, e.dtype, e.shape)
         if e.dtype.kind in "biu":
@@ -97,7 +97,7 @@ def test_node_case(case):
     for inputs, outputs in case.data_sets:
         names = [i.name for i in case.model.graph.input]
         feeds = {n: np.asarray(onnx.numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v)
-                 for n, v in zip(names, inputs)}
+                 for n, v in zip(names, inputs, strict=True)}
         compare(case.model, feeds, rtol=case.rtol, atol=case.atol, expected=[np.asarray(o) for o in outputs])
 
 

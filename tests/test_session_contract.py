@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import copy
 
 import numpy as np
@@ -147,6 +148,15 @@ def test_run_graph_accepts_tuple(session):
     session.add_graph(1, add_graph())
     (c,) = session.run_graph(1, (A, A))
     np.testing.assert_array_equal(c.numpy(), 2 * A)
+
+
+def test_run_graph_accepts_any_sequence(session):
+    """The type hints say runs take a Sequence of inputs: any sequence is taken (a str is none of inputs)."""
+    session.add_graph(1, add_graph())
+    (c,) = session.run_graph(1, collections.UserList([A, A]))
+    np.testing.assert_array_equal(c.numpy(), 2 * A)
+    with pytest.raises(TypeError, match="inputs must be a list"):
+        session.run_graph(1, "ab")
 
 
 def test_run_graph_accepts_tensors_and_numpy(session):
@@ -432,7 +442,7 @@ def test_graph_from_onnx_path_bytes_modelproto(session, tmp_path):
     sources = [MLP_PATH, str(MLP_PATH), p, MLP_PATH.read_bytes(), bytearray(MLP_PATH.read_bytes()), model]
     results = [_run_mlp(session, ga.Graph.from_onnx(src), 1 + i) for i, src in enumerate(sources)]
     x = np.random.default_rng(1).random((2, 784), dtype=np.float32)
-    for i, r in enumerate(results):
+    for r in results:
         assert r.shape == (2, 10)
         np.testing.assert_allclose(r.sum(axis=1), 1.0, rtol=1e-5)
     # same input (seed 1) for sources 0 vs a re-run via bytes

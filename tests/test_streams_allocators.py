@@ -68,8 +68,9 @@ def two_output_model():
 def run_isolated(code: str, timeout=60) -> subprocess.CompletedProcess:
     """Runs `code` in a fresh interpreter (a native crash must fail the test, not kill the test run)."""
     prelude = f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
+    # cwd: not the repo root, so the source tree stays off sys.path
     return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, cwd=str(ROOT / "tests"))  # not the repo root: keep the source tree off sys.path
+                          timeout=timeout, cwd=str(ROOT / "tests"))
 
 
 # --- Stream --------------------------------------------------------------------------------------
@@ -153,7 +154,7 @@ def test_stream_run_many_enqueued_then_synchronize():
         inputs = [np.full((1, 16), float(i), np.float32) for i in range(50)]
         results = [s.run_graph_with_stream_async(1, st, [x, A]) for x in inputs]
         st.synchronize()
-        for x, (y,) in zip(inputs, results):
+        for x, (y,) in zip(inputs, results, strict=True):
             np.testing.assert_array_equal(y.to_host().numpy(), x + A)
         del results, y
 

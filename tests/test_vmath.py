@@ -193,7 +193,7 @@ def test_layer_norm_rows_match_reference(shape, axis, with_bias):
                        initializers=inits, opset=20)
     got = _run_model(model, {"x": x})
     ref = ReferenceEvaluator(model).run(None, {"x": x})
-    for g, r in zip(got, ref):
+    for g, r in zip(got, ref, strict=True):
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
 
 

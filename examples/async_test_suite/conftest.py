@@ -8,6 +8,7 @@ asyncio, uvloop and trio, through anyio's pytest plugin).
 from __future__ import annotations
 
 import pathlib
+from typing import AsyncIterator
 
 import pytest
 
@@ -22,7 +23,7 @@ def model_path() -> pathlib.Path:
 
 
 @pytest.fixture
-async def service(model_path, ga_leak_check):
+async def service(model_path: pathlib.Path, ga_leak_check: None) -> AsyncIterator[ClassifierService]:
     """A running service per test; ga_leak_check checks for leaks once every fixture has been torn down."""
     async with ClassifierService(model_path, max_in_flight=32) as svc:
         yield svc

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import anyio
 import numpy as np
 import pytest
 
 import geasync as ga
 from classifier_service import GRAPH_ID, ClassifierService
+from geasync.pytest_plugin import Faults
 
 pytestmark = pytest.mark.geasync_loops  # each test runs once per event loop
 
@@ -17,13 +20,13 @@ def images(n: int, seed: int = 0) -> list[np.ndarray]:
     return [rng.integers(0, 256, (28, 28), dtype=np.uint8) for _ in range(n)]
 
 
-async def test_classify_returns_a_label_and_a_probability(service):
+async def test_classify_returns_a_label_and_a_probability(service: ClassifierService) -> None:
     pred = await service.classify(images(1)[0])
     assert 0 <= pred.label < 10
     assert 0.1 <= pred.confidence <= 1.0  # the top class of a 10-way softmax
 
 
-async def test_concurrent_requests_get_their_own_answers(service):
+async def test_concurrent_requests_get_their_own_answers(service: ClassifierService) -> None:
     imgs = images(200, seed=1)
     one_by_one = [await service.classify(img) for img in imgs[:20]]
     together = await service.classify_many(imgs)
@@ -32,13 +35,13 @@ async def test_concurrent_requests_get_their_own_answers(service):
     assert stats.in_flight == 0 and stats.pinned_bytes == 0 and stats.failed == 0
 
 
-async def test_bad_input_is_rejected_and_the_service_keeps_working(service):
+async def test_bad_input_is_rejected_and_the_service_keeps_working(service: ClassifierService) -> None:
     with pytest.raises(ValueError, match="28x28"):
         await service.classify(np.zeros((27, 28), np.uint8))
     assert 0 <= (await service.classify(images(1)[0])).label < 10
 
 
-async def test_a_cancelled_request_does_not_disturb_the_others(service):
+async def test_a_cancelled_request_does_not_disturb_the_others(service: ClassifierService) -> None:
     imgs = images(50, seed=2)
     expected = await service.classify_many(imgs)
     got: dict[int, object] = {}
@@ -56,7 +59,7 @@ async def test_a_cancelled_request_does_not_disturb_the_others(service):
     assert [got[i] for i in range(len(imgs))] == expected
 
 
-async def test_a_failed_run_reaches_its_caller_only(service, ga_faults):
+async def test_a_failed_run_reaches_its_caller_only(service: ClassifierService, ga_faults: Faults) -> None:
     # The twin fails the next run of the service's graph as GE would; nth counts from this call.
     ga_faults.inject(service.session, GRAPH_ID, "fail_run", nth=1, status=ga.twin.INTERNAL_ERROR)
     with pytest.raises(ga.GeError) as failed:
@@ -65,7 +68,7 @@ async def test_a_failed_run_reaches_its_caller_only(service, ga_faults):
     assert 0 <= (await service.classify(images(1)[0])).label < 10  # the next request is served
 
 
-async def test_a_lost_callback_ends_in_the_callers_timeout(service, ga_faults):
+async def test_a_lost_callback_ends_in_the_callers_timeout(service: ClassifierService, ga_faults: Faults) -> None:
     ga_faults.inject(service.session, GRAPH_ID, "drop_callback", nth=1)  # GE never calls back for that run
     with pytest.raises(TimeoutError):
         await service.classify(images(1)[0], timeout=0.2)
@@ -75,7 +78,7 @@ def submitted(stats: ga.SessionStatistics) -> int:
     return stats.in_flight + stats.waiting + stats.completed + stats.failed + stats.cancelled
 
 
-async def test_shutdown_waits_for_requests_in_flight(model_path, ga_leak_check):
+async def test_shutdown_waits_for_requests_in_flight(model_path: pathlib.Path, ga_leak_check: None) -> None:
     svc = ClassifierService(model_path)
     await svc.start()
     results: list[object] = []

@@ -21,7 +21,6 @@ import contextlib
 import json
 import os
 import pathlib
-import sys
 from typing import Any, AsyncIterator, Optional
 
 import anyio
@@ -43,7 +42,7 @@ class BadInput(ValueError):
 
 
 def create_app(model: Any = MODEL, *, features: int = 784, instances: int = 1, max_batch_size: int = 64,
-               max_delay: float = 0.002, request_timeout: float = 10.0, session_options: Optional[dict] = None,
+               max_delay: float = 0.002, request_timeout: float = 10.0, session_options: Optional[ga.Options] = None,
                abandon_after: float = 30.0) -> Starlette:
     """The service: ``model`` (a path or ONNX bytes) with a symbolic batch dim and ``features`` inputs per row;
     ``instances`` loaded copies of it (a GraphPool) when more than one."""
@@ -160,7 +159,7 @@ def check_rows(x: np.ndarray, features: int) -> np.ndarray:
 
 
 async def run_unless_disconnected(request: Request, batcher: ga.Batcher, x: np.ndarray,
-                                  timeout: float) -> Optional[list]:
+                                  timeout: float) -> Optional[list[ga.Tensor]]:
     """The request's outputs, or None if the client disconnected first (the request is then cancelled): servers
     do not cancel a handler when its client goes away, so watch the connection while the request runs."""
     if sniffio.current_async_library() == "asyncio":
@@ -185,7 +184,7 @@ async def run_unless_disconnected(request: Request, batcher: ga.Batcher, x: np.n
 
 
 async def _run_unless_disconnected_asyncio(request: Request, batcher: ga.Batcher, x: np.ndarray,
-                                           timeout: float) -> Optional[list]:
+                                           timeout: float) -> Optional[list[ga.Tensor]]:
     """The same with a bare asyncio task (no task group): a few microseconds less per request on asyncio/uvloop."""
     handler = asyncio.current_task()
     assert handler is not None
@@ -228,4 +227,4 @@ def _has(module: str) -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

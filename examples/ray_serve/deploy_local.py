@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+from typing import Any
 
 import httpx
 import numpy as np
 import ray
 from ray import serve
+from ray.serve.handle import DeploymentHandle
 
 from geasync.serve import GeasyncModel
 
 MODEL = pathlib.Path(__file__).resolve().parent.parent / "models" / "mlp.onnx"
 
 
-async def call(handle) -> None:
+async def call(handle: DeploymentHandle[Any]) -> None:
     xs = [np.random.rand(1, 784).astype(np.float32) for _ in range(32)]
     answers = await asyncio.gather(*(handle.infer.remote([x]) for x in xs))  # numpy in, numpy out
     print("through the handle:", len(answers), "answers, first", answers[0][0].round(3))
@@ -38,7 +40,7 @@ def main() -> None:
         asyncio.run(call(handle))
         print("replica statistics:", handle.statistics.remote().result()["session"])
     finally:
-        serve.shutdown()
+        serve.shutdown()  # type: ignore[no-untyped-call]  # (Ray does not annotate it)
         ray.shutdown()
 
 
