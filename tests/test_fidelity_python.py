@@ -116,7 +116,7 @@ async def test_pre_run_failure_stops_queue_then_session_broken(anyio_backend):
 async def test_a_submit_right_after_a_pre_run_failure_is_refused_not_left_waiting(anyio_backend):
     # GE calls the failing request back and only then stops its queue: a request submitted in between (here, right
     # after the failure reached the caller) is accepted and never run. geasync must refuse it, not wait forever.
-    for attempt in range(300):  # the window is narrow: before the fix about 1 attempt in 100 hung
+    for _ in range(300):  # the window is narrow: before the fix about 1 attempt in 100 hung
         with anyio.fail_after(10):
             async with ga.Session() as s:
                 s.add_graph(1, add_graph())
