@@ -405,7 +405,7 @@ async def test_requests_after_a_compile_failure_say_the_session_is_broken(anyio_
 
 @pytest.mark.anyio
 async def test_base_of_a_pinned_view_is_frozen_too(anyio_backend):
-    from asynctools import slow_chain
+    from asynctools import slow_chain, wait_until
 
     model, n = slow_chain(0.2)
     base = np.ones((2 * n, n), np.float32)
@@ -422,7 +422,8 @@ async def test_base_of_a_pinned_view_is_frozen_too(anyio_backend):
                 out.append(await s.run_graph_async(1, [view, w]))
 
             tg.start_soon(run)
-            await anyio.sleep(0.02)
+            # in flight means pinned (a first run compiles before it submits: a fixed sleep raced that under load)
+            await wait_until(lambda: s.statistics().in_flight == 1 or bool(out), "the run in flight")
             if not out:
                 with pytest.raises(ValueError):
                     base[0, 0] = 100  # would race the runtime
