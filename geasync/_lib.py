@@ -543,8 +543,6 @@ def memcpy(dst: Any, dst_max: int, src: Any, count: int, kind: int, context: str
 
 # --- completion queues (the event-loop layer) ----------------------------------------------------------------
 
-COMPLETION_RUN = 0
-COMPLETION_HOST_FUNC = 1
 COMPLETION_ABANDONED = 2
 COMPLETION_REFUSED = 3
 

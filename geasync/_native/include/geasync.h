@@ -151,8 +151,6 @@ ga_status ga_session_register_default_allocator(ga_session *session, void *strea
 ga_status ga_session_unregister_external_allocator(ga_session *session, void *stream);
 
 /* Output tensors */
-size_t ga_outputs_count(const ga_outputs *outputs);
-ga_tensor *ga_outputs_take(ga_outputs *outputs, size_t index);
 /* Takes every tensor (infos[i]) and destroys the list, returning how many there were; if there are more than
  * `capacity`, takes nothing and returns the count. One call instead of 2 + 2n on a hot path. */
 size_t ga_outputs_take_all(ga_outputs *outputs, ga_output_info *infos, size_t capacity);
@@ -162,9 +160,9 @@ void ga_tensor_destroy(ga_tensor *tensor);
 /* Completion queue: multi-producer (runtime threads), single consumer; fd becomes readable when records wait. */
 ga_status ga_cq_create(ga_completion_queue **out);
 int ga_cq_fd(const ga_completion_queue *queue);
-size_t ga_cq_drain(ga_completion_queue *queue, ga_completion *out, size_t capacity);
-/* ga_cq_drain, also taking the drained records' outputs, in order, into infos (one call per batch on the loop's
- * hot path). Record i: output_count -1 = no outputs; n >= 0 = its n tensors are the next n infos (the list is
+/* Moves up to `capacity` waiting records into `out` and re-arms the fd (a record pushed meanwhile signals again),
+ * also taking the drained records' outputs, in order, into infos (one call per batch on the loop's hot path).
+ * Record i: output_count -1 = no outputs; n >= 0 = its n tensors are the next n infos (the list is
  * destroyed, outputs = NULL); -2 = they did not fit in the infos left, the list stays in outputs. */
 size_t ga_cq_drain_outputs(ga_completion_queue *queue, ga_completion *out, size_t capacity, ga_output_info *infos,
                            size_t info_capacity);
