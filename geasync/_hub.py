@@ -17,14 +17,13 @@ import collections
 import itertools
 import os
 import select
-import sys
 import threading
 import time
 import weakref
 from typing import Any, Callable
 
 from . import _lib
-from ._guard import current_backend, running_loop as _running_loop
+from ._loops import TrioWaiter, loop_flavour, running_loop as _running_loop, trio_token
 from .tensor import Tensor
 
 class Request:
@@ -79,35 +78,8 @@ class Request:
         raise NotImplementedError
 
 
-class _TrioWaiter:
-    """What a trio task waits on: resolved like an asyncio future (set_result / set_exception)."""
-
-    __slots__ = ("event", "result", "error", "abandoned")
-
-    def __init__(self) -> None:
-        import trio
-
-        self.event = trio.Event()
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.abandoned = False
-
-    def done(self) -> bool:
-        return self.abandoned or self.event.is_set()
-
-    def set_result(self, result: Any) -> None:
-        self.result = result
-        self.event.set()
-
-    def set_exception(self, error: BaseException) -> None:
-        self.error = error
-        self.event.set()
-
-
 class Hub:
     """Base hub: token allocation, the request table and draining. Subclasses attach the fd to their loop."""
-
-    asyncio = False  # waiters are asyncio futures (awaitable directly)
 
     def __init__(self) -> None:
         self.queue = _lib.CompletionQueue(Tensor._from_output)
@@ -179,9 +151,7 @@ class Hub:
         raise NotImplementedError
 
     def new_waiter(self) -> Any:
-        raise NotImplementedError
-
-    async def wait(self, waiter: Any) -> Any:
+        """What a request's task awaits (an asyncio future, or a TrioWaiter: both awaitable)."""
         raise NotImplementedError
 
     def orphan(self) -> None:
@@ -225,8 +195,6 @@ class AsyncioHub(Hub):
     Submissions made while other requests are in flight are batched until the loop's next iteration and sent
     in one native call: under load, one GIL release and one wake-up of GE's threads serve many requests.
     """
-
-    asyncio = True
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
@@ -335,9 +303,6 @@ class AsyncioHub(Hub):
             return asyncio.Future(loop=loop)
         return loop.create_future()
 
-    async def wait(self, waiter: "asyncio.Future[Any]") -> Any:
-        return await waiter
-
     def orphan(self) -> None:
         loop = self._loop_ref()
         if not self.orphaned and loop is not None and not loop.is_closed():
@@ -378,18 +343,8 @@ class TrioHub(Hub):
             _trio_hubs.pop(self.token, None)
             self.orphan()
 
-    def new_waiter(self) -> _TrioWaiter:
-        return _TrioWaiter()
-
-    async def wait(self, waiter: _TrioWaiter) -> Any:
-        try:
-            await waiter.event.wait()
-        except BaseException:
-            waiter.abandoned = True
-            raise
-        if waiter.error is not None:
-            raise waiter.error
-        return waiter.result
+    def new_waiter(self) -> TrioWaiter:
+        return TrioWaiter()
 
 
 _asyncio_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncioHub]" = weakref.WeakKeyDictionary()
@@ -416,10 +371,8 @@ def current_hub() -> Hub:
             weakref.finalize(loop, hub.orphan)
         _last = (weakref.ref(loop), hub)
         return hub
-    current_backend()  # raises a clear error outside any event loop
-    import trio
-
-    token = trio.lowlevel.current_trio_token()
+    loop_flavour()  # raises a clear error outside any event loop
+    token = trio_token()
     hub = _trio_hubs.get(token)
     if hub is None or hub.orphaned:
         hub = TrioHub()
@@ -593,12 +546,9 @@ def drain_current() -> None:
     if loop is not None:
         hub = _asyncio_hubs.get(loop)
     else:
-        trio = sys.modules.get("trio")
-        if trio is not None:
-            try:
-                hub = _trio_hubs.get(trio.lowlevel.current_trio_token())
-            except (RuntimeError, AttributeError):  # not in trio, or trio is being imported by another thread
-                hub = None
+        token = trio_token()
+        if token is not None:
+            hub = _trio_hubs.get(token)
     if hub is not None and not hub.orphaned:
         hub.drain()
 
@@ -639,10 +589,6 @@ class _StreamPins:
         for release in releases:
             if release is not None:
                 release()
-
-    @property
-    def pinned(self) -> int:
-        return len(self._pins)
 
     def after_fork_in_child(self) -> None:
         self._lock = threading.RLock()

@@ -27,8 +27,7 @@ from typing import Any, Mapping, Optional, Sequence
 import anyio
 import numpy as np
 
-from . import _hub
-from ._guard import running_loop
+from ._loops import TrioWaiter, running_loop, trio_token
 from ._stats import Histogram, HistogramSnapshot, logger, now
 from .errors import GeError, InputError, InputTypeError, SessionBrokenError, SessionClosedError
 from .tensor import Tensor
@@ -268,9 +267,9 @@ class Batcher:
         if loop is not None:
             owner, trio = loop, False
         else:
-            import trio as trio_mod
-
-            owner, trio = trio_mod.lowlevel.current_trio_token(), True
+            owner, trio = trio_token(), True
+            if owner is None:
+                raise RuntimeError("Batcher.run must be awaited inside an asyncio (or uvloop) or trio event loop")
         if self._loop is None:
             self._loop, self._trio = owner, trio
         elif self._loop is not owner:
@@ -287,8 +286,6 @@ class Batcher:
         self._queued_rows += rows
         self._dispatch()
         try:
-            if self._trio:
-                return await _wait_trio(waiter)
             return await waiter
         except BaseException:
             if request.state == _QUEUED:  # it never runs
@@ -521,7 +518,7 @@ class Batcher:
 
     def _new_waiter(self) -> Any:
         if self._trio:
-            return _hub._TrioWaiter()
+            return TrioWaiter()
         return self._loop.create_future()
 
 
@@ -551,11 +548,6 @@ def _compile_for_batches(session: Any, graph_id: int, explicit_sizes: bool) -> N
                          "to pad every batch to it")
 
 
-async def _wait_trio(waiter: Any) -> Any:
-    await waiter.event.wait()
-    if waiter.error is not None:
-        raise waiter.error
-    return waiter.result
 
 
 async def _checkpoint(trio: bool) -> None:

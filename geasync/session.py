@@ -565,9 +565,7 @@ class Session:
             request.release(True)
             raise
         try:
-            if hub.asyncio:
-                return await request.waiter  # the future itself: no extra coroutine frame on the hot path
-            return await hub.wait(request.waiter)
+            return await request.waiter  # the future itself on asyncio: no extra coroutine frame on the hot path
         except BaseException:
             if request.objects is not None:  # still in flight, but nobody waits for it any more
                 request.unawaited = True

@@ -106,7 +106,7 @@ class Stream:
         except BaseException:
             hub.forget(token)
             raise
-        await hub.wait(request.waiter)
+        await request.waiter
         # The host function has run, so everything enqueued before it is done; the stream counts the host function
         # itself as finished a moment after it returns: give it a few loop turns, so query() agrees with us.
         deadline = time.monotonic() + 0.02  # bounded: work enqueued after ours keeps query() False, rightly
