@@ -526,7 +526,6 @@ def _after_fork_in_child() -> None:
     _asyncio_hubs.clear()
     _trio_hubs.clear()
     _reaper.after_fork_in_child()
-    stream_pins.after_fork_in_child()
 
 
 if hasattr(os, "register_at_fork"):
@@ -535,7 +534,6 @@ if hasattr(os, "register_at_fork"):
 
 def reap_orphans() -> None:
     _reaper.reap_now()
-    stream_pins.reap()
 
 
 def drain_current() -> None:
@@ -551,52 +549,6 @@ def drain_current() -> None:
             hub = _trio_hubs.get(token)
     if hub is not None and not hub.orphaned:
         hub.drain()
-
-
-class _StreamPins:
-    """Pins of stream-mode runs: released when a host function enqueued after the run reports that the stream has
-    passed it. Stream-mode runs are issued from synchronous code too, so this queue belongs to no loop: it is
-    drained whenever geasync is next called about streams (a run, a synchronize, a query, a close)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()  # re-entrant for the same reason as the reaper's: finalizers may reap
-        self._queue: _lib.CompletionQueue | None = None
-        self._pins: dict[int, Callable[[], None]] = {}
-        self._tokens = itertools.count(1)
-
-    def hold(self, stream: int, release: Callable[[], None], context: str) -> None:
-        with self._lock:
-            if self._queue is None:
-                self._queue = _lib.CompletionQueue()
-            token = next(self._tokens)
-            self._pins[token] = release
-            queue = self._queue
-        try:
-            _lib.stream_launch_completion(stream, queue, token, context)
-        except BaseException:
-            with self._lock:
-                self._pins.pop(token, None)
-            release()
-            raise
-
-    def reap(self) -> None:
-        with self._lock:
-            queue = self._queue
-            if queue is None or not self._pins:
-                return
-            records = queue.drain()
-            releases = [self._pins.pop(token, None) for token, *_ in records]
-        for release in releases:
-            if release is not None:
-                release()
-
-    def after_fork_in_child(self) -> None:
-        self._lock = threading.RLock()
-        self._queue = None
-        self._pins = {}
-
-
-stream_pins = _StreamPins()
 
 
 __all__ = ["Request", "Hub", "current_hub", "reap_orphans"]

@@ -417,12 +417,14 @@ def run_graph(handle: Any, graph_id: int, descs: InputDescs, context: str, make:
     return _take_outputs(out[0], make)
 
 
-def run_graph_with_stream_async(handle: Any, graph_id: int, stream: int, descs: InputDescs,
-                                context: str, make: Any) -> list:
+def run_graph_with_stream_completion(handle: Any, graph_id: int, stream: int, descs: InputDescs,
+                                     queue: "CompletionQueue", token: int, context: str, make: Any) -> list:
+    """RunGraphWithStreamAsync, and ``token`` completes on ``queue`` once the stream has passed the run (one native
+    call: if the completion cannot be enqueued, the shim waits for the stream before raising)."""
     out = ffi.new("ga_outputs **")
     _callback_errors.clear()
-    status = lib.ga_session_run_graph_with_stream_async(handle, graph_id, pointer(stream), descs.array, descs.count,
-                                                        out)
+    status = lib.ga_session_run_graph_with_stream_completion(handle, graph_id, pointer(stream), descs.array,
+                                                             descs.count, out, queue.handle, token)
     if status != 0:
         message, api = _last_error("GeSession::RunGraphWithStreamAsync")
         err = GeError(status, message, api, context)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Coroutine, Dict, List, Mapping, Optional, Sequ
 
 import anyio
 
-from . import _faults, _hub, _lib
+from . import _faults, _hub, _lib, _streams
 from ._inputs import GraphSpec, no_graph_error
 from ._metadata import ModelFormatError, TensorInfo
 from ._options import GRAPH_OPTIONS, LOAD_OPTIONS, SESSION_OPTIONS, split_options
@@ -29,7 +29,8 @@ from ._guard import (FREEZER, RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_
 from .allocator import Allocator
 from .errors import GeError, SessionBrokenError, SessionClosedError
 from .graph import Graph
-from .stream import has_allocator, mark_allocator, release_default_allocator, stream_address, unmark_allocator
+from ._streams import has_allocator, mark_allocator, release_default_allocator, unmark_allocator
+from .stream import stream_address
 from .tensor import PreparedInputs, Tensor, prepare_inputs
 
 __all__ = ["Session", "CompiledGraphSummary"]
@@ -207,6 +208,7 @@ class Session:
             _lib.session_destroy(handle)  # GE's threads are joined; jobs it dropped are reported abandoned
             _hub.drain_current()
         _hub.reap_orphans()
+        _streams.reap()
 
     async def aclose(self) -> None:
         """Stop taking requests, wait (without blocking the loop) for the in-flight requests someone still awaits,
@@ -421,30 +423,29 @@ class Session:
         context = f"Session.run_graph_with_stream_async(graph_id={graph_id})"
         handle = self._live(context)
         self._modes.claim(graph_id, RUN_GRAPH_WITH_STREAM_ASYNC, context)
-        _hub.stream_pins.reap()
+        _streams.reap()
         if not has_allocator(address):
             _lib.register_default_allocator(handle, address, context)
             self._default_allocators.add(address)
             mark_allocator(address, _allocator_release(self, address))
         pins = self._pin(prepared)
         key = self._count_start(graph_id)
-        try:
-            outs = _lib.run_graph_with_stream_async(handle, graph_id, address, prepared, context,
-                                                      Tensor._from_output)
-        except BaseException:
-            self._unpin(pins)
-            self._count_finish(graph_id, key, "failed")
-            raise
-        # A host function after the run tells when the stream no longer uses the inputs, nor the outputs' memory:
-        # output memory dropped by the caller before then is freed only at that point, on a Python thread.
-        owners = [t._owner for t in outs]
+        # The stream no longer uses the inputs, nor the outputs' memory, once it has passed the run: output memory
+        # dropped by the caller before then is freed only at that point, on a Python thread.
+        owners: list[Any] = []
 
         def passed() -> None:
             self._unpin(pins)
             owners.clear()
             self._count_finish(graph_id, key, "completed")
 
-        _hub.stream_pins.hold(address, passed, context)
+        try:
+            outs = _streams.runs.run(handle, graph_id, address, prepared, context, Tensor._from_output, passed)
+        except BaseException:
+            self._unpin(pins)
+            self._count_finish(graph_id, key, "failed")
+            raise
+        owners.extend(t._owner for t in outs)
         return outs
 
     def run_graph_async(self, graph_id: int, inputs: List[Tensor], *,
@@ -596,7 +597,7 @@ class Session:
         for a slot, completed, failed, cancelled, abandoned, the oldest run's age, latencies; pinned input bytes
         and the in-flight bound."""
         _hub.reap_orphans()
-        _hub.stream_pins.reap()
+        _streams.reap()
         with self._stats_lock:
             graphs = {gid: c.snapshot(gid, self._abandon_after) for gid, c in list(self._graph_stats.items())}
         per = graphs.values()

@@ -137,6 +137,13 @@ ga_status ga_session_run_graph(ga_session *session, uint32_t graph_id, const ga_
 ga_status ga_session_run_graph_with_stream_async(ga_session *session, uint32_t graph_id, void *stream,
                                                  const ga_tensor_desc *inputs, size_t input_count,
                                                  ga_outputs **outputs);
+/* RunGraphWithStreamAsync followed, on the same stream, by a host function that completes `token` on `queue` (kind 1)
+ * once the stream has passed the run, in one call: a run is never left without the signal that frees its inputs. If the host function cannot be launched, the stream is synchronised before the failure is
+ * returned (the run no longer uses the inputs then) and the run's outputs are destroyed. */
+ga_status ga_session_run_graph_with_stream_completion(ga_session *session, uint32_t graph_id, void *stream,
+                                                      const ga_tensor_desc *inputs, size_t input_count,
+                                                      ga_outputs **outputs, ga_completion_queue *queue,
+                                                      uint64_t token);
 ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, const ga_tensor_desc *inputs,
                                      size_t input_count, ga_completion_queue *queue, uint64_t token);
 /* Submits several requests in one call (one GIL release, one wake-up of GE's threads for the lot). A request GE

@@ -367,6 +367,30 @@ ga_status ga_session_run_graph_with_stream_async(ga_session *session, uint32_t g
   return 0;
 }
 
+ga_status ga_session_run_graph_with_stream_completion(ga_session *session, uint32_t graph_id, void *stream,
+                                                      const ga_tensor_desc *inputs, size_t input_count,
+                                                      ga_outputs **outputs, ga_completion_queue *queue,
+                                                      uint64_t token) {
+  if (queue == nullptr) return shim::FailWith("aclrtLaunchHostFunc", shim::kParamInvalid, "queue is null");
+  const ga_status run = ga_session_run_graph_with_stream_async(session, graph_id, stream, inputs, input_count,
+                                                               outputs);
+  if (run != 0) return run;
+  const ga_status launched = ga_stream_launch_completion(stream, queue, token);
+  if (launched == 0) return 0;
+  // The run is enqueued but nothing would say when the stream has passed it: wait for it here, so the caller may
+  // release the inputs when this returns; the outputs nobody will take go with it.
+  const std::string api = ga_last_api();
+  const std::string text = ga_last_error();
+  const aclError synced = aclrtSynchronizeStream(stream);
+  ga_outputs_destroy(*outputs);
+  *outputs = nullptr;
+  return shim::FailWith(api.c_str(), launched,
+                        text + (synced == ACL_SUCCESS ? " (the run was enqueued; geasync waited for the stream to "
+                                                        "finish it)"
+                                                      : " (the run was enqueued, and synchronising the stream "
+                                                        "failed too)"));
+}
+
 ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, const ga_tensor_desc *inputs,
                                      size_t input_count, ga_completion_queue *queue, uint64_t token) {
   const char *api = "GeSession::RunGraphAsync";
