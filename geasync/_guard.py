@@ -140,25 +140,43 @@ class _Freezer:
 FREEZER = _Freezer()
 
 
+class PinnedBytes:
+    """The ledger of a session's pinned input memory, in every run mode (``SessionStatistics.pinned_bytes``):
+    only ``Pins`` (and the batched release of run requests, which unpins several at once) change it."""
+
+    __slots__ = ("total",)
+
+    def __init__(self) -> None:
+        self.total = 0
+
+
 class Pins:
     """Everything a request's native memory depends on, held until the runtime reports completion (``unpin``).
 
     ``objects`` holds what the native descriptors point into; numpy ``arrays`` are frozen read-only meanwhile
-    unless ``freeze`` is false. A request in flight can be its own pins (subclass), one object fewer per run.
+    unless ``freeze`` is false; ``nbytes`` count in ``ledger`` until then. A request in flight can be its own pins
+    (subclass), one object fewer per run.
     """
 
-    __slots__ = ("objects", "frozen", "nbytes")
+    __slots__ = ("objects", "frozen", "nbytes", "ledger")
 
-    def __init__(self, objects: Any, arrays: Sequence[np.ndarray], nbytes: int, freeze: bool) -> None:
+    def __init__(self, objects: Any, arrays: Sequence[np.ndarray], nbytes: int, freeze: bool,
+                 ledger: PinnedBytes) -> None:
         self.objects = objects
         self.nbytes = nbytes
+        self.ledger = ledger
+        ledger.total += nbytes
         self.frozen = FREEZER.freeze(arrays) if freeze and arrays else None  # the arrays' freezer entries
 
     def unpin(self) -> None:
-        if self.frozen:
-            FREEZER.thaw(self.frozen)
-            self.frozen = None
+        """Idempotent."""
+        if self.objects is None:
+            return
+        self.ledger.total -= self.nbytes
         self.objects = None
+        if self.frozen:
+            frozen, self.frozen = self.frozen, None
+            FREEZER.thaw(frozen)
 
 
 @dataclass(frozen=True)
@@ -202,7 +220,6 @@ class Slots:
         self.in_flight = 0
         self._lock = threading.Lock()
         self._waiters: collections.deque[Callable[[], bool]] = collections.deque()
-        self.pinned_bytes = 0
 
     @property
     def waiting(self) -> int:

@@ -78,6 +78,23 @@ class Request:
         raise NotImplementedError
 
 
+class RunRequest(Request):
+    """A RunGraphAsync request: it says what to submit (``handle``: its session's handle, None once the session is
+    closed; ``graph_id``; ``inputs``: the PreparedInputs), so a hub submits it without knowing sessions."""
+
+    __slots__ = ()
+    graph_id: int
+    context: str
+
+    @property
+    def handle(self) -> Any:
+        raise NotImplementedError
+
+    @property
+    def inputs(self) -> _lib.PreparedInputs:
+        raise NotImplementedError
+
+
 class Hub:
     """Base hub: token allocation, the request table and draining. Subclasses attach the fd to their loop."""
 
@@ -146,9 +163,27 @@ class Hub:
         else:
             _report_unraisable(exc)
 
-    def start(self, request: Request, session: Any, graph_id: int, descs: Any) -> None:
-        """Registers ``request`` and submits its RunGraphAsync; on a refused submit, raises with nothing registered."""
-        raise NotImplementedError
+    def start(self, request: RunRequest) -> None:
+        """Registers ``request`` and submits its RunGraphAsync (now, or with a batch a subclass sends later); on a
+        refused submit, raises with nothing registered."""
+        token = next(self._tokens)
+        self._requests[token] = request
+        if self._defer(token, request):
+            return
+        try:
+            _lib.run_graph_async_submit(request.handle, request.graph_id, request.inputs, self.queue, token,
+                                        request.context)
+        except BaseException:
+            del self._requests[token]  # refused: no completion will come for it
+            raise
+        self._submitted_alone()
+
+    def _defer(self, token: int, request: RunRequest) -> bool:
+        """True if the subclass takes the request for a later batched submit."""
+        return False
+
+    def _submitted_alone(self) -> None:
+        """After a request was submitted on its own."""
 
     def new_waiter(self) -> Any:
         """What a request's task awaits (an asyncio future, or a TrioWaiter: both awaitable)."""
@@ -199,7 +234,7 @@ class AsyncioHub(Hub):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
         self._loop_ref = weakref.ref(loop)  # weak: the loop owns the reader that owns this hub
-        self._batch: list[tuple[Any, int, Any, int]] = []
+        self._batch: list[tuple[int, RunRequest]] = []
         self.watched = False  # known to the reaper, which notices a loop closed with work in flight
         self._spin_misses = 0
         self._spin_skip = 0 if SPIN_BUDGET > 0 else -1
@@ -208,33 +243,28 @@ class AsyncioHub(Hub):
         self._plain_futures = type(loop).create_future is asyncio.BaseEventLoop.create_future
         loop.add_reader(self.queue.fd, self.drain)
 
-    def start(self, request: Request, session: Any, graph_id: int, descs: Any) -> None:
-        """Registers ``request`` and submits its RunGraphAsync: now when the hub is idle (nothing to batch with,
-        single-request latency stays low), else with the batch sent at the loop's next iteration."""
-        token = next(self._tokens)
-        requests = self._requests
-        requests[token] = request
+    def _defer(self, token: int, request: RunRequest) -> bool:
+        """Submits now when the hub is idle (nothing to batch with, single-request latency stays low), else with the
+        batch sent at the loop's next iteration."""
         if _reaper.idle or not self.watched:
             _reaper.watch(self)  # so a loop closed with this request in flight is noticed
         batch = self._batch
         if batch:
-            batch.append((session, graph_id, descs, token))
-        elif len(requests) > 1:
+            batch.append((token, request))
+            return True
+        if len(self._requests) > 1:
             loop = self._loop_ref()
             assert loop is not None
             loop.call_soon(self._flush)
-            batch.append((session, graph_id, descs, token))
+            batch.append((token, request))
+            return True
+        return False
+
+    def _submitted_alone(self) -> None:
+        if self._spin_skip:
+            self._spin_skip -= 1
         else:
-            try:
-                _lib.run_graph_async_submit(session._handle, graph_id, descs, self.queue, token,
-                                            request.context)
-            except BaseException:
-                del requests[token]  # refused: no completion will come for it
-                raise
-            if self._spin_skip:
-                self._spin_skip -= 1
-            else:
-                self._spin()
+            self._spin()
 
     def _spin(self) -> None:
         """Polls the queue for a short while after a lone submit: a run that completes within the budget is
@@ -256,11 +286,10 @@ class AsyncioHub(Hub):
     def _flush(self) -> None:
         batch, self._batch = self._batch, []
         items = []
-        for session, graph_id, descs, token in batch:
-            request = self._requests.get(token)
-            if request is None:
+        for token, request in batch:
+            if token not in self._requests:
                 continue
-            handle = session._handle
+            handle = request.handle
             if handle is None or request.waiter.done():
                 # closed before submission, or nobody waits any more: never reaches the runtime
                 self._requests.pop(token, None)
@@ -270,14 +299,15 @@ class AsyncioHub(Hub):
                 except Exception as exc:
                     self._report(exc)
                 continue
-            items.append((handle, graph_id, descs.array, descs.count, token))
+            inputs = request.inputs
+            items.append((handle, request.graph_id, inputs.array, inputs.count, token))
         if items:
             _lib.run_graph_async_batch(items, self.queue)
 
     def _abandon_unsubmitted(self) -> None:
         batch, self._batch = self._batch, []
         text = "the event loop was closed before this RunGraphAsync job was submitted"
-        for _session, _graph_id, _descs, token in batch:
+        for token, _request in batch:
             request = self._requests.pop(token, None)
             if request is None:
                 continue
@@ -322,15 +352,6 @@ class TrioHub(Hub):
         super().__init__()
         self.token = trio.lowlevel.current_trio_token()
         trio.lowlevel.spawn_system_task(self._dispatch, name="geasync-completion-hub")
-
-    def start(self, request: Request, session: Any, graph_id: int, descs: Any) -> None:
-        token = self.new_token()
-        self.register(token, request)
-        try:
-            _lib.run_graph_async_submit(session._handle, graph_id, descs, self.queue, token, request.context)
-        except BaseException:
-            self.forget(token)
-            raise
 
     async def _dispatch(self) -> None:
         import trio
@@ -551,4 +572,4 @@ def drain_current() -> None:
         hub.drain()
 
 
-__all__ = ["Request", "Hub", "current_hub", "reap_orphans"]
+__all__ = ["Request", "RunRequest", "Hub", "current_hub", "reap_orphans"]

@@ -236,7 +236,7 @@ def pointer(address: int) -> Any:
     return ffi.cast("void *", address)
 
 
-class InputDescs:
+class PreparedInputs:
     """ga_tensor_desc[] for a run (``array``, ``count``), built from (data, nbytes, ge dtype, placement, ndim, shape)
     rows, with what keeps the described memory alive while the runtime reads it: ``arrays``, the host numpy arrays
     among the inputs (the lifetime guard may also freeze them), and ``keep``, anything else (Tensor inputs and the
@@ -362,11 +362,11 @@ def remove_graph(handle: Any, graph_id: int, context: str) -> None:
     _check(lib.ga_session_remove_graph(handle, graph_id), "GeSession::RemoveGraph", context)
 
 
-def compile_graph(handle: Any, graph_id: int, descs: InputDescs | None, context: str) -> None:
-    if descs is None:
+def compile_graph(handle: Any, graph_id: int, inputs: PreparedInputs | None, context: str) -> None:
+    if inputs is None:
         _check(lib.ga_session_compile_graph(handle, graph_id, ffi.NULL, 0, 0), "GeSession::CompileGraph", context)
     else:
-        _check(lib.ga_session_compile_graph(handle, graph_id, descs.array, descs.count, 1), "GeSession::CompileGraph",
+        _check(lib.ga_session_compile_graph(handle, graph_id, inputs.array, inputs.count, 1), "GeSession::CompileGraph",
                context)
 
 
@@ -409,22 +409,22 @@ def compiled_graph_summary(handle: Any, graph_id: int, context: str) -> dict[str
 _run_graph_lock = threading.Lock()
 
 
-def run_graph(handle: Any, graph_id: int, descs: InputDescs, context: str, make: Any) -> list:
+def run_graph(handle: Any, graph_id: int, inputs: PreparedInputs, context: str, make: Any) -> list:
     out = ffi.new("ga_outputs **")
     with _run_graph_lock:
-        status = lib.ga_session_run_graph(handle, graph_id, descs.array, descs.count, out)
+        status = lib.ga_session_run_graph(handle, graph_id, inputs.array, inputs.count, out)
         _check(status, "GeSession::RunGraph", context)
     return _take_outputs(out[0], make)
 
 
-def run_graph_with_stream_completion(handle: Any, graph_id: int, stream: int, descs: InputDescs,
+def run_graph_with_stream_completion(handle: Any, graph_id: int, stream: int, inputs: PreparedInputs,
                                      queue: "CompletionQueue", token: int, context: str, make: Any) -> list:
     """RunGraphWithStreamAsync, and ``token`` completes on ``queue`` once the stream has passed the run (one native
     call: if the completion cannot be enqueued, the shim waits for the stream before raising)."""
     out = ffi.new("ga_outputs **")
     _callback_errors.clear()
-    status = lib.ga_session_run_graph_with_stream_completion(handle, graph_id, pointer(stream), descs.array,
-                                                             descs.count, out, queue.handle, token)
+    status = lib.ga_session_run_graph_with_stream_completion(handle, graph_id, pointer(stream), inputs.array,
+                                                             inputs.count, out, queue.handle, token)
     if status != 0:
         message, api = _last_error("GeSession::RunGraphWithStreamAsync")
         err = GeError(status, message, api, context)
@@ -616,15 +616,15 @@ class CompletionQueue:
         return self._cq
 
 
-def run_graph_async_submit(handle: Any, graph_id: int, descs: InputDescs, queue: CompletionQueue, token: int,
+def run_graph_async_submit(handle: Any, graph_id: int, inputs: PreparedInputs, queue: CompletionQueue, token: int,
                            context: str) -> None:
     """RunGraphAsync: submits and returns at once; the completion arrives on ``queue`` under ``token``."""
-    status = lib.ga_session_run_graph_async(handle, graph_id, descs.array, descs.count, queue.handle, token)
+    status = lib.ga_session_run_graph_async(handle, graph_id, inputs.array, inputs.count, queue.handle, token)
     _check(status, "GeSession::RunGraphAsync", context)
 
 
 def run_graph_async_batch(items: list[tuple[Any, int, Any, int, int]], queue: CompletionQueue) -> None:
-    """Submits (session handle, graph id, descs.array, descs.count, token) requests in one call; refused ones
+    """Submits (session handle, graph id, inputs.array, inputs.count, token) requests in one call; refused ones
     complete on ``queue``."""
     lib.ga_run_graph_async_batch(ffi.new("ga_async_submit[]", items), len(items), queue.handle)
 
@@ -634,10 +634,10 @@ def stream_launch_completion(stream: int, queue: CompletionQueue, token: int, co
     _check(lib.ga_stream_launch_completion(pointer(stream), queue.handle, token), "aclrtLaunchHostFunc", context)
 
 
-def bench_native_run_graph_async(handle: Any, graph_id: int, descs: InputDescs, runs: int, in_flight: int) -> float:
+def bench_native_run_graph_async(handle: Any, graph_id: int, inputs: PreparedInputs, runs: int, in_flight: int) -> float:
     """Seconds for ``runs`` RunGraphAsync calls driven natively with ``in_flight`` outstanding (benchmarks only)."""
     elapsed = ffi.new("uint64_t *")
-    status = lib.ga_bench_native_run_graph_async(handle, graph_id, descs.array, descs.count, runs, in_flight, elapsed)
+    status = lib.ga_bench_native_run_graph_async(handle, graph_id, inputs.array, inputs.count, runs, in_flight, elapsed)
     _check(status, "GeSession::RunGraphAsync", "native benchmark driver")
     return elapsed[0] / 1e9
 

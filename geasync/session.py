@@ -15,7 +15,7 @@ import time
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Coroutine, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Coroutine, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 import anyio
 
@@ -24,8 +24,8 @@ from ._inputs import GraphSpec, no_graph_error
 from ._metadata import ModelFormatError, TensorInfo
 from ._options import GRAPH_OPTIONS, LOAD_OPTIONS, SESSION_OPTIONS, split_options
 from ._stats import GraphCounters, logger, merged_histogram, now
-from ._guard import (FREEZER, RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry, Pins,
-                     SessionStatistics, Slots)
+from ._guard import (FREEZER, RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry, PinnedBytes,
+                     Pins, SessionStatistics, Slots)
 from .allocator import Allocator
 from .errors import GeError, SessionBrokenError, SessionClosedError
 from .graph import Graph
@@ -121,6 +121,7 @@ class Session:
         self._lock = threading.RLock()
         self._modes = ModeRegistry()
         self._slots = Slots(max_in_flight)
+        self._pinned = PinnedBytes()  # input bytes pinned by runs in flight, every mode
         self._freeze_inputs = bool(freeze_inputs)
         self._closing = False
         self._unawaited = 0  # requests in flight whose awaiting task gave up (cancelled / timed out)
@@ -306,9 +307,10 @@ class Session:
         spec = self._specs.get(graph_id)
         if inputs is not None and spec is not None and isinstance(inputs, Mapping):
             inputs = spec.order(inputs, "compile_graph")
-        descs = None if inputs is None else prepare_inputs(inputs, spec=spec, api="compile_graph", graph_id=graph_id)
-        fixes_inputs = descs is not None and spec is not None and _lib.is_graph_need_rebuild(handle, graph_id)
-        _lib.compile_graph(handle, graph_id, descs, context)
+        prepared = None if inputs is None else prepare_inputs(inputs, spec=spec, api="compile_graph",
+                                                              graph_id=graph_id)
+        fixes_inputs = prepared is not None and spec is not None and _lib.is_graph_need_rebuild(handle, graph_id)
+        _lib.compile_graph(handle, graph_id, prepared, context)
         self._graph_caps.pop(graph_id, None)
         if fixes_inputs:  # GE ignores the inputs of a graph already compiled
             self._specs[graph_id] = spec.compiled(inputs, "fixed by compile_graph with inputs")
@@ -435,14 +437,14 @@ class Session:
         owners: list[Any] = []
 
         def passed() -> None:
-            self._unpin(pins)
+            pins.unpin()
             owners.clear()
             self._count_finish(graph_id, key, "completed")
 
         try:
             outs = _streams.runs.run(handle, graph_id, address, prepared, context, Tensor._from_output, passed)
         except BaseException:
-            self._unpin(pins)
+            pins.unpin()
             self._count_finish(graph_id, key, "failed")
             raise
         owners.extend(t._owner for t in outs)
@@ -556,7 +558,7 @@ class Session:
                 cap.release()
             raise
         try:
-            hub.start(request, self, graph_id, prepared)
+            hub.start(request)
         except GeError as exc:
             counters.finish(request, "failed")  # refused at submit
             request.release(True)
@@ -611,7 +613,7 @@ class Session:
         return SessionStatistics(
             in_flight=sum(g.in_flight for g in per), waiting=sum(g.waiting for g in per),
             completed=sum(g.completed for g in per), failed=sum(g.failed for g in per),
-            cancelled=sum(g.cancelled for g in per), pinned_bytes=self._slots.pinned_bytes,
+            cancelled=sum(g.cancelled for g in per), pinned_bytes=self._pinned.total,
             max_in_flight=self._slots.limit, submitted=sum(g.submitted for g in per), abandoned=abandoned,
             oldest_age=max(ages) if ages else None, latency=merged_histogram([g.latency for g in per]),
             graphs=graphs)
@@ -642,14 +644,7 @@ class Session:
             counters.finish(key, outcome)
 
     def _pin(self, prepared: PreparedInputs) -> Pins:
-        pins = Pins(prepared, prepared.arrays, prepared.nbytes, self._freeze_inputs)
-        self._slots.pinned_bytes += prepared.nbytes
-        return pins
-
-    def _unpin(self, pins: Pins) -> None:
-        if pins.objects is not None:
-            self._slots.pinned_bytes -= pins.nbytes
-            pins.unpin()
+        return Pins(prepared, prepared.arrays, prepared.nbytes, self._freeze_inputs, self._pinned)
 
     # --- allocators ---
     def register_external_allocator(self, stream: int, allocator: Allocator) -> None:
@@ -677,7 +672,7 @@ class Session:
             _lib.unregister_external_allocator(handle, address, "Stream.close()")
 
 
-class _RunRequest(Pins, _hub.Request):
+class _RunRequest(Pins, _hub.RunRequest):
     """A RunGraphAsync request in flight: its own input pins, and how its completion becomes Tensors or an
     exception. One object per request (plus its waiter), as it is made on every run's hot path."""
 
@@ -685,8 +680,7 @@ class _RunRequest(Pins, _hub.Request):
 
     def __init__(self, session: Session, prepared: PreparedInputs, graph_id: int, waiter: Any,
                  cap: Optional[Slots], counters: GraphCounters) -> None:
-        Pins.__init__(self, prepared, prepared.arrays, prepared.nbytes, session._freeze_inputs)
-        session._slots.pinned_bytes += prepared.nbytes
+        Pins.__init__(self, prepared, prepared.arrays, prepared.nbytes, session._freeze_inputs, session._pinned)
         self.session = session
         self.graph_id = graph_id
         self.waiter = waiter
@@ -698,6 +692,14 @@ class _RunRequest(Pins, _hub.Request):
     @property
     def context(self) -> str:
         return _async_context(self.graph_id)
+
+    @property
+    def handle(self) -> Any:
+        return self.session._handle
+
+    @property
+    def inputs(self) -> PreparedInputs:
+        return cast(PreparedInputs, self.objects)  # what the request pins (until it is released)
 
     def complete(self, status: int, kind: int, outputs: Any, text: str, orphaned: bool) -> bool:
         waiter = self.waiter
@@ -722,7 +724,7 @@ class _RunRequest(Pins, _hub.Request):
         for request in requests:
             slots = request.session._slots
             if request.objects is not None:
-                slots.pinned_bytes -= request.nbytes
+                request.ledger.total -= request.nbytes
                 if request.frozen:
                     frozen.append(request.frozen)
                     request.frozen = None

@@ -178,7 +178,7 @@ _PLACEMENT_HOST = _lib.PLACEMENT_HOST
 _MAX_DIMS = _lib.MAX_DIMS
 
 
-PreparedInputs = _lib.InputDescs  # a run's inputs as native descriptors, with what keeps them alive
+PreparedInputs = _lib.PreparedInputs  # a run's inputs as native descriptors, with what keeps them alive
 
 
 def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = False, spec: Any = None,
