@@ -28,7 +28,7 @@ from .tensor import Tensor
 from . import twin  # noqa: E402  (twin-only test controls: ga.twin.inject_fault, ...)
 from . import samples  # noqa: E402  (sample models: ga.samples.mlp())
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: E402
 
 __all__ = [
     "Allocator",

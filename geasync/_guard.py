@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _loops
 from ._stats import HistogramSnapshot, empty_histogram
-from .errors import ExecutionModeError
+from .errors import FAILED, ExecutionModeError
 
 RUN_GRAPH = "RunGraph"
 RUN_GRAPH_ASYNC = "RunGraphAsync"
@@ -28,7 +28,7 @@ _PYTHON_API = {
     RUN_GRAPH_WITH_STREAM_ASYNC: "Session.run_graph_with_stream_async",
 }
 # What GE returns for a conflicting call in each mode (ge_v2_contract.md §3).
-_CONFLICT_STATUS = {RUN_GRAPH: 1343225956, RUN_GRAPH_ASYNC: 1343225956, RUN_GRAPH_WITH_STREAM_ASYNC: 0xFFFFFFFF}
+_CONFLICT_STATUS = {RUN_GRAPH: 1343225956, RUN_GRAPH_ASYNC: 1343225956, RUN_GRAPH_WITH_STREAM_ASYNC: FAILED}
 
 
 class ModeRegistry:

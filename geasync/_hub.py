@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from . import _lib
 from ._loops import TrioWaiter, loop_flavour, running_loop as _running_loop, trio_token
+from .errors import FAILED
 from .tensor import Tensor
 
 class Request:
@@ -295,7 +296,7 @@ class AsyncioHub(Hub):
                 self._requests.pop(token, None)
                 text = "the session was closed before this RunGraphAsync job was submitted"
                 try:
-                    request.complete(0xFFFFFFFF, _lib.COMPLETION_ABANDONED, None, text, False)
+                    request.complete(FAILED, _lib.COMPLETION_ABANDONED, None, text, False)
                 except Exception as exc:
                     self._report(exc)
                 continue
@@ -312,7 +313,7 @@ class AsyncioHub(Hub):
             if request is None:
                 continue
             try:
-                request.complete(0xFFFFFFFF, _lib.COMPLETION_ABANDONED, None, text, True)
+                request.complete(FAILED, _lib.COMPLETION_ABANDONED, None, text, True)
             except Exception as exc:
                 self._report(exc)
 

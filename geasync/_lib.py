@@ -19,8 +19,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from . import _version
 from ._preload import preload
-from .errors import GeError
+from .errors import FAILED, GeError
 
 # The native extension in use: one per process (GE allows one runtime instance per process). Set by
 # select_backend() on first use; every function below calls through these two names.
@@ -59,15 +60,61 @@ def select_backend(requested: str | None = None) -> str:
                 "and check with: python -m geasync info")
         preload()
         module = importlib.import_module(_BACKEND_MODULES[name])
+        _check_version(module, name)
         _register_callbacks(module.ffi)
         ffi, lib = module.ffi, module.lib
+        _bind_abi_constants(lib)
         globals()["from_buffer"] = ffi.from_buffer  # see from_buffer()
         BACKEND = ffi.string(lib.ga_backend_name()).decode()
         return BACKEND
 
 
 def current_backend() -> str:
+    """The native backend of this process ("twin" or "cann"), loaded on first use."""
     return select_backend(None)
+
+
+def _check_version(module: Any, name: str) -> None:
+    """An extension built for another geasync version (a stale in-place build, a half-upgraded install) would
+    misread every struct whose layout changed: refuse it with what to do."""
+    built = module.ffi.string(module.lib.ga_version()).decode()
+    if built != _version.__version__:
+        raise ImportError(
+            f"geasync {_version.__version__} found its native extension {_BACKEND_MODULES[name]} built for geasync "
+            f"{built}: rebuild or reinstall geasync (pip install --force-reinstall --no-deps --no-cache-dir . from "
+            "a source checkout, or pip install --force-reinstall geasync)")
+
+
+# Constants that cross the C ABI: the C header's enums, read from the extension (so they exist once).
+_ABI_CONSTANTS = {
+    "PLACEMENT_DEVICE": "GA_PLACEMENT_DEVICE",
+    "PLACEMENT_HOST": "GA_PLACEMENT_HOST",
+    "MEMCPY_HOST_TO_DEVICE": "GA_MEMCPY_HOST_TO_DEVICE",
+    "MEMCPY_DEVICE_TO_HOST": "GA_MEMCPY_DEVICE_TO_HOST",
+    "MEMCPY_DEVICE_TO_DEVICE": "GA_MEMCPY_DEVICE_TO_DEVICE",
+    "COMPLETION_ABANDONED": "GA_COMPLETION_ABANDONED",
+    "COMPLETION_REFUSED": "GA_COMPLETION_REFUSED",
+}
+PLACEMENT_DEVICE: int
+PLACEMENT_HOST: int
+MEMCPY_HOST_TO_DEVICE: int
+MEMCPY_DEVICE_TO_HOST: int
+MEMCPY_DEVICE_TO_DEVICE: int
+COMPLETION_ABANDONED: int
+COMPLETION_REFUSED: int
+
+
+def _bind_abi_constants(native_lib: Any) -> None:
+    for name, c_name in _ABI_CONSTANTS.items():
+        globals()[name] = int(getattr(native_lib, c_name))
+
+
+def __getattr__(name: str) -> int:
+    """An ABI constant asked for before the extension was loaded: load it (they are read from it)."""
+    if name in _ABI_CONSTANTS:
+        select_backend(None)
+        return int(globals()[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # numpy dtype <-> ge::DataType
 _NP_TO_GE: dict[np.dtype, int] = {
@@ -85,11 +132,6 @@ _NP_TO_GE: dict[np.dtype, int] = {
     np.dtype(np.bool_): 12,
 }
 _GE_TO_NP: dict[int, np.dtype] = {v: k for k, v in _NP_TO_GE.items()}
-PLACEMENT_DEVICE = 0
-PLACEMENT_HOST = 1
-MEMCPY_HOST_TO_DEVICE = 1
-MEMCPY_DEVICE_TO_HOST = 2
-MEMCPY_DEVICE_TO_DEVICE = 3
 MAX_DIMS = 25
 
 
@@ -107,7 +149,7 @@ def np_dtype(ge_type: int) -> np.dtype:
     try:
         return _GE_TO_NP[ge_type]
     except KeyError:
-        raise GeError(0xFFFFFFFF, f"the runtime returned a tensor of ge::DataType {ge_type}, which numpy "
+        raise GeError(FAILED, f"the runtime returned a tensor of ge::DataType {ge_type}, which numpy "
                       "cannot represent", "geasync") from None
 
 
@@ -155,7 +197,7 @@ def same_process() -> bool:
 def check_process(context: str) -> None:
     """A forked child cannot use the runtime its parent initialised (GE/ACL threads do not survive fork)."""
     if forked and _init_pid != os.getpid():
-        raise GeError(0xFFFFFFFF, f"geasync's runtime was initialised in process {_init_pid} and this process "
+        raise GeError(FAILED, f"geasync's runtime was initialised in process {_init_pid} and this process "
                       f"({os.getpid()}) is a fork of it: GE and ACL worker threads do not survive fork(). Use the "
                       "'spawn' or 'forkserver' start method (multiprocessing.get_context('spawn')), or create "
                       "everything after the fork in a process that never used geasync before forking.",
@@ -545,8 +587,6 @@ def memcpy(dst: Any, dst_max: int, src: Any, count: int, kind: int, context: str
 
 # --- completion queues (the event-loop layer) ----------------------------------------------------------------
 
-COMPLETION_ABANDONED = 2
-COMPLETION_REFUSED = 3
 
 
 class CompletionQueue:
@@ -648,7 +688,7 @@ def require_twin(what: str) -> None:
     """Twin-only controls have no CANN equivalent: a clear error instead of a missing symbol."""
     select_backend(None)
     if BACKEND != "twin":
-        raise GeError(0xFFFFFFFF, f"{what} is a twin-only control: this process runs on the {BACKEND!r} backend, "
+        raise GeError(FAILED, f"{what} is a twin-only control: this process runs on the {BACKEND!r} backend, "
                       "where the real runtime cannot be made to fail on purpose. Run the test on the twin "
                       "(Session(backend='twin') or GEASYNC_BACKEND=twin).", "geasync.twin", what)
 
@@ -668,9 +708,11 @@ def twin_check_onnx(model: bytes) -> str:
         cap = n + 1
 
 
-def twin_fault_add(session_id: int, graph_id: int, kind: int, nth: int, status: int, delay_ms: int) -> None:
+def twin_fault_add(session_id: int, graph_id: int, kind: str, nth: int, status: int, delay_ms: int) -> None:
+    """Arms a fault; ``kind`` is a name of twin_control.h's GEASYNC_TWIN_FAULT_* kinds, lower case."""
     require_twin("geasync.twin.inject_fault")
-    if lib.geasync_twin_fault_add(session_id, graph_id, kind, nth, status, delay_ms) != 0:
+    code = getattr(lib, f"GEASYNC_TWIN_FAULT_{kind.upper()}")
+    if lib.geasync_twin_fault_add(session_id, graph_id, code, nth, status, delay_ms) != 0:
         raise ValueError(f"invalid fault: kind={kind}, delay_ms={delay_ms}")
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from ._loops import TrioWaiter, running_loop, trio_token
 from ._stats import Histogram, HistogramSnapshot, logger, now
-from .errors import GeError, InputError, InputTypeError, SessionBrokenError, SessionClosedError
+from .errors import PARAM_INVALID, GeError, InputError, InputTypeError, SessionBrokenError, SessionClosedError
 from .tensor import Tensor
 
 __all__ = ["Batcher", "BatcherClosedError", "BatcherStatistics"]
@@ -37,7 +37,6 @@ __all__ = ["Batcher", "BatcherClosedError", "BatcherStatistics"]
 # Queueing-delay buckets (seconds) and batch-size buckets (rows).
 _DELAY_BUCKETS = (10e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 1.0)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-PARAM_INVALID = 1343225857
 
 
 class BatcherClosedError(RuntimeError):

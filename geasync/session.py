@@ -27,7 +27,7 @@ from ._stats import GraphCounters, logger, merged_histogram, now
 from ._guard import (FREEZER, RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry, PinnedBytes,
                      Pins, SessionStatistics, Slots)
 from .allocator import Allocator
-from .errors import GeError, SessionBrokenError, SessionClosedError
+from .errors import FAILED, GeError, SessionBrokenError, SessionClosedError
 from .graph import Graph
 from ._streams import has_allocator, mark_allocator, release_default_allocator, unmark_allocator
 from .stream import stream_address
@@ -149,9 +149,9 @@ class Session:
     def _live(self, context: str) -> Any:
         handle = self._handle
         if handle is None or self._closing:
-            raise SessionClosedError(0xFFFFFFFF, "the session is closed; create a new Session", "geasync", context)
+            raise SessionClosedError(FAILED, "the session is closed; create a new Session", "geasync", context)
         if self._generation != _lib.generation:
-            raise SessionBrokenError(0xFFFFFFFF, "GE was finalized (geasync.finalize / GEFinalizeV2) after this "
+            raise SessionBrokenError(FAILED, "GE was finalized (geasync.finalize / GEFinalizeV2) after this "
                                      "session was created, which made it unusable; create a new Session",
                                      "GEFinalizeV2", context)
         _lib.check_process(context)
@@ -160,7 +160,7 @@ class Session:
     def _broken_queue(self, error: GeError) -> GeError:
         """GE answers every RunGraphAsync with FAILED once a compile failure stopped the session's async queue, or
         once GE was finalised: say so, rather than leave the caller to guess from a bare FAILED."""
-        if isinstance(error, SessionBrokenError) or error.status != 0xFFFFFFFF:
+        if isinstance(error, SessionBrokenError) or error.status != FAILED:
             return error
         if self._generation != _lib.generation:
             why = "GE was finalized (GEFinalizeV2) after this session was created; create a new Session"
@@ -178,7 +178,7 @@ class Session:
         """A refused submit. GE stops the async queue before it calls back the request whose compile failed, so a
         submit can be refused before that failure reaches this loop: give it a moment to arrive (bounded), so the
         caller learns the session is broken rather than a bare FAILED."""
-        if error.status == 0xFFFFFFFF and not self._async_failures and self._generation == _lib.generation:
+        if error.status == FAILED and not self._async_failures and self._generation == _lib.generation:
             deadline = time.monotonic() + 0.5
             while not self._async_failures and self._slots.in_flight and time.monotonic() < deadline:
                 _hub.drain_current()

@@ -15,7 +15,7 @@ import anyio
 
 from . import _hub, _lib, _streams
 from ._streams import release_default_allocator
-from .errors import GeError, SessionClosedError
+from .errors import FAILED, GeError, SessionClosedError
 
 __all__ = ["Stream", "stream_address"]
 
@@ -36,7 +36,7 @@ class Stream:
     def address(self) -> int:
         _lib.check_process("Stream")  # a forked child cannot wait on its parent's streams: say so, never hang
         if not self._address:
-            raise SessionClosedError(0xFFFFFFFF, "the stream is closed; create a new Stream", "geasync", "Stream")
+            raise SessionClosedError(FAILED, "the stream is closed; create a new Stream", "geasync", "Stream")
         return self._address
 
     def __int__(self) -> int:

@@ -25,8 +25,27 @@ typedef struct ga_tensor ga_tensor;
 typedef struct ga_outputs ga_outputs;
 typedef struct ga_completion_queue ga_completion_queue;
 
+/* Where a tensor's memory is (ga_tensor_desc.placement, ga_output_info.placement). */
+enum ga_placement { GA_PLACEMENT_DEVICE = 0, GA_PLACEMENT_HOST = 1 };
+
+/* What a completion record reports (ga_completion.kind). */
+enum ga_completion_kind {
+  GA_COMPLETION_RUN = 0,       /* RunGraphAsync callback: status = GE's callback status, outputs on success */
+  GA_COMPLETION_HOST_FUNC = 1, /* a host function on a stream was reached (status 0) */
+  GA_COMPLETION_ABANDONED = 2, /* the runtime dropped the job without a callback (session destroyed, GE finalised) */
+  GA_COMPLETION_REFUSED = 3    /* RunGraphAsync returned an error when the job was submitted in a batch */
+};
+
+/* ga_memcpy's direction (aclrtMemcpyKind's values). */
+enum ga_memcpy_kind {
+  GA_MEMCPY_HOST_TO_HOST = 0,
+  GA_MEMCPY_HOST_TO_DEVICE = 1,
+  GA_MEMCPY_DEVICE_TO_HOST = 2,
+  GA_MEMCPY_DEVICE_TO_DEVICE = 3
+};
+
 /* Borrowed view of a tensor: the memory at data stays owned by the caller (inputs) or the ga_tensor (outputs).
- * dtype uses ge::DataType numbering; placement 0 = device (HBM), 1 = host. */
+ * dtype uses ge::DataType numbering; placement is a ga_placement. */
 typedef struct ga_tensor_desc {
   void *data;
   size_t size;
@@ -64,11 +83,8 @@ typedef struct ga_graph_summary {
   size_t output_count;
 } ga_graph_summary;
 
-/* A finished piece of asynchronous work, drained from a completion queue on the consumer's thread.
- * kind 0: RunGraphAsync callback (status = GE callback status, outputs on success);
- * kind 1: host function on a stream reached (status 0);
- * kind 2: abandoned: the runtime dropped the job without a callback (session destroyed, GE finalised);
- * kind 3: refused: RunGraphAsync returned an error when the job was submitted in a batch. */
+/* A finished piece of asynchronous work, drained from a completion queue on the consumer's thread; kind is a
+ * ga_completion_kind. */
 typedef struct ga_completion {
   uint64_t token;
   ga_status status;
@@ -109,6 +125,8 @@ ga_status ga_finalize(void);
 const char *ga_last_error(void);
 const char *ga_last_api(void);
 const char *ga_backend_name(void);
+/* The geasync version the extension was built for: the package refuses an extension of another version. */
+const char *ga_version(void);
 void ga_get_live_counters(ga_live_counters *out);
 
 /* Sessions */
@@ -137,8 +155,8 @@ ga_status ga_session_run_graph(ga_session *session, uint32_t graph_id, const ga_
 ga_status ga_session_run_graph_with_stream_async(ga_session *session, uint32_t graph_id, void *stream,
                                                  const ga_tensor_desc *inputs, size_t input_count,
                                                  ga_outputs **outputs);
-/* RunGraphWithStreamAsync followed, on the same stream, by a host function that completes `token` on `queue` (kind 1)
- * once the stream has passed the run, in one call: a run is never left without the signal that frees its inputs. If the host function cannot be launched, the stream is synchronised before the failure is
+/* RunGraphWithStreamAsync followed, on the same stream, by a host function that completes `token` on `queue`
+ * (GA_COMPLETION_HOST_FUNC) once the stream has passed the run, in one call: a run is never left without the signal that frees its inputs. If the host function cannot be launched, the stream is synchronised before the failure is
  * returned (the run no longer uses the inputs then) and the run's outputs are destroyed. */
 ga_status ga_session_run_graph_with_stream_completion(ga_session *session, uint32_t graph_id, void *stream,
                                                       const ga_tensor_desc *inputs, size_t input_count,
@@ -186,11 +204,11 @@ ga_status ga_stream_query(void *stream, int *complete);
 ga_status ga_device_malloc(int32_t device_id, size_t size, void **out);
 ga_status ga_device_free(void *ptr);
 ga_status ga_memcpy(void *dst, size_t dst_max, const void *src, size_t count, int32_t kind);
-/* CDEF END */
 
-/* Benchmark-only (declared to cffi by the build script): RunGraphAsync driven natively, no Python in the loop. */
+/* Benchmark-only: RunGraphAsync driven natively, no Python in the loop (the limit for the event-loop layer). */
 ga_status ga_bench_native_run_graph_async(ga_session *session, uint32_t graph_id, const ga_tensor_desc *inputs,
                                           size_t input_count, uint64_t runs, uint32_t in_flight, uint64_t *elapsed_ns);
+/* CDEF END */
 
 #ifdef __cplusplus
 }

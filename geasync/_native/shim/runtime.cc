@@ -125,7 +125,7 @@ bool ToGertTensors(const ga_tensor_desc *descs, size_t count, std::vector<gert::
       shape.MutableStorageShape().AppendDim(d.dims[k]);
     }
     gert::Tensor t(shape, gert::StorageFormat(ge::FORMAT_ND, ge::FORMAT_ND, {}), static_cast<ge::DataType>(d.dtype));
-    const auto placement = d.placement == 0 ? gert::kOnDeviceHbm : gert::kOnHost;
+    const auto placement = d.placement == GA_PLACEMENT_DEVICE ? gert::kOnDeviceHbm : gert::kOnHost;
     t.SetData(gert::TensorData(d.data, nullptr, d.size, placement));  // borrowed: no manager
     out->push_back(std::move(t));
   }
@@ -194,7 +194,7 @@ size_t ga_outputs_take_all(ga_outputs *outputs, ga_output_info *infos, size_t ca
     info.address = reinterpret_cast<uintptr_t>(t.GetAddr());
     info.size = t.GetSize();
     info.dtype = static_cast<int32_t>(t.GetDataType());
-    info.placement = t.GetPlacement() == gert::kOnDeviceHbm ? 0 : 1;
+    info.placement = t.GetPlacement() == gert::kOnDeviceHbm ? GA_PLACEMENT_DEVICE : GA_PLACEMENT_HOST;
     const gert::Shape &shape = t.GetStorageShape();
     info.ndim = static_cast<uint32_t>(shape.GetDimNum());
     for (size_t k = 0; k < info.ndim; ++k) info.dims[k] = shape.GetDim(k);
