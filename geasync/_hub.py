@@ -20,7 +20,7 @@ import select
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from typing import Any
 
 from . import _lib
 from ._loops import TrioWaiter, loop_flavour, running_loop as _running_loop, trio_token
