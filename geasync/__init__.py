@@ -28,7 +28,7 @@ from .tensor import Tensor
 from . import twin  # noqa: E402  (twin-only test controls: ga.twin.inject_fault, ...)
 from . import samples  # noqa: E402  (sample models: ga.samples.mlp())
 
-from ._version import __version__  # noqa: E402
+from ._version import __version__ as __version__  # noqa: E402  (the one place it is written: _version.py)
 
 __all__ = [
     "Allocator",
