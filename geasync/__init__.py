@@ -29,7 +29,7 @@ from ._types import Inputs, Options, StreamLike, TensorLike
 from . import twin  # (twin-only test controls: ga.twin.inject_fault, ...)
 from . import samples  # (sample models: ga.samples.mlp())
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__  # noqa: E402  (the one place it is written: _version.py)
 
 __all__ = [
     "Allocator",

@@ -2,7 +2,9 @@
 
 It compiles the shim (``_native/shim``: the C ABI of ``_native/include/geasync.h`` over the GE v2 / ACL C++ API)
 together with the twin (``_native/twin``: a CPU implementation of that API subset with an ONNX engine).
-The cdef is read from the C header itself, between its CDEF markers, so declarations exist once.
+The cdef is read from the C headers themselves (geasync.h between its CDEF markers, the twin's control header from
+its extern "C" block), so declarations exist once. The package version is compiled in (``ga_version``), so geasync
+refuses an extension built for another version.
 ``make_cann_builder`` builds ``geasync._cann`` from the same shim against an installed CANN toolkit (listed by
 setup.py only when one is named: GEASYNC_CANN_HOME / ASCEND_HOME_PATH / ASCEND_TOOLKIT_HOME).
 
@@ -44,40 +46,36 @@ def _cdef_from_header(path: pathlib.Path) -> str:
     return match.group(1)
 
 
+def _cdef_from_extern_c(path: pathlib.Path) -> str:
+    """The declarations of a header's ``extern "C"`` block (a header with no CDEF markers, and no preprocessor
+    directives inside that block)."""
+    text = path.read_text()
+    match = re.search(r'extern "C" \{\n#endif\n(.*)\n#ifdef __cplusplus\n\}', text, re.S)
+    if match is None:
+        raise RuntimeError(f"{path}: no extern \"C\" block found")
+    return match.group(1)
+
+
+def package_version() -> str:
+    """geasync's version (geasync/_version.py, read as text: geasync is not importable while it is built)."""
+    match = re.search(r'^__version__ = "([^"]+)"$', (HERE / "_version.py").read_text(), re.M)
+    if match is None:
+        raise RuntimeError("geasync/_version.py: __version__ not found")
+    return match.group(1)
+
+
+def _version_source() -> str:
+    # ga_version is defined in the extension's own generated source, not with a -D flag on every file: a version
+    # bump then recompiles one file, not the twin
+    return f'extern "C" const char *ga_version(void) {{ return {_c_string(package_version())}; }}\n'
+
+
 # Python callbacks that the shim calls on the thread that called into the runtime (allocator bridge).
 _CALLBACKS = """
 extern "Python" void *_ga_py_alloc_malloc(void *user, size_t size);
 extern "Python" void _ga_py_alloc_free(void *user, void *addr);
 extern "Python" void _ga_py_alloc_release(void *user);
 """
-
-# Benchmark-only: RunGraphAsync driven natively, no Python in the loop (the limit for the event-loop layer).
-_BENCH_CDEF = """
-ga_status ga_bench_native_run_graph_async(ga_session *session, uint32_t graph_id, const ga_tensor_desc *inputs,
-                                          size_t input_count, uint64_t runs, uint32_t in_flight, uint64_t *elapsed_ns);
-"""
-
-# Twin-only entry points: live counters of the twin's own objects, fault injection.
-_TWIN_CDEF = """
-typedef struct geasync_twin_counters {
-  int64_t ge_sessions;
-  int64_t ge_graphs;
-  int64_t host_output_blocks;
-  int64_t device_output_blocks;
-  int64_t device_allocations;
-  int64_t streams;
-} geasync_twin_counters;
-void geasync_twin_live_counters(geasync_twin_counters *out);
-int geasync_twin_fault_add(uint64_t session_id, uint32_t graph_id, int kind, uint64_t nth, uint32_t status,
-                           int64_t delay_ms);
-void geasync_twin_fault_release(uint64_t session_id, uint32_t graph_id);
-void geasync_twin_fault_clear(uint64_t session_id, uint32_t graph_id);
-uint64_t geasync_twin_fault_runs(uint64_t session_id, uint32_t graph_id);
-uint64_t geasync_twin_fault_unfired(uint64_t session_id, uint32_t graph_id);
-size_t geasync_twin_check_onnx(const void *data, size_t size, char *buf, size_t cap);
-void geasync_twin_set_memory_limit(uint64_t session_id, uint64_t bytes);
-"""
-
 
 def _blas_args() -> tuple[list[str], list[str]]:
     # The twin's MatMul/Gemm/Conv call OpenBLAS from the scipy-openblas32 wheel (a build requirement and a runtime
@@ -118,7 +116,8 @@ def _compile_args() -> tuple[list[str], list[str]]:
 
 def make_twin_builder() -> FFI:
     ffi = FFI()
-    ffi.cdef(_cdef_from_header(NATIVE / "include" / "geasync.h") + _CALLBACKS + _BENCH_CDEF + _TWIN_CDEF)
+    ffi.cdef(_cdef_from_header(NATIVE / "include" / "geasync.h") + _CALLBACKS
+             + _cdef_from_extern_c(NATIVE / "twin" / "include" / "twin" / "twin_control.h"))
     sources = sorted(
         [*(NATIVE / "shim").glob("*.cc"), *(NATIVE / "twin" / "src").glob("*.cc"),
          *(NATIVE / "twin" / "onnx").glob("*.cc")]
@@ -126,7 +125,7 @@ def make_twin_builder() -> FFI:
     compile_args, link_args = _compile_args()
     ffi.set_source(
         "geasync._twin",
-        '#include "geasync.h"\n#include "twin/twin_control.h"\n',
+        '#include "geasync.h"\n#include "twin/twin_control.h"\n' + _version_source(),
         source_extension=".cpp",
         sources=[_rel(p) for p in sources],
         # Only public headers are on the include path (the twin's own sources reach their private headers
@@ -198,12 +197,12 @@ def make_cann_builder(toolkit: Any = None, absolute_paths: bool = False) -> FFI:
     path = str if absolute_paths else _rel
     info = f"home={tk.home}\n" + "".join(f"{rel}: {summary}\n" for rel, summary in tk.versions)
     ffi = FFI()
-    ffi.cdef(_cdef_from_header(NATIVE / "include" / "geasync.h") + _CALLBACKS + _BENCH_CDEF + _CANN_CDEF)
+    ffi.cdef(_cdef_from_header(NATIVE / "include" / "geasync.h") + _CALLBACKS + _CANN_CDEF)
     compile_args, link_args = _cann_compile_args()
     library_dirs = [str(d) for d in tk.library_dirs]
     ffi.set_source(
         "geasync._cann",
-        '#include "geasync.h"\n'
+        '#include "geasync.h"\n' + _version_source() +
         f"static const char *geasync_cann_build_info(void) {{ return {_c_string(info)}; }}\n",
         source_extension=".cpp",
         sources=[path(p) for p in sorted((NATIVE / "shim").glob("*.cc"))],

@@ -6,12 +6,14 @@ hold completions that release native objects once drained), so neither has to im
 
 from __future__ import annotations
 
-from . import _hub, _lib
+from . import _hub, _lib, _streams
 
 
 def live_counters() -> dict[str, int]:
     """Live native objects (shim handles, and on the twin its own objects) for leak checks in tests. Completions
-    already delivered to the hub of an event loop that is gone are released first."""
+    already delivered to the hub of an event loop that is gone, and stream runs the streams have passed, are
+    released first."""
     _lib.select_backend(None)
     _hub.reap_orphans()
+    _streams.reap()
     return _lib.native_live_counters()

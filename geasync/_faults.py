@@ -6,12 +6,11 @@
 from __future__ import annotations
 
 from . import _lib
+from .errors import FAILED, INTERNAL_ERROR, PARAM_INVALID
 
-KINDS = {"fail_run": 1, "delay_run": 2, "stall_callback": 3, "drop_callback": 4, "fail_alloc": 5, "stall_compile": 6,
-         "fail_prerun": 7}
-FAILED = 0xFFFFFFFF
-PARAM_INVALID = 1343225857
-INTERNAL_ERROR = 1343225860
+# The twin's fault kinds (GEASYNC_TWIN_FAULT_<KIND> in twin_control.h)
+KINDS = ("fail_run", "delay_run", "stall_callback", "drop_callback", "fail_alloc", "stall_compile", "fail_prerun")
+__all__ = ["KINDS", "FAILED", "INTERNAL_ERROR", "PARAM_INVALID", "arm", "apply_option"]
 
 
 def arm(session_id: int, graph_id: int, kind: str, *, nth: int = 1, status: int = INTERNAL_ERROR,
@@ -23,7 +22,7 @@ def arm(session_id: int, graph_id: int, kind: str, *, nth: int = 1, status: int 
         raise ValueError(f"nth must be an int >= 0 (0 = every run), got {nth!r}")
     if delay < 0:
         raise ValueError(f"delay must be >= 0 seconds, got {delay!r}")
-    _lib.twin_fault_add(session_id, graph_id, KINDS[kind], nth, int(status) & 0xFFFFFFFF, int(delay * 1000))
+    _lib.twin_fault_add(session_id, graph_id, kind, nth, int(status) & 0xFFFFFFFF, int(delay * 1000))
 
 
 def apply_option(session_id: int, spec: str) -> None:

@@ -7,7 +7,6 @@ numpy inputs are made read-only for the flight so that a write mid-flight raises
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import threading
 from dataclasses import asdict, dataclass, field
@@ -15,8 +14,9 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from . import _loops
 from ._stats import GraphStatistics, HistogramSnapshot, empty_histogram
-from .errors import ExecutionModeError
+from .errors import FAILED, ExecutionModeError
 
 RUN_GRAPH = "RunGraph"
 RUN_GRAPH_ASYNC = "RunGraphAsync"
@@ -28,7 +28,7 @@ _PYTHON_API = {
     RUN_GRAPH_WITH_STREAM_ASYNC: "Session.run_graph_with_stream_async",
 }
 # What GE returns for a conflicting call in each mode (ge_v2_contract.md §3).
-_CONFLICT_STATUS = {RUN_GRAPH: 1343225956, RUN_GRAPH_ASYNC: 1343225956, RUN_GRAPH_WITH_STREAM_ASYNC: 0xFFFFFFFF}
+_CONFLICT_STATUS = {RUN_GRAPH: 1343225956, RUN_GRAPH_ASYNC: 1343225956, RUN_GRAPH_WITH_STREAM_ASYNC: FAILED}
 
 
 class ModeRegistry:
@@ -49,10 +49,6 @@ class ModeRegistry:
                 f"first run; {_PYTHON_API[mode]} needs {mode} mode. To change the mode, remove_graph({graph_id}) "
                 f"and add_graph({graph_id}, <a fresh Graph>) again, or add the model under another graph id.")
         raise ExecutionModeError(_CONFLICT_STATUS[mode], f"{ge_text} {hint}", f"GeSession::{mode}", context)
-
-    def mode(self, graph_id: int) -> str | None:
-        with self._lock:
-            return self.established.get(graph_id)
 
     def reset(self, graph_id: int) -> None:
         with self._lock:
@@ -144,25 +140,43 @@ class _Freezer:
 FREEZER = _Freezer()
 
 
+class PinnedBytes:
+    """The ledger of a session's pinned input memory, in every run mode (``SessionStatistics.pinned_bytes``):
+    only ``Pins`` (and the batched release of run requests, which unpins several at once) change it."""
+
+    __slots__ = ("total",)
+
+    def __init__(self) -> None:
+        self.total = 0
+
+
 class Pins:
     """Everything a request's native memory depends on, held until the runtime reports completion (``unpin``).
 
     ``objects`` holds what the native descriptors point into; numpy ``arrays`` are frozen read-only meanwhile
-    unless ``freeze`` is false. A request in flight can be its own pins (subclass), one object fewer per run.
+    unless ``freeze`` is false; ``nbytes`` count in ``ledger`` until then. A request in flight can be its own pins
+    (subclass), one object fewer per run.
     """
 
-    __slots__ = ("objects", "frozen", "nbytes")
+    __slots__ = ("objects", "frozen", "nbytes", "ledger")
 
-    def __init__(self, objects: Any, arrays: Sequence[np.ndarray], nbytes: int, freeze: bool) -> None:
+    def __init__(self, objects: Any, arrays: Sequence[np.ndarray], nbytes: int, freeze: bool,
+                 ledger: PinnedBytes) -> None:
         self.objects = objects
         self.nbytes = nbytes
+        self.ledger = ledger
+        ledger.total += nbytes
         self.frozen = FREEZER.freeze(arrays) if freeze and arrays else None  # the arrays' freezer entries
 
     def unpin(self) -> None:
-        if self.frozen:
-            FREEZER.thaw(self.frozen)
-            self.frozen = None
+        """Idempotent."""
+        if self.objects is None:
+            return
+        self.ledger.total -= self.nbytes
         self.objects = None
+        if self.frozen:
+            frozen, self.frozen = self.frozen, None
+            FREEZER.thaw(frozen)
 
 
 @dataclass(frozen=True)
@@ -205,8 +219,7 @@ class Slots:
         self.limit = limit
         self.in_flight = 0
         self._lock = threading.Lock()
-        self._waiters: collections.deque[tuple[Callable[[], bool], Any]] = collections.deque()
-        self.pinned_bytes = 0
+        self._waiters: collections.deque[Callable[[], bool]] = collections.deque()
 
     @property
     def waiting(self) -> int:
@@ -222,74 +235,16 @@ class Slots:
     async def acquire(self) -> None:
         if self.try_acquire():
             return
-        if _current_backend() == "trio":
-            await self._acquire_trio()
-        else:
-            await self._acquire_asyncio()
-
-    async def _acquire_asyncio(self) -> None:
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-
-        def grant() -> bool:
-            if fut.done():
-                return False
-            if _running_loop() is loop:
-                fut.set_result(None)
-            else:
-                try:
-                    loop.call_soon_threadsafe(_grant_future, fut, self)
-                except RuntimeError:  # its loop is closed: nobody will take the slot, pass it on
-                    return False
-            return True
-
-        if self._park(grant):
+        wake_up = _loops.wake_up(on_lost=self.release)  # a slot granted to a waiter that gave up passes on
+        if self._park(wake_up.set):
             return
         try:
-            await fut
+            await wake_up.wait()
         except BaseException:
-            if fut.done() and not fut.cancelled():
+            if wake_up.abandon():
                 self.release()  # granted, but the task was cancelled before it could use the slot
             else:
-                fut.cancel()
-                self._unpark(grant)
-            raise
-
-    async def _acquire_trio(self) -> None:
-        import trio
-
-        event = trio.Event()
-        token = trio.lowlevel.current_trio_token()
-        thread = threading.get_ident()
-        state = {"granted": False, "abandoned": False}
-        state_lock = threading.Lock()  # a grant from another loop's thread races the cancellation below
-
-        def grant() -> bool:
-            with state_lock:
-                if state["abandoned"]:
-                    return False
-                state["granted"] = True
-            if threading.get_ident() == thread:
-                event.set()
-            else:
-                try:
-                    token.run_sync_soon(event.set)
-                except trio.RunFinishedError:  # its run is over: nobody will take the slot, pass it on
-                    return False
-            return True
-
-        if self._park(grant):
-            return
-        try:
-            await event.wait()
-        except BaseException:
-            with state_lock:
-                granted = state["granted"]
-                state["abandoned"] = not granted
-            if granted:
-                self.release()
-            else:
-                self._unpark(grant)
+                self._unpark(wake_up.set)
             raise
 
     def _park(self, grant: Callable[[], bool]) -> bool:
@@ -298,16 +253,16 @@ class Slots:
             if self.in_flight < self.limit and not self._waiters:
                 self.in_flight += 1
                 return True
-            self._waiters.append((grant, None))
+            self._waiters.append(grant)
             return False
 
     def _unpark(self, grant: Callable[[], bool]) -> None:
         """A waiter gave up: forget it now, so ``waiting`` does not count it."""
         with self._lock:
-            for i, (g, _) in enumerate(self._waiters):
-                if g is grant:
-                    del self._waiters[i]
-                    return
+            try:
+                self._waiters.remove(grant)
+            except ValueError:  # already granted
+                pass
 
     def release(self, n: int = 1) -> None:
         """Frees ``n`` slots: each goes to the oldest waiter, else back to the pool."""
@@ -316,37 +271,7 @@ class Slots:
                 if not self._waiters:
                     self.in_flight -= n
                     return
-                grant, _ = self._waiters.popleft()
+                grant = self._waiters.popleft()
             # The slot passes to the waiter (in_flight unchanged); skip waiters that gave up.
             if grant():
                 n -= 1
-
-def _grant_future(fut: "asyncio.Future[None]", slots: Slots) -> None:
-    if fut.done():
-        slots.release()  # the waiter gave up while the grant was in transit: pass the slot on
-    else:
-        fut.set_result(None)
-
-
-# The asyncio (or uvloop) loop running in this thread, or None: asyncio's own C accessor, called on every run.
-_running_loop = asyncio._get_running_loop
-
-
-def _current_backend() -> str:
-    """ "asyncio" (incl. uvloop) or "trio", for the calling task."""
-    if _running_loop() is not None:
-        return "asyncio"
-    import sys
-
-    trio = sys.modules.get("trio")
-    if trio is not None:
-        try:
-            trio.lowlevel.current_trio_token()
-            return "trio"
-        except (RuntimeError, AttributeError):  # AttributeError: another thread is importing trio
-            pass
-    raise RuntimeError("geasync's async API must be awaited inside an asyncio (or uvloop) or trio event loop")
-
-
-current_backend = _current_backend
-running_loop = _running_loop

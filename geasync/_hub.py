@@ -17,7 +17,6 @@ import collections
 import itertools
 import os
 import select
-import sys
 import threading
 import time
 import weakref
@@ -25,7 +24,8 @@ from asyncio import AbstractEventLoop, Future
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import _lib
-from ._guard import current_backend, running_loop as _running_loop
+from ._loops import TrioWaiter, loop_flavour, running_loop as _running_loop, trio_token
+from .errors import FAILED
 from .tensor import Tensor
 
 class Request:
@@ -83,35 +83,24 @@ class Request:
         raise NotImplementedError
 
 
-class _TrioWaiter:
-    """What a trio task waits on: resolved like an asyncio future (set_result / set_exception)."""
+class RunRequest(Request):
+    """A RunGraphAsync request: it says what to submit (``handle``: its session's handle, None once the session is
+    closed; ``graph_id``; ``inputs``: the PreparedInputs), so a hub submits it without knowing sessions."""
 
-    __slots__ = ("event", "result", "error", "abandoned")
+    __slots__ = ()
+    graph_id: int
 
-    def __init__(self) -> None:
-        import trio
+    @property
+    def handle(self) -> Any:
+        raise NotImplementedError
 
-        self.event = trio.Event()
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.abandoned = False
-
-    def done(self) -> bool:
-        return self.abandoned or self.event.is_set()
-
-    def set_result(self, result: Any) -> None:
-        self.result = result
-        self.event.set()
-
-    def set_exception(self, error: BaseException) -> None:
-        self.error = error
-        self.event.set()
+    @property
+    def inputs(self) -> _lib.PreparedInputs:
+        raise NotImplementedError
 
 
 class Hub:
     """Base hub: token allocation, the request table and draining. Subclasses attach the fd to their loop."""
-
-    asyncio = False  # waiters are asyncio futures (awaitable directly)
 
     def __init__(self) -> None:
         self.queue = _lib.CompletionQueue(Tensor._from_output)
@@ -178,14 +167,30 @@ class Hub:
         else:
             _report_unraisable(exc)
 
-    def start(self, request: Request, session: Any, graph_id: int, descs: Any) -> None:
-        """Registers ``request`` and submits its RunGraphAsync; on a refused submit, raises with nothing registered."""
-        raise NotImplementedError
+    def start(self, request: RunRequest) -> None:
+        """Registers ``request`` and submits its RunGraphAsync (now, or with a batch a subclass sends later); on a
+        refused submit, raises with nothing registered."""
+        token = next(self._tokens)
+        self._requests[token] = request
+        if self._defer(token, request):
+            return
+        try:
+            _lib.run_graph_async_submit(request.handle, request.graph_id, request.inputs, self.queue, token,
+                                        request.context)
+        except BaseException:
+            del self._requests[token]  # refused: no completion will come for it
+            raise
+        self._submitted_alone()
+
+    def _defer(self, token: int, request: RunRequest) -> bool:
+        """True if the subclass takes the request for a later batched submit."""
+        return False
+
+    def _submitted_alone(self) -> None:
+        """After a request was submitted on its own."""
 
     def new_waiter(self) -> Any:
-        raise NotImplementedError
-
-    async def wait(self, waiter: Any) -> Any:
+        """What a request's task awaits (an asyncio future, or a TrioWaiter: both awaitable)."""
         raise NotImplementedError
 
     def orphan(self) -> None:
@@ -230,12 +235,10 @@ class AsyncioHub(Hub):
     in one native call: under load, one GIL release and one wake-up of GE's threads serve many requests.
     """
 
-    asyncio = True
-
     def __init__(self, loop: AbstractEventLoop) -> None:
         super().__init__()
         self._loop_ref = weakref.ref(loop)  # weak: the loop owns the reader that owns this hub
-        self._batch: list[tuple[Any, int, Any, int]] = []
+        self._batch: list[tuple[int, RunRequest]] = []
         self.watched = False  # known to the reaper, which notices a loop closed with work in flight
         self._spin_misses = 0
         self._spin_skip = 0 if SPIN_BUDGET > 0 else -1
@@ -244,33 +247,28 @@ class AsyncioHub(Hub):
         self._plain_futures = type(loop).create_future is asyncio.BaseEventLoop.create_future
         loop.add_reader(self.queue.fd, self.drain)
 
-    def start(self, request: Request, session: Any, graph_id: int, descs: Any) -> None:
-        """Registers ``request`` and submits its RunGraphAsync: now when the hub is idle (nothing to batch with,
-        single-request latency stays low), else with the batch sent at the loop's next iteration."""
-        token = next(self._tokens)
-        requests = self._requests
-        requests[token] = request
+    def _defer(self, token: int, request: RunRequest) -> bool:
+        """Submits now when the hub is idle (nothing to batch with, single-request latency stays low), else with the
+        batch sent at the loop's next iteration."""
         if _reaper.idle or not self.watched:
             _reaper.watch(self)  # so a loop closed with this request in flight is noticed
         batch = self._batch
         if batch:
-            batch.append((session, graph_id, descs, token))
-        elif len(requests) > 1:
+            batch.append((token, request))
+            return True
+        if len(self._requests) > 1:
             loop = self._loop_ref()
             assert loop is not None
             loop.call_soon(self._flush)
-            batch.append((session, graph_id, descs, token))
+            batch.append((token, request))
+            return True
+        return False
+
+    def _submitted_alone(self) -> None:
+        if self._spin_skip:
+            self._spin_skip -= 1
         else:
-            try:
-                _lib.run_graph_async_submit(session._handle, graph_id, descs, self.queue, token,
-                                            request.context)
-            except BaseException:
-                del requests[token]  # refused: no completion will come for it
-                raise
-            if self._spin_skip:
-                self._spin_skip -= 1
-            else:
-                self._spin()
+            self._spin()
 
     def _spin(self) -> None:
         """Polls the queue for a short while after a lone submit: a run that completes within the budget is
@@ -292,33 +290,33 @@ class AsyncioHub(Hub):
     def _flush(self) -> None:
         batch, self._batch = self._batch, []
         items = []
-        for session, graph_id, descs, token in batch:
-            request = self._requests.get(token)
-            if request is None:
+        for token, request in batch:
+            if token not in self._requests:
                 continue
-            handle = session._handle
+            handle = request.handle
             if handle is None or request.waiter.done():
                 # closed before submission, or nobody waits any more: never reaches the runtime
                 self._requests.pop(token, None)
                 text = "the session was closed before this RunGraphAsync job was submitted"
                 try:
-                    request.complete(0xFFFFFFFF, _lib.COMPLETION_ABANDONED, None, text, False)
+                    request.complete(FAILED, _lib.COMPLETION_ABANDONED, None, text, False)
                 except Exception as exc:
                     self._report(exc)
                 continue
-            items.append((handle, graph_id, descs.array, descs.count, token))
+            inputs = request.inputs
+            items.append((handle, request.graph_id, inputs.array, inputs.count, token))
         if items:
             _lib.run_graph_async_batch(items, self.queue)
 
     def _abandon_unsubmitted(self) -> None:
         batch, self._batch = self._batch, []
         text = "the event loop was closed before this RunGraphAsync job was submitted"
-        for _session, _graph_id, _descs, token in batch:
+        for token, _request in batch:
             request = self._requests.pop(token, None)
             if request is None:
                 continue
             try:
-                request.complete(0xFFFFFFFF, _lib.COMPLETION_ABANDONED, None, text, True)
+                request.complete(FAILED, _lib.COMPLETION_ABANDONED, None, text, True)
             except Exception as exc:
                 self._report(exc)
 
@@ -338,9 +336,6 @@ class AsyncioHub(Hub):
         if self._plain_futures:
             return asyncio.Future(loop=loop)
         return loop.create_future()
-
-    async def wait(self, waiter: Future[Any]) -> Any:
-        return await waiter
 
     def orphan(self) -> None:
         loop = self._loop_ref()
@@ -362,15 +357,6 @@ class TrioHub(Hub):
         self.token = trio.lowlevel.current_trio_token()
         trio.lowlevel.spawn_system_task(self._dispatch, name="geasync-completion-hub")
 
-    def start(self, request: Request, session: Any, graph_id: int, descs: Any) -> None:
-        token = self.new_token()
-        self.register(token, request)
-        try:
-            _lib.run_graph_async_submit(session._handle, graph_id, descs, self.queue, token, request.context)
-        except BaseException:
-            self.forget(token)
-            raise
-
     async def _dispatch(self) -> None:
         import trio
 
@@ -382,18 +368,8 @@ class TrioHub(Hub):
             _trio_hubs.pop(self.token, None)
             self.orphan()
 
-    def new_waiter(self) -> _TrioWaiter:
-        return _TrioWaiter()
-
-    async def wait(self, waiter: _TrioWaiter) -> Any:
-        try:
-            await waiter.event.wait()
-        except BaseException:
-            waiter.abandoned = True
-            raise
-        if waiter.error is not None:
-            raise waiter.error
-        return waiter.result
+    def new_waiter(self) -> TrioWaiter:
+        return TrioWaiter()
 
 
 _asyncio_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncioHub]" = weakref.WeakKeyDictionary()
@@ -421,10 +397,8 @@ def current_hub() -> Hub:
             weakref.finalize(loop, hub.orphan)
         _last = (weakref.ref(loop), hub)
         return hub
-    current_backend()  # raises a clear error outside any event loop
-    import trio
-
-    token = trio.lowlevel.current_trio_token()
+    loop_flavour()  # raises a clear error outside any event loop
+    token = trio_token()
     hub = _trio_hubs.get(token)
     if hub is None or hub.orphaned:
         hub = TrioHub()
@@ -579,7 +553,6 @@ def _after_fork_in_child() -> None:
     _asyncio_hubs.clear()
     _trio_hubs.clear()
     _reaper.after_fork_in_child()
-    stream_pins.after_fork_in_child()
 
 
 if hasattr(os, "register_at_fork"):
@@ -588,7 +561,6 @@ if hasattr(os, "register_at_fork"):
 
 def reap_orphans() -> None:
     _reaper.reap_now()
-    stream_pins.reap()
 
 
 def drain_current() -> None:
@@ -599,64 +571,11 @@ def drain_current() -> None:
     if loop is not None:
         hub = _asyncio_hubs.get(loop)
     else:
-        trio = sys.modules.get("trio")
-        if trio is not None:
-            try:
-                hub = _trio_hubs.get(trio.lowlevel.current_trio_token())
-            except (RuntimeError, AttributeError):  # not in trio, or trio is being imported by another thread
-                hub = None
+        token = trio_token()
+        if token is not None:
+            hub = _trio_hubs.get(token)
     if hub is not None and not hub.orphaned:
         hub.drain()
 
 
-class _StreamPins:
-    """Pins of stream-mode runs: released when a host function enqueued after the run reports that the stream has
-    passed it. Stream-mode runs are issued from synchronous code too, so this queue belongs to no loop: it is
-    drained whenever geasync is next called about streams (a run, a synchronize, a query, a close)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()  # re-entrant for the same reason as the reaper's: finalizers may reap
-        self._queue: _lib.CompletionQueue | None = None
-        self._pins: dict[int, Callable[[], None]] = {}
-        self._tokens = itertools.count(1)
-
-    def hold(self, stream: int, release: Callable[[], None], context: str) -> None:
-        with self._lock:
-            if self._queue is None:
-                self._queue = _lib.CompletionQueue()
-            token = next(self._tokens)
-            self._pins[token] = release
-            queue = self._queue
-        try:
-            _lib.stream_launch_completion(stream, queue, token, context)
-        except BaseException:
-            with self._lock:
-                self._pins.pop(token, None)
-            release()
-            raise
-
-    def reap(self) -> None:
-        with self._lock:
-            queue = self._queue
-            if queue is None or not self._pins:
-                return
-            records = queue.drain()
-            releases = [self._pins.pop(token, None) for token, *_ in records]
-        for release in releases:
-            if release is not None:
-                release()
-
-    @property
-    def pinned(self) -> int:
-        return len(self._pins)
-
-    def after_fork_in_child(self) -> None:
-        self._lock = threading.RLock()
-        self._queue = None
-        self._pins = {}
-
-
-stream_pins = _StreamPins()
-
-
-__all__ = ["Request", "Hub", "current_hub", "reap_orphans"]
+__all__ = ["Request", "RunRequest", "Hub", "current_hub", "reap_orphans"]

@@ -20,8 +20,9 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
+from . import _version
 from ._preload import preload
-from .errors import GeError
+from .errors import FAILED, GeError
 
 # The native extension in use: one per process (GE allows one runtime instance per process). Set by
 # select_backend() on first use; every function below calls through these two names.
@@ -60,15 +61,61 @@ def select_backend(requested: str | None = None) -> str:
                 "and check with: python -m geasync info")
         preload()
         module = importlib.import_module(_BACKEND_MODULES[name])
+        _check_version(module, name)
         _register_callbacks(module.ffi)
         ffi, lib = module.ffi, module.lib
+        _bind_abi_constants(lib)
         globals()["from_buffer"] = ffi.from_buffer  # see from_buffer()
         BACKEND = ffi.string(lib.ga_backend_name()).decode()
         return BACKEND
 
 
 def current_backend() -> str:
+    """The native backend of this process ("twin" or "cann"), loaded on first use."""
     return select_backend(None)
+
+
+def _check_version(module: Any, name: str) -> None:
+    """An extension built for another geasync version (a stale in-place build, a half-upgraded install) would
+    misread every struct whose layout changed: refuse it with what to do."""
+    built = module.ffi.string(module.lib.ga_version()).decode()
+    if built != _version.__version__:
+        raise ImportError(
+            f"geasync {_version.__version__} found its native extension {_BACKEND_MODULES[name]} built for geasync "
+            f"{built}: rebuild or reinstall geasync (pip install --force-reinstall --no-deps --no-cache-dir . from "
+            "a source checkout, or pip install --force-reinstall geasync)")
+
+
+# Constants that cross the C ABI: the C header's enums, read from the extension (so they exist once).
+_ABI_CONSTANTS = {
+    "PLACEMENT_DEVICE": "GA_PLACEMENT_DEVICE",
+    "PLACEMENT_HOST": "GA_PLACEMENT_HOST",
+    "MEMCPY_HOST_TO_DEVICE": "GA_MEMCPY_HOST_TO_DEVICE",
+    "MEMCPY_DEVICE_TO_HOST": "GA_MEMCPY_DEVICE_TO_HOST",
+    "MEMCPY_DEVICE_TO_DEVICE": "GA_MEMCPY_DEVICE_TO_DEVICE",
+    "COMPLETION_ABANDONED": "GA_COMPLETION_ABANDONED",
+    "COMPLETION_REFUSED": "GA_COMPLETION_REFUSED",
+}
+PLACEMENT_DEVICE: int
+PLACEMENT_HOST: int
+MEMCPY_HOST_TO_DEVICE: int
+MEMCPY_DEVICE_TO_HOST: int
+MEMCPY_DEVICE_TO_DEVICE: int
+COMPLETION_ABANDONED: int
+COMPLETION_REFUSED: int
+
+
+def _bind_abi_constants(native_lib: Any) -> None:
+    for name, c_name in _ABI_CONSTANTS.items():
+        globals()[name] = int(getattr(native_lib, c_name))
+
+
+def __getattr__(name: str) -> int:
+    """An ABI constant asked for before the extension was loaded: load it (they are read from it)."""
+    if name in _ABI_CONSTANTS:
+        select_backend(None)
+        return int(globals()[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # numpy dtype <-> ge::DataType
 _NP_TO_GE: dict[np.dtype, int] = {
@@ -86,11 +133,6 @@ _NP_TO_GE: dict[np.dtype, int] = {
     np.dtype(np.bool_): 12,
 }
 _GE_TO_NP: dict[int, np.dtype] = {v: k for k, v in _NP_TO_GE.items()}
-PLACEMENT_DEVICE = 0
-PLACEMENT_HOST = 1
-MEMCPY_HOST_TO_DEVICE = 1
-MEMCPY_DEVICE_TO_HOST = 2
-MEMCPY_DEVICE_TO_DEVICE = 3
 MAX_DIMS = 25
 
 
@@ -108,7 +150,7 @@ def np_dtype(ge_type: int) -> np.dtype:
     try:
         return _GE_TO_NP[ge_type]
     except KeyError:
-        raise GeError(0xFFFFFFFF, f"the runtime returned a tensor of ge::DataType {ge_type}, which numpy "
+        raise GeError(FAILED, f"the runtime returned a tensor of ge::DataType {ge_type}, which numpy "
                       "cannot represent", "geasync") from None
 
 
@@ -156,7 +198,7 @@ def same_process() -> bool:
 def check_process(context: str) -> None:
     """A forked child cannot use the runtime its parent initialised (GE/ACL threads do not survive fork)."""
     if forked and _init_pid != os.getpid():
-        raise GeError(0xFFFFFFFF, f"geasync's runtime was initialised in process {_init_pid} and this process "
+        raise GeError(FAILED, f"geasync's runtime was initialised in process {_init_pid} and this process "
                       f"({os.getpid()}) is a fork of it: GE and ACL worker threads do not survive fork(). Use the "
                       "'spawn' or 'forkserver' start method (multiprocessing.get_context('spawn')), or create "
                       "everything after the fork in a process that never used geasync before forking.",
@@ -237,7 +279,7 @@ def pointer(address: int) -> Any:
     return ffi.cast("void *", address)
 
 
-class InputDescs:
+class PreparedInputs:
     """ga_tensor_desc[] for a run (``array``, ``count``), built from (data, nbytes, ge dtype, placement, ndim, shape)
     rows, with what keeps the described memory alive while the runtime reads it: ``arrays``, the host numpy arrays
     among the inputs (the lifetime guard may also freeze them), and ``keep``, anything else (Tensor inputs and the
@@ -365,11 +407,11 @@ def remove_graph(handle: Any, graph_id: int, context: str) -> None:
     _check(lib.ga_session_remove_graph(handle, graph_id), "GeSession::RemoveGraph", context)
 
 
-def compile_graph(handle: Any, graph_id: int, descs: InputDescs | None, context: str) -> None:
-    if descs is None:
+def compile_graph(handle: Any, graph_id: int, inputs: PreparedInputs | None, context: str) -> None:
+    if inputs is None:
         _check(lib.ga_session_compile_graph(handle, graph_id, ffi.NULL, 0, 0), "GeSession::CompileGraph", context)
     else:
-        _check(lib.ga_session_compile_graph(handle, graph_id, descs.array, descs.count, 1), "GeSession::CompileGraph",
+        _check(lib.ga_session_compile_graph(handle, graph_id, inputs.array, inputs.count, 1), "GeSession::CompileGraph",
                context)
 
 
@@ -412,20 +454,23 @@ def compiled_graph_summary(handle: Any, graph_id: int, context: str) -> dict[str
 _run_graph_lock = threading.Lock()
 
 
-def run_graph(handle: Any, graph_id: int, descs: InputDescs, context: str, make: OutputFactory[_T]) -> list[_T]:
+def run_graph(handle: Any, graph_id: int, inputs: PreparedInputs, context: str, make: OutputFactory[_T]) -> list[_T]:
     out = ffi.new("ga_outputs **")
     with _run_graph_lock:
-        status = lib.ga_session_run_graph(handle, graph_id, descs.array, descs.count, out)
+        status = lib.ga_session_run_graph(handle, graph_id, inputs.array, inputs.count, out)
         _check(status, "GeSession::RunGraph", context)
     return _take_outputs(out[0], make)
 
 
-def run_graph_with_stream_async(handle: Any, graph_id: int, stream: int, descs: InputDescs,
-                                context: str, make: OutputFactory[_T]) -> list[_T]:
+def run_graph_with_stream_completion(handle: Any, graph_id: int, stream: int, inputs: PreparedInputs,
+                                     queue: "CompletionQueue", token: int, context: str,
+                                     make: OutputFactory[_T]) -> list[_T]:
+    """RunGraphWithStreamAsync, and ``token`` completes on ``queue`` once the stream has passed the run (one native
+    call: if the completion cannot be enqueued, the shim waits for the stream before raising)."""
     out = ffi.new("ga_outputs **")
     _callback_errors.clear()
-    status = lib.ga_session_run_graph_with_stream_async(handle, graph_id, pointer(stream), descs.array, descs.count,
-                                                        out)
+    status = lib.ga_session_run_graph_with_stream_completion(handle, graph_id, pointer(stream), inputs.array,
+                                                             inputs.count, out, queue.handle, token)
     if status != 0:
         message, api = _last_error("GeSession::RunGraphWithStreamAsync")
         err = GeError(status, message, api, context)
@@ -546,10 +591,6 @@ def memcpy(dst: Any, dst_max: int, src: Any, count: int, kind: int, context: str
 
 # --- completion queues (the event-loop layer) ----------------------------------------------------------------
 
-COMPLETION_RUN = 0
-COMPLETION_HOST_FUNC = 1
-COMPLETION_ABANDONED = 2
-COMPLETION_REFUSED = 3
 
 
 class CompletionQueue:
@@ -620,15 +661,15 @@ class CompletionQueue:
         return self._cq
 
 
-def run_graph_async_submit(handle: Any, graph_id: int, descs: InputDescs, queue: CompletionQueue, token: int,
+def run_graph_async_submit(handle: Any, graph_id: int, inputs: PreparedInputs, queue: CompletionQueue, token: int,
                            context: str) -> None:
     """RunGraphAsync: submits and returns at once; the completion arrives on ``queue`` under ``token``."""
-    status = lib.ga_session_run_graph_async(handle, graph_id, descs.array, descs.count, queue.handle, token)
+    status = lib.ga_session_run_graph_async(handle, graph_id, inputs.array, inputs.count, queue.handle, token)
     _check(status, "GeSession::RunGraphAsync", context)
 
 
 def run_graph_async_batch(items: list[tuple[Any, int, Any, int, int]], queue: CompletionQueue) -> None:
-    """Submits (session handle, graph id, descs.array, descs.count, token) requests in one call; refused ones
+    """Submits (session handle, graph id, inputs.array, inputs.count, token) requests in one call; refused ones
     complete on ``queue``."""
     lib.ga_run_graph_async_batch(ffi.new("ga_async_submit[]", items), len(items), queue.handle)
 
@@ -638,10 +679,11 @@ def stream_launch_completion(stream: int, queue: CompletionQueue, token: int, co
     _check(lib.ga_stream_launch_completion(pointer(stream), queue.handle, token), "aclrtLaunchHostFunc", context)
 
 
-def bench_native_run_graph_async(handle: Any, graph_id: int, descs: InputDescs, runs: int, in_flight: int) -> float:
+def bench_native_run_graph_async(handle: Any, graph_id: int, inputs: PreparedInputs, runs: int,
+                                 in_flight: int) -> float:
     """Seconds for ``runs`` RunGraphAsync calls driven natively with ``in_flight`` outstanding (benchmarks only)."""
     elapsed = ffi.new("uint64_t *")
-    status = lib.ga_bench_native_run_graph_async(handle, graph_id, descs.array, descs.count, runs, in_flight, elapsed)
+    status = lib.ga_bench_native_run_graph_async(handle, graph_id, inputs.array, inputs.count, runs, in_flight, elapsed)
     _check(status, "GeSession::RunGraphAsync", "native benchmark driver")
     return float(elapsed[0]) / 1e9
 
@@ -652,7 +694,7 @@ def require_twin(what: str) -> None:
     """Twin-only controls have no CANN equivalent: a clear error instead of a missing symbol."""
     select_backend(None)
     if BACKEND != "twin":
-        raise GeError(0xFFFFFFFF, f"{what} is a twin-only control: this process runs on the {BACKEND!r} backend, "
+        raise GeError(FAILED, f"{what} is a twin-only control: this process runs on the {BACKEND!r} backend, "
                       "where the real runtime cannot be made to fail on purpose. Run the test on the twin "
                       "(Session(backend='twin') or GEASYNC_BACKEND=twin).", "geasync.twin", what)
 
@@ -673,9 +715,11 @@ def twin_check_onnx(model: bytes) -> str:
         cap = n + 1
 
 
-def twin_fault_add(session_id: int, graph_id: int, kind: int, nth: int, status: int, delay_ms: int) -> None:
+def twin_fault_add(session_id: int, graph_id: int, kind: str, nth: int, status: int, delay_ms: int) -> None:
+    """Arms a fault; ``kind`` is a name of twin_control.h's GEASYNC_TWIN_FAULT_* kinds, lower case."""
     require_twin("geasync.twin.inject_fault")
-    if lib.geasync_twin_fault_add(session_id, graph_id, kind, nth, status, delay_ms) != 0:
+    code = getattr(lib, f"GEASYNC_TWIN_FAULT_{kind.upper()}")
+    if lib.geasync_twin_fault_add(session_id, graph_id, code, nth, status, delay_ms) != 0:
         raise ValueError(f"invalid fault: kind={kind}, delay_ms={delay_ms}")
 
 

@@ -28,12 +28,11 @@ import anyio
 import numpy as np
 from numpy.typing import NDArray
 
-from . import _hub
-from ._guard import running_loop
+from ._loops import TrioWaiter, running_loop, trio_token
 from ._metadata import TensorInfo
 from ._stats import Histogram, HistogramSnapshot, logger, now
 from ._types import Inputs
-from .errors import GeError, InputError, InputTypeError, SessionBrokenError, SessionClosedError
+from .errors import PARAM_INVALID, GeError, InputError, InputTypeError, SessionBrokenError, SessionClosedError
 from .pool import GraphPool
 from .session import Session
 from .tensor import Tensor
@@ -43,7 +42,6 @@ __all__ = ["Batcher", "BatcherClosedError", "BatcherStatistics"]
 # Queueing-delay buckets (seconds) and batch-size buckets (rows).
 _DELAY_BUCKETS = (10e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 1.0)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-PARAM_INVALID = 1343225857
 _Arrays = list[NDArray[Any]]  # a request's inputs, or a batch's
 _Key = tuple[Any, ...]  # a request's signature: (dtype, shape without the batch dim) per input
 
@@ -278,9 +276,9 @@ class Batcher:
         if loop is not None:
             owner, trio = loop, False
         else:
-            import trio as trio_mod
-
-            owner, trio = trio_mod.lowlevel.current_trio_token(), True
+            owner, trio = trio_token(), True
+            if owner is None:
+                raise RuntimeError("Batcher.run must be awaited inside an asyncio (or uvloop) or trio event loop")
         if self._loop is None:
             self._loop, self._trio = owner, trio
         elif self._loop is not owner:
@@ -297,7 +295,7 @@ class Batcher:
         self._queued_rows += rows
         self._dispatch()
         try:
-            outputs: list[Tensor] = await (_wait_trio(waiter) if self._trio else waiter)
+            outputs: list[Tensor] = await waiter
             return outputs
         except BaseException:
             if request.state == _QUEUED:  # it never runs
@@ -530,7 +528,7 @@ class Batcher:
 
     def _new_waiter(self) -> Any:
         if self._trio:
-            return _hub._TrioWaiter()
+            return TrioWaiter()
         return self._loop.create_future()
 
 
@@ -561,11 +559,6 @@ def _compile_for_batches(session: Session, graph_id: int, explicit_sizes: bool) 
                          "to pad every batch to it")
 
 
-async def _wait_trio(waiter: Any) -> Any:
-    await waiter.event.wait()
-    if waiter.error is not None:
-        raise waiter.error
-    return waiter.result
 
 
 async def _checkpoint(trio: bool) -> None:

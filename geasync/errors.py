@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["GeError", "ExecutionModeError", "SessionClosedError", "SessionBrokenError", "InputError", "InputTypeError",
-           "STATUS_NAMES"]
+           "STATUS_NAMES", "FAILED", "PARAM_INVALID", "INTERNAL_ERROR"]
 
 # GE's main status codes (ge_api_error_codes) and the ACL codes the shim may return.
 STATUS_NAMES: dict[int, str] = {
@@ -87,7 +87,10 @@ class SessionBrokenError(GeError):
     """
 
 
+# Statuses geasync reports itself, named as GE names them (ge_api_error_codes.h and GE's internal codes)
+FAILED = 0xFFFFFFFF  # ge::FAILED: what GE returns for most refusals, and geasync for a closed session or stream
 PARAM_INVALID = 1343225857
+INTERNAL_ERROR = 1343225860
 
 
 class InputError(GeError, ValueError):

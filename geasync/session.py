@@ -21,17 +21,18 @@ import numpy as np
 
 import anyio
 
-from . import _faults, _hub, _lib
+from . import _faults, _hub, _lib, _streams
 from ._inputs import GraphSpec, no_graph_error
 from ._metadata import ModelFormatError, TensorInfo
 from ._options import GRAPH_OPTIONS, LOAD_OPTIONS, SESSION_OPTIONS, split_options
 from ._stats import GraphCounters, logger, merged_histogram, now
-from ._guard import (FREEZER, RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry, Pins,
-                     SessionStatistics, Slots)
+from ._guard import (FREEZER, RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry, PinnedBytes,
+                     Pins, SessionStatistics, Slots)
 from .allocator import Allocator
-from .errors import GeError, SessionBrokenError, SessionClosedError
+from .errors import FAILED, GeError, SessionBrokenError, SessionClosedError
 from .graph import Graph
-from .stream import has_allocator, mark_allocator, release_default_allocator, stream_address, unmark_allocator
+from ._streams import has_allocator, mark_allocator, release_default_allocator, unmark_allocator
+from .stream import stream_address
 from .tensor import PreparedInputs, Tensor, prepare_inputs
 from ._types import Inputs, Options, StreamLike, TensorLike, TensorLikeList
 
@@ -125,6 +126,7 @@ class Session:
         self._lock = threading.RLock()
         self._modes = ModeRegistry()
         self._slots = Slots(max_in_flight)
+        self._pinned = PinnedBytes()  # input bytes pinned by runs in flight, every mode
         self._freeze_inputs = bool(freeze_inputs)
         self._closing = False
         self._unawaited = 0  # requests in flight whose awaiting task gave up (cancelled / timed out)
@@ -152,9 +154,9 @@ class Session:
     def _live(self, context: str) -> Any:
         handle = self._handle
         if handle is None or self._closing:
-            raise SessionClosedError(0xFFFFFFFF, "the session is closed; create a new Session", "geasync", context)
+            raise SessionClosedError(FAILED, "the session is closed; create a new Session", "geasync", context)
         if self._generation != _lib.generation:
-            raise SessionBrokenError(0xFFFFFFFF, "GE was finalized (geasync.finalize / GEFinalizeV2) after this "
+            raise SessionBrokenError(FAILED, "GE was finalized (geasync.finalize / GEFinalizeV2) after this "
                                      "session was created, which made it unusable; create a new Session",
                                      "GEFinalizeV2", context)
         _lib.check_process(context)
@@ -163,7 +165,7 @@ class Session:
     def _broken_queue(self, error: GeError) -> GeError:
         """GE answers every RunGraphAsync with FAILED once a compile failure stopped the session's async queue, or
         once GE was finalised: say so, rather than leave the caller to guess from a bare FAILED."""
-        if isinstance(error, SessionBrokenError) or error.status != 0xFFFFFFFF:
+        if isinstance(error, SessionBrokenError) or error.status != FAILED:
             return error
         if self._generation != _lib.generation:
             why = "GE was finalized (GEFinalizeV2) after this session was created; create a new Session"
@@ -181,7 +183,7 @@ class Session:
         """A refused submit. GE stops the async queue before it calls back the request whose compile failed, so a
         submit can be refused before that failure reaches this loop: give it a moment to arrive (bounded), so the
         caller learns the session is broken rather than a bare FAILED."""
-        if error.status == 0xFFFFFFFF and not self._async_failures and self._generation == _lib.generation:
+        if error.status == FAILED and not self._async_failures and self._generation == _lib.generation:
             deadline = time.monotonic() + 0.5
             while not self._async_failures and self._slots.in_flight and time.monotonic() < deadline:
                 _hub.drain_current()
@@ -212,6 +214,7 @@ class Session:
             _lib.session_destroy(handle)  # GE's threads are joined; jobs it dropped are reported abandoned
             _hub.drain_current()
         _hub.reap_orphans()
+        _streams.reap()
 
     async def aclose(self) -> None:
         """Stop taking requests, wait (without blocking the loop) for the in-flight requests someone still awaits,
@@ -309,9 +312,10 @@ class Session:
         spec = self._specs.get(graph_id)
         if inputs is not None and spec is not None and isinstance(inputs, Mapping):
             inputs = spec.order(inputs, "compile_graph")
-        descs = None if inputs is None else prepare_inputs(inputs, spec=spec, api="compile_graph", graph_id=graph_id)
-        fixes_inputs = descs is not None and spec is not None and _lib.is_graph_need_rebuild(handle, graph_id)
-        _lib.compile_graph(handle, graph_id, descs, context)
+        prepared = None if inputs is None else prepare_inputs(inputs, spec=spec, api="compile_graph",
+                                                              graph_id=graph_id)
+        fixes_inputs = prepared is not None and spec is not None and _lib.is_graph_need_rebuild(handle, graph_id)
+        _lib.compile_graph(handle, graph_id, prepared, context)
         self._graph_caps.pop(graph_id, None)
         if fixes_inputs:  # GE ignores the inputs of a graph already compiled
             assert spec is not None
@@ -429,30 +433,29 @@ class Session:
         context = f"Session.run_graph_with_stream_async(graph_id={graph_id})"
         handle = self._live(context)
         self._modes.claim(graph_id, RUN_GRAPH_WITH_STREAM_ASYNC, context)
-        _hub.stream_pins.reap()
+        _streams.reap()
         if not has_allocator(address):
             _lib.register_default_allocator(handle, address, context)
             self._default_allocators.add(address)
             mark_allocator(address, _allocator_release(self, address))
         pins = self._pin(prepared)
         key = self._count_start(graph_id)
-        try:
-            outs = _lib.run_graph_with_stream_async(handle, graph_id, address, prepared, context,
-                                                      Tensor._from_output)
-        except BaseException:
-            self._unpin(pins)
-            self._count_finish(graph_id, key, "failed")
-            raise
-        # A host function after the run tells when the stream no longer uses the inputs, nor the outputs' memory:
-        # output memory dropped by the caller before then is freed only at that point, on a Python thread.
-        owners = [t._owner for t in outs]
+        # The stream no longer uses the inputs, nor the outputs' memory, once it has passed the run: output memory
+        # dropped by the caller before then is freed only at that point, on a Python thread.
+        owners: list[Any] = []
 
         def passed() -> None:
-            self._unpin(pins)
+            pins.unpin()
             owners.clear()
             self._count_finish(graph_id, key, "completed")
 
-        _hub.stream_pins.hold(address, passed, context)
+        try:
+            outs = _streams.runs.run(handle, graph_id, address, prepared, context, Tensor._from_output, passed)
+        except BaseException:
+            pins.unpin()
+            self._count_finish(graph_id, key, "failed")
+            raise
+        owners.extend(t._owner for t in outs)
         return outs
 
     def run_graph_async(self, graph_id: int, inputs: Inputs, *,
@@ -563,7 +566,7 @@ class Session:
                 cap.release()
             raise
         try:
-            hub.start(request, self, graph_id, prepared)
+            hub.start(request)
         except GeError as exc:
             counters.finish(request, "failed")  # refused at submit
             request.release(True)
@@ -573,11 +576,7 @@ class Session:
             request.release(True)
             raise
         try:
-            outputs: List[Tensor]
-            if hub.asyncio:
-                outputs = await request.waiter  # the future itself: no extra coroutine frame on the hot path
-            else:
-                outputs = await hub.wait(request.waiter)
+            outputs: List[Tensor] = await request.waiter  # the future itself on asyncio: no extra frame
             return outputs
         except BaseException:
             if request.objects is not None:  # still in flight, but nobody waits for it any more
@@ -609,7 +608,7 @@ class Session:
         for a slot, completed, failed, cancelled, abandoned, the oldest run's age, latencies; pinned input bytes
         and the in-flight bound."""
         _hub.reap_orphans()
-        _hub.stream_pins.reap()
+        _streams.reap()
         with self._stats_lock:
             graphs = {gid: c.snapshot(gid, self._abandon_after) for gid, c in list(self._graph_stats.items())}
         per = graphs.values()
@@ -623,7 +622,7 @@ class Session:
         return SessionStatistics(
             in_flight=sum(g.in_flight for g in per), waiting=sum(g.waiting for g in per),
             completed=sum(g.completed for g in per), failed=sum(g.failed for g in per),
-            cancelled=sum(g.cancelled for g in per), pinned_bytes=self._slots.pinned_bytes,
+            cancelled=sum(g.cancelled for g in per), pinned_bytes=self._pinned.total,
             max_in_flight=self._slots.limit, submitted=sum(g.submitted for g in per), abandoned=abandoned,
             oldest_age=max(ages) if ages else None, latency=merged_histogram([g.latency for g in per]),
             graphs=graphs)
@@ -654,14 +653,7 @@ class Session:
             counters.finish(key, outcome)
 
     def _pin(self, prepared: PreparedInputs) -> Pins:
-        pins = Pins(prepared, prepared.arrays, prepared.nbytes, self._freeze_inputs)
-        self._slots.pinned_bytes += prepared.nbytes
-        return pins
-
-    def _unpin(self, pins: Pins) -> None:
-        if pins.objects is not None:
-            self._slots.pinned_bytes -= pins.nbytes
-            pins.unpin()
+        return Pins(prepared, prepared.arrays, prepared.nbytes, self._freeze_inputs, self._pinned)
 
     # --- allocators ---
     def register_external_allocator(self, stream: StreamLike, allocator: Allocator) -> None:
@@ -689,7 +681,7 @@ class Session:
             _lib.unregister_external_allocator(handle, address, "Stream.close()")
 
 
-class _RunRequest(Pins, _hub.Request):
+class _RunRequest(Pins, _hub.RunRequest):
     """A RunGraphAsync request in flight: its own input pins, and how its completion becomes Tensors or an
     exception. One object per request (plus its waiter), as it is made on every run's hot path."""
 
@@ -697,8 +689,7 @@ class _RunRequest(Pins, _hub.Request):
 
     def __init__(self, session: Session, prepared: PreparedInputs, graph_id: int, waiter: Any,
                  cap: Optional[Slots], counters: GraphCounters) -> None:
-        Pins.__init__(self, prepared, prepared.arrays, prepared.nbytes, session._freeze_inputs)
-        session._slots.pinned_bytes += prepared.nbytes
+        Pins.__init__(self, prepared, prepared.arrays, prepared.nbytes, session._freeze_inputs, session._pinned)
         self.session = session
         self.graph_id = graph_id
         self.waiter = waiter
@@ -710,6 +701,14 @@ class _RunRequest(Pins, _hub.Request):
     @property
     def context(self) -> str:
         return _async_context(self.graph_id)
+
+    @property
+    def handle(self) -> Any:
+        return self.session._handle
+
+    @property
+    def inputs(self) -> PreparedInputs:
+        return cast(PreparedInputs, self.objects)  # what the request pins (until it is released)
 
     def complete(self, status: int, kind: int, outputs: Any, text: str, orphaned: bool) -> bool:
         waiter = self.waiter
@@ -734,7 +733,7 @@ class _RunRequest(Pins, _hub.Request):
         for request in cast("list[_RunRequest]", requests):
             slots = request.session._slots
             if request.objects is not None:
-                slots.pinned_bytes -= request.nbytes
+                request.ledger.total -= request.nbytes
                 if request.frozen:
                     frozen.append(request.frozen)
                     request.frozen = None

@@ -9,46 +9,15 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from typing import Any, Callable, Optional
+from typing import Any
 
 import anyio
 
-from . import _hub, _lib
-from .errors import GeError, SessionClosedError
+from . import _hub, _lib, _streams
+from ._streams import release_default_allocator
+from .errors import FAILED, GeError, SessionClosedError
 
 __all__ = ["Stream", "stream_address"]
-
-
-# GE keeps external allocators in a process-wide map keyed by stream address. This mirrors which streams have one:
-# None for the caller's own, or how to unregister the device allocator geasync registered for a stream that had
-# none (done when the stream or that session closes, so a stream's allocator does not outlive it).
-_allocators: dict[int, Optional[Callable[[], None]]] = {}
-_allocators_lock = threading.Lock()
-
-
-def has_allocator(address: int) -> bool:
-    with _allocators_lock:
-        return address in _allocators
-
-
-def mark_allocator(address: int, release: Optional[Callable[[], None]]) -> None:
-    with _allocators_lock:
-        _allocators[address] = release
-
-
-def unmark_allocator(address: int) -> None:
-    with _allocators_lock:
-        _allocators.pop(address, None)
-
-
-def release_default_allocator(address: int) -> None:
-    """Unregister geasync's default allocator for ``address``, if it registered one (a caller's own stays)."""
-    with _allocators_lock:
-        if _allocators.get(address) is None:
-            return
-        release = _allocators.pop(address)
-    assert release is not None
-    release()
 
 
 class Stream:
@@ -67,7 +36,7 @@ class Stream:
     def address(self) -> int:
         _lib.check_process("Stream")  # a forked child cannot wait on its parent's streams: say so, never hang
         if not self._address:
-            raise SessionClosedError(0xFFFFFFFF, "the stream is closed; create a new Stream", "geasync", "Stream")
+            raise SessionClosedError(FAILED, "the stream is closed; create a new Stream", "geasync", "Stream")
         return self._address
 
     def __int__(self) -> int:
@@ -87,7 +56,7 @@ class Stream:
         """
         ms = -1 if timeout is None else max(1, int(timeout * 1000))
         _lib.stream_synchronize(self.address, ms, "Stream.synchronize()")
-        _hub.stream_pins.reap()
+        _streams.reap()
 
     async def synchronize_async(self) -> None:
         """Wait until every task enqueued so far has finished, without blocking any thread: a host function
@@ -106,19 +75,19 @@ class Stream:
         except BaseException:
             hub.forget(token)
             raise
-        await hub.wait(request.waiter)
+        await request.waiter
         # The host function has run, so everything enqueued before it is done; the stream counts the host function
         # itself as finished a moment after it returns: give it a few loop turns, so query() agrees with us.
         deadline = time.monotonic() + 0.02  # bounded: work enqueued after ours keeps query() False, rightly
         while not _lib.stream_query(address, context) and time.monotonic() < deadline:
             await anyio.sleep(0.0001)
-        _hub.stream_pins.reap()
+        _streams.reap()
 
     def query(self) -> bool:
         """True when every task enqueued so far has finished (aclrtStreamQuery; never blocks)."""
         done = _lib.stream_query(self.address, "Stream.query()")
         if done:
-            _hub.stream_pins.reap()
+            _streams.reap()
         return done
 
     def close(self) -> None:
@@ -130,7 +99,7 @@ class Stream:
                 release_default_allocator(address)
             finally:
                 _lib.stream_destroy(address, "Stream.close()")  # waits for the queued work
-            _hub.stream_pins.reap()
+            _streams.reap()
 
     def __enter__(self) -> "Stream":
         return self

@@ -106,7 +106,7 @@ class Tensor:
         t._nbytes = nbytes
         t._shape = shape
         t._dtype = dtype
-        t._placement = "host" if placement == _PLACEMENT_HOST else "device"
+        t._placement = "host" if placement == _lib.PLACEMENT_HOST else "device"
         return t
 
     def _host_array(self) -> NDArray[Any] | None:
@@ -184,11 +184,10 @@ class Tensor:
 
 _GE_DTYPES = _lib._NP_TO_GE
 _GE_TO_NP = _lib._GE_TO_NP
-_PLACEMENT_HOST = _lib.PLACEMENT_HOST
 _MAX_DIMS = _lib.MAX_DIMS
 
 
-PreparedInputs = _lib.InputDescs  # a run's inputs as native descriptors, with what keeps them alive
+PreparedInputs = _lib.PreparedInputs  # a run's inputs as native descriptors, with what keeps them alive
 
 
 def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = False, spec: Any = None,
@@ -239,7 +238,7 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
                 if buf is not None:
                     arrays.append(x)
                     n = x.nbytes
-                    rows.append((buf, n, dt, _PLACEMENT_HOST, x.ndim, shape))
+                    rows.append((buf, n, dt, _lib.PLACEMENT_HOST, x.ndim, shape))
                     nbytes += n
                     continue
         if isinstance(x, np.ndarray):
@@ -257,7 +256,7 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
             assert arr is not None
             buf = from_buffer(arr, require_writable=False)
             arrays.append(arr)
-            rows.append((buf, arr.nbytes, dt, _PLACEMENT_HOST, arr.ndim, arr.shape))
+            rows.append((buf, arr.nbytes, dt, _lib.PLACEMENT_HOST, arr.ndim, arr.shape))
         else:
             keep.append(x._owner)
             rows.append((_lib.pointer(x._address), x._nbytes, dt, _lib.PLACEMENT_DEVICE, len(x._shape), x._shape))

@@ -124,6 +124,26 @@ def test_an_install_without_its_extension_says_what_to_do(tmp_path):
     assert "native extension (geasync._twin) is missing" in last and "pip install --force-reinstall" in last, r.stderr
 
 
+def test_an_extension_built_for_another_version_is_refused_with_what_to_do(tmp_path):
+    """The extension carries the version it was built for (ga_version): a stale one is refused when it loads."""
+    script = ("import geasync, geasync._version\n"
+              "geasync._version.__version__ = '0.0.0-stale'\n"
+              "geasync.Session()\n")
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: geasync 0.0.0-stale found its native extension geasync._twin built for "
+                           f"geasync {ga.__version__}"), r.stderr
+    assert "rebuild or reinstall geasync" in last
+
+
+def test_the_extension_matches_the_package_version():
+    from geasync import _lib
+
+    ga.current_backend()
+    assert _lib.ffi.string(_lib.lib.ga_version()).decode() == ga.__version__
+
+
 def test_sample_mlp_is_the_example_model_byte_for_byte():
     assert ga.samples.mlp_bytes() == (ROOT / "examples" / "models" / "mlp.onnx").read_bytes()
 

@@ -159,7 +159,12 @@ def test_cann_builder_has_no_twin_only_declarations_and_links_the_toolkit(tmp_pa
     cann = build["make_cann_builder"](tk)
     twin = build["make_twin_builder"]()
     cann_decls, twin_decls = set(cann._parser._declarations), set(twin._parser._declarations)
-    assert all("twin" in d for d in twin_decls - cann_decls), twin_decls - cann_decls
+    twin_only = twin_decls - cann_decls
+    # twin_control.h's fault kinds are an anonymous enum: its constants carry the twin's name instead
+    enums = {d for d in twin_only if d.startswith("anonymous ")}
+    assert all("twin" in d for d in twin_only - enums), twin_only
+    for d in enums:
+        assert all(c.startswith("GEASYNC_TWIN_") for c in twin._parser._declarations[d][0].enumerators), d
     assert cann_decls - twin_decls == {"function geasync_cann_build_info"}
     assert not any("twin" in d for d in cann_decls)
 

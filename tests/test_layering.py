@@ -1,6 +1,6 @@
 """The package's layering, checked from its source: geasync's modules import each other without a cycle (imports
-inside functions included, since they are cycles all the same), and only ``geasync._lib`` reaches the native
-extensions. See docs/architecture.md for the layers."""
+inside functions included, since they are cycles all the same), no module imports one of a layer above its own,
+and only ``geasync._lib`` reaches the native extensions. See docs/architecture.md for the layers."""
 
 from __future__ import annotations
 
@@ -102,5 +102,38 @@ def test_only_lib_touches_the_native_extensions():
 
 def test_lib_is_the_bottom_layer():
     """The ffi chokepoint depends on nothing above it (errors and the library preloader only)."""
-    allowed = {"geasync.errors", "geasync._preload"}
+    allowed = {"geasync.errors", "geasync._preload", "geasync._version"}
     assert _graph()[FFI_OWNER] <= allowed | NATIVE_MODULES, _graph()[FFI_OWNER]
+
+
+# Bottom to top (docs/architecture.md). A module may import modules of its own layer or below, never above.
+LAYERS: list[set[str]] = [
+    # foundations: no geasync imports
+    {"errors", "_version", "_preload", "_metadata", "_options", "_stats", "_external_data", "_toolkit", "_loops",
+     "_cffi_build"},
+    {"_lib"},  # the ffi chokepoint
+    # native values and what describes them
+    {"_inputs", "tensor", "graph", "allocator", "_faults", "samples", "_check"},
+    # lifetimes: pins and bounds, completion hubs, stream runs, leak diagnostics
+    {"_guard", "_hub", "_streams", "_diagnostics"},
+    {"stream", "session"},  # the public core
+    {"pool", "batcher", "twin", "prometheus", "serve"},  # built on sessions
+    {"geasync", "__main__", "pytest_plugin"},  # the package and its entry points
+]
+
+
+def _layer_of() -> dict[str, int]:
+    return {("geasync" if name == "geasync" else f"geasync.{name}"): level
+            for level, names in enumerate(LAYERS) for name in names}
+
+
+def test_every_module_has_a_layer():
+    missing = sorted(set(_graph()) - set(_layer_of()))
+    assert not missing, f"modules with no layer in LAYERS (add them where they belong): {missing}"
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    layer = _layer_of()
+    upward = sorted((m, d) for m, deps in _graph().items() for d in deps
+                    if d in layer and m in layer and layer[d] > layer[m])
+    assert not upward, f"upward imports: {upward}"

@@ -452,3 +452,57 @@ def test_device_allocator_counts():
 def test_allocator_abstract():
     with pytest.raises(TypeError):
         ga.Allocator()  # type: ignore[abstract]
+
+
+def test_a_refused_stream_run_releases_its_inputs_and_leaves_no_completion_behind():
+    """A stream run is one native call (the run and the host function that frees its inputs): a refused run gives
+    the inputs back at once, counts as failed, and the next runs are released when the stream passes them."""
+    if ga.current_backend() != "twin":
+        pytest.skip("fault injection is a twin-only control")
+    with ga.Session() as s, ga.Stream() as st:
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        x = np.ones((1, 16), np.float32)
+        with ga.twin.fault(s, 1, "fail_run", nth=1):
+            with pytest.raises(ga.GeError):
+                s.run_graph_with_stream_async(1, st, [x, x])
+        assert x.flags.writeable
+        stats = s.statistics()
+        assert (stats.failed, stats.in_flight, stats.pinned_bytes) == (1, 0, 0), stats
+        (y,) = s.run_graph_with_stream_async(1, st, [x, A])
+        st.synchronize()
+        np.testing.assert_array_equal(y.to_host().numpy(), x + A)
+        stats = s.statistics()
+        assert (stats.completed, stats.in_flight, stats.pinned_bytes) == (1, 0, 0), stats
+
+
+def test_stream_runs_from_many_threads_are_all_released_while_others_reap():
+    """Each run's release is registered before its native call: a completion reaped by another thread (a query,
+    statistics) before the submitting thread returns is never lost."""
+    import threading
+
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        streams = [ga.Stream() for _ in range(4)]
+        runs_per_thread = 200
+        errors: list[BaseException] = []
+
+        def submit(stream: ga.Stream) -> None:
+            try:
+                for _ in range(runs_per_thread):
+                    s.run_graph_with_stream_async(1, stream, [A, A])
+                    stream.query()  # reaps whatever the streams have passed, other threads' runs included
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=submit, args=(stream,)) for stream in streams]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not errors, errors
+        for stream in streams:
+            stream.synchronize()
+            stream.close()
+        stats = s.statistics()
+        assert (stats.completed, stats.in_flight, stats.pinned_bytes) == (4 * runs_per_thread, 0, 0), stats
+        assert A.flags.writeable

@@ -25,8 +25,27 @@ typedef struct ga_tensor ga_tensor;
 typedef struct ga_outputs ga_outputs;
 typedef struct ga_completion_queue ga_completion_queue;
 
+/* Where a tensor's memory is (ga_tensor_desc.placement, ga_output_info.placement). */
+enum ga_placement { GA_PLACEMENT_DEVICE = 0, GA_PLACEMENT_HOST = 1 };
+
+/* What a completion record reports (ga_completion.kind). */
+enum ga_completion_kind {
+  GA_COMPLETION_RUN = 0,       /* RunGraphAsync callback: status = GE's callback status, outputs on success */
+  GA_COMPLETION_HOST_FUNC = 1, /* a host function on a stream was reached (status 0) */
+  GA_COMPLETION_ABANDONED = 2, /* the runtime dropped the job without a callback (session destroyed, GE finalised) */
+  GA_COMPLETION_REFUSED = 3    /* RunGraphAsync returned an error when the job was submitted in a batch */
+};
+
+/* ga_memcpy's direction (aclrtMemcpyKind's values). */
+enum ga_memcpy_kind {
+  GA_MEMCPY_HOST_TO_HOST = 0,
+  GA_MEMCPY_HOST_TO_DEVICE = 1,
+  GA_MEMCPY_DEVICE_TO_HOST = 2,
+  GA_MEMCPY_DEVICE_TO_DEVICE = 3
+};
+
 /* Borrowed view of a tensor: the memory at data stays owned by the caller (inputs) or the ga_tensor (outputs).
- * dtype uses ge::DataType numbering; placement 0 = device (HBM), 1 = host. */
+ * dtype uses ge::DataType numbering; placement is a ga_placement. */
 typedef struct ga_tensor_desc {
   void *data;
   size_t size;
@@ -64,11 +83,8 @@ typedef struct ga_graph_summary {
   size_t output_count;
 } ga_graph_summary;
 
-/* A finished piece of asynchronous work, drained from a completion queue on the consumer's thread.
- * kind 0: RunGraphAsync callback (status = GE callback status, outputs on success);
- * kind 1: host function on a stream reached (status 0);
- * kind 2: abandoned: the runtime dropped the job without a callback (session destroyed, GE finalised);
- * kind 3: refused: RunGraphAsync returned an error when the job was submitted in a batch. */
+/* A finished piece of asynchronous work, drained from a completion queue on the consumer's thread; kind is a
+ * ga_completion_kind. */
 typedef struct ga_completion {
   uint64_t token;
   ga_status status;
@@ -109,6 +125,8 @@ ga_status ga_finalize(void);
 const char *ga_last_error(void);
 const char *ga_last_api(void);
 const char *ga_backend_name(void);
+/* The geasync version the extension was built for: the package refuses an extension of another version. */
+const char *ga_version(void);
 void ga_get_live_counters(ga_live_counters *out);
 
 /* Sessions */
@@ -137,6 +155,13 @@ ga_status ga_session_run_graph(ga_session *session, uint32_t graph_id, const ga_
 ga_status ga_session_run_graph_with_stream_async(ga_session *session, uint32_t graph_id, void *stream,
                                                  const ga_tensor_desc *inputs, size_t input_count,
                                                  ga_outputs **outputs);
+/* RunGraphWithStreamAsync followed, on the same stream, by a host function that completes `token` on `queue`
+ * (GA_COMPLETION_HOST_FUNC) once the stream has passed the run, in one call: a run is never left without the signal that frees its inputs. If the host function cannot be launched, the stream is synchronised before the failure is
+ * returned (the run no longer uses the inputs then) and the run's outputs are destroyed. */
+ga_status ga_session_run_graph_with_stream_completion(ga_session *session, uint32_t graph_id, void *stream,
+                                                      const ga_tensor_desc *inputs, size_t input_count,
+                                                      ga_outputs **outputs, ga_completion_queue *queue,
+                                                      uint64_t token);
 ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, const ga_tensor_desc *inputs,
                                      size_t input_count, ga_completion_queue *queue, uint64_t token);
 /* Submits several requests in one call (one GIL release, one wake-up of GE's threads for the lot). A request GE
@@ -151,8 +176,6 @@ ga_status ga_session_register_default_allocator(ga_session *session, void *strea
 ga_status ga_session_unregister_external_allocator(ga_session *session, void *stream);
 
 /* Output tensors */
-size_t ga_outputs_count(const ga_outputs *outputs);
-ga_tensor *ga_outputs_take(ga_outputs *outputs, size_t index);
 /* Takes every tensor (infos[i]) and destroys the list, returning how many there were; if there are more than
  * `capacity`, takes nothing and returns the count. One call instead of 2 + 2n on a hot path. */
 size_t ga_outputs_take_all(ga_outputs *outputs, ga_output_info *infos, size_t capacity);
@@ -162,9 +185,9 @@ void ga_tensor_destroy(ga_tensor *tensor);
 /* Completion queue: multi-producer (runtime threads), single consumer; fd becomes readable when records wait. */
 ga_status ga_cq_create(ga_completion_queue **out);
 int ga_cq_fd(const ga_completion_queue *queue);
-size_t ga_cq_drain(ga_completion_queue *queue, ga_completion *out, size_t capacity);
-/* ga_cq_drain, also taking the drained records' outputs, in order, into infos (one call per batch on the loop's
- * hot path). Record i: output_count -1 = no outputs; n >= 0 = its n tensors are the next n infos (the list is
+/* Moves up to `capacity` waiting records into `out` and re-arms the fd (a record pushed meanwhile signals again),
+ * also taking the drained records' outputs, in order, into infos (one call per batch on the loop's hot path).
+ * Record i: output_count -1 = no outputs; n >= 0 = its n tensors are the next n infos (the list is
  * destroyed, outputs = NULL); -2 = they did not fit in the infos left, the list stays in outputs. */
 size_t ga_cq_drain_outputs(ga_completion_queue *queue, ga_completion *out, size_t capacity, ga_output_info *infos,
                            size_t info_capacity);
@@ -181,11 +204,11 @@ ga_status ga_stream_query(void *stream, int *complete);
 ga_status ga_device_malloc(int32_t device_id, size_t size, void **out);
 ga_status ga_device_free(void *ptr);
 ga_status ga_memcpy(void *dst, size_t dst_max, const void *src, size_t count, int32_t kind);
-/* CDEF END */
 
-/* Benchmark-only (declared to cffi by the build script): RunGraphAsync driven natively, no Python in the loop. */
+/* Benchmark-only: RunGraphAsync driven natively, no Python in the loop (the limit for the event-loop layer). */
 ga_status ga_bench_native_run_graph_async(ga_session *session, uint32_t graph_id, const ga_tensor_desc *inputs,
                                           size_t input_count, uint64_t runs, uint32_t in_flight, uint64_t *elapsed_ns);
+/* CDEF END */
 
 #ifdef __cplusplus
 }

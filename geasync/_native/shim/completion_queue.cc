@@ -39,6 +39,26 @@ void Signal(ga_completion_queue *q) {
     } while (n < 0 && errno == EINTR);
   }
 }
+
+// Moves up to `capacity` records into `out`.
+size_t DrainRecords(ga_completion_queue *queue, ga_completion *out, size_t capacity) {
+  if (queue == nullptr || out == nullptr || capacity == 0) return 0;
+  // Clear the fd, then re-arm, then pop: a record pushed after the pop finds the queue armed and signals,
+  // a record pushed before it is popped here, so no wake-up is lost.
+  uint64_t value;
+  while (read(queue->fd, &value, sizeof(value)) < 0 && errno == EINTR) {
+  }
+  queue->armed.store(true, std::memory_order_release);
+  size_t n = 0;
+  std::lock_guard<std::mutex> lk(queue->mu);
+  while (n < capacity && !queue->records.empty()) {
+    out[n++] = queue->records.front();
+    queue->records.pop_front();
+  }
+  Live().pending_completions.fetch_sub(static_cast<int64_t>(n));
+  return n;
+}
+
 }  // namespace
 
 void CqRetain(ga_completion_queue *q) { q->refs.fetch_add(1, std::memory_order_relaxed); }
@@ -93,27 +113,9 @@ ga_status ga_cq_create(ga_completion_queue **out) {
 
 int ga_cq_fd(const ga_completion_queue *queue) { return queue == nullptr ? -1 : queue->fd; }
 
-size_t ga_cq_drain(ga_completion_queue *queue, ga_completion *out, size_t capacity) {
-  if (queue == nullptr || out == nullptr || capacity == 0) return 0;
-  // Clear the fd, then re-arm, then pop: a record pushed after the pop finds the queue armed and signals,
-  // a record pushed before it is popped here, so no wake-up is lost.
-  uint64_t value;
-  while (read(queue->fd, &value, sizeof(value)) < 0 && errno == EINTR) {
-  }
-  queue->armed.store(true, std::memory_order_release);
-  size_t n = 0;
-  std::lock_guard<std::mutex> lk(queue->mu);
-  while (n < capacity && !queue->records.empty()) {
-    out[n++] = queue->records.front();
-    queue->records.pop_front();
-  }
-  shim::Live().pending_completions.fetch_sub(static_cast<int64_t>(n));
-  return n;
-}
-
 size_t ga_cq_drain_outputs(ga_completion_queue *queue, ga_completion *out, size_t capacity, ga_output_info *infos,
                            size_t info_capacity) {
-  const size_t n = ga_cq_drain(queue, out, capacity);
+  const size_t n = shim::DrainRecords(queue, out, capacity);
   size_t used = 0;
   for (size_t i = 0; i < n; ++i) {
     ga_completion &c = out[i];
@@ -121,7 +123,7 @@ size_t ga_cq_drain_outputs(ga_completion_queue *queue, ga_completion *out, size_
       c.output_count = -1;
       continue;
     }
-    const size_t k = ga_outputs_count(c.outputs);
+    const size_t k = c.outputs->items.size();
     if (infos == nullptr || k > info_capacity - used || k > INT32_MAX) {
       c.output_count = -2;
       continue;

@@ -125,7 +125,7 @@ bool ToGertTensors(const ga_tensor_desc *descs, size_t count, std::vector<gert::
       shape.MutableStorageShape().AppendDim(d.dims[k]);
     }
     gert::Tensor t(shape, gert::StorageFormat(ge::FORMAT_ND, ge::FORMAT_ND, {}), static_cast<ge::DataType>(d.dtype));
-    const auto placement = d.placement == 0 ? gert::kOnDeviceHbm : gert::kOnHost;
+    const auto placement = d.placement == GA_PLACEMENT_DEVICE ? gert::kOnDeviceHbm : gert::kOnHost;
     t.SetData(gert::TensorData(d.data, nullptr, d.size, placement));  // borrowed: no manager
     out->push_back(std::move(t));
   }
@@ -182,27 +182,19 @@ void ga_get_live_counters(ga_live_counters *out) {
   out->allocators = c.allocators.load();
 }
 
-size_t ga_outputs_count(const ga_outputs *outputs) { return outputs == nullptr ? 0 : outputs->items.size(); }
-
-ga_tensor *ga_outputs_take(ga_outputs *outputs, size_t index) {
-  if (outputs == nullptr || index >= outputs->items.size()) return nullptr;
-  ga_tensor *t = outputs->items[index];
-  outputs->items[index] = nullptr;
-  return t;
-}
-
 size_t ga_outputs_take_all(ga_outputs *outputs, ga_output_info *infos, size_t capacity) {
   if (outputs == nullptr) return 0;
   const size_t n = outputs->items.size();
   if (n > capacity) return n;  // the caller grows its buffer and calls again; the list is left intact
   for (size_t i = 0; i < n; ++i) {
     ga_output_info &info = infos[i];
-    info.handle = ga_outputs_take(outputs, i);
+    info.handle = outputs->items[i];
+    outputs->items[i] = nullptr;  // taken: the list's destruction below leaves it alone
     const gert::Tensor &t = info.handle->tensor;
     info.address = reinterpret_cast<uintptr_t>(t.GetAddr());
     info.size = t.GetSize();
     info.dtype = static_cast<int32_t>(t.GetDataType());
-    info.placement = t.GetPlacement() == gert::kOnDeviceHbm ? 0 : 1;
+    info.placement = t.GetPlacement() == gert::kOnDeviceHbm ? GA_PLACEMENT_DEVICE : GA_PLACEMENT_HOST;
     const gert::Shape &shape = t.GetStorageShape();
     info.ndim = static_cast<uint32_t>(shape.GetDimNum());
     for (size_t k = 0; k < info.ndim; ++k) info.dims[k] = shape.GetDim(k);

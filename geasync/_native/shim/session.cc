@@ -114,7 +114,7 @@ void AbandonAll(Outstanding &o, const std::string &why) {
     left.swap(o.requests);
   }
   for (auto &kv : left) {
-    shim::CqPush(kv.second.queue, kv.second.token, ge::FAILED, 2, nullptr, why);
+    shim::CqPush(kv.second.queue, kv.second.token, ge::FAILED, GA_COMPLETION_ABANDONED, nullptr, why);
     shim::CqRelease(kv.second.queue);
   }
 }
@@ -135,7 +135,7 @@ void AbandonQueuedBehind(Outstanding &o, uint64_t failed, ga_status status, cons
                           "running (status " + std::to_string(status) + (text.empty() ? "" : ": " + text) +
                           "); GE drops the requests queued behind it without calling them back";
   for (auto &kv : left) {
-    shim::CqPush(kv.second.queue, kv.second.token, ge::FAILED, 2, nullptr, why);
+    shim::CqPush(kv.second.queue, kv.second.token, ge::FAILED, GA_COMPLETION_ABANDONED, nullptr, why);
     shim::CqRelease(kv.second.queue);
   }
 }
@@ -321,7 +321,7 @@ ga_status ga_session_get_compiled_graph_summary(ga_session *session, uint32_t gr
     ga_tensor_desc &d = output_descs[i];
     d.data = nullptr;
     d.size = 0;
-    d.placement = 1;
+    d.placement = GA_PLACEMENT_HOST;
     d.dtype = i < dtypes.size() ? static_cast<int32_t>(dtypes[i]) : -1;
     const auto dims = shapes[i].GetDims();
     d.ndim = static_cast<uint32_t>(dims.size() > 25 ? 25 : dims.size());
@@ -365,6 +365,30 @@ ga_status ga_session_run_graph_with_stream_async(ga_session *session, uint32_t g
   *outputs = shim::MakeOutputs(std::move(out));
   if (*outputs == nullptr) return shim::FailWith(api, shim::kMemallocFailed, "out of memory");
   return 0;
+}
+
+ga_status ga_session_run_graph_with_stream_completion(ga_session *session, uint32_t graph_id, void *stream,
+                                                      const ga_tensor_desc *inputs, size_t input_count,
+                                                      ga_outputs **outputs, ga_completion_queue *queue,
+                                                      uint64_t token) {
+  if (queue == nullptr) return shim::FailWith("aclrtLaunchHostFunc", shim::kParamInvalid, "queue is null");
+  const ga_status run = ga_session_run_graph_with_stream_async(session, graph_id, stream, inputs, input_count,
+                                                               outputs);
+  if (run != 0) return run;
+  const ga_status launched = ga_stream_launch_completion(stream, queue, token);
+  if (launched == 0) return 0;
+  // The run is enqueued but nothing would say when the stream has passed it: wait for it here, so the caller may
+  // release the inputs when this returns; the outputs nobody will take go with it.
+  const std::string api = ga_last_api();
+  const std::string text = ga_last_error();
+  const aclError synced = aclrtSynchronizeStream(stream);
+  ga_outputs_destroy(*outputs);
+  *outputs = nullptr;
+  return shim::FailWith(api.c_str(), launched,
+                        text + (synced == ACL_SUCCESS ? " (the run was enqueued; geasync waited for the stream to "
+                                                        "finish it)"
+                                                      : " (the run was enqueued, and synchronising the stream "
+                                                        "failed too)"));
 }
 
 ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, const ga_tensor_desc *inputs,
@@ -427,7 +451,7 @@ ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, con
         text = "out of memory moving RunGraphAsync outputs";
       }
     }
-    shim::CqPush(req.queue, req.token, status, 0, o, text);
+    shim::CqPush(req.queue, req.token, status, GA_COMPLETION_RUN, o, text);
     shim::CqRelease(req.queue);
   };
 
@@ -463,7 +487,7 @@ size_t ga_run_graph_async_batch(const ga_async_submit *items, size_t count, ga_c
     if (st != 0) {
       ++refused;
       shim::Live().pending_completions.fetch_add(1);
-      shim::CqPush(queue, it.token, st, 3, nullptr, ga_last_error());
+      shim::CqPush(queue, it.token, st, GA_COMPLETION_REFUSED, nullptr, ga_last_error());
     }
   }
   return refused;

@@ -40,7 +40,7 @@ struct HostFuncArg {
 // Runs on ACL's callback thread: only signals, as a host function must.
 void CompletionHostFunc(void *p) {
   auto *arg = static_cast<HostFuncArg *>(p);
-  shim::CqPush(arg->queue, arg->token, 0, 1, nullptr, std::string());
+  shim::CqPush(arg->queue, arg->token, 0, GA_COMPLETION_HOST_FUNC, nullptr, std::string());
   shim::CqRelease(arg->queue);
   delete arg;
 }

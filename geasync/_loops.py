@@ -1,0 +1,186 @@
+"""Event-loop differences, in one place: which loop runs the calling task (asyncio -- uvloop included -- or trio),
+what a task awaits for a result delivered on its loop's thread, and how another thread wakes a waiting task.
+
+Everything above (the completion hubs, the in-flight bound, the batcher) asks here instead of testing for trio
+itself, so supporting another loop means changing this module only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from typing import Any, Callable, Generator, Literal, Optional, Protocol
+
+Flavour = Literal["asyncio", "trio"]
+
+# The asyncio (or uvloop) loop running in this thread, or None: asyncio's own C accessor, called on every run.
+running_loop: Callable[[], Optional[asyncio.AbstractEventLoop]] = asyncio._get_running_loop
+
+
+def trio_token() -> Any:
+    """The trio token of the run in this thread, or None outside trio (trio is never imported here)."""
+    trio = sys.modules.get("trio")
+    if trio is None:
+        return None
+    try:
+        return trio.lowlevel.current_trio_token()
+    except (RuntimeError, AttributeError):  # AttributeError: another thread is importing trio
+        return None
+
+
+def loop_flavour() -> Flavour:
+    """ "asyncio" (incl. uvloop) or "trio", for the calling task; RuntimeError outside both."""
+    if running_loop() is not None:
+        return "asyncio"
+    if trio_token() is not None:
+        return "trio"
+    raise RuntimeError("geasync's async API must be awaited inside an asyncio (or uvloop) or trio event loop")
+
+
+class TrioWaiter:
+    """What a trio task awaits for a result set on its run's thread: the subset of asyncio.Future geasync uses
+    (``done``, ``set_result``, ``set_exception``), awaitable like one. A task that stops waiting (cancelled)
+    marks it done, so whoever completes it later knows nobody wants the result."""
+
+    __slots__ = ("event", "result", "error", "abandoned")
+
+    def __init__(self) -> None:
+        import trio
+
+        self.event = trio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.abandoned = False
+
+    def done(self) -> bool:
+        return self.abandoned or self.event.is_set()
+
+    def set_result(self, result: Any) -> None:
+        self.result = result
+        self.event.set()
+
+    def set_exception(self, error: BaseException) -> None:
+        self.error = error
+        self.event.set()
+
+    async def _wait(self) -> Any:
+        try:
+            await self.event.wait()
+        except BaseException:
+            self.abandoned = True
+            raise
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._wait().__await__()
+
+
+def new_waiter(loop: Optional[asyncio.AbstractEventLoop] = None) -> "asyncio.Future[Any] | TrioWaiter":
+    """A waiter for the calling task's loop (``loop``: its asyncio loop, when the caller knows it)."""
+    if loop is None:
+        loop = running_loop()
+    if loop is not None:
+        return loop.create_future()
+    loop_flavour()  # a clear error outside any loop
+    return TrioWaiter()
+
+
+class WakeUp(Protocol):
+    """A task parked until another thread (or its own) wakes it; see ``wake_up``."""
+
+    def set(self) -> bool:
+        """From any thread: wakes the task; False if it gave up already or its loop is gone."""
+
+    async def wait(self) -> None:
+        """Parks the calling task until ``set``; raises when it is cancelled."""
+
+    def abandon(self) -> bool:
+        """After ``wait`` raised: True if a wake-up had been delivered (what it granted now belongs to the caller);
+        else one still in transit calls ``on_lost`` instead of waking anyone."""
+
+
+def wake_up(on_lost: Callable[[], None]) -> WakeUp:
+    """A thread-safe wake-up for the calling task. ``on_lost`` runs (on the task's loop thread) if a wake-up
+    reaches a task that gave up meanwhile, so what it granted can be passed on."""
+    loop = running_loop()
+    if loop is not None:
+        return _AsyncioWakeUp(loop, on_lost)
+    loop_flavour()
+    return _TrioWakeUp()
+
+
+class _AsyncioWakeUp:
+    __slots__ = ("_loop", "_future", "_on_lost")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_lost: Callable[[], None]) -> None:
+        self._loop = loop
+        self._future: asyncio.Future[None] = loop.create_future()
+        self._on_lost = on_lost
+
+    def set(self) -> bool:
+        if self._future.done():
+            return False
+        if running_loop() is self._loop:
+            self._future.set_result(None)
+            return True
+        try:
+            self._loop.call_soon_threadsafe(self._deliver)
+        except RuntimeError:  # its loop is closed: nobody will take what the wake-up grants
+            return False
+        return True
+
+    def _deliver(self) -> None:
+        if self._future.done():
+            self._on_lost()  # the task gave up while the wake-up was in transit
+        else:
+            self._future.set_result(None)
+
+    async def wait(self) -> None:
+        await self._future
+
+    def abandon(self) -> bool:
+        if self._future.done() and not self._future.cancelled():
+            return True
+        self._future.cancel()
+        return False
+
+
+class _TrioWakeUp:
+    __slots__ = ("_event", "_token", "_thread", "_granted", "_abandoned", "_lock")
+
+    def __init__(self) -> None:
+        import trio
+
+        self._event = trio.Event()
+        self._token = trio.lowlevel.current_trio_token()
+        self._thread = threading.get_ident()
+        self._granted = False
+        self._abandoned = False
+        self._lock = threading.Lock()  # a wake-up from another loop's thread races the task's cancellation
+
+    def set(self) -> bool:
+        import trio
+
+        with self._lock:
+            if self._abandoned:
+                return False
+            self._granted = True
+        if threading.get_ident() == self._thread:
+            self._event.set()
+        else:
+            try:
+                self._token.run_sync_soon(self._event.set)
+            except trio.RunFinishedError:  # its run is over: nobody will take what the wake-up grants
+                return False
+        return True
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+    def abandon(self) -> bool:
+        with self._lock:
+            self._abandoned = not self._granted
+            return self._granted
