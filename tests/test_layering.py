@@ -116,7 +116,7 @@ LAYERS: list[set[str]] = [
     {"_inputs", "tensor", "graph", "allocator", "_faults", "samples", "_check"},
     # lifetimes: pins and bounds, completion hubs, stream runs, leak diagnostics
     {"_guard", "_hub", "_streams", "_diagnostics"},
-    {"stream", "session"},  # the public core
+    {"stream", "_types", "session"},  # the public core (and the type aliases of what it accepts)
     {"pool", "batcher", "twin", "prometheus", "serve"},  # built on sessions
     {"geasync", "__main__", "pytest_plugin"},  # the package and its entry points
 ]
