@@ -447,3 +447,48 @@ def test_views_pinned_by_several_runs_are_thawed_in_any_order():
     assert not base.flags.writeable
     FREEZER.thaw(e2)
     assert base.flags.writeable and v1.flags.writeable and v2.flags.writeable
+
+
+# --- index operators whose shapes do not fit (found by the coverage-guided compile fuzzer) -------------------------
+
+_INDEX_SHAPES = {
+    # op, attributes, opset, [(input name, dtype, dims)]: each reads outside data or updates unless refused
+    "scatter_elements_rows_beyond_data": ("ScatterElements", {"axis": 1}, 18,
+                                          [("data", "f", [0, 5]), ("indices", "q", [1, 2]), ("updates", "f", [1, 2])]),
+    "scatter_v9_empty_dim": ("Scatter", {}, 9, [("data", "f", [3, 0]), ("indices", "q", [2, 3]),
+                                                ("updates", "f", [2, 3])]),
+    "scatter_elements_updates_not_indices_shape": ("ScatterElements", {}, 18, [("data", "f", [3, 3]),
+                                                   ("indices", "q", [1, 2]), ("updates", "f", [2, 2])]),
+    "gather_elements_rows_beyond_data": ("GatherElements", {"axis": 1}, 13,
+                                         [("data", "f", [0, 5]), ("indices", "q", [1, 2])]),
+    "gather_nd_batch_dims_differ": ("GatherND", {"batch_dims": 1}, 13,
+                                    [("data", "i", [2, 2, 2]), ("indices", "q", [0, 1])]),
+    "scatter_nd_updates_wrong_shape": ("ScatterND", {}, 18, [("data", "f", [4, 4]), ("indices", "q", [2, 1]),
+                                                             ("updates", "f", [3, 4])]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_INDEX_SHAPES))
+def test_index_operators_refuse_shapes_that_do_not_fit(case):
+    op, attrs, opset, inputs = _INDEX_SHAPES[case]
+    code = f"""
+    import numpy as np
+    import geasync as ga
+    from conftest import TensorProto, helper
+    types = {{"f": (TensorProto.FLOAT, np.float32), "i": (TensorProto.INT32, np.int32),
+              "q": (TensorProto.INT64, np.int64)}}
+    inputs = {inputs!r}
+    node = helper.make_node({op!r}, [n for n, _, _ in inputs], ["y"], **{attrs!r})
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, types[t][0], d) for n, t, d in inputs],
+                              [helper.make_tensor_value_info("y", types[inputs[0][1]][0], None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", {opset})])
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        try:
+            s.run_graph(1, [np.zeros(d, types[t][1]) for _, t, d in inputs])
+            print("ran")
+        except ga.GeError as exc:
+            print("GeError:", exc)
+    """
+    out = run_isolated(code).stdout
+    assert "GeError" in out and "ran" not in out, out

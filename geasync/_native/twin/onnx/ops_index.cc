@@ -210,6 +210,27 @@ std::unique_ptr<Kernel> PrepareHardmax(const KernelCtx &c, std::string *reason) 
 
 // ---- GatherElements / ScatterElements ----
 
+// The kernels read data (and updates) at every position the indices' shape walks, so the shapes must fit. Dims not
+// known yet (< 0) pass here; the plan infers again with the run's shapes before any kernel runs.
+bool Known(int64_t a, int64_t b) { return a >= 0 && b >= 0; }
+
+bool ElementsShapesFit(const TensorDesc &x, const TensorDesc &idx, const TensorDesc *upd, int64_t axis,
+                       std::string *reason) {
+  for (size_t d = 0; d < idx.dims.size() && d < x.dims.size(); ++d) {
+    if (static_cast<int64_t>(d) != axis && Known(idx.dims[d], x.dims[d]) && idx.dims[d] > x.dims[d]) {
+      *reason = "indices " + DescStr(idx) + " are larger than data " + DescStr(x) + " in dim " + std::to_string(d) +
+                " (only the axis dim may differ)";
+      return false;
+    }
+  }
+  if (upd == nullptr) return true;
+  bool same = upd->dims.size() == idx.dims.size();
+  for (size_t d = 0; same && d < idx.dims.size(); ++d)
+    same = !Known(upd->dims[d], idx.dims[d]) || upd->dims[d] == idx.dims[d];
+  if (!same) *reason = "updates " + DescStr(*upd) + " must have the shape of indices " + DescStr(idx);
+  return same;
+}
+
 bool InferGatherElements(InferCtx *c, std::string *reason) {
   const TensorDesc &x = *c->in[0], &idx = *c->in[1];
   if (!IndexType(idx.dtype)) {
@@ -223,6 +244,7 @@ bool InferGatherElements(InferCtx *c, std::string *reason) {
   }
   int64_t axis;
   if (!AxisAttr(*c->node, 0, std::max<int64_t>(x.dims.size(), 1), &axis, reason)) return false;
+  if (!ElementsShapesFit(x, idx, nullptr, axis, reason)) return false;
   c->out[0].dtype = x.dtype;
   c->out[0].dims = idx.dims;
   return true;
@@ -275,7 +297,9 @@ class GatherElementsKernel : public Kernel {
 std::unique_ptr<Kernel> PrepareGatherElements(const KernelCtx &c, std::string *reason) {
   const auto &d = c.in[0]->dims;
   int64_t axis;
-  if (!AxisAttr(*c.node, 0, std::max<int64_t>(d.size(), 1), &axis, reason)) return nullptr;
+  if (!AxisAttr(*c.node, 0, std::max<int64_t>(d.size(), 1), &axis, reason) ||
+      !ElementsShapesFit(*c.in[0], *c.in[1], nullptr, axis, reason))
+    return nullptr;
   std::vector<int64_t> off = WalkOffsets(c.in[1]->dims, d, axis);
   const int64_t n = d.empty() ? 1 : d[axis], stride = d.empty() ? 1 : Strides(d)[axis];
   std::unique_ptr<Kernel> k;
@@ -344,6 +368,7 @@ bool InferScatterElements(InferCtx *c, std::string *reason) {
   }
   int64_t axis;
   if (!AxisAttr(*c->node, 0, std::max<int64_t>(x.dims.size(), 1), &axis, reason)) return false;
+  if (!ElementsShapesFit(x, idx, &upd, axis, reason)) return false;
   c->out[0] = x;
   return true;
 }
@@ -377,7 +402,8 @@ std::unique_ptr<Kernel> PrepareScatterElements(const KernelCtx &c, std::string *
   const auto &d = c.in[0]->dims;
   int64_t axis;
   Reduction r;
-  if (!AxisAttr(*c.node, 0, std::max<int64_t>(d.size(), 1), &axis, reason) || !ReadReduction(*c.node, &r, reason))
+  if (!AxisAttr(*c.node, 0, std::max<int64_t>(d.size(), 1), &axis, reason) || !ReadReduction(*c.node, &r, reason) ||
+      !ElementsShapesFit(*c.in[0], *c.in[1], c.in[2], axis, reason))
     return nullptr;
   std::vector<int64_t> off = WalkOffsets(c.in[1]->dims, d, axis);
   const int64_t n = d.empty() ? 1 : d[axis], stride = d.empty() ? 1 : Strides(d)[axis];
@@ -407,7 +433,9 @@ bool InferGatherND(InferCtx *c, std::string *reason) {
     *reason = "the last dim of indices must be known";
     return false;
   }
-  if (b < 0 || b >= std::min(q, r) || k > r - b) {
+  bool fit = b >= 0 && b < std::min(q, r) && k <= r - b;
+  for (int64_t i = 0; fit && i < b; ++i) fit = !Known(idx.dims[i], x.dims[i]) || idx.dims[i] == x.dims[i];
+  if (!fit) {  // the batch dims of indices and data must agree: the kernel walks them together
     *reason = "batch_dims / indices shape do not fit the data: " + DescStr(x) + ", " + DescStr(idx);
     return false;
   }
@@ -486,6 +514,17 @@ bool InferScatterND(InferCtx *c, std::string *reason) {
   if (idx.dtype != ElemType::kInt64 || idx.dims.empty() || idx.dims.back() < 0 ||
       idx.dims.back() > static_cast<int64_t>(x.dims.size()) || c->in[2]->dtype != x.dtype) {
     *reason = "indices must be int64 with a last dim <= data rank, updates of data's dtype";
+    return false;
+  }
+  // updates hold one slice per index tuple: indices.shape[:-1] + data.shape[k:]
+  const TensorDesc &upd = *c->in[2];
+  std::vector<int64_t> want(idx.dims.begin(), idx.dims.end() - 1);
+  want.insert(want.end(), x.dims.begin() + idx.dims.back(), x.dims.end());
+  bool same = upd.dims.size() == want.size();
+  for (size_t d = 0; same && d < want.size(); ++d) same = !Known(upd.dims[d], want[d]) || upd.dims[d] == want[d];
+  if (!same) {
+    *reason = "updates " + DescStr(upd) + " must have the shape indices.shape[:-1] + data.shape[k:] for data " +
+              DescStr(x) + " and indices " + DescStr(idx);
     return false;
   }
   c->out[0] = x;
