@@ -137,6 +137,24 @@ std::string DimsToString(const std::vector<int64_t> &dims) {
   return os.str();
 }
 
+// A tensor's shape as gert holds it: origin = storage (the twin does no format transforms).
+gert::StorageShape StorageShapeOf(const std::vector<int64_t> &dims) {
+  gert::StorageShape shape;
+  for (int64_t v : dims) {
+    shape.MutableOriginShape().AppendDim(v);
+    shape.MutableStorageShape().AppendDim(v);
+  }
+  return shape;
+}
+
+// An input tensor's dtype and storage dims as the engine's desc (reuses desc's dims buffer).
+void ReadDesc(const gert::Tensor &t, ODesc *desc) {
+  desc->dtype = static_cast<ElemType>(t.GetDataType());
+  const gert::Shape &shape = t.GetStorageShape();
+  desc->dims.resize(shape.GetDimNum());
+  for (size_t k = 0; k < shape.GetDimNum(); ++k) desc->dims[k] = shape.GetDim(k);
+}
+
 std::string PlanKey(const std::vector<ODesc> &descs) {
   std::string key;
   for (const auto &d : descs) {
@@ -362,10 +380,7 @@ Status CheckInputs(GraphNode &node, const std::vector<gert::Tensor> &inputs, con
   for (size_t i = 0; i < inputs.size(); ++i) {
     const gert::Tensor &t = inputs[i];
     ODesc &d = (*descs)[i];
-    d.dtype = static_cast<ElemType>(t.GetDataType());
-    const gert::Shape &shape = t.GetStorageShape();
-    d.dims.resize(shape.GetDimNum());
-    for (size_t k = 0; k < shape.GetDimNum(); ++k) d.dims[k] = shape.GetDim(k);
+    ReadDesc(t, &d);
     int mismatch = 0;  // 1: dtype, 2: shape
     std::string want_dtype, want_dims;
     {
@@ -420,11 +435,6 @@ Status MakeHostOutputs(const Plan &plan, std::vector<gert::Tensor> &outputs, std
   outputs.clear();
   ptrs->clear();
   for (const ODesc &d : plan.output_descs()) {
-    gert::StorageShape shape;
-    for (int64_t v : d.dims) {
-      shape.MutableOriginShape().AppendDim(v);
-      shape.MutableStorageShape().AppendDim(v);
-    }
     const size_t bytes = d.Bytes();
     void *data = std::malloc(bytes == 0 ? 1 : bytes);
     auto *block = data == nullptr ? nullptr : new (std::nothrow) HostBlock{data};
@@ -434,7 +444,7 @@ Status MakeHostOutputs(const Plan &plan, std::vector<gert::Tensor> &outputs, std
       return MEMALLOC_FAILED;
     }
     g_live_host_blocks.fetch_add(1);
-    outputs.emplace_back(shape, gert::StorageFormat(FORMAT_ND, FORMAT_ND, {}), gert::kOnHost,
+    outputs.emplace_back(StorageShapeOf(d.dims), gert::StorageFormat(FORMAT_ND, FORMAT_ND, {}), gert::kOnHost,
                          static_cast<DataType>(d.dtype), block, HostBlockManager);
     ptrs->push_back(bytes == 0 ? nullptr : data);
   }
@@ -820,12 +830,7 @@ Status GeSession::RunGraphWithStreamAsync(uint32_t graph_id, void *stream, const
                           std::to_string(d.Bytes()) + "-byte output");
         return MEMALLOC_FAILED;  // `made` frees the blocks allocated so far
       }
-      gert::StorageShape shape;
-      for (int64_t v : d.dims) {
-        shape.MutableOriginShape().AppendDim(v);
-        shape.MutableStorageShape().AppendDim(v);
-      }
-      made.emplace_back(shape, gert::StorageFormat(FORMAT_ND, FORMAT_ND, {}), gert::kOnDeviceHbm,
+      made.emplace_back(StorageShapeOf(d.dims), gert::StorageFormat(FORMAT_ND, FORMAT_ND, {}), gert::kOnDeviceHbm,
                         static_cast<DataType>(d.dtype), block, MemBlockManager);
       made.back().SetSize(d.Bytes());
       out.push_back(d.Bytes() == 0 ? nullptr : block->GetAddr());
@@ -1000,10 +1005,8 @@ void CompileStage(const std::shared_ptr<AsyncRun> &run) {
     if (!node.compiled) {
       std::vector<ODesc> descs;
       for (const auto &t : run->inputs) {
-        ODesc d;
-        d.dtype = static_cast<ElemType>(t.GetDataType());
-        for (size_t k = 0; k < t.GetStorageShape().GetDimNum(); ++k) d.dims.push_back(t.GetStorageShape().GetDim(k));
-        descs.push_back(std::move(d));
+        descs.emplace_back();
+        ReadDesc(t, &descs.back());
       }
       const auto saved = node.data_descs;
       if (descs.size() == node.data_descs.size()) node.data_descs = descs;
