@@ -187,43 +187,46 @@ Status GeSession::RunGraph(uint32_t graph_id, const std::vector<gert::Tensor> &i
   return SUCCESS;
 }
 
-Status GeSession::RunGraphWithStreamAsync(uint32_t graph_id, void *stream, const std::vector<gert::Tensor> &inputs,
-                                          std::vector<gert::Tensor> &outputs) {
-  const char *api = "RunGraphWithStreamAsync";
-  GE_SESSION_CHECK(api);
-  auto node = impl_->Find(graph_id, api);
-  if (!node) return FAILED;
-  if (!ClaimMode(*node, RunMode::kRunGraphWithStreamAsync, false)) return FAILED;
+namespace {
+// --- RunGraphWithStreamAsync's steps ---
+
+Status CheckLiveStream(void *stream, const char *api) {
   if (stream == nullptr || !twin::acl::IsLiveStream(stream)) {
     twin::ReportError(std::string(api) + ": stream is not a live stream created by aclrtCreateStream");
     return PARAM_INVALID;
   }
-  std::lock_guard<std::mutex> graph_lock(node->run_mu);
-  if (EnsureLoaded(*node, api) != SUCCESS) return FAILED;
-  if (!ClaimMode(*node, RunMode::kRunGraphWithStreamAsync)) return FAILED;  // set after compile and load, as GE
-  std::vector<ODesc> descs;
-  std::vector<const void *> in;
-  Status st = CheckInputs(*node, inputs, api, &descs, &in);
-  if (st != SUCCESS) return st;
-  auto plan = ForValues(node->id, GetPlan(*node, descs, api), in, api);
-  if (!plan) return FAILED;
-  twin::FaultDecision fault = twin::NextRun(node->session_id, node->id);
-  if (fault.fail || fault.fail_alloc) {
-    fault.delay_ms = 0;  // a failed enqueue returns at once
-    return ApplyFault(fault, *node, api);
-  }
+  return SUCCESS;
+}
 
-  std::vector<void *> out;
-  st = MakeStreamOutputs(*node, stream, plan->output_descs(), api, &outputs, &out);
+// Compiles and loads on first use, takes the run mode (after compile and load, as GE), checks the inputs and picks
+// the plan for them (node.run_mu held).
+Status PrepareStreamRun(GraphNode &node, const std::vector<gert::Tensor> &inputs, const char *api,
+                        std::shared_ptr<Plan> *plan, std::vector<const void *> *in) {
+  if (EnsureLoaded(node, api) != SUCCESS) return FAILED;
+  if (!ClaimMode(node, RunMode::kRunGraphWithStreamAsync)) return FAILED;
+  std::vector<ODesc> descs;
+  const Status st = CheckInputs(node, inputs, api, &descs, in);
   if (st != SUCCESS) return st;
-  node->running.fetch_add(1);
-  auto task = [node, plan, in, out, fault]() {
+  *plan = ForValues(node.id, GetPlan(node, descs, api), *in, api);
+  return *plan ? SUCCESS : FAILED;
+}
+
+// What the stream executes when it reaches the run: the injected delay/stall/drop, then the plan. An execution
+// error has no caller left to return to: it becomes the stream's recent error message.
+struct StreamRunTask {
+  std::shared_ptr<GraphNode> node;
+  std::shared_ptr<Plan> plan;
+  std::vector<const void *> in;
+  std::vector<void *> out;
+  twin::FaultDecision fault;
+
+  void operator()() const {
     if (fault.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(fault.delay_ms));
     if (fault.stall) twin::WaitWhileStalled(node->session_id, node->id);
-    if (fault.drop) {
-      node->running.fetch_sub(1);
-      return;
-    }
+    if (!fault.drop) Execute();
+    node->running.fetch_sub(1);
+  }
+  void Execute() const {
     std::string error;
     bool ok;
     {
@@ -231,15 +234,45 @@ Status GeSession::RunGraphWithStreamAsync(uint32_t graph_id, void *stream, const
       ok = plan->Run(in, out, &error);
     }
     if (!ok) twin::acl::SetRecentErrMsg(("RunGraphWithStreamAsync: execution failed: " + error).c_str());
-    node->running.fetch_sub(1);
-  };
+  }
+};
+
+// The graph counts as running from the enqueue until the stream has executed (or dropped) the run.
+Status EnqueueStreamRun(void *stream, StreamRunTask task, const char *api) {
+  GraphNode &node = *task.node;
+  node.running.fetch_add(1);
   const aclError acl = twin::acl::EnqueueStreamTask(stream, std::move(task));
   if (acl != ACL_SUCCESS) {
-    node->running.fetch_sub(1);
+    node.running.fetch_sub(1);
     twin::ReportError(std::string(api) + ": enqueueing on the stream failed with ACL error " + std::to_string(acl));
-    outputs.clear();
     return RT_FAILED;
   }
   return SUCCESS;
+}
+}  // namespace
+
+Status GeSession::RunGraphWithStreamAsync(uint32_t graph_id, void *stream, const std::vector<gert::Tensor> &inputs,
+                                          std::vector<gert::Tensor> &outputs) {
+  const char *api = "RunGraphWithStreamAsync";
+  GE_SESSION_CHECK(api);
+  auto node = impl_->Find(graph_id, api);
+  if (!node) return FAILED;
+  if (!ClaimMode(*node, RunMode::kRunGraphWithStreamAsync, false)) return FAILED;
+  Status st = CheckLiveStream(stream, api);
+  if (st != SUCCESS) return st;
+  std::lock_guard<std::mutex> graph_lock(node->run_mu);
+  StreamRunTask task{node, nullptr, {}, {}, {}};
+  st = PrepareStreamRun(*node, inputs, api, &task.plan, &task.in);
+  if (st != SUCCESS) return st;
+  task.fault = twin::NextRun(node->session_id, node->id);
+  if (task.fault.fail || task.fault.fail_alloc) {
+    task.fault.delay_ms = 0;  // a failed enqueue returns at once
+    return ApplyFault(task.fault, *node, api);
+  }
+  st = MakeStreamOutputs(*node, stream, task.plan->output_descs(), api, &outputs, &task.out);
+  if (st != SUCCESS) return st;
+  st = EnqueueStreamRun(stream, std::move(task), api);
+  if (st != SUCCESS) outputs.clear();
+  return st;
 }
 }  // namespace ge
