@@ -131,6 +131,34 @@ void ExecStage(const std::shared_ptr<AsyncRun> &run) {
 
 void ExecStageJob(const std::shared_ptr<void> &run) { ExecStage(std::static_pointer_cast<AsyncRun>(run)); }
 
+// GE compiles a graph not compiled yet from the first run's inputs: their descs replace the Data nodes' (kept
+// when the compile fails).
+Status CompileFromInputs(GraphNode &node, const std::vector<gert::Tensor> &inputs) {
+  std::lock_guard<std::mutex> lk(node.mu);
+  if (node.compiled) return SUCCESS;
+  std::vector<ODesc> descs;
+  for (const auto &t : inputs) {
+    descs.emplace_back();
+    ReadDesc(t, &descs.back());
+  }
+  const auto saved = node.data_descs;
+  if (descs.size() == node.data_descs.size()) node.data_descs = descs;
+  const Status st = CompileLocked(node, "RunGraphAsync");
+  if (st != SUCCESS) node.data_descs = saved;
+  return st;
+}
+
+// The compile stage's work: an injected pre-run failure (twin-only test control), else compiling on first use.
+Status PreRun(GraphNode &node, const std::vector<gert::Tensor> &inputs) {
+  uint32_t injected = 0;
+  if (twin::PreRunFails(node.session_id, node.id, &injected)) {
+    twin::ReportError("RunGraphAsync: pre-run of graph (graph_id=" + std::to_string(node.id) + ") failed with status " +
+                      std::to_string(injected) + " (fault injected by the twin)");
+    return injected == SUCCESS ? FAILED : injected;
+  }
+  return CompileFromInputs(node, inputs);
+}
+
 // Stage 1: the compile thread compiles from the actual inputs' descriptions.
 void CompileStage(const std::shared_ptr<AsyncRun> &run) {
   SessionImpl *session = run->session;
@@ -151,27 +179,7 @@ void CompileStage(const std::shared_ptr<AsyncRun> &run) {
       if (!*handed_on) s->staged.fetch_sub(1);
     }
   } unstage{session, &handed_on};
-  Status st = SUCCESS;
-  uint32_t injected = 0;
-  if (twin::PreRunFails(node.session_id, node.id, &injected)) {
-    twin::ReportError("RunGraphAsync: pre-run of graph (graph_id=" + std::to_string(node.id) + ") failed with status " +
-                      std::to_string(injected) + " (fault injected by the twin)");
-    st = injected == SUCCESS ? FAILED : injected;
-  }
-  if (st == SUCCESS) {
-    std::lock_guard<std::mutex> lk(node.mu);
-    if (!node.compiled) {
-      std::vector<ODesc> descs;
-      for (const auto &t : run->inputs) {
-        descs.emplace_back();
-        ReadDesc(t, &descs.back());
-      }
-      const auto saved = node.data_descs;
-      if (descs.size() == node.data_descs.size()) node.data_descs = descs;
-      st = CompileLocked(node, "RunGraphAsync");
-      if (st != SUCCESS) node.data_descs = saved;
-    }
-  }
+  const Status st = PreRun(node, run->inputs);
   if (st != SUCCESS) {
     // GE (GraphManager::ReturnError): every pre-run failure calls back and then stops the session's async queue
     // for good; the jobs queued behind it are dropped without callbacks and later submits return FAILED.

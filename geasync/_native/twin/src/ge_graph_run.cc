@@ -39,69 +39,80 @@ void ReadDesc(const gert::Tensor &t, ODesc *desc) {
   for (size_t k = 0; k < shape.GetDimNum(); ++k) desc->dims[k] = shape.GetDim(k);
 }
 
-// Checks the run's inputs against the graph's Data nodes; fills descs and data pointers. Runs once per job on
-// the hot path: messages are only built on failure, and the Data descs are read under the node's lock, not copied.
-Status CheckInputs(GraphNode &node, const std::vector<gert::Tensor> &inputs, const char *api,
-                   std::vector<ODesc> *descs, std::vector<const void *> *ptrs) {
-  const auto &model_inputs = node.model->inputs();
-  auto where = [&]() { return std::string(api) + ": graph (graph_id=" + std::to_string(node.id) + ")"; };
-  if (inputs.size() != model_inputs.size()) {
-    twin::ReportError(where() + " expects " + std::to_string(model_inputs.size()) + " input(s), got " +
-                      std::to_string(inputs.size()));
+namespace {
+// --- CheckInputs' steps: hot path, messages are built only on failure ---
+
+std::string InputName(const GraphNode &node, size_t i, const char *api) {
+  return std::string(api) + ": graph (graph_id=" + std::to_string(node.id) + ") input " + std::to_string(i) + " ('" +
+         node.model->inputs()[i].name + "')";
+}
+
+bool DimsMatch(const ODesc &got, const ODesc &want) {
+  bool ok = got.dims.size() == want.dims.size() || want.IsUnknownRank();  // a Data node of unknown rank
+  for (size_t k = 0; ok && k < got.dims.size(); ++k)
+    ok = got.dims[k] >= 0 && (want.IsUnknownRank() || want.dims[k] < 0 || want.dims[k] == got.dims[k]);
+  return ok;
+}
+
+// The input's dtype and shape against its Data node's, read under the node's lock (not copied).
+Status CheckAgainstDataNode(GraphNode &node, size_t i, const ODesc &d, const char *api) {
+  std::string problem;
+  {
+    std::lock_guard<std::mutex> lk(node.mu);
+    const ODesc &want = node.data_descs[i];
+    if (d.dtype != want.dtype) {
+      problem = std::string(": dtype ") + twin::onnx::ElemTypeName(d.dtype) + " does not match the graph's " +
+                twin::onnx::ElemTypeName(want.dtype);
+    } else if (!DimsMatch(d, want)) {
+      problem = ": shape " + DimsToString(d.dims) + " does not match the graph's " + DimsToString(want.dims) +
+                " (-1 = any)";
+    }
+  }
+  if (problem.empty()) return SUCCESS;
+  twin::ReportError(InputName(node, i, api) + problem);
+  return PARAM_INVALID;
+}
+
+// The tensor holds enough bytes for its shape; a device tensor lies inside a live aclrtMalloc block.
+Status CheckInputMemory(const GraphNode &node, size_t i, const gert::Tensor &t, const ODesc &d, const char *api) {
+  const size_t need = d.Bytes();
+  const void *addr = t.GetAddr();
+  if (t.GetSize() < need || (need > 0 && addr == nullptr)) {
+    twin::ReportError(InputName(node, i, api) + ": holds " + std::to_string(addr == nullptr ? 0 : t.GetSize()) +
+                      " bytes but shape " + DimsToString(d.dims) + " needs " + std::to_string(need));
     return PARAM_INVALID;
   }
-  auto name = [&](size_t i) { return where() + " input " + std::to_string(i) + " ('" + model_inputs[i].name + "')"; };
+  if (t.GetPlacement() == gert::kOnDeviceHbm && need > 0) {
+    size_t remaining = 0;
+    if (!twin::acl::LookupDeviceMemory(addr, &remaining) || remaining < need) {
+      twin::ReportError(InputName(node, i, api) + ": placement is device but the address is not inside a live "
+                                                  "aclrtMalloc block large enough for " + std::to_string(need) +
+                        " bytes");
+      return PARAM_INVALID;
+    }
+    // GE documents 32-byte alignment ("otherwise undefined errors") but never checks it: neither does the twin.
+  }
+  return SUCCESS;
+}
+}  // namespace
+
+Status CheckInputs(GraphNode &node, const std::vector<gert::Tensor> &inputs, const char *api,
+                   std::vector<ODesc> *descs, std::vector<const void *> *ptrs) {
+  const size_t expected = node.model->inputs().size();
+  if (inputs.size() != expected) {
+    twin::ReportError(std::string(api) + ": graph (graph_id=" + std::to_string(node.id) + ") expects " +
+                      std::to_string(expected) + " input(s), got " + std::to_string(inputs.size()));
+    return PARAM_INVALID;
+  }
   descs->resize(inputs.size());
   ptrs->resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const gert::Tensor &t = inputs[i];
     ODesc &d = (*descs)[i];
-    ReadDesc(t, &d);
-    int mismatch = 0;  // 1: dtype, 2: shape
-    std::string want_dtype, want_dims;
-    {
-      std::lock_guard<std::mutex> lk(node.mu);
-      const ODesc &want = node.data_descs[i];
-      if (d.dtype != want.dtype) {
-        mismatch = 1;
-      } else {
-        bool ok = d.dims.size() == want.dims.size() || want.IsUnknownRank();  // a Data node of unknown rank
-        for (size_t k = 0; ok && k < d.dims.size(); ++k)
-          ok = d.dims[k] >= 0 && (want.IsUnknownRank() || want.dims[k] < 0 || want.dims[k] == d.dims[k]);
-        if (!ok) mismatch = 2;
-      }
-      if (mismatch != 0) {
-        want_dtype = twin::onnx::ElemTypeName(want.dtype);
-        want_dims = DimsToString(want.dims);
-      }
-    }
-    if (mismatch == 1) {
-      twin::ReportError(name(i) + ": dtype " + twin::onnx::ElemTypeName(d.dtype) + " does not match the graph's " +
-                        want_dtype);
-      return PARAM_INVALID;
-    }
-    if (mismatch == 2) {
-      twin::ReportError(name(i) + ": shape " + DimsToString(d.dims) + " does not match the graph's " + want_dims +
-                        " (-1 = any)");
-      return PARAM_INVALID;
-    }
-    const size_t need = d.Bytes();
-    const void *addr = t.GetAddr();
-    if (t.GetSize() < need || (need > 0 && addr == nullptr)) {
-      twin::ReportError(name(i) + ": holds " + std::to_string(addr == nullptr ? 0 : t.GetSize()) +
-                        " bytes but shape " + DimsToString(d.dims) + " needs " + std::to_string(need));
-      return PARAM_INVALID;
-    }
-    if (t.GetPlacement() == gert::kOnDeviceHbm && need > 0) {
-      size_t remaining = 0;
-      if (!twin::acl::LookupDeviceMemory(addr, &remaining) || remaining < need) {
-        twin::ReportError(name(i) + ": placement is device but the address is not inside a live aclrtMalloc block "
-                                    "large enough for " + std::to_string(need) + " bytes");
-        return PARAM_INVALID;
-      }
-      // GE documents 32-byte alignment ("otherwise undefined errors") but never checks it: neither does the twin.
-    }
-    (*ptrs)[i] = addr;
+    ReadDesc(inputs[i], &d);
+    Status st = CheckAgainstDataNode(node, i, d, api);
+    if (st == SUCCESS) st = CheckInputMemory(node, i, inputs[i], d, api);
+    if (st != SUCCESS) return st;
+    (*ptrs)[i] = inputs[i].GetAddr();
   }
   return SUCCESS;
 }
