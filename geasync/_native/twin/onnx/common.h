@@ -21,6 +21,10 @@ constexpr size_t kMaxRank = 32;
 // Returns false (with reason) for negative dims other than -1 or a product above kMaxElements.
 bool CheckedNumElements(const std::vector<int64_t> &dims, int64_t *n, std::string *reason);
 
+// Product of dims[lo, hi): 0 if any is 0, -1 if any is unknown (< 0), kMaxElements + 1 if it exceeds
+// kMaxElements (never overflows: the caller's limit check rejects it), else the product.
+int64_t DimsProduct(const std::vector<int64_t> &dims, size_t lo, size_t hi);
+
 std::string ShapeStr(const std::vector<int64_t> &dims);
 std::string DescStr(const TensorDesc &d);
 

@@ -58,9 +58,8 @@ struct RawModel {
   RawGraph graph;
 };
 
-// Decodes a TensorProto. Returns false with *err for wire-level corruption; a semantic problem (unsupported dtype,
-// external data, size mismatch) leaves *semantic non-empty and returns true.
-bool DecodeTensor(const uint8_t *base, ProtoReader r, ConstTensor *t, std::string *semantic, std::string *err) {
+// A TensorProto's fields as read from the wire (raw_data as a range of the model's bytes).
+struct TensorFields {
   std::vector<int64_t> dims, int64_data;
   std::vector<uint64_t> int32_data, uint64_data;  // int32_data kept as raw varints
   std::vector<float> float_data;
@@ -68,118 +67,148 @@ bool DecodeTensor(const uint8_t *base, ProtoReader r, ConstTensor *t, std::strin
   int64_t data_type = 0, data_location = 0;
   bool has_raw = false, has_external = false, has_segment = false, has_strings = false;
   size_t raw_off = 0, raw_len = 0;
+};
+
+bool ReadRawData(const uint8_t *base, ProtoReader *r, int wire, TensorFields *f, std::string *err) {
+  ProtoReader sub(base, 0, 0);
+  if (!r->SubField(wire, &sub, err)) return false;
+  f->has_raw = true;
+  f->raw_off = sub.pos();
+  f->raw_len = r->pos() - f->raw_off;  // payload ends where the reader now stands
+  return true;
+}
+
+bool ReadTensorFields(const uint8_t *base, ProtoReader r, TensorFields *f, std::string *name, std::string *err) {
   while (!r.done()) {
     uint32_t field;
     int wire;
     if (!r.ReadTag(&field, &wire, err)) return false;
     bool ok = true;
     switch (field) {
-      case 1: ok = r.RepeatedInt64(wire, &dims, err); break;
-      case 2: ok = r.Int64Field(wire, &data_type, err); break;
-      case 3: has_segment = true; ok = r.Skip(wire, err); break;
-      case 4: ok = r.RepeatedFloat(wire, &float_data, err); break;
-      case 5: ok = r.RepeatedUint64(wire, &int32_data, err); break;
-      case 6: has_strings = true; ok = r.Skip(wire, err); break;
-      case 7: ok = r.RepeatedInt64(wire, &int64_data, err); break;
-      case 8: ok = r.StringField(wire, &t->name, err); break;
-      case 9: {
-        ProtoReader sub(base, 0, 0);
-        ok = r.SubField(wire, &sub, err);
-        if (ok) {
-          has_raw = true;
-          raw_off = sub.pos();
-          raw_len = r.pos() - raw_off;  // payload ends where the reader now stands
-        }
-        break;
-      }
-      case 10: ok = r.RepeatedDouble(wire, &double_data, err); break;
-      case 11: ok = r.RepeatedUint64(wire, &uint64_data, err); break;
-      case 13: has_external = true; ok = r.Skip(wire, err); break;
-      case 14: ok = r.Int64Field(wire, &data_location, err); break;
+      case 1: ok = r.RepeatedInt64(wire, &f->dims, err); break;
+      case 2: ok = r.Int64Field(wire, &f->data_type, err); break;
+      case 3: f->has_segment = true; ok = r.Skip(wire, err); break;
+      case 4: ok = r.RepeatedFloat(wire, &f->float_data, err); break;
+      case 5: ok = r.RepeatedUint64(wire, &f->int32_data, err); break;
+      case 6: f->has_strings = true; ok = r.Skip(wire, err); break;
+      case 7: ok = r.RepeatedInt64(wire, &f->int64_data, err); break;
+      case 8: ok = r.StringField(wire, name, err); break;
+      case 9: ok = ReadRawData(base, &r, wire, f, err); break;
+      case 10: ok = r.RepeatedDouble(wire, &f->double_data, err); break;
+      case 11: ok = r.RepeatedUint64(wire, &f->uint64_data, err); break;
+      case 13: f->has_external = true; ok = r.Skip(wire, err); break;
+      case 14: ok = r.Int64Field(wire, &f->data_location, err); break;
       default: ok = r.Skip(wire, err); break;
     }
     if (!ok) return false;
   }
-  const std::string who = "tensor '" + t->name + "'";
-  if (has_external || data_location == 1) {
+  return true;
+}
+
+// The tensor's storage, dtype and shape are ones the twin supports; else false with *semantic.
+bool SupportedTensor(const TensorFields &f, const std::string &who, ElemType *et, int64_t *n, std::string *semantic) {
+  if (f.has_external || f.data_location == 1) {
     *semantic = who + " uses external data: give the model by path (Graph.from_onnx(path) reads the files beside it)";
-    return true;
+    return false;
   }
-  if (has_segment) {
+  if (f.has_segment) {
     *semantic = who + " is segmented, which the twin does not support";
-    return true;
+    return false;
   }
-  ElemType et;
-  if (has_strings || !OnnxTypeToElemType(data_type, &et)) {
-    *semantic = who + " has data type " + OnnxTypeName(data_type) + ", which the twin does not support";
-    return true;
+  if (f.has_strings || !OnnxTypeToElemType(f.data_type, et)) {
+    *semantic = who + " has data type " + OnnxTypeName(f.data_type) + ", which the twin does not support";
+    return false;
   }
-  for (int64_t d : dims) {
+  for (int64_t d : f.dims) {
     if (d < 0) {
       *semantic = who + " has negative dimension " + std::to_string(d);
-      return true;
+      return false;
     }
   }
-  int64_t n;
   std::string reason;
-  if (!CheckedNumElements(dims, &n, &reason)) {
+  if (!CheckedNumElements(f.dims, n, &reason)) {
     *semantic = who + ": " + reason;
-    return true;
+    return false;
   }
-  t->desc.dtype = et;
-  t->desc.dims = dims;
+  return true;
+}
+
+template <typename T>
+bool CopyTypedData(const std::vector<T> &src, size_t count, ConstTensor *t, size_t *have) {
+  *have = src.size();
+  if (src.size() != count) return false;
+  t->data.resize(count * sizeof(T));
+  CopyBytes(t->data.data(), src.data(), count * sizeof(T));
+  return true;
+}
+
+// uint32 and uint64 values both live in uint64_data.
+bool CopyUint64Data(const std::vector<uint64_t> &src, size_t count, size_t esize, ConstTensor *t, size_t *have) {
+  *have = src.size();
+  if (src.size() != count) return false;
+  t->data.resize(count * esize);
+  for (size_t i = 0; i < count; ++i) {
+    uint64_t v = src[i];
+    if (esize == 4) {
+      uint32_t v32 = static_cast<uint32_t>(v);
+      std::memcpy(&t->data[i * 4], &v32, 4);
+    } else {
+      std::memcpy(&t->data[i * 8], &v, 8);
+    }
+  }
+  return true;
+}
+
+// int32, int16, int8, uint16, uint8, bool, float16 and bfloat16 values all live in int32_data.
+bool CopyInt32Data(const std::vector<uint64_t> &src, size_t count, size_t esize, ConstTensor *t, size_t *have) {
+  *have = src.size();
+  if (src.size() != count) return false;
+  t->data.resize(count * esize);
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t v = static_cast<uint32_t>(src[i]);  // keeps the low bits (little-endian below)
+    for (size_t b = 0; b < esize; ++b) t->data[i * esize + b] = static_cast<uint8_t>(v >> (8 * b));
+  }
+  return true;
+}
+
+// Fills t->data from raw_data or the typed field of et; false (with the number of values found) on a count mismatch.
+bool CopyTensorData(const uint8_t *base, const TensorFields &f, ElemType et, size_t count, ConstTensor *t,
+                    size_t *have) {
   const size_t esize = ElemSize(et);
-  const size_t count = static_cast<size_t>(n);
-  auto mismatch = [&](size_t have) {
-    *semantic = who + " holds " + std::to_string(have) + " values but its shape " + ShapeStr(dims) + " needs " +
-                std::to_string(count);
-    return true;
-  };
-  if (has_raw) {
-    if (raw_len / esize != count || raw_len % esize != 0) return mismatch(raw_len / esize);
-    t->data.assign(base + raw_off, base + raw_off + raw_len);
+  if (f.has_raw) {
+    *have = f.raw_len / esize;
+    if (f.raw_len / esize != count || f.raw_len % esize != 0) return false;
+    t->data.assign(base + f.raw_off, base + f.raw_off + f.raw_len);
     return true;
   }
   t->data.resize(0);
   switch (et) {
-    case ElemType::kFloat:
-      if (float_data.size() != count) return mismatch(float_data.size());
-      t->data.resize(count * 4);
-      CopyBytes(t->data.data(), float_data.data(), count * 4);
-      return true;
-    case ElemType::kDouble:
-      if (double_data.size() != count) return mismatch(double_data.size());
-      t->data.resize(count * 8);
-      CopyBytes(t->data.data(), double_data.data(), count * 8);
-      return true;
-    case ElemType::kInt64:
-      if (int64_data.size() != count) return mismatch(int64_data.size());
-      t->data.resize(count * 8);
-      CopyBytes(t->data.data(), int64_data.data(), count * 8);
-      return true;
+    case ElemType::kFloat: return CopyTypedData(f.float_data, count, t, have);
+    case ElemType::kDouble: return CopyTypedData(f.double_data, count, t, have);
+    case ElemType::kInt64: return CopyTypedData(f.int64_data, count, t, have);
     case ElemType::kUint32:
-    case ElemType::kUint64:
-      if (uint64_data.size() != count) return mismatch(uint64_data.size());
-      t->data.resize(count * esize);
-      for (size_t i = 0; i < count; ++i) {
-        uint64_t v = uint64_data[i];
-        if (esize == 4) {
-          uint32_t v32 = static_cast<uint32_t>(v);
-          std::memcpy(&t->data[i * 4], &v32, 4);
-        } else {
-          std::memcpy(&t->data[i * 8], &v, 8);
-        }
-      }
-      return true;
-    default:  // int32, int16, int8, uint16, uint8, bool, float16, bfloat16 all live in int32_data
-      if (int32_data.size() != count) return mismatch(int32_data.size());
-      t->data.resize(count * esize);
-      for (size_t i = 0; i < count; ++i) {
-        uint32_t v = static_cast<uint32_t>(int32_data[i]);  // keeps the low bits (little-endian below)
-        for (size_t b = 0; b < esize; ++b) t->data[i * esize + b] = static_cast<uint8_t>(v >> (8 * b));
-      }
-      return true;
+    case ElemType::kUint64: return CopyUint64Data(f.uint64_data, count, esize, t, have);
+    default: return CopyInt32Data(f.int32_data, count, esize, t, have);
   }
+}
+
+// Decodes a TensorProto. Returns false with *err for wire-level corruption; a semantic problem (unsupported dtype,
+// external data, size mismatch) leaves *semantic non-empty and returns true.
+bool DecodeTensor(const uint8_t *base, ProtoReader r, ConstTensor *t, std::string *semantic, std::string *err) {
+  TensorFields f;
+  if (!ReadTensorFields(base, r, &f, &t->name, err)) return false;
+  const std::string who = "tensor '" + t->name + "'";
+  ElemType et;
+  int64_t n;
+  if (!SupportedTensor(f, who, &et, &n, semantic)) return true;
+  t->desc.dtype = et;
+  t->desc.dims = f.dims;
+  const size_t count = static_cast<size_t>(n);
+  size_t have = 0;
+  if (!CopyTensorData(base, f, et, count, t, &have))
+    *semantic = who + " holds " + std::to_string(have) + " values but its shape " + ShapeStr(f.dims) + " needs " +
+                std::to_string(count);
+  return true;
 }
 
 bool DecodeAttribute(const uint8_t *base, ProtoReader r, Attribute *a, std::string *semantic, std::string *err) {
@@ -460,258 +489,288 @@ bool ValueInfoToDesc(const RawValueInfo &vi, const char *what, TensorDesc *d, bo
   return true;
 }
 
-bool Build(RawModel &raw, ModelImpl *m, std::string *err) {
-  m->ir_version_ = raw.ir_version;
-  if (raw.graph_count == 0) {
-    *err = "ONNX model has no graph";
+// Builds the IR from a decoded model in steps; each returns false with *err set (the first problem found).
+class ModelBuilder {
+ public:
+  ModelBuilder(RawModel &raw, ModelImpl *m, std::string *err) : raw_(raw), g_(raw.graph), m_(m), err_(err) {}
+
+  bool Build() {
+    return ReadHeader() && AddInitializers() && AddGraphInputs() && AddNodes() && ResolveNodeInputs() &&
+           SortNodes() && AddGraphOutputs();
+  }
+
+ private:
+  bool Fail(std::string msg) {
+    *err_ = std::move(msg);
     return false;
   }
+  bool ReadHeader();
+  bool ReadOpset();
+  void AddValue(const std::string &name, ValueKind kind, int index);
+  std::string ProducerName(int vid) const;
+  bool AddInitializers();
+  bool AddGraphInputs();
+  bool AddGraphInput(const RawValueInfo &vi);
+  bool AddNodes();
+  bool CheckNode(size_t k, Node &n);
+  bool CheckArity(const Node &n);
+  bool CheckRequiredIo(const Node &n);
+  bool AddNodeOutputs(size_t k, Node &n);
+  bool ResolveNodeInputs();
+  bool SortNodes();
+  bool ReportCycle(const std::vector<int> &remaining);
+  void ApplyOrder(const std::vector<int> &order);
+  bool AddGraphOutputs();
+
+  RawModel &raw_;
+  RawGraph &g_;
+  ModelImpl *m_;
+  std::string *err_;
+  std::unordered_map<std::string, int> value_of_;
+  std::vector<std::vector<int>> consumers_;  // per node: the nodes reading its outputs
+  std::vector<int> indegree_;                // per node: inputs produced by other nodes
+};
+
+bool ModelBuilder::ReadHeader() {
+  m_->ir_version_ = raw_.ir_version;
+  if (raw_.graph_count == 0) return Fail("ONNX model has no graph");
+  if (!ReadOpset()) return false;
+  m_->graph_name_ = g_.name;
+  if (g_.has_sparse_initializer)
+    return Fail("graph '" + g_.name + "' has sparse initializers, which the twin does not support");
+  return true;
+}
+
+// The highest opset imported for the default domain.
+bool ModelBuilder::ReadOpset() {
   bool have_opset = false;
-  for (const auto &op : raw.opsets) {
+  for (const auto &op : raw_.opsets) {
     if (op.first.empty() || op.first == "ai.onnx") {
-      if (!have_opset || op.second > m->opset_) m->opset_ = op.second;
+      if (!have_opset || op.second > m_->opset_) m_->opset_ = op.second;
       have_opset = true;
     }
   }
-  if (!have_opset) {
-    *err = "ONNX model has no opset_import for the default domain";
-    return false;
-  }
-  if (m->opset_ < 1) {
-    *err = "ONNX model imports invalid opset version " + std::to_string(m->opset_);
-    return false;
-  }
-  RawGraph &g = raw.graph;
-  m->graph_name_ = g.name;
-  if (g.has_sparse_initializer) {
-    *err = "graph '" + g.name + "' has sparse initializers, which the twin does not support";
-    return false;
-  }
+  if (!have_opset) return Fail("ONNX model has no opset_import for the default domain");
+  if (m_->opset_ < 1) return Fail("ONNX model imports invalid opset version " + std::to_string(m_->opset_));
+  return true;
+}
 
-  std::unordered_map<std::string, int> value_of;
-  auto add_value = [&](const std::string &name, ValueKind kind, int index) {
-    value_of.emplace(name, static_cast<int>(m->values_.size()));
-    Value v;
-    v.name = name;
-    v.kind = kind;
-    v.index = index;
-    m->values_.push_back(std::move(v));
-  };
-  auto producer_name = [&](int vid) -> std::string {
-    const Value &v = m->values_[vid];
-    if (v.kind == ValueKind::kGraphInput) return "graph input '" + v.name + "'";
-    if (v.kind == ValueKind::kInitializer) return "initializer '" + v.name + "'";
-    return "node '" + g.nodes[v.index].node.name + "'";
-  };
+void ModelBuilder::AddValue(const std::string &name, ValueKind kind, int index) {
+  value_of_.emplace(name, static_cast<int>(m_->values_.size()));
+  Value v;
+  v.name = name;
+  v.kind = kind;
+  v.index = index;
+  m_->values_.push_back(std::move(v));
+}
 
-  // Initializers.
-  for (size_t i = 0; i < g.initializers.size(); ++i) {
-    auto &t = g.initializers[i];
-    if (!g.initializer_errors[i].empty()) {
-      *err = "initializer " + g.initializer_errors[i];
-      return false;
-    }
-    if (t->name.empty()) {
-      *err = "initializer #" + std::to_string(i) + " has no name";
-      return false;
-    }
-    if (value_of.count(t->name)) {
-      *err = "initializer '" + t->name + "' is defined twice";
-      return false;
-    }
-    add_value(t->name, ValueKind::kInitializer, static_cast<int>(m->initializers_.size()));
-    m->initializer_bytes_ += t->data.size();
-    m->initializers_.push_back(t);
-  }
-  // Graph inputs; those that are initializers are constants, not Data nodes.
-  std::map<std::string, bool> seen_inputs;
-  for (const RawValueInfo &vi : g.inputs) {
-    if (vi.name.empty()) {
-      *err = "graph input without a name";
-      return false;
-    }
-    if (seen_inputs.count(vi.name)) {
-      *err = "graph input '" + vi.name + "' is declared twice";
-      return false;
-    }
-    seen_inputs[vi.name] = true;
-    if (value_of.count(vi.name)) continue;  // an initializer
-    ValueInfo info;
-    info.name = vi.name;
-    bool rank_known = false;
-    if (!ValueInfoToDesc(vi, "graph input", &info.desc, &rank_known, err)) return false;
-    if (info.desc.dtype == ElemType::kUndefined) {
-      *err = "graph input '" + vi.name + "' has no tensor element type";
-      return false;
-    }
-    if (!rank_known) info.desc.dims = {kUnknownRankDim};  // no shape field: any rank, as in onnxruntime
-    add_value(vi.name, ValueKind::kGraphInput, static_cast<int>(m->inputs_.size()));
-    m->input_values_.push_back(value_of[vi.name]);
-    m->inputs_.push_back(std::move(info));
-    m->input_rank_known_.push_back(rank_known);
-  }
+std::string ModelBuilder::ProducerName(int vid) const {
+  const Value &v = m_->values_[vid];
+  if (v.kind == ValueKind::kGraphInput) return "graph input '" + v.name + "'";
+  if (v.kind == ValueKind::kInitializer) return "initializer '" + v.name + "'";
+  return "node '" + g_.nodes[v.index].node.name + "'";
+}
 
-  // Nodes: op support, arity, attributes, outputs produced once.
-  const size_t n_nodes = g.nodes.size();
+bool ModelBuilder::AddInitializers() {
+  for (size_t i = 0; i < g_.initializers.size(); ++i) {
+    auto &t = g_.initializers[i];
+    if (!g_.initializer_errors[i].empty()) return Fail("initializer " + g_.initializer_errors[i]);
+    if (t->name.empty()) return Fail("initializer #" + std::to_string(i) + " has no name");
+    if (value_of_.count(t->name)) return Fail("initializer '" + t->name + "' is defined twice");
+    AddValue(t->name, ValueKind::kInitializer, static_cast<int>(m_->initializers_.size()));
+    m_->initializer_bytes_ += t->data.size();
+    m_->initializers_.push_back(t);
+  }
+  return true;
+}
+
+// Graph inputs; those that are initializers are constants, not Data nodes.
+bool ModelBuilder::AddGraphInputs() {
+  std::set<std::string> seen;
+  for (const RawValueInfo &vi : g_.inputs) {
+    if (vi.name.empty()) return Fail("graph input without a name");
+    if (!seen.insert(vi.name).second) return Fail("graph input '" + vi.name + "' is declared twice");
+    if (value_of_.count(vi.name)) continue;  // an initializer
+    if (!AddGraphInput(vi)) return false;
+  }
+  return true;
+}
+
+bool ModelBuilder::AddGraphInput(const RawValueInfo &vi) {
+  ValueInfo info;
+  info.name = vi.name;
+  bool rank_known = false;
+  if (!ValueInfoToDesc(vi, "graph input", &info.desc, &rank_known, err_)) return false;
+  if (info.desc.dtype == ElemType::kUndefined) return Fail("graph input '" + vi.name + "' has no tensor element type");
+  if (!rank_known) info.desc.dims = {kUnknownRankDim};  // no shape field: any rank, as in onnxruntime
+  AddValue(vi.name, ValueKind::kGraphInput, static_cast<int>(m_->inputs_.size()));
+  m_->input_values_.push_back(value_of_[vi.name]);
+  m_->inputs_.push_back(std::move(info));
+  m_->input_rank_known_.push_back(rank_known);
+  return true;
+}
+
+// Nodes: op support, arity, attributes, outputs produced once.
+bool ModelBuilder::AddNodes() {
+  for (size_t k = 0; k < g_.nodes.size(); ++k) {
+    Node &n = g_.nodes[k].node;
+    if (!CheckNode(k, n) || !AddNodeOutputs(k, n)) return false;
+  }
+  return true;
+}
+
+bool ModelBuilder::CheckNode(size_t k, Node &n) {
+  const RawNode &rn = g_.nodes[k];
+  if (n.name.empty()) n.name = "#" + std::to_string(k);
+  if (!rn.deferred_error.empty()) return Fail(n.Where() + rn.deferred_error);
+  if (!n.domain.empty() && n.domain != "ai.onnx")
+    return Fail(n.Where() + "operator domain '" + n.domain + "' is not supported by the twin");
+  n.op = FindOp(n.op_type);
+  if (!n.op) return Fail(n.Where() + "operator not supported by the twin");
+  if (!CheckArity(n) || !CheckRequiredIo(n)) return false;
+  std::string reason;
+  if (n.op->check && !n.op->check(n, m_->opset_, &reason)) return Fail(n.Where() + reason);
+  if (n.op_type == "Constant") {
+    if (!BuildConstantValue(n, &n.const_value, &reason)) return Fail(n.Where() + reason);
+    m_->initializer_bytes_ += n.const_value->data.size();
+  }
+  return true;
+}
+
+std::string ArityError(const Node &n, int lo, int hi, int got, const char *what) {
+  return n.Where() + "expects " + (lo == hi ? std::to_string(lo) : std::to_string(lo) + " to " + std::to_string(hi)) +
+         " " + what + ", got " + std::to_string(got);
+}
+
+bool ModelBuilder::CheckArity(const Node &n) {
+  const OpDef &op = *n.op;
+  const int nin = static_cast<int>(n.input_names.size()), nout = static_cast<int>(n.output_names.size());
+  if (nin < op.min_inputs || nin > op.max_inputs)
+    return Fail(ArityError(n, op.min_inputs, op.max_inputs, nin, "inputs"));
+  if (nout < op.min_outputs || nout > op.max_outputs)
+    return Fail(ArityError(n, op.min_outputs, op.max_outputs, nout, "outputs"));
+  return true;
+}
+
+bool ModelBuilder::CheckRequiredIo(const Node &n) {
+  const OpDef &op = *n.op;
+  const int required_inputs = op.variadic ? static_cast<int>(n.input_names.size()) : op.min_inputs;
+  for (int i = 0; i < required_inputs; ++i)
+    if (n.input_names[i].empty()) return Fail(n.Where() + "required input " + std::to_string(i) + " is missing");
+  for (int i = 0; i < op.min_outputs; ++i)
+    if (n.output_names[i].empty()) return Fail(n.Where() + "required output " + std::to_string(i) + " is missing");
+  return true;
+}
+
+bool ModelBuilder::AddNodeOutputs(size_t k, Node &n) {
+  n.outputs.assign(n.output_names.size(), -1);
+  for (size_t o = 0; o < n.output_names.size(); ++o) {
+    const std::string &name = n.output_names[o];
+    if (name.empty()) continue;
+    auto it = value_of_.find(name);
+    if (it != value_of_.end())
+      return Fail(n.Where() + "output '" + name + "' is already produced by " + ProducerName(it->second));
+    AddValue(name, ValueKind::kNodeOutput, static_cast<int>(k));
+    n.outputs[o] = value_of_[name];
+  }
+  return true;
+}
+
+// Every consumed value has a producer; build the dependency graph.
+bool ModelBuilder::ResolveNodeInputs() {
+  const size_t n_nodes = g_.nodes.size();
+  consumers_.assign(n_nodes, {});
+  indegree_.assign(n_nodes, 0);
   for (size_t k = 0; k < n_nodes; ++k) {
-    RawNode &rn = g.nodes[k];
-    Node &n = rn.node;
-    if (n.name.empty()) n.name = "#" + std::to_string(k);
-    if (!rn.deferred_error.empty()) {
-      *err = n.Where() + rn.deferred_error;
-      return false;
-    }
-    if (!n.domain.empty() && n.domain != "ai.onnx") {
-      *err = n.Where() + "operator domain '" + n.domain + "' is not supported by the twin";
-      return false;
-    }
-    n.op = FindOp(n.op_type);
-    if (!n.op) {
-      *err = n.Where() + "operator not supported by the twin";
-      return false;
-    }
-    const OpDef &op = *n.op;
-    const int nin = static_cast<int>(n.input_names.size()), nout = static_cast<int>(n.output_names.size());
-    if (nin < op.min_inputs || nin > op.max_inputs) {
-      *err = n.Where() + "expects " +
-             (op.min_inputs == op.max_inputs ? std::to_string(op.min_inputs)
-                                             : std::to_string(op.min_inputs) + " to " + std::to_string(op.max_inputs)) +
-             " inputs, got " + std::to_string(nin);
-      return false;
-    }
-    if (nout < op.min_outputs || nout > op.max_outputs) {
-      *err = n.Where() + "expects " +
-             (op.min_outputs == op.max_outputs
-                  ? std::to_string(op.min_outputs)
-                  : std::to_string(op.min_outputs) + " to " + std::to_string(op.max_outputs)) +
-             " outputs, got " + std::to_string(nout);
-      return false;
-    }
-    const int required_inputs = op.variadic ? nin : op.min_inputs;
-    for (int i = 0; i < required_inputs; ++i) {
-      if (n.input_names[i].empty()) {
-        *err = n.Where() + "required input " + std::to_string(i) + " is missing";
-        return false;
-      }
-    }
-    for (int i = 0; i < op.min_outputs; ++i) {
-      if (n.output_names[i].empty()) {
-        *err = n.Where() + "required output " + std::to_string(i) + " is missing";
-        return false;
-      }
-    }
-    std::string reason;
-    if (op.check && !op.check(n, m->opset_, &reason)) {
-      *err = n.Where() + reason;
-      return false;
-    }
-    if (n.op_type == "Constant") {
-      if (!BuildConstantValue(n, &n.const_value, &reason)) {
-        *err = n.Where() + reason;
-        return false;
-      }
-      m->initializer_bytes_ += n.const_value->data.size();
-    }
-    n.outputs.assign(n.output_names.size(), -1);
-    for (size_t o = 0; o < n.output_names.size(); ++o) {
-      const std::string &name = n.output_names[o];
-      if (name.empty()) continue;
-      auto it = value_of.find(name);
-      if (it != value_of.end()) {
-        *err = n.Where() + "output '" + name + "' is already produced by " + producer_name(it->second);
-        return false;
-      }
-      add_value(name, ValueKind::kNodeOutput, static_cast<int>(k));
-      n.outputs[o] = value_of[name];
-    }
-  }
-  // Every consumed value has a producer; build the dependency graph.
-  std::vector<std::vector<int>> consumers(n_nodes);
-  std::vector<int> indegree(n_nodes, 0);
-  for (size_t k = 0; k < n_nodes; ++k) {
-    Node &n = g.nodes[k].node;
+    Node &n = g_.nodes[k].node;
     n.inputs.assign(n.input_names.size(), -1);
     for (size_t i = 0; i < n.input_names.size(); ++i) {
       const std::string &name = n.input_names[i];
       if (name.empty()) continue;
-      auto it = value_of.find(name);
-      if (it == value_of.end()) {
-        *err = n.Where() + "input '" + name + "' is not produced by any node, initializer or graph input";
-        return false;
-      }
+      auto it = value_of_.find(name);
+      if (it == value_of_.end())
+        return Fail(n.Where() + "input '" + name + "' is not produced by any node, initializer or graph input");
       n.inputs[i] = it->second;
-      const Value &v = m->values_[it->second];
+      const Value &v = m_->values_[it->second];
       if (v.kind == ValueKind::kNodeOutput) {
-        consumers[v.index].push_back(static_cast<int>(k));
-        ++indegree[k];
+        consumers_[v.index].push_back(static_cast<int>(k));
+        ++indegree_[k];
       }
     }
   }
-  // Topological sort (Kahn), preferring the model's own order.
+  return true;
+}
+
+// Topological sort (Kahn), preferring the model's own order.
+bool ModelBuilder::SortNodes() {
+  const size_t n_nodes = g_.nodes.size();
   std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
   for (size_t k = 0; k < n_nodes; ++k)
-    if (indegree[k] == 0) ready.push(static_cast<int>(k));
+    if (indegree_[k] == 0) ready.push(static_cast<int>(k));
   std::vector<int> order;
   order.reserve(n_nodes);
-  std::vector<int> remaining = indegree;
+  std::vector<int> remaining = indegree_;
   while (!ready.empty()) {
     int k = ready.top();
     ready.pop();
     order.push_back(k);
-    for (int c : consumers[k])
+    for (int c : consumers_[k])
       if (--remaining[c] == 0) ready.push(c);
   }
-  if (order.size() != n_nodes) {
-    // Walk backwards through unfinished producers until a node repeats: that node lies on a cycle.
-    int k = 0;
-    while (remaining[k] == 0) ++k;
-    std::vector<char> visited(n_nodes, 0);
-    while (!visited[k]) {
-      visited[k] = 1;
-      const Node &n = g.nodes[k].node;
-      int next = -1;
-      for (int vid : n.inputs) {
-        if (vid < 0) continue;
-        const Value &v = m->values_[vid];
-        if (v.kind == ValueKind::kNodeOutput && remaining[v.index] > 0) {
-          next = v.index;
-          break;
-        }
-      }
-      if (next < 0) break;  // cannot happen: an unfinished node has an unfinished producer
-      k = next;
-    }
-    const Node &n = g.nodes[k].node;
-    *err = n.Where() + "is part of a cycle in the graph";
-    return false;
-  }
-  std::vector<int> position(n_nodes);
-  for (size_t p = 0; p < n_nodes; ++p) position[order[p]] = static_cast<int>(p);
-  for (Value &v : m->values_)
-    if (v.kind == ValueKind::kNodeOutput) v.index = position[v.index];
-  m->nodes_.reserve(n_nodes);
-  for (int k : order) m->nodes_.push_back(std::move(g.nodes[k].node));
+  if (order.size() != n_nodes) return ReportCycle(remaining);
+  ApplyOrder(order);
+  return true;
+}
 
-  // Graph outputs.
-  for (const RawValueInfo &vi : g.outputs) {
-    auto it = value_of.find(vi.name);
-    if (vi.name.empty() || it == value_of.end()) {
-      *err = "graph output '" + vi.name + "' is not produced by any node, initializer or graph input";
-      return false;
+// Walks backwards through unfinished producers until a node repeats: that node lies on a cycle.
+bool ModelBuilder::ReportCycle(const std::vector<int> &remaining) {
+  int k = 0;
+  while (remaining[k] == 0) ++k;
+  std::vector<char> visited(g_.nodes.size(), 0);
+  while (!visited[k]) {
+    visited[k] = 1;
+    int next = -1;
+    for (int vid : g_.nodes[k].node.inputs) {
+      if (vid < 0) continue;
+      const Value &v = m_->values_[vid];
+      if (v.kind == ValueKind::kNodeOutput && remaining[v.index] > 0) {
+        next = v.index;
+        break;
+      }
     }
+    if (next < 0) break;  // cannot happen: an unfinished node has an unfinished producer
+    k = next;
+  }
+  return Fail(g_.nodes[k].node.Where() + "is part of a cycle in the graph");
+}
+
+// Moves the nodes into the model in topological order; node-output values then index the sorted nodes.
+void ModelBuilder::ApplyOrder(const std::vector<int> &order) {
+  std::vector<int> position(order.size());
+  for (size_t p = 0; p < order.size(); ++p) position[order[p]] = static_cast<int>(p);
+  for (Value &v : m_->values_)
+    if (v.kind == ValueKind::kNodeOutput) v.index = position[v.index];
+  m_->nodes_.reserve(order.size());
+  for (int k : order) m_->nodes_.push_back(std::move(g_.nodes[k].node));
+}
+
+bool ModelBuilder::AddGraphOutputs() {
+  for (const RawValueInfo &vi : g_.outputs) {
+    auto it = value_of_.find(vi.name);
+    if (vi.name.empty() || it == value_of_.end())
+      return Fail("graph output '" + vi.name + "' is not produced by any node, initializer or graph input");
     ValueInfo info;
     info.name = vi.name;
     bool rank_known = false;
-    if (!ValueInfoToDesc(vi, "graph output", &info.desc, &rank_known, err)) return false;
-    m->outputs_.push_back(std::move(info));
-    m->output_values_.push_back(it->second);
+    if (!ValueInfoToDesc(vi, "graph output", &info.desc, &rank_known, err_)) return false;
+    m_->outputs_.push_back(std::move(info));
+    m_->output_values_.push_back(it->second);
   }
-  if (m->outputs_.empty()) {
-    *err = "graph '" + g.name + "' has no outputs";
-    return false;
-  }
+  if (m_->outputs_.empty()) return Fail("graph '" + g_.name + "' has no outputs");
   return true;
 }
+
+bool Build(RawModel &raw, ModelImpl *m, std::string *err) { return ModelBuilder(raw, m, err).Build(); }
 
 // ---------------------------------------------------------------------------------------------------------
 // Model check: the per-node checks of Build, continued past the first failure.

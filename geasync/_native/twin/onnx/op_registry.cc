@@ -125,6 +125,14 @@ std::string DtypeNotSupported(ElemType t, const char *what) {
   return std::string(what) + " dtype " + ElemTypeName(t) + " is not supported by the twin";
 }
 
+bool AnyDtype(ElemType t, std::string *reason) {
+  if (ElemSize(t) == 0) {
+    *reason = DtypeNotSupported(t);
+    return false;
+  }
+  return true;
+}
+
 std::unique_ptr<Kernel> MakeCopyKernel(size_t bytes) { return std::unique_ptr<Kernel>(new CopyKernel(bytes)); }
 
 }  // namespace onnx

@@ -121,6 +121,8 @@ bool AttrInts(const Node &n, const char *name, std::vector<int64_t> *v, bool *pr
 // Normalises axis into [0, rank) (or [0, rank] when allow_end); false + reason if out of range.
 bool NormalizeAxis(int64_t axis, int64_t rank, bool allow_end, int64_t *out, std::string *reason);
 std::string DtypeNotSupported(ElemType t, const char *what = "input");
+// For ops that only move bytes: true for every dtype the twin can hold, else false + reason.
+bool AnyDtype(ElemType t, std::string *reason);
 
 // Plan-level fusion: Conv (float32, constant W/B) followed by a per-channel affine y = conv * scale[m] + shift[m]
 // (a folded inference BatchNormalization; nullptr = identity) and optionally Relu, as one kernel.

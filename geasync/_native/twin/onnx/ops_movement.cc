@@ -20,20 +20,6 @@ namespace twin {
 namespace onnx {
 namespace {
 
-bool AnyDtype(ElemType t, std::string *reason) {
-  if (ElemSize(t) == 0) {
-    *reason = DtypeNotSupported(t);
-    return false;
-  }
-  return true;
-}
-
-int64_t Prod(const std::vector<int64_t> &d, size_t lo, size_t hi) {
-  int64_t p = 1;
-  for (size_t i = lo; i < hi; ++i) p *= d[i];
-  return p;
-}
-
 // ---- Concat ----
 
 bool InferConcat(InferCtx *c, std::string *reason) {
@@ -102,10 +88,10 @@ std::unique_ptr<Kernel> PrepareConcat(const KernelCtx &c, std::string *reason) {
   if (!AttrInt(*c.node, "axis", 0, &axis, reason)) return nullptr;
   const auto &od = c.out[0].dims;
   if (!NormalizeAxis(axis, static_cast<int64_t>(od.size()), false, &norm, reason)) return nullptr;
-  const int64_t outer = Prod(od, 0, norm);
+  const int64_t outer = DimsProduct(od, 0, norm);
   const size_t es = ElemSize(c.out[0].dtype);
   std::vector<size_t> chunk;
-  for (const TensorDesc *d : c.in) chunk.push_back(static_cast<size_t>(Prod(d->dims, norm, d->dims.size())) * es);
+  for (const TensorDesc *d : c.in) chunk.push_back(static_cast<size_t>(DimsProduct(d->dims, norm, d->dims.size())) * es);
   return std::make_unique<ConcatKernel>(outer, chunk);
 }
 
@@ -223,8 +209,8 @@ std::unique_ptr<Kernel> PrepareSplit(const KernelCtx &c, std::string *reason) {
   if (!NormalizeAxis(axis, static_cast<int64_t>(xd.size()), false, &norm, reason)) return nullptr;
   const size_t es = ElemSize(c.in[0]->dtype);
   std::vector<size_t> chunk;
-  for (const TensorDesc &d : c.out) chunk.push_back(static_cast<size_t>(Prod(d.dims, norm, d.dims.size())) * es);
-  return std::make_unique<SplitKernel>(Prod(xd, 0, norm), chunk);
+  for (const TensorDesc &d : c.out) chunk.push_back(static_cast<size_t>(DimsProduct(d.dims, norm, d.dims.size())) * es);
+  return std::make_unique<SplitKernel>(DimsProduct(xd, 0, norm), chunk);
 }
 
 // ---- Slice ----
@@ -467,8 +453,8 @@ std::unique_ptr<Kernel> PrepareGather(const KernelCtx &c, std::string *reason) {
   if (!AttrInt(*c.node, "axis", 0, &axis, reason)) return nullptr;
   const auto &xd = c.in[0]->dims;
   if (!NormalizeAxis(axis, static_cast<int64_t>(xd.size()), false, &norm, reason)) return nullptr;
-  const size_t inner = static_cast<size_t>(Prod(xd, norm + 1, xd.size())) * ElemSize(c.in[0]->dtype);
-  return std::make_unique<GatherKernel>(c.in[1]->dtype == ElemType::kInt64, Prod(xd, 0, norm), xd[norm],
+  const size_t inner = static_cast<size_t>(DimsProduct(xd, norm + 1, xd.size())) * ElemSize(c.in[0]->dtype);
+  return std::make_unique<GatherKernel>(c.in[1]->dtype == ElemType::kInt64, DimsProduct(xd, 0, norm), xd[norm],
                                         c.in[1]->NumElements(), inner);
 }
 

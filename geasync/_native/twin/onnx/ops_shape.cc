@@ -8,29 +8,6 @@ namespace twin {
 namespace onnx {
 namespace {
 
-// Product of dims[lo, hi): 0 if any is 0, -1 if any is unknown, else the product (limits checked by the caller).
-int64_t GroupProduct(const std::vector<int64_t> &dims, size_t lo, size_t hi) {
-  int64_t p = 1;
-  bool unknown = false;
-  for (size_t i = lo; i < hi; ++i) {
-    if (dims[i] == 0) return 0;
-    if (dims[i] < 0) unknown = true;
-    else if (!unknown) {
-      if (p > kMaxElements / dims[i]) return kMaxElements + 1;  // flagged by the caller's limit check
-      p *= dims[i];
-    }
-  }
-  return unknown ? -1 : p;
-}
-
-bool AnyDtype(ElemType t, std::string *reason) {
-  if (ElemSize(t) == 0) {
-    *reason = DtypeNotSupported(t);
-    return false;
-  }
-  return true;
-}
-
 // ---- Identity ----
 
 bool InferIdentity(InferCtx *c, std::string *reason) {
@@ -122,8 +99,8 @@ bool InferReshape(InferCtx *c, std::string *reason) {
     *reason = "target shape may not contain both 0 and -1 when allowzero=1";
     return false;
   }
-  const int64_t in_n = GroupProduct(x.dims, 0, x.dims.size());
-  const int64_t known = GroupProduct(out, 0, out.size());  // -1 when an inferred/copied dim is unknown
+  const int64_t in_n = DimsProduct(x.dims, 0, x.dims.size());
+  const int64_t known = DimsProduct(out, 0, out.size());  // -1 when an inferred/copied dim is unknown
   std::string target = "[";
   for (size_t i = 0; i < shape.size(); ++i) target += (i ? "," : "") + std::to_string(shape[i]);
   std::string bad = "cannot reshape input of shape " + ShapeStr(x.dims) + " to " + target + "]";
@@ -161,7 +138,7 @@ bool InferFlatten(InferCtx *c, std::string *reason) {
   if (!AttrInt(*c->node, "axis", 1, &axis, reason)) return false;
   if (!NormalizeAxis(axis, static_cast<int64_t>(x.dims.size()), true, &norm, reason)) return false;
   c->out[0].dtype = x.dtype;
-  c->out[0].dims = {GroupProduct(x.dims, 0, norm), GroupProduct(x.dims, norm, x.dims.size())};
+  c->out[0].dims = {DimsProduct(x.dims, 0, norm), DimsProduct(x.dims, norm, x.dims.size())};
   return true;
 }
 

@@ -98,6 +98,31 @@ class PlanImpl : public Plan {
   int missing_value() const { return a_.missing_value; }
 
  private:
+  // Build's working tables, per value id (then per slot for the omitted outputs of runtime nodes).
+  struct BuildState {
+    std::vector<size_t> slot_bytes;
+    std::vector<char> in_arena;     // an intermediate: lives in the arena
+    std::vector<int> out_binding;   // graph output index a producing step writes directly, or -1
+    std::vector<int> uses, sole_user;  // consumers (graph outputs count twice: never fused away)
+    std::vector<char> absorbed;     // per node: fused into an earlier step
+  };
+  // Build's steps, in order.
+  bool BindModel(std::shared_ptr<const Model> model, std::string *err);
+  std::vector<const void *> CopyBoundInputs(const std::vector<TensorDesc> &inputs,
+                                            const std::vector<const void *> *bound);
+  void DescribeIo(const std::vector<TensorDesc> &inputs);
+  void InitSlots(BuildState *b);
+  void BindOutputsToProducers(BuildState *b);
+  void CountUses(BuildState *b) const;
+  bool PrepareSteps(BuildState *b, std::string *err);
+  KernelCtx KernelCtxFor(size_t k) const;
+  bool PrepareStep(size_t k, BuildState *b, std::string *err);
+  void AssignOutputSlots(const std::vector<int> &node_outputs, const KernelCtx &kc, Step *s, BuildState *b);
+  std::vector<size_t> LayOutArena(const BuildState &b);
+  bool WithinArenaLimits(const std::vector<TensorDesc> &inputs, uint64_t memory_limit, std::string *err) const;
+  void BindArenaSlots(const BuildState &b, const std::vector<size_t> &offset);
+  void PlanFinalCopies();
+
   bool BindIo(const void *p, const TensorDesc &d, const char *what, size_t i, void **slot, std::string *err);
   bool AllocateArena(std::string *err);
   std::unique_ptr<Kernel> TryFuseConv(const KernelCtx &kc, const std::vector<int> &uses,
@@ -146,104 +171,163 @@ bool PlanImpl::WithinMemoryLimit(const std::vector<TensorDesc> &inputs, uint64_t
 
 bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs,
                      uint64_t memory_limit, std::string *err, const std::vector<const void *> *bound) {
+  if (!BindModel(std::move(model), err)) return false;
+  const std::vector<const void *> bound_ptrs = CopyBoundInputs(inputs, bound);
+  a_.memory_limit = memory_limit;
+  if (!Analyze(*m_, inputs, /*compile=*/true, &a_, err, bound ? &bound_ptrs : nullptr)) return false;
+  DescribeIo(inputs);
+  BuildState b;
+  InitSlots(&b);
+  BindOutputsToProducers(&b);
+  CountUses(&b);
+  if (!WithinMemoryLimit(inputs, memory_limit, err)) return false;
+  if (!PrepareSteps(&b, err)) return false;
+  const std::vector<size_t> offset = LayOutArena(b);
+  if (!WithinArenaLimits(inputs, memory_limit, err)) return false;
+  BindArenaSlots(b, offset);
+  PlanFinalCopies();
+  return true;
+}
+
+bool PlanImpl::BindModel(std::shared_ptr<const Model> model, std::string *err) {
   model_ = std::move(model);
   m_ = dynamic_cast<const ModelImpl *>(model_.get());
   if (!m_) {
     *err = "CompilePlan: model was not created by ParseModel";
     return false;
   }
+  return true;
+}
+
+// Copies the bound inputs' contents (the caller's buffers may change after compiling); returns their addresses.
+std::vector<const void *> PlanImpl::CopyBoundInputs(const std::vector<TensorDesc> &inputs,
+                                                    const std::vector<const void *> *bound) {
   input_bound_.assign(inputs.size(), 0);
   std::vector<const void *> bound_ptrs;
-  if (bound) {
-    bound_storage_.resize(inputs.size());
-    bound_ptrs.assign(inputs.size(), nullptr);
-    for (size_t i = 0; i < inputs.size() && i < bound->size(); ++i) {
-      if (!(*bound)[i]) continue;
-      const uint8_t *src = static_cast<const uint8_t *>((*bound)[i]);
-      bound_storage_[i].assign(src, src + inputs[i].Bytes());
-      bound_ptrs[i] = bound_storage_[i].empty() ? EmptyTensorData() : bound_storage_[i].data();
-      input_bound_[i] = 1;
-    }
+  if (!bound) return bound_ptrs;
+  bound_storage_.resize(inputs.size());
+  bound_ptrs.assign(inputs.size(), nullptr);
+  for (size_t i = 0; i < inputs.size() && i < bound->size(); ++i) {
+    if (!(*bound)[i]) continue;
+    const uint8_t *src = static_cast<const uint8_t *>((*bound)[i]);
+    bound_storage_[i].assign(src, src + inputs[i].Bytes());
+    bound_ptrs[i] = bound_storage_[i].empty() ? EmptyTensorData() : bound_storage_[i].data();
+    input_bound_[i] = 1;
   }
-  a_.memory_limit = memory_limit;
-  if (!Analyze(*m_, inputs, /*compile=*/true, &a_, err, bound ? &bound_ptrs : nullptr)) return false;
+  return bound_ptrs;
+}
+
+void PlanImpl::DescribeIo(const std::vector<TensorDesc> &inputs) {
   input_descs_ = inputs;
   for (int vid : m_->output_values_) output_descs_.push_back(a_.desc[vid]);
   const_bytes_ = m_->initializer_bytes() + a_.folded_bytes;
+}
 
+// One slot per value: constants point at their data (kernels never write inputs), the rest are bound later.
+void PlanImpl::InitSlots(BuildState *b) {
   const size_t nv = m_->values_.size();
   ptr_.assign(nv, nullptr);
-  std::vector<size_t> slot_bytes(nv, 0);
-  std::vector<char> is_arena(nv, 0);
+  b->slot_bytes.assign(nv, 0);
+  b->in_arena.assign(nv, 0);
   for (size_t v = 0; v < nv; ++v) {
-    slot_bytes[v] = a_.desc[v].Bytes();
-    if (a_.cdata[v]) ptr_[v] = const_cast<void *>(a_.cdata[v]);  // kernels never write inputs
+    b->slot_bytes[v] = a_.desc[v].Bytes();
+    if (a_.cdata[v]) ptr_[v] = const_cast<void *>(a_.cdata[v]);
   }
   for (size_t i = 0; i < m_->input_values_.size(); ++i) input_slot_.push_back(m_->input_values_[i]);
+}
 
-  // Runtime steps; graph outputs produced by a step are bound to the caller's buffer (first listing wins).
+// Graph outputs produced by a step are bound to the caller's buffer (first listing wins).
+void PlanImpl::BindOutputsToProducers(BuildState *b) {
   output_slot_.assign(m_->output_values_.size(), -1);
-  std::vector<int> out_binding(nv, -1);
+  b->out_binding.assign(m_->values_.size(), -1);
   for (size_t j = 0; j < m_->output_values_.size(); ++j) {
     int v = m_->output_values_[j];
-    if (m_->values_[v].kind == ValueKind::kNodeOutput && !a_.cdata[v] && out_binding[v] < 0) {
-      out_binding[v] = static_cast<int>(j);
+    if (m_->values_[v].kind == ValueKind::kNodeOutput && !a_.cdata[v] && b->out_binding[v] < 0) {
+      b->out_binding[v] = static_cast<int>(j);
       output_slot_[j] = v;
     }
   }
-  // Consumers of each value (graph outputs count as consumers that cannot be fused away).
-  std::vector<int> uses(nv, 0), sole_user(nv, -1);
+}
+
+// Consumers of each value (graph outputs count as consumers that cannot be fused away).
+void PlanImpl::CountUses(BuildState *b) const {
+  const size_t nv = m_->values_.size();
+  b->uses.assign(nv, 0);
+  b->sole_user.assign(nv, -1);
   for (size_t k = 0; k < m_->nodes_.size(); ++k)
     for (int vid : m_->nodes_[k].inputs)
       if (vid >= 0) {
-        ++uses[vid];
-        sole_user[vid] = static_cast<int>(k);
+        ++b->uses[vid];
+        b->sole_user[vid] = static_cast<int>(k);
       }
-  for (int vid : m_->output_values_) uses[vid] += 2;
-  if (!WithinMemoryLimit(inputs, memory_limit, err)) return false;
-  std::vector<char> absorbed(m_->nodes_.size(), 0);
-  for (size_t k = 0; k < m_->nodes_.size(); ++k) {
-    if (a_.node_folded[k] || absorbed[k]) continue;
-    const Node &n = m_->nodes_[k];
-    Step s;
-    s.node = &n;
-    KernelCtx kc;
-    kc.node = &n;
-    kc.opset = m_->opset_;
-    for (int vid : n.inputs) {
-      kc.in.push_back(vid < 0 ? nullptr : &a_.desc[vid]);
-      kc.in_data.push_back(vid < 0 ? nullptr : a_.cdata[vid]);
-    }
-    kc.out = a_.node_out[k];
-    std::string reason;
-    std::vector<int> fused_outputs;
-    if (n.op_type == "Conv") s.kernel = TryFuseConv(kc, uses, sole_user, &absorbed, &fused_outputs);
-    if (!s.kernel) s.kernel = n.op->prepare(kc, &reason);
-    if (!s.kernel) {
-      *err = n.Where() + reason;
-      return false;
-    }
-    s.in_vals = n.inputs;
-    const std::vector<int> &node_outputs = fused_outputs.empty() ? n.outputs : fused_outputs;
-    for (size_t o = 0; o < node_outputs.size(); ++o) {
-      int vid = node_outputs[o];
-      if (vid < 0) {  // omitted optional output: kernels still need somewhere to write it
-        vid = static_cast<int>(ptr_.size());
-        ptr_.push_back(nullptr);
-        slot_bytes.push_back(kc.out[o].Bytes());
-        is_arena.push_back(0);
-      }
-      s.out_vals.push_back(vid);
-      if (out_binding.size() <= static_cast<size_t>(vid) || out_binding[vid] < 0) is_arena[vid] = 1;
-    }
-    s.scratch_bytes = s.kernel->scratch_bytes();
-    s.in_ptrs.resize(s.in_vals.size());
-    s.out_ptrs.resize(s.out_vals.size());
-    steps_.push_back(std::move(s));
-  }
+  for (int vid : m_->output_values_) b->uses[vid] += 2;
+}
 
-  // Lifetimes and arena offsets: allocate a step's outputs before freeing what it consumed last,
-  // so an output never aliases one of its own inputs.
+// One step per runtime node, its kernel prepared for the static shapes (or fused with the nodes after it).
+bool PlanImpl::PrepareSteps(BuildState *b, std::string *err) {
+  b->absorbed.assign(m_->nodes_.size(), 0);
+  for (size_t k = 0; k < m_->nodes_.size(); ++k) {
+    if (a_.node_folded[k] || b->absorbed[k]) continue;
+    if (!PrepareStep(k, b, err)) return false;
+  }
+  return true;
+}
+
+KernelCtx PlanImpl::KernelCtxFor(size_t k) const {
+  const Node &n = m_->nodes_[k];
+  KernelCtx kc;
+  kc.node = &n;
+  kc.opset = m_->opset_;
+  for (int vid : n.inputs) {
+    kc.in.push_back(vid < 0 ? nullptr : &a_.desc[vid]);
+    kc.in_data.push_back(vid < 0 ? nullptr : a_.cdata[vid]);
+  }
+  kc.out = a_.node_out[k];
+  return kc;
+}
+
+bool PlanImpl::PrepareStep(size_t k, BuildState *b, std::string *err) {
+  const Node &n = m_->nodes_[k];
+  const KernelCtx kc = KernelCtxFor(k);
+  Step s;
+  s.node = &n;
+  std::string reason;
+  std::vector<int> fused_outputs;
+  if (n.op_type == "Conv") s.kernel = TryFuseConv(kc, b->uses, b->sole_user, &b->absorbed, &fused_outputs);
+  if (!s.kernel) s.kernel = n.op->prepare(kc, &reason);
+  if (!s.kernel) {
+    *err = n.Where() + reason;
+    return false;
+  }
+  s.in_vals = n.inputs;
+  AssignOutputSlots(fused_outputs.empty() ? n.outputs : fused_outputs, kc, &s, b);
+  s.scratch_bytes = s.kernel->scratch_bytes();
+  s.in_ptrs.resize(s.in_vals.size());
+  s.out_ptrs.resize(s.out_vals.size());
+  steps_.push_back(std::move(s));
+  return true;
+}
+
+// A step's outputs: their value slots (an omitted optional output gets a slot of its own: kernels still need
+// somewhere to write it); every output not bound to a graph output lives in the arena.
+void PlanImpl::AssignOutputSlots(const std::vector<int> &node_outputs, const KernelCtx &kc, Step *s,
+                                 BuildState *b) {
+  for (size_t o = 0; o < node_outputs.size(); ++o) {
+    int vid = node_outputs[o];
+    if (vid < 0) {
+      vid = static_cast<int>(ptr_.size());
+      ptr_.push_back(nullptr);
+      b->slot_bytes.push_back(kc.out[o].Bytes());
+      b->in_arena.push_back(0);
+    }
+    s->out_vals.push_back(vid);
+    if (b->out_binding.size() <= static_cast<size_t>(vid) || b->out_binding[vid] < 0) b->in_arena[vid] = 1;
+  }
+}
+
+// Lifetimes and arena offsets: allocate a step's outputs before freeing what it consumed last, so an output
+// never aliases one of its own inputs. Returns each slot's offset and sets workspace_bytes_.
+std::vector<size_t> PlanImpl::LayOutArena(const BuildState &b) {
   const size_t ns = ptr_.size();
   std::vector<int> last_use(ns, -1);
   for (size_t st = 0; st < steps_.size(); ++st) {
@@ -255,23 +339,29 @@ bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<Tenso
   ArenaAllocator alloc;
   std::vector<std::vector<int>> frees(steps_.size());
   for (size_t v = 0; v < ns; ++v)
-    if (is_arena[v] && slot_bytes[v] > 0) frees[last_use[v]].push_back(static_cast<int>(v));
+    if (b.in_arena[v] && b.slot_bytes[v] > 0) frees[last_use[v]].push_back(static_cast<int>(v));
   for (size_t st = 0; st < steps_.size(); ++st) {
     for (int v : steps_[st].out_vals)
-      if (is_arena[v] && slot_bytes[v] > 0) offset[v] = alloc.Alloc(slot_bytes[v]);
+      if (b.in_arena[v] && b.slot_bytes[v] > 0) offset[v] = alloc.Alloc(b.slot_bytes[v]);
     if (steps_[st].scratch_bytes) {  // live during this step only
       steps_[st].scratch_off = alloc.Alloc(steps_[st].scratch_bytes);
       alloc.Free(steps_[st].scratch_off, steps_[st].scratch_bytes);
     }
-    for (int v : frees[st]) alloc.Free(offset[v], slot_bytes[v]);
+    for (int v : frees[st]) alloc.Free(offset[v], b.slot_bytes[v]);
   }
   workspace_bytes_ = alloc.top();
+  return offset;
+}
+
+// What a run needs: the arena, the folded constants and the outputs each run allocates.
+bool PlanImpl::WithinArenaLimits(const std::vector<TensorDesc> &inputs, uint64_t memory_limit,
+                                 std::string *err) const {
   if (workspace_bytes_ > 4 * kMaxTensorBytes) {
     *err = "intermediate tensors would need " + std::to_string(workspace_bytes_) + " bytes, which is absurd";
     return false;
   }
   uint64_t need = workspace_bytes_ + a_.folded_bytes;
-  for (int vid : m_->output_values_) need += a_.desc[vid].Bytes();  // what each run allocates for its outputs
+  for (int vid : m_->output_values_) need += a_.desc[vid].Bytes();
   if (need > memory_limit) {
     *err = MemoryLimitError("the graph for input shapes " + DescsStr(inputs) + " (intermediates " +
                                 std::to_string(workspace_bytes_) + " bytes, folded constants " +
@@ -279,21 +369,27 @@ bool PlanImpl::Build(std::shared_ptr<const Model> model, const std::vector<Tenso
                             need, memory_limit);
     return false;
   }
+  return true;
+}
+
+void PlanImpl::BindArenaSlots(const BuildState &b, const std::vector<size_t> &offset) {
+  const size_t ns = ptr_.size();
   arena_offset_.assign(ns, SIZE_MAX);
   for (size_t v = 0; v < ns; ++v) {
-    if (!is_arena[v]) continue;
-    if (slot_bytes[v] > 0)
+    if (!b.in_arena[v]) continue;
+    if (b.slot_bytes[v] > 0)
       arena_offset_[v] = offset[v];
     else
       ptr_[v] = const_cast<void *>(EmptyTensorData());
   }
+}
 
-  // Graph outputs not written by a kernel are copied at the end of Run.
+// Graph outputs not written by a kernel are copied at the end of Run.
+void PlanImpl::PlanFinalCopies() {
   for (size_t j = 0; j < m_->output_values_.size(); ++j) {
     if (output_slot_[j] >= 0) continue;
     copies_.push_back({m_->output_values_[j], j, output_descs_[j].Bytes()});
   }
-  return true;
 }
 
 // Conv -> [BatchNormalization (inference, constant parameters)] -> [Relu], each intermediate used only by the

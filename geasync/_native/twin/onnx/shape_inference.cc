@@ -58,9 +58,12 @@ bool CheckInputDescs(const ModelImpl &m, const std::vector<TensorDesc> &inputs, 
   return true;
 }
 
-bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool compile, Analysis *a, std::string *err,
-             const std::vector<const void *> *bound) {
-  if (!CheckInputDescs(m, inputs, compile, err)) return false;
+namespace {
+// --- Analyze's steps ---
+
+// Resets a and records what is known before any node: the inputs' descs (and bound contents), the initializers.
+void SeedKnownValues(const ModelImpl &m, const std::vector<TensorDesc> &inputs, const std::vector<const void *> *bound,
+                     Analysis *a) {
   const size_t nv = m.values_.size();
   a->desc.assign(nv, TensorDesc());
   a->cdata.assign(nv, nullptr);
@@ -79,114 +82,169 @@ bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool com
     a->desc[v] = t.desc;
     a->cdata[v] = t.data.empty() ? EmptyTensorData() : t.data.data();
   }
-  for (size_t k = 0; k < m.nodes_.size(); ++k) {
-    const Node &n = m.nodes_[k];
-    const OpDef &op = *n.op;
-    InferCtx ctx;
-    ctx.node = &n;
-    ctx.opset = m.opset_;
-    ctx.need_static = compile;
-    bool all_const = op.foldable;
-    for (int vid : n.inputs) {
-      ctx.in.push_back(vid < 0 ? nullptr : &a->desc[vid]);
-      ctx.in_data.push_back(vid < 0 ? nullptr : a->cdata[vid]);
-      if (vid >= 0 && !a->cdata[vid]) all_const = false;
-    }
-    ctx.out.assign(n.outputs.size(), TensorDesc());
-    std::string reason;
-    if (!op.infer(&ctx, &reason)) {
-      *err = n.Where() + reason;
-      if (ctx.missing_input >= 0 && static_cast<size_t>(ctx.missing_input) < n.inputs.size())
-        a->missing_value = n.inputs[ctx.missing_input];
-      return false;
-    }
-    int64_t total = 0;
-    bool all_static = true;
-    for (size_t o = 0; o < n.outputs.size(); ++o) {
-      const TensorDesc &d = ctx.out[o];
-      int64_t cnt;
-      if (!CheckedNumElements(d.dims, &cnt, &reason)) {
-        *err = n.Where() + "output '" + n.output_names[o] + "': " + reason;
-        return false;
-      }
-      if (d.dtype == ElemType::kUndefined) {
-        *err = n.Where() + "could not infer the dtype of output '" + n.output_names[o] + "'";
-        return false;
-      }
-      if (cnt > 0 && static_cast<uint64_t>(cnt) * ElemSize(d.dtype) > kMaxTensorBytes) {
-        *err = n.Where() + "output '" + n.output_names[o] + "' of shape " + ShapeStr(d.dims) +
-               " would need more than 1 TiB";
-        return false;
-      }
-      if (cnt < 0) {
-        all_static = false;
-        if (compile) {
-          *err = n.Where() + "shape of output '" + n.output_names[o] + "' " + ShapeStr(d.dims) +
-                 " cannot be determined at compile time";
-          return false;
-        }
-      } else {
-        total += cnt;
-      }
-      if (n.outputs[o] >= 0) a->desc[n.outputs[o]] = d;
-    }
-    a->node_out[k] = ctx.out;
-    if (n.const_value) {  // Constant: its value was decoded with the model
-      a->cdata[n.outputs[0]] = n.const_value->data.empty() ? EmptyTensorData() : n.const_value->data.data();
-      a->node_folded[k] = 1;
-      continue;
-    }
-    if (op.shape_only && op.foldable) all_const = true;  // reads descs only
-    if (!all_const || !all_static || (!compile && total > kInferFoldLimit)) continue;
-    if (!op.shape_only) {
-      uint64_t out_bytes = 0;
-      for (const TensorDesc &d : ctx.out) out_bytes += d.Bytes();
-      if (out_bytes > kCompileFoldBytes) continue;
-    }
-    // Fold: run the kernel now, keep the results as constants.
-    KernelCtx kctx;
-    kctx.node = &n;
-    kctx.opset = m.opset_;
-    kctx.in = ctx.in;
-    kctx.in_data = ctx.in_data;
-    kctx.out = ctx.out;
-    std::unique_ptr<Kernel> kernel = op.prepare(kctx, &reason);
-    if (!kernel) {
-      *err = n.Where() + reason;
-      return false;
-    }
-    if (a->memory_limit) {  // folded values stay with the plan: they count against its limit
-      uint64_t need = a->folded_bytes + kernel->scratch_bytes();
-      for (const TensorDesc &d : ctx.out) need += d.Bytes();
-      if (need > a->memory_limit) {
-        *err = n.Where() + MemoryLimitError("folding its constant inputs at compile time", need, a->memory_limit);
-        return false;
-      }
-    }
-    std::vector<std::shared_ptr<std::vector<uint8_t>>> bufs;
-    std::vector<void *> outs;
-    for (size_t o = 0; o < n.outputs.size(); ++o) {
-      bufs.push_back(std::make_shared<std::vector<uint8_t>>(ctx.out[o].Bytes()));
-      outs.push_back(bufs.back()->empty() ? const_cast<void *>(EmptyTensorData()) : bufs.back()->data());
-    }
-    std::vector<uint8_t> scratch;
-    if (const size_t sb = kernel->scratch_bytes()) {
-      scratch.resize(sb + 64);
-      uint8_t *p = scratch.data();
-      kernel->set_scratch(p + (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64);
-    }
-    if (!kernel->Run(ctx.in_data.data(), outs.data(), &reason)) {
-      *err = n.Where() + reason;
-      return false;
-    }
-    for (size_t o = 0; o < n.outputs.size(); ++o) {
-      if (n.outputs[o] < 0) continue;
-      a->cdata[n.outputs[o]] = outs[o];
-      a->folded_bytes += bufs[o]->size();
-      a->folded_storage.push_back(bufs[o]);
-    }
-    a->node_folded[k] = 1;
+}
+
+// Runs the op's inference rule on the node's input descs; on failure also records a missing value-dependent input.
+bool InferNode(const ModelImpl &m, const Node &n, bool compile, InferCtx *ctx, Analysis *a, std::string *err) {
+  ctx->node = &n;
+  ctx->opset = m.opset_;
+  ctx->need_static = compile;
+  for (int vid : n.inputs) {
+    ctx->in.push_back(vid < 0 ? nullptr : &a->desc[vid]);
+    ctx->in_data.push_back(vid < 0 ? nullptr : a->cdata[vid]);
   }
+  ctx->out.assign(n.outputs.size(), TensorDesc());
+  std::string reason;
+  if (n.op->infer(ctx, &reason)) return true;
+  *err = n.Where() + reason;
+  if (ctx->missing_input >= 0 && static_cast<size_t>(ctx->missing_input) < n.inputs.size())
+    a->missing_value = n.inputs[ctx->missing_input];
+  return false;
+}
+
+// One inferred output: size limits, a known dtype, and a static shape when compiling. *count: its element count
+// (-1 when not static).
+bool CheckInferredOutput(const Node &n, size_t o, const TensorDesc &d, bool compile, int64_t *count,
+                         std::string *err) {
+  std::string reason;
+  if (!CheckedNumElements(d.dims, count, &reason)) {
+    *err = n.Where() + "output '" + n.output_names[o] + "': " + reason;
+    return false;
+  }
+  if (d.dtype == ElemType::kUndefined) {
+    *err = n.Where() + "could not infer the dtype of output '" + n.output_names[o] + "'";
+    return false;
+  }
+  if (*count > 0 && static_cast<uint64_t>(*count) * ElemSize(d.dtype) > kMaxTensorBytes) {
+    *err = n.Where() + "output '" + n.output_names[o] + "' of shape " + ShapeStr(d.dims) +
+           " would need more than 1 TiB";
+    return false;
+  }
+  if (*count < 0 && compile) {
+    *err = n.Where() + "shape of output '" + n.output_names[o] + "' " + ShapeStr(d.dims) +
+           " cannot be determined at compile time";
+    return false;
+  }
+  return true;
+}
+
+// Checks and records the node's output descs. *total: their element count, -1 when any is not static.
+bool RecordNodeOutputs(const Node &n, const InferCtx &ctx, bool compile, Analysis *a, int64_t *total,
+                       std::string *err) {
+  *total = 0;
+  bool all_static = true;
+  for (size_t o = 0; o < n.outputs.size(); ++o) {
+    int64_t count;
+    if (!CheckInferredOutput(n, o, ctx.out[o], compile, &count, err)) return false;
+    if (count < 0) all_static = false;
+    else *total += count;
+    if (n.outputs[o] >= 0) a->desc[n.outputs[o]] = ctx.out[o];
+  }
+  if (!all_static) *total = -1;
+  return true;
+}
+
+bool InputsKnown(const Node &n, const Analysis &a) {
+  for (int vid : n.inputs)
+    if (vid >= 0 && !a.cdata[vid]) return false;
+  return true;
+}
+
+// Folded: a foldable op whose inputs are all known (a shape-only op reads descs only), with static outputs, small
+// enough to infer cheaply or to keep with the plan.
+bool WorthFolding(const Node &n, const InferCtx &ctx, const Analysis &a, bool compile, int64_t total) {
+  const OpDef &op = *n.op;
+  if (!op.foldable || !(op.shape_only || InputsKnown(n, a))) return false;
+  if (total < 0 || (!compile && total > kInferFoldLimit)) return false;
+  if (op.shape_only) return true;
+  uint64_t out_bytes = 0;
+  for (const TensorDesc &d : ctx.out) out_bytes += d.Bytes();
+  return out_bytes <= kCompileFoldBytes;
+}
+
+// Folded values stay with the plan: they count against its memory limit.
+bool FoldWithinMemoryLimit(const Node &n, const InferCtx &ctx, const Kernel &kernel, const Analysis &a,
+                           std::string *err) {
+  if (!a.memory_limit) return true;
+  uint64_t need = a.folded_bytes + kernel.scratch_bytes();
+  for (const TensorDesc &d : ctx.out) need += d.Bytes();
+  if (need <= a.memory_limit) return true;
+  *err = n.Where() + MemoryLimitError("folding its constant inputs at compile time", need, a.memory_limit);
+  return false;
+}
+
+// Runs the kernel into fresh buffers (bufs own them, outs are their addresses).
+bool RunFoldKernel(const Node &n, const InferCtx &ctx, Kernel *kernel,
+                   std::vector<std::shared_ptr<std::vector<uint8_t>>> *bufs, std::vector<void *> *outs,
+                   std::string *err) {
+  for (size_t o = 0; o < n.outputs.size(); ++o) {
+    bufs->push_back(std::make_shared<std::vector<uint8_t>>(ctx.out[o].Bytes()));
+    outs->push_back(bufs->back()->empty() ? const_cast<void *>(EmptyTensorData()) : bufs->back()->data());
+  }
+  std::vector<uint8_t> scratch;
+  if (const size_t sb = kernel->scratch_bytes()) {
+    scratch.resize(sb + 64);
+    uint8_t *p = scratch.data();
+    kernel->set_scratch(p + (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64);
+  }
+  std::string reason;
+  if (kernel->Run(ctx.in_data.data(), outs->data(), &reason)) return true;
+  *err = n.Where() + reason;
+  return false;
+}
+
+// Fold: run the kernel now, keep the results as constants.
+bool FoldNode(const ModelImpl &m, const Node &n, const InferCtx &ctx, Analysis *a, std::string *err) {
+  KernelCtx kctx;
+  kctx.node = &n;
+  kctx.opset = m.opset_;
+  kctx.in = ctx.in;
+  kctx.in_data = ctx.in_data;
+  kctx.out = ctx.out;
+  std::string reason;
+  std::unique_ptr<Kernel> kernel = n.op->prepare(kctx, &reason);
+  if (!kernel) {
+    *err = n.Where() + reason;
+    return false;
+  }
+  if (!FoldWithinMemoryLimit(n, ctx, *kernel, *a, err)) return false;
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> bufs;
+  std::vector<void *> outs;
+  if (!RunFoldKernel(n, ctx, kernel.get(), &bufs, &outs, err)) return false;
+  for (size_t o = 0; o < n.outputs.size(); ++o) {
+    if (n.outputs[o] < 0) continue;
+    a->cdata[n.outputs[o]] = outs[o];
+    a->folded_bytes += bufs[o]->size();
+    a->folded_storage.push_back(bufs[o]);
+  }
+  return true;
+}
+
+bool AnalyzeNode(const ModelImpl &m, size_t k, bool compile, Analysis *a, std::string *err) {
+  const Node &n = m.nodes_[k];
+  InferCtx ctx;
+  if (!InferNode(m, n, compile, &ctx, a, err)) return false;
+  int64_t total;
+  if (!RecordNodeOutputs(n, ctx, compile, a, &total, err)) return false;
+  a->node_out[k] = ctx.out;
+  if (n.const_value) {  // Constant: its value was decoded with the model
+    a->cdata[n.outputs[0]] = n.const_value->data.empty() ? EmptyTensorData() : n.const_value->data.data();
+    a->node_folded[k] = 1;
+    return true;
+  }
+  if (!WorthFolding(n, ctx, *a, compile, total)) return true;
+  if (!FoldNode(m, n, ctx, a, err)) return false;
+  a->node_folded[k] = 1;
+  return true;
+}
+}  // namespace
+
+bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool compile, Analysis *a, std::string *err,
+             const std::vector<const void *> *bound) {
+  if (!CheckInputDescs(m, inputs, compile, err)) return false;
+  SeedKnownValues(m, inputs, bound, a);
+  for (size_t k = 0; k < m.nodes_.size(); ++k)
+    if (!AnalyzeNode(m, k, compile, a, err)) return false;
   return true;
 }
 

@@ -102,6 +102,20 @@ bool CheckedNumElements(const std::vector<int64_t> &dims, int64_t *n, std::strin
   return true;
 }
 
+int64_t DimsProduct(const std::vector<int64_t> &dims, size_t lo, size_t hi) {
+  int64_t p = 1;
+  bool unknown = false;
+  for (size_t i = lo; i < hi; ++i) {
+    if (dims[i] == 0) return 0;
+    if (dims[i] < 0) unknown = true;
+    else if (!unknown) {
+      if (p > kMaxElements / dims[i]) return kMaxElements + 1;
+      p *= dims[i];
+    }
+  }
+  return unknown ? -1 : p;
+}
+
 std::string ShapeStr(const std::vector<int64_t> &dims) {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) {

@@ -1,0 +1,96 @@
+// GE twin: compiling and loading a graph on demand, and the per-graph cache of shape-specialised plans.
+#include "ge_session_internal.h"
+#include "memory_limits.h"
+
+namespace ge {
+namespace {
+constexpr size_t kMaxPlansPerGraph = 16;  // shape-specialised plans kept per graph (dynamic shapes)
+
+std::string PlanKey(const std::vector<ODesc> &descs) {
+  std::string key;
+  for (const auto &d : descs) {
+    key += std::to_string(static_cast<int>(d.dtype)) + ":";
+    for (int64_t v : d.dims) key += std::to_string(v) + ",";
+    key += ";";
+  }
+  return key;
+}
+
+// Plans may be value-dependent (an output shape depends on an input's contents, e.g. a Reshape shape fed as a
+// graph input): the run then uses the plan the engine specialises for that run's input values.
+twin::onnx::CompileOptions ValueDependentOk(const GraphNode &node) {
+  twin::onnx::CompileOptions o;
+  o.allow_value_dependent = true;
+  o.max_memory_bytes = twin::SessionMemoryLimit(node.session_id);  // geasync.max_memory_bytes
+  return o;
+}
+}  // namespace
+
+std::shared_ptr<Plan> ForValues(uint32_t graph_id, std::shared_ptr<Plan> plan, const std::vector<const void *> &in,
+                                const char *api) {
+  if (!plan || !plan->value_dependent()) return plan;
+  std::string error;
+  auto p = plan->Specialize(in, &error);
+  if (!p)
+    twin::ReportError(std::string(api) + ": graph (graph_id=" + std::to_string(graph_id) +
+                      ") cannot run with these inputs: " + error);
+  return p;
+}
+
+Status CompileLocked(GraphNode &node, const char *api) {
+  std::string error;
+  std::vector<ODesc> outs;
+  if (!twin::onnx::InferShapes(*node.model, node.data_descs, &outs, &error)) {
+    twin::ReportError(std::string(api) + ": compiling graph (graph_id=" + std::to_string(node.id) +
+                      ") failed: " + error);
+    return FAILED;
+  }
+  bool is_static = true;
+  for (const auto &d : node.data_descs) is_static = is_static && d.IsStatic();
+  if (is_static) {
+    auto plan = twin::onnx::CompilePlan(node.model, node.data_descs, ValueDependentOk(node), &error);
+    if (!plan) {
+      twin::ReportError(std::string(api) + ": compiling graph (graph_id=" + std::to_string(node.id) +
+                        ") failed: " + error);
+      return FAILED;
+    }
+    node.plans.clear();
+    node.plans.emplace_front(PlanKey(node.data_descs), std::shared_ptr<Plan>(std::move(plan)));
+  }
+  node.compiled_outputs = std::move(outs);
+  node.dynamic = !is_static;
+  node.compiled = true;
+  return SUCCESS;
+}
+
+Status EnsureLoaded(GraphNode &node, const char *api) {
+  std::lock_guard<std::mutex> lk(node.mu);
+  if (!node.compiled) {
+    const Status st = CompileLocked(node, api);
+    if (st != SUCCESS) return st;
+  }
+  node.loaded = true;
+  return SUCCESS;
+}
+
+std::shared_ptr<Plan> GetPlan(GraphNode &node, const std::vector<ODesc> &descs, const char *api) {
+  const std::string key = PlanKey(descs);
+  std::lock_guard<std::mutex> lk(node.mu);
+  for (auto it = node.plans.begin(); it != node.plans.end(); ++it) {
+    if (it->first == key) {
+      node.plans.splice(node.plans.begin(), node.plans, it);
+      return node.plans.front().second;
+    }
+  }
+  std::string error;
+  auto plan = twin::onnx::CompilePlan(node.model, descs, ValueDependentOk(node), &error);
+  if (!plan) {
+    twin::ReportError(std::string(api) + ": graph (graph_id=" + std::to_string(node.id) +
+                      ") cannot run with these inputs: " + error);
+    return nullptr;
+  }
+  node.plans.emplace_front(key, std::shared_ptr<Plan>(std::move(plan)));
+  if (node.plans.size() > kMaxPlansPerGraph) node.plans.pop_back();
+  return node.plans.front().second;
+}
+}  // namespace ge

@@ -1,0 +1,207 @@
+// GE twin: run outputs and their memory. Host outputs (RunGraph, RunGraphAsync) and device outputs (stream runs)
+// are owned through TensorData managers as GE hands them out; device outputs come from the external allocator
+// registered for the stream (a process-wide map, as GE's) or the graph's built-in per-stream allocator.
+#include <algorithm>
+
+#include "acl/acl_rt.h"
+#include "ge_session_internal.h"
+
+namespace ge {
+namespace {
+std::atomic<int64_t> g_live_host_blocks{0};
+std::atomic<int64_t> g_live_mem_blocks{0};
+
+// Host output memory owned through a TensorData manager, as GE hands out RunGraph / RunGraphAsync outputs.
+struct HostBlock {
+  void *data;
+  std::atomic<int> refs{1};
+};
+
+graphStatus HostBlockManager(gert::TensorAddress addr, gert::TensorOperateType op, void **out) {
+  auto *b = static_cast<HostBlock *>(addr);
+  switch (op) {
+    case gert::kGetTensorAddress:
+      if (out != nullptr) *out = b->data;
+      return GRAPH_SUCCESS;
+    case gert::kFreeTensor:
+      if (b->refs.fetch_sub(1) == 1) {
+        std::free(b->data);
+        delete b;
+        g_live_host_blocks.fetch_sub(1);
+      }
+      return GRAPH_SUCCESS;
+    case gert::kPlusShareCount:
+      b->refs.fetch_add(1);
+      return GRAPH_SUCCESS;
+    default:
+      return GRAPH_FAILED;
+  }
+}
+
+// Device output memory owned through a MemBlock (external or built-in allocator).
+graphStatus MemBlockManager(gert::TensorAddress addr, gert::TensorOperateType op, void **out) {
+  auto *b = static_cast<MemBlock *>(addr);
+  switch (op) {
+    case gert::kGetTensorAddress:
+      if (out != nullptr) *out = b->GetAddr();
+      return GRAPH_SUCCESS;
+    case gert::kFreeTensor:
+      b->Free();
+      return GRAPH_SUCCESS;
+    case gert::kPlusShareCount:
+      b->AddCount();
+      return GRAPH_SUCCESS;
+    default:
+      return GRAPH_FAILED;
+  }
+}
+}  // namespace
+
+// GE's built-in per-model, per-stream allocator: device memory from aclrtMalloc. Each block keeps its
+// allocator alive, so an output released after its graph was removed is still freed correctly.
+class BuiltinAllocator : public Allocator, public std::enable_shared_from_this<BuiltinAllocator> {
+ public:
+  struct Block : MemBlock {
+    Block(Allocator &a, void *p, size_t n, std::shared_ptr<Allocator> keep)
+        : MemBlock(a, p, n), keep_alive(std::move(keep)) {}
+    std::shared_ptr<Allocator> keep_alive;
+  };
+  MemBlock *Malloc(size_t size) override {
+    void *p = nullptr;
+    if (aclrtMalloc(&p, size == 0 ? 1 : size, ACL_MEM_MALLOC_NORMAL_ONLY) != ACL_SUCCESS) return nullptr;
+    g_live_mem_blocks.fetch_add(1);
+    return new (std::nothrow) Block(*this, p, size, shared_from_this());
+  }
+  void Free(MemBlock *block) override {
+    if (block == nullptr) return;
+    (void)aclrtFree(block->GetAddr());
+    g_live_mem_blocks.fetch_sub(1);
+    delete static_cast<Block *>(block);  // may release this allocator: nothing after this line
+  }
+};
+
+namespace {
+struct ExternalAllocators {
+  std::mutex mu;
+  std::map<const void *, AllocatorPtr> by_stream;
+};
+ExternalAllocators &Externals() {
+  static ExternalAllocators *e = new ExternalAllocators();  // process-wide, leaked: used during exit
+  return *e;
+}
+
+// A tensor's shape as gert holds it: origin = storage (the twin does no format transforms).
+gert::StorageShape StorageShapeOf(const std::vector<int64_t> &dims) {
+  gert::StorageShape shape;
+  for (int64_t v : dims) {
+    shape.MutableOriginShape().AppendDim(v);
+    shape.MutableStorageShape().AppendDim(v);
+  }
+  return shape;
+}
+
+// The stream's output allocator: the external one registered for it, else the graph's built-in one.
+AllocatorPtr StreamAllocator(GraphNode &node, void *stream) {
+  {
+    std::lock_guard<std::mutex> lk(Externals().mu);
+    auto it = Externals().by_stream.find(stream);
+    if (it != Externals().by_stream.end()) return it->second;
+  }
+  std::lock_guard<std::mutex> lk(node.mu);
+  auto &b = node.builtin_allocators[stream];
+  if (!b) b = std::make_shared<BuiltinAllocator>();
+  return b;
+}
+
+Status UseCallerOutputs(const std::vector<ODesc> &descs, const std::vector<gert::Tensor> &outputs, const char *api,
+                        std::vector<void *> *ptrs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].GetSize() < descs[i].Bytes()) {
+      twin::ReportError(std::string(api) + ": output " + std::to_string(i) + " holds " +
+                        std::to_string(outputs[i].GetSize()) + " bytes, needs " + std::to_string(descs[i].Bytes()));
+      return PARAM_INVALID;
+    }
+    ptrs->push_back(outputs[i].GetAddr());
+  }
+  return SUCCESS;
+}
+
+// Device outputs owned through MemBlock managers; on failure the blocks allocated so far are freed.
+Status AllocateDeviceOutputs(Allocator &alloc, const std::vector<ODesc> &descs, const char *api,
+                             std::vector<gert::Tensor> *outputs, std::vector<void *> *ptrs) {
+  std::vector<gert::Tensor> made;
+  for (const ODesc &d : descs) {
+    MemBlock *block = alloc.Malloc(d.Bytes());
+    if (block == nullptr) {
+      twin::ReportError(std::string(api) + ": the allocator of the stream returned no memory for a " +
+                        std::to_string(d.Bytes()) + "-byte output");
+      return MEMALLOC_FAILED;  // `made` frees the blocks allocated so far
+    }
+    made.emplace_back(StorageShapeOf(d.dims), gert::StorageFormat(FORMAT_ND, FORMAT_ND, {}), gert::kOnDeviceHbm,
+                      static_cast<DataType>(d.dtype), block, MemBlockManager);
+    made.back().SetSize(d.Bytes());
+    ptrs->push_back(d.Bytes() == 0 ? nullptr : block->GetAddr());
+  }
+  *outputs = std::move(made);
+  return SUCCESS;
+}
+}  // namespace
+
+int64_t LiveHostOutputBlocks() { return g_live_host_blocks.load(); }
+int64_t LiveDeviceOutputBlocks() { return g_live_mem_blocks.load(); }
+
+Status MakeHostOutputs(const Plan &plan, std::vector<gert::Tensor> &outputs, std::vector<void *> *ptrs) {
+  outputs.clear();
+  ptrs->clear();
+  for (const ODesc &d : plan.output_descs()) {
+    const size_t bytes = d.Bytes();
+    void *data = std::malloc(bytes == 0 ? 1 : bytes);
+    auto *block = data == nullptr ? nullptr : new (std::nothrow) HostBlock{data};
+    if (block == nullptr) {
+      std::free(data);
+      twin::ReportError("out of host memory for a " + std::to_string(bytes) + "-byte output");
+      return MEMALLOC_FAILED;
+    }
+    g_live_host_blocks.fetch_add(1);
+    outputs.emplace_back(StorageShapeOf(d.dims), gert::StorageFormat(FORMAT_ND, FORMAT_ND, {}), gert::kOnHost,
+                         static_cast<DataType>(d.dtype), block, HostBlockManager);
+    ptrs->push_back(bytes == 0 ? nullptr : data);
+  }
+  return SUCCESS;
+}
+
+Status MakeStreamOutputs(GraphNode &node, void *stream, const std::vector<ODesc> &descs, const char *api,
+                         std::vector<gert::Tensor> *outputs, std::vector<void *> *ptrs) {
+  const bool caller_outputs =
+      outputs->size() == descs.size() &&
+      std::all_of(outputs->begin(), outputs->end(), [](const gert::Tensor &t) { return t.GetAddr() != nullptr; });
+  if (caller_outputs) return UseCallerOutputs(descs, *outputs, api, ptrs);
+  const AllocatorPtr alloc = StreamAllocator(node, stream);
+  return AllocateDeviceOutputs(*alloc, descs, api, outputs, ptrs);
+}
+
+Status GeSession::RegisterExternalAllocator(const void *const stream, AllocatorPtr allocator) const {
+  GE_SESSION_CHECK("RegisterExternalAllocator");
+  if (stream == nullptr || !allocator) {
+    twin::ReportError("RegisterExternalAllocator: stream and allocator must not be null");
+    return PARAM_INVALID;
+  }
+  std::lock_guard<std::mutex> lk(Externals().mu);
+  Externals().by_stream[stream] = std::move(allocator);  // process-wide; the last registration wins
+  return SUCCESS;
+}
+
+Status GeSession::UnregisterExternalAllocator(const void *const stream) const {
+  GE_SESSION_CHECK("UnregisterExternalAllocator");
+  AllocatorPtr dropped;  // released outside the lock: its destructor may call back into its owner
+  {
+    std::lock_guard<std::mutex> lk(Externals().mu);
+    auto it = Externals().by_stream.find(stream);
+    if (it != Externals().by_stream.end()) {
+      dropped = std::move(it->second);
+      Externals().by_stream.erase(it);
+    }
+  }
+  return SUCCESS;
+}
+}  // namespace ge
