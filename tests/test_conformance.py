@@ -305,7 +305,8 @@ def results(request):
     """Runs every selected, non-skipped case once (in worker subprocesses) before the first test needs it."""
     if not _RESULTS:
         selected = {item.callspec.params["case"].name for item in request.session.items
-                    if getattr(item, "callspec", None) and "case" in item.callspec.params}
+                    if getattr(item, "module", None) is request.module and getattr(item, "callspec", None)
+                    and "case" in item.callspec.params}  # other files' tests may have a "case" parameter too
         cases = [c for _, c in ALL_CASES if c.name in selected]
         packed = [_packed(c) for c in cases]
         todo = [i for i, c in enumerate(cases) if c.name not in SKIPS]
