@@ -16,7 +16,7 @@ from ._diagnostics import live_counters
 from ._lib import backends, current_backend, finalize
 from .allocator import Allocator, DeviceAllocator
 from .batcher import Batcher, BatcherClosedError, BatcherStatistics
-from ._guard import SessionStatistics
+from ._stats import SessionStatistics
 from .errors import (ExecutionModeError, GeError, InputError, InputTypeError, SessionBrokenError,
                      SessionClosedError)
 from ._metadata import ModelFormatError, TensorInfo

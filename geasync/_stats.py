@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Sequence
 
 logger = logging.getLogger("geasync")
@@ -149,3 +149,35 @@ def empty_histogram() -> HistogramSnapshot:
 
 
 __all__ = ["logger", "Histogram", "HistogramSnapshot", "GraphCounters", "GraphStatistics", "LATENCY_BUCKETS"]
+
+
+@dataclass(frozen=True)
+class SessionStatistics:
+    """A snapshot of a session's runs in every mode (``Session.statistics()``), totals of ``graphs``.
+
+    ``submitted == completed + failed + cancelled + in_flight + waiting``: a run is submitted when geasync takes it
+    (after its arguments and run mode are checked); ``waiting`` is for a slot (``max_in_flight``, or the 32-callback
+    bound of a dynamic-shape graph); ``in_flight`` is with the runtime (RunGraphAsync, stream-mode runs until the
+    stream passes them, synchronous and in-thread runs while they run); ``failed`` includes runs the runtime
+    refused at submit; ``cancelled`` counts runs whose caller gave up (cancelled, timed out) before they ran or
+    before their completion arrived. ``abandoned`` counts runs in flight for longer than the session's
+    ``abandon_after`` seconds (a callback that never came); they stay in ``in_flight``. ``oldest_age`` is the
+    age in seconds of the oldest run in flight, ``latency`` the histogram of completed runs' latencies.
+    """
+
+    in_flight: int
+    waiting: int
+    completed: int
+    failed: int
+    cancelled: int
+    pinned_bytes: int
+    max_in_flight: int
+    submitted: int = 0
+    abandoned: int = 0
+    oldest_age: Optional[float] = None
+    latency: HistogramSnapshot = field(default_factory=empty_histogram)
+    graphs: dict[int, GraphStatistics] = field(default_factory=dict)  # graph id -> GraphStatistics
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (JSON-serialisable): histograms as bounds and counts, graphs keyed by their id."""
+        return asdict(self)

@@ -4,8 +4,8 @@ and its awaitable runs.
 Clause by clause: wrong argument types raise ``TypeError``; runtime failures raise ``GeError`` with GE's message
 and the API context; ``copy`` / ``deepcopy`` raise ``RuntimeError``. Beyond that package: compile/load, compiled-graph
 summaries, ``session_id``, ``close()`` and use as a context manager, numpy arrays wherever Tensors are taken, and the
-event-loop layer: ``await run_graph_async`` (completions through ``_hub``, pins and bounds from ``_guard``),
-``run_graph_in_thread``, ``statistics()``, ``async with`` / ``aclose()``.
+event-loop layer: ``await run_graph_async`` (completions through ``_hub``, pins from ``_pins``, the in-flight bound
+from ``_inflight``), ``run_graph_in_thread``, ``statistics()``, ``async with`` / ``aclose()``.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from . import _faults, _hub, _lib, _streams
 from ._inputs import GraphSpec, no_graph_error
 from ._metadata import ModelFormatError, TensorInfo
 from ._options import GRAPH_OPTIONS, LOAD_OPTIONS, SESSION_OPTIONS, split_options
-from ._stats import GraphCounters, logger, merged_histogram, now
-from ._guard import (FREEZER, RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry, PinnedBytes,
-                     Pins, SessionStatistics, Slots)
+from ._stats import GraphCounters, SessionStatistics, logger, merged_histogram, now
+from ._inflight import InFlightBound
+from ._modes import RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry
+from ._pins import FREEZER, PinnedBytes, Pins
 from .allocator import Allocator
 from .errors import FAILED, GeError, SessionBrokenError, SessionClosedError
 from .graph import Graph
@@ -125,13 +126,13 @@ class Session:
         _lib.ensure_initialized(init_opts, backend=backend)
         self._lock = threading.RLock()
         self._modes = ModeRegistry()
-        self._slots = Slots(max_in_flight)
+        self._slots = InFlightBound(max_in_flight)
         self._pinned = PinnedBytes()  # input bytes pinned by runs in flight, every mode
         self._freeze_inputs = bool(freeze_inputs)
         self._closing = False
         self._unawaited = 0  # requests in flight whose awaiting task gave up (cancelled / timed out)
         self._async_failures = 0  # failed RunGraphAsync completions: GE may have stopped the async queue
-        self._graph_caps: dict[int, Optional[Slots]] = {}  # per-graph bound of dynamic-shape graphs
+        self._graph_caps: dict[int, Optional[InFlightBound]] = {}  # per-graph bound of dynamic-shape graphs
         self._specs: dict[int, GraphSpec] = {}  # per graph: declared inputs/outputs, for the input check
         self._spec_errors: dict[int, ModelFormatError] = {}  # graphs GE took whose metadata geasync cannot read
         self._compiling = 0  # requests waiting for their graph's compile before the first RunGraphAsync
@@ -489,11 +490,11 @@ class Session:
         with anyio.fail_after(timeout):
             return await self._run_async(graph_id, prepared)
 
-    def _graph_cap(self, graph_id: int) -> Optional[Slots]:
+    def _graph_cap(self, graph_id: int) -> Optional[InFlightBound]:
         """GE keeps at most 32 RunGraphAsync callbacks pending for a dynamic-shape graph; beyond that its session
         executor thread waits, stalling every other graph of the session. Such graphs get their own bound of 32, so
         GE never waits and the session's other graphs keep running."""
-        cap: Optional[Slots] = self._graph_caps.get(graph_id, _UNKNOWN)
+        cap: Optional[InFlightBound] = self._graph_caps.get(graph_id, _UNKNOWN)
         if cap is not _UNKNOWN:
             return cap
         handle = self._handle
@@ -503,7 +504,7 @@ class Session:
             summary = _lib.compiled_graph_summary(handle, graph_id, "Session.run_graph_async")
         except GeError:
             return None
-        cap = None if summary["is_static"] else Slots(DYNAMIC_GRAPH_PENDING_LIMIT)
+        cap = None if summary["is_static"] else InFlightBound(DYNAMIC_GRAPH_PENDING_LIMIT)
         self._graph_caps[graph_id] = cap
         return cap
 
@@ -514,7 +515,7 @@ class Session:
             if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
                 _lib.compile_graph(handle, graph_id, None, context)
 
-    async def _first_async_run(self, graph_id: int) -> Optional[Slots]:
+    async def _first_async_run(self, graph_id: int) -> Optional[InFlightBound]:
         """GE's RunGraphAsync compiles a graph from its first request's shapes (a static model: a later request of
         another size fails) and any pre-run failure stops the session's async queue for good. So before the first
         RunGraphAsync of a graph nobody compiled, geasync compiles it from its declared inputs (CompileGraph), off
@@ -585,7 +586,7 @@ class Session:
             raise
 
     @staticmethod
-    async def _wait_for(slots: Slots, counters: GraphCounters) -> None:
+    async def _wait_for(slots: InFlightBound, counters: GraphCounters) -> None:
         """Waits for one of ``slots``, counted as waiting; a caller that gives up meanwhile is counted cancelled."""
         counters.waiting += 1
         try:
@@ -688,7 +689,7 @@ class _RunRequest(Pins, _hub.RunRequest):
     __slots__ = ("session", "graph_id", "waiter", "unawaited", "cap", "counters")
 
     def __init__(self, session: Session, prepared: PreparedInputs, graph_id: int, waiter: Any,
-                 cap: Optional[Slots], counters: GraphCounters) -> None:
+                 cap: Optional[InFlightBound], counters: GraphCounters) -> None:
         Pins.__init__(self, prepared, prepared.arrays, prepared.nbytes, session._freeze_inputs, session._pinned)
         self.session = session
         self.graph_id = graph_id
@@ -728,7 +729,7 @@ class _RunRequest(Pins, _hub.RunRequest):
         """Releases run requests (the ones resolved in one drain, or one through ``release``): their inputs thawed
         under one lock, their slots freed in one step per session."""
         frozen = []
-        freed: dict[Slots, int] = {}
+        freed: dict[InFlightBound, int] = {}
         caps = []
         for request in cast("list[_RunRequest]", requests):
             slots = request.session._slots

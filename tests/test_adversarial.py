@@ -438,7 +438,7 @@ async def test_base_of_a_pinned_view_is_frozen_too(anyio_backend):
 def test_views_pinned_by_several_runs_are_thawed_in_any_order():
     base = np.zeros(8, np.float32)
     v1, v2 = base[:4], base[4:]
-    from geasync._guard import FREEZER
+    from geasync._pins import FREEZER
 
     e1 = FREEZER.freeze([v1])
     e2 = FREEZER.freeze([base, v2])

@@ -1,7 +1,7 @@
 """GE fidelity at the GE API level: builds tests/native/ge_fidelity_test.cc against the twin's GE/ACL/parser
 headers and sources (as a C++ user of GE would link libge_runner_v2) and runs each of its tests.
 
-Each test shows one behaviour of ge_v2_contract.md section 3 that users meet in production (threads, queues,
+Each test shows one behaviour of GE (from its source) that users meet in production (threads, queues,
 stopped queues, dropped jobs, the RunGraph try-lock, alignment, repeat operations, deferred removal, compile shapes,
 error codes); docs/fidelity.md lists them.
 """

@@ -115,7 +115,7 @@ LAYERS: list[set[str]] = [
     # native values and what describes them
     {"_inputs", "tensor", "graph", "allocator", "_faults", "samples", "_check"},
     # lifetimes: pins and bounds, completion hubs, stream runs, leak diagnostics
-    {"_guard", "_hub", "_streams", "_diagnostics"},
+    {"_modes", "_pins", "_inflight", "_hub", "_streams", "_diagnostics"},
     {"stream", "_types", "session"},  # the public core (and the type aliases of what it accepts)
     {"pool", "batcher", "twin", "prometheus", "serve"},  # built on sessions
     {"geasync", "__main__", "pytest_plugin"},  # the package and its entry points

@@ -1,0 +1,44 @@
+"""GE's per-graph run-mode exclusivity (RunGraph / RunGraphAsync / RunGraphWithStreamAsync), checked before the
+runtime is called, so the error can name both modes, the Python calls behind them and what to do."""
+
+from __future__ import annotations
+
+import threading
+
+from .errors import FAILED, ExecutionModeError
+
+RUN_GRAPH = "RunGraph"
+RUN_GRAPH_ASYNC = "RunGraphAsync"
+RUN_GRAPH_WITH_STREAM_ASYNC = "RunGraphWithStreamAsync"
+
+_PYTHON_API = {
+    RUN_GRAPH: "Session.run_graph / run_graph_in_thread",
+    RUN_GRAPH_ASYNC: "Session.run_graph_async",
+    RUN_GRAPH_WITH_STREAM_ASYNC: "Session.run_graph_with_stream_async",
+}
+# What GE returns for a conflicting call in each mode (its E10062 run-mode check).
+_CONFLICT_STATUS = {RUN_GRAPH: 1343225956, RUN_GRAPH_ASYNC: 1343225956, RUN_GRAPH_WITH_STREAM_ASYNC: FAILED}
+
+
+class ModeRegistry:
+    """GE's per-graph run-mode exclusivity, checked before the runtime is called so the error can say more."""
+
+    def __init__(self) -> None:
+        self.established: dict[int, str] = {}  # graph id -> its mode (read without the lock on the hot path)
+        self._lock = threading.Lock()
+
+    def claim(self, graph_id: int, mode: str, context: str) -> None:
+        established = self.established.setdefault(graph_id, mode)  # atomic: the first caller's mode wins
+        if established == mode:
+            return
+        ge_text = (f"E10062: Failed to call {mode}. Reason: {established} was already called for the graph "
+                   f"(graph_id={graph_id}). {mode} and {established} are mutually exclusive and cannot be used "
+                   "together.")
+        hint = (f"graph {graph_id} already runs in {established} mode ({_PYTHON_API[established]}), fixed by its "
+                f"first run; {_PYTHON_API[mode]} needs {mode} mode. To change the mode, remove_graph({graph_id}) "
+                f"and add_graph({graph_id}, <a fresh Graph>) again, or add the model under another graph id.")
+        raise ExecutionModeError(_CONFLICT_STATUS[mode], f"{ge_text} {hint}", f"GeSession::{mode}", context)
+
+    def reset(self, graph_id: int) -> None:
+        with self._lock:
+            self.established.pop(graph_id, None)
