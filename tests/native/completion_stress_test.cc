@@ -175,6 +175,7 @@ int main(int argc, char **argv) {
       void *stream = nullptr;
       if ((st = ga_stream_create(-1, &stream)) != 0) return Fail("ga_stream_create", st);
       if ((st = ga_session_register_default_allocator(s, stream)) != 0) Fail("register allocator", st);
+      std::vector<ga_outputs *> held;  // the runs write them until the stream has passed them
       for (int k = 0; k < 10; ++k) {
         ga_outputs *outs = nullptr;
         if ((st = ga_session_run_graph_with_stream_async(s, 2, stream, input.descs, 2, &outs)) != 0)
@@ -184,7 +185,7 @@ int main(int argc, char **argv) {
           consumer.submitted.fetch_sub(1);
           Fail("aclrtLaunchHostFunc", st);
         }
-        if (outs) ga_outputs_destroy(outs);  // device memory returns once the stream passed the run
+        if (outs) held.push_back(outs);
         ++stream_runs;
       }
       if (token % 20 == 0) {
@@ -192,7 +193,8 @@ int main(int argc, char **argv) {
       }
       consumer.Drain();
       ga_session_unregister_external_allocator(s, stream);
-      if ((st = ga_stream_destroy(stream)) != 0) Fail("aclrtDestroyStream", st);
+      if ((st = ga_stream_destroy(stream)) != 0) Fail("aclrtDestroyStream", st);  // waits for the queued work
+      for (ga_outputs *outs : held) ga_outputs_destroy(outs);  // then their memory goes back
     }
     while (consumer.completed < consumer.submitted.load()) {
       pollfd p{ga_cq_fd(consumer.queue), POLLIN, 0};

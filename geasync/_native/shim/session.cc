@@ -26,6 +26,7 @@ struct Outstanding {
   std::map<uint64_t, Request> requests;  // by request id
   uint64_t next_id = 1;
   uint64_t stopped_by = 0;  // the request whose pre-run failure stopped GE's async queue of the session
+  std::string stopped_why;  // what the requests behind it are told
 };
 
 // GE's RunGraphAsync pre-run thread (GraphManager::PreRunThreadV2 names it so; pthread names keep 15 characters).
@@ -122,18 +123,19 @@ void AbandonAll(Outstanding &o, const std::string &why) {
 // GE stopped the session's async queue at request `failed`: the requests GE queued after it are dropped without
 // callbacks. Completes them now as abandoned, naming the failure, so nothing waits for a callback that cannot come.
 void AbandonQueuedBehind(Outstanding &o, uint64_t failed, ga_status status, const std::string &text) {
+  const std::string why = "GE stopped this session's RunGraphAsync queue when an earlier request failed before "
+                          "running (status " + std::to_string(status) + (text.empty() ? "" : ": " + text) +
+                          "); GE drops the requests queued behind it without calling them back";
   std::map<uint64_t, Request> left;
   {
     std::lock_guard<std::mutex> lk(o.mu);
     if (o.stopped_by != 0) return;
     o.stopped_by = failed;
+    o.stopped_why = why;
     auto from = o.requests.upper_bound(failed);
     left.insert(from, o.requests.end());
     o.requests.erase(from, o.requests.end());
   }
-  const std::string why = "GE stopped this session's RunGraphAsync queue when an earlier request failed before "
-                          "running (status " + std::to_string(status) + (text.empty() ? "" : ": " + text) +
-                          "); GE drops the requests queued behind it without calling them back";
   for (auto &kv : left) {
     shim::CqPush(kv.second.queue, kv.second.token, ge::FAILED, GA_COMPLETION_ABANDONED, nullptr, why);
     shim::CqRelease(kv.second.queue);
@@ -410,8 +412,7 @@ ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, con
       // GE calls the failing request back before it stops the queue: a submit in between is accepted and then
       // never run. The pre-run thread has ended either way, so refuse as GE does once the queue is stopped.
       return shim::FailWith(api, static_cast<ga_status>(ge::FAILED),
-                            "GE stopped this session's RunGraphAsync queue when an earlier request failed before "
-                            "running; it runs no request submitted after that");
+                            outstanding->stopped_why + "; it runs no request submitted after that either");
     }
     id = outstanding->next_id++;
     outstanding->requests[id] = Request{queue, token, std::this_thread::get_id()};
@@ -435,7 +436,9 @@ ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, con
       text = "GeSession::RunGraphAsync: the run failed with status " + std::to_string(status) +
              " (GE's message was not available on its callback thread)";
     }
-    if (status != ge::SUCCESS && OnPreRunThread()) AbandonQueuedBehind(*outstanding, id, status, text);
+    // A pre-run failure stops GE's queue: the requests behind it are abandoned after this one's completion is
+    // queued, so a consumer learns of the failure before it meets their SessionBrokenError.
+    const bool stops_queue = status != ge::SUCCESS && OnPreRunThread();
     if (t_sync_slot != nullptr && t_sync_slot->request_id == id) {
       t_sync_slot->called = true;
       t_sync_slot->error = std::move(text);
@@ -451,8 +454,10 @@ ga_status ga_session_run_graph_async(ga_session *session, uint32_t graph_id, con
         text = "out of memory moving RunGraphAsync outputs";
       }
     }
+    const std::string failure = stops_queue ? text : std::string();
     shim::CqPush(req.queue, req.token, status, GA_COMPLETION_RUN, o, text);
     shim::CqRelease(req.queue);
+    if (stops_queue) AbandonQueuedBehind(*outstanding, id, status, failure);
   };
 
   SyncCallbackSlot slot;
