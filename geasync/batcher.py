@@ -84,7 +84,9 @@ class _Request:
         self.state = _QUEUED
 
 
-_QUEUED, _RUNNING, _DONE = 0, 1, 2  # a queued request's life; _DONE once counted completed, failed or cancelled
+# A queued request's life; _DONE once counted completed, failed or cancelled. _DELIVERED: its rows were handed to its
+# waiter and it counts completed, unless its caller is cancelled before taking them (then it counts cancelled).
+_QUEUED, _RUNNING, _DONE, _DELIVERED = 0, 1, 2, 3
 
 
 class Batcher:
@@ -304,6 +306,10 @@ class Batcher:
                 self._finish(request, "cancelled")
             elif request.state == _RUNNING:  # its batch runs on; its rows are dropped
                 self._finish(request, "cancelled")
+            elif request.state == _DELIVERED:  # its rows arrived as its caller gave up: the caller never got them
+                request.state = _DONE
+                self._completed -= 1
+                self._cancelled += 1
             raise
 
     async def _run_alone(self, arrays: _Arrays, rows: int) -> list[Tensor]:
@@ -473,6 +479,7 @@ class Batcher:
             if request.state == _RUNNING and not request.waiter.done():
                 request.waiter.set_result(result)
                 self._finish(request, "completed")
+                request.state = _DELIVERED
 
     def _concatenate(self, batch: list[_Request]) -> tuple[_Arrays, int]:
         total = sum(r.rows for r in batch)
