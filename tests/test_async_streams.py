@@ -80,10 +80,7 @@ async def test_query_transitions():
         async with ga.Stream() as stream:
             assert stream.query() is True  # nothing enqueued yet
             outs = [s.run_graph_with_stream_async(1, stream, [x, w]) for _ in range(3)]  # ~150 ms of work
-            t0 = time.perf_counter()
-            busy = stream.query()
-            took = time.perf_counter() - t0
-            assert took < 0.05, f"query() blocked for {took:.3f} s"
+            busy = stream.query()  # True would mean it waited for the work (no timing check: loaded CI machines stall)
             assert busy is False, "the stream reported done right after ~150 ms of work was enqueued"
             with anyio.fail_after(20):
                 await stream.synchronize_async()
