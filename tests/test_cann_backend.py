@@ -23,6 +23,9 @@ import pytest
 import geasync as ga
 from geasync import _toolkit
 
+# The first build test compiles a fake CANN toolkit and the extension (minutes on a loaded 2-core machine).
+pytestmark = pytest.mark.timeout(900)
+
 TESTS = pathlib.Path(__file__).resolve().parent
 ROOT = TESTS.parent
 NATIVE = ROOT / "geasync" / "_native"

@@ -26,6 +26,9 @@ import warnings
 import numpy as np
 import pytest
 
+# The first case's setup runs the whole suite in worker subprocesses (minutes on a loaded 2-core machine).
+pytestmark = pytest.mark.timeout(900)
+
 WORKERS = 2
 CASE_TIMEOUT_S = 30  # a case running longer counts as hung (the worker is killed and restarted after it)
 

@@ -105,6 +105,7 @@ def models(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
     return static, dynamic, bad
 
 
+@pytest.mark.timeout(900)  # the first case builds the twin from source (minutes on a loaded 2-core machine)
 @pytest.mark.parametrize("name", TESTS)
 def test_ge_behaviour(fidelity_binary, models, name):
     r = subprocess.run([str(fidelity_binary), *map(str, models), name], capture_output=True, text=True,
