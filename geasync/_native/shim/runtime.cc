@@ -61,6 +61,8 @@ std::map<std::thread::id, std::string> &Taken() {
 void ClearErrors() {
   if (Live().pending_completions.load(std::memory_order_acquire) == 0) {
     (void)ge::GEGetErrorMsgV3();
+    std::lock_guard<std::mutex> lk(TakenMu());
+    Taken().clear();  // no request left to claim what earlier clears kept: stale, never to label a later failure
   } else {
     std::lock_guard<std::mutex> lk(TakenMu());
     std::string text = ge::GEGetErrorMsgV3().GetString();
