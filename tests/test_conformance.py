@@ -35,7 +35,7 @@ NOT_IMPLEMENTED_YET = set(
     # control flow (graph-valued attributes)
     "If Loop Scan "
     # the rest of the suite, still open
-    "Attention LinearAttention FlexAttention RotaryEmbedding RMSNormalization SwiGLU Swish "
+    "LinearAttention FlexAttention RotaryEmbedding RMSNormalization SwiGLU Swish "
     "GridSample AffineGrid CausalConvWithState ConvTranspose DeformConv Col2Im DFT STFT "
     "HannWindow HammingWindow BlackmanWindow MelWeightMatrix BitCast ImageDecoder TfIdfVectorizer Unique "
     "CenterCropPad Compress TensorScatter ReverseSequence NonZero MaxUnpool LpPool LRN "
