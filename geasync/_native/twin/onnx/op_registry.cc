@@ -34,6 +34,7 @@ OpTable BuildTable() {
   RegisterSpaceOps(&ops);
   RegisterLossOps(&ops);
   RegisterAttentionOps(&ops);
+  RegisterNormOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;
