@@ -35,6 +35,7 @@ OpTable BuildTable() {
   RegisterLossOps(&ops);
   RegisterAttentionOps(&ops);
   RegisterNormOps(&ops);
+  RegisterConvTransposeOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;
