@@ -38,7 +38,7 @@ NOT_IMPLEMENTED_YET = set(
     "LinearAttention FlexAttention "
     "GridSample AffineGrid CausalConvWithState DeformConv Col2Im DFT STFT "
     "HannWindow HammingWindow BlackmanWindow MelWeightMatrix BitCast ImageDecoder TfIdfVectorizer Unique "
-    "CenterCropPad Compress TensorScatter ReverseSequence NonZero MaxUnpool LpPool "
+    "CenterCropPad Compress TensorScatter ReverseSequence NonZero "
     "Det".split()
 )
 

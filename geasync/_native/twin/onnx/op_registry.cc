@@ -36,6 +36,7 @@ OpTable BuildTable() {
   RegisterAttentionOps(&ops);
   RegisterNormOps(&ops);
   RegisterConvTransposeOps(&ops);
+  RegisterLpPoolOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;
