@@ -213,3 +213,21 @@ def test_bad_attributes_and_shapes_refused_before_running(op, inputs, attrs, mat
             s.add_graph(1, ga.Graph.from_onnx(model))
             s.run_graph(1, inputs)
         assert f"op {op}" in str(ei.value)
+
+
+# ---- empty tensors ----
+
+@pytest.mark.parametrize("op,inputs,attrs,opset,shape", [
+    ("Attention", [_f(0, 2, 3, 4), _f(0, 2, 5, 4), _f(0, 2, 5, 4)], {}, 23, (0, 2, 3, 4)),
+    ("Attention", [_f(1, 2, 3, 4), _f(1, 2, 0, 4), _f(1, 2, 0, 4)], {}, 23, (1, 2, 3, 4)),  # no keys: Y = 0
+    ("SoftmaxCrossEntropyLoss", [_f(2, 3, 0), np.zeros((2, 0), np.int64)], {"reduction": "none"}, 23, (2, 0)),
+    ("RMSNormalization", [_f(0, 5), _f(5)], {}, 23, (0, 5)),
+    ("GroupNormalization", [_f(0, 4, 2), _f(4), _f(4)], {"num_groups": 2}, 21, (0, 4, 2)),
+    ("RotaryEmbedding", [_f(0, 4, 3, 8), _f(0, 3, 4), _f(0, 3, 4)], {}, 23, (0, 4, 3, 8)),
+    ("ConvTranspose", [_f(1, 0, 3), _f(0, 3, 2)], {}, 22, (1, 3, 4)),  # no input channels: Y = 0
+    ("LpPool", [_f(0, 2, 4, 4)], {"kernel_shape": [2, 2]}, 22, (0, 2, 3, 3)),
+])
+def test_empty_tensors(op, inputs, attrs, opset, shape):
+    (y,) = _run(_model(op, inputs, opset=opset, **attrs), inputs)
+    assert y.shape == shape and y.dtype == np.float32
+    assert np.all(y == 0)

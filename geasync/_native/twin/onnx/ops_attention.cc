@@ -248,6 +248,10 @@ class AttentionKernel : public Kernel {
     const int64_t *nonpad = has_nonpad_ ? static_cast<const int64_t *>(in[6]) : nullptr;
     T *y = static_cast<T *>(out[0]);
     T *qk_out = n_out_ > 3 && out[3] ? static_cast<T *>(out[3]) : nullptr;
+    if (g_.sq == 0 || total_ == 0 || g_.dv == 0) {  // no keys: every row is fully masked, Y = 0
+      std::fill(y, y + g_.b * g_.hq * g_.sq * g_.dv, T(0));
+      return true;
+    }
     const int64_t group = g_.hq / g_.hkv;
     for (int64_t b = 0; b < g_.b; ++b) {
       for (int64_t h = 0; h < g_.hq; ++h) {

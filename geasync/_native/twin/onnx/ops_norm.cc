@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "elem.h"
+#include "vmath.h"
 
 namespace twin {
 namespace onnx {
@@ -531,6 +532,13 @@ class SwishKernel : public Kernel {
     const T *a = static_cast<const T *>(in[0]);
     const T *b = kGlu ? static_cast<const T *>(in[1]) : nullptr;
     T *y = static_cast<T *>(out[0]);
+    if constexpr (std::is_same<T, float>::value && !kHalf) {  // the vectorised sigmoid
+      for (int64_t i = 0; i < n_; ++i) {
+        const float v = a[i] * vmath::Sigmoid(alpha_ * a[i]);
+        y[i] = kGlu ? v * b[i] : v;
+      }
+      return true;
+    }
     for (int64_t i = 0; i < n_; ++i) {
       const T e = R(std::exp(R(-R(alpha_ * a[i]))));
       const T v = R(a[i] * R(T(1) / R(T(1) + e)));
