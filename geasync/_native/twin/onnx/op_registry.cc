@@ -32,6 +32,11 @@ OpTable BuildTable() {
   RegisterIndexOps(&ops);
   RegisterPadOps(&ops);
   RegisterSpaceOps(&ops);
+  RegisterLossOps(&ops);
+  RegisterAttentionOps(&ops);
+  RegisterNormOps(&ops);
+  RegisterConvTransposeOps(&ops);
+  RegisterLpPoolOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;

@@ -109,6 +109,11 @@ void RegisterRandomOps(std::vector<OpDef> *ops);
 void RegisterIndexOps(std::vector<OpDef> *ops);
 void RegisterPadOps(std::vector<OpDef> *ops);
 void RegisterSpaceOps(std::vector<OpDef> *ops);
+void RegisterLossOps(std::vector<OpDef> *ops);
+void RegisterAttentionOps(std::vector<OpDef> *ops);
+void RegisterNormOps(std::vector<OpDef> *ops);
+void RegisterConvTransposeOps(std::vector<OpDef> *ops);
+void RegisterLpPoolOps(std::vector<OpDef> *ops);
 
 // Decodes a Constant node's value attribute into a tensor (ParseModel calls it once per Constant node).
 bool BuildConstantValue(const Node &node, std::shared_ptr<const ConstTensor> *value, std::string *reason);

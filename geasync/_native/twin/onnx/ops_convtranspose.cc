@@ -1,0 +1,240 @@
+// ConvTranspose (1-D/2-D/3-D; strides, pads, auto_pad, output_padding, output_shape, dilations, group) as one GEMM
+// per image and group (columns = W^T * X) followed by a col2im scatter-add. Padding follows the reference evaluator:
+// explicit or zero pads unless auto_pad is SAME_UPPER/SAME_LOWER, where they come from the total padding.
+// float32/float64 natively; float16/bfloat16 through float32.
+#include <algorithm>
+
+#include "elem.h"
+#include "gemm.h"
+
+namespace twin {
+namespace onnx {
+namespace {
+
+constexpr size_t kSp = 3;  // spatial dims padded to 3 with size-1 dims
+
+struct TGeom {
+  size_t nsp = 0;
+  int64_t n = 0, c = 0, m = 0, group = 1;
+  int64_t in[kSp] = {1, 1, 1}, out[kSp] = {1, 1, 1}, k[kSp] = {1, 1, 1};
+  int64_t s[kSp] = {1, 1, 1}, d[kSp] = {1, 1, 1}, pb[kSp] = {0, 0, 0};
+};
+
+bool IntsAttr(const Node &n, const char *name, size_t want, int64_t def, std::vector<int64_t> *v, bool *present,
+              std::string *reason) {
+  if (!AttrInts(n, name, v, present, reason)) return false;
+  if (!*present) {
+    v->assign(want, def);
+    return true;
+  }
+  if (v->size() != want) {
+    *reason = "attribute '" + std::string(name) + "' has " + std::to_string(v->size()) + " values, expected " +
+              std::to_string(want);
+    return false;
+  }
+  return true;
+}
+
+bool ReadAutoPad(const Node &n, std::string *mode, std::string *reason) {
+  const Attribute *a = n.FindAttr("auto_pad");
+  *mode = a ? a->s : "NOTSET";
+  if (a && a->type != kAttrString) {
+    *reason = "attribute 'auto_pad' must be a string";
+    return false;
+  }
+  if (*mode != "NOTSET" && *mode != "SAME_UPPER" && *mode != "SAME_LOWER" && *mode != "VALID") {
+    *reason = "attribute 'auto_pad' is '" + *mode + "'; expected NOTSET, SAME_UPPER, SAME_LOWER or VALID";
+    return false;
+  }
+  return true;
+}
+
+// Geometry from X/W descs and attributes; unknown spatial input dims give -1 output dims.
+bool TransposeGeometry(const Node &node, const TensorDesc &x, const TensorDesc &w, TGeom *g, std::string *reason) {
+  if (x.dims.size() < 3 || x.dims.size() > 5 || w.dims.size() != x.dims.size()) {
+    *reason = "X " + DescStr(x) + " must be [N, C, d1(, d2(, d3))] and W " + DescStr(w) + " of the same rank";
+    return false;
+  }
+  const size_t nsp = x.dims.size() - 2;
+  g->nsp = nsp;
+  if (!AttrInt(node, "group", 1, &g->group, reason)) return false;
+  g->n = x.dims[0];
+  g->c = x.dims[1];
+  if (g->group <= 0 || (g->c >= 0 && g->c % g->group != 0) || (w.dims[0] >= 0 && g->c >= 0 && w.dims[0] != g->c)) {
+    *reason = "W " + ShapeStr(w.dims) + " must be [C, M / group, k...] with C = " + std::to_string(g->c) +
+              " divisible by group = " + std::to_string(g->group);
+    return false;
+  }
+  g->m = w.dims[1] < 0 ? -1 : w.dims[1] * g->group;
+  std::vector<int64_t> ks, st, dl, op, os, pads;
+  bool has_ks, p, has_os, has_pads;
+  std::string mode;
+  if (!IntsAttr(node, "kernel_shape", nsp, 1, &ks, &has_ks, reason) ||
+      !IntsAttr(node, "strides", nsp, 1, &st, &p, reason) || !IntsAttr(node, "dilations", nsp, 1, &dl, &p, reason) ||
+      !IntsAttr(node, "output_padding", nsp, 0, &op, &p, reason) ||
+      !IntsAttr(node, "output_shape", nsp, 0, &os, &has_os, reason) ||
+      !IntsAttr(node, "pads", 2 * nsp, 0, &pads, &has_pads, reason) || !ReadAutoPad(node, &mode, reason))
+    return false;
+  const size_t off = kSp - nsp;
+  for (size_t i = 0; i < nsp; ++i) {
+    const int64_t kw = w.dims[2 + i];
+    if (has_ks && kw >= 0 && ks[i] != kw) {
+      *reason = "attribute 'kernel_shape' " + ShapeStr(ks) + " does not match W " + ShapeStr(w.dims);
+      return false;
+    }
+    if (st[i] <= 0 || dl[i] <= 0 || op[i] < 0 || pads[i] < 0 || pads[i + nsp] < 0 || (has_os && os[i] < 0)) {
+      *reason = "strides and dilations must be positive; pads, output_padding and output_shape nonnegative";
+      return false;
+    }
+    if (op[i] >= std::max(st[i], dl[i])) {
+      *reason = "attribute 'output_padding' " + ShapeStr(op) + " must be smaller than the stride or the dilation";
+      return false;
+    }
+    const int64_t in = x.dims[2 + i], span = kw < 0 ? -1 : (kw - 1) * dl[i] + 1;
+    g->in[off + i] = in;
+    g->k[off + i] = kw;
+    g->s[off + i] = st[i];
+    g->d[off + i] = dl[i];
+    const int64_t full = in < 0 || span < 0 ? -1 : st[i] * (in - 1) + op[i] + span;
+    if (mode == "SAME_UPPER" || mode == "SAME_LOWER") {
+      const int64_t want = has_os ? os[i] : (in < 0 ? -1 : in * st[i]);
+      const int64_t total = full < 0 || want < 0 ? 0 : full - want;
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // floor division, as the reference
+      g->pb[off + i] = mode == "SAME_UPPER" ? half : total - half;
+      g->out[off + i] = want;
+    } else {
+      const int64_t pb = mode == "VALID" ? 0 : pads[i], pe = mode == "VALID" ? 0 : pads[i + nsp];
+      g->pb[off + i] = pb;
+      g->out[off + i] = has_os ? os[i] : (full < 0 ? -1 : full - pb - pe);
+    }
+    if (g->out[off + i] < -1 || (g->out[off + i] == -1 && full >= 0)) {
+      *reason = "the output's spatial size would be negative (pads too large)";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool CheckConvTranspose(const Node &n, int64_t, std::string *reason) {
+  std::string mode;
+  int64_t group;
+  return ReadAutoPad(n, &mode, reason) && AttrInt(n, "group", 1, &group, reason);
+}
+
+bool InferConvTranspose(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0], &w = *c->in[1];
+  if (!IsFloatType(x.dtype) || w.dtype != x.dtype || (c->has(2) && c->in[2]->dtype != x.dtype)) {
+    *reason = "X, W and B must share one floating dtype, not " + std::string(ElemTypeName(x.dtype)) + " / " +
+              ElemTypeName(w.dtype);
+    return false;
+  }
+  if (x.IsUnknownRank() || w.IsUnknownRank()) {
+    c->out[0] = TensorDesc{x.dtype, {kUnknownRankDim}};
+    return true;
+  }
+  TGeom g;
+  if (!TransposeGeometry(*c->node, x, w, &g, reason)) return false;
+  if (c->has(2) && !c->in[2]->IsUnknownRank()) {
+    const auto &b = c->in[2]->dims;
+    if (b.size() != 1 || (b[0] >= 0 && g.m >= 0 && b[0] != g.m)) {
+      *reason = "B " + DescStr(*c->in[2]) + " must be 1-D with M = " + std::to_string(g.m) + " values";
+      return false;
+    }
+  }
+  std::vector<int64_t> out = {g.n, g.m};
+  for (size_t i = kSp - g.nsp; i < kSp; ++i) out.push_back(g.out[i]);
+  c->out[0] = TensorDesc{x.dtype, out};
+  return true;
+}
+
+template <class T>
+class ConvTransposeKernel : public Kernel {
+ public:
+  explicit ConvTransposeKernel(const TGeom &g) : g_(g) {
+    kin_ = g.in[0] * g.in[1] * g.in[2];
+    kk_ = g.k[0] * g.k[1] * g.k[2];
+    kout_ = g.out[0] * g.out[1] * g.out[2];
+    cols_.resize(static_cast<size_t>(g.m / g.group * kk_ * kin_));
+  }
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const T *x = static_cast<const T *>(in[0]), *w = static_cast<const T *>(in[1]);
+    const T *b = has_bias_ ? static_cast<const T *>(in[2]) : nullptr;
+    T *y = static_cast<T *>(out[0]);
+    const int64_t cg = g_.c / g_.group, mg = g_.m / g_.group;
+    for (int64_t n = 0; n < g_.n; ++n)
+      for (int64_t gr = 0; gr < g_.group; ++gr) {
+        const T *xg = x + (n * g_.c + gr * cg) * kin_;
+        const T *wg = w + gr * cg * mg * kk_;
+        // cols[(m, k), i] = sum_c W[c, m, k] * X[c, i]
+        if (cg == 0 || kin_ == 0 || mg * kk_ == 0) std::fill(cols_.begin(), cols_.end(), T(0));
+        else Gemm<T>(true, false, mg * kk_, kin_, cg, T(1), wg, mg * kk_, xg, kin_, T(0), cols_.data(), kin_);
+        for (int64_t m = 0; m < mg; ++m) {
+          const int64_t oc = gr * mg + m;
+          T *yo = y + (n * g_.m + oc) * kout_;
+          std::fill(yo, yo + kout_, b ? b[oc] : T(0));
+          Col2Im(cols_.data() + m * kk_ * kin_, yo);
+        }
+      }
+    return true;
+  }
+  bool has_bias_ = false;
+
+ private:
+  // Adds every column entry (kernel tap k, input position i) to output position i * s + k * d - pad.
+  void Col2Im(const T *col, T *yo) const {
+    for (int64_t k0 = 0; k0 < g_.k[0]; ++k0)
+      for (int64_t k1 = 0; k1 < g_.k[1]; ++k1)
+        for (int64_t k2 = 0; k2 < g_.k[2]; ++k2) {
+          const T *row = col + ((k0 * g_.k[1] + k1) * g_.k[2] + k2) * kin_;
+          for (int64_t i0 = 0; i0 < g_.in[0]; ++i0) {
+            const int64_t o0 = i0 * g_.s[0] + k0 * g_.d[0] - g_.pb[0];
+            if (o0 < 0 || o0 >= g_.out[0]) continue;
+            for (int64_t i1 = 0; i1 < g_.in[1]; ++i1) {
+              const int64_t o1 = i1 * g_.s[1] + k1 * g_.d[1] - g_.pb[1];
+              if (o1 < 0 || o1 >= g_.out[1]) continue;
+              const T *r = row + (i0 * g_.in[1] + i1) * g_.in[2];
+              T *yr = yo + (o0 * g_.out[1] + o1) * g_.out[2];
+              for (int64_t i2 = 0; i2 < g_.in[2]; ++i2) {
+                const int64_t o2 = i2 * g_.s[2] + k2 * g_.d[2] - g_.pb[2];
+                if (o2 >= 0 && o2 < g_.out[2]) yr[o2] += r[i2];
+              }
+            }
+          }
+        }
+  }
+
+  TGeom g_;
+  int64_t kin_, kk_, kout_;
+  std::vector<T> cols_;
+};
+
+std::unique_ptr<Kernel> PrepareConvTransposeFloat(const KernelCtx &c, std::string *reason) {
+  TGeom g;
+  if (!TransposeGeometry(*c.node, *c.in[0], *c.in[1], &g, reason)) return nullptr;
+  if (c.in[0]->dtype == ElemType::kFloat) {
+    auto k = std::make_unique<ConvTransposeKernel<float>>(g);
+    k->has_bias_ = c.has(2);
+    return k;
+  }
+  if (c.in[0]->dtype == ElemType::kDouble) {
+    auto k = std::make_unique<ConvTransposeKernel<double>>(g);
+    k->has_bias_ = c.has(2);
+    return k;
+  }
+  *reason = DtypeNotSupported(c.in[0]->dtype);
+  return nullptr;
+}
+
+std::unique_ptr<Kernel> PrepareConvTranspose(const KernelCtx &c, std::string *reason) {
+  return HasHalfTypes(c) ? PrepareViaFloat(c, PrepareConvTransposeFloat, reason)
+                         : PrepareConvTransposeFloat(c, reason);
+}
+
+}  // namespace
+
+void RegisterConvTransposeOps(std::vector<OpDef> *ops) {
+  ops->push_back({"ConvTranspose", 2, 3, 1, 1, CheckConvTranspose, InferConvTranspose, PrepareConvTranspose, true});
+}
+
+}  // namespace onnx
+}  // namespace twin
