@@ -32,6 +32,7 @@ OpTable BuildTable() {
   RegisterIndexOps(&ops);
   RegisterPadOps(&ops);
   RegisterSpaceOps(&ops);
+  RegisterControlOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;
