@@ -33,6 +33,7 @@ OpTable BuildTable() {
   RegisterPadOps(&ops);
   RegisterSpaceOps(&ops);
   RegisterControlOps(&ops);
+  RegisterMisc2Ops(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;
