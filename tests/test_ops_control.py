@@ -340,3 +340,55 @@ def test_hostile_nesting_refused_without_crash():
                        cwd=os.path.dirname(os.path.abspath(__file__)))
     assert p.returncode == 0, p.stderr[-2000:]
     assert "refused:" in p.stdout and "levels deep" in p.stdout, p.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Small operators of ops_misc2.cc (windows, NonZero, Compress, ReverseSequence) against onnx.reference
+
+
+@pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+@pytest.mark.parametrize("periodic", [0, 1])
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.DOUBLE])
+def test_windows_random_sizes(session, op, periodic, dtype):
+    m = _model([helper.make_node(op, ["n"], ["w"], periodic=periodic, output_datatype=dtype)],
+               [_vi("n", I64, [])], [_vi("w", dtype)])
+    for n in (0, 1, 2, 7, 64) if periodic else (0, 2, 7, 64):  # the size is a graph input: specialised on it
+        got = _run(session, m, [np.array(n, np.int64)])[0]
+        want = ReferenceEvaluator(m).run(None, {"n": np.array(n, np.int64)})[0]
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.bool_, np.float16])
+def test_nonzero_random_and_edges(session, dtype):
+    rng = np.random.default_rng(3)
+    m = _model([helper.make_node("NonZero", ["x"], ["y"])],
+               [_vi("x", onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), None)], [_vi("y", I64)])
+    xs = [(rng.random((3, 4, 5)) < 0.3).astype(dtype), np.zeros((2, 3), dtype), np.ones((0, 4), dtype)]
+    if np.issubdtype(dtype, np.floating):
+        xs.append(np.array([0, np.nan, -0.0, np.inf], dtype))
+    for x in xs:
+        got = _run(session, m, [x])[0]
+        np.testing.assert_array_equal(got, np.array(np.nonzero(x), np.int64).reshape(x.ndim, -1))
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_compress_random(session, axis):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    attrs = {} if axis is None else {"axis": axis}
+    m = _model([helper.make_node("Compress", ["x", "c"], ["y"], **attrs)], [_vi("x", F, [4, 5]), _vi("c", B, None)],
+               [_vi("y", F)])
+    for n in (0, 3, 4):  # a condition shorter than the axis keeps only its own length
+        _check(session, m, [x, rng.random(n) < 0.5])
+
+
+@pytest.mark.parametrize("batch_axis,time_axis", [(0, 1), (1, 0)])
+def test_reverse_sequence_random(session, batch_axis, time_axis):
+    rng = np.random.default_rng(5)
+    shape = [3, 4, 2] if batch_axis == 0 else [4, 3, 2]
+    m = _model([helper.make_node("ReverseSequence", ["x", "lens"], ["y"], batch_axis=batch_axis, time_axis=time_axis)],
+               [_vi("x", F, shape), _vi("lens", I64, [3])], [_vi("y", F)])
+    _check(session, m, [rng.standard_normal(shape).astype(np.float32), np.array([4, 0, 2], np.int64)])
+    with pytest.raises(ga.GeError, match=r"sequence_lens\[0\] = 9 is outside"):
+        _run(session, m, [np.zeros(shape, np.float32), np.array([9, 1, 1], np.int64)])
