@@ -35,13 +35,11 @@ CASE_TIMEOUT_S = 30  # a case running longer counts as hung (the worker is kille
 # Operators not implemented yet: their cases (plain and expanded) are skipped as "operator not implemented yet: <op>".
 # Implementing one (or merging the change that adds it) means deleting its name here.
 NOT_IMPLEMENTED_YET = set(
-    # control flow (graph-valued attributes)
-    "If Loop Scan "
     # the rest of the suite, still open
     "LinearAttention FlexAttention "
     "GridSample AffineGrid CausalConvWithState DeformConv Col2Im DFT STFT "
-    "HannWindow HammingWindow BlackmanWindow MelWeightMatrix BitCast ImageDecoder TfIdfVectorizer Unique "
-    "CenterCropPad Compress TensorScatter ReverseSequence NonZero "
+    "MelWeightMatrix BitCast ImageDecoder TfIdfVectorizer Unique "
+    "CenterCropPad TensorScatter "
     "Det".split()
 )
 
@@ -61,6 +59,10 @@ OUT_OF_SCOPE = {
 
 # Expanded (function-body) cases that fail for a reason other than an operator of their body not implemented yet.
 EXPANDED_FAILURES = {
+    **dict.fromkeys(("test_affine_grid_2d_expanded", "test_affine_grid_2d_align_corners_expanded"),
+                    "shape inference from the declared shapes (InferShapes, before any value is known): the body's "
+                    "Squeeze without axes of a tensor whose dims depend on values keeps those dims, so a later "
+                    "Transpose sees rank 4 for rank 3; the compiled plan itself would be right"),
     "test_attention_4d_causal_fp16_expanded":
         "float16 expanded body: the reference rounds every intermediate to float16, the twin's float16 Softmax "
         "computes in float32; the difference exceeds the case's rtol=1e-3",

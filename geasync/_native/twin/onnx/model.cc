@@ -37,9 +37,12 @@ struct RawValueInfo {
   std::vector<int64_t> dims;  // -1 for dim_param / missing value
 };
 
+struct RawGraph;
+
 struct RawNode {
   Node node;
   std::string deferred_error;
+  std::vector<std::pair<size_t, std::shared_ptr<RawGraph>>> graphs;  // (attribute index, its decoded subgraph)
 };
 
 struct RawGraph {
@@ -211,7 +214,24 @@ bool DecodeTensor(const uint8_t *base, ProtoReader r, ConstTensor *t, std::strin
   return true;
 }
 
-bool DecodeAttribute(const uint8_t *base, ProtoReader r, Attribute *a, std::string *semantic, std::string *err) {
+bool DecodeGraph(const uint8_t *base, ProtoReader r, RawGraph *g, int depth, std::string *err);
+
+// A graph-valued attribute's GraphProto, decoded depth levels below the model's graph.
+bool DecodeSubgraph(const uint8_t *base, ProtoReader *r, int wire, int depth, std::shared_ptr<RawGraph> *g,
+                    std::string *err) {
+  ProtoReader sub(base, 0, 0);
+  if (!r->SubField(wire, &sub, err)) return false;
+  if (depth > kMaxGraphDepth) {
+    *err = "ONNX model nests subgraphs (If/Loop/Scan bodies) more than " + std::to_string(kMaxGraphDepth) +
+           " levels deep, which the twin refuses";
+    return false;
+  }
+  *g = std::make_shared<RawGraph>();
+  return DecodeGraph(base, sub, g->get(), depth, err);
+}
+
+bool DecodeAttribute(const uint8_t *base, ProtoReader r, Attribute *a, int depth, std::shared_ptr<RawGraph> *graph,
+                     std::string *semantic, std::string *err) {
   bool has_f = false, has_i = false, has_s = false, has_t = false, has_g = false, has_ref = false;
   while (!r.done()) {
     uint32_t field;
@@ -236,7 +256,11 @@ bool DecodeAttribute(const uint8_t *base, ProtoReader r, Attribute *a, std::stri
         }
         break;
       }
-      case 6: case 11: has_g = true; ok = r.Skip(wire, err); break;
+      case 6: has_g = true; ok = DecodeSubgraph(base, &r, wire, depth + 1, graph, err); break;
+      case 11:
+        if (semantic->empty()) *semantic = "attribute '" + a->name + "' is a list of graphs, which the twin does not support";
+        ok = r.Skip(wire, err);
+        break;
       case 7: ok = r.RepeatedFloat(wire, &a->floats, err); break;
       case 8: ok = r.RepeatedInt64(wire, &a->ints, err); break;
       case 9: {
@@ -273,7 +297,7 @@ bool DecodeAttribute(const uint8_t *base, ProtoReader r, Attribute *a, std::stri
   return true;
 }
 
-bool DecodeNode(const uint8_t *base, ProtoReader r, RawNode *rn, std::string *err) {
+bool DecodeNode(const uint8_t *base, ProtoReader r, RawNode *rn, int depth, std::string *err) {
   Node &n = rn->node;
   while (!r.done()) {
     uint32_t field;
@@ -295,7 +319,9 @@ bool DecodeNode(const uint8_t *base, ProtoReader r, RawNode *rn, std::string *er
         ok = r.SubField(wire, &sub, err);
         if (ok) {
           n.attrs.emplace_back();
-          ok = DecodeAttribute(base, sub, &n.attrs.back(), &rn->deferred_error, err);
+          std::shared_ptr<RawGraph> graph;
+          ok = DecodeAttribute(base, sub, &n.attrs.back(), depth, &graph, &rn->deferred_error, err);
+          if (ok && graph) rn->graphs.emplace_back(n.attrs.size() - 1, std::move(graph));
         }
         break;
       }
@@ -377,7 +403,7 @@ bool DecodeValueInfo(const uint8_t *base, ProtoReader r, RawValueInfo *vi, std::
   return true;
 }
 
-bool DecodeGraph(const uint8_t *base, ProtoReader r, RawGraph *g, std::string *err) {
+bool DecodeGraph(const uint8_t *base, ProtoReader r, RawGraph *g, int depth, std::string *err) {
   while (!r.done()) {
     uint32_t field;
     int wire;
@@ -387,7 +413,7 @@ bool DecodeGraph(const uint8_t *base, ProtoReader r, RawGraph *g, std::string *e
       case 1:
         if (!r.SubField(wire, &sub, err)) return false;
         g->nodes.emplace_back();
-        if (!DecodeNode(base, sub, &g->nodes.back(), err)) return false;
+        if (!DecodeNode(base, sub, &g->nodes.back(), depth, err)) return false;
         break;
       case 2:
         if (!r.StringField(wire, &g->name, err)) return false;
@@ -434,7 +460,7 @@ bool DecodeModel(const uint8_t *base, size_t size, RawModel *m, std::string *err
         *err = "corrupt ONNX model: more than one graph";
         return false;
       }
-      if (!DecodeGraph(base, sub, &m->graph, err)) return false;
+      if (!DecodeGraph(base, sub, &m->graph, 0, err)) return false;
     } else if (field == 8) {
       if (!r.SubField(wire, &sub, err)) return false;
       std::pair<std::string, int64_t> op{"", 0};
@@ -492,7 +518,11 @@ bool ValueInfoToDesc(const RawValueInfo &vi, const char *what, TensorDesc *d, bo
 // Builds the IR from a decoded model in steps; each returns false with *err set (the first problem found).
 class ModelBuilder {
  public:
-  ModelBuilder(RawModel &raw, ModelImpl *m, std::string *err) : raw_(raw), g_(raw.graph), m_(m), err_(err) {}
+  ModelBuilder(RawModel &raw, ModelImpl *m, std::string *err) : raw_(&raw), g_(raw.graph), m_(m), err_(err) {}
+  // A subgraph: the enclosing model's opset; names it reads but does not define become captured inputs.
+  ModelBuilder(RawGraph &g, int64_t opset, ModelImpl *m, std::string *err) : g_(g), m_(m), err_(err) {
+    m_->opset_ = opset;
+  }
 
   bool Build() {
     return ReadHeader() && AddInitializers() && AddGraphInputs() && AddNodes() && ResolveNodeInputs() &&
@@ -516,13 +546,15 @@ class ModelBuilder {
   bool CheckArity(const Node &n);
   bool CheckRequiredIo(const Node &n);
   bool AddNodeOutputs(size_t k, Node &n);
+  bool BuildSubgraphs(size_t k, Node &n);
+  bool Lookup(const std::string &name, int *vid);
   bool ResolveNodeInputs();
   bool SortNodes();
   bool ReportCycle(const std::vector<int> &remaining);
   void ApplyOrder(const std::vector<int> &order);
   bool AddGraphOutputs();
 
-  RawModel &raw_;
+  RawModel *raw_ = nullptr;  // nullptr for a subgraph
   RawGraph &g_;
   ModelImpl *m_;
   std::string *err_;
@@ -532,9 +564,11 @@ class ModelBuilder {
 };
 
 bool ModelBuilder::ReadHeader() {
-  m_->ir_version_ = raw_.ir_version;
-  if (raw_.graph_count == 0) return Fail("ONNX model has no graph");
-  if (!ReadOpset()) return false;
+  if (raw_) {
+    m_->ir_version_ = raw_->ir_version;
+    if (raw_->graph_count == 0) return Fail("ONNX model has no graph");
+    if (!ReadOpset()) return false;
+  }
   m_->graph_name_ = g_.name;
   if (g_.has_sparse_initializer)
     return Fail("graph '" + g_.name + "' has sparse initializers, which the twin does not support");
@@ -544,7 +578,7 @@ bool ModelBuilder::ReadHeader() {
 // The highest opset imported for the default domain.
 bool ModelBuilder::ReadOpset() {
   bool have_opset = false;
-  for (const auto &op : raw_.opsets) {
+  for (const auto &op : raw_->opsets) {
     if (op.first.empty() || op.first == "ai.onnx") {
       if (!have_opset || op.second > m_->opset_) m_->opset_ = op.second;
       have_opset = true;
@@ -601,7 +635,9 @@ bool ModelBuilder::AddGraphInput(const RawValueInfo &vi) {
   info.name = vi.name;
   bool rank_known = false;
   if (!ValueInfoToDesc(vi, "graph input", &info.desc, &rank_known, err_)) return false;
-  if (info.desc.dtype == ElemType::kUndefined) return Fail("graph input '" + vi.name + "' has no tensor element type");
+  // A subgraph's inputs may leave their types to the owning node (Loop and Scan bodies often do).
+  if (info.desc.dtype == ElemType::kUndefined && raw_)
+    return Fail("graph input '" + vi.name + "' has no tensor element type");
   if (!rank_known) info.desc.dims = {kUnknownRankDim};  // no shape field: any rank, as in onnxruntime
   AddValue(vi.name, ValueKind::kGraphInput, static_cast<int>(m_->inputs_.size()));
   m_->input_values_.push_back(value_of_[vi.name]);
@@ -628,12 +664,53 @@ bool ModelBuilder::CheckNode(size_t k, Node &n) {
   n.op = FindOp(n.op_type);
   if (!n.op) return Fail(n.Where() + "operator not supported by the twin");
   if (!CheckArity(n) || !CheckRequiredIo(n)) return false;
+  if (!BuildSubgraphs(k, n)) return false;
   std::string reason;
   if (n.op->check && !n.op->check(n, m_->opset_, &reason)) return Fail(n.Where() + reason);
   if (n.op_type == "Constant") {
     if (!BuildConstantValue(n, &n.const_value, &reason)) return Fail(n.Where() + reason);
     m_->initializer_bytes_ += n.const_value->data.size();
   }
+  return true;
+}
+
+// Builds the node's graph attributes; the outer names they read become the node's trailing (implicit) inputs.
+bool ModelBuilder::BuildSubgraphs(size_t k, Node &n) {
+  std::set<std::string> seen;
+  for (auto &ag : g_.nodes[k].graphs) {
+    Attribute &a = n.attrs[ag.first];
+    auto sub = std::make_shared<ModelImpl>();
+    std::string err;
+    if (!ModelBuilder(*ag.second, m_->opset_, sub.get(), &err).Build())
+      return Fail(n.Where() + "subgraph '" + a.name + "': " + err);
+    for (const std::string &name : sub->captured_)
+      if (seen.insert(name).second) n.input_names.push_back(name);
+    for (const Node &inner : sub->nodes_)
+      n.nondeterministic = n.nondeterministic || inner.nondeterministic || !inner.op->foldable;
+    m_->initializer_bytes_ += sub->initializer_bytes_;
+    a.g = std::move(sub);
+  }
+  n.implicit_inputs = seen.size();
+  return true;
+}
+
+// The value named `name`; in a subgraph a name defined by no enclosing part of it is captured from outside.
+bool ModelBuilder::Lookup(const std::string &name, int *vid) {
+  auto it = value_of_.find(name);
+  if (it != value_of_.end()) {
+    *vid = it->second;
+    return true;
+  }
+  if (raw_) return false;
+  ValueInfo info;
+  info.name = name;
+  info.desc.dims = {kUnknownRankDim};
+  AddValue(name, ValueKind::kGraphInput, static_cast<int>(m_->inputs_.size()));
+  *vid = value_of_[name];
+  m_->input_values_.push_back(*vid);
+  m_->inputs_.push_back(std::move(info));
+  m_->input_rank_known_.push_back(false);
+  m_->captured_.push_back(name);
   return true;
 }
 
@@ -687,11 +764,15 @@ bool ModelBuilder::ResolveNodeInputs() {
     for (size_t i = 0; i < n.input_names.size(); ++i) {
       const std::string &name = n.input_names[i];
       if (name.empty()) continue;
-      auto it = value_of_.find(name);
-      if (it == value_of_.end())
+      int vid;
+      if (!Lookup(name, &vid)) {
+        if (i + n.implicit_inputs >= n.input_names.size())
+          return Fail(n.Where() + "its subgraphs read '" + name +
+                      "', which is not produced by any node, initializer or graph input");
         return Fail(n.Where() + "input '" + name + "' is not produced by any node, initializer or graph input");
-      n.inputs[i] = it->second;
-      const Value &v = m_->values_[it->second];
+      }
+      n.inputs[i] = vid;
+      const Value &v = m_->values_[vid];
       if (v.kind == ValueKind::kNodeOutput) {
         consumers_[v.index].push_back(static_cast<int>(k));
         ++indegree_[k];
@@ -756,15 +837,15 @@ void ModelBuilder::ApplyOrder(const std::vector<int> &order) {
 
 bool ModelBuilder::AddGraphOutputs() {
   for (const RawValueInfo &vi : g_.outputs) {
-    auto it = value_of_.find(vi.name);
-    if (vi.name.empty() || it == value_of_.end())
+    int vid;
+    if (vi.name.empty() || !Lookup(vi.name, &vid))
       return Fail("graph output '" + vi.name + "' is not produced by any node, initializer or graph input");
     ValueInfo info;
     info.name = vi.name;
     bool rank_known = false;
     if (!ValueInfoToDesc(vi, "graph output", &info.desc, &rank_known, err_)) return false;
     m_->outputs_.push_back(std::move(info));
-    m_->output_values_.push_back(it->second);
+    m_->output_values_.push_back(vid);
   }
   if (m_->outputs_.empty()) return Fail("graph '" + g_.name + "' has no outputs");
   return true;
@@ -780,6 +861,12 @@ void CheckNodes(RawGraph &g, int64_t opset, std::vector<std::string> *problems) 
     RawNode &rn = g.nodes[k];
     Node &n = rn.node;
     if (n.name.empty()) n.name = "#" + std::to_string(k);
+    for (auto &ag : rn.graphs) {  // subgraph nodes are listed too, named by the path to them
+      std::vector<std::string> inner;
+      CheckNodes(*ag.second, opset, &inner);
+      for (const std::string &p : inner)
+        problems->push_back(n.Where() + "subgraph '" + n.attrs[ag.first].name + "': " + p);
+    }
     if (!rn.deferred_error.empty()) {
       problems->push_back(n.Where() + rn.deferred_error);
       continue;
@@ -800,7 +887,8 @@ void CheckNodes(RawGraph &g, int64_t opset, std::vector<std::string> *problems) 
       continue;
     }
     std::string reason;
-    if (n.op->check && !n.op->check(n, opset, &reason)) problems->push_back(n.Where() + reason);
+    // Checks of ops with subgraphs read the built subgraphs: ParseModel runs them, after these per-node checks.
+    if (n.op->check && rn.graphs.empty() && !n.op->check(n, opset, &reason)) problems->push_back(n.Where() + reason);
   }
 }
 

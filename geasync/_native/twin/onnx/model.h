@@ -12,6 +12,11 @@ namespace twin {
 namespace onnx {
 
 struct OpDef;
+class ModelImpl;
+
+// Subgraphs (If branches, Loop/Scan bodies) nest at most this deep; a deeper model is refused while decoding, so
+// hostile nesting cannot exhaust the stack of the decoder, the analysis or a run.
+constexpr int kMaxGraphDepth = 16;
 
 // A tensor whose contents are known when the model is parsed (initializer or Constant value).
 // Data is little-endian, densely packed, ElemSize(desc.dtype) bytes per element.
@@ -50,6 +55,7 @@ struct Attribute {
   std::vector<float> floats;
   std::vector<int64_t> ints;
   std::vector<std::string> strings;
+  std::shared_ptr<const ModelImpl> g;  // kAttrGraph: the subgraph, built like a model (see ModelImpl::captured_)
 };
 
 struct Node {
@@ -63,6 +69,10 @@ struct Node {
   std::vector<int> inputs;   // value ids, -1 for omitted
   std::vector<int> outputs;  // value ids, -1 for omitted
   std::shared_ptr<const ConstTensor> const_value;  // Constant nodes: their value, decoded at parse time
+  // Nodes with subgraphs: the outer-scope names their subgraphs read are appended to input_names/inputs (so they
+  // are ordered, kept alive and handed to the kernel like inputs); this many trailing inputs are such captures.
+  size_t implicit_inputs = 0;
+  bool nondeterministic = false;  // a subgraph holds a non-foldable (random) op: never fold this node
 
   const Attribute *FindAttr(const char *attr_name) const;
   // "node 'NAME' (op TYPE): " prefix of every node error message.
@@ -98,6 +108,9 @@ class ModelImpl : public Model {
   std::vector<Node> nodes_;  // topological order
   std::vector<Value> values_;
   size_t initializer_bytes_ = 0;
+  // Subgraphs: names of the enclosing scopes they read; each is also a trailing entry of inputs_ (dtype and rank
+  // unknown until the owning node binds it).
+  std::vector<std::string> captured_;
 };
 
 }  // namespace onnx

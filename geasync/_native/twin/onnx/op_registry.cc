@@ -37,6 +37,8 @@ OpTable BuildTable() {
   RegisterNormOps(&ops);
   RegisterConvTransposeOps(&ops);
   RegisterLpPoolOps(&ops);
+  RegisterControlOps(&ops);
+  RegisterMisc2Ops(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;

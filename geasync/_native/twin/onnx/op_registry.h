@@ -114,6 +114,8 @@ void RegisterAttentionOps(std::vector<OpDef> *ops);
 void RegisterNormOps(std::vector<OpDef> *ops);
 void RegisterConvTransposeOps(std::vector<OpDef> *ops);
 void RegisterLpPoolOps(std::vector<OpDef> *ops);
+void RegisterControlOps(std::vector<OpDef> *ops);  // If, Loop, Scan
+void RegisterMisc2Ops(std::vector<OpDef> *ops);    // windows, NonZero, Compress, ReverseSequence
 
 // Decodes a Constant node's value attribute into a tensor (ParseModel calls it once per Constant node).
 bool BuildConstantValue(const Node &node, std::shared_ptr<const ConstTensor> *value, std::string *reason);

@@ -30,7 +30,7 @@ bool CheckInputDescs(const ModelImpl &m, const std::vector<TensorDesc> &inputs, 
     const TensorDesc &want = m.inputs_[i].desc;
     const TensorDesc &got = inputs[i];
     const std::string who = "input '" + m.inputs_[i].name + "'";
-    if (got.dtype != want.dtype) {
+    if (got.dtype != want.dtype && want.dtype != ElemType::kUndefined) {  // undefined: an untyped subgraph input
       *err = who + ": dtype " + ElemTypeName(got.dtype) + " does not match the model's " + ElemTypeName(want.dtype);
       return false;
     }
@@ -154,9 +154,13 @@ bool InputsKnown(const Node &n, const Analysis &a) {
 // enough to infer cheaply or to keep with the plan.
 bool WorthFolding(const Node &n, const InferCtx &ctx, const Analysis &a, bool compile, int64_t total) {
   const OpDef &op = *n.op;
-  if (!op.foldable || !(op.shape_only || InputsKnown(n, a))) return false;
+  if (!op.foldable || n.nondeterministic || !(op.shape_only || InputsKnown(n, a))) return false;
   if (total < 0 || (!compile && total > kInferFoldLimit)) return false;
-  if (op.shape_only) return true;
+  if (op.shape_only) {  // the Shape of a tensor with unknown (-1) dims has no value yet
+    for (int vid : n.inputs)
+      if (vid >= 0 && !a.desc[vid].IsStatic()) return false;
+    return true;
+  }
   uint64_t out_bytes = 0;
   for (const TensorDesc &d : ctx.out) out_bytes += d.Bytes();
   return out_bytes <= kCompileFoldBytes;

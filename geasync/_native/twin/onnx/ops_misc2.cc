@@ -1,0 +1,323 @@
+// Small operators: the window functions (HannWindow, HammingWindow, BlackmanWindow), NonZero, Compress and
+// ReverseSequence. The windows' length and NonZero's / Compress's output sizes depend on input contents: known at
+// compile time (constants, or inputs bound by a value-dependent plan), else the plan is specialised on them.
+#include <cmath>
+
+#include "elem.h"
+
+namespace twin {
+namespace onnx {
+namespace {
+
+// ---- Windows ----
+
+enum class Window { kHann, kHamming, kBlackman };
+
+template <Window W>
+double WindowValue(int64_t n, double denom) {
+  const double pi = 3.14159265358979323846;
+  const double x = static_cast<double>(n) / denom;
+  if (W == Window::kHann) {
+    const double s = std::sin(pi * x);
+    return s * s;
+  }
+  if (W == Window::kHamming) return 25.0 / 46.0 - std::cos(2 * pi * x) * (1 - 25.0 / 46.0);
+  return 0.42 - 0.5 * std::cos(2 * pi * x) + 0.08 * std::cos(4 * pi * x);
+}
+
+bool WindowDtype(const Node &n, ElemType *t, std::string *reason) {
+  int64_t dt;
+  if (!AttrInt(n, "output_datatype", 1, &dt, reason)) return false;
+  if (!OnnxTypeToElemType(dt, t) || !IsNumericType(*t)) {
+    *reason = "output_datatype " + std::string(OnnxTypeName(dt)) + " is not supported";
+    return false;
+  }
+  return true;
+}
+
+bool InferWindow(InferCtx *c, std::string *reason) {
+  ElemType t;
+  if (!WindowDtype(*c->node, &t, reason)) return false;
+  if (!IsIntType(c->in[0]->dtype)) {
+    *reason = "input 'size' must be an integer scalar, got " + DescStr(*c->in[0]);
+    return false;
+  }
+  double size = 0;
+  const ValueState st = ReadScalarInput(c, 0, &size, reason);
+  if (st == ValueState::kError) return false;
+  if (st == ValueState::kUnknown) {
+    c->out[0] = {t, {-1}};
+    return true;
+  }
+  if (size < 0) {
+    *reason = "input 'size' is negative (" + std::to_string(static_cast<int64_t>(size)) + ")";
+    return false;
+  }
+  c->out[0] = {t, {static_cast<int64_t>(size)}};
+  return true;
+}
+
+template <Window W>
+class WindowKernel : public Kernel {
+ public:
+  WindowKernel(ElemType t, int64_t n, bool periodic) : t_(t), n_(n), periodic_(periodic) {}
+  bool Run(const void *const *, void *const *out, std::string *) override {
+    const double denom = static_cast<double>(periodic_ ? n_ : n_ - 1);
+    VisitType(t_, [&](auto tag) {
+      using S = decltype(tag);
+      using C = typename Num<S>::C;
+      S *y = static_cast<S *>(out[0]);
+      for (int64_t i = 0; i < n_; ++i) y[i] = Num<S>::Store(static_cast<C>(WindowValue<W>(i, denom)));
+    });
+    return true;
+  }
+
+ private:
+  ElemType t_;
+  int64_t n_;
+  bool periodic_;
+};
+
+template <Window W>
+std::unique_ptr<Kernel> PrepareWindow(const KernelCtx &c, std::string *reason) {
+  int64_t periodic;
+  if (!AttrInt(*c.node, "periodic", 1, &periodic, reason)) return nullptr;
+  return std::unique_ptr<Kernel>(new WindowKernel<W>(c.out[0].dtype, c.out[0].dims[0], periodic != 0));
+}
+
+// ---- NonZero ----
+
+// Flat positions of the non-zero elements (NaN counts as non-zero, as in numpy).
+bool NonZeroPositions(const TensorDesc &d, const void *p, std::vector<int64_t> *pos) {
+  pos->clear();
+  const int64_t n = d.NumElements();
+  return VisitType(d.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const S *x = static_cast<const S *>(p);
+    for (int64_t i = 0; i < n; ++i)
+      if (Num<S>::Load(x[i]) != 0 || Num<S>::Load(x[i]) != Num<S>::Load(x[i])) pos->push_back(i);
+  });
+}
+
+// The contents of input i are needed now: records the missing input when compiling.
+bool NeedContents(InferCtx *c, size_t i, const char *what, bool *known, std::string *reason) {
+  *known = c->in_data[i] && c->in[i]->IsStatic();
+  if (*known || !c->need_static) return true;
+  c->missing_input = static_cast<int>(i);
+  *reason = "input '" + c->node->input_names[i] + "' is not a compile-time constant, and " + what + " depends on it";
+  return false;
+}
+
+bool InferNonZero(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0];
+  bool known;
+  if (!NeedContents(c, 0, "the number of non-zero elements", &known, reason)) return false;
+  const int64_t rank = static_cast<int64_t>(x.dims.size());
+  if (!known) {
+    c->out[0] = {ElemType::kInt64, {rank, -1}};
+    return true;
+  }
+  std::vector<int64_t> pos;
+  if (!NonZeroPositions(x, c->in_data[0], &pos)) {
+    *reason = DtypeNotSupported(x.dtype);
+    return false;
+  }
+  c->out[0] = {ElemType::kInt64, {rank, static_cast<int64_t>(pos.size())}};
+  return true;
+}
+
+class NonZeroKernel : public Kernel {
+ public:
+  explicit NonZeroKernel(TensorDesc x) : x_(std::move(x)) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    NonZeroPositions(x_, in[0], &pos_);
+    const std::vector<int64_t> strides = Strides(x_.dims);
+    int64_t *y = static_cast<int64_t *>(out[0]);
+    const size_t nnz = pos_.size();
+    for (size_t k = 0; k < nnz; ++k) {
+      int64_t rem = pos_[k];
+      for (size_t d = 0; d < strides.size(); ++d) {
+        y[d * nnz + k] = strides[d] ? rem / strides[d] : 0;
+        rem -= y[d * nnz + k] * strides[d];
+      }
+    }
+    return true;
+  }
+
+ private:
+  TensorDesc x_;
+  std::vector<int64_t> pos_;
+};
+
+std::unique_ptr<Kernel> PrepareNonZero(const KernelCtx &c, std::string *) {
+  return std::unique_ptr<Kernel>(new NonZeroKernel(*c.in[0]));
+}
+
+// ---- Compress ----
+
+struct CompressGeom {
+  bool flat = true;
+  size_t outer = 1, len = 0, inner = 1;  // x seen as [outer, len, inner] (flat: [1, numel, 1])
+};
+
+bool CompressShape(const InferCtx &c, CompressGeom *g, int64_t *axis_out, std::string *reason) {
+  const TensorDesc &x = *c.in[0], &cond = *c.in[1];
+  if (cond.dtype != ElemType::kBool || cond.dims.size() != 1) {
+    *reason = "input 'condition' must be a 1-D bool tensor, got " + DescStr(cond);
+    return false;
+  }
+  const Attribute *a = c.node->FindAttr("axis");
+  g->flat = a == nullptr;
+  *axis_out = -1;
+  if (g->flat) {
+    g->len = static_cast<size_t>(std::max<int64_t>(x.NumElements(), 0));
+    return true;
+  }
+  int64_t axis;
+  if (!NormalizeAxis(a->i, static_cast<int64_t>(x.dims.size()), false, &axis, reason)) return false;
+  *axis_out = axis;
+  for (int64_t d = 0; d < axis; ++d) g->outer *= static_cast<size_t>(std::max<int64_t>(x.dims[d], 0));
+  for (size_t d = static_cast<size_t>(axis) + 1; d < x.dims.size(); ++d)
+    g->inner *= static_cast<size_t>(std::max<int64_t>(x.dims[d], 0));
+  g->len = static_cast<size_t>(std::max<int64_t>(x.dims[axis], 0));
+  return true;
+}
+
+bool InferCompress(InferCtx *c, std::string *reason) {
+  if (!AnyDtype(c->in[0]->dtype, reason)) return false;
+  CompressGeom g;
+  int64_t axis;
+  if (!CompressShape(*c, &g, &axis, reason)) return false;
+  bool known;
+  if (!NeedContents(c, 1, "the output size", &known, reason)) return false;
+  int64_t kept = -1;
+  if (known && c->in[0]->IsStatic()) {
+    const uint8_t *m = static_cast<const uint8_t *>(c->in_data[1]);
+    const size_t n = static_cast<size_t>(c->in[1]->NumElements());
+    kept = 0;
+    for (size_t i = 0; i < n && i < g.len; ++i) kept += m[i] != 0;
+  }
+  c->out[0].dtype = c->in[0]->dtype;
+  if (g.flat) {
+    c->out[0].dims = {kept};
+  } else {
+    c->out[0].dims = c->in[0]->dims;
+    c->out[0].dims[axis] = kept;
+  }
+  return true;
+}
+
+class CompressKernel : public Kernel {
+ public:
+  CompressKernel(CompressGeom g, size_t esize, size_t cond_len) : g_(g), esize_(esize), cond_len_(cond_len) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const uint8_t *x = static_cast<const uint8_t *>(in[0]), *m = static_cast<const uint8_t *>(in[1]);
+    uint8_t *y = static_cast<uint8_t *>(out[0]);
+    const size_t row = g_.inner * esize_, n = std::min(cond_len_, g_.len);
+    for (size_t o = 0; o < g_.outer; ++o)
+      for (size_t i = 0; i < n; ++i)
+        if (m[i]) {
+          CopyBytes(y, x + (o * g_.len + i) * row, row);
+          y += row;
+        }
+    return true;
+  }
+
+ private:
+  CompressGeom g_;
+  size_t esize_, cond_len_;
+};
+
+std::unique_ptr<Kernel> PrepareCompress(const KernelCtx &c, std::string *reason) {
+  InferCtx ic = c.AsInferCtx();
+  CompressGeom g;
+  int64_t axis;
+  if (!CompressShape(ic, &g, &axis, reason)) return nullptr;
+  return std::unique_ptr<Kernel>(
+      new CompressKernel(g, ElemSize(c.in[0]->dtype), static_cast<size_t>(c.in[1]->NumElements())));
+}
+
+// ---- ReverseSequence ----
+
+bool ReverseAxes(const Node &n, size_t rank, int64_t *batch, int64_t *time, std::string *reason) {
+  int64_t b, t;
+  if (!AttrInt(n, "batch_axis", 1, &b, reason) || !AttrInt(n, "time_axis", 0, &t, reason)) return false;
+  if (rank < 2 || (b != 0 && b != 1) || (t != 0 && t != 1) || b == t) {
+    *reason = "batch_axis and time_axis must be 0 and 1 (either way round) of an input of rank >= 2";
+    return false;
+  }
+  *batch = b, *time = t;
+  return true;
+}
+
+bool InferReverseSequence(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0], &lens = *c->in[1];
+  int64_t b, t;
+  if (!AnyDtype(x.dtype, reason) || !ReverseAxes(*c->node, x.dims.size(), &b, &t, reason)) return false;
+  if ((lens.dtype != ElemType::kInt64 && lens.dtype != ElemType::kInt32) || lens.dims.size() != 1 ||
+      (lens.dims[0] >= 0 && x.dims[b] >= 0 && lens.dims[0] != x.dims[b])) {
+    *reason = "input 'sequence_lens' must be int32/int64 of shape [batch], got " + DescStr(lens) + " for input " +
+              DescStr(x);
+    return false;
+  }
+  c->out[0] = x;
+  return true;
+}
+
+class ReverseSequenceKernel : public Kernel {
+ public:
+  ReverseSequenceKernel(const TensorDesc &x, ElemType lens_type, int64_t batch_axis)
+      : lens_type_(lens_type), batch_first_(batch_axis == 0), esize_(ElemSize(x.dtype)) {
+    d0_ = x.dims[0], d1_ = x.dims[1];
+    inner_ = static_cast<size_t>(DimsProduct(x.dims, 2, x.dims.size())) * esize_;
+  }
+  bool Run(const void *const *in, void *const *out, std::string *reason) override {
+    const uint8_t *x = static_cast<const uint8_t *>(in[0]);
+    uint8_t *y = static_cast<uint8_t *>(out[0]);
+    const int64_t batches = batch_first_ ? d0_ : d1_, steps = batch_first_ ? d1_ : d0_;
+    for (int64_t b = 0; b < batches; ++b) {
+      int64_t len = lens_type_ == ElemType::kInt64 ? static_cast<const int64_t *>(in[1])[b]
+                                                   : static_cast<const int32_t *>(in[1])[b];
+      if (len < 0 || len > steps) {
+        *reason = "sequence_lens[" + std::to_string(b) + "] = " + std::to_string(len) + " is outside [0, " +
+                  std::to_string(steps) + "]";
+        return false;
+      }
+      for (int64_t t = 0; t < steps; ++t) {
+        const int64_t src_t = t < len ? len - 1 - t : t;
+        CopyBytes(y + Offset(b, t), x + Offset(b, src_t), inner_);
+      }
+    }
+    return true;
+  }
+
+ private:
+  size_t Offset(int64_t b, int64_t t) const {
+    const int64_t i0 = batch_first_ ? b : t, i1 = batch_first_ ? t : b;
+    return static_cast<size_t>(i0 * d1_ + i1) * inner_;
+  }
+  ElemType lens_type_;
+  bool batch_first_;
+  size_t esize_, inner_ = 0;
+  int64_t d0_ = 0, d1_ = 0;
+};
+
+std::unique_ptr<Kernel> PrepareReverseSequence(const KernelCtx &c, std::string *reason) {
+  int64_t b, t;
+  if (!ReverseAxes(*c.node, c.in[0]->dims.size(), &b, &t, reason)) return nullptr;
+  return std::unique_ptr<Kernel>(new ReverseSequenceKernel(*c.in[0], c.in[1]->dtype, b));
+}
+
+}  // namespace
+
+void RegisterMisc2Ops(std::vector<OpDef> *ops) {
+  ops->push_back({"HannWindow", 1, 1, 1, 1, nullptr, InferWindow, PrepareWindow<Window::kHann>, true});
+  ops->push_back({"HammingWindow", 1, 1, 1, 1, nullptr, InferWindow, PrepareWindow<Window::kHamming>, true});
+  ops->push_back({"BlackmanWindow", 1, 1, 1, 1, nullptr, InferWindow, PrepareWindow<Window::kBlackman>, true});
+  ops->push_back({"NonZero", 1, 1, 1, 1, nullptr, InferNonZero, PrepareNonZero, true});
+  ops->push_back({"Compress", 2, 2, 1, 1, nullptr, InferCompress, PrepareCompress, true});
+  ops->push_back({"ReverseSequence", 2, 2, 1, 1, nullptr, InferReverseSequence, PrepareReverseSequence, true});
+}
+
+}  // namespace onnx
+}  // namespace twin
