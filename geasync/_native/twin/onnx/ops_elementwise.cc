@@ -1,7 +1,7 @@
 // Elementwise ops. Broadcasting binary arithmetic (Add, Sub, Mul, Div, Pow), variadic Max/Min, comparisons
 // (Equal, Less, Greater -> bool), logic (And, Or, Not), Where, Clip and the unary math/activation family
 // (Sqrt, Exp, Log, trigonometric and hyperbolic functions, rounding, Sign, IsNaN/IsInf, Relu and its relatives,
-// Sigmoid, Tanh, Gelu, ...); float32 Exp/Log/Tanh/Erf/Sigmoid/Sqrt/Gelu run the vectorised kernels of vmath.h.
+// Sigmoid, Tanh, Gelu, ...); float32 Exp/Log/Tanh/Erf/Sigmoid/Sqrt/Gelu/Sin/Cos run the vectorised kernels of vmath.h.
 // float16/bfloat16 are computed in float and rounded once per op, like numpy. Integer arithmetic wraps like
 // numpy; integer Div truncates toward zero like the ONNX reference (x / 0 gives 0).
 // Kernel loops: -O3 vectorisation (beyond -O2's very-cheap cost model) and no FP-trap semantics, so that
@@ -515,8 +515,8 @@ TWIN_STD_UNARY(LogF, std::log(x), vmath::LogArray)
 TWIN_STD_UNARY(ReciprocalF, C(1) / x, nullptr)
 TWIN_STD_UNARY(ErfF, std::erf(x), vmath::ErfArray)
 TWIN_STD_UNARY(TanhF, std::tanh(x), vmath::TanhArray)
-TWIN_STD_UNARY(SinF, std::sin(x), nullptr)
-TWIN_STD_UNARY(CosF, std::cos(x), nullptr)
+TWIN_STD_UNARY(SinF, std::sin(x), vmath::SinArray)
+TWIN_STD_UNARY(CosF, std::cos(x), vmath::CosArray)
 TWIN_STD_UNARY(TanF, std::tan(x), nullptr)
 TWIN_STD_UNARY(AsinF, std::asin(x), nullptr)
 TWIN_STD_UNARY(AcosF, std::acos(x), nullptr)

@@ -150,7 +150,11 @@ class ReduceKernel : public Kernel {
       if (is == 0) {
         A a = *pa;
         const double sh = kPass == kLogSumExp ? shift_[off] : 0.0;
-        for (int64_t j = 0; j < inner; ++j) a = Combine<kPass, A>(a, Pre<kPass, A>(px[j], sh));
+        if constexpr (kLanedSum<kPass, A>) {
+          a += LanedSum<kPass, A>(px, inner);
+        } else {
+          for (int64_t j = 0; j < inner; ++j) a = Combine<kPass, A>(a, Pre<kPass, A>(px[j], sh));
+        }
         *pa = a;
       } else {
         for (int64_t j = 0; j < inner; ++j)
@@ -163,6 +167,26 @@ class ReduceKernel : public Kernel {
         idx_[d] = 0;
       }
     }
+  }
+
+  // Floating sums along a contiguous run go through independent lanes, so that they vectorise (only the order of
+  // the double additions changes).
+  template <ReduceKind kPass, class A>
+  static constexpr bool kLanedSum = std::is_floating_point<A>::value &&
+                                    (kPass == kSum || kPass == kMean || kPass == kL1 || kPass == kL2 ||
+                                     kPass == kSumSquare || kPass == kLogSum);
+
+  template <ReduceKind kPass, class A>
+  static A LanedSum(const S *__restrict px, int64_t n) {
+    constexpr int64_t kLanes = 8;
+    A lanes[kLanes] = {};
+    int64_t j = 0;
+    for (; j + kLanes <= n; j += kLanes)
+      for (int64_t k = 0; k < kLanes; ++k) lanes[k] += Pre<kPass, A>(px[j + k], 0.0);
+    A tail = 0;
+    for (; j < n; ++j) tail += Pre<kPass, A>(px[j], 0.0);
+    for (int64_t k = 0; k < kLanes; ++k) tail += lanes[k];
+    return tail;
   }
 
   template <ReduceKind kPass, class A>

@@ -194,21 +194,49 @@ class TransposeKernel : public Kernel {
     const int64_t inner = dims_[r - 1], is = strides_[r - 1];
     std::fill(idx_.begin(), idx_.end(), 0);
     int64_t off = 0;
+    if (r >= 2 && strides_[r - 2] == 1 && is != 1) {
+      // The second-last output dim is the input's contiguous one: a 2-D transpose per outer index, in tiles.
+      const int64_t rows = dims_[r - 2], plane = rows * inner;
+      for (int64_t o = 0; o < total_; o += plane) {
+        TransposeTiled(x + off, y + o, rows, inner, is);
+        NextOffset(r - 2, &off);
+      }
+      return true;
+    }
     for (int64_t o = 0; o < total_; o += inner) {
       const T *src = x + off;
       T *dst = y + o;
       for (int64_t j = 0; j < inner; ++j) dst[j] = src[j * is];
-      for (size_t d = r - 1; d-- > 0;) {
-        off += strides_[d];
-        if (++idx_[d] < dims_[d]) break;
-        off -= strides_[d] * dims_[d];
-        idx_[d] = 0;
-      }
+      NextOffset(r - 1, &off);
     }
     return true;
   }
 
  private:
+  // Advances the index over output dims [0, end) (last fastest) and the input offset with it.
+  void NextOffset(size_t end, int64_t *off) {
+    for (size_t d = end; d-- > 0;) {
+      *off += strides_[d];
+      if (++idx_[d] < dims_[d]) break;
+      *off -= strides_[d] * dims_[d];
+      idx_[d] = 0;
+    }
+  }
+
+  // y[i][j] = x[i + j * is] for a rows x cols output: tiles keep the strided source lines in cache while each is
+  // read across a tile's rows.
+  static void TransposeTiled(const T *__restrict x, T *__restrict y, int64_t rows, int64_t cols, int64_t is) {
+    constexpr int64_t kTile = 64 / sizeof(T) < 16 ? 16 : 64 / sizeof(T);
+    for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
+      const int64_t i1 = std::min(rows, i0 + kTile);
+      for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+        const int64_t j1 = std::min(cols, j0 + kTile);
+        for (int64_t i = i0; i < i1; ++i)
+          for (int64_t j = j0; j < j1; ++j) y[i * cols + j] = x[i + j * is];
+      }
+    }
+  }
+
   std::vector<int64_t> dims_, strides_;  // output dims and the matching input strides, size-1 dims dropped
   int64_t total_;
   std::vector<int64_t> idx_;
