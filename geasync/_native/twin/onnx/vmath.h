@@ -54,7 +54,7 @@ TWIN_VMATH_INLINE float Pow2Of(float t, int32_t bias) {
   return BitsToFloat(static_cast<int32_t>((static_cast<uint32_t>(FloatToBits(t)) << 23) +
                                           (static_cast<uint32_t>(bias + 127) << 23)));
 }
-// exp(v) for v <= 0 (-inf and NaN included): down to the smallest denormal, 0 below -104. The 2^n scaling is split
+// exp(v) for v <= 0 (or slightly above; -inf and NaN included): down to the smallest denormal, 0 below -104. The 2^n scaling is split
 // in two (2^(n+64), then 2^-64) so that only the last multiply rounds, once, into the denormal range.
 TWIN_VMATH_INLINE float ExpNonPositive(float v) {
   const float vc = v < -104.0f ? -104.0f : v;  // NaN stays NaN
@@ -154,7 +154,7 @@ TWIN_VMATH_INLINE float ErfcPos(float z, float zz) {
   p = p * t + 0.37409196f;
   p = p * t + 1.00002368f;
   p = p * t - 1.26551223f;
-  const float r = t * Exp(p - zz);
+  const float r = t * ExpNonPositive(p - zz);  // p - zz <= ~1e-5 (0 at z = 0, falling)
   return z > 10.0f ? 0.0f : r;
 }
 
@@ -259,8 +259,9 @@ TWIN_VMATH_INLINE float SinOrCos(float x, int32_t octant_shift, bool odd) {
   const float cos_r = pc * z * z - 0.5f * z + 1.0f;
   const int32_t oct = j + octant_shift;
   const float v = (oct & 2) ? cos_r : sin_r;
-  const int32_t neg = ((oct & 4) << 29) ^ (odd ? (FloatToBits(x) & static_cast<int32_t>(0x80000000u)) : 0);
-  return BitsToFloat(FloatToBits(v) ^ neg);
+  const uint32_t sign_x = odd ? static_cast<uint32_t>(FloatToBits(x)) & 0x80000000u : 0u;
+  const uint32_t neg = (static_cast<uint32_t>(oct & 4) << 29) ^ sign_x;
+  return BitsToFloat(static_cast<int32_t>(static_cast<uint32_t>(FloatToBits(v)) ^ neg));
 }
 TWIN_VMATH_INLINE float Sin(float x) { return SinOrCos(x, 0, true); }
 TWIN_VMATH_INLINE float Cos(float x) { return SinOrCos(x, 2, false); }
