@@ -1,5 +1,6 @@
-"""The twin's vectorised float32 kernels (Exp, Log, Tanh, Erf, Sigmoid, Sqrt, Gelu, Floor/Ceil/Round, fused
-Softmax/LogSoftmax and LayerNormalization), through the public API: accuracy in ulp against float64 references on
+"""The twin's vectorised float32 kernels (Exp, Log, Tanh, Erf, Sigmoid, Sqrt, Gelu, Sin, Cos, Floor/Ceil/Round,
+fused Softmax/LogSoftmax and LayerNormalization, Cast to float16, ReduceSum along a contiguous axis, tiled
+Transpose), through the public API: accuracy in ulp against float64 references on
 dense grids, edge values (NaN, infinities, signed zeros, denormals, overflow/underflow thresholds), and the same
 checks with the fallback instruction sets (GEASYNC_TWIN_SIMD caps the twin's choice, in a subprocess)."""
 
@@ -61,6 +62,8 @@ ACCURACY = {
     "Erf": (lambda v: _erf(v).astype(np.float64), lambda x: x, 4.0),
     "Sigmoid": (lambda v: 1.0 / (1.0 + np.exp(-v)), lambda x: x, 4.0),
     "Sqrt": (np.sqrt, np.abs, 0.5),
+    "Sin": (np.sin, lambda x: x, 2.0),
+    "Cos": (np.cos, lambda x: x, 2.0),
     "Gelu": (lambda v: 0.5 * v * _erfc(-v / math.sqrt(2.0)).astype(np.float64), lambda x: x[x > -3], 16.0),
 }
 
@@ -119,6 +122,84 @@ def test_exp_underflow_gives_denormals_and_zero_like_numpy():
     assert (got[:4] > 0).all() and (got[:4] < np.float32(1.1754944e-38)).all()
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=2 * 2.0 ** -149)
     assert got[-1] == 0 and got[-2] == 0
+
+
+@pytest.mark.parametrize("op", ["Sin", "Cos"])
+def test_trig_accurate_near_zeros_and_beyond_the_fast_range(op):
+    # the floats nearest to multiples of pi/2 (where the result is tiny: relative accuracy needs an exact
+    # reduction), both sides of the vector loop's limit 8192, and the huge arguments libm takes over
+    k = np.arange(1, 5300, dtype=np.float64)
+    near = (k * np.pi / 2).astype(np.float32)
+    near = np.concatenate([near, np.nextafter(near, np.float32(np.inf)), np.nextafter(near, np.float32(0))])
+    rng = np.random.default_rng(3)
+    x = np.concatenate([near, -near, rng.uniform(8000, 8400, 4000), np.geomspace(8192, 3e38, 2000)]).astype(np.float32)
+    x = np.concatenate([x, -x])
+    got = run_op(op, x)
+    ref = getattr(np, op.lower())(x.astype(np.float64))
+    err = ulp_error(got, ref)
+    assert err.max() <= 2.0, f"{op}: {err.max():.2f} ulp at x={x[int(np.argmax(err))]!r}"
+
+
+def run_graph_1(nodes, x: np.ndarray, out_type, out_shape, initializers=()) -> np.ndarray:
+    model = make_model(nodes, [("x", helper.np_dtype_to_tensor_dtype(x.dtype), list(x.shape))],
+                       [("y", out_type, out_shape)], initializers=initializers, opset=20)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        outs = s.run_graph(1, [x])
+        y = outs[0].numpy().copy()
+        del outs
+    return y
+
+
+def test_cast_float_to_float16_rounds_like_numpy():
+    rng = np.random.default_rng(11)
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 65504.0, 65519.99, 65520.0, -65520.0, 1e6,
+                        3.4e38, 6.1035156e-05, 6.0975552e-05, 5.9604645e-08, 2.9802322e-08, 2.98023259e-08, 1e-45,
+                        -1e-40, 1.00048828125, 1.00146484375, 2049.0, 2051.0], np.float32)
+    x = np.concatenate([special, rng.standard_normal(5000).astype(np.float32) * 100,
+                        (rng.standard_normal(3001) * 1e-5).astype(np.float32),
+                        rng.integers(0, 2**32, 4003, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+    got = run_graph_1([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)], x, TensorProto.FLOAT16,
+                      list(x.shape))
+    with np.errstate(all="ignore"):
+        ref = x.astype(np.float16)
+    nan = np.isnan(ref)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan].view(np.uint16), ref[~nan].view(np.uint16))  # bit for bit, signs too
+
+
+@pytest.mark.parametrize("cols", [1, 3, 8, 17, 64, 1000])
+def test_reduce_sum_last_axis_matches_float64(cols):
+    rng = np.random.default_rng(cols)
+    x = (rng.standard_normal((13, cols)) * 10).astype(np.float32)
+    x[0, 0] = np.nan
+    x[1, -1] = np.inf
+    x[2, 0], x[2, -1] = np.inf, -np.inf if cols > 1 else np.inf
+    axes = np.array([-1], np.int64)
+    for op in ("ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1"):
+        got = run_graph_1([helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)], x, F, [13],
+                          initializers=[("axes", axes)])
+        with np.errstate(all="ignore"):  # the inf - inf row
+            ref = ReferenceEvaluator(make_model([helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)],
+                                                [("x", F, [13, cols])], [("y", F, [13])],
+                                                initializers=[("axes", axes)], opset=20)).run(None, {"x": x})[0]
+            x64 = x.astype(np.float64)
+            exact = {"ReduceSum": x64.sum(1), "ReduceMean": x64.mean(1), "ReduceSumSquare": (x64 * x64).sum(1),
+                     "ReduceL1": np.abs(x64).sum(1)}[op]
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(ref), err_msg=op)
+        np.testing.assert_allclose(got, exact.astype(np.float32), rtol=1e-6, atol=1e-6, err_msg=op)
+
+
+@pytest.mark.parametrize("shape,perm", [((37, 53), (1, 0)), ((300, 70), (1, 0)), ((3, 33, 65), (0, 2, 1)),
+                                        ((2, 17, 3, 40), (0, 3, 1, 2)), ((5, 130, 7), (2, 1, 0)),
+                                        ((1, 64, 1, 48), (3, 1, 2, 0))])
+@pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.int64])
+def test_transpose_matches_numpy(shape, perm, dtype):
+    x = np.arange(int(np.prod(shape))).reshape(shape).astype(dtype)
+    out_shape = [shape[p] for p in perm]
+    got = run_graph_1([helper.make_node("Transpose", ["x"], ["y"], perm=list(perm))], x,
+                      helper.np_dtype_to_tensor_dtype(x.dtype), out_shape)
+    np.testing.assert_array_equal(got, np.transpose(x, perm))
 
 
 @pytest.mark.parametrize("op", ["Floor", "Ceil", "Round"])

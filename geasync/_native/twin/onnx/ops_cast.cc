@@ -6,6 +6,10 @@
 #include <type_traits>
 
 #include "op_registry.h"
+#include "vmath.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace twin {
 namespace onnx {
@@ -105,11 +109,40 @@ void CastLoop(const void *in, void *out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = Convert<S, D>(x[i]);
 }
 
+#if defined(__x86_64__)
+// float32 -> float16 with F16C's vcvtps2ph: round to nearest even like FloatToHalf, overflow to inf, denormal
+// results rounded (MXCSR's DAZ/FTZ are never set by the twin), NaN stays NaN (quiet, payload truncated).
+__attribute__((target("avx,f16c"))) void CastFloatToHalfF16c(const void *in, void *out, int64_t n) {
+  const float *x = static_cast<const float *>(in);
+  uint16_t *y = static_cast<uint16_t *>(out);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(y + i), h);
+  }
+  for (; i < n; ++i) y[i] = FloatToHalf(x[i]);
+}
+
+bool HasF16c() {
+  static const bool has = vmath::ActiveIsa() != vmath::Isa::kBaseline && __builtin_cpu_supports("f16c");
+  return has;
+}
+#endif
+
+template <class S>
+CastFn PickHalfDst() {
+#if defined(__x86_64__)
+  if constexpr (std::is_same<S, float>::value)
+    if (HasF16c()) return CastFloatToHalfF16c;
+#endif
+  return CastLoop<S, HalfTag>;
+}
+
 template <class S>
 CastFn PickDst(ElemType d) {
   switch (d) {
     case ElemType::kFloat: return CastLoop<S, float>;
-    case ElemType::kFloat16: return CastLoop<S, HalfTag>;
+    case ElemType::kFloat16: return PickHalfDst<S>();
     case ElemType::kBf16: return CastLoop<S, Bf16Tag>;
     case ElemType::kDouble: return CastLoop<S, double>;
     case ElemType::kInt8: return CastLoop<S, int8_t>;

@@ -1,7 +1,7 @@
 // Elementwise ops. Broadcasting binary arithmetic (Add, Sub, Mul, Div, Pow), variadic Max/Min, comparisons
 // (Equal, Less, Greater -> bool), logic (And, Or, Not), Where, Clip and the unary math/activation family
 // (Sqrt, Exp, Log, trigonometric and hyperbolic functions, rounding, Sign, IsNaN/IsInf, Relu and its relatives,
-// Sigmoid, Tanh, Gelu, ...); float32 Exp/Log/Tanh/Erf/Sigmoid/Sqrt/Gelu run the vectorised kernels of vmath.h.
+// Sigmoid, Tanh, Gelu, ...); float32 Exp/Log/Tanh/Erf/Sigmoid/Sqrt/Gelu/Sin/Cos run the vectorised kernels of vmath.h.
 // float16/bfloat16 are computed in float and rounded once per op, like numpy. Integer arithmetic wraps like
 // numpy; integer Div truncates toward zero like the ONNX reference (x / 0 gives 0).
 // Kernel loops: -O3 vectorisation (beyond -O2's very-cheap cost model) and no FP-trap semantics, so that
@@ -515,8 +515,8 @@ TWIN_STD_UNARY(LogF, std::log(x), vmath::LogArray)
 TWIN_STD_UNARY(ReciprocalF, C(1) / x, nullptr)
 TWIN_STD_UNARY(ErfF, std::erf(x), vmath::ErfArray)
 TWIN_STD_UNARY(TanhF, std::tanh(x), vmath::TanhArray)
-TWIN_STD_UNARY(SinF, std::sin(x), nullptr)
-TWIN_STD_UNARY(CosF, std::cos(x), nullptr)
+TWIN_STD_UNARY(SinF, std::sin(x), vmath::SinArray)
+TWIN_STD_UNARY(CosF, std::cos(x), vmath::CosArray)
 TWIN_STD_UNARY(TanF, std::tan(x), nullptr)
 TWIN_STD_UNARY(AsinF, std::asin(x), nullptr)
 TWIN_STD_UNARY(AcosF, std::acos(x), nullptr)
@@ -533,20 +533,21 @@ TWIN_STD_UNARY(CeilF, std::ceil(x), vmath::CeilArray)
 TWIN_STD_UNARY(ReluF, x < C(0) ? C(0) : x, nullptr)
 TWIN_STD_UNARY(LeakyReluF, x >= C(0) ? x : x * static_cast<C>(p.a), nullptr)
 TWIN_STD_UNARY(ThresholdedReluF, x > static_cast<C>(p.a) ? x : C(0), nullptr)
-// expm1 / softplus / tanh through vmath's inline forms for float32, so that the loops vectorise.
+// expm1 / softplus / tanh through vmath's inline forms for float32, so that the loops vectorise (always inlined:
+// a call out of the per-ISA loop would run per element, in the baseline instruction set).
 template <class C>
-C Expm1Of(C x) {
+TWIN_VMATH_INLINE C Expm1Of(C x) {
   if constexpr (std::is_same<C, float>::value) return vmath::Expm1(x);
   else return std::expm1(x);
 }
 template <class C>
-C SoftplusOf(C x) {  // log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|))
+TWIN_VMATH_INLINE C SoftplusOf(C x) {  // log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|))
   if constexpr (std::is_same<C, float>::value)
     return (x > 0.0f ? x : 0.0f) + vmath::Log1pUnit(vmath::Exp(x < 0.0f ? x : -x));
   else return (x > C(0) ? x : C(0)) + std::log1p(std::exp(-std::fabs(x)));
 }
 template <class C>
-C TanhOf(C x) {
+TWIN_VMATH_INLINE C TanhOf(C x) {
   if constexpr (std::is_same<C, float>::value) return vmath::Tanh(x);
   else return std::tanh(x);
 }
@@ -558,7 +559,7 @@ TWIN_STD_UNARY(SoftplusF, SoftplusOf(x), nullptr)
 TWIN_STD_UNARY(MishF, x * TanhOf(SoftplusOf(x)), nullptr)
 
 template <class C>
-C HardSigmoidOf(C x, C alpha, C beta) {
+TWIN_VMATH_INLINE C HardSigmoidOf(C x, C alpha, C beta) {
   const C v = alpha * x + beta;
   return v < C(0) ? C(0) : (v > C(1) ? C(1) : v);
 }

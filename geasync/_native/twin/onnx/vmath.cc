@@ -89,6 +89,8 @@ void SqrtBaseline(const float *x, float *y, int64_t n) {
 ArrayFn PickSqrt() { return SqrtBaseline; }
 #endif
 TWIN_VMATH_VARIANTS(Gelu, Gelu)
+TWIN_VMATH_VARIANTS(Sin, Sin)
+TWIN_VMATH_VARIANTS(Cos, Cos)
 TWIN_VMATH_VARIANTS(GeluTanh, GeluTanh)
 
 TWIN_VMATH_INLINE float Floor(float x) { return __builtin_floorf(x); }
@@ -120,17 +122,17 @@ TWIN_VMATH_INLINE void SoftmaxBody(const float *__restrict x, float *__restrict 
     i = 0;
     if (log_softmax) {
       for (; i + kLanes <= n; i += kLanes)
-        for (int64_t j = 0; j < kLanes; ++j) acc[j] += Exp(xr[i + j] - mx);
-      for (; i < n; ++i) sum += Exp(xr[i] - mx);
+        for (int64_t j = 0; j < kLanes; ++j) acc[j] += ExpNonPositive(xr[i + j] - mx);
+      for (; i < n; ++i) sum += ExpNonPositive(xr[i] - mx);
     } else {
       for (; i + kLanes <= n; i += kLanes)
         for (int64_t j = 0; j < kLanes; ++j) {
-          const float e = Exp(xr[i + j] - mx);
+          const float e = ExpNonPositive(xr[i + j] - mx);
           yr[i + j] = e;
           acc[j] += e;
         }
       for (; i < n; ++i) {
-        const float e = Exp(xr[i] - mx);
+        const float e = ExpNonPositive(xr[i] - mx);
         yr[i] = e;
         sum += e;
       }
@@ -243,6 +245,17 @@ TWIN_VMATH_ARRAY(Erf)
 TWIN_VMATH_ARRAY(Sigmoid)
 TWIN_VMATH_ARRAY(Sqrt)
 TWIN_VMATH_ARRAY(Gelu)
+
+// Sin/Cos: the vector loop, then libm for the lanes outside its reduction's range (|x| > kTrigMax, inf, NaN).
+#define TWIN_VMATH_TRIG_ARRAY(Name, libm)                          \
+  void Name##Array(const float *x, float *y, int64_t n) {          \
+    static const ArrayFn fn = Pick##Name();                        \
+    fn(x, y, n);                                                   \
+    for (int64_t i = 0; i < n; ++i)                                \
+      if (!(AbsOf(x[i]) <= kTrigMax)) y[i] = libm(x[i]);           \
+  }
+TWIN_VMATH_TRIG_ARRAY(Sin, std::sin)
+TWIN_VMATH_TRIG_ARRAY(Cos, std::cos)
 TWIN_VMATH_ARRAY(GeluTanh)
 TWIN_VMATH_ARRAY(Floor)
 TWIN_VMATH_ARRAY(Ceil)

@@ -27,6 +27,43 @@ TWIN_VMATH_INLINE int32_t FloatToBits(float f) {
   return b;
 }
 
+TWIN_VMATH_INLINE float AbsOf(float x) { return BitsToFloat(FloatToBits(x) & 0x7fffffff); }
+TWIN_VMATH_INLINE float CopySign(float mag, float sign) {
+  return BitsToFloat(FloatToBits(mag) | (FloatToBits(sign) & static_cast<int32_t>(0x80000000u)));
+}
+
+// exp(v) = 2^n y for callers that bound v themselves, split so that they scale 2^n as they need: returns y
+// (Cephes' polynomial on the reduced argument) and sets *t, whose low mantissa bits hold n (t's bits << 23 put
+// n, mod 2^9, into an exponent field). v in [-150 ln2, 128 ln2); NaN gives NaN.
+TWIN_VMATH_INLINE float ExpReduced(float v, float *t_out) {
+  const float magic = 12582912.0f;  // 1.5 * 2^23
+  const float t = v * 1.44269504088896341f + magic;
+  const float n = t - magic;
+  const float r = (v - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  *t_out = t;
+  return p * r * r + r + 1.0f;
+}
+// 2^(n + bias) from ExpReduced's t, for n + bias in [-126, 127].
+TWIN_VMATH_INLINE float Pow2Of(float t, int32_t bias) {
+  return BitsToFloat(static_cast<int32_t>((static_cast<uint32_t>(FloatToBits(t)) << 23) +
+                                          (static_cast<uint32_t>(bias + 127) << 23)));
+}
+// exp(v) for v <= 0 (or slightly above; -inf and NaN included): down to the smallest denormal, 0 below -104. The 2^n scaling is split
+// in two (2^(n+64), then 2^-64) so that only the last multiply rounds, once, into the denormal range.
+TWIN_VMATH_INLINE float ExpNonPositive(float v) {
+  const float vc = v < -104.0f ? -104.0f : v;  // NaN stays NaN
+  float t;
+  const float y = ExpReduced(vc, &t);
+  const float out = y * Pow2Of(t, 64) * 5.42101086e-20f;  // 2^-64
+  return v < -104.0f ? 0.0f : out;
+}
+
 // exp(x): n = round(x / ln2), r = x - n ln2 (two-part ln2), exp(r) by a degree-6 polynomial, times 2^n applied in
 // two halves so that results down to the smallest denormal and up to FLT_MAX come out right (inf beyond).
 TWIN_VMATH_INLINE float Exp(float x) {
@@ -85,9 +122,10 @@ TWIN_VMATH_INLINE float Log(float x) {
   return x != x ? x : out;
 }
 
-// tanh(x): odd polynomial below |x| = 0.625, else sign(x) (1 - 2 / (exp(2|x|) + 1)), which saturates to +-1.
+// tanh(x): odd polynomial below |x| = 0.625, else sign(x) (1 - 2 / (exp(2|x|) + 1)); |x| is clamped to 9
+// (tanh(9) rounds to 1), so the exp needs no overflow handling and one 2^n scaling.
 TWIN_VMATH_INLINE float Tanh(float x) {
-  const float ax = x < 0.0f ? -x : x;
+  const float ax = AbsOf(x);
   const float z = x * x;
   float p = -5.70498872745e-3f;
   p = p * z + 2.06390887954e-2f;
@@ -95,9 +133,11 @@ TWIN_VMATH_INLINE float Tanh(float x) {
   p = p * z + 1.33314422036e-1f;
   p = p * z - 3.33332819422e-1f;
   const float small = p * z * x + x;
-  const float big = 1.0f - 2.0f / (Exp(ax + ax) + 1.0f);
-  const float sbig = x < 0.0f ? -big : big;
-  return ax < 0.625f ? small : sbig;  // NaN: ax < 0.625 is false and big is NaN
+  const float a = ax < 9.0f ? ax : 9.0f;
+  float t;
+  const float e = ExpReduced(a + a, &t) * Pow2Of(t, 0);
+  const float big = 1.0f - 2.0f / (e + 1.0f);
+  return ax >= 0.625f ? CopySign(big, x) : small;  // NaN: the comparison is false and small is NaN
 }
 
 // erfc(z) for z >= 0 given z and z^2 (Numerical Recipes' Chebyshev fit, fractional error < 1.2e-7); 0 beyond
@@ -114,13 +154,15 @@ TWIN_VMATH_INLINE float ErfcPos(float z, float zz) {
   p = p * t + 0.37409196f;
   p = p * t + 1.00002368f;
   p = p * t - 1.26551223f;
-  const float r = t * Exp(p - zz);
+  const float r = t * ExpNonPositive(p - zz);  // p - zz <= ~1e-5 (0 at z = 0, falling)
   return z > 10.0f ? 0.0f : r;
 }
 
-// erf(x): x P(x^2) below |x| = 0.8 (least-squares fit of erf(x)/x, relative error < 1e-7), 1 - erfc(|x|) above.
+// erf(x): x P(x^2) below |x| = 0.8 (least-squares fit of erf(x)/x, relative error < 1e-7), 1 - erfc(|x|) above
+// (Numerical Recipes' fit as in ErfcPos); |x| is clamped to 4 (erf(4) rounds to 1), which bounds the exp's
+// argument to [-18, -1]: one 2^n scaling, no special cases.
 TWIN_VMATH_INLINE float Erf(float x) {
-  const float ax = x < 0.0f ? -x : x;
+  const float ax = AbsOf(x);
   const float z = x * x;
   float p = -6.54670933727175e-4f;
   p = p * z + 5.086980294436216e-3f;
@@ -129,15 +171,27 @@ TWIN_VMATH_INLINE float Erf(float x) {
   p = p * z - 3.761260211467743e-1f;
   p = p * z + 1.1283791065216064f;
   const float small = x * p;
-  const float big = 1.0f - ErfcPos(ax, x * x);
-  const float sbig = x < 0.0f ? -big : big;
-  return ax < 0.8f ? small : sbig;
+  const float a = ax < 4.0f ? ax : 4.0f;
+  const float u = 1.0f / (1.0f + 0.5f * a);
+  float q = 0.17087277f;
+  q = q * u - 0.82215223f;
+  q = q * u + 1.48851587f;
+  q = q * u - 1.13520398f;
+  q = q * u + 0.27886807f;
+  q = q * u - 0.18628806f;
+  q = q * u + 0.09678418f;
+  q = q * u + 0.37409196f;
+  q = q * u + 1.00002368f;
+  q = q * u - 1.26551223f;
+  float t;
+  const float e = ExpReduced(q - a * a, &t) * Pow2Of(t, 0);
+  const float big = 1.0f - u * e;
+  return ax >= 0.8f ? CopySign(big, x) : small;  // NaN: small is NaN
 }
 
 // 1 / (1 + exp(-x)) from e = exp(-|x|), so that neither side overflows and the tiny tail stays accurate.
 TWIN_VMATH_INLINE float Sigmoid(float x) {
-  const float ax = x < 0.0f ? -x : x;
-  const float e = Exp(-ax);
+  const float e = ExpNonPositive(-AbsOf(x));
   const float s = 1.0f / (1.0f + e);
   return x < 0.0f ? e * s : s;
 }
@@ -178,6 +232,40 @@ TWIN_VMATH_INLINE float GeluTanh(float x) {
   return 0.5f * x * (1.0f + Tanh(u));
 }
 
+// sin(x) (octant_shift 0) or cos(x) (octant_shift 2, cos x = sin(x + pi/2)) for |x| <= kTrigMax: reduction by
+// pi/4 in double, then Cephes' sine or cosine polynomial on [-pi/4, pi/4]. The array kernels send larger |x|,
+// infinities and NaN to libm.
+constexpr float kTrigMax = 8192.0f;
+TWIN_VMATH_INLINE float SinOrCos(float x, int32_t octant_shift, bool odd) {
+  const float ax = AbsOf(x);
+  const float axc = ax < kTrigMax ? ax : kTrigMax;  // keeps the conversion defined for the lanes libm redoes
+  int32_t j = static_cast<int32_t>(axc * 1.27323954473516f);
+  j = (j + 1) & ~1;  // even octant: the reduced argument lies in [-pi/4, pi/4]
+  const float fj = static_cast<float>(j);
+  // x - j pi/4 in double, pi/4 in three parts of <= 39 bits so that j * part (j < 2^14) is exact with or without
+  // FMA: float's own three-part form loses ~1e-7 absolute, i.e. relative accuracy near the zeros.
+  const double jd = static_cast<double>(fj);
+  const double rd = ((static_cast<double>(ax) - jd * 0.7853981633979856) - jd * -5.373173277489155e-13) -
+                    jd * 3.184158581755475e-25;
+  const float r = static_cast<float>(rd);
+  const float z = r * r;
+  float ps = -1.9515295891e-4f;
+  ps = ps * z + 8.3321608736e-3f;
+  ps = ps * z - 1.6666654611e-1f;
+  const float sin_r = ps * z * r + r;
+  float pc = 2.443315711809948e-5f;
+  pc = pc * z - 1.388731625493765e-3f;
+  pc = pc * z + 4.166664568298827e-2f;
+  const float cos_r = pc * z * z - 0.5f * z + 1.0f;
+  const int32_t oct = j + octant_shift;
+  const float v = (oct & 2) ? cos_r : sin_r;
+  const uint32_t sign_x = odd ? static_cast<uint32_t>(FloatToBits(x)) & 0x80000000u : 0u;
+  const uint32_t neg = (static_cast<uint32_t>(oct & 4) << 29) ^ sign_x;
+  return BitsToFloat(static_cast<int32_t>(static_cast<uint32_t>(FloatToBits(v)) ^ neg));
+}
+TWIN_VMATH_INLINE float Sin(float x) { return SinOrCos(x, 0, true); }
+TWIN_VMATH_INLINE float Cos(float x) { return SinOrCos(x, 2, false); }
+
 // ---- array kernels, dispatched at run time (vmath.cc) ----
 
 using ArrayFn = void (*)(const float *x, float *y, int64_t n);
@@ -190,6 +278,8 @@ void SigmoidArray(const float *x, float *y, int64_t n);
 void SqrtArray(const float *x, float *y, int64_t n);
 void GeluArray(const float *x, float *y, int64_t n);
 void GeluTanhArray(const float *x, float *y, int64_t n);
+void SinArray(const float *x, float *y, int64_t n);
+void CosArray(const float *x, float *y, int64_t n);
 
 void FloorArray(const float *x, float *y, int64_t n);
 void CeilArray(const float *x, float *y, int64_t n);
