@@ -36,7 +36,7 @@ NOT_IMPLEMENTED_YET = set(
     "Attention LinearAttention FlexAttention RotaryEmbedding RMSNormalization SwiGLU Swish SoftmaxCrossEntropyLoss "
     "NegativeLogLikelihoodLoss GridSample AffineGrid CausalConvWithState ConvTranspose DeformConv Col2Im DFT STFT "
     "MelWeightMatrix BitCast ImageDecoder TfIdfVectorizer Unique "
-    "CenterCropPad TensorScatter MaxUnpool LpPool LRN "
+    "TensorScatter MaxUnpool LpPool LRN "
     "InstanceNormalization GroupNormalization MeanVarianceNormalization "
     "Det".split()
 )

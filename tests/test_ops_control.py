@@ -392,3 +392,15 @@ def test_reverse_sequence_random(session, batch_axis, time_axis):
     _check(session, m, [rng.standard_normal(shape).astype(np.float32), np.array([4, 0, 2], np.int64)])
     with pytest.raises(ga.GeError, match=r"sequence_lens\[0\] = 9 is outside"):
         _run(session, m, [np.zeros(shape, np.float32), np.array([9, 1, 1], np.int64)])
+
+
+@pytest.mark.parametrize("axes", [None, [0, 2], [-1]])
+def test_center_crop_pad_random(session, axes):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((5, 4, 6)).astype(np.float32)
+    attrs = {} if axes is None else {"axes": axes}
+    m = _model([helper.make_node("CenterCropPad", ["x", "shape"], ["y"], **attrs)],
+               [_vi("x", F, [5, 4, 6]), _vi("shape", I64, None)], [_vi("y", F)], opset=18)
+    n = 3 if axes is None else len(axes)
+    for target in ([3, 7, 6, 0, 9][:n], [8, 1, 5][:n], [5, 4, 6][:n]):  # crop, pad, both, unchanged, empty
+        _check(session, m, [x, np.array(target, np.int64)])
