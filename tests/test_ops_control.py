@@ -404,3 +404,18 @@ def test_center_crop_pad_random(session, axes):
     n = 3 if axes is None else len(axes)
     for target in ([3, 7, 6, 0, 9][:n], [8, 1, 5][:n], [5, 4, 6][:n]):  # crop, pad, both, unchanged, empty
         _check(session, m, [x, np.array(target, np.int64)])
+
+
+def test_check_lists_unsupported_nodes_inside_subgraphs():
+    from geasync import _check
+
+    t = helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["a"], name="bad_then")], "t", [], [_vi("a")])
+    e = helper.make_graph([helper.make_node("OtherOp", ["x"], ["b"], name="bad_else")], "e", [], [_vi("b")])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=t, else_branch=e, name="the_if")
+    r = _check.check_model(_model([node], [_vi("c", B, []), _vi("x", F, [2])], [_vi("y")]))
+    assert not r.runs_on_twin and len(r.problems) == 2, r.problems
+    text = "\n".join(r.problems)
+    assert "node 'the_if' (op If): subgraph 'then_branch': node 'bad_then' (op NoSuchOp)" in text
+    assert "node 'the_if' (op If): subgraph 'else_branch': node 'bad_else' (op OtherOp)" in text
+    good = _check.check_model(_if_model())
+    assert good.runs_on_twin and good.problems == (), good.problems
