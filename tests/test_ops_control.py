@@ -419,3 +419,18 @@ def test_check_lists_unsupported_nodes_inside_subgraphs():
     assert "node 'the_if' (op If): subgraph 'else_branch': node 'bad_else' (op OtherOp)" in text
     good = _check.check_model(_if_model())
     assert good.runs_on_twin and good.problems == (), good.problems
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4), (5, 1, 1), (2, 0, 0), (0, 2, 2)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_det_random(session, shape, dtype):
+    rng = np.random.default_rng(8)
+    t = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    m = _model([helper.make_node("Det", ["x"], ["y"])], [_vi("x", t, list(shape))], [_vi("y", t)])
+    x = rng.standard_normal(shape).astype(dtype)
+    if shape == (3, 3):
+        x[2] = x[0] + x[1]  # singular
+    got = _run(session, m, [x])[0]
+    want = np.linalg.det(x).astype(dtype) if x.size else np.ones(shape[:-2], dtype)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -1,6 +1,7 @@
 // Small operators: the window functions (HannWindow, HammingWindow, BlackmanWindow), NonZero, Compress,
-// ReverseSequence and CenterCropPad. The windows' length, NonZero's / Compress's output sizes and CenterCropPad's
+// ReverseSequence, CenterCropPad and Det. The windows' length, NonZero's / Compress's output sizes and CenterCropPad's
 // shape depend on input contents: known at compile time (constants, or inputs bound by a value-dependent plan).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -423,6 +424,70 @@ std::unique_ptr<Kernel> PrepareCenterCropPad(const KernelCtx &c, std::string *re
   return std::unique_ptr<Kernel>(new CenterCropPadKernel(std::move(ax), *c.in[0], c.out[0].Bytes()));
 }
 
+// ---- Det ----
+
+bool InferDet(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0];
+  const size_t r = x.dims.size();
+  if (!IsFloatType(x.dtype) || r < 2 || (x.dims[r - 1] >= 0 && x.dims[r - 2] >= 0 && x.dims[r - 1] != x.dims[r - 2])) {
+    *reason = "input must be a float tensor of square matrices [..., M, M], got " + DescStr(x);
+    return false;
+  }
+  c->out[0] = {x.dtype, std::vector<int64_t>(x.dims.begin(), x.dims.end() - 2)};
+  return true;
+}
+
+// LU decomposition with partial pivoting in double (numpy's det is LAPACK getrf).
+double Determinant(std::vector<double> *a, int64_t m) {
+  double det = 1;
+  double *p = a->data();
+  for (int64_t k = 0; k < m; ++k) {
+    int64_t piv = k;
+    for (int64_t i = k + 1; i < m; ++i)
+      if (std::fabs(p[i * m + k]) > std::fabs(p[piv * m + k])) piv = i;
+    if (p[piv * m + k] == 0) return 0;
+    if (piv != k) {
+      for (int64_t j = 0; j < m; ++j) std::swap(p[k * m + j], p[piv * m + j]);
+      det = -det;
+    }
+    det *= p[k * m + k];
+    for (int64_t i = k + 1; i < m; ++i) {
+      const double f = p[i * m + k] / p[k * m + k];
+      for (int64_t j = k + 1; j < m; ++j) p[i * m + j] -= f * p[k * m + j];
+    }
+  }
+  return det;
+}
+
+class DetKernel : public Kernel {
+ public:
+  DetKernel(ElemType t, int64_t batch, int64_t m) : t_(t), batch_(batch), m_(m), a_(static_cast<size_t>(m * m)) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    VisitType(t_, [&](auto tag) {
+      using S = decltype(tag);
+      using C = typename Num<S>::C;
+      const S *x = static_cast<const S *>(in[0]);
+      S *y = static_cast<S *>(out[0]);
+      for (int64_t b = 0; b < batch_; ++b) {
+        for (int64_t i = 0; i < m_ * m_; ++i) a_[i] = static_cast<double>(Num<S>::Load(x[b * m_ * m_ + i]));
+        y[b] = Num<S>::Store(static_cast<C>(Determinant(&a_, m_)));
+      }
+    });
+    return true;
+  }
+
+ private:
+  ElemType t_;
+  int64_t batch_, m_;
+  std::vector<double> a_;
+};
+
+std::unique_ptr<Kernel> PrepareDet(const KernelCtx &c, std::string *) {
+  const TensorDesc &x = *c.in[0];
+  const int64_t m = x.dims.back();
+  return std::unique_ptr<Kernel>(new DetKernel(x.dtype, DimsProduct(x.dims, 0, x.dims.size() - 2), m));
+}
+
 }  // namespace
 
 void RegisterMisc2Ops(std::vector<OpDef> *ops) {
@@ -433,6 +498,7 @@ void RegisterMisc2Ops(std::vector<OpDef> *ops) {
   ops->push_back({"Compress", 2, 2, 1, 1, nullptr, InferCompress, PrepareCompress, true});
   ops->push_back({"ReverseSequence", 2, 2, 1, 1, nullptr, InferReverseSequence, PrepareReverseSequence, true});
   ops->push_back({"CenterCropPad", 2, 2, 1, 1, nullptr, InferCenterCropPad, PrepareCenterCropPad, true});
+  ops->push_back({"Det", 1, 1, 1, 1, nullptr, InferDet, PrepareDet, true});
 }
 
 }  // namespace onnx
