@@ -392,3 +392,45 @@ def test_reverse_sequence_random(session, batch_axis, time_axis):
     _check(session, m, [rng.standard_normal(shape).astype(np.float32), np.array([4, 0, 2], np.int64)])
     with pytest.raises(ga.GeError, match=r"sequence_lens\[0\] = 9 is outside"):
         _run(session, m, [np.zeros(shape, np.float32), np.array([9, 1, 1], np.int64)])
+
+
+@pytest.mark.parametrize("axes", [None, [0, 2], [-1]])
+def test_center_crop_pad_random(session, axes):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((5, 4, 6)).astype(np.float32)
+    attrs = {} if axes is None else {"axes": axes}
+    m = _model([helper.make_node("CenterCropPad", ["x", "shape"], ["y"], **attrs)],
+               [_vi("x", F, [5, 4, 6]), _vi("shape", I64, None)], [_vi("y", F)], opset=18)
+    n = 3 if axes is None else len(axes)
+    for target in ([3, 7, 6, 0, 9][:n], [8, 1, 5][:n], [5, 4, 6][:n]):  # crop, pad, both, unchanged, empty
+        _check(session, m, [x, np.array(target, np.int64)])
+
+
+def test_check_lists_unsupported_nodes_inside_subgraphs():
+    from geasync import _check
+
+    t = helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["a"], name="bad_then")], "t", [], [_vi("a")])
+    e = helper.make_graph([helper.make_node("OtherOp", ["x"], ["b"], name="bad_else")], "e", [], [_vi("b")])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=t, else_branch=e, name="the_if")
+    r = _check.check_model(_model([node], [_vi("c", B, []), _vi("x", F, [2])], [_vi("y")]))
+    assert not r.runs_on_twin and len(r.problems) == 2, r.problems
+    text = "\n".join(r.problems)
+    assert "node 'the_if' (op If): subgraph 'then_branch': node 'bad_then' (op NoSuchOp)" in text
+    assert "node 'the_if' (op If): subgraph 'else_branch': node 'bad_else' (op OtherOp)" in text
+    good = _check.check_model(_if_model())
+    assert good.runs_on_twin and good.problems == (), good.problems
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4), (5, 1, 1), (2, 0, 0), (0, 2, 2)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_det_random(session, shape, dtype):
+    rng = np.random.default_rng(8)
+    t = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    m = _model([helper.make_node("Det", ["x"], ["y"])], [_vi("x", t, list(shape))], [_vi("y", t)])
+    x = rng.standard_normal(shape).astype(dtype)
+    if shape == (3, 3):
+        x[2] = x[0] + x[1]  # singular
+    got = _run(session, m, [x])[0]
+    want = np.linalg.det(x).astype(dtype) if x.size else np.ones(shape[:-2], dtype)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -1,7 +1,9 @@
-// Small operators: the window functions (HannWindow, HammingWindow, BlackmanWindow), NonZero, Compress and
-// ReverseSequence. The windows' length and NonZero's / Compress's output sizes depend on input contents: known at
-// compile time (constants, or inputs bound by a value-dependent plan), else the plan is specialised on them.
+// Small operators: the window functions (HannWindow, HammingWindow, BlackmanWindow), NonZero, Compress,
+// ReverseSequence, CenterCropPad and Det. The windows' length, NonZero's / Compress's output sizes and CenterCropPad's
+// shape depend on input contents: known at compile time (constants, or inputs bound by a value-dependent plan).
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "elem.h"
 
@@ -308,6 +310,184 @@ std::unique_ptr<Kernel> PrepareReverseSequence(const KernelCtx &c, std::string *
   return std::unique_ptr<Kernel>(new ReverseSequenceKernel(*c.in[0], c.in[1]->dtype, b));
 }
 
+// ---- CenterCropPad ----
+
+// Per axis: output dim, and the source / destination offsets and length of the centred region both share.
+struct CropPadAxis {
+  int64_t out = 0, src = 0, dst = 0, count = 0;
+};
+
+bool CropPadAxes(InferCtx *c, std::vector<CropPadAxis> *ax, bool *unknown, std::string *reason) {
+  const TensorDesc &x = *c->in[0];
+  std::vector<int64_t> shape, axes;
+  const ValueState st = ReadIntsInput(c, 1, &shape, reason);
+  if (st == ValueState::kError) return false;
+  *unknown = st == ValueState::kUnknown;
+  bool present = false;
+  if (!AttrInts(*c->node, "axes", &axes, &present, reason)) return false;
+  const int64_t rank = static_cast<int64_t>(x.dims.size());
+  if (!present)
+    for (int64_t a = 0; a < rank; ++a) axes.push_back(a);
+  ax->assign(x.dims.size(), CropPadAxis());
+  for (size_t d = 0; d < x.dims.size(); ++d) (*ax)[d] = {x.dims[d], 0, 0, x.dims[d]};
+  if (*unknown) {
+    for (int64_t a : axes) {
+      int64_t n;
+      if (!NormalizeAxis(a, rank, false, &n, reason)) return false;
+      (*ax)[n].out = -1;
+    }
+    return true;
+  }
+  if (shape.size() != axes.size()) {
+    *reason = "input 'shape' has " + std::to_string(shape.size()) + " values for " + std::to_string(axes.size()) +
+              " axes";
+    return false;
+  }
+  for (size_t k = 0; k < axes.size(); ++k) {
+    int64_t n;
+    if (!NormalizeAxis(axes[k], rank, false, &n, reason)) return false;
+    const int64_t dim = x.dims[n], want = shape[k];
+    if (want < 0) {
+      *reason = "input 'shape' holds negative size " + std::to_string(want);
+      return false;
+    }
+    CropPadAxis &p = (*ax)[n];
+    p.out = want;
+    if (dim < 0) continue;
+    p.count = std::min(dim, want);
+    p.src = dim > want ? (dim - want) / 2 : 0;
+    p.dst = want > dim ? (want - dim) / 2 : 0;
+  }
+  return true;
+}
+
+bool InferCenterCropPad(InferCtx *c, std::string *reason) {
+  if (!AnyDtype(c->in[0]->dtype, reason)) return false;
+  std::vector<CropPadAxis> ax;
+  bool unknown;
+  if (!CropPadAxes(c, &ax, &unknown, reason)) return false;
+  c->out[0].dtype = c->in[0]->dtype;
+  c->out[0].dims.clear();
+  for (const CropPadAxis &p : ax) c->out[0].dims.push_back(p.out);
+  return true;
+}
+
+class CenterCropPadKernel : public Kernel {
+ public:
+  CenterCropPadKernel(std::vector<CropPadAxis> ax, const TensorDesc &x, size_t out_bytes)
+      : ax_(std::move(ax)), esize_(ElemSize(x.dtype)), out_bytes_(out_bytes), in_strides_(Strides(x.dims)) {
+    std::vector<int64_t> out_dims;
+    for (const CropPadAxis &p : ax_) out_dims.push_back(p.out);
+    out_strides_ = Strides(out_dims);
+  }
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    if (out_bytes_) std::memset(out[0], 0, out_bytes_);
+    const size_t r = ax_.size();
+    for (const CropPadAxis &p : ax_)
+      if (p.count <= 0) return true;
+    if (r == 0) {
+      CopyBytes(out[0], in[0], esize_);
+      return true;
+    }
+    const uint8_t *x = static_cast<const uint8_t *>(in[0]);
+    uint8_t *y = static_cast<uint8_t *>(out[0]);
+    std::vector<int64_t> idx(r, 0);  // over the shared region, innermost axis copied as one run
+    const size_t run = static_cast<size_t>(ax_[r - 1].count) * esize_;
+    for (;;) {
+      int64_t si = 0, di = 0;
+      for (size_t d = 0; d < r; ++d) {
+        si += (ax_[d].src + idx[d]) * in_strides_[d];
+        di += (ax_[d].dst + idx[d]) * out_strides_[d];
+      }
+      CopyBytes(y + di * static_cast<int64_t>(esize_), x + si * static_cast<int64_t>(esize_), run);
+      size_t d = r - 1;
+      for (;;) {
+        if (d == 0) return true;
+        --d;
+        if (++idx[d] < ax_[d].count) break;
+        idx[d] = 0;
+      }
+    }
+  }
+
+ private:
+  std::vector<CropPadAxis> ax_;
+  size_t esize_, out_bytes_;
+  std::vector<int64_t> in_strides_, out_strides_;
+};
+
+std::unique_ptr<Kernel> PrepareCenterCropPad(const KernelCtx &c, std::string *reason) {
+  InferCtx ic = c.AsInferCtx();
+  std::vector<CropPadAxis> ax;
+  bool unknown;
+  if (!CropPadAxes(&ic, &ax, &unknown, reason)) return nullptr;
+  return std::unique_ptr<Kernel>(new CenterCropPadKernel(std::move(ax), *c.in[0], c.out[0].Bytes()));
+}
+
+// ---- Det ----
+
+bool InferDet(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0];
+  const size_t r = x.dims.size();
+  if (!IsFloatType(x.dtype) || r < 2 || (x.dims[r - 1] >= 0 && x.dims[r - 2] >= 0 && x.dims[r - 1] != x.dims[r - 2])) {
+    *reason = "input must be a float tensor of square matrices [..., M, M], got " + DescStr(x);
+    return false;
+  }
+  c->out[0] = {x.dtype, std::vector<int64_t>(x.dims.begin(), x.dims.end() - 2)};
+  return true;
+}
+
+// LU decomposition with partial pivoting in double (numpy's det is LAPACK getrf).
+double Determinant(std::vector<double> *a, int64_t m) {
+  double det = 1;
+  double *p = a->data();
+  for (int64_t k = 0; k < m; ++k) {
+    int64_t piv = k;
+    for (int64_t i = k + 1; i < m; ++i)
+      if (std::fabs(p[i * m + k]) > std::fabs(p[piv * m + k])) piv = i;
+    if (p[piv * m + k] == 0) return 0;
+    if (piv != k) {
+      for (int64_t j = 0; j < m; ++j) std::swap(p[k * m + j], p[piv * m + j]);
+      det = -det;
+    }
+    det *= p[k * m + k];
+    for (int64_t i = k + 1; i < m; ++i) {
+      const double f = p[i * m + k] / p[k * m + k];
+      for (int64_t j = k + 1; j < m; ++j) p[i * m + j] -= f * p[k * m + j];
+    }
+  }
+  return det;
+}
+
+class DetKernel : public Kernel {
+ public:
+  DetKernel(ElemType t, int64_t batch, int64_t m) : t_(t), batch_(batch), m_(m), a_(static_cast<size_t>(m * m)) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    VisitType(t_, [&](auto tag) {
+      using S = decltype(tag);
+      using C = typename Num<S>::C;
+      const S *x = static_cast<const S *>(in[0]);
+      S *y = static_cast<S *>(out[0]);
+      for (int64_t b = 0; b < batch_; ++b) {
+        for (int64_t i = 0; i < m_ * m_; ++i) a_[i] = static_cast<double>(Num<S>::Load(x[b * m_ * m_ + i]));
+        y[b] = Num<S>::Store(static_cast<C>(Determinant(&a_, m_)));
+      }
+    });
+    return true;
+  }
+
+ private:
+  ElemType t_;
+  int64_t batch_, m_;
+  std::vector<double> a_;
+};
+
+std::unique_ptr<Kernel> PrepareDet(const KernelCtx &c, std::string *) {
+  const TensorDesc &x = *c.in[0];
+  const int64_t m = x.dims.back();
+  return std::unique_ptr<Kernel>(new DetKernel(x.dtype, DimsProduct(x.dims, 0, x.dims.size() - 2), m));
+}
+
 }  // namespace
 
 void RegisterMisc2Ops(std::vector<OpDef> *ops) {
@@ -317,6 +497,8 @@ void RegisterMisc2Ops(std::vector<OpDef> *ops) {
   ops->push_back({"NonZero", 1, 1, 1, 1, nullptr, InferNonZero, PrepareNonZero, true});
   ops->push_back({"Compress", 2, 2, 1, 1, nullptr, InferCompress, PrepareCompress, true});
   ops->push_back({"ReverseSequence", 2, 2, 1, 1, nullptr, InferReverseSequence, PrepareReverseSequence, true});
+  ops->push_back({"CenterCropPad", 2, 2, 1, 1, nullptr, InferCenterCropPad, PrepareCenterCropPad, true});
+  ops->push_back({"Det", 1, 1, 1, 1, nullptr, InferDet, PrepareDet, true});
 }
 
 }  // namespace onnx
