@@ -8,6 +8,7 @@
 #include "op_registry.h"
 #include "vmath.h"
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -123,8 +124,14 @@ __attribute__((target("avx,f16c"))) void CastFloatToHalfF16c(const void *in, voi
   for (; i < n; ++i) y[i] = FloatToHalf(x[i]);
 }
 
+// CPUID leaf 1 directly: clang's __builtin_cpu_supports has no "f16c". AVX's OS support is part of the ISA check.
+bool CpuHasF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+
 bool HasF16c() {
-  static const bool has = vmath::ActiveIsa() != vmath::Isa::kBaseline && __builtin_cpu_supports("f16c");
+  static const bool has = vmath::ActiveIsa() != vmath::Isa::kBaseline && CpuHasF16c();
   return has;
 }
 #endif
