@@ -162,14 +162,16 @@ json.dump(rows, sys.stdout)
 """
 
 
-def test_check_reports_on_every_node_test_model():
+def test_check_reports_on_every_node_test_model(tmp_path):
     """``geasync check`` on each of the ONNX node-test models (all of them, numeric or not): a report or a clear
     error for every one, never a crash; every operator not implemented yet is named in its model's problems."""
     from test_conformance import NOT_IMPLEMENTED_YET
 
     from onnx.backend.test.case.node import collect_testcases
 
-    proc = subprocess.run([sys.executable, "-c", _EVERY_NODE_MODEL], capture_output=True, text=True, timeout=600)
+    # run outside the repository: from its root, ``python -c`` would import the unbuilt source tree
+    proc = subprocess.run([sys.executable, "-c", _EVERY_NODE_MODEL], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(proc.stdout)
     models = {c.name: c.model for c in collect_testcases()}
