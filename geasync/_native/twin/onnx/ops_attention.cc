@@ -350,7 +350,7 @@ class AttentionKernel : public Kernel {
     }
     // float16 with softmax_precision = float computes the softmax unrounded, then casts back.
     const bool round = kHalf && (a_.softmax_precision == 0 || a_.softmax_precision == 10);
-    auto rs = [round](T v) { return round ? R(v) : v; };
+    auto rs = [=](T v) { return round ? R(v) : v; };
     T mx = -std::numeric_limits<T>::infinity();
     bool nan = false;
     for (int64_t j = 0; j < n; ++j) {
