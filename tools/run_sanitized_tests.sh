@@ -8,8 +8,15 @@ cd "$(dirname "$0")/.."
 venv=${GEASYNC_ASAN_VENV:-.venv-asan}
 python3 -m venv "$venv"
 "$venv/bin/pip" install -q --upgrade pip
+# setuptools would take an earlier (uninstrumented) build's objects and extension in build/ as up to date
+rm -rf build
 GEASYNC_SANITIZE=1 "$venv/bin/pip" install -q --force-reinstall --no-deps --no-cache-dir .
 "$venv/bin/pip" install -q ".[test]"
+if ! nm -D "$("$venv/bin/python" -P -c 'import importlib.util as u; print(u.find_spec("geasync._twin").origin)')" \
+    | grep -q __asan_init; then
+  echo "run_sanitized_tests.sh: the installed extension is not built with AddressSanitizer" >&2
+  exit 1
+fi
 libasan=$(gcc -print-file-name=libasan.so)
 libubsan=$(gcc -print-file-name=libubsan.so)
 # Python's allocator makes leak reports noise: leaks are checked by the live counters instead.
