@@ -37,9 +37,8 @@ CASE_TIMEOUT_S = 30  # a case running longer counts as hung (the worker is kille
 NOT_IMPLEMENTED_YET = set(
     # the rest of the suite, still open
     "LinearAttention FlexAttention "
-    "GridSample AffineGrid CausalConvWithState DeformConv Col2Im DFT STFT "
-    "MelWeightMatrix BitCast ImageDecoder TfIdfVectorizer Unique "
-    "TensorScatter".split()
+    "CausalConvWithState DeformConv "
+    "BitCast ImageDecoder TfIdfVectorizer".split()
 )
 
 # Random operators: their values cannot match the reference's generator (the node cases compare values); the
@@ -67,6 +66,13 @@ EXPANDED_FAILURES = {
         "computes in float32; the difference exceeds the case's rtol=1e-3",
 }
 
+# Cases whose expected values carry the reference's own float32 rounding beyond the case's tolerance.
+REFERENCE_ROUNDING = dict.fromkeys(
+    ("test_dft_inverse", "test_dft_inverse_opset19"),
+    "the expected values come from numpy's single-precision FFT: where the exact imaginary part is 0 they hold "
+    "float32 rounding noise of 1.9e-7, above the case's atol=1e-7; the twin's DFT accumulates in double and agrees "
+    "with numpy's double-precision ifft (checked in tests/test_ops_signal_grid.py)")
+
 _EXOTIC = "{} is not an element type the twin (or GE's DataType set that geasync exposes) represents"
 
 
@@ -87,6 +93,8 @@ def skips(cases) -> dict[str, str]:
             s[name] = f"the expanded graph uses an operator not implemented yet: {', '.join(used)}"
         elif name in EXPANDED_FAILURES:
             s[name] = EXPANDED_FAILURES[name]
+        elif name in REFERENCE_ROUNDING:
+            s[name] = REFERENCE_ROUNDING[name]
     s.update({
         "test_batchnorm_example_training_mode":
             "BatchNormalization training_mode=1 (running statistics outputs): the twin implements inference only",
