@@ -352,6 +352,11 @@ std::unique_ptr<Kernel> PrepareAffineGrid(const KernelCtx &c, std::string *reaso
   return std::unique_ptr<Kernel>(new AffineGridKernel(c.in[0]->dtype, c.out[0].dims, align));
 }
 
+bool CheckAffineGrid(const Node &n, int64_t, std::string *reason) {
+  bool align;
+  return BoolAttr(n, "align_corners", &align, reason);
+}
+
 // ---- Col2Im ----
 
 struct Col2ImGeom {
@@ -479,6 +484,21 @@ class Col2ImKernel : public Kernel {
   int64_t plane_ = 0;
 };
 
+bool CheckCol2Im(const Node &n, int64_t, std::string *reason) {
+  for (const char *name : {"dilations", "pads", "strides"}) {
+    std::vector<int64_t> v;
+    bool present;
+    if (!AttrInts(n, name, &v, &present, reason)) return false;
+    for (int64_t x : v)
+      if (x < (name[0] == 'p' ? 0 : 1)) {
+        *reason = std::string("attribute '") + name + "' holds " + std::to_string(x) + "; it must be >= " +
+                  (name[0] == 'p' ? "0" : "1");
+        return false;
+      }
+  }
+  return true;
+}
+
 std::unique_ptr<Kernel> PrepareCol2Im(const KernelCtx &c, std::string *reason) {
   InferCtx ic = c.AsInferCtx();
   Col2ImGeom g;
@@ -491,8 +511,8 @@ std::unique_ptr<Kernel> PrepareCol2Im(const KernelCtx &c, std::string *reason) {
 
 void RegisterGridOps(std::vector<OpDef> *ops) {
   ops->push_back({"GridSample", 2, 2, 1, 1, CheckGridSample, InferGridSample, PrepareGridSample, true});
-  ops->push_back({"AffineGrid", 2, 2, 1, 1, nullptr, InferAffineGrid, PrepareAffineGrid, true});
-  ops->push_back({"Col2Im", 3, 3, 1, 1, nullptr, InferCol2Im, PrepareCol2Im, true});
+  ops->push_back({"AffineGrid", 2, 2, 1, 1, CheckAffineGrid, InferAffineGrid, PrepareAffineGrid, true});
+  ops->push_back({"Col2Im", 3, 3, 1, 1, CheckCol2Im, InferCol2Im, PrepareCol2Im, true});
 }
 
 }  // namespace onnx

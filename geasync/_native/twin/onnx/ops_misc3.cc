@@ -184,6 +184,17 @@ std::unique_ptr<Kernel> PrepareUnique(const KernelCtx &c, std::string *reason) {
   return std::unique_ptr<Kernel>(new UniqueKernel(c.in[0]->dtype, g, sorted != 0, c.out.size()));
 }
 
+// Parse-time attribute checks (add_graph): everything not needing the input shapes.
+bool CheckUnique(const Node &n, int64_t, std::string *reason) {
+  int64_t sorted, axis;
+  if (!AttrInt(n, "sorted", 1, &sorted, reason) || !AttrInt(n, "axis", 0, &axis, reason)) return false;
+  if (sorted != 0 && sorted != 1) {
+    *reason = "attribute 'sorted' must be 0 or 1, got " + std::to_string(sorted);
+    return false;
+  }
+  return true;
+}
+
 // ---- TensorScatter ----
 
 // past_cache seen as [batch, mid, max_len, inner] with the sequence axis third; update as [batch, mid, len, inner].
@@ -278,6 +289,21 @@ class TensorScatterKernel : public Kernel {
   size_t esize_;
 };
 
+bool CheckTensorScatter(const Node &n, int64_t, std::string *reason) {
+  std::string mode;
+  int64_t axis;
+  if (!StrAttr(n, "mode", "linear", &mode, reason) || !AttrInt(n, "axis", -2, &axis, reason)) return false;
+  if (mode != "linear" && mode != "circular") {
+    *reason = "attribute 'mode' must be 'linear' or 'circular', got '" + mode + "'";
+    return false;
+  }
+  if (axis == 0) {
+    *reason = "attribute 'axis' must not be the batch axis 0";
+    return false;
+  }
+  return true;
+}
+
 std::unique_ptr<Kernel> PrepareTensorScatter(const KernelCtx &c, std::string *reason) {
   ScatterGeom g;
   if (!ScatterShape(c.AsInferCtx(), &g, reason)) return nullptr;
@@ -287,8 +313,8 @@ std::unique_ptr<Kernel> PrepareTensorScatter(const KernelCtx &c, std::string *re
 }  // namespace
 
 void RegisterMisc3Ops(std::vector<OpDef> *ops) {
-  ops->push_back({"Unique", 1, 1, 1, 4, nullptr, InferUnique, PrepareUnique, true});
-  ops->push_back({"TensorScatter", 2, 3, 1, 1, nullptr, InferTensorScatter, PrepareTensorScatter, true});
+  ops->push_back({"Unique", 1, 1, 1, 4, CheckUnique, InferUnique, PrepareUnique, true});
+  ops->push_back({"TensorScatter", 2, 3, 1, 1, CheckTensorScatter, InferTensorScatter, PrepareTensorScatter, true});
 }
 
 }  // namespace onnx

@@ -93,6 +93,29 @@ bool DftAttrs(const Node &node, int64_t opset, DftGeom *g, int64_t *axis_attr, s
   return true;
 }
 
+bool CheckDft(const Node &n, int64_t opset, std::string *reason) {
+  DftGeom g;
+  int64_t axis;
+  return DftAttrs(n, opset, &g, &axis, reason);
+}
+
+bool CheckStft(const Node &n, int64_t, std::string *reason) {
+  int64_t onesided;
+  if (!AttrInt(n, "onesided", 1, &onesided, reason)) return false;
+  if (onesided != 0 && onesided != 1) {
+    *reason = "attribute 'onesided' must be 0 or 1";
+    return false;
+  }
+  return true;
+}
+
+bool MelDtype(const Node &n, ElemType *t, std::string *reason);
+
+bool CheckMel(const Node &n, int64_t, std::string *reason) {
+  ElemType t;
+  return MelDtype(n, &t, reason);
+}
+
 // False + reason on bad input; g->n / g->out_len stay -1 when a length is not known yet.
 bool DftShape(InferCtx *c, DftGeom *g, std::string *reason) {
   const TensorDesc &x = *c->in[0];
@@ -402,9 +425,9 @@ std::unique_ptr<Kernel> PrepareMel(const KernelCtx &c, std::string *) {
 }  // namespace
 
 void RegisterSignalOps(std::vector<OpDef> *ops) {
-  ops->push_back({"DFT", 1, 3, 1, 1, nullptr, InferDft, PrepareDft, true});
-  ops->push_back({"STFT", 2, 4, 1, 1, nullptr, InferStft, PrepareStft, true});
-  ops->push_back({"MelWeightMatrix", 5, 5, 1, 1, nullptr, InferMel, PrepareMel, true});
+  ops->push_back({"DFT", 1, 3, 1, 1, CheckDft, InferDft, PrepareDft, true});
+  ops->push_back({"STFT", 2, 4, 1, 1, CheckStft, InferStft, PrepareStft, true});
+  ops->push_back({"MelWeightMatrix", 5, 5, 1, 1, CheckMel, InferMel, PrepareMel, true});
 }
 
 }  // namespace onnx

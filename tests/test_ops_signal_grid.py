@@ -1,0 +1,370 @@
+"""Unique, TensorScatter, DFT, STFT, MelWeightMatrix, GridSample, AffineGrid and Col2Im on the twin.
+
+Random inputs beyond the ONNX node cases are compared with onnx.reference (or numpy where noted) through geasync's
+public API, with edge values (NaN, inf, empty tensors) and bad attributes / shapes refused at add_graph.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import geasync as ga
+
+from onnx import TensorProto, helper  # noqa: E402  (a test dependency)
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+F = TensorProto.FLOAT
+D = TensorProto.DOUBLE
+I64 = TensorProto.INT64
+_ids = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def session():
+    with ga.Session() as s:
+        yield s
+
+
+def _vi(name, t=F, shape=None):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def _model(nodes, inputs, outputs, opset=20):
+    g = helper.make_graph(nodes, "g", inputs, outputs)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _run(session, model, feeds):
+    gid = next(_ids)
+    session.add_graph(gid, ga.Graph.from_onnx(model))
+    try:
+        outs = session.run_graph(gid, [np.require(x, requirements="C") for x in feeds])
+        return [np.array(t.numpy(), copy=True) for t in outs]
+    finally:
+        session.remove_graph(gid)
+
+
+def _reference(model, feeds):
+    names = [i.name for i in model.graph.input]
+    return [np.asarray(w) for w in ReferenceEvaluator(model).run(None, dict(zip(names, feeds, strict=True)))]
+
+
+def _check(session, model, feeds, rtol=1e-5, atol=1e-6, want=None):
+    want = _reference(model, feeds) if want is None else want
+    got = _run(session, model, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    return got
+
+
+def _refused(session, model, pattern):
+    with pytest.raises(ga.GeError, match=pattern):
+        session.add_graph(next(_ids), ga.Graph.from_onnx(model))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Unique
+
+
+def _unique_model(dtype, shape, **attrs):
+    return _model([helper.make_node("Unique", ["x"], ["y", "idx", "inv", "cnt"], **attrs)], [_vi("x", dtype, shape)],
+                  [_vi("y", dtype), _vi("idx", I64), _vi("inv", I64), _vi("cnt", I64)], opset=11)
+
+
+def _np_unique(x, axis, sorted_):
+    # numpy directly: onnx.reference's Unique fails without an axis (np.isnan(None)) and takes unsorted slices along
+    # axis 0 whatever the axis
+    y, idx, inv, cnt = np.unique(x, True, True, True, axis=axis)
+    inv = inv.reshape(-1)
+    if not sorted_:
+        order = np.argsort(idx, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        idx, inv, cnt = idx[order], rank[inv], cnt[order]
+        y = np.take(x.reshape(-1) if axis is None else x, idx, axis=0 if axis is None else axis)
+    return [y, idx.astype(np.int64), inv.astype(np.int64), cnt.astype(np.int64)]
+
+
+@pytest.mark.parametrize("sorted_", [0, 1])
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_unique_random(session, sorted_, axis):
+    rng = np.random.default_rng(1)
+    attrs = {"sorted": sorted_} if axis is None else {"sorted": sorted_, "axis": axis}
+    m = _unique_model(F, None, **attrs)
+    for shape in ((7, 5), (1, 4), (6, 1)):
+        x = rng.integers(0, 3, shape).astype(np.float32)
+        _check(session, m, [x], want=_np_unique(x, axis, sorted_))
+
+
+def test_unique_int_and_edges(session):
+    m = _unique_model(I64, None)
+    for x in (np.array([3, -1, 3, 7, -1, 0], np.int64), np.array([5], np.int64)):
+        _check(session, m, [x], want=_np_unique(x, None, 1))
+    got = _run(session, m, [np.zeros(0, np.int64)])  # empty input: four empty outputs
+    assert [g.shape for g in got] == [(0,), (0,), (0,), (0,)]
+    mf = _unique_model(F, None)
+    x = np.array([np.nan, 1.0, np.inf, np.nan, -np.inf, 1.0], np.float32)
+    y, idx, inv, cnt = _run(session, mf, [x])
+    # numpy's unique (equal_nan) keeps one NaN, sorted last
+    np.testing.assert_array_equal(y, np.array([-np.inf, 1.0, np.inf, np.nan], np.float32))
+    np.testing.assert_array_equal(idx, [4, 1, 2, 0])
+    np.testing.assert_array_equal(inv, [3, 1, 2, 3, 0, 1])
+    np.testing.assert_array_equal(cnt, [1, 2, 1, 2])
+
+
+def test_unique_refusals(session):
+    _refused(session, _unique_model(F, [3], sorted=2), r"op Unique\).*'sorted' must be 0 or 1")
+    with pytest.raises(ga.GeError, match=r"op Unique\).*axis 2 is out of range for rank 2"):  # shapes: at compile
+        _run(session, _unique_model(F, [3, 4], axis=2), [np.zeros((3, 4), np.float32)])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# TensorScatter
+
+
+def _scatter_model(past, upd, **attrs):
+    node = helper.make_node("TensorScatter", ["past", "upd", "w"], ["y"], **attrs)
+    return _model([node], [_vi("past", F, past), _vi("upd", F, upd), _vi("w", I64, [past[0]])], [_vi("y", F)],
+                  opset=24)
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@pytest.mark.parametrize("axis", [-2, 1, 2])
+def test_tensor_scatter_random(session, mode, axis):
+    rng = np.random.default_rng(2)
+    past = [2, 5, 4, 3]
+    past[axis] = 6
+    upd = list(past)
+    upd[axis] = 3
+    m = _scatter_model(past, upd, mode=mode, axis=axis)
+    max_len = past[axis]
+    for w in ([0, 3], [1, 2]) if mode == "linear" else ([4, 5], [0, 7]):
+        feeds = [rng.standard_normal(past).astype(np.float32), rng.standard_normal(upd).astype(np.float32),
+                 np.array(w, np.int64)]
+        _check(session, m, feeds)
+    bad = [np.zeros(past, np.float32), np.zeros(upd, np.float32), np.array([max_len - 1, 0], np.int64)]
+    if mode == "linear":
+        with pytest.raises(ga.GeError, match=r"write_indices\[0\] = .* writes outside"):
+            _run(session, m, bad)
+
+
+def test_tensor_scatter_refusals(session):
+    _refused(session, _scatter_model([2, 4, 3], [2, 2, 3], mode="ring"), r"'mode' must be 'linear' or 'circular'")
+    _refused(session, _scatter_model([2, 4, 3], [2, 4, 3], axis=0), r"must not be the batch axis")
+    with pytest.raises(ga.GeError, match=r"op TensorScatter\).*'update'.*may not be longer"):
+        _run(session, _scatter_model([2, 4, 3], [2, 5, 3]),
+             [np.zeros((2, 4, 3), np.float32), np.zeros((2, 5, 3), np.float32), np.zeros(2, np.int64)])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DFT, STFT, MelWeightMatrix. The reference runs numpy's FFT in the input's precision (float32 for float32 input);
+# the twin accumulates in double, so the comparison is against numpy's double-precision FFT.
+
+
+def _np_dft(x, axis, n, inverse, onesided):
+    axis %= x.ndim  # counted on x, whose last dim is the real/imaginary pair
+    sig = x[..., 0] + (1j * x[..., 1] if x.shape[-1] == 2 else 0)
+    sig = sig.astype(np.complex128)
+    if inverse and onesided:
+        return np.fft.irfft(sig, n=n, axis=axis)[..., None]
+    r = np.fft.ifft(sig, n=n, axis=axis) if inverse else np.fft.fft(sig, n=n, axis=axis)
+    if onesided:
+        r = np.take(r, np.arange(n // 2 + 1), axis=axis)
+    return np.stack([r.real, r.imag], -1)
+
+
+@pytest.mark.parametrize("inverse,onesided", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("comp", [1, 2])
+@pytest.mark.parametrize("n", [None, 5, 8, 16])
+def test_dft_random(session, inverse, onesided, comp, n):
+    if inverse and onesided and comp == 1:
+        pytest.skip("an inverse one-sided DFT takes a complex spectrum")
+    rng = np.random.default_rng(3)
+    shape = [2, 8, 3, comp]
+    inputs = ["x", "n" if n else "", "axis"]
+    m = _model([helper.make_node("DFT", inputs, ["y"], inverse=inverse, onesided=onesided)],
+               [_vi("x", D, shape)] + ([_vi("n", I64, [])] if n else []) + [_vi("axis", I64, [])], [_vi("y", D)])
+    for axis in (1, 2, -3):
+        x = rng.standard_normal(shape)
+        feeds = [x] + ([np.array(n, np.int64)] if n else []) + [np.array(axis, np.int64)]
+        length = n or (2 * (shape[axis] - 1) if inverse and onesided else shape[axis])
+        _check(session, m, feeds, rtol=1e-9, atol=1e-9, want=[_np_dft(x, axis, length, inverse, onesided)])
+
+
+def test_dft_opset17_float_and_edges(session):
+    m = _model([helper.make_node("DFT", ["x"], ["y"], axis=1)], [_vi("x", F, None)], [_vi("y", F)], opset=17)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 12, 1)).astype(np.float32)
+    _check(session, m, [x], rtol=1e-4, atol=1e-5, want=[_np_dft(x.astype(np.float64), 1, 12, 0, 0).astype(np.float32)])
+    x = np.array([[[np.inf], [1.0], [2.0]]], np.float32)  # inf spreads into every bin, as in numpy
+    y = _run(session, m, [x])[0]
+    assert np.isinf(y[0, :, 0]).all()
+    assert _run(session, m, [np.zeros((0, 4, 1), np.float32)])[0].shape == (0, 4, 2)
+
+
+def test_dft_refusals(session):
+    m = _model([helper.make_node("DFT", ["x"], ["y"], axis=2)], [_vi("x", F, [2, 4, 1])], [_vi("y", F)])
+    _refused(session, m, r"op DFT\).*'axis' is an input since opset 20")
+    m = _model([helper.make_node("DFT", ["x"], ["y"], inverse=2)], [_vi("x", F, [2, 4, 1])], [_vi("y", F)])
+    _refused(session, m, r"op DFT\).*'inverse' and 'onesided' must be 0 or 1")
+    m = _model([helper.make_node("DFT", ["x", "", "axis"], ["y"])],
+               [_vi("x", F, [2, 4, 3]), _vi("axis", I64, [])], [_vi("y", F)])
+    with pytest.raises(ga.GeError, match=r"op DFT\).*last dim is 1 \(real\) or 2 \(complex\)"):
+        _run(session, m, [np.zeros((2, 4, 3), np.float32), np.array(1, np.int64)])
+    m = _model([helper.make_node("DFT", ["x"], ["y"], axis=2)], [_vi("x", F, [2, 4, 1])], [_vi("y", F)], opset=17)
+    with pytest.raises(ga.GeError, match=r"op DFT\).*real/imaginary dim"):
+        _run(session, m, [np.zeros((2, 4, 1), np.float32)])
+
+
+@pytest.mark.parametrize("onesided", [0, 1])
+@pytest.mark.parametrize("window", [False, True])
+def test_stft_random(session, onesided, window):
+    rng = np.random.default_rng(5)
+    inputs = ["sig", "step", "win" if window else "", "" if window else "len"]
+    vis = [_vi("sig", D, [2, 40, 1]), _vi("step", I64, [])]
+    vis += [_vi("win", D, [10])] if window else [_vi("len", I64, [])]
+    m = _model([helper.make_node("STFT", inputs, ["y"], onesided=onesided)], vis, [_vi("y", D)], opset=17)
+    for step in (3, 7):
+        x = rng.standard_normal((2, 40, 1))
+        w = np.hanning(10)
+        feeds = [x, np.array(step, np.int64)] + ([w] if window else [np.array(10, np.int64)])
+        frames = np.stack([x[:, s:s + 10, 0] * (w if window else 1) for s in range(0, 31, step)], 1)
+        r = np.fft.fft(frames, axis=-1)[..., : (6 if onesided else 10)]
+        _check(session, m, feeds, rtol=1e-9, atol=1e-9, want=[np.stack([r.real, r.imag], -1)])
+
+
+def test_stft_refusal(session):
+    m = _model([helper.make_node("STFT", ["sig", "step", "", "len"], ["y"])],
+               [_vi("sig", F, [1, 8, 1]), _vi("step", I64, []), _vi("len", I64, [])], [_vi("y", F)], opset=17)
+    with pytest.raises(ga.GeError, match=r"frame_length in \[1, signal length 8\]"):
+        _run(session, m, [np.zeros((1, 8, 1), np.float32), np.array(2, np.int64), np.array(9, np.int64)])
+
+
+@pytest.mark.parametrize("bins,dft,rate,lo,hi", [(8, 16, 8192, 0.0, 4096.0), (20, 512, 16000, 20.0, 7600.0),
+                                                  (4, 64, 22050, 300.0, 8000.0)])
+def test_mel_weight_matrix(session, bins, dft, rate, lo, hi):
+    names = ["bins", "dft", "rate", "lo", "hi"]
+    vis = [_vi(n, I64, []) for n in names[:3]] + [_vi(n, F, []) for n in names[3:]]
+    m = _model([helper.make_node("MelWeightMatrix", names, ["y"])], vis, [_vi("y", F)], opset=17)
+    feeds = [np.array(v, np.int64) for v in (bins, dft, rate)] + [np.array(v, np.float32) for v in (lo, hi)]
+    _check(session, m, feeds)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GridSample, AffineGrid, Col2Im
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [0, 1])
+def test_grid_sample_2d_random(session, mode, padding, align):
+    rng = np.random.default_rng(6)
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=padding, align_corners=align)
+    m = _model([node], [_vi("x", F, [2, 3, 5, 4]), _vi("g", F, [2, 6, 7, 2])], [_vi("y", F)])
+    x = rng.standard_normal((2, 3, 5, 4)).astype(np.float32)
+    g = rng.uniform(-1.6, 1.6, (2, 6, 7, 2)).astype(np.float32)  # some points outside [-1, 1]
+    _check(session, m, [x, g], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_grid_sample_3d_random(session, mode, padding):
+    rng = np.random.default_rng(7)
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=padding)
+    m = _model([node], [_vi("x", F, [1, 2, 3, 4, 5]), _vi("g", F, [1, 2, 3, 4, 3])], [_vi("y", F)])
+    x = rng.standard_normal((1, 2, 3, 4, 5)).astype(np.float32)
+    g = rng.uniform(-1.3, 1.3, (1, 2, 3, 4, 3)).astype(np.float32)
+    _check(session, m, [x, g], rtol=1e-4, atol=1e-5)
+
+
+def test_grid_sample_opset16_names_and_edges(session):
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], mode="bicubic")
+    m = _model([node], [_vi("x", F, [1, 1, 4, 4]), _vi("g", F, None)], [_vi("y", F)], opset=16)
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 1, 4, 4)).astype(np.float32)
+    g = rng.uniform(-1, 1, (1, 3, 3, 2)).astype(np.float32)
+    # the reference knows only the opset-20 names: opset 16's bicubic is checked against its cubic
+    m20 = _model([helper.make_node("GridSample", ["x", "g"], ["y"], mode="cubic")],
+                 [_vi("x", F, [1, 1, 4, 4]), _vi("g", F, None)], [_vi("y", F)])
+    _check(session, m, [x, g], rtol=1e-4, atol=1e-5, want=_reference(m20, [x, g]))
+    assert _run(session, m, [x, np.zeros((1, 0, 3, 2), np.float32)])[0].shape == (1, 1, 0, 3)
+    y = _run(session, m, [x, np.full((1, 1, 1, 2), np.nan, np.float32)])[0]  # a NaN point reads zeros padding
+    assert y.shape == (1, 1, 1, 1) and not np.isinf(y).any()
+
+
+def test_grid_sample_refusals(session):
+    def gs(opset, shape_x, shape_g, **attrs):
+        node = helper.make_node("GridSample", ["x", "g"], ["y"], **attrs)
+        return _model([node], [_vi("x", F, shape_x), _vi("g", F, shape_g)], [_vi("y", F)], opset=opset)
+
+    _refused(session, gs(20, [1, 1, 4, 4], [1, 2, 2, 2], mode="bilinear"), r"op GridSample\).*'mode'.*'bilinear'")
+    _refused(session, gs(16, [1, 1, 4, 4], [1, 2, 2, 2], mode="linear"), r"op GridSample\).*'mode'.*'linear'")
+    _refused(session, gs(20, [1, 1, 4, 4], [1, 2, 2, 2], padding_mode="wrap"), r"'padding_mode'.*'wrap'")
+    for model, pattern in ((gs(20, [1, 1, 4, 4], [1, 2, 2, 3]), r"op GridSample\).*input 'grid' must be"),
+                           (gs(16, [1, 1, 2, 4, 4], [1, 2, 2, 2, 3]), r"of rank 4")):
+        feeds = [np.zeros([d.dim_value for d in i.type.tensor_type.shape.dim], np.float32) for i in model.graph.input]
+        with pytest.raises(ga.GeError, match=pattern):
+            _run(session, model, feeds)
+
+
+@pytest.mark.parametrize("align", [0, 1])
+@pytest.mark.parametrize("size", [[2, 3, 5, 6], [3, 1, 4, 1, 7], [1, 1, 1, 1]])
+def test_affine_grid_random(session, align, size):
+    rng = np.random.default_rng(9)
+    sd = len(size) - 2
+    m = _model([helper.make_node("AffineGrid", ["theta", "size"], ["y"], align_corners=align)],
+               [_vi("theta", F, [size[0], sd, sd + 1]), _vi("size", I64, [len(size)])], [_vi("y", F)])
+    feeds = [rng.standard_normal((size[0], sd, sd + 1)).astype(np.float32), np.array(size, np.int64)]
+    with np.errstate(divide="ignore"):  # the reference divides by zero for a dim of 1 with align_corners (gives -1)
+        want = _reference(m, feeds)
+    _check(session, m, feeds, want=want)
+
+
+def test_affine_grid_refusal(session):
+    m = _model([helper.make_node("AffineGrid", ["theta", "size"], ["y"])],
+               [_vi("theta", F, [2, 2, 3]), _vi("size", I64, [4])], [_vi("y", F)])
+    with pytest.raises(ga.GeError, match=r"op AffineGrid\).*'size'"):
+        _run(session, m, [np.zeros((2, 2, 3), np.float32), np.array([3, 1, 4, 4], np.int64)])
+
+
+@pytest.mark.parametrize("attrs", [{}, {"strides": [2, 1]}, {"pads": [1, 0, 1, 2]}, {"dilations": [2, 1]},
+                                   {"strides": [2, 3], "pads": [1, 1, 1, 1], "dilations": [1, 2]}])
+def test_col2im_random(session, attrs):
+    rng = np.random.default_rng(10)
+    image, block = [7, 8], [2, 3]
+    st, pd, dl = attrs.get("strides", [1, 1]), attrs.get("pads", [0, 0, 0, 0]), attrs.get("dilations", [1, 1])
+    nb = [(image[d] + pd[d] + pd[d + 2] - dl[d] * (block[d] - 1) - 1) // st[d] + 1 for d in range(2)]
+    shape = [2, 3 * 6, nb[0] * nb[1]]
+    m = _model([helper.make_node("Col2Im", ["x", "img", "blk"], ["y"], **attrs)],
+               [_vi("x", F, shape), _vi("img", I64, [2]), _vi("blk", I64, [2])], [_vi("y", F)], opset=18)
+    _check(session, m, [rng.standard_normal(shape).astype(np.float32), np.array(image, np.int64),
+                        np.array(block, np.int64)], rtol=1e-5, atol=1e-5)
+
+
+def test_col2im_refusal(session):
+    m = _model([helper.make_node("Col2Im", ["x", "img", "blk"], ["y"])],
+               [_vi("x", F, [1, 4, 5]), _vi("img", I64, [2]), _vi("blk", I64, [2])], [_vi("y", F)], opset=18)
+    with pytest.raises(ga.GeError, match=r"op Col2Im\).*number of blocks"):
+        _run(session, m, [np.zeros((1, 4, 5), np.float32), np.array([3, 3], np.int64), np.array([2, 2], np.int64)])
+
+
+def test_attribute_refusals_at_add_graph(session):
+    m = _model([helper.make_node("Col2Im", ["x", "img", "blk"], ["y"], strides=[0, 1])],
+               [_vi("x", F, [1, 4, 5]), _vi("img", I64, [2]), _vi("blk", I64, [2])], [_vi("y", F)], opset=18)
+    _refused(session, m, r"op Col2Im\).*'strides' holds 0; it must be >= 1")
+    m = _model([helper.make_node("AffineGrid", ["theta", "size"], ["y"], align_corners=3)],
+               [_vi("theta", F, [2, 2, 3]), _vi("size", I64, [4])], [_vi("y", F)])
+    _refused(session, m, r"op AffineGrid\).*'align_corners' must be 0 or 1")
+    m = _model([helper.make_node("STFT", ["sig", "step"], ["y"], onesided=5)],
+               [_vi("sig", F, [1, 8, 1]), _vi("step", I64, [])], [_vi("y", F)], opset=17)
+    _refused(session, m, r"op STFT\).*'onesided' must be 0 or 1")
+    names = ["bins", "dft", "rate", "lo", "hi"]
+    vis = [_vi(n, I64, []) for n in names[:3]] + [_vi(n, F, []) for n in names[3:]]
+    m = _model([helper.make_node("MelWeightMatrix", names, ["y"], output_datatype=TensorProto.STRING)], vis,
+               [_vi("y", F)], opset=17)
+    _refused(session, m, r"op MelWeightMatrix\).*'output_datatype'")
