@@ -368,3 +368,45 @@ def test_attribute_refusals_at_add_graph(session):
     m = _model([helper.make_node("MelWeightMatrix", names, ["y"], output_datatype=TensorProto.STRING)], vis,
                [_vi("y", F)], opset=17)
     _refused(session, m, r"op MelWeightMatrix\).*'output_datatype'")
+
+
+def test_tensor_scatter_without_write_indices(session):
+    rng = np.random.default_rng(11)
+    m = _model([helper.make_node("TensorScatter", ["past", "upd"], ["y"])],
+               [_vi("past", F, [2, 5, 3]), _vi("upd", F, [2, 2, 3])], [_vi("y", F)], opset=24)
+    _check(session, m, [rng.standard_normal((2, 5, 3)).astype(np.float32),
+                        rng.standard_normal((2, 2, 3)).astype(np.float32)])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CausalConvWithState
+
+
+@pytest.mark.parametrize("activation", ["none", "silu"])
+@pytest.mark.parametrize("k", [1, 3, 6])
+@pytest.mark.parametrize("with_bias,with_past,two_outputs", [(0, 0, 1), (1, 1, 1), (1, 0, 0), (0, 1, 1)])
+def test_causal_conv_with_state_random(session, activation, k, with_bias, with_past, two_outputs):
+    rng = np.random.default_rng(12)
+    b, c, length = 2, 3, 5
+    inputs = ["x", "w", "b" if with_bias else "", "p" if with_past else ""]
+    while inputs[-1] == "":
+        inputs.pop()
+    vis = [_vi("x", F, [b, c, length]), _vi("w", F, [c, 1, k])]
+    vis += ([_vi("b", F, [c])] if with_bias else []) + ([_vi("p", F, [b, c, k - 1])] if with_past else [])
+    outs = ["y", "state"][: 1 + two_outputs]
+    m = _model([helper.make_node("CausalConvWithState", inputs, outs, activation=activation)], vis,
+               [_vi(o, F) for o in outs], opset=27)
+    feeds = [rng.standard_normal((b, c, length)).astype(np.float32), rng.standard_normal((c, 1, k)).astype(np.float32)]
+    feeds += [rng.standard_normal(c).astype(np.float32)] if with_bias else []
+    feeds += [rng.standard_normal((b, c, k - 1)).astype(np.float32)] if with_past else []
+    _check(session, m, feeds, rtol=1e-5, atol=1e-5)
+
+
+def test_causal_conv_with_state_refusals(session):
+    def model(w_shape, **attrs):
+        return _model([helper.make_node("CausalConvWithState", ["x", "w"], ["y"], **attrs)],
+                      [_vi("x", F, [1, 2, 4]), _vi("w", F, w_shape)], [_vi("y", F)], opset=27)
+
+    _refused(session, model([2, 1, 3], activation="gelu"), r"op CausalConvWithState\).*'activation'.*'gelu'")
+    with pytest.raises(ga.GeError, match=r"op CausalConvWithState\).*'weight' must be \[channels, 1, k >= 1\]"):
+        _run(session, model([3, 1, 3]), [np.zeros((1, 2, 4), np.float32), np.zeros((3, 1, 3), np.float32)])

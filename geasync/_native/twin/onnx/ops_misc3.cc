@@ -1,10 +1,11 @@
-// Unique (sorted or in first-occurrence order, flat or along an axis, all four outputs) and TensorScatter (KV-cache
-// update, linear or circular). Unique's output sizes depend on the input's contents: known at compile time (constants,
+// Unique (sorted or in first-occurrence order, flat or along an axis, all four outputs), TensorScatter (KV-cache
+// update, linear or circular) and CausalConvWithState (stateful causal depthwise 1-D convolution, optional SiLU). Unique's output sizes depend on the input's contents: known at compile time (constants,
 // or the input bound by a value-dependent plan, as for NonZero).
 #include <algorithm>
 #include <numeric>
 
 #include "elem.h"
+#include "vmath.h"
 
 namespace twin {
 namespace onnx {
@@ -256,10 +257,10 @@ bool InferTensorScatter(InferCtx *c, std::string *reason) {
 
 class TensorScatterKernel : public Kernel {
  public:
-  TensorScatterKernel(ScatterGeom g, size_t esize) : g_(g), esize_(esize) {}
+  TensorScatterKernel(ScatterGeom g, size_t esize, bool has_w) : g_(g), esize_(esize), has_w_(has_w) {}
   bool Run(const void *const *in, void *const *out, std::string *reason) override {
     const uint8_t *past = static_cast<const uint8_t *>(in[0]), *upd = static_cast<const uint8_t *>(in[1]);
-    const int64_t *w = static_cast<const int64_t *>(in[2]);
+    const int64_t *w = has_w_ ? static_cast<const int64_t *>(in[2]) : nullptr;  // omitted: write at 0
     uint8_t *y = static_cast<uint8_t *>(out[0]);
     const size_t row = static_cast<size_t>(g_.inner) * esize_;
     if (y != past) CopyBytes(y, past, static_cast<size_t>(g_.batch * g_.mid * g_.max_len) * row);
@@ -287,6 +288,7 @@ class TensorScatterKernel : public Kernel {
  private:
   ScatterGeom g_;
   size_t esize_;
+  bool has_w_;
 };
 
 bool CheckTensorScatter(const Node &n, int64_t, std::string *reason) {
@@ -307,13 +309,118 @@ bool CheckTensorScatter(const Node &n, int64_t, std::string *reason) {
 std::unique_ptr<Kernel> PrepareTensorScatter(const KernelCtx &c, std::string *reason) {
   ScatterGeom g;
   if (!ScatterShape(c.AsInferCtx(), &g, reason)) return nullptr;
-  return std::unique_ptr<Kernel>(new TensorScatterKernel(g, ElemSize(c.in[0]->dtype)));
+  return std::unique_ptr<Kernel>(new TensorScatterKernel(g, ElemSize(c.in[0]->dtype), c.has(2)));
+}
+
+// ---- CausalConvWithState ----
+
+bool CausalActivation(const Node &n, bool *silu, std::string *reason) {
+  std::string act;
+  if (!StrAttr(n, "activation", "none", &act, reason)) return false;
+  if (act != "none" && act != "silu" && act != "swish") {
+    *reason = "attribute 'activation' must be 'none', 'silu' or 'swish', got '" + act + "'";
+    return false;
+  }
+  *silu = act != "none";
+  return true;
+}
+
+bool CheckCausalConv(const Node &n, int64_t, std::string *reason) {
+  bool silu;
+  return CausalActivation(n, &silu, reason);
+}
+
+bool InferCausalConv(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0], &w = *c->in[1];
+  if (!IsFloatType(x.dtype) || x.dims.size() != 3) {
+    *reason = "input 'input' must be a float tensor [batch, channels, length], got " + DescStr(x);
+    return false;
+  }
+  const int64_t ch = x.dims[1], k = w.dims.size() == 3 ? w.dims[2] : -1;
+  auto fits = [](int64_t a, int64_t b) { return a < 0 || b < 0 || a == b; };
+  if (w.dtype != x.dtype || w.dims.size() != 3 || !fits(w.dims[0], ch) || !fits(w.dims[1], 1) || k == 0) {
+    *reason = "input 'weight' must be [channels, 1, k >= 1] of the input's dtype, got " + DescStr(w) + " for input " +
+              DescStr(x);
+    return false;
+  }
+  if (c->has(2) && (c->in[2]->dtype != x.dtype || c->in[2]->dims.size() != 1 || !fits(c->in[2]->dims[0], ch))) {
+    *reason = "input 'bias' must be [channels] of the input's dtype, got " + DescStr(*c->in[2]);
+    return false;
+  }
+  const int64_t state = k < 0 ? -1 : k - 1;
+  if (c->has(3)) {
+    const TensorDesc &p = *c->in[3];
+    if (p.dtype != x.dtype || p.dims.size() != 3 || !fits(p.dims[0], x.dims[0]) || !fits(p.dims[1], ch) ||
+        !fits(p.dims[2], state)) {
+      *reason = "input 'past_state' must be [batch, channels, k - 1] of the input's dtype, got " + DescStr(p);
+      return false;
+    }
+  }
+  c->out[0] = x;
+  if (c->out.size() > 1) c->out[1] = {x.dtype, {x.dims[0], ch, state}};
+  return true;
+}
+
+template <class S>
+class CausalConvKernel : public Kernel {
+ public:
+  // The node's input / output lists may end before the optional bias, past_state and present_state.
+  CausalConvKernel(const KernelCtx &c, int64_t k, bool silu)
+      : batch_(c.in[0]->dims[0]), ch_(c.in[0]->dims[1]), len_(c.in[0]->dims[2]), k_(k), silu_(silu),
+        has_bias_(c.has(2)), has_past_(c.has(3)), has_present_(c.out.size() > 1), padded_(len_ + k - 1) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    using C = typename Num<S>::C;
+    const S *x = static_cast<const S *>(in[0]), *w = static_cast<const S *>(in[1]);
+    const S *bias = has_bias_ ? static_cast<const S *>(in[2]) : nullptr;
+    const S *past = has_past_ ? static_cast<const S *>(in[3]) : nullptr;
+    S *y = static_cast<S *>(out[0]), *present = has_present_ ? static_cast<S *>(out[1]) : nullptr;
+    const int64_t state = k_ - 1;
+    for (int64_t b = 0; b < batch_; ++b)
+      for (int64_t c = 0; c < ch_; ++c) {
+        const int64_t row = b * ch_ + c;
+        for (int64_t j = 0; j < state; ++j) padded_[j] = past ? Num<S>::Load(past[row * state + j]) : C(0);
+        for (int64_t t = 0; t < len_; ++t) padded_[state + t] = Num<S>::Load(x[row * len_ + t]);
+        const S *wc = w + c * k_;
+        const C b0 = bias ? Num<S>::Load(bias[c]) : C(0);
+        for (int64_t t = 0; t < len_; ++t) {
+          C acc = b0;
+          for (int64_t j = 0; j < k_; ++j) acc += Num<S>::Load(wc[j]) * padded_[t + j];
+          if (silu_) {  // in float32, like the reference
+            const float v = static_cast<float>(acc);
+            acc = static_cast<C>(v * vmath::Sigmoid(v));
+          }
+          y[row * len_ + t] = Num<S>::Store(acc);
+        }
+        if (present)
+          for (int64_t j = 0; j < state; ++j) present[row * state + j] = Num<S>::Store(padded_[len_ + j]);
+      }
+    return true;
+  }
+
+ private:
+  int64_t batch_, ch_, len_, k_;
+  bool silu_, has_bias_, has_past_, has_present_;
+  std::vector<typename Num<S>::C> padded_;
+};
+
+std::unique_ptr<Kernel> PrepareCausalConv(const KernelCtx &c, std::string *reason) {
+  bool silu;
+  if (!CausalActivation(*c.node, &silu, reason)) return nullptr;
+  const int64_t k = c.in[1]->dims[2];
+  std::unique_ptr<Kernel> kernel;
+  VisitType(c.in[0]->dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (kIsFloat<S>) kernel.reset(new CausalConvKernel<S>(c, k, silu));
+  });
+  if (!kernel) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return kernel;
 }
 
 }  // namespace
 
 void RegisterMisc3Ops(std::vector<OpDef> *ops) {
   ops->push_back({"Unique", 1, 1, 1, 4, CheckUnique, InferUnique, PrepareUnique, true});
+  ops->push_back({"CausalConvWithState", 2, 4, 1, 2, CheckCausalConv, InferCausalConv, PrepareCausalConv, true});
   ops->push_back({"TensorScatter", 2, 3, 1, 1, CheckTensorScatter, InferTensorScatter, PrepareTensorScatter, true});
 }
 
