@@ -410,3 +410,49 @@ def test_causal_conv_with_state_refusals(session):
     _refused(session, model([2, 1, 3], activation="gelu"), r"op CausalConvWithState\).*'activation'.*'gelu'")
     with pytest.raises(ga.GeError, match=r"op CausalConvWithState\).*'weight' must be \[channels, 1, k >= 1\]"):
         _run(session, model([3, 1, 3]), [np.zeros((1, 2, 4), np.float32), np.zeros((3, 1, 3), np.float32)])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# LinearAttention
+
+
+@pytest.mark.parametrize("rule", ["linear", "gated", "delta", "gated_delta"])
+@pytest.mark.parametrize("q_heads,kv_heads", [(2, 2), (4, 2), (3, 1)])
+@pytest.mark.parametrize("with_past", [0, 1])
+def test_linear_attention_random(session, rule, q_heads, kv_heads, with_past):
+    rng = np.random.default_rng(13)
+    b, t, dk, dv = 2, 5, 4, 3
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    decay_last = kv_heads * dk if q_heads == 4 else kv_heads  # per key dim, or one per head
+    beta_last = 1 if q_heads == 3 else kv_heads
+    inputs = ["q", "k", "v", "p" if with_past else "", "decay" if gating else "", "beta" if delta else ""]
+    while inputs[-1] == "":
+        inputs.pop()
+    shapes = {"q": [b, t, q_heads * dk], "k": [b, t, kv_heads * dk], "v": [b, t, kv_heads * dv],
+              "p": [b, kv_heads, dk, dv], "decay": [b, t, decay_last], "beta": [b, t, beta_last]}
+    used = [n for n in inputs if n]
+    node = helper.make_node("LinearAttention", inputs, ["y", "state"], q_num_heads=q_heads, kv_num_heads=kv_heads,
+                            update_rule=rule, scale=0.3 if with_past else 0.0)
+    m = _model([node], [_vi(n, F, shapes[n]) for n in used], [_vi("y", F), _vi("state", F)], opset=27)
+    feeds = []
+    for n in used:
+        x = rng.standard_normal(shapes[n]).astype(np.float32)
+        feeds.append(-np.abs(x) * 0.3 if n == "decay" else (1 / (1 + np.exp(-x)) if n == "beta" else x))
+    _check(session, m, feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_linear_attention_refusals(session):
+    def model(inputs, **attrs):
+        node = helper.make_node("LinearAttention", inputs, ["y"], **attrs)
+        return _model([node], [_vi(n, F, [1, 2, 8]) for n in inputs if n], [_vi("y", F)], opset=27)
+
+    _refused(session, model(["q", "k", "v"], q_num_heads=3, kv_num_heads=2, update_rule="linear"),
+             r"op LinearAttention\).*positive multiple of kv_num_heads")
+    _refused(session, model(["q", "k", "v"], q_num_heads=2, kv_num_heads=2), r"requires input 'decay'")
+    _refused(session, model(["q", "k", "v"], q_num_heads=2, kv_num_heads=2, update_rule="fast"),
+             r"'update_rule' must be")
+    node = helper.make_node("LinearAttention", ["q", "k", "v", "", "decay"], ["y"], q_num_heads=2, kv_num_heads=2,
+                            update_rule="gated")
+    m = _model([node], [_vi(n, F, [1, 2, 8]) for n in "qkv"] + [_vi("decay", F, [1, 2, 3])], [_vi("y", F)], opset=27)
+    with pytest.raises(ga.GeError, match=r"input 'decay' must be \[batch, steps, kv_num_heads"):
+        _run(session, m, [np.zeros((1, 2, 8), np.float32)] * 3 + [np.zeros((1, 2, 3), np.float32)])

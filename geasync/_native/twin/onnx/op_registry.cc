@@ -42,6 +42,7 @@ OpTable BuildTable() {
   RegisterMisc3Ops(&ops);
   RegisterSignalOps(&ops);
   RegisterGridOps(&ops);
+  RegisterLinearAttentionOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;

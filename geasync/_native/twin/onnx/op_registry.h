@@ -119,6 +119,7 @@ void RegisterMisc2Ops(std::vector<OpDef> *ops);    // windows, NonZero, Compress
 void RegisterMisc3Ops(std::vector<OpDef> *ops);    // Unique, TensorScatter, CausalConvWithState
 void RegisterSignalOps(std::vector<OpDef> *ops);   // DFT, STFT, MelWeightMatrix
 void RegisterGridOps(std::vector<OpDef> *ops);     // GridSample, AffineGrid, Col2Im
+void RegisterLinearAttentionOps(std::vector<OpDef> *ops);
 
 // Decodes a Constant node's value attribute into a tensor (ParseModel calls it once per Constant node).
 bool BuildConstantValue(const Node &node, std::shared_ptr<const ConstTensor> *value, std::string *reason);

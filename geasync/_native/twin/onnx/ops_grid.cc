@@ -278,7 +278,8 @@ bool InferAffineGrid(InferCtx *c, std::string *reason) {
   }
   const int64_t sd = static_cast<int64_t>(size.size()) - 2;
   const bool dims_ok = (sd == 2 || sd == 3) && (theta.dims[1] < 0 || theta.dims[1] == sd) &&
-                       (theta.dims[2] < 0 || theta.dims[2] == sd + 1) && (theta.dims[0] < 0 || theta.dims[0] == size[0]);
+                       (theta.dims[2] < 0 || theta.dims[2] == sd + 1) &&
+                       (theta.dims[0] < 0 || theta.dims[0] == size[0]);
   bool nonneg = true;
   for (int64_t v : size) nonneg &= v >= 0;
   if (!dims_ok || !nonneg) {

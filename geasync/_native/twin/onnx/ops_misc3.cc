@@ -1,5 +1,6 @@
 // Unique (sorted or in first-occurrence order, flat or along an axis, all four outputs), TensorScatter (KV-cache
-// update, linear or circular) and CausalConvWithState (stateful causal depthwise 1-D convolution, optional SiLU). Unique's output sizes depend on the input's contents: known at compile time (constants,
+// update, linear or circular) and CausalConvWithState (stateful causal depthwise 1-D convolution, optional SiLU).
+// Unique's output sizes depend on the input's contents: known at compile time (constants,
 // or the input bound by a value-dependent plan, as for NonZero).
 #include <algorithm>
 #include <numeric>

@@ -361,7 +361,10 @@ bool InferMel(InferCtx *c, std::string *reason) {
 
 double ScalarAsDouble(ElemType t, const void *p) {
   double v = 0;
-  VisitType(t, [&](auto tag) { v = static_cast<double>(Num<decltype(tag)>::Load(*static_cast<const decltype(tag) *>(p))); });
+  VisitType(t, [&](auto tag) {
+    using S = decltype(tag);
+    v = static_cast<double>(Num<S>::Load(*static_cast<const S *>(p)));
+  });
   return v;
 }
 
