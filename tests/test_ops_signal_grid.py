@@ -456,3 +456,45 @@ def test_linear_attention_refusals(session):
     m = _model([node], [_vi(n, F, [1, 2, 8]) for n in "qkv"] + [_vi("decay", F, [1, 2, 3])], [_vi("y", F)], opset=27)
     with pytest.raises(ga.GeError, match=r"input 'decay' must be \[batch, steps, kv_num_heads"):
         _run(session, m, [np.zeros((1, 2, 8), np.float32)] * 3 + [np.zeros((1, 2, 3), np.float32)])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DeformConv
+
+
+@pytest.mark.parametrize("attrs,group,ogroup,with_b,with_mask", [
+    ({}, 1, 1, 0, 0),
+    ({"pads": [1, 0, 2, 1], "strides": [2, 1]}, 1, 2, 1, 1),
+    ({"dilations": [2, 1]}, 2, 1, 1, 0),
+    ({"pads": [1, 1, 1, 1], "strides": [1, 2], "dilations": [1, 2]}, 2, 2, 0, 1),
+])
+def test_deform_conv_random(session, attrs, group, ogroup, with_b, with_mask):
+    rng = np.random.default_rng(14)
+    n, ic, h, w, oc, kh, kw = 2, 4, 5, 6, 4, 2, 3
+    st, pd, dl = attrs.get("strides", [1, 1]), attrs.get("pads", [0, 0, 0, 0]), attrs.get("dilations", [1, 1])
+    oh = (h + pd[0] + pd[2] - ((kh - 1) * dl[0] + 1)) // st[0] + 1
+    ow = (w + pd[1] + pd[3] - ((kw - 1) * dl[1] + 1)) // st[1] + 1
+    shapes = {"x": [n, ic, h, w], "w": [oc, ic // group, kh, kw], "off": [n, 2 * ogroup * kh * kw, oh, ow],
+              "b": [oc], "mask": [n, ogroup * kh * kw, oh, ow]}
+    inputs = ["x", "w", "off", "b" if with_b else "", "mask" if with_mask else ""]
+    while inputs[-1] == "":
+        inputs.pop()
+    used = [i for i in inputs if i]
+    node = helper.make_node("DeformConv", inputs, ["y"], kernel_shape=[kh, kw], group=group, offset_group=ogroup,
+                            **attrs)
+    m = _model([node], [_vi(i, F, shapes[i]) for i in used], [_vi("y", F)], opset=22)
+    feeds = [rng.standard_normal(shapes[i]).astype(np.float32) * (1.5 if i == "off" else 1) for i in used]
+    _check(session, m, feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_deform_conv_refusals(session):
+    def model(x, w, off, **attrs):
+        node = helper.make_node("DeformConv", ["x", "w", "off"], ["y"], **attrs)
+        return _model([node], [_vi("x", F, x), _vi("w", F, w), _vi("off", F, off)], [_vi("y", F)], opset=22)
+
+    _refused(session, model([1, 1, 4, 4], [1, 1, 2, 2], [1, 8, 3, 3], strides=[0, 1]),
+             r"op DeformConv\).*strides need 2 values >= 1")
+    m = model([1, 1, 4, 4], [1, 1, 2, 2], [1, 6, 3, 3])
+    with pytest.raises(ga.GeError, match=r"op DeformConv\).*inconsistent shapes"):
+        _run(session, m, [np.zeros((1, 1, 4, 4), np.float32), np.zeros((1, 1, 2, 2), np.float32),
+                          np.zeros((1, 6, 3, 3), np.float32)])

@@ -118,7 +118,7 @@ void RegisterControlOps(std::vector<OpDef> *ops);  // If, Loop, Scan
 void RegisterMisc2Ops(std::vector<OpDef> *ops);    // windows, NonZero, Compress, ReverseSequence
 void RegisterMisc3Ops(std::vector<OpDef> *ops);    // Unique, TensorScatter, CausalConvWithState
 void RegisterSignalOps(std::vector<OpDef> *ops);   // DFT, STFT, MelWeightMatrix
-void RegisterGridOps(std::vector<OpDef> *ops);     // GridSample, AffineGrid, Col2Im
+void RegisterGridOps(std::vector<OpDef> *ops);     // GridSample, AffineGrid, Col2Im, DeformConv
 void RegisterLinearAttentionOps(std::vector<OpDef> *ops);
 
 // Decodes a Constant node's value attribute into a tensor (ParseModel calls it once per Constant node).

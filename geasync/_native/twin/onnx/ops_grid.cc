@@ -1,6 +1,6 @@
 // Spatial sampling operators: GridSample (opset 16 and 20+: nearest / linear / cubic, zeros / border / reflection
-// padding, align_corners, any number of spatial dims), AffineGrid and Col2Im. GridSample computes each output
-// point's taps (flat offsets and weights) once and applies them to every channel, so coordinate arithmetic and
+// padding, align_corners, any number of spatial dims), AffineGrid, Col2Im and DeformConv (2-D). GridSample and
+// DeformConv compute each sampling point's taps once and apply them to every channel, so coordinate arithmetic and
 // rounding run per point, not per element.
 #include <algorithm>
 #include <cmath>
@@ -508,11 +508,174 @@ std::unique_ptr<Kernel> PrepareCol2Im(const KernelCtx &c, std::string *reason) {
   return std::unique_ptr<Kernel>(new Col2ImKernel(c.in[0]->dtype, std::move(g)));
 }
 
+// ---- DeformConv (2-D) ----
+
+struct DeformGeom {
+  int64_t n = 0, ic = 0, h = 0, w = 0, oc = 0, kh = 0, kw = 0, oh = 0, ow = 0;
+  int64_t group = 1, ogroup = 1, sh = 1, sw = 1, dh = 1, dw = 1, ph = 0, pw = 0;
+};
+
+bool DeformAttrs(const Node &n, std::vector<int64_t> *ks, std::vector<int64_t> *dil, std::vector<int64_t> *pads,
+                 std::vector<int64_t> *strides, int64_t *group, int64_t *ogroup, std::string *reason) {
+  bool has_ks, has_dil, has_pads, has_strides;
+  if (!AttrInts(n, "kernel_shape", ks, &has_ks, reason) || !AttrInts(n, "dilations", dil, &has_dil, reason) ||
+      !AttrInts(n, "pads", pads, &has_pads, reason) || !AttrInts(n, "strides", strides, &has_strides, reason) ||
+      !AttrInt(n, "group", 1, group, reason) || !AttrInt(n, "offset_group", 1, ogroup, reason))
+    return false;
+  if (!has_dil) dil->assign(2, 1);
+  if (!has_pads) pads->assign(4, 0);
+  if (!has_strides) strides->assign(2, 1);
+  bool ok = *group >= 1 && *ogroup >= 1 && dil->size() == 2 && pads->size() == 4 && strides->size() == 2 &&
+            (!has_ks || ks->size() == 2);
+  for (size_t i = 0; ok && i < 2; ++i) ok = (*dil)[i] >= 1 && (*strides)[i] >= 1 && (!has_ks || (*ks)[i] >= 1);
+  for (size_t i = 0; ok && i < 4; ++i) ok = (*pads)[i] >= 0;
+  if (!ok) {
+    *reason = "DeformConv is implemented for 2-D inputs: kernel_shape, dilations and strides need 2 values >= 1, "
+              "pads 4 values >= 0, group and offset_group >= 1";
+    return false;
+  }
+  return true;
+}
+
+bool CheckDeformConv(const Node &n, int64_t, std::string *reason) {
+  std::vector<int64_t> ks, dil, pads, strides;
+  int64_t group, ogroup;
+  return DeformAttrs(n, &ks, &dil, &pads, &strides, &group, &ogroup, reason);
+}
+
+bool DeformShape(const InferCtx &c, DeformGeom *g, std::string *reason) {
+  std::vector<int64_t> ks, dil, pads, strides;
+  if (!DeformAttrs(*c.node, &ks, &dil, &pads, &strides, &g->group, &g->ogroup, reason)) return false;
+  const TensorDesc &x = *c.in[0], &w = *c.in[1], &off = *c.in[2];
+  if (!IsFloatType(x.dtype) || x.dims.size() != 4 || w.dtype != x.dtype || w.dims.size() != 4 ||
+      off.dtype != x.dtype || off.dims.size() != 4) {
+    *reason = "X, W and offset must be 4-D float tensors of one dtype (2-D DeformConv), got " + DescStr(x) + ", " +
+              DescStr(w) + ", " + DescStr(off);
+    return false;
+  }
+  g->n = x.dims[0], g->ic = x.dims[1], g->h = x.dims[2], g->w = x.dims[3], g->oc = w.dims[0];
+  g->kh = ks.empty() ? w.dims[2] : ks[0], g->kw = ks.empty() ? w.dims[3] : ks[1];
+  g->dh = dil[0], g->dw = dil[1], g->sh = strides[0], g->sw = strides[1], g->ph = pads[0], g->pw = pads[1];
+  g->oh = (g->h + pads[0] + pads[2] - ((g->kh - 1) * g->dh + 1)) / g->sh + 1;
+  g->ow = (g->w + pads[1] + pads[3] - ((g->kw - 1) * g->dw + 1)) / g->sw + 1;
+  const int64_t taps = g->ogroup * g->kh * g->kw;
+  bool ok = g->ic == w.dims[1] * g->group && g->oc % g->group == 0 && g->ic % g->ogroup == 0 &&
+            w.dims[2] == g->kh && w.dims[3] == g->kw && g->oh >= 1 && g->ow >= 1 &&
+            off.dims == std::vector<int64_t>{g->n, 2 * taps, g->oh, g->ow};
+  if (c.has(3)) ok &= c.in[3]->dtype == x.dtype && c.in[3]->dims == std::vector<int64_t>{g->oc};
+  if (c.has(4)) ok &= c.in[4]->dtype == x.dtype && c.in[4]->dims == std::vector<int64_t>{g->n, taps, g->oh, g->ow};
+  if (!ok) {
+    *reason = "inconsistent shapes: X " + DescStr(x) + ", W " + DescStr(w) + ", offset " + DescStr(off) +
+              " (expected [N, 2 * offset_group * kH * kW, " + std::to_string(g->oh) + ", " + std::to_string(g->ow) +
+              "]), group " + std::to_string(g->group) + ", offset_group " + std::to_string(g->ogroup) +
+              "; B must be [M] and mask [N, offset_group * kH * kW, oH, oW]";
+    return false;
+  }
+  return true;
+}
+
+bool InferDeformConv(InferCtx *c, std::string *reason) {
+  for (size_t i = 0; i < c->in.size(); ++i)
+    if (c->has(i) && !c->in[i]->IsStatic()) {  // the output size follows from every input's dims
+      c->out[0] = {c->in[0]->dtype, {c->in[0]->dims[0], c->in[1]->dims[0], -1, -1}};
+      return true;
+    }
+  DeformGeom g;
+  if (!DeformShape(*c, &g, reason)) return false;
+  c->out[0] = {c->in[0]->dtype, {g.n, g.oc, g.oh, g.ow}};
+  return true;
+}
+
+// Bilinear samples at offset positions (zero outside the image) gathered into columns [ic * kH * kW, oH * oW] per
+// image, then a grouped matrix product with W.
+template <class S>
+class DeformConvKernel : public Kernel {
+ public:
+  using C = typename Num<S>::C;
+  DeformConvKernel(DeformGeom g, bool has_b, bool has_mask)
+      : g_(g), has_b_(has_b), has_mask_(has_mask),
+        cols_(static_cast<size_t>(g.ic * g.kh * g.kw * g.oh * g.ow)), acc_(static_cast<size_t>(g.oh * g.ow)) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const S *x = static_cast<const S *>(in[0]), *w = static_cast<const S *>(in[1]);
+    const S *off = static_cast<const S *>(in[2]);
+    const S *bias = has_b_ ? static_cast<const S *>(in[3]) : nullptr;
+    const S *mask = has_mask_ ? static_cast<const S *>(in[4]) : nullptr;
+    S *y = static_cast<S *>(out[0]);
+    const int64_t k = g_.kh * g_.kw, p = g_.oh * g_.ow, icg = g_.ic / g_.group, ocg = g_.oc / g_.group;
+    for (int64_t n = 0; n < g_.n; ++n) {
+      Gather(x + n * g_.ic * g_.h * g_.w, off + n * 2 * g_.ogroup * k * p,
+             mask ? mask + n * g_.ogroup * k * p : nullptr);
+      for (int64_t o = 0; o < g_.oc; ++o) {
+        const int64_t grp = o / ocg;
+        const S *wo = w + o * icg * k;
+        S *yo = y + (n * g_.oc + o) * p;
+        for (int64_t q = 0; q < p; ++q) acc_[q] = bias ? Num<S>::Load(bias[o]) : C(0);
+        for (int64_t r = 0; r < icg * k; ++r) {
+          const C wv = Num<S>::Load(wo[r]);
+          const C *col = &cols_[((grp * icg) * k + r) * p];
+          for (int64_t q = 0; q < p; ++q) acc_[q] += wv * col[q];
+        }
+        for (int64_t q = 0; q < p; ++q) yo[q] = Num<S>::Store(acc_[q]);
+      }
+    }
+    return true;
+  }
+
+ private:
+  C Pixel(const S *plane, int64_t r, int64_t c) const {
+    return r >= 0 && r < g_.h && c >= 0 && c < g_.w ? Num<S>::Load(plane[r * g_.w + c]) : C(0);
+  }
+
+  void Gather(const S *x, const S *off, const S *mask) {
+    const int64_t k = g_.kh * g_.kw, p = g_.oh * g_.ow, per_og = g_.ic / g_.ogroup;
+    for (int64_t og = 0; og < g_.ogroup; ++og)
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const int64_t ki = kk / g_.kw, kj = kk % g_.kw;
+        const S *oh_ = off + ((og * k + kk) * 2) * p, *ow_ = oh_ + p;
+        for (int64_t q = 0; q < p; ++q) {
+          const int64_t i = q / g_.ow, j = q % g_.ow;
+          const C py = static_cast<C>(i * g_.sh - g_.ph + ki * g_.dh) + Num<S>::Load(oh_[q]);
+          const C px = static_cast<C>(j * g_.sw - g_.pw + kj * g_.dw) + Num<S>::Load(ow_[q]);
+          const C m = mask ? Num<S>::Load(mask[(og * k + kk) * p + q]) : C(1);
+          const C fy = std::floor(py), fx = std::floor(px);
+          const int64_t y0 = static_cast<int64_t>(fy), x0 = static_cast<int64_t>(fx);
+          const C ly = py - fy, lx = px - fx;
+          const bool finite = py == py && px == px;
+          for (int64_t c = og * per_og; c < (og + 1) * per_og; ++c) {
+            const S *plane = x + c * g_.h * g_.w;
+            C v = 0;
+            if (finite)
+              v = (1 - ly) * ((1 - lx) * Pixel(plane, y0, x0) + lx * Pixel(plane, y0, x0 + 1)) +
+                  ly * ((1 - lx) * Pixel(plane, y0 + 1, x0) + lx * Pixel(plane, y0 + 1, x0 + 1));
+            cols_[(c * k + kk) * p + q] = m * v;
+          }
+        }
+      }
+  }
+
+  DeformGeom g_;
+  bool has_b_, has_mask_;
+  std::vector<C> cols_, acc_;
+};
+
+std::unique_ptr<Kernel> PrepareDeformConv(const KernelCtx &c, std::string *reason) {
+  DeformGeom g;
+  if (!DeformShape(c.AsInferCtx(), &g, reason)) return nullptr;
+  std::unique_ptr<Kernel> kernel;
+  VisitType(c.in[0]->dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (kIsFloat<S>) kernel.reset(new DeformConvKernel<S>(g, c.has(3), c.has(4)));
+  });
+  if (!kernel) *reason = DtypeNotSupported(c.in[0]->dtype);
+  return kernel;
+}
+
 }  // namespace
 
 void RegisterGridOps(std::vector<OpDef> *ops) {
   ops->push_back({"GridSample", 2, 2, 1, 1, CheckGridSample, InferGridSample, PrepareGridSample, true});
   ops->push_back({"AffineGrid", 2, 2, 1, 1, CheckAffineGrid, InferAffineGrid, PrepareAffineGrid, true});
+  ops->push_back({"DeformConv", 3, 5, 1, 1, CheckDeformConv, InferDeformConv, PrepareDeformConv, true});
   ops->push_back({"Col2Im", 3, 3, 1, 1, CheckCol2Im, InferCol2Im, PrepareCol2Im, true});
 }
 
