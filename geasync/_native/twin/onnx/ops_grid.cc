@@ -204,15 +204,14 @@ class GridSampleKernel : public Kernel {
     offs_.assign(1, 0);
     ws_.assign(1, T(1));
     for (size_t d = 0; d < sd_; ++d) {
-      std::vector<int64_t> no;
-      std::vector<T> nw;
+      next_offs_.clear(), next_ws_.clear();  // keep their capacity: no allocation after the first points
       for (size_t k = 0; k < offs_.size(); ++k)
         for (int j = 0; j < taps[d].n; ++j) {
           if (taps[d].idx[j] < 0) continue;
-          no.push_back(offs_[k] + taps[d].idx[j] * in_strides_[d]);
-          nw.push_back(ws_[k] * taps[d].w[j]);
+          next_offs_.push_back(offs_[k] + taps[d].idx[j] * in_strides_[d]);
+          next_ws_.push_back(ws_[k] * taps[d].w[j]);
         }
-      offs_.swap(no), ws_.swap(nw);
+      offs_.swap(next_offs_), ws_.swap(next_ws_);
     }
   }
 
@@ -240,8 +239,8 @@ class GridSampleKernel : public Kernel {
   size_t sd_ = 0;
   std::vector<int64_t> in_strides_;
   int64_t in_plane_ = 0, out_plane_ = 0;
-  std::vector<int64_t> offs_;
-  std::vector<T> ws_;
+  std::vector<int64_t> offs_, next_offs_;
+  std::vector<T> ws_, next_ws_;
 };
 
 std::unique_ptr<Kernel> PrepareGridSample(const KernelCtx &c, std::string *reason) {
