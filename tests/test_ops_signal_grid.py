@@ -498,3 +498,34 @@ def test_deform_conv_refusals(session):
     with pytest.raises(ga.GeError, match=r"op DeformConv\).*inconsistent shapes"):
         _run(session, m, [np.zeros((1, 1, 4, 4), np.float32), np.zeros((1, 1, 2, 2), np.float32),
                           np.zeros((1, 6, 3, 3), np.float32)])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# BitCast (numpy's view is the reference: the bit pattern is kept, NaN payloads and -0.0 included)
+
+
+@pytest.mark.parametrize("src,dst", [(np.float32, np.int32), (np.int64, np.float64), (np.uint16, np.float16),
+                                     (np.int8, np.uint8), (np.bool_, np.uint8), (np.uint32, np.float32)])
+def test_bitcast_bits_kept(session, src, dst):
+    from onnx.helper import np_dtype_to_tensor_dtype as to_onnx
+
+    rng = np.random.default_rng(15)
+    raw = rng.integers(0, 256, (3, 4 * np.dtype(src).itemsize), dtype=np.uint8)
+    x = (raw % 2).astype(np.bool_) if src is np.bool_ else raw.view(src)
+    if src is np.float32:
+        x[0, :3] = [np.nan, -0.0, np.inf]
+    m = _model([helper.make_node("BitCast", ["x"], ["y"], to=to_onnx(np.dtype(dst)))],
+               [_vi("x", to_onnx(np.dtype(src)), None)], [_vi("y", to_onnx(np.dtype(dst)))], opset=26)
+    for xi in (x, x[:0], np.array(x[0, 0])):  # 2-D, empty, scalar
+        got = _run(session, m, [xi])[0]
+        assert got.dtype == np.dtype(dst) and got.shape == xi.shape
+        np.testing.assert_array_equal(got.reshape(-1).view(np.uint8), xi.reshape(-1).view(np.uint8))
+
+
+def test_bitcast_refusals(session):
+    m = _model([helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.INT64)], [_vi("x", F, [2])],
+               [_vi("y", I64)], opset=26)
+    with pytest.raises(ga.GeError, match=r"op BitCast\).*one bit width: float32 to int64"):
+        _run(session, m, [np.zeros(2, np.float32)])
+    m = _model([helper.make_node("BitCast", ["x"], ["y"])], [_vi("x", F, [2])], [_vi("y", F)], opset=26)
+    _refused(session, m, r"op BitCast\).*attribute 'to'.*is required")

@@ -1,5 +1,6 @@
 // Unique (sorted or in first-occurrence order, flat or along an axis, all four outputs), TensorScatter (KV-cache
-// update, linear or circular) and CausalConvWithState (stateful causal depthwise 1-D convolution, optional SiLU).
+// update, linear or circular), CausalConvWithState (stateful causal depthwise 1-D convolution, optional SiLU) and
+// BitCast.
 // Unique's output sizes depend on the input's contents: known at compile time (constants,
 // or the input bound by a value-dependent plan, as for NonZero).
 #include <algorithm>
@@ -417,10 +418,45 @@ std::unique_ptr<Kernel> PrepareCausalConv(const KernelCtx &c, std::string *reaso
   return kernel;
 }
 
+// ---- BitCast ----
+
+bool BitCastTarget(const Node &n, ElemType *t, std::string *reason) {
+  const Attribute *a = n.FindAttr("to");
+  if (!a || a->type != kAttrInt) {
+    *reason = "attribute 'to' (an int dtype) is required";
+    return false;
+  }
+  if (!OnnxTypeToElemType(a->i, t) || ElemSize(*t) == 0) {
+    *reason = "attribute 'to' names dtype " + std::string(OnnxTypeName(a->i)) + ", which the twin does not support";
+    return false;
+  }
+  return true;
+}
+
+bool CheckBitCast(const Node &n, int64_t, std::string *reason) {
+  ElemType t;
+  return BitCastTarget(n, &t, reason);
+}
+
+bool InferBitCast(InferCtx *c, std::string *reason) {
+  ElemType t;
+  if (!BitCastTarget(*c->node, &t, reason) || !AnyDtype(c->in[0]->dtype, reason)) return false;
+  if (ElemSize(t) != ElemSize(c->in[0]->dtype)) {
+    *reason = std::string("BitCast needs types of one bit width: ") + ElemTypeName(c->in[0]->dtype) + " to " +
+              ElemTypeName(t);
+    return false;
+  }
+  c->out[0] = {t, c->in[0]->dims};
+  return true;
+}
+
+std::unique_ptr<Kernel> PrepareBitCast(const KernelCtx &c, std::string *) { return MakeCopyKernel(c.out[0].Bytes()); }
+
 }  // namespace
 
 void RegisterMisc3Ops(std::vector<OpDef> *ops) {
   ops->push_back({"Unique", 1, 1, 1, 4, CheckUnique, InferUnique, PrepareUnique, true});
+  ops->push_back({"BitCast", 1, 1, 1, 1, CheckBitCast, InferBitCast, PrepareBitCast, true});
   ops->push_back({"CausalConvWithState", 2, 4, 1, 2, CheckCausalConv, InferCausalConv, PrepareCausalConv, true});
   ops->push_back({"TensorScatter", 2, 3, 1, 1, CheckTensorScatter, InferTensorScatter, PrepareTensorScatter, true});
 }
