@@ -43,6 +43,7 @@ OpTable BuildTable() {
   RegisterSignalOps(&ops);
   RegisterGridOps(&ops);
   RegisterLinearAttentionOps(&ops);
+  RegisterTfIdfOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;

@@ -120,6 +120,7 @@ void RegisterMisc3Ops(std::vector<OpDef> *ops);    // Unique, TensorScatter, Cau
 void RegisterSignalOps(std::vector<OpDef> *ops);   // DFT, STFT, MelWeightMatrix
 void RegisterGridOps(std::vector<OpDef> *ops);     // GridSample, AffineGrid, Col2Im, DeformConv
 void RegisterLinearAttentionOps(std::vector<OpDef> *ops);
+void RegisterTfIdfOps(std::vector<OpDef> *ops);  // TfIdfVectorizer (integer pools)
 
 // Decodes a Constant node's value attribute into a tensor (ParseModel calls it once per Constant node).
 bool BuildConstantValue(const Node &node, std::shared_ptr<const ConstTensor> *value, std::string *reason);
