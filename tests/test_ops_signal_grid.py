@@ -223,19 +223,30 @@ def test_dft_refusals(session):
 
 @pytest.mark.parametrize("onesided", [0, 1])
 @pytest.mark.parametrize("window", [False, True])
-def test_stft_random(session, onesided, window):
+@pytest.mark.parametrize("frame", [10, 16])  # direct sum and radix-2 FFT
+def test_stft_random(session, onesided, window, frame):
     rng = np.random.default_rng(5)
     inputs = ["sig", "step", "win" if window else "", "" if window else "len"]
     vis = [_vi("sig", D, [2, 40, 1]), _vi("step", I64, [])]
-    vis += [_vi("win", D, [10])] if window else [_vi("len", I64, [])]
+    vis += [_vi("win", D, [frame])] if window else [_vi("len", I64, [])]
     m = _model([helper.make_node("STFT", inputs, ["y"], onesided=onesided)], vis, [_vi("y", D)], opset=17)
     for step in (3, 7):
         x = rng.standard_normal((2, 40, 1))
-        w = np.hanning(10)
-        feeds = [x, np.array(step, np.int64)] + ([w] if window else [np.array(10, np.int64)])
-        frames = np.stack([x[:, s:s + 10, 0] * (w if window else 1) for s in range(0, 31, step)], 1)
-        r = np.fft.fft(frames, axis=-1)[..., : (6 if onesided else 10)]
+        w = np.hanning(frame)
+        feeds = [x, np.array(step, np.int64)] + ([w] if window else [np.array(frame, np.int64)])
+        frames = np.stack([x[:, s:s + frame, 0] * (w if window else 1) for s in range(0, 41 - frame, step)], 1)
+        r = np.fft.fft(frames, axis=-1)[..., : (frame // 2 + 1 if onesided else frame)]
         _check(session, m, feeds, rtol=1e-9, atol=1e-9, want=[np.stack([r.real, r.imag], -1)])
+
+
+@pytest.mark.parametrize("n", [1, 2, 64, 256, 100])
+def test_dft_long_lengths(session, n):
+    rng = np.random.default_rng(17)
+    m = _model([helper.make_node("DFT", ["x", "n", "axis"], ["y"])],
+               [_vi("x", D, [3, 70, 2]), _vi("n", I64, []), _vi("axis", I64, [])], [_vi("y", D)])
+    x = rng.standard_normal((3, 70, 2))
+    _check(session, m, [x, np.array(n, np.int64), np.array(1, np.int64)], rtol=1e-9, atol=1e-9,
+           want=[_np_dft(x, 1, n, 0, 0)])
 
 
 def test_stft_refusal(session):

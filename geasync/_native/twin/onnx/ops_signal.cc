@@ -1,8 +1,9 @@
 // Signal operators: DFT (opset 17 axis attribute, opset 20 axis input; forward, inverse, one-sided, real or complex
-// input, dft_length zero-padding/truncation), STFT and MelWeightMatrix. Transforms run as direct sums over a
-// twiddle table built once at prepare time (no trigonometric call per element), accumulated in double like numpy's
-// FFT the reference uses. Lengths given as inputs are value-dependent shapes (known at compile time or bound by a
+// input, dft_length zero-padding/truncation), STFT and MelWeightMatrix. Transforms use a twiddle table built once at
+// prepare time (no trigonometric call per element): a radix-2 FFT for power-of-two lengths, else the direct sum;
+// accumulated in double. Lengths given as inputs are value-dependent shapes (known at compile time or bound by a
 // value-dependent plan).
+#include <algorithm>
 #include <cmath>
 #include <complex>
 
@@ -22,21 +23,57 @@ std::vector<Cplx> Twiddles(int64_t n, double sign) {
   return t;
 }
 
-// out[k] = sum_{j < n} in[j] * tw[(k * j) mod N] for k in [0, K).
-void DirectDft(const Cplx *in, int64_t n, const std::vector<Cplx> &tw, int64_t k_count, Cplx *out) {
-  const int64_t N = static_cast<int64_t>(tw.size());
-  for (int64_t k = 0; k < k_count; ++k) {
-    Cplx acc(0, 0);
-    int64_t idx = 0;
-    const int64_t step = k % N;
-    for (int64_t j = 0; j < n; ++j) {
-      acc += in[j] * tw[idx];
-      idx += step;
-      if (idx >= N) idx -= N;
-    }
-    out[k] = acc;
+// A length-N transform: radix-2 FFT when N is a power of two, else the direct sum over the twiddle table.
+class DftPlan {
+ public:
+  DftPlan(int64_t n, double sign) : n_(n), tw_(Twiddles(n, sign)), pow2_(n > 0 && (n & (n - 1)) == 0) {
+    if (pow2_) work_.resize(static_cast<size_t>(n));
   }
-}
+  // out[k] = sum_{j < N} in[j] * exp(sign * 2*pi*i * k * j / N) for k in [0, k_count).
+  void Apply(const Cplx *in, int64_t k_count, Cplx *out) {
+    if (pow2_) {
+      Fft(in);
+      std::copy(work_.begin(), work_.begin() + k_count, out);
+      return;
+    }
+    for (int64_t k = 0; k < k_count; ++k) {
+      Cplx acc(0, 0);
+      int64_t idx = 0;
+      const int64_t step = k % n_;
+      for (int64_t j = 0; j < n_; ++j) {
+        acc += in[j] * tw_[idx];
+        idx += step;
+        if (idx >= n_) idx -= n_;
+      }
+      out[k] = acc;
+    }
+  }
+
+ private:
+  // Iterative decimation in time into work_: bit-reversed copy, then butterflies of doubling span.
+  void Fft(const Cplx *in) {
+    int bits = 0;
+    while ((int64_t(1) << bits) < n_) ++bits;
+    for (int64_t i = 0; i < n_; ++i) {
+      int64_t r = 0;
+      for (int b = 0; b < bits; ++b) r |= ((i >> b) & 1) << (bits - 1 - b);
+      work_[r] = in[i];
+    }
+    for (int64_t len = 2; len <= n_; len <<= 1) {
+      const int64_t half = len / 2, step = n_ / len;
+      for (int64_t i = 0; i < n_; i += len)
+        for (int64_t j = 0; j < half; ++j) {
+          const Cplx u = work_[i + j], v = work_[i + j + half] * tw_[j * step];
+          work_[i + j] = u + v;
+          work_[i + j + half] = u - v;
+        }
+    }
+  }
+
+  int64_t n_;
+  std::vector<Cplx> tw_, work_;
+  bool pow2_;
+};
 
 bool FloatSignal(const TensorDesc &x, const char *what, std::string *reason) {
   const size_t r = x.dims.size();
@@ -177,7 +214,7 @@ bool InferDft(InferCtx *c, std::string *reason) {
 template <class S>
 class DftKernel : public Kernel {
  public:
-  explicit DftKernel(DftGeom g) : g_(g), tw_(Twiddles(g.n, g.inverse ? 1 : -1)), sig_(g.n), spec_(g.n) {}
+  explicit DftKernel(DftGeom g) : g_(g), plan_(g.n, g.inverse ? 1 : -1), sig_(g.n), spec_(g.n) {}
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const S *x = static_cast<const S *>(in[0]);
     S *y = static_cast<S *>(out[0]);
@@ -192,7 +229,7 @@ class DftKernel : public Kernel {
         }
         if (g_.inverse && g_.onesided)  // Hermitian extension of the one-sided spectrum
           for (int64_t j = g_.n / 2 + 1; j < g_.n; ++j) sig_[j] = std::conj(sig_[g_.n - j]);
-        DirectDft(sig_.data(), g_.n, tw_, g_.out_len, spec_.data());
+        plan_.Apply(sig_.data(), g_.out_len, spec_.data());
         for (int64_t k = 0; k < g_.out_len; ++k) {
           S *q = y + ((o * g_.out_len + k) * g_.inner + i) * g_.out_comp;
           q[0] = static_cast<S>(spec_[k].real() * scale);
@@ -204,7 +241,8 @@ class DftKernel : public Kernel {
 
  private:
   DftGeom g_;
-  std::vector<Cplx> tw_, sig_, spec_;
+  DftPlan plan_;
+  std::vector<Cplx> sig_, spec_;
 };
 
 std::unique_ptr<Kernel> PrepareDftFloat(const KernelCtx &c, std::string *reason) {
@@ -289,7 +327,7 @@ bool InferStft(InferCtx *c, std::string *reason) {
 template <class S>
 class StftKernel : public Kernel {
  public:
-  explicit StftKernel(StftGeom g) : g_(g), tw_(Twiddles(g.frame, -1)), sig_(g.frame), spec_(g.bins) {}
+  explicit StftKernel(StftGeom g) : g_(g), plan_(g.frame, -1), sig_(g.frame), spec_(g.bins) {}
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const S *x = static_cast<const S *>(in[0]), *w = g_.has_window ? static_cast<const S *>(in[2]) : nullptr;
     S *y = static_cast<S *>(out[0]);
@@ -300,7 +338,7 @@ class StftKernel : public Kernel {
           const double wj = w ? static_cast<double>(w[j]) : 1.0;
           sig_[j] = Cplx(p[0] * wj, g_.comp == 2 ? p[1] * wj : 0);
         }
-        DirectDft(sig_.data(), g_.frame, tw_, g_.bins, spec_.data());
+        plan_.Apply(sig_.data(), g_.bins, spec_.data());
         S *q = y + (b * g_.frames + f) * g_.bins * 2;
         for (int64_t k = 0; k < g_.bins; ++k)
           q[2 * k] = static_cast<S>(spec_[k].real()), q[2 * k + 1] = static_cast<S>(spec_[k].imag());
@@ -310,7 +348,8 @@ class StftKernel : public Kernel {
 
  private:
   StftGeom g_;
-  std::vector<Cplx> tw_, sig_, spec_;
+  DftPlan plan_;
+  std::vector<Cplx> sig_, spec_;
 };
 
 std::unique_ptr<Kernel> PrepareStftFloat(const KernelCtx &c, std::string *reason) {
