@@ -584,3 +584,38 @@ def test_tfidf_refusals(session):
                             pool_strings=["a", "b"]),
              r"'pool_strings' is not supported")
     _refused(session, model(**{**base, "min_gram_length": 3}, mode="TF"), r"min_gram_length <= max_gram_length")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Empty tensors through every new operator: the right (empty) shapes, no crash
+
+
+def _empty_cases():
+    z = np.zeros
+    yield "TensorScatter", {}, 24, {"past": z((0, 4, 3), np.float32), "upd": z((0, 2, 3), np.float32)}, [(0, 4, 3)]
+    yield ("CausalConvWithState", {}, 27, {"x": z((2, 3, 0), np.float32), "w": z((3, 1, 3), np.float32)},
+           [(2, 3, 0), (2, 3, 2)])
+    yield ("LinearAttention", {"q_num_heads": 2, "kv_num_heads": 2, "update_rule": "linear"}, 27,
+           {"q": z((1, 0, 4), np.float32), "k": z((1, 0, 4), np.float32), "v": z((1, 0, 6), np.float32)},
+           [(1, 0, 6), (1, 2, 2, 3)])
+    yield ("Col2Im", {}, 18, {"x": z((0, 4, 4), np.float32), "img": np.array([3, 3], np.int64),
+                               "blk": np.array([2, 2], np.int64)}, [(0, 1, 3, 3)])
+    yield "AffineGrid", {}, 20, {"theta": z((0, 2, 3), np.float32), "size": np.array([0, 1, 2, 3])}, [(0, 2, 3, 2)]
+    yield ("TfIdfVectorizer", dict(_POOL, mode="TF", min_gram_length=1, max_gram_length=2, max_skip_count=0), 9,
+           {"x": z((0, 5), np.int64)}, [(0, 10)])
+    yield ("DeformConv", {"kernel_shape": [2, 2]}, 22, {"x": z((0, 1, 3, 3), np.float32),
+                                                        "w": z((1, 1, 2, 2), np.float32),
+                                                        "off": z((0, 8, 2, 2), np.float32)}, [(0, 1, 2, 2)])
+
+
+@pytest.mark.parametrize("op,attrs,opset,feeds,shapes", list(_empty_cases()), ids=[c[0] for c in _empty_cases()])
+def test_empty_tensors(session, op, attrs, opset, feeds, shapes):
+    from onnx.helper import np_dtype_to_tensor_dtype as to_onnx
+
+    outs = [f"y{i}" for i in range(len(shapes))]
+    node = helper.make_node(op, list(feeds), outs, **attrs)
+    m = _model([node], [_vi(n, to_onnx(v.dtype), list(v.shape)) for n, v in feeds.items()], [_vi(o, F) for o in outs],
+               opset=opset)
+    got = _run(session, m, list(feeds.values()))
+    assert [g.shape for g in got] == shapes
+    assert all(g.size == 0 or not g.any() for g in got)  # nothing but zeros: no stray data
