@@ -619,3 +619,31 @@ def test_empty_tensors(session, op, attrs, opset, feeds, shapes):
     got = _run(session, m, list(feeds.values()))
     assert [g.shape for g in got] == shapes
     assert all(g.size == 0 or not g.any() for g in got)  # nothing but zeros: no stray data
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_grid_sample_far_and_infinite_points(session, padding, mode):
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=padding, align_corners=1)
+    m = _model([node], [_vi("x", F, [1, 2, 3, 4]), _vi("g", F, [1, 1, 4, 2])], [_vi("y", F)])
+    x = np.arange(24, dtype=np.float32).reshape(1, 2, 3, 4)
+    far = np.array([[[[1000.25, -3.5], [-2000.5, 0.25], [7.75, 513.125], [-4096.75, -999.5]]]], np.float32)
+    _check(session, m, [x, far], rtol=1e-4, atol=1e-4)
+    # beyond float32's integer precision, and infinite / NaN: no crash, finite values
+    for g in ([[1e30, 0], [-1e30, 0], [0, 3e38], [-1e9, 1e9]], [[np.inf, 0], [-np.inf, 0], [0, np.inf], [np.nan, 0]]):
+        y = _run(session, m, [x, np.array([[g]], np.float32)])[0]
+        assert y.shape == (1, 2, 1, 4) and np.isfinite(y).all()
+
+
+def test_deform_conv_far_offsets(session):
+    node = helper.make_node("DeformConv", ["x", "w", "off"], ["y"], kernel_shape=[2, 2])
+    m = _model([node], [_vi("x", F, [1, 1, 3, 3]), _vi("w", F, [1, 1, 2, 2]), _vi("off", F, [1, 8, 2, 2])],
+               [_vi("y", F)], opset=22)
+    x, w = np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3), np.ones((1, 1, 2, 2), np.float32)
+    off = np.zeros((1, 8, 2, 2), np.float32)
+    off[0, 0], off[0, 3] = 1e9, -1e12  # taps far outside read zeros
+    _check(session, m, [x, w, off], rtol=1e-5, atol=1e-5)
+    off[0, 5] = np.inf
+    off[0, 6] = np.nan
+    y = _run(session, m, [x, w, off])[0]
+    assert y.shape == (1, 1, 2, 2) and np.isfinite(y).all()

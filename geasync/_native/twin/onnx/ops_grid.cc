@@ -99,20 +99,18 @@ bool InferGridSample(InferCtx *c, std::string *reason) {
   return true;
 }
 
+// Reflects x into [lo, hi] by its nearer border until inside (fmod: no integer overflow for far-out points).
 template <class T>
 T Reflect(T x, T lo, T hi) {
   const T range = hi - lo;
+  if (!(range > 0)) return lo;
   if (x < lo) {
-    const T dx = lo - x;
-    const int64_t n = static_cast<int64_t>(dx / range);
-    const T r = dx - static_cast<T>(n) * range;
-    return n % 2 == 0 ? lo + r : hi - r;
+    const T m = std::fmod(lo - x, 2 * range);
+    return m <= range ? lo + m : hi - (m - range);
   }
   if (x > hi) {
-    const T dx = x - hi;
-    const int64_t n = static_cast<int64_t>(dx / range);
-    const T r = dx - static_cast<T>(n) * range;
-    return n % 2 == 0 ? hi - r : lo + r;
+    const T m = std::fmod(x - hi, 2 * range);
+    return m <= range ? hi - m : lo + (m - range);
   }
   return x;
 }
@@ -179,6 +177,8 @@ class GridSampleKernel : public Kernel {
       if (a_.padding == Padding::kReflection) x = Reflect<T>(x, lo, hi);
     }
     if (!(x == x)) x = T(-2) - T(dim);  // NaN grid: a point outside on every side, a zero / border pixel
+    // Far outside, every tap reads padding: clamping keeps the index arithmetic in range without changing that.
+    x = std::min(std::max(x, T(-4) - T(dim)), T(2 * dim + 4));
     if (a_.mode == Interp::kNearest) {
       t->n = 1;
       t->idx[0] = PixelIndex(static_cast<int64_t>(x), dim);
@@ -636,10 +636,13 @@ class DeformConvKernel : public Kernel {
           const C py = static_cast<C>(i * g_.sh - g_.ph + ki * g_.dh) + Num<S>::Load(oh_[q]);
           const C px = static_cast<C>(j * g_.sw - g_.pw + kj * g_.dw) + Num<S>::Load(ow_[q]);
           const C m = mask ? Num<S>::Load(mask[(og * k + kk) * p + q]) : C(1);
-          const C fy = std::floor(py), fx = std::floor(px);
+          const bool finite = std::isfinite(py) && std::isfinite(px);
+          // clamped so that far-out (all-zero) taps stay far out without integer overflow
+          const C cy = finite ? std::min(std::max(py, C(-2)), C(g_.h + 2)) : C(-2);
+          const C cx = finite ? std::min(std::max(px, C(-2)), C(g_.w + 2)) : C(-2);
+          const C fy = std::floor(cy), fx = std::floor(cx);
           const int64_t y0 = static_cast<int64_t>(fy), x0 = static_cast<int64_t>(fx);
-          const C ly = py - fy, lx = px - fx;
-          const bool finite = py == py && px == px;
+          const C ly = cy - fy, lx = cx - fx;
           for (int64_t c = og * per_og; c < (og + 1) * per_og; ++c) {
             const S *plane = x + c * g_.h * g_.w;
             C v = 0;

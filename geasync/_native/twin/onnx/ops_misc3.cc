@@ -268,7 +268,7 @@ class TensorScatterKernel : public Kernel {
     if (y != past) CopyBytes(y, past, static_cast<size_t>(g_.batch * g_.mid * g_.max_len) * row);
     for (int64_t b = 0; b < g_.batch; ++b) {
       const int64_t start = w ? w[b] : 0;
-      if (start < 0 || (!g_.circular && start + g_.len > g_.max_len)) {
+      if (start < 0 || (!g_.circular && start > g_.max_len - g_.len)) {
         *reason = "write_indices[" + std::to_string(b) + "] = " + std::to_string(start) + " writes outside the " +
                   std::to_string(g_.max_len) + " cache positions";
         return false;
