@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 venv=${GEASYNC_ASAN_VENV:-.venv-asan}
 python3 -m venv "$venv"
 "$venv/bin/pip" install -q --upgrade pip
+# setuptools would reuse an earlier (uninstrumented) build's objects and extension in build/ as up to date
+rm -rf build
 GEASYNC_SANITIZE=1 "$venv/bin/pip" install -q --force-reinstall --no-deps --no-cache-dir .
 "$venv/bin/pip" install -q ".[test]"
 libasan=$(gcc -print-file-name=libasan.so)
