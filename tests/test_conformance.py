@@ -36,10 +36,7 @@ CASE_TIMEOUT_S = 30  # a case running longer counts as hung (the worker is kille
 # Implementing one (or merging the change that adds it) means deleting its name here.
 NOT_IMPLEMENTED_YET = set(
     # the rest of the suite, still open
-    "LinearAttention FlexAttention "
-    "GridSample AffineGrid CausalConvWithState DeformConv Col2Im DFT STFT "
-    "MelWeightMatrix BitCast ImageDecoder TfIdfVectorizer Unique "
-    "TensorScatter".split()
+    "ImageDecoder".split()
 )
 
 # Random operators: their values cannot match the reference's generator (the node cases compare values); the
@@ -56,6 +53,10 @@ OUT_OF_SCOPE = {
                     "optional-typed values are not supported by the twin (tensors only)"),
 }
 
+# Operators of the ai.onnx.preview domain: their plain cases are skipped; their expanded cases (default-domain bodies)
+# run.
+PREVIEW_DOMAIN = {"FlexAttention"}
+
 # Expanded (function-body) cases that fail for a reason other than an operator of their body not implemented yet.
 EXPANDED_FAILURES = {
     **dict.fromkeys(("test_affine_grid_2d_expanded", "test_affine_grid_2d_align_corners_expanded"),
@@ -66,6 +67,13 @@ EXPANDED_FAILURES = {
         "float16 expanded body: the reference rounds every intermediate to float16, the twin's float16 Softmax "
         "computes in float32; the difference exceeds the case's rtol=1e-3",
 }
+
+# Cases whose expected values carry the reference's own float32 rounding beyond the case's tolerance.
+REFERENCE_ROUNDING = dict.fromkeys(
+    ("test_dft_inverse", "test_dft_inverse_opset19"),
+    "the expected values come from numpy's single-precision FFT: where the exact imaginary part is 0 they hold "
+    "float32 rounding noise of 1.9e-7, above the case's atol=1e-7; the twin's DFT accumulates in double and agrees "
+    "with numpy's double-precision ifft (checked in tests/test_ops_signal_grid.py)")
 
 _EXOTIC = "{} is not an element type the twin (or GE's DataType set that geasync exposes) represents"
 
@@ -81,12 +89,16 @@ def skips(cases) -> dict[str, str]:
         elif op in RANDOM:
             s[name] = ("random operator: its values cannot match the reference's generator; the twin's seeded "
                        "generators are checked statistically in tests/test_ops_graph.py")
+        elif "_expanded" not in name and op in PREVIEW_DOMAIN:
+            s[name] = "ai.onnx.preview operator: the twin runs the default ai.onnx domain only"
         elif "_expanded" not in name and op in NOT_IMPLEMENTED_YET:
             s[name] = f"operator not implemented yet: {op}"
         elif used:
             s[name] = f"the expanded graph uses an operator not implemented yet: {', '.join(used)}"
         elif name in EXPANDED_FAILURES:
             s[name] = EXPANDED_FAILURES[name]
+        elif name in REFERENCE_ROUNDING:
+            s[name] = REFERENCE_ROUNDING[name]
     s.update({
         "test_batchnorm_example_training_mode":
             "BatchNormalization training_mode=1 (running statistics outputs): the twin implements inference only",

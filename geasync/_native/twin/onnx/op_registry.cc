@@ -39,6 +39,11 @@ OpTable BuildTable() {
   RegisterLpPoolOps(&ops);
   RegisterControlOps(&ops);
   RegisterMisc2Ops(&ops);
+  RegisterMisc3Ops(&ops);
+  RegisterSignalOps(&ops);
+  RegisterGridOps(&ops);
+  RegisterLinearAttentionOps(&ops);
+  RegisterTfIdfOps(&ops);
   OpTable table;
   for (const OpDef &d : ops) table.emplace(d.op_type, d);
   return table;

@@ -116,6 +116,11 @@ void RegisterConvTransposeOps(std::vector<OpDef> *ops);
 void RegisterLpPoolOps(std::vector<OpDef> *ops);
 void RegisterControlOps(std::vector<OpDef> *ops);  // If, Loop, Scan
 void RegisterMisc2Ops(std::vector<OpDef> *ops);    // windows, NonZero, Compress, ReverseSequence
+void RegisterMisc3Ops(std::vector<OpDef> *ops);    // Unique, TensorScatter, CausalConvWithState, BitCast
+void RegisterSignalOps(std::vector<OpDef> *ops);   // DFT, STFT, MelWeightMatrix
+void RegisterGridOps(std::vector<OpDef> *ops);     // GridSample, AffineGrid, Col2Im, DeformConv
+void RegisterLinearAttentionOps(std::vector<OpDef> *ops);
+void RegisterTfIdfOps(std::vector<OpDef> *ops);  // TfIdfVectorizer (integer pools)
 
 // Decodes a Constant node's value attribute into a tensor (ParseModel calls it once per Constant node).
 bool BuildConstantValue(const Node &node, std::shared_ptr<const ConstTensor> *value, std::string *reason);
