@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -135,6 +136,31 @@ void SessionRegistry::FinalizeAll() {
   for (ge::SessionImpl *s : all) ge::FinalizeSessionImpl(s);
 }
 
+namespace {
+int SpinBudgetUs() {
+  static const int us = [] {
+    const char *env = std::getenv("GEASYNC_TWIN_SPIN_US");
+    if (env == nullptr || *env == '\0') return 250;
+    char *end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (*end != '\0' || v < 0) return 250;
+    return static_cast<int>(std::min<long>(v, 100000));
+  }();
+  return us;
+}
+std::atomic<int> g_spinners{0};
+// Leaves a core to the threads that submit: on one core, a spinning worker would only delay them.
+bool TakeSpinSlot() {
+  static const int max_spinners = static_cast<int>(std::thread::hardware_concurrency()) - 1;
+  int now = g_spinners.load(std::memory_order_relaxed);
+  while (now < max_spinners) {
+    if (g_spinners.compare_exchange_weak(now, now + 1, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+void ReleaseSpinSlot() { g_spinners.fetch_sub(1, std::memory_order_relaxed); }
+}  // namespace
+
 struct WorkQueue::State {
   std::string name;
   size_t capacity = 0;
@@ -148,23 +174,42 @@ struct WorkQueue::State {
   std::atomic<size_t> queued{0};  // jobs.size(), readable without the lock (the worker's spin)
   std::atomic<size_t> producers_waiting{0};
   std::thread thread;
+  int spin_misses = 0, spin_skip = 0;  // the worker's own (SpinForJobs)
 
   size_t Queued() const { return jobs.size() + in_hand.load(); }
 
-  // Before sleeping, the worker watches the queue for a few microseconds: a producer submitting a burst (one
-  // batch of RunGraphAsync calls) then finds it awake and skips the futex wake-up per job, which would otherwise
-  // cost the submitting thread more than the job itself. Unobservable: only when the worker wakes changes.
-  void SpinForJobs() const {
-    constexpr auto kSpin = std::chrono::microseconds(30);
-    const auto until = std::chrono::steady_clock::now() + kSpin;
+  // Before sleeping, the worker watches the queue for a while: the next job of a lone client (one request in
+  // flight, resubmitted as soon as the last completed) or of a burst then finds it awake, with no futex wake-up.
+  // Waking a sleeping thread costs the submitter far more than a tiny job (over 100 us on a VM whose idle vCPU
+  // has halted). Bounded three ways: $GEASYNC_TWIN_SPIN_US per idle period (default 250, 0 = never), at most
+  // cores - 1 workers spinning at once in the process, and a worker whose spins keep missing stops spinning for
+  // a while (sporadic traffic). Unobservable: only when the worker wakes changes.
+  void SpinForJobs() {
+    if (spin_skip > 0) {
+      --spin_skip;
+      return;
+    }
+    const int budget = SpinBudgetUs();
+    if (budget <= 0 || !TakeSpinSlot()) return;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(budget);
     unsigned n = 0;
+    bool hit = true;
     while (queued.load(std::memory_order_relaxed) == 0 && !stopped.load(std::memory_order_relaxed)) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #else
       std::this_thread::yield();
 #endif
-      if ((++n & 63) == 0 && std::chrono::steady_clock::now() >= until) return;
+      if ((++n & 63) == 0 && std::chrono::steady_clock::now() >= until) {
+        hit = false;
+        break;
+      }
+    }
+    ReleaseSpinSlot();
+    spin_misses = hit ? 0 : spin_misses + 1;
+    if (spin_misses >= 8) {
+      spin_misses = 0;
+      spin_skip = 64;
     }
   }
 
