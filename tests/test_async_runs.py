@@ -4,6 +4,10 @@ its own input; statistics; errors reaching the right task; timeouts; the in-flig
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+import textwrap
 import time
 
 import anyio
@@ -376,3 +380,36 @@ async def test_failure_while_completing_reaches_its_task_and_spares_the_batch(mo
         assert len(ok) == 9 and failed == ["injected failure while building outputs"]
         stats = s.statistics()
         assert stats.in_flight == 0 and stats.pinned_bytes == 0
+
+
+@pytest.mark.parametrize("spin_us", ["0", "100000", "not-a-number", "-5"])
+def test_model_thread_watch_setting_any_value_runs_correctly(spin_us, tmp_path):
+    """GEASYNC_TWIN_SPIN_US only changes when the twin's model thread sleeps: off, its maximum and nonsense (which
+    falls back to the default) all give correct results at 1 and at many requests in flight."""
+    code = textwrap.dedent("""
+        import asyncio, numpy as np, onnx
+        from onnx import TensorProto, helper
+        import geasync as ga
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])
+        g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "g", [x], [y])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        async def main():
+            async with ga.Session() as s:
+                s.add_graph(1, ga.Graph.from_onnx(model.SerializeToString()))
+                for i in range(50):
+                    a = np.full((1, 16), i, np.float32)
+                    (out,) = await s.run_graph_async(1, [a])
+                    assert (out.numpy() == 2 * a).all()
+                arrays = [np.full((1, 16), i, np.float32) for i in range(200)]
+                outs = await asyncio.gather(*(s.run_graph_async(1, [a]) for a in arrays))
+                assert all((o[0].numpy() == 2 * a).all() for o, a in zip(outs, arrays))
+        asyncio.run(main())
+        print("ok")
+    """)
+    env = {**os.environ, "GEASYNC_TWIN_SPIN_US": spin_us}
+    # from a temporary directory: `python -c` puts the working directory first on sys.path
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
