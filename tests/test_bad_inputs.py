@@ -143,7 +143,8 @@ def test_corrupt_onnx_bytes(data, needle):
         assert_still_usable(s)
 
 
-@pytest.mark.parametrize("op,node_name", [("ImageDecoder", "dec"), ("FrobnicateOp", "frob_1"), ("BitCast", "bc")])
+@pytest.mark.parametrize("op,node_name", [("ImageDecoder", "dec"), ("FrobnicateOp", "frob_1"),
+                                          ("SequenceConstruct", "seq")])
 def test_unsupported_op_names_node_and_op(op, node_name):
     model = make_model([helper.make_node(op, ["x", "w"], ["y"], name=node_name)],
                        [("x", F, [1, 1, 4, 4]), ("w", F, [1, 1, 3, 3])], [("y", F, [1, 1, 2, 2])])

@@ -284,6 +284,64 @@ def test_loop_without_end_refused(session):
         _run(session, m, [np.zeros(1, np.float32)])
 
 
+_ENDLESS_LOOP = """
+import sys, time
+import anyio
+import numpy as np
+import geasync as ga
+from onnx import TensorProto, helper
+
+def vi(name, t, shape):
+    return helper.make_tensor_value_info(name, t, shape)
+
+# no trip count, and a condition the body recomputes (Or(c, c)): always true, but not a pass-through that shape
+# inference could refuse
+body = helper.make_graph(
+    [helper.make_node("Or", ["c_in", "c_in"], ["c_out"]), helper.make_node("Add", ["v_in", "v_in"], ["v_out"])],
+    "body", [vi("i", TensorProto.INT64, []), vi("c_in", TensorProto.BOOL, []), vi("v_in", TensorProto.FLOAT, [1])],
+    [vi("c_out", TensorProto.BOOL, []), vi("v_out", TensorProto.FLOAT, [1])])
+loop = helper.make_node("Loop", ["", "cond", "v0"], ["v"], body=body)
+graph = helper.make_graph([loop], "endless", [vi("cond", TensorProto.BOOL, []), vi("v0", TensorProto.FLOAT, [1])],
+                          [vi("v", TensorProto.FLOAT, [1])])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+async def main():
+    session = ga.Session()
+    session.add_graph(1, ga.Graph.from_onnx(model))
+    outcome = []
+
+    async def run():
+        try:
+            await session.run_graph_async(1, [np.array(True), np.zeros(1, np.float32)])
+            outcome.append("returned")
+        except ga.GeError as e:
+            outcome.append(f"{type(e).__name__}: {e}")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await anyio.sleep(0.5)
+        assert not outcome, outcome  # still looping
+        t0 = time.monotonic()
+        session.close()
+        print(f"closed in {time.monotonic() - t0:.3f} s")
+    print("run:", outcome[0])
+
+backend = sys.argv[1]
+anyio.run(main, backend=backend, backend_options={"use_uvloop": True} if len(sys.argv) > 2 else {})
+"""
+
+
+@pytest.mark.parametrize("backend", [("asyncio",), ("asyncio", "uvloop"), ("trio",)], ids=["asyncio", "uvloop", "trio"])
+def test_endless_loop_does_not_hold_up_close(backend):
+    """A Loop that never ends runs on (as in GE), but closing its session stops it between iterations."""
+    p = subprocess.run([sys.executable, "-c", _ENDLESS_LOOP, *backend], capture_output=True, text=True, timeout=120,
+                       cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "closed in" in p.stdout, p.stdout
+    run = p.stdout.split("run: ", 1)[1]
+    assert "Error" in run and "returned" not in run, run
+
+
 def _nested_if(depth):
     """If nodes nested `depth` deep in their then_branch (else_branch: Identity of x)."""
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y0"])], "leaf", [], [_vi("y0")])

@@ -3,6 +3,7 @@
 // Nothing here knows about GE, ACL or Python; errors come back as text, never as exceptions or aborts.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -140,6 +141,22 @@ std::unique_ptr<Plan> CompilePlan(std::shared_ptr<const Model> model, const std:
                                   std::string *error);
 std::unique_ptr<Plan> CompilePlan(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs,
                                   const CompileOptions &options, std::string *error);
+
+// The caller's request to stop long-running work on this thread: while a StopFlagScope is alive, a Loop checks
+// *flag between iterations and fails ("stopped") once it is set, so a loop that never ends cannot keep its
+// session's shutdown waiting. Scopes nest; nullptr: nothing can stop the work.
+class StopFlagScope {
+ public:
+  explicit StopFlagScope(const std::atomic<bool> *flag);
+  ~StopFlagScope();
+  StopFlagScope(const StopFlagScope &) = delete;
+  StopFlagScope &operator=(const StopFlagScope &) = delete;
+
+ private:
+  const std::atomic<bool> *outer_;
+};
+// True once the innermost StopFlagScope's flag is set.
+bool StopRequested();
 
 // Threads the twin's BLAS (OpenBLAS) uses inside one MatMul/Gemm/Conv: $GEASYNC_BLAS_THREADS clamped to
 // [1, cores], default 1 (each loaded graph already has its own model thread).

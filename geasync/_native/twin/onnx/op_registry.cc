@@ -122,6 +122,31 @@ bool AttrInts(const Node &n, const char *name, std::vector<int64_t> *v, bool *pr
   return true;
 }
 
+bool ReadIntsAttr(const Node &n, const char *name, size_t want, int64_t def, std::vector<int64_t> *v,
+                  bool *present, std::string *reason) {
+  bool found;
+  if (!AttrInts(n, name, v, &found, reason)) return false;
+  if (present) *present = found;
+  if (!found) {
+    v->assign(want, def);
+    return true;
+  }
+  if (v->size() != want) {
+    *reason = "attribute '" + std::string(name) + "' has " + std::to_string(v->size()) + " values, expected " +
+              std::to_string(want);
+    return false;
+  }
+  return true;
+}
+
+namespace {
+thread_local const std::atomic<bool> *t_stop_flag = nullptr;
+}  // namespace
+
+StopFlagScope::StopFlagScope(const std::atomic<bool> *flag) : outer_(t_stop_flag) { t_stop_flag = flag; }
+StopFlagScope::~StopFlagScope() { t_stop_flag = outer_; }
+bool StopRequested() { return t_stop_flag && t_stop_flag->load(std::memory_order_relaxed); }
+
 bool NormalizeAxis(int64_t axis, int64_t rank, bool allow_end, int64_t *out, std::string *reason) {
   int64_t hi = allow_end ? rank : rank - 1;
   int64_t lo = allow_end ? -rank : -rank;

@@ -129,6 +129,9 @@ bool BuildConstantValue(const Node &node, std::shared_ptr<const ConstTensor> *va
 bool AttrInt(const Node &n, const char *name, int64_t def, int64_t *v, std::string *reason);
 bool AttrFloat(const Node &n, const char *name, float def, float *v, std::string *reason);
 bool AttrInts(const Node &n, const char *name, std::vector<int64_t> *v, bool *present, std::string *reason);
+// An ints attribute that must have `want` values; absent: `want` copies of def. present may be nullptr.
+bool ReadIntsAttr(const Node &n, const char *name, size_t want, int64_t def, std::vector<int64_t> *v, bool *present,
+                  std::string *reason);
 
 // Normalises axis into [0, rank) (or [0, rank] when allow_end); false + reason if out of range.
 bool NormalizeAxis(int64_t axis, int64_t rank, bool allow_end, int64_t *out, std::string *reason);

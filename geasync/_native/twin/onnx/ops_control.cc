@@ -437,6 +437,10 @@ class LoopRunner {
     const TensorDesc cond_desc = LoopScalarDesc(body, 1, ElemType::kBool);
     int64_t t = 0;
     for (; t < max_trip && cond; ++t) {
+      if (StopRequested()) {  // GE would run on; the twin must not keep its session's shutdown waiting
+        *reason = "stopped after " + std::to_string(t) + " iterations: the session is shutting down";
+        return false;
+      }
       uint8_t cond_byte = 1;
       descs_.assign({iter_desc, cond_desc});
       ptrs_.assign({&t, &cond_byte});

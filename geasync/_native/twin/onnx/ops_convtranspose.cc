@@ -20,21 +20,6 @@ struct TGeom {
   int64_t s[kSp] = {1, 1, 1}, d[kSp] = {1, 1, 1}, pb[kSp] = {0, 0, 0};
 };
 
-bool IntsAttr(const Node &n, const char *name, size_t want, int64_t def, std::vector<int64_t> *v, bool *present,
-              std::string *reason) {
-  if (!AttrInts(n, name, v, present, reason)) return false;
-  if (!*present) {
-    v->assign(want, def);
-    return true;
-  }
-  if (v->size() != want) {
-    *reason = "attribute '" + std::string(name) + "' has " + std::to_string(v->size()) + " values, expected " +
-              std::to_string(want);
-    return false;
-  }
-  return true;
-}
-
 bool ReadAutoPad(const Node &n, std::string *mode, std::string *reason) {
   const Attribute *a = n.FindAttr("auto_pad");
   *mode = a ? a->s : "NOTSET";
@@ -67,13 +52,14 @@ bool TransposeGeometry(const Node &node, const TensorDesc &x, const TensorDesc &
   }
   g->m = w.dims[1] < 0 ? -1 : w.dims[1] * g->group;
   std::vector<int64_t> ks, st, dl, op, os, pads;
-  bool has_ks, p, has_os, has_pads;
+  bool has_ks, has_os, has_pads;
   std::string mode;
-  if (!IntsAttr(node, "kernel_shape", nsp, 1, &ks, &has_ks, reason) ||
-      !IntsAttr(node, "strides", nsp, 1, &st, &p, reason) || !IntsAttr(node, "dilations", nsp, 1, &dl, &p, reason) ||
-      !IntsAttr(node, "output_padding", nsp, 0, &op, &p, reason) ||
-      !IntsAttr(node, "output_shape", nsp, 0, &os, &has_os, reason) ||
-      !IntsAttr(node, "pads", 2 * nsp, 0, &pads, &has_pads, reason) || !ReadAutoPad(node, &mode, reason))
+  if (!ReadIntsAttr(node, "kernel_shape", nsp, 1, &ks, &has_ks, reason) ||
+      !ReadIntsAttr(node, "strides", nsp, 1, &st, nullptr, reason) ||
+      !ReadIntsAttr(node, "dilations", nsp, 1, &dl, nullptr, reason) ||
+      !ReadIntsAttr(node, "output_padding", nsp, 0, &op, nullptr, reason) ||
+      !ReadIntsAttr(node, "output_shape", nsp, 0, &os, &has_os, reason) ||
+      !ReadIntsAttr(node, "pads", 2 * nsp, 0, &pads, &has_pads, reason) || !ReadAutoPad(node, &mode, reason))
     return false;
   const size_t off = kSp - nsp;
   for (size_t i = 0; i < nsp; ++i) {

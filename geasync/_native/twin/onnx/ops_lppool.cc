@@ -19,21 +19,6 @@ struct PoolGeom {
   int64_t s[kSp] = {1, 1, 1}, d[kSp] = {1, 1, 1}, pb[kSp] = {0, 0, 0};
 };
 
-bool IntsOf(const Node &n, const char *name, size_t want, int64_t def, std::vector<int64_t> *v, bool *present,
-            std::string *reason) {
-  if (!AttrInts(n, name, v, present, reason)) return false;
-  if (!*present) {
-    v->assign(want, def);
-    return true;
-  }
-  if (v->size() != want) {
-    *reason = "attribute '" + std::string(name) + "' has " + std::to_string(v->size()) + " values, expected " +
-              std::to_string(want);
-    return false;
-  }
-  return true;
-}
-
 bool KernelShape(const Node &n, size_t nsp, std::vector<int64_t> *ks, std::string *reason) {
   bool present;
   if (!AttrInts(n, "kernel_shape", ks, &present, reason)) return false;
@@ -58,12 +43,12 @@ bool LpGeometry(const Node &node, const std::vector<int64_t> &x, PoolGeom *g, st
   g->nsp = nsp;
   g->nc = x[0] < 0 || x[1] < 0 ? -1 : x[0] * x[1];
   std::vector<int64_t> ks, st, dl, pads;
-  bool p;
   int64_t ceil_mode;
   const Attribute *ap = node.FindAttr("auto_pad");
   const std::string mode = ap ? ap->s : "NOTSET";
-  if (!KernelShape(node, nsp, &ks, reason) || !IntsOf(node, "strides", nsp, 1, &st, &p, reason) ||
-      !IntsOf(node, "dilations", nsp, 1, &dl, &p, reason) || !IntsOf(node, "pads", 2 * nsp, 0, &pads, &p, reason) ||
+  if (!KernelShape(node, nsp, &ks, reason) || !ReadIntsAttr(node, "strides", nsp, 1, &st, nullptr, reason) ||
+      !ReadIntsAttr(node, "dilations", nsp, 1, &dl, nullptr, reason) ||
+      !ReadIntsAttr(node, "pads", 2 * nsp, 0, &pads, nullptr, reason) ||
       !AttrInt(node, "ceil_mode", 0, &ceil_mode, reason))
     return false;
   if (mode != "NOTSET" && mode != "SAME_UPPER" && mode != "SAME_LOWER" && mode != "VALID") {
@@ -189,9 +174,8 @@ bool UnpoolShape(const Node &node, const std::vector<int64_t> &x, std::vector<in
   }
   const size_t nsp = x.size() - 2;
   std::vector<int64_t> ks, st, pads;
-  bool p;
-  if (!KernelShape(node, nsp, &ks, reason) || !IntsOf(node, "strides", nsp, 1, &st, &p, reason) ||
-      !IntsOf(node, "pads", 2 * nsp, 0, &pads, &p, reason))
+  if (!KernelShape(node, nsp, &ks, reason) || !ReadIntsAttr(node, "strides", nsp, 1, &st, nullptr, reason) ||
+      !ReadIntsAttr(node, "pads", 2 * nsp, 0, &pads, nullptr, reason))
     return false;
   *shape = {x[0], x[1]};
   for (size_t i = 0; i < nsp; ++i) {

@@ -38,22 +38,6 @@ struct Window {
   int64_t pb[kMaxSpatial] = {0, 0, 0}, pe[kMaxSpatial] = {0, 0, 0};
 };
 
-bool ReadIntsAttr(const Node &n, const char *name, size_t want, int64_t def, std::vector<int64_t> *v,
-                  std::string *reason) {
-  bool present;
-  if (!AttrInts(n, name, v, &present, reason)) return false;
-  if (!present) {
-    v->assign(want, def);
-    return true;
-  }
-  if (v->size() != want) {
-    *reason = "attribute '" + std::string(name) + "' has " + std::to_string(v->size()) + " values, expected " +
-              std::to_string(want);
-    return false;
-  }
-  return true;
-}
-
 // Computes output sizes and pads from attributes. in_dims: the spatial dims of X; kernel: kernel sizes
 // (from W for Conv, from kernel_shape for pools). ceil_mode only for pools. Unknown input dims give -1 outputs.
 bool MakeWindow(const Node &n, const std::vector<int64_t> &in_dims, const std::vector<int64_t> &kernel,
@@ -65,8 +49,9 @@ bool MakeWindow(const Node &n, const std::vector<int64_t> &in_dims, const std::v
   }
   w->nsp = nsp;
   std::vector<int64_t> strides, dil, pads;
-  if (!ReadIntsAttr(n, "strides", nsp, 1, &strides, reason) || !ReadIntsAttr(n, "dilations", nsp, 1, &dil, reason) ||
-      !ReadIntsAttr(n, "pads", 2 * nsp, 0, &pads, reason))
+  if (!ReadIntsAttr(n, "strides", nsp, 1, &strides, nullptr, reason) ||
+      !ReadIntsAttr(n, "dilations", nsp, 1, &dil, nullptr, reason) ||
+      !ReadIntsAttr(n, "pads", 2 * nsp, 0, &pads, nullptr, reason))
     return false;
   int64_t ceil_mode = 0;
   if (pool && !AttrInt(n, "ceil_mode", 0, &ceil_mode, reason)) return false;

@@ -66,7 +66,7 @@ void ModelStage(AsyncRun &run) {
   Status st = CheckInputs(node, run.inputs, "RunGraphAsync", &descs, &in);
   std::shared_ptr<Plan> plan;
   if (st == SUCCESS) {
-    plan = ForValues(node.id, GetPlan(node, descs, "RunGraphAsync"), in, "RunGraphAsync");
+    plan = ForValues(node, GetPlan(node, descs, "RunGraphAsync"), in, "RunGraphAsync");
     if (!plan) st = INTERNAL_ERROR;
   }
   const twin::FaultDecision fault = twin::NextRun(node.session_id, node.id);

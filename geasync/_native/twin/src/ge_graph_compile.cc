@@ -26,19 +26,21 @@ twin::onnx::CompileOptions ValueDependentOk(const GraphNode &node) {
 }
 }  // namespace
 
-std::shared_ptr<Plan> ForValues(uint32_t graph_id, std::shared_ptr<Plan> plan, const std::vector<const void *> &in,
-                                const char *api) {
+std::shared_ptr<Plan> ForValues(const GraphNode &node, std::shared_ptr<Plan> plan,
+                                const std::vector<const void *> &in, const char *api) {
   if (!plan || !plan->value_dependent()) return plan;
   std::string error;
+  const twin::onnx::StopFlagScope stop(&node.stopping);
   auto p = plan->Specialize(in, &error);
   if (!p)
-    twin::ReportError(std::string(api) + ": graph (graph_id=" + std::to_string(graph_id) +
+    twin::ReportError(std::string(api) + ": graph (graph_id=" + std::to_string(node.id) +
                       ") cannot run with these inputs: " + error);
   return p;
 }
 
 Status CompileLocked(GraphNode &node, const char *api) {
   std::string error;
+  const twin::onnx::StopFlagScope stop(&node.stopping);  // inference runs loops with constant inputs
   std::vector<ODesc> outs;
   if (!twin::onnx::InferShapes(*node.model, node.data_descs, &outs, &error)) {
     twin::ReportError(std::string(api) + ": compiling graph (graph_id=" + std::to_string(node.id) +
@@ -83,6 +85,7 @@ std::shared_ptr<Plan> GetPlan(GraphNode &node, const std::vector<ODesc> &descs, 
     }
   }
   std::string error;
+  const twin::onnx::StopFlagScope stop(&node.stopping);
   auto plan = twin::onnx::CompilePlan(node.model, descs, ValueDependentOk(node), &error);
   if (!plan) {
     twin::ReportError(std::string(api) + ": graph (graph_id=" + std::to_string(node.id) +

@@ -123,6 +123,7 @@ Status RunPlan(GraphNode &node, Plan &plan, const std::vector<const void *> &in,
   bool ok;
   {
     std::lock_guard<std::mutex> lk(node.exec_mu);
+    const twin::onnx::StopFlagScope stop(&node.stopping);
     ok = plan.Run(in, out, &error);
   }
   if (!ok) {
@@ -184,7 +185,7 @@ Status GeSession::RunGraph(uint32_t graph_id, const std::vector<gert::Tensor> &i
   std::vector<ODesc> descs;
   std::vector<const void *> in;
   if (CheckInputs(*node, inputs, "RunGraph", &descs, &in) != SUCCESS) return FAILED;
-  auto plan = ForValues(node->id, GetPlan(*node, descs, "RunGraph"), in, "RunGraph");
+  auto plan = ForValues(*node, GetPlan(*node, descs, "RunGraph"), in, "RunGraph");
   if (!plan) return FAILED;
   const twin::FaultDecision fault = twin::NextRun(node->session_id, node->id);
   const Status injected = ApplyFault(fault, *node, "RunGraph");
@@ -218,7 +219,7 @@ Status PrepareStreamRun(GraphNode &node, const std::vector<gert::Tensor> &inputs
   std::vector<ODesc> descs;
   const Status st = CheckInputs(node, inputs, api, &descs, in);
   if (st != SUCCESS) return st;
-  *plan = ForValues(node.id, GetPlan(node, descs, api), *in, api);
+  *plan = ForValues(node, GetPlan(node, descs, api), *in, api);
   return *plan ? SUCCESS : FAILED;
 }
 
@@ -242,6 +243,7 @@ struct StreamRunTask {
     bool ok;
     {
       std::lock_guard<std::mutex> lk(node->exec_mu);
+      const twin::onnx::StopFlagScope stop(&node->stopping);
       ok = plan->Run(in, out, &error);
     }
     if (!ok) twin::acl::SetRecentErrMsg(("RunGraphWithStreamAsync: execution failed: " + error).c_str());

@@ -68,6 +68,7 @@ void SessionImpl::Shutdown() {
         if (auto n = w.lock()) nodes.push_back(std::move(n));
     }
     for (auto &n : nodes) {  // an executor thread waiting for a pending-callback place gives up
+      n->stopping.store(true);  // before n->mu: a compile holding it may be running a loop
       std::lock_guard<std::mutex> lk(n->pending_mu);
       n->pending_cv.notify_all();
     }

@@ -68,6 +68,8 @@ struct GraphNode {
   std::mutex run_mu;   // GE's per-graph mutex for RunGraph / RunGraphWithStreamAsync
   std::mutex exec_mu;  // one execution at a time per graph (plans own their intermediates)
   std::atomic<int> running{0};
+  // Set at shutdown: a run or compile still going stops at its next Loop iteration (see StopFlagScope).
+  std::atomic<bool> stopping{false};
 };
 
 class SessionImpl {
@@ -114,8 +116,8 @@ Status EnsureLoaded(GraphNode &node, const char *api);
 // Shape-specialised plan for concrete input descs (compiled on first use, LRU-capped).
 std::shared_ptr<Plan> GetPlan(GraphNode &node, const std::vector<ODesc> &descs, const char *api);
 // The plan specialised for the run's input values when plan is value-dependent, else plan itself.
-std::shared_ptr<Plan> ForValues(uint32_t graph_id, std::shared_ptr<Plan> plan, const std::vector<const void *> &in,
-                                const char *api);
+std::shared_ptr<Plan> ForValues(const GraphNode &node, std::shared_ptr<Plan> plan,
+                                const std::vector<const void *> &in, const char *api);
 
 // --- ge_graph_run.cc ---
 // An input tensor's dtype and storage dims as the engine's desc (reuses desc's dims buffer).
