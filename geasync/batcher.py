@@ -331,9 +331,10 @@ class Batcher:
         request = _Request(arrays, rows, key, waiter)
         self._queue.append(request)
         self._queued_rows += rows
-        if self._timer is None or self._in_flight < self.max_concurrent_batches or \
-                self._queued_rows >= self.max_batch_size:
-            self._dispatch()  # else the armed max_delay timer (or a batch's completion) dispatches it
+        in_flight, limit = self._in_flight, self.max_concurrent_batches
+        if in_flight < limit or self._queued_rows >= self.max_batch_size or \
+                (in_flight == limit and self._timer is None):
+            self._dispatch()  # else the armed max_delay timer or a batch's completion dispatches it
         try:
             outputs: list[Tensor] = await waiter
             return outputs
