@@ -143,6 +143,7 @@ class Batcher:
             self._sizes: Optional[list[int]] = sizes
         else:
             self._sizes = None
+        self._size_set = frozenset(self._sizes or ())
         for graph_id in graph_ids:
             _compile_for_batches(session, graph_id, explicit_sizes)
         self._graph_id = graph_ids[0]
@@ -359,8 +360,8 @@ class Batcher:
         self._sizes_hist.observe(rows)
         self._delay_hist.observe(0.0)
         try:
-            if self._sizes is None:
-                outputs = await self._runner(arrays)
+            if self._sizes is None or rows in self._size_set:
+                outputs = await self._runner(arrays)  # no padding needed: the caller's own arrays and outputs
             else:
                 alone = [_Request(arrays, rows, (), None)]
                 inputs, total = self._concatenate(alone)
