@@ -89,21 +89,18 @@ async def test_requests_of_other_dims_form_their_own_batches(anyio_backend):
         assert_adds_up(st)
 
 
-def test_arguments_are_checked_when_run_is_called():
+async def test_arguments_are_checked_when_run_is_called(anyio_backend):
     """As run_graph_async: a bad request raises from the call itself, before anything is awaited."""
-    async def main():
-        async with ga.Session() as s:
-            s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
-            b = ga.Batcher(s, 1, max_batch_size=4)
-            with pytest.raises(ValueError, match="max_batch_size"):
-                b.run([rows(5, 0)])
-            with pytest.raises(ga.InputTypeError, match="float64"):
-                b.run([np.zeros((1, 784))])
-            (probs,) = await b.run([rows(1, 0)])
-            assert probs.shape == (1, 10)
-            assert b.statistics().submitted == 1
-
-    anyio.run(main)
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        b = ga.Batcher(s, 1, max_batch_size=4)
+        with pytest.raises(ValueError, match="max_batch_size"):
+            b.run([rows(5, 0)])
+        with pytest.raises(ga.InputTypeError, match="float64"):
+            b.run([np.zeros((1, 784))])
+        (probs,) = await b.run([rows(1, 0)])
+        assert probs.shape == (1, 10)
+        assert b.statistics().submitted == 1
 
 
 async def test_idle_graph_runs_a_request_at_once(anyio_backend):
