@@ -94,7 +94,8 @@ class Batcher:
     """Coalesces concurrent requests to one graph into batch runs (see the module docstring).
 
     ``graph`` is a graph id of ``session`` or a :class:`geasync.GraphPool` (its instances then run batches side by
-    side). ``max_batch_size`` bounds the rows of one run (a larger request is refused with ValueError);
+    side). ``max_batch_size`` bounds the rows of one run (a larger request is refused with ValueError; about half
+    the requests expected in flight at peak lets two batches alternate, see docs/serving.md);
     ``max_delay`` (seconds) bounds how long a request waits for a batch to fill while the graph is busy;
     ``max_concurrent_batches`` (default: one per graph instance) is how many batches may run before requests queue;
     ``batch_sizes`` pads every batch with zero rows up to the next listed size. By default ("auto") the sizes are
@@ -606,7 +607,6 @@ class Batcher:
                 self._finish(request, "failed")
 
 
-
 def _declared_inputs(session: Session, graph_id: int, axis: int,
                      explicit_sizes: bool) -> Optional[tuple[TensorInfo, ...]]:
     """The graph's declared inputs (None if geasync cannot read them); a fixed batch dim needs explicit sizes."""
@@ -632,8 +632,6 @@ def _compile_for_batches(session: Session, graph_id: int, explicit_sizes: bool) 
         raise ValueError(f"Batcher: graph {graph_id} is compiled with static shapes, so its batch size is fixed; "
                          "give its inputs a symbolic batch dim (e.g. 'N'), or pass batch_sizes=[<its batch size>] "
                          "to pad every batch to it")
-
-
 
 
 def _unbound() -> Any:
