@@ -39,6 +39,17 @@ class Histogram:
         self.total += value
         self.count += 1
 
+    def observe_since(self, end: float, starts: Sequence[float]) -> None:
+        """Observes ``end - start`` for each of ``starts`` (a batch's queueing delays) in one call."""
+        bounds, counts, bisect_left = self.bounds, self.counts, bisect.bisect_left
+        total = 0.0
+        for start in starts:
+            value = end - start
+            counts[bisect_left(bounds, value)] += 1
+            total += value
+        self.total += total
+        self.count += len(starts)
+
     def snapshot(self) -> "HistogramSnapshot":
         return HistogramSnapshot(self.bounds, tuple(self.counts), self.total, self.count)
 

@@ -18,11 +18,12 @@ and trio; one batcher belongs to one event loop.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import functools
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Awaitable, Callable, Literal, Mapping, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, Coroutine, Literal, Mapping, Optional, Sequence, Union
 
 import anyio
 import numpy as np
@@ -93,7 +94,8 @@ class Batcher:
     """Coalesces concurrent requests to one graph into batch runs (see the module docstring).
 
     ``graph`` is a graph id of ``session`` or a :class:`geasync.GraphPool` (its instances then run batches side by
-    side). ``max_batch_size`` bounds the rows of one run (a larger request is refused with ValueError);
+    side). ``max_batch_size`` bounds the rows of one run (a larger request is refused with ValueError; about half
+    the requests expected in flight at peak lets two batches alternate, see docs/serving.md);
     ``max_delay`` (seconds) bounds how long a request waits for a batch to fill while the graph is busy;
     ``max_concurrent_batches`` (default: one per graph instance) is how many batches may run before requests queue;
     ``batch_sizes`` pads every batch with zero rows up to the next listed size. By default ("auto") the sizes are
@@ -142,11 +144,17 @@ class Batcher:
             self._sizes: Optional[list[int]] = sizes
         else:
             self._sizes = None
+        self._size_set = frozenset(self._sizes or ())
         for graph_id in graph_ids:
             _compile_for_batches(session, graph_id, explicit_sizes)
         self._graph_id = graph_ids[0]
         self._inputs = _declared_inputs(session, graph_ids[0], batch_axis, explicit_sizes)
-        self._fitting: set[_Key] = set()  # request signatures (dtypes, non-batch dims) known to fit the declared inputs
+        # request signatures (dtypes, non-batch dims) known to fit the declared inputs, each to its one key object
+        self._fitting: dict[_Key, _Key] = {}
+        # a one-input request's signature as last seen (batch axis 0): its dtype, other dims and key
+        self._last_dtype: Any = None
+        self._last_tail: Any = None
+        self._last_key: _Key = ()
         self.session = session
         self.max_batch_size = max_batch_size
         self.max_delay = float(max_delay)
@@ -160,6 +168,7 @@ class Batcher:
         self._loop: Any = None  # the asyncio loop or trio token it belongs to
         self._trio = False
         self._timer: Any = None
+        self._new_waiter: Callable[[], Any] = _unbound
         self._tasks: set[Any] = set()  # batch tasks of an asyncio loop, kept until done
         self._submitted = self._completed = self._failed = self._cancelled = self._running = 0
         self._batches = self._retries = 0
@@ -167,17 +176,23 @@ class Batcher:
         self._delay_hist = Histogram(_DELAY_BUCKETS)
 
     # --- public API ---
-    async def run(self, inputs: Inputs, *, timeout: Optional[float] = None) -> list[Tensor]:
-        """This request's outputs (rows of the batch run it joined). ``inputs`` as for ``run_graph_async`` (a list,
-        or a ``{name: array}`` mapping), each with the same batch dim (>= 1) on ``batch_axis``; a request that does
-        not fit the graph's declared inputs is refused with InputError before it joins a batch. ``timeout``
+    def run(self, inputs: Inputs, *, timeout: Optional[float] = None) -> Coroutine[Any, Any, list[Tensor]]:
+        """This request's outputs (rows of the batch run it joined): ``outputs = await batcher.run(inputs)``.
+        ``inputs`` as for ``run_graph_async`` (a list, or a ``{name: array}`` mapping), each with the same batch dim
+        (>= 1) on ``batch_axis``; a request that does not fit the graph's declared inputs is refused with InputError
+        before it joins a batch. Arguments are checked when it is called (as ``run_graph_async`` does). ``timeout``
         (seconds; default: the batcher's) raises TimeoutError; the request's rows are dropped from its batch."""
         arrays, rows, key = self._check(inputs)
-        self._bind()
+        loop = running_loop()
+        if loop is None or loop is not self._loop:
+            self._bind()
         if timeout is None:
             timeout = self.timeout
         if timeout is None:
-            return await self._run(arrays, rows, key)
+            return self._run(arrays, rows, key)  # awaited directly: one coroutine per request
+        return self._run_with_timeout(arrays, rows, key, timeout)
+
+    async def _run_with_timeout(self, arrays: _Arrays, rows: int, key: _Key, timeout: float) -> list[Tensor]:
         with anyio.fail_after(timeout):
             return await self._run(arrays, rows, key)
 
@@ -205,6 +220,17 @@ class Batcher:
 
     # --- requests ---
     def _check(self, inputs: Any) -> tuple[_Arrays, int, _Key]:
+        if type(inputs) is list and len(inputs) == 1 and not self._closed:
+            a = inputs[0]
+            # the common request: one array of the last signature seen (its key object is reused, so batching
+            # compares keys by identity)
+            if type(a) is np.ndarray and a.dtype is self._last_dtype and a.shape[1:] == self._last_tail:
+                rows = a.shape[0]
+                if 0 < rows <= self.max_batch_size:
+                    return [a], rows, self._last_key
+        return self._check_slow(inputs)
+
+    def _check_slow(self, inputs: Any) -> tuple[_Arrays, int, _Key]:
         if type(inputs) is not list:
             if isinstance(inputs, Mapping):
                 inputs = self.session.input_list(self._graph_id, inputs)
@@ -239,10 +265,16 @@ class Batcher:
             raise ValueError(f"Batcher.run(graph={self.graph}): {rows} rows exceed max_batch_size="
                              f"{self.max_batch_size}; split the request or raise max_batch_size")
         key = tuple((a.dtype, a.shape[:axis] + a.shape[axis + 1:]) for a in arrays)
-        if self._inputs is not None and key not in self._fitting:
-            self._check_declared(arrays)
+        known = self._fitting.get(key)
+        if known is None:
+            if self._inputs is not None:
+                self._check_declared(arrays)
             if len(self._fitting) < 64:
-                self._fitting.add(key)  # requests of this signature fit: skip the check next time
+                self._fitting[key] = key  # requests of this signature fit: skip the check next time
+        else:
+            key = known
+        if len(arrays) == 1 and axis == 0:
+            self._last_dtype, self._last_tail, self._last_key = key[0][0], key[0][1], key
         return arrays, rows, key
 
     def _check_declared(self, arrays: _Arrays) -> None:
@@ -283,6 +315,12 @@ class Batcher:
                 raise RuntimeError("Batcher.run must be awaited inside an asyncio (or uvloop) or trio event loop")
         if self._loop is None:
             self._loop, self._trio = owner, trio
+            if trio:
+                self._new_waiter = TrioWaiter
+            elif type(owner).create_future is asyncio.BaseEventLoop.create_future:
+                self._new_waiter = functools.partial(asyncio.Future, loop=owner)  # what create_future does, directly
+            else:
+                self._new_waiter = owner.create_future  # uvloop makes its futures its own way
         elif self._loop is not owner:
             raise RuntimeError(f"Batcher(graph={self.graph}) is used from another event loop than its first; make "
                                "one batcher per event loop")
@@ -295,7 +333,10 @@ class Batcher:
         request = _Request(arrays, rows, key, waiter)
         self._queue.append(request)
         self._queued_rows += rows
-        self._dispatch()
+        in_flight, limit = self._in_flight, self.max_concurrent_batches
+        if in_flight < limit or self._queued_rows >= self.max_batch_size or \
+                (in_flight == limit and self._timer is None):
+            self._dispatch()  # else the armed max_delay timer or a batch's completion dispatches it
         try:
             outputs: list[Tensor] = await waiter
             return outputs
@@ -320,8 +361,8 @@ class Batcher:
         self._sizes_hist.observe(rows)
         self._delay_hist.observe(0.0)
         try:
-            if self._sizes is None:
-                outputs = await self._runner(arrays)
+            if self._sizes is None or rows in self._size_set:
+                outputs = await self._runner(arrays)  # no padding needed: the caller's own arrays and outputs
             else:
                 alone = [_Request(arrays, rows, (), None)]
                 inputs, total = self._concatenate(alone)
@@ -361,24 +402,24 @@ class Batcher:
 
     def _take_batch(self) -> list[_Request]:
         queue = self._queue
+        limit = self.max_batch_size
         key = queue[0].key
         batch: list[_Request] = []
         rows = 0
         kept: list[_Request] = []
-        while queue and rows < self.max_batch_size:
+        while queue and rows < limit:
             request = queue.popleft()
-            if request.key == key and rows + request.rows <= self.max_batch_size:
+            if (request.key is key or request.key == key) and rows + request.rows <= limit:
                 batch.append(request)
                 rows += request.rows
             else:
                 kept.append(request)
                 if request.key == key:
                     break  # the next one of this key does not fit: it leads the next batch
-        queue.extendleft(reversed(kept))
+        if kept:
+            queue.extendleft(reversed(kept))
         self._queued_rows -= rows
-        t = now()
-        for request in batch:
-            self._delay_hist.observe(t - request.enqueued)
+        self._delay_hist.observe_since(now(), [r.enqueued for r in batch])
         return batch
 
     def _finish(self, request: _Request, outcome: str) -> None:
@@ -448,12 +489,12 @@ class Batcher:
     async def _run_requests(self, batch: list[_Request], retry: bool) -> None:
         """Runs ``batch`` as one graph run; on failure, retries its halves (a bad request fails alone)."""
         if all(r.state != _RUNNING or r.waiter.done() for r in batch):
-            return
+            return  # every request of it was cancelled meanwhile
         if retry:
             self._retries += 1
-        self._sizes_hist.observe(sum(r.rows for r in batch))
         try:
             inputs, total = self._concatenate(batch)
+            self._sizes_hist.observe(total)
             outputs = await self._runner(inputs)
         except (SessionBrokenError, SessionClosedError, BatcherClosedError) as exc:
             self._fail(batch, exc)
@@ -470,19 +511,24 @@ class Batcher:
             await self._run_requests(batch[half:], retry=True)
             return
         try:
+            if self._deliver_rows(batch, outputs, total):
+                return
             results = self._split(batch, outputs, total)
         except Exception as exc:
             self._fail(batch, exc)
             return
+        delivered = 0
         for request, result in zip(batch, results, strict=True):
             # a waiter already done was cancelled: its task has yet to run, and will count it cancelled
             if request.state == _RUNNING and not request.waiter.done():
                 request.waiter.set_result(result)
-                self._finish(request, "completed")
                 request.state = _DELIVERED
+                delivered += 1
+        self._running -= delivered
+        self._completed += delivered
 
     def _concatenate(self, batch: list[_Request]) -> tuple[_Arrays, int]:
-        total = sum(r.rows for r in batch)
+        total = sum([r.rows for r in batch])
         padded = total
         if self._sizes is not None:
             padded = next(n for n in self._sizes if n >= total)
@@ -499,6 +545,31 @@ class Batcher:
             inputs.append(np.concatenate(parts, axis=axis))
         return inputs, total
 
+    def _deliver_rows(self, batch: list[_Request], outputs: list[Tensor], total: int) -> bool:
+        """The common case in one pass: batch axis 0, every output batched, several requests. Each request still
+        waiting gets views of its rows (rows of a C-contiguous array are C-contiguous: wrapped without checks)."""
+        if self.batch_axis != 0 or len(batch) < 2:
+            return False
+        arrays = [o.numpy() for o in outputs]
+        if any(a.ndim == 0 or a.shape[0] < total for a in arrays):
+            return False
+        specs = [(a, a.dtype, a.shape[1:], a.nbytes // a.shape[0]) for a in arrays]
+        make = Tensor._make
+        start = delivered = 0
+        for request in batch:
+            n = request.rows
+            # a waiter already done was cancelled: its task has yet to run, and will count it cancelled
+            if request.state == _RUNNING and not request.waiter.done():
+                request.waiter.set_result([make(array=a[start:start + n], owner=None, address=0, nbytes=n * row,
+                                                 shape=(n, *tail), dtype=dtype, placement="host")
+                                           for a, dtype, tail, row in specs])
+                request.state = _DELIVERED
+                delivered += 1
+            start += n
+        self._running -= delivered
+        self._completed += delivered
+        return True
+
     def _split(self, batch: list[_Request], outputs: list[Tensor], total: int) -> list[list[Tensor]]:
         if len(batch) == 1 and (self._sizes is None or total == next(n for n in self._sizes if n >= total)):
             return [outputs]
@@ -514,11 +585,13 @@ class Batcher:
             if axis == 0:  # rows of a C-contiguous array are C-contiguous views: wrap them without checks
                 make = Tensor._make
                 dtype = a.dtype
+                tail = a.shape[1:]
+                row_bytes = a.nbytes // a.shape[0] if a.shape[0] else 0
                 for result, request in zip(results, batch, strict=True):
-                    part = a[start:start + request.rows]
-                    result.append(make(array=part, owner=None, address=0, nbytes=part.nbytes, shape=part.shape,
-                                       dtype=dtype, placement="host"))
-                    start += request.rows
+                    n = request.rows
+                    result.append(make(array=a[start:start + n], owner=None, address=0, nbytes=n * row_bytes,
+                                       shape=(n, *tail), dtype=dtype, placement="host"))
+                    start += n
                 continue
             for result, request in zip(results, batch, strict=True):
                 index = [slice(None)] * a.ndim
@@ -532,11 +605,6 @@ class Batcher:
             if request.state == _RUNNING and not request.waiter.done():
                 request.waiter.set_exception(exc)
                 self._finish(request, "failed")
-
-    def _new_waiter(self) -> Any:
-        if self._trio:
-            return TrioWaiter()
-        return self._loop.create_future()
 
 
 def _declared_inputs(session: Session, graph_id: int, axis: int,
@@ -566,6 +634,8 @@ def _compile_for_batches(session: Session, graph_id: int, explicit_sizes: bool) 
                          "to pad every batch to it")
 
 
+def _unbound() -> Any:
+    raise RuntimeError("Batcher: no event loop bound yet")
 
 
 async def _checkpoint(trio: bool) -> None:
@@ -575,6 +645,4 @@ async def _checkpoint(trio: bool) -> None:
         await trio_mod.lowlevel.cancel_shielded_checkpoint()
         await trio_mod.lowlevel.cancel_shielded_checkpoint()
     else:
-        import asyncio
-
         await asyncio.sleep(0)

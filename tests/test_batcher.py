@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import geasync as ga
-from conftest import add_model, make_mlp, numpy_helper
+from conftest import add_model, helper, make_mlp, make_model, numpy_helper
 from asynctools import wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120, method="thread")]
@@ -68,6 +68,39 @@ async def test_each_request_gets_its_own_rows(anyio_backend):
         assert max(b for b, n in zip(sizes.bounds, sizes.counts, strict=False) if n) > 1  # (the overflow has no bound)
         assert_adds_up(st)
         await b.aclose()
+
+
+async def test_requests_of_other_dims_form_their_own_batches(anyio_backend):
+    """Requests whose non-batch dims differ (a symbolic "M") alternate: each gets back its own rows, computed in a
+    batch of requests of its own shape only."""
+    relu = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", 1, ["N", "M"])], [("y", 1, ["N", "M"])])
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(relu))
+        b = ga.Batcher(s, 1, max_batch_size=16, batch_sizes=None)
+        inputs = [np.random.default_rng(i).standard_normal((1 + i % 2, 3 + 2 * (i % 3)), dtype=np.float32)
+                  for i in range(90)]
+        outs = await gather(*(lambda x=x: b.run([x]) for x in inputs))
+        for x, out in zip(inputs, outs, strict=True):
+            assert not isinstance(out, Exception), out
+            assert out[0].shape == x.shape
+            np.testing.assert_array_equal(out[0].numpy(), np.maximum(x, 0))
+        st = b.statistics()
+        assert st.completed == 90 and st.batches < 90 and st.retries == 0, st  # coalesced, never across shapes
+        assert_adds_up(st)
+
+
+async def test_arguments_are_checked_when_run_is_called(anyio_backend):
+    """As run_graph_async: a bad request raises from the call itself, before anything is awaited."""
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        b = ga.Batcher(s, 1, max_batch_size=4)
+        with pytest.raises(ValueError, match="max_batch_size"):
+            b.run([rows(5, 0)])
+        with pytest.raises(ga.InputTypeError, match="float64"):
+            b.run([np.zeros((1, 784))])
+        (probs,) = await b.run([rows(1, 0)])
+        assert probs.shape == (1, 10)
+        assert b.statistics().submitted == 1
 
 
 async def test_idle_graph_runs_a_request_at_once(anyio_backend):

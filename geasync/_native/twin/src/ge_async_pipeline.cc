@@ -47,14 +47,33 @@ struct AsyncRun {
   }
   // The job is over (called back, or dropped while the session shuts down).
   void Done() {
-    if (counted) {
-      std::lock_guard<std::mutex> lk(node->pending_mu);
-      --node->pending;
-      node->pending_cv.notify_one();
-    }
+    ReleasePendingPlace();
     node->running.fetch_sub(1);
   }
+  void ReleasePendingPlace() {
+    if (!counted) return;
+    counted = false;
+    std::lock_guard<std::mutex> lk(node->pending_mu);
+    --node->pending;
+    node->pending_cv.notify_one();
+  }
 };
+
+// For the direct hand-over to the model thread: a dynamic-shape graph's job needs one of its 32 pending-callback
+// places free right now (else it takes the stages, where the executor waits for one as GE's does), and no compile
+// stall or pre-run failure armed for the graph (test controls the compile stage applies).
+bool TakePendingPlaceAtOnce(AsyncRun &run) {
+  GraphNode &node = *run.node;
+  if (!node.dynamic.load()) return true;
+  uint32_t injected = 0;
+  if (twin::CompileStalled(node.session_id, node.id) || twin::PreRunFails(node.session_id, node.id, &injected))
+    return false;
+  std::lock_guard<std::mutex> lk(node.pending_mu);
+  if (node.pending >= kDynamicPendingLimit) return false;
+  ++node.pending;
+  run.counted = true;
+  return true;
+}
 
 // Stage 3: the model thread executes, then calls back inline; the next job waits for the callback.
 void ModelStage(AsyncRun &run) {
@@ -218,11 +237,13 @@ Status GeSession::RunGraphAsync(uint32_t graph_id, const std::vector<gert::Tenso
   run->node = std::move(node);
   // Fast path, unobservable in GE's terms: when the graph is compiled and loaded, its model thread exists and no
   // earlier job of this session is still in the compile or executor stage, those stages would only forward the job
-  // (in order) to the model thread: hand it over directly and spare two thread wake-ups per run.
-  if (impl_->staged.load() == 0 && !run->node->dynamic.load()) {
+  // (in order) to the model thread: hand it over directly and spare two thread wake-ups per run (a dynamic-shape
+  // graph's job when one of its pending-callback places is free).
+  if (impl_->staged.load() == 0) {
     twin::WorkQueue *q = run->node->ready_queue.load(std::memory_order_acquire);
-    if (q != nullptr && q->Push({ModelStageJob, run}, false) == twin::WorkQueue::PushResult::kOk) {
-      return SUCCESS;
+    if (q != nullptr && TakePendingPlaceAtOnce(*run)) {
+      if (q->Push({ModelStageJob, run}, false) == twin::WorkQueue::PushResult::kOk) return SUCCESS;
+      run->ReleasePendingPlace();
     }
   }
   impl_->staged.fetch_add(1);
