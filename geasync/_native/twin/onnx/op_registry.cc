@@ -112,6 +112,17 @@ bool AttrFloat(const Node &n, const char *name, float def, float *v, std::string
   return true;
 }
 
+bool AttrString(const Node &n, const char *name, const char *def, std::string *v, std::string *reason) {
+  const Attribute *a = n.FindAttr(name);
+  if (!a) {
+    *v = def;
+    return true;
+  }
+  if (a->type != kAttrString) return WrongType(*a, "string", reason);
+  *v = a->s;
+  return true;
+}
+
 bool AttrInts(const Node &n, const char *name, std::vector<int64_t> *v, bool *present, std::string *reason) {
   const Attribute *a = n.FindAttr(name);
   *present = a != nullptr;

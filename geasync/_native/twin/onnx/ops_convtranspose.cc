@@ -21,12 +21,7 @@ struct TGeom {
 };
 
 bool ReadAutoPad(const Node &n, std::string *mode, std::string *reason) {
-  const Attribute *a = n.FindAttr("auto_pad");
-  *mode = a ? a->s : "NOTSET";
-  if (a && a->type != kAttrString) {
-    *reason = "attribute 'auto_pad' must be a string";
-    return false;
-  }
+  if (!AttrString(n, "auto_pad", "NOTSET", mode, reason)) return false;
   if (*mode != "NOTSET" && *mode != "SAME_UPPER" && *mode != "SAME_LOWER" && *mode != "VALID") {
     *reason = "attribute 'auto_pad' is '" + *mode + "'; expected NOTSET, SAME_UPPER, SAME_LOWER or VALID";
     return false;

@@ -11,16 +11,6 @@ namespace twin {
 namespace onnx {
 namespace {
 
-bool StrAttr(const Node &n, const char *name, const char *def, std::string *v, std::string *reason) {
-  const Attribute *a = n.FindAttr(name);
-  *v = a ? a->s : def;
-  if (a && a->type != kAttrString) {
-    *reason = std::string("attribute '") + name + "' must be a string";
-    return false;
-  }
-  return true;
-}
-
 bool BoolAttr(const Node &n, const char *name, bool *v, std::string *reason) {
   int64_t i;
   if (!AttrInt(n, name, 0, &i, reason)) return false;
@@ -46,8 +36,8 @@ struct GridAttrs {
 bool ReadGridAttrs(const Node &n, int64_t opset, GridAttrs *a, std::string *reason) {
   std::string mode, pad;
   const bool old = opset < 20;  // opset 16 spells the modes bilinear / bicubic
-  if (!StrAttr(n, "mode", old ? "bilinear" : "linear", &mode, reason) ||
-      !StrAttr(n, "padding_mode", "zeros", &pad, reason) || !BoolAttr(n, "align_corners", &a->align, reason))
+  if (!AttrString(n, "mode", old ? "bilinear" : "linear", &mode, reason) ||
+      !AttrString(n, "padding_mode", "zeros", &pad, reason) || !BoolAttr(n, "align_corners", &a->align, reason))
     return false;
   if (mode == "nearest") {
     a->mode = Interp::kNearest;

@@ -13,16 +13,6 @@ namespace twin {
 namespace onnx {
 namespace {
 
-bool StrAttr(const Node &n, const char *name, const char *def, std::string *v, std::string *reason) {
-  const Attribute *a = n.FindAttr(name);
-  *v = a ? a->s : def;
-  if (a && a->type != kAttrString) {
-    *reason = std::string("attribute '") + name + "' must be a string";
-    return false;
-  }
-  return true;
-}
-
 // The contents of input i are needed now: records the missing input when compiling.
 bool NeedContents(InferCtx *c, size_t i, const char *what, bool *known, std::string *reason) {
   *known = c->in_data[i] && c->in[i]->IsStatic();
@@ -210,7 +200,7 @@ bool ScatterShape(const InferCtx &c, ScatterGeom *g, std::string *reason) {
   const TensorDesc &past = *c.in[0], &upd = *c.in[1];
   std::string mode;
   int64_t axis;
-  if (!StrAttr(*c.node, "mode", "linear", &mode, reason) || !AttrInt(*c.node, "axis", -2, &axis, reason)) return false;
+  if (!AttrString(*c.node, "mode", "linear", &mode, reason) || !AttrInt(*c.node, "axis", -2, &axis, reason)) return false;
   if (mode != "linear" && mode != "circular") {
     *reason = "attribute 'mode' must be 'linear' or 'circular', got '" + mode + "'";
     return false;
@@ -296,7 +286,7 @@ class TensorScatterKernel : public Kernel {
 bool CheckTensorScatter(const Node &n, int64_t, std::string *reason) {
   std::string mode;
   int64_t axis;
-  if (!StrAttr(n, "mode", "linear", &mode, reason) || !AttrInt(n, "axis", -2, &axis, reason)) return false;
+  if (!AttrString(n, "mode", "linear", &mode, reason) || !AttrInt(n, "axis", -2, &axis, reason)) return false;
   if (mode != "linear" && mode != "circular") {
     *reason = "attribute 'mode' must be 'linear' or 'circular', got '" + mode + "'";
     return false;
@@ -318,7 +308,7 @@ std::unique_ptr<Kernel> PrepareTensorScatter(const KernelCtx &c, std::string *re
 
 bool CausalActivation(const Node &n, bool *silu, std::string *reason) {
   std::string act;
-  if (!StrAttr(n, "activation", "none", &act, reason)) return false;
+  if (!AttrString(n, "activation", "none", &act, reason)) return false;
   if (act != "none" && act != "silu" && act != "swish") {
     *reason = "attribute 'activation' must be 'none', 'silu' or 'swish', got '" + act + "'";
     return false;
