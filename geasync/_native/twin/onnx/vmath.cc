@@ -104,22 +104,42 @@ TWIN_VMATH_VARIANTS(Round, Round)
 
 constexpr int64_t kLanes = 16;  // independent partial results: the reductions vectorise without reassociation
 
+// Max of a row (NaN elements are skipped: the exp pass turns them into NaN rows anyway), in 4-float GCC vectors:
+// GCC leaves a lane-array form of this loop scalar (its NaN-aware max does not vectorise), and wider vector types
+// declared outside the per-ISA functions get split into scalars; 4 floats exist on every x86-64 target.
+typedef float Float4 __attribute__((vector_size(16)));
+TWIN_VMATH_INLINE Float4 MaxOf(Float4 a, Float4 b) { return a > b ? a : b; }
+TWIN_VMATH_INLINE float RowMax(const float *__restrict xr, int64_t n) {
+  const float ninf = -__builtin_inff();
+  Float4 m0 = {ninf, ninf, ninf, ninf}, m1 = m0, m2 = m0, m3 = m0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    Float4 v0, v1, v2, v3;
+    std::memcpy(&v0, xr + i, 16);
+    std::memcpy(&v1, xr + i + 4, 16);
+    std::memcpy(&v2, xr + i + 8, 16);
+    std::memcpy(&v3, xr + i + 12, 16);
+    m0 = MaxOf(v0, m0);
+    m1 = MaxOf(v1, m1);
+    m2 = MaxOf(v2, m2);
+    m3 = MaxOf(v3, m3);
+  }
+  const Float4 m = MaxOf(MaxOf(m0, m1), MaxOf(m2, m3));
+  float mx = ninf;
+  for (int j = 0; j < 4; ++j) mx = m[j] > mx ? m[j] : mx;
+  for (; i < n; ++i) mx = xr[i] > mx ? xr[i] : mx;
+  return mx;
+}
+
 TWIN_VMATH_INLINE void SoftmaxBody(const float *__restrict x, float *__restrict y, int64_t rows, int64_t n,
                                    bool log_softmax) {
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = x + r * n;
     float *yr = y + r * n;
-    float m[kLanes];
-    for (int64_t j = 0; j < kLanes; ++j) m[j] = -__builtin_inff();
-    int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes)
-      for (int64_t j = 0; j < kLanes; ++j) m[j] = xr[i + j] > m[j] ? xr[i + j] : m[j];
-    float mx = -__builtin_inff();
-    for (int64_t j = 0; j < kLanes; ++j) mx = m[j] > mx ? m[j] : mx;
-    for (; i < n; ++i) mx = xr[i] > mx ? xr[i] : mx;
+    float mx = RowMax(xr, n);
     float acc[kLanes] = {};
     float sum = 0.f;
-    i = 0;
+    int64_t i = 0;
     if (log_softmax) {
       for (; i + kLanes <= n; i += kLanes)
         for (int64_t j = 0; j < kLanes; ++j) acc[j] += ExpNonPositive(xr[i + j] - mx);

@@ -76,10 +76,10 @@ TWIN_VMATH_INLINE float ExpTwoStep(float v) {
   const float y = ExpReduced(v, &t);
   return y * Pow2Of(t, 64) * 5.42101086e-20f;  // 2^-64
 }
-// exp(v) for v <= 0 (or slightly above; -inf and NaN included): down to the smallest denormal, 0 below -104.
+// exp(v) for v <= 0 (or slightly above; -inf and NaN included): down to the smallest denormal, 0 below -104
+// (e^-104 < 2^-150 already rounds to 0 in ExpTwoStep's last multiply, so the clamp needs no select after it).
 TWIN_VMATH_INLINE float ExpNonPositive(float v) {
-  const float out = ExpTwoStep(v < -104.0f ? -104.0f : v);  // NaN stays NaN
-  return v < -104.0f ? 0.0f : out;
+  return ExpTwoStep(v < -104.0f ? -104.0f : v);  // NaN stays NaN
 }
 
 // exp(x) over the whole float range: ExpReduced, then 2^n applied in two halves so that results down to the
@@ -131,17 +131,17 @@ TWIN_VMATH_INLINE float Log(float x) {
   return x != x ? x : out;
 }
 
-// tanh(|x|) = m / (m + 2) with m = e^(2|x|) - 1 (no cancellation anywhere: m >= 0), sign restored after; |x| is
-// clamped to 9 (tanh(9) rounds to 1). m = 2^n (q + 1) - 1 = 2^n q + (2^n - 1) with q = e^r - 1, so small |x|
-// (n = 0) keep q's relative accuracy. One division, no select: within 2.5 ulp.
+// tanh(x) = m / (m + 2) with m = e^(2x) - 1: no cancellation (m + 2 > 1), x clamped to [-9, 9] (tanh(9) rounds
+// to 1). m = 2^n (q + 1) - 1 = 2^n q - (1 - 2^n) with q = e^r - 1, so small |x| (n = 0) keep q's relative accuracy
+// and -0 stays -0. One division, no select: within 2.5 ulp.
 TWIN_VMATH_INLINE float Tanh(float x) {
-  const float ax = AbsOf(x);
-  const float a = ax > 9.0f ? 9.0f : ax;  // NaN: the comparison is false and NaN flows through
+  const float hi = x > 9.0f ? 9.0f : x;  // NaN: both comparisons are false and NaN flows through
+  const float c = hi < -9.0f ? -9.0f : hi;
   float t;
-  const float q = Expm1OfReduced(ReduceLn2(a + a, &t));
+  const float q = Expm1OfReduced(ReduceLn2(c + c, &t));
   const float s = Pow2Of(t, 0);
-  const float m = s * q + (s - 1.0f);
-  return CopySign(m / (m + 2.0f), x);
+  const float m = s * q - (1.0f - s);
+  return m / (m + 2.0f);
 }
 
 // erfc(z) for z >= 0 given z and z^2 (Numerical Recipes' Chebyshev fit, fractional error < 1.2e-7); 0 beyond
