@@ -134,15 +134,17 @@ TWIN_VMATH_INLINE float Log(float x) {
 // tanh(x) = m / (m + 2) with m = e^(2x) - 1: no cancellation (m + 2 > 1), x clamped to [-9, 9] (tanh(9) rounds
 // to 1). m = 2^n (q + 1) - 1 = 2^n q - (1 - 2^n) with q = e^r - 1, so small |x| (n = 0) keep q's relative accuracy
 // and -0 stays -0. One division, no select: within 2.5 ulp.
-TWIN_VMATH_INLINE float Tanh(float x) {
-  const float hi = x > 9.0f ? 9.0f : x;  // NaN: both comparisons are false and NaN flows through
-  const float c = hi < -9.0f ? -9.0f : hi;
+// TanhClamped takes the clamp (9) as an argument so that the array kernel can pass it as a run-time value (vmath.cc).
+TWIN_VMATH_INLINE float TanhClamped(float x, float bound) {
+  const float hi = x > bound ? bound : x;  // NaN: both comparisons are false and NaN flows through
+  const float c = hi < -bound ? -bound : hi;
   float t;
   const float q = Expm1OfReduced(ReduceLn2(c + c, &t));
   const float s = Pow2Of(t, 0);
   const float m = s * q - (1.0f - s);
   return m / (m + 2.0f);
 }
+TWIN_VMATH_INLINE float Tanh(float x) { return TanhClamped(x, 9.0f); }
 
 // erfc(z) for z >= 0 given z and z^2 (Numerical Recipes' Chebyshev fit, fractional error < 1.2e-7); 0 beyond
 // z = 10. Callers that can form z^2 with one rounding (Gelu: x^2 / 2) pass it: the tail's error grows with it.
@@ -192,11 +194,13 @@ TWIN_VMATH_INLINE float Erf(float x) {
 
 // sigmoid(x) = e^x / (e^x + 1), x clamped to [-104, 20] (e^-104 rounds to 0, sigmoid(20) to 1): no cancellation
 // on either side, the negative tail keeps e^x's relative accuracy down to the denormals.
-TWIN_VMATH_INLINE float Sigmoid(float x) {
-  const float lo = x < -104.0f ? -104.0f : x;  // NaN passes both clamps
-  const float e = ExpTwoStep(lo > 20.0f ? 20.0f : lo);
+// (SigmoidClamped: the bounds as arguments, like TanhClamped.)
+TWIN_VMATH_INLINE float SigmoidClamped(float x, float lo_bound, float hi_bound) {
+  const float lo = x < lo_bound ? lo_bound : x;  // NaN passes both clamps
+  const float e = ExpTwoStep(lo > hi_bound ? hi_bound : lo);
   return e / (e + 1.0f);
 }
+TWIN_VMATH_INLINE float Sigmoid(float x) { return SigmoidClamped(x, -104.0f, 20.0f); }
 
 // Exact GELU 0.5 x (1 + erf(x / sqrt2)) = 0.5 x erfc(-x / sqrt2): accurate in both tails.
 TWIN_VMATH_INLINE float Gelu(float x) {
