@@ -252,10 +252,10 @@ __attribute__((target("avx512f"))) void DirectConvAvx512(const DirectConvArgs &a
 // The same direct convolution with AVX2+FMA: each 16-wide position runs as two 8-wide halves, each half with the
 // block's kConvMB channels in 8 accumulators (plus an input and a broadcast register: no spills).
 // AVX2's 8-wide kernel re-reads the input once per channel block: measured against im2col + OpenBLAS on a 2-core
-// EPYC (AVX2) it wins at K = cg * kh * kw = 144 (16 channels, 3x3: 1.4x faster) and loses at K = 576 (64
-// channels: 1.4x slower), so it takes the small-K convolutions only.
+// EPYC (AVX2) it wins at K = cg * kh * kw = 144 and 288 (16 and 32 channels, 3x3: 1.4-2x faster) and loses at
+// K = 576 (64 channels: ~1.3x slower), so it takes K <= 320 only.
 bool DirectConvPays(vmath::Isa isa, int64_t k) {
-  return isa == vmath::Isa::kAvx512 || (isa == vmath::Isa::kAvx2 && k <= 256);
+  return isa == vmath::Isa::kAvx512 || (isa == vmath::Isa::kAvx2 && k <= 320);
 }
 
 __attribute__((target("avx2,fma"), always_inline)) inline void StoreConvHalf(float *dst, __m256 v, int64_t valid, bool relu) {
