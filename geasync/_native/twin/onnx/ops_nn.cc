@@ -258,7 +258,8 @@ bool DirectConvPays(vmath::Isa isa, int64_t k) {
   return isa == vmath::Isa::kAvx512 || (isa == vmath::Isa::kAvx2 && k <= 320);
 }
 
-__attribute__((target("avx2,fma"), always_inline)) inline void StoreConvHalf(float *dst, __m256 v, int64_t valid, bool relu) {
+__attribute__((target("avx2,fma"), always_inline)) inline void StoreConvHalf(float *dst, __m256 v, int64_t valid,
+                                                                              bool relu) {
   if (relu) v = _mm256_max_ps(v, _mm256_setzero_ps());
   if (valid >= 8) {
     _mm256_storeu_ps(dst, v);

@@ -89,7 +89,8 @@ TWIN_VMATH_INLINE float Exp(float x) {
   const float y = ExpReduced(x, &t);  // NaN for NaN x, which then propagates
   // n as an integer, clamped in the integer domain (out-of-range x are replaced below): the bit difference is
   // monotonic in t, so even when t left magic's binade the clamp lands on the right end.
-  int32_t ni = static_cast<int32_t>(static_cast<uint32_t>(FloatToBits(t)) - static_cast<uint32_t>(FloatToBits(12582912.0f)));
+  const uint32_t magic_bits = static_cast<uint32_t>(FloatToBits(12582912.0f));  // ReduceLn2's 1.5 * 2^23
+  int32_t ni = static_cast<int32_t>(static_cast<uint32_t>(FloatToBits(t)) - magic_bits);
   ni = ni < 128 ? ni : 128;
   ni = ni > -150 ? ni : -150;
   const int32_t n1 = ni >> 1, n2 = ni - n1;  // each in [-75, 64]: 2^n1 and 2^n2 are normal floats
