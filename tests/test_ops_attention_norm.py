@@ -142,6 +142,13 @@ def test_mvn_lrn_swish_swiglu():
     _check("SwiGLU", [x, _f(2, 5, 3, 4)], alpha=1.3, opset=28)
 
 
+@pytest.mark.parametrize("beta", [0.75, 0.5, 1.0])
+def test_lrn_square_root_betas(beta):
+    # the betas computed by square roots instead of pow; N == C as above
+    x = _f(6, 6, 4, 3) * 4
+    _check("LRN", [x], size=3, alpha=0.3, beta=beta, bias=1.0, opset=13, rtol=1e-5)
+
+
 @pytest.mark.parametrize("interleaved", [0, 1])
 def test_rotary_embedding_partial_3d(interleaved):
     x = _f(2, 5, 3 * 8)
@@ -181,8 +188,9 @@ def test_conv_transpose_2d_attributes(attrs):
     _check("ConvTranspose", [_f(2, 3, 4, 5), _f(3, 2, 3, 2), _f(2)], opset=22, rtol=1e-5, **attrs)
 
 
-def test_lppool_and_maxunpool():
-    _check("LpPool", [_f(1, 2, 7, 6)], kernel_shape=[3, 2], strides=[2, 2], p=3, opset=22, rtol=1e-5)
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lppool_and_maxunpool(p):
+    _check("LpPool", [_f(1, 2, 7, 6)], kernel_shape=[3, 2], strides=[2, 2], p=p, opset=22, rtol=1e-5)
     x = _f(1, 2, 2, 2)
     idx = np.array([[[[0, 3], [9, 14]], [[16, 18], [25, 31]]]], np.int64)
     _check("MaxUnpool", [x, idx, np.array([1, 2, 5, 5], np.int64)], kernel_shape=[2, 2], strides=[2, 2], opset=22)

@@ -289,3 +289,31 @@ def test_fallback_instruction_sets_pass_the_same_checks(isa):
         cwd=str(ROOT / "tests"))  # not the root: its source tree is not built in place by a non-editable install
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout
+
+
+# ---- direct convolution (stride 1, no dilation: the AVX-512 / AVX2 register-blocked kernel where the CPU has one) ----
+
+@pytest.mark.parametrize("shape,m,group,pads,relu", [
+    ((1, 3, 8, 8), 4, 1, [1, 1, 1, 1], False),
+    ((2, 6, 7, 19), 13, 1, [1, 0, 2, 1], False),
+    ((1, 16, 10, 33), 8, 2, [0, 0, 0, 0], True),
+    ((1, 4, 5, 5), 3, 1, [2, 2, 2, 2], True),
+    ((1, 32, 6, 11), 5, 1, [1, 1, 1, 1], False),  # C x 3 x 3 = 288: still the direct kernel on AVX2
+])
+def test_direct_conv_matches_reference(shape, m, group, pads, relu):
+    rng = np.random.default_rng(sum(shape) + m)
+    n, c, h, w = shape
+    x = rng.standard_normal(shape).astype(np.float32)
+    wt = rng.standard_normal((m, c // group, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    oh, ow = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c" if relu else "y"], pads=pads, group=group)]
+    if relu:  # Conv + Relu: the twin fuses the Relu into the convolution's stores
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    model = make_model(nodes, [("x", F, list(shape))], [("y", F, [n, m, oh, ow])],
+                       initializers=[("w", wt), ("b", b)], opset=20)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        got = s.run_graph(1, [x])[0].numpy().copy()
+    ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)

@@ -139,13 +139,14 @@ class LpPoolKernel : public Kernel {
                 }
               }
             }
-            y[nc * kout + (o0 * g_.out[1] + o1) * g_.out[2] + o2] = static_cast<T>(std::pow(sum, 1.0 / p_));
+            y[nc * kout + (o0 * g_.out[1] + o1) * g_.out[2] + o2] = static_cast<T>(Root(sum));
           }
     return true;
   }
 
  private:
   double Pow(double v) const { return p_ == 2.0 ? v * v : p_ == 1.0 ? v : std::pow(v, p_); }
+  double Root(double sum) const { return p_ == 2.0 ? std::sqrt(sum) : p_ == 1.0 ? sum : std::pow(sum, 1.0 / p_); }
   PoolGeom g_;
   double p_;
 };

@@ -32,57 +32,67 @@ TWIN_VMATH_INLINE float CopySign(float mag, float sign) {
   return BitsToFloat(FloatToBits(mag) | (FloatToBits(sign) & static_cast<int32_t>(0x80000000u)));
 }
 
-// exp(v) = 2^n y for callers that bound v themselves, split so that they scale 2^n as they need: returns y
-// (Cephes' polynomial on the reduced argument) and sets *t, whose low mantissa bits hold n (t's bits << 23 put
-// n, mod 2^9, into an exponent field). v in [-150 ln2, 128 ln2); NaN gives NaN.
-TWIN_VMATH_INLINE float ExpReduced(float v, float *t_out) {
+// Cody-Waite reduction v = n ln2 + r, |r| <= ln2 / 2 (two-part ln2: n * 0.693359375 is exact for |n| < 2^14):
+// returns r and sets *t, whose low mantissa bits hold n (t's bits << 23 put n, mod 2^9, into an exponent field).
+// v in [-150 ln2, 128 ln2); NaN gives NaN.
+TWIN_VMATH_INLINE float ReduceLn2(float v, float *t_out) {
   const float magic = 12582912.0f;  // 1.5 * 2^23
   const float t = v * 1.44269504088896341f + magic;
   const float n = t - magic;
-  const float r = (v - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
   *t_out = t;
-  return p * r * r + r + 1.0f;
+  return (v - n * 0.693359375f) + n * 2.12194440e-4f;
 }
-// 2^(n + bias) from ExpReduced's t, for n + bias in [-126, 127].
+// e^r on |r| <= ln2 / 2: degree-6 minimax fit of the relative error (< 2e-9).
+TWIN_VMATH_INLINE float ExpOfReduced(float r) {
+  float p = 1.3836828293278813e-3f;
+  p = p * r + 8.374814875423908e-3f;
+  p = p * r + 4.166822507977486e-2f;
+  p = p * r + 1.6666419804096222e-1f;
+  p = p * r + 4.9999991059303284e-1f;
+  p = p * r + 1.0f;
+  return p * r + 1.0f;
+}
+// e^r - 1 on |r| <= ln2 / 2, relative error < 1.4e-8 (r + r^2 P(r): exact leading term, so tiny r stay exact).
+TWIN_VMATH_INLINE float Expm1OfReduced(float r) {
+  float p = 1.3882509665563703e-3f;
+  p = p * r + 8.366511203348637e-3f;
+  p = p * r + 4.166720062494278e-2f;
+  p = p * r + 1.666654348373413e-1f;
+  p = p * r + 4.999999701976776e-1f;
+  return p * (r * r) + r;
+}
+// exp(v) = 2^n y for callers that bound v themselves, split so that they scale 2^n as they need: returns y and
+// sets *t as ReduceLn2 does.
+TWIN_VMATH_INLINE float ExpReduced(float v, float *t_out) { return ExpOfReduced(ReduceLn2(v, t_out)); }
+// 2^(n + bias) from ReduceLn2's t, for n + bias in [-126, 127].
 TWIN_VMATH_INLINE float Pow2Of(float t, int32_t bias) {
   return BitsToFloat(static_cast<int32_t>((static_cast<uint32_t>(FloatToBits(t)) << 23) +
                                           (static_cast<uint32_t>(bias + 127) << 23)));
 }
-// exp(v) for v <= 0 (or slightly above; -inf and NaN included): down to the smallest denormal, 0 below -104. The 2^n scaling is split
-// in two (2^(n+64), then 2^-64) so that only the last multiply rounds, once, into the denormal range.
-TWIN_VMATH_INLINE float ExpNonPositive(float v) {
-  const float vc = v < -104.0f ? -104.0f : v;  // NaN stays NaN
+// exp(v) for v in [-104, 88]: n + 64 stays in range, and 2^n is applied in two steps (2^(n+64), then 2^-64) so
+// that only the last multiply rounds, once, into the denormal range.
+TWIN_VMATH_INLINE float ExpTwoStep(float v) {
   float t;
-  const float y = ExpReduced(vc, &t);
-  const float out = y * Pow2Of(t, 64) * 5.42101086e-20f;  // 2^-64
-  return v < -104.0f ? 0.0f : out;
+  const float y = ExpReduced(v, &t);
+  return y * Pow2Of(t, 64) * 5.42101086e-20f;  // 2^-64
+}
+// exp(v) for v <= 0 (or slightly above; -inf and NaN included): down to the smallest denormal, 0 below -104
+// (e^-104 < 2^-150 already rounds to 0 in ExpTwoStep's last multiply, so the clamp needs no select after it).
+TWIN_VMATH_INLINE float ExpNonPositive(float v) {
+  return ExpTwoStep(v < -104.0f ? -104.0f : v);  // NaN stays NaN
 }
 
-// exp(x): n = round(x / ln2), r = x - n ln2 (two-part ln2), exp(r) by a degree-6 polynomial, times 2^n applied in
-// two halves so that results down to the smallest denormal and up to FLT_MAX come out right (inf beyond).
+// exp(x) over the whole float range: ExpReduced, then 2^n applied in two halves so that results down to the
+// smallest denormal and up to FLT_MAX come out right (inf beyond, 0 below -104).
 TWIN_VMATH_INLINE float Exp(float x) {
-  const float magic = 12582912.0f;  // 1.5 * 2^23: t's low mantissa bits hold round(x / ln2) as an integer
-  const float t = x * 1.44269504088896341f + magic;
-  const float n = t - magic;
+  float t;
+  const float y = ExpReduced(x, &t);  // NaN for NaN x, which then propagates
   // n as an integer, clamped in the integer domain (out-of-range x are replaced below): the bit difference is
   // monotonic in t, so even when t left magic's binade the clamp lands on the right end.
-  int32_t ni = static_cast<int32_t>(static_cast<uint32_t>(FloatToBits(t)) - static_cast<uint32_t>(FloatToBits(magic)));
+  const uint32_t magic_bits = static_cast<uint32_t>(FloatToBits(12582912.0f));  // ReduceLn2's 1.5 * 2^23
+  int32_t ni = static_cast<int32_t>(static_cast<uint32_t>(FloatToBits(t)) - magic_bits);
   ni = ni < 128 ? ni : 128;
   ni = ni > -150 ? ni : -150;
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;       // NaN for NaN x, which then propagates
   const int32_t n1 = ni >> 1, n2 = ni - n1;  // each in [-75, 64]: 2^n1 and 2^n2 are normal floats
   const float out = y * BitsToFloat(static_cast<int32_t>(static_cast<uint32_t>(n1 + 127) << 23)) *
                     BitsToFloat(static_cast<int32_t>(static_cast<uint32_t>(n2 + 127) << 23));
@@ -122,23 +132,20 @@ TWIN_VMATH_INLINE float Log(float x) {
   return x != x ? x : out;
 }
 
-// tanh(x): odd polynomial below |x| = 0.625, else sign(x) (1 - 2 / (exp(2|x|) + 1)); |x| is clamped to 9
-// (tanh(9) rounds to 1), so the exp needs no overflow handling and one 2^n scaling.
-TWIN_VMATH_INLINE float Tanh(float x) {
-  const float ax = AbsOf(x);
-  const float z = x * x;
-  float p = -5.70498872745e-3f;
-  p = p * z + 2.06390887954e-2f;
-  p = p * z - 5.37397155531e-2f;
-  p = p * z + 1.33314422036e-1f;
-  p = p * z - 3.33332819422e-1f;
-  const float small = p * z * x + x;
-  const float a = ax < 9.0f ? ax : 9.0f;
+// tanh(x) = m / (m + 2) with m = e^(2x) - 1: no cancellation (m + 2 > 1), x clamped to [-9, 9] (tanh(9) rounds
+// to 1). m = 2^n (q + 1) - 1 = 2^n q - (1 - 2^n) with q = e^r - 1, so small |x| (n = 0) keep q's relative accuracy
+// and -0 stays -0. One division, no select: within 2.5 ulp.
+// TanhClamped takes the clamp (9) as an argument so that the array kernel can pass it as a run-time value (vmath.cc).
+TWIN_VMATH_INLINE float TanhClamped(float x, float bound) {
+  const float hi = x > bound ? bound : x;  // NaN: both comparisons are false and NaN flows through
+  const float c = hi < -bound ? -bound : hi;
   float t;
-  const float e = ExpReduced(a + a, &t) * Pow2Of(t, 0);
-  const float big = 1.0f - 2.0f / (e + 1.0f);
-  return ax >= 0.625f ? CopySign(big, x) : small;  // NaN: the comparison is false and small is NaN
+  const float q = Expm1OfReduced(ReduceLn2(c + c, &t));
+  const float s = Pow2Of(t, 0);
+  const float m = s * q - (1.0f - s);
+  return m / (m + 2.0f);
 }
+TWIN_VMATH_INLINE float Tanh(float x) { return TanhClamped(x, 9.0f); }
 
 // erfc(z) for z >= 0 given z and z^2 (Numerical Recipes' Chebyshev fit, fractional error < 1.2e-7); 0 beyond
 // z = 10. Callers that can form z^2 with one rounding (Gelu: x^2 / 2) pass it: the tail's error grows with it.
@@ -158,9 +165,10 @@ TWIN_VMATH_INLINE float ErfcPos(float z, float zz) {
   return z > 10.0f ? 0.0f : r;
 }
 
-// erf(x): x P(x^2) below |x| = 0.8 (least-squares fit of erf(x)/x, relative error < 1e-7), 1 - erfc(|x|) above
-// (Numerical Recipes' fit as in ErfcPos); |x| is clamped to 4 (erf(4) rounds to 1), which bounds the exp's
-// argument to [-18, -1]: one 2^n scaling, no special cases.
+// erf(x): x P(x^2) below |x| = 0.8 (least-squares fit of erf(x)/x, relative error < 1e-7); above,
+// 1 - exp(Q(|x|) - x^2) with Q a degree-6 minimax fit of log(erfc(a)) + a^2 on [0.8, 4] (absolute error of erfc
+// < 1e-8); |x| is clamped to 4 (erf(4) rounds to 1), so the exp's argument stays in [-19, -0.2]: one 2^n scaling,
+// no division, no special cases.
 TWIN_VMATH_INLINE float Erf(float x) {
   const float ax = AbsOf(x);
   const float z = x * x;
@@ -172,29 +180,28 @@ TWIN_VMATH_INLINE float Erf(float x) {
   p = p * z + 1.1283791065216064f;
   const float small = x * p;
   const float a = ax < 4.0f ? ax : 4.0f;
-  const float u = 1.0f / (1.0f + 0.5f * a);
-  float q = 0.17087277f;
-  q = q * u - 0.82215223f;
-  q = q * u + 1.48851587f;
-  q = q * u - 1.13520398f;
-  q = q * u + 0.27886807f;
-  q = q * u - 0.18628806f;
-  q = q * u + 0.09678418f;
-  q = q * u + 0.37409196f;
-  q = q * u + 1.00002368f;
-  q = q * u - 1.26551223f;
+  float q = 2.0745494111906737e-4f;
+  q = q * a - 3.1536186579614878e-3f;
+  q = q * a + 2.2656206041574478e-2f;
+  q = q * a - 1.0479874908924103e-1f;
+  q = q * a + 3.6377808451652527e-1f;
+  q = q * a - 1.1282289028167725f;
+  q = q * a - 6.597095489269122e-5f;
   float t;
   const float e = ExpReduced(q - a * a, &t) * Pow2Of(t, 0);
-  const float big = 1.0f - u * e;
+  const float big = 1.0f - e;
   return ax >= 0.8f ? CopySign(big, x) : small;  // NaN: small is NaN
 }
 
-// 1 / (1 + exp(-x)) from e = exp(-|x|), so that neither side overflows and the tiny tail stays accurate.
-TWIN_VMATH_INLINE float Sigmoid(float x) {
-  const float e = ExpNonPositive(-AbsOf(x));
-  const float s = 1.0f / (1.0f + e);
-  return x < 0.0f ? e * s : s;
+// sigmoid(x) = e^x / (e^x + 1), x clamped to [-104, 20] (e^-104 rounds to 0, sigmoid(20) to 1): no cancellation
+// on either side, the negative tail keeps e^x's relative accuracy down to the denormals.
+// (SigmoidClamped: the bounds as arguments, like TanhClamped.)
+TWIN_VMATH_INLINE float SigmoidClamped(float x, float lo_bound, float hi_bound) {
+  const float lo = x < lo_bound ? lo_bound : x;  // NaN passes both clamps
+  const float e = ExpTwoStep(lo > hi_bound ? hi_bound : lo);
+  return e / (e + 1.0f);
 }
+TWIN_VMATH_INLINE float Sigmoid(float x) { return SigmoidClamped(x, -104.0f, 20.0f); }
 
 // Exact GELU 0.5 x (1 + erf(x / sqrt2)) = 0.5 x erfc(-x / sqrt2): accurate in both tails.
 TWIN_VMATH_INLINE float Gelu(float x) {
