@@ -286,7 +286,7 @@ bool InferAffineGrid(InferCtx *c, std::string *reason) {
 class AffineGridKernel : public Kernel {
  public:
   AffineGridKernel(ElemType t, std::vector<int64_t> out_dims, bool align)
-      : t_(t), dims_(std::move(out_dims)), align_(align) {
+      : t_(t), dims_(std::move(out_dims)) {
     sd_ = dims_.size() - 2;
     for (size_t d = 0; d < sd_; ++d) {  // base coordinate of each index along each spatial dim
       const int64_t s = dims_[1 + d];
@@ -331,7 +331,6 @@ class AffineGridKernel : public Kernel {
  private:
   ElemType t_;
   std::vector<int64_t> dims_;
-  bool align_;
   size_t sd_ = 0;
   std::vector<std::vector<double>> base_;
 };
