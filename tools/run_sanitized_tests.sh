@@ -8,10 +8,13 @@ cd "$(dirname "$0")/.."
 venv=${GEASYNC_ASAN_VENV:-.venv-asan}
 python3 -m venv "$venv"
 "$venv/bin/pip" install -q --upgrade pip
+# The test extra's dependencies alone: `pip install ".[test]"` would also rebuild geasync, without the sanitizers.
+"$venv/bin/python" -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"]))' > "$venv/test-requirements.txt"
+"$venv/bin/pip" install -q -r "$venv/test-requirements.txt"
 # setuptools would take an earlier (uninstrumented) build's objects and extension in build/ as up to date
 rm -rf build
 GEASYNC_SANITIZE=1 "$venv/bin/pip" install -q --force-reinstall --no-deps --no-cache-dir .
-"$venv/bin/pip" install -q ".[test]"
 if ! nm -D "$("$venv/bin/python" -P -c 'import importlib.util as u; print(u.find_spec("geasync._twin").origin)')" \
     | grep -q __asan_init; then
   echo "run_sanitized_tests.sh: the installed extension is not built with AddressSanitizer" >&2
