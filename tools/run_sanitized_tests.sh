@@ -15,8 +15,9 @@ print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"]))' > "$ve
 # setuptools would take an earlier (uninstrumented) build's objects and extension in build/ as up to date
 rm -rf build
 GEASYNC_SANITIZE=1 "$venv/bin/pip" install -q --force-reinstall --no-deps --no-cache-dir .
+# grep reads all of nm's output (no -q): an early exit would fail the pipeline under pipefail, by SIGPIPE
 if ! nm -D "$("$venv/bin/python" -P -c 'import importlib.util as u; print(u.find_spec("geasync._twin").origin)')" \
-    | grep -q __asan_init; then
+    | grep __asan_init >/dev/null; then
   echo "run_sanitized_tests.sh: the installed extension is not built with AddressSanitizer" >&2
   exit 1
 fi
