@@ -16,11 +16,11 @@ from geasync import _check
 
 import onnx  # noqa: E402  (a test dependency)
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx_cases import graph_model  # noqa: E402
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=17):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return graph_model(nodes, inputs, outputs, opset=opset, initializers=initializers)
 
 
 def _good_model():

@@ -19,11 +19,14 @@ import geasync as ga
 import onnx  # noqa: E402  (a test dependency)
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx_cases import check_against_reference, graph_model  # noqa: E402
+from onnx_cases import refused as _refused  # noqa: E402
+from onnx_cases import run_once as _run  # noqa: E402
+from onnx_cases import value_info as _vi  # noqa: E402
 
 F = TensorProto.FLOAT
 I64 = TensorProto.INT64
 B = TensorProto.BOOL
-_ids = itertools.count(1)
 
 
 @pytest.fixture(scope="module")
@@ -32,40 +35,12 @@ def session():
         yield s
 
 
-def _vi(name, t=F, shape=None):
-    return helper.make_tensor_value_info(name, t, shape)
-
-
 def _model(nodes, inputs, outputs, opset=17, initializers=()):
-    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _run(session, model, feeds):
-    gid = next(_ids)
-    session.add_graph(gid, ga.Graph.from_onnx(model))
-    try:
-        outs = session.run_graph(gid, [np.require(x, requirements="C") for x in feeds])
-        return [np.array(t.numpy(), copy=True) for t in outs]
-    finally:
-        session.remove_graph(gid)
+    return graph_model(nodes, inputs, outputs, opset=opset, initializers=initializers)
 
 
 def _check(session, model, feeds):
-    names = [i.name for i in model.graph.input]
-    want = ReferenceEvaluator(model).run(None, dict(zip(names, feeds, strict=True)))
-    got = _run(session, model, feeds)
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        w = np.asarray(w)
-        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
-    return got
-
-
-def _refused(session, model, pattern):
-    with pytest.raises(ga.GeError, match=pattern):
-        session.add_graph(next(_ids), ga.Graph.from_onnx(model))
+    return check_against_reference(session, model, feeds, rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------------------------

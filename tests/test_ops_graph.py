@@ -8,7 +8,6 @@ denormals, empty tensors).
 
 from __future__ import annotations
 
-import itertools
 import warnings
 
 import numpy as np
@@ -19,7 +18,8 @@ import geasync as ga
 import onnx  # noqa: E402  (a test dependency)
 import onnx.numpy_helper  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx_cases import assert_close, check_against_reference, fresh_graph_id  # noqa: E402
+from onnx_cases import run_once as _run  # noqa: E402
 
 OPS = ("Resize Upsample TopK QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger QLinearMatMul "
        "ConvInteger QLinearConv NonMaxSuppression RoiAlign Einsum RNN GRU LSTM").split()
@@ -60,36 +60,12 @@ def session():
         yield s
 
 
-_ids = itertools.count(1)
-
-
-def _run(session, model, inputs):
-    gid = next(_ids)
-    session.add_graph(gid, ga.Graph.from_onnx(model))
-    try:
-        outputs = session.run_graph(gid, [np.require(x, requirements="C") for x in inputs])
-        return [np.array(t.numpy(), copy=True) for t in outputs]
-    finally:
-        session.remove_graph(gid)
-
-
-def _assert_close(got, want, rtol=1e-4, atol=1e-5):
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        w = np.asarray(w)
-        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
-        if w.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
-        else:
-            np.testing.assert_array_equal(g, w)
-
-
 @pytest.mark.parametrize("case", _node_cases())
 def test_node_case(session, case):
     for inputs, outputs in case.data_sets:
         ins = [onnx.numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else np.asarray(x) for x in inputs]
         outs = [onnx.numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else np.asarray(x) for x in outputs]
-        _assert_close(_run(session, case.model, ins), outs, rtol=1e-3, atol=1e-5)
+        assert_close(_run(session, case.model, ins), outs, rtol=1e-3, atol=1e-5)
 
 
 def test_node_cases_cover_every_operator():
@@ -113,8 +89,7 @@ def _model(op, inputs, outputs, opset, **attrs):
 
 
 def _check(session, model, feeds, rtol=1e-4, atol=1e-5):
-    want = ReferenceEvaluator(model).run(None, dict(zip([i.name for i in model.graph.input], feeds, strict=True)))
-    _assert_close(_run(session, model, feeds), want, rtol=rtol, atol=atol)
+    check_against_reference(session, model, feeds, rtol=rtol, atol=atol)
 
 
 def _edge_floats(rng, shape, dtype=np.float32):
@@ -323,15 +298,15 @@ def test_refusals_name_node_op_and_reason(session):
     m = _model("Resize", [("x", TensorProto.STRING, [1, 1, 2, 2]), ("", None, None), ("s", np.float32, [4])],
                [("y", TensorProto.STRING, None)], 19)
     with pytest.raises(ga.GeError, match="(?i)string"):
-        session.add_graph(next(_ids), ga.Graph.from_onnx(m))
+        session.add_graph(fresh_graph_id(), ga.Graph.from_onnx(m))
     m = _model("Resize", [("x", np.float32, [1, 1, 2, 2]), ("", None, None), ("s", np.float32, [4])],
                [("y", np.float32, None)], 19, mode="bogus")
     with pytest.raises(ga.GeError, match=r"op Resize\): attribute 'mode' has unsupported value 'bogus'"):
-        session.add_graph(next(_ids), ga.Graph.from_onnx(m))
+        session.add_graph(fresh_graph_id(), ga.Graph.from_onnx(m))
     # The output is declared float so that the node itself (not the graph's declarations) must refuse int4.
     m = _model("QuantizeLinear", [("x", np.float32, [3]), ("s", np.float32, [])], [("y", np.float32, None)], 21,
                output_dtype=TensorProto.INT4)
-    gid = next(_ids)
+    gid = fresh_graph_id()
     with pytest.raises(ga.GeError, match=r"op QuantizeLinear\): output_dtype INT4 is not supported"):
         session.add_graph(gid, ga.Graph.from_onnx(m))
         session.run_graph(gid, [np.zeros(3, np.float32), np.asarray(np.float32(1))])
@@ -358,7 +333,7 @@ def test_random_normal_and_uniform_distributions(session):
 
 def test_random_seed_reproducible_and_runs_differ(session):
     m = _random_model("RandomUniform", shape=[64], seed=7.0)
-    gid = next(_ids)
+    gid = fresh_graph_id()
     session.add_graph(gid, ga.Graph.from_onnx(m))
     first = session.run_graph(gid, [])[0].numpy().copy()
     second = session.run_graph(gid, [])[0].numpy().copy()

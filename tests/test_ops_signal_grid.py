@@ -6,20 +6,21 @@ public API, with edge values (NaN, inf, empty tensors) and bad attributes / shap
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
 import geasync as ga
 
 from onnx import TensorProto, helper  # noqa: E402  (a test dependency)
-from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx_cases import check_against_reference, graph_model  # noqa: E402
+from onnx_cases import reference as _reference  # noqa: E402
+from onnx_cases import refused as _refused  # noqa: E402
+from onnx_cases import run_once as _run  # noqa: E402
+from onnx_cases import value_info as _vi  # noqa: E402
 
 F = TensorProto.FLOAT
 D = TensorProto.DOUBLE
 I64 = TensorProto.INT64
-_ids = itertools.count(1)
 
 
 @pytest.fixture(scope="module")
@@ -28,43 +29,12 @@ def session():
         yield s
 
 
-def _vi(name, t=F, shape=None):
-    return helper.make_tensor_value_info(name, t, shape)
-
-
 def _model(nodes, inputs, outputs, opset=20):
-    g = helper.make_graph(nodes, "g", inputs, outputs)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _run(session, model, feeds):
-    gid = next(_ids)
-    session.add_graph(gid, ga.Graph.from_onnx(model))
-    try:
-        outs = session.run_graph(gid, [np.require(x, requirements="C") for x in feeds])
-        return [np.array(t.numpy(), copy=True) for t in outs]
-    finally:
-        session.remove_graph(gid)
-
-
-def _reference(model, feeds):
-    names = [i.name for i in model.graph.input]
-    return [np.asarray(w) for w in ReferenceEvaluator(model).run(None, dict(zip(names, feeds, strict=True)))]
+    return graph_model(nodes, inputs, outputs, opset=opset)
 
 
 def _check(session, model, feeds, rtol=1e-5, atol=1e-6, want=None):
-    want = _reference(model, feeds) if want is None else want
-    got = _run(session, model, feeds)
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-    return got
-
-
-def _refused(session, model, pattern):
-    with pytest.raises(ga.GeError, match=pattern):
-        session.add_graph(next(_ids), ga.Graph.from_onnx(model))
+    return check_against_reference(session, model, feeds, rtol=rtol, atol=atol, want=want)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -40,6 +40,13 @@ std::map<std::string, std::string> ToStd(const std::map<AscendString, AscendStri
   for (const auto &kv : m) out[kv.first.GetString()] = kv.second.GetString();
   return out;
 }
+
+// The graph's parsed model, or null after reporting that it has none (GE refuses an empty graph the same way).
+std::shared_ptr<GraphImpl> ParsedGraph(const char *api, const Graph &graph) {
+  auto gimpl = twin::GraphAccess::Impl(graph);
+  if (!gimpl) twin::ReportError(std::string(api) + ": the graph is empty (parse a model into it first)");
+  return gimpl;
+}
 }  // namespace
 
 GraphNode::GraphNode(uint64_t sid, uint32_t graph_id, std::shared_ptr<const twin::onnx::Model> m)
@@ -139,11 +146,8 @@ Status GeSession::AddGraph(uint32_t graph_id, const Graph &graph) { return AddGr
 Status GeSession::AddGraph(uint32_t graph_id, const Graph &graph,
                            const std::map<AscendString, AscendString> &options) {
   GE_SESSION_CHECK("AddGraph");
-  auto gimpl = twin::GraphAccess::Impl(graph);
-  if (!gimpl) {
-    twin::ReportError("AddGraph: the graph is empty (parse a model into it first)");
-    return PARAM_INVALID;
-  }
+  auto gimpl = ParsedGraph("AddGraph", graph);
+  if (!gimpl) return PARAM_INVALID;
   std::lock_guard<std::mutex> lk(impl_->mu);
   if (impl_->graphs.count(graph_id) != 0) {
     twin::ReportError("AddGraph: graph (graph_id=" + std::to_string(graph_id) +
@@ -171,11 +175,8 @@ Status GeSession::AddGraphClone(uint32_t graph_id, const Graph &graph) { return 
 Status GeSession::AddGraphClone(uint32_t graph_id, const Graph &graph,
                                 const std::map<AscendString, AscendString> &options) {
   GE_SESSION_CHECK("AddGraphClone");
-  auto gimpl = twin::GraphAccess::Impl(graph);
-  if (!gimpl) {
-    twin::ReportError("AddGraphClone: the graph is empty (parse a model into it first)");
-    return PARAM_INVALID;
-  }
+  auto gimpl = ParsedGraph("AddGraphClone", graph);
+  if (!gimpl) return PARAM_INVALID;
   Graph clone;
   twin::GraphAccess::Impl(clone) = std::make_shared<GraphImpl>(gimpl->model);  // the model is immutable
   return AddGraph(graph_id, clone, options);

@@ -1,0 +1,72 @@
+"""Helpers for the operator test files: graph models from value infos, one run on a shared session (the graph is
+removed after it), onnx.reference's answer, and the comparison every operator test makes."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import geasync as ga
+
+from onnx import TensorProto, helper  # noqa: E402  (a test dependency)
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+# Graph ids are never reused within a process, so a failed removal cannot make a later test fail.
+_ids = itertools.count(1)
+
+
+def fresh_graph_id() -> int:
+    return next(_ids)
+
+
+def value_info(name, elem_type=TensorProto.FLOAT, shape=None):
+    return helper.make_tensor_value_info(name, elem_type, shape)
+
+
+def graph_model(nodes, inputs, outputs, *, opset, initializers=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def run_once(session, model, feeds):
+    """The model's outputs on ``feeds`` (copies, so they outlive the graph's removal)."""
+    gid = fresh_graph_id()
+    session.add_graph(gid, ga.Graph.from_onnx(model))
+    try:
+        outputs = session.run_graph(gid, [np.require(x, requirements="C") for x in feeds])
+        return [np.array(t.numpy(), copy=True) for t in outputs]
+    finally:
+        session.remove_graph(gid)
+
+
+def reference(model, feeds):
+    names = [i.name for i in model.graph.input]
+    return [np.asarray(w) for w in ReferenceEvaluator(model).run(None, dict(zip(names, feeds, strict=True)))]
+
+
+def assert_close(got, want, rtol, atol):
+    """Same count, shapes and dtypes; floats within tolerance (NaN matching NaN), everything else exact."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        w = np.asarray(w)
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+        if w.dtype.kind in "fc":
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+def check_against_reference(session, model, feeds, rtol, atol, want=None):
+    """Runs the model and compares it with onnx.reference (or ``want``); returns geasync's outputs."""
+    want = reference(model, feeds) if want is None else want
+    got = run_once(session, model, feeds)
+    assert_close(got, want, rtol=rtol, atol=atol)
+    return got
+
+
+def refused(session, model, pattern):
+    """add_graph refuses the model with a GeError matching ``pattern``."""
+    with pytest.raises(ga.GeError, match=pattern):
+        session.add_graph(fresh_graph_id(), ga.Graph.from_onnx(model))
