@@ -239,3 +239,20 @@ def test_empty_tensors(op, inputs, attrs, opset, shape):
     (y,) = _run(_model(op, inputs, opset=opset, **attrs), inputs)
     assert y.shape == shape and y.dtype == np.float32
     assert np.all(y == 0)
+
+
+@pytest.mark.parametrize("auto_pad,match", [("SAME", "auto_pad' is 'SAME'; expected NOTSET"), (1, "auto_pad")])
+@pytest.mark.parametrize("op,inputs,attrs", [
+    ("Conv", [_f(1, 2, 4, 4), _f(3, 2, 3, 3)], {}),
+    ("ConvTranspose", [_f(1, 2, 4, 4), _f(2, 2, 3, 3)], {}),
+    ("LpPool", [_f(1, 2, 4, 4)], {"kernel_shape": [2, 2]}),
+    ("MaxPool", [_f(1, 2, 4, 4)], {"kernel_shape": [2, 2]}),
+    ("AveragePool", [_f(1, 2, 4, 4)], {"kernel_shape": [2, 2]}),
+])
+def test_auto_pad_that_is_not_one_of_the_four_modes_is_refused(op, inputs, attrs, auto_pad, match):
+    model = _model(op, inputs, opset=22, auto_pad=auto_pad, **attrs)
+    with ga.Session() as s:
+        with pytest.raises(ga.GeError, match=match) as ei:
+            s.add_graph(1, ga.Graph.from_onnx(model))
+            s.run_graph(1, inputs)
+        assert f"op {op}" in str(ei.value)

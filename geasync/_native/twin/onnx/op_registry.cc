@@ -123,6 +123,15 @@ bool AttrString(const Node &n, const char *name, const char *def, std::string *v
   return true;
 }
 
+bool ReadAutoPad(const Node &n, std::string *mode, std::string *reason) {
+  if (!AttrString(n, "auto_pad", "NOTSET", mode, reason)) return false;
+  if (*mode != "NOTSET" && *mode != "SAME_UPPER" && *mode != "SAME_LOWER" && *mode != "VALID") {
+    *reason = "attribute 'auto_pad' is '" + *mode + "'; expected NOTSET, SAME_UPPER, SAME_LOWER or VALID";
+    return false;
+  }
+  return true;
+}
+
 bool AttrInts(const Node &n, const char *name, std::vector<int64_t> *v, bool *present, std::string *reason) {
   const Attribute *a = n.FindAttr(name);
   *present = a != nullptr;

@@ -129,6 +129,8 @@ bool BuildConstantValue(const Node &node, std::shared_ptr<const ConstTensor> *va
 bool AttrInt(const Node &n, const char *name, int64_t def, int64_t *v, std::string *reason);
 bool AttrFloat(const Node &n, const char *name, float def, float *v, std::string *reason);
 bool AttrString(const Node &n, const char *name, const char *def, std::string *v, std::string *reason);
+// The convolutions' and pools' auto_pad: NOTSET (the default), SAME_UPPER, SAME_LOWER or VALID.
+bool ReadAutoPad(const Node &n, std::string *mode, std::string *reason);
 bool AttrInts(const Node &n, const char *name, std::vector<int64_t> *v, bool *present, std::string *reason);
 // An ints attribute that must have `want` values; absent: `want` copies of def. present may be nullptr.
 bool ReadIntsAttr(const Node &n, const char *name, size_t want, int64_t def, std::vector<int64_t> *v, bool *present,

@@ -20,15 +20,6 @@ struct TGeom {
   int64_t s[kSp] = {1, 1, 1}, d[kSp] = {1, 1, 1}, pb[kSp] = {0, 0, 0};
 };
 
-bool ReadAutoPad(const Node &n, std::string *mode, std::string *reason) {
-  if (!AttrString(n, "auto_pad", "NOTSET", mode, reason)) return false;
-  if (*mode != "NOTSET" && *mode != "SAME_UPPER" && *mode != "SAME_LOWER" && *mode != "VALID") {
-    *reason = "attribute 'auto_pad' is '" + *mode + "'; expected NOTSET, SAME_UPPER, SAME_LOWER or VALID";
-    return false;
-  }
-  return true;
-}
-
 // Geometry from X/W descs and attributes; unknown spatial input dims give -1 output dims.
 bool TransposeGeometry(const Node &node, const TensorDesc &x, const TensorDesc &w, TGeom *g, std::string *reason) {
   if (x.dims.size() < 3 || x.dims.size() > 5 || w.dims.size() != x.dims.size()) {

@@ -44,17 +44,12 @@ bool LpGeometry(const Node &node, const std::vector<int64_t> &x, PoolGeom *g, st
   g->nc = x[0] < 0 || x[1] < 0 ? -1 : x[0] * x[1];
   std::vector<int64_t> ks, st, dl, pads;
   int64_t ceil_mode;
-  const Attribute *ap = node.FindAttr("auto_pad");
-  const std::string mode = ap ? ap->s : "NOTSET";
+  std::string mode;
   if (!KernelShape(node, nsp, &ks, reason) || !ReadIntsAttr(node, "strides", nsp, 1, &st, nullptr, reason) ||
       !ReadIntsAttr(node, "dilations", nsp, 1, &dl, nullptr, reason) ||
       !ReadIntsAttr(node, "pads", 2 * nsp, 0, &pads, nullptr, reason) ||
-      !AttrInt(node, "ceil_mode", 0, &ceil_mode, reason))
+      !AttrInt(node, "ceil_mode", 0, &ceil_mode, reason) || !ReadAutoPad(node, &mode, reason))
     return false;
-  if (mode != "NOTSET" && mode != "SAME_UPPER" && mode != "SAME_LOWER" && mode != "VALID") {
-    *reason = "attribute 'auto_pad' is '" + mode + "'; expected NOTSET, SAME_UPPER, SAME_LOWER or VALID";
-    return false;
-  }
   for (size_t i = 0; i < nsp; ++i) {
     if (st[i] <= 0 || dl[i] <= 0 || pads[i] < 0 || pads[i + nsp] < 0) {
       *reason = "strides and dilations must be positive and pads nonnegative";

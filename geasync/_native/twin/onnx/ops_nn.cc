@@ -55,18 +55,8 @@ bool MakeWindow(const Node &n, const std::vector<int64_t> &in_dims, const std::v
     return false;
   int64_t ceil_mode = 0;
   if (pool && !AttrInt(n, "ceil_mode", 0, &ceil_mode, reason)) return false;
-  std::string auto_pad = "NOTSET";
-  if (const Attribute *a = n.FindAttr("auto_pad")) {
-    if (a->type != kAttrString) {
-      *reason = "attribute 'auto_pad' must be a string";
-      return false;
-    }
-    auto_pad = a->s;
-  }
-  if (auto_pad != "NOTSET" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" && auto_pad != "VALID") {
-    *reason = "auto_pad '" + auto_pad + "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID";
-    return false;
-  }
+  std::string auto_pad;
+  if (!ReadAutoPad(n, &auto_pad, reason)) return false;
   for (size_t j = 0; j < nsp; ++j) {
     const size_t i = j + (kMaxSpatial - nsp);  // real dims are the innermost ones
     if (strides[j] < 1 || dil[j] < 1 || kernel[j] < 1 || pads[j] < 0 || pads[j + nsp] < 0) {
