@@ -243,7 +243,8 @@ class Session:
 
     def __del__(self) -> None:
         if getattr(self, "_handle", None) is not None:
-            warnings.warn(f"unclosed {self!r}; use 'with Session()' or call close()", ResourceWarning, stacklevel=2)
+            warnings.warn(f"unclosed {self!r}; use 'with Session()' or call close()", ResourceWarning, stacklevel=2,
+                          source=self)
             try:
                 self.close()
             except Exception:

@@ -122,7 +122,8 @@ class Stream:
 
     def __del__(self) -> None:
         if getattr(self, "_address", 0):
-            warnings.warn(f"unclosed {self!r}; use 'with Stream()' or call close()", ResourceWarning, stacklevel=2)
+            warnings.warn(f"unclosed {self!r}; use 'with Stream()' or call close()", ResourceWarning, stacklevel=2,
+                          source=self)
             try:
                 self.close()
             except Exception:

@@ -226,3 +226,22 @@ def test_to_device_to_host_no_leak(no_leaks):
         d = ga.Tensor.from_numpy(x).to_device()
         h = d.to_host()
         del d, h
+
+
+@pytest.mark.parametrize("make", [ga.Session, ga.Stream], ids=["Session", "Stream"])
+def test_unclosed_object_warns_naming_itself_and_is_released(make, no_leaks):
+    """An unclosed Session or Stream gives a ResourceWarning whose source is the object (so tracemalloc shows where
+    it was made) and is still released."""
+    import gc
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        obj = make()
+        text = repr(obj)
+        del obj
+        gc.collect()
+    unclosed = [w for w in caught if issubclass(w.category, ResourceWarning)]
+    assert len(unclosed) == 1, [str(w.message) for w in caught]
+    assert str(unclosed[0].message).startswith(f"unclosed {text}")
+    assert type(unclosed[0].source) is make
