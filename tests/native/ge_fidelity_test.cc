@@ -284,17 +284,26 @@ std::string CompileFailureStopsAsyncQueue() {
   return "";
 }
 
+// Graph 1 (an Add) gets one job that runs for 200 ms and nine queued behind it.
+std::string StartSlowJobAndQueueNine(ge::GeSession &s, std::vector<float> &buf, Calls &calls,
+                                     std::vector<gert::Tensor> *in) {
+  s.AddGraph(1, Parse(g_add_model));
+  *in = Inputs(buf, 1);
+  EXPECT(s.CompileGraph(1) == ge::SUCCESS, "compile failed");
+  geasync_twin_fault_add(s.GetSessionId(), 1, GEASYNC_TWIN_FAULT_DELAY_RUN, 1, 0, 200);
+  for (int i = 0; i < 10; ++i) EXPECT(s.RunGraphAsync(1, *in, calls.Callback()) == ge::SUCCESS, "submit failed");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // job 1 is running (delayed), 9 are queued
+  return "";
+}
+
 std::string DestroyDropsQueuedJobs() {
   Calls calls;
   std::vector<float> buf;
   {
     ge::GeSession s({});
-    s.AddGraph(1, Parse(g_add_model));
-    auto in = Inputs(buf, 1);
-    EXPECT(s.CompileGraph(1) == ge::SUCCESS, "compile failed");
-    geasync_twin_fault_add(s.GetSessionId(), 1, GEASYNC_TWIN_FAULT_DELAY_RUN, 1, 0, 200);
-    for (int i = 0; i < 10; ++i) EXPECT(s.RunGraphAsync(1, in, calls.Callback()) == ge::SUCCESS, "submit failed");
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // job 1 is running (delayed), 9 are queued
+    std::vector<gert::Tensor> in;
+    const std::string err = StartSlowJobAndQueueNine(s, buf, calls, &in);
+    if (!err.empty()) return err;
   }  // ~GeSession: the running job finishes and calls back; queued jobs are dropped without callbacks
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT(calls.Count() == 1, "expected 1 callback (the running job), got " + std::to_string(calls.Count()));
@@ -305,12 +314,9 @@ std::string FinalizeDropsQueuedJobs() {
   Calls calls;
   std::vector<float> buf;
   ge::GeSession s({});
-  s.AddGraph(1, Parse(g_add_model));
-  auto in = Inputs(buf, 1);
-  EXPECT(s.CompileGraph(1) == ge::SUCCESS, "compile failed");
-  geasync_twin_fault_add(s.GetSessionId(), 1, GEASYNC_TWIN_FAULT_DELAY_RUN, 1, 0, 200);
-  for (int i = 0; i < 10; ++i) EXPECT(s.RunGraphAsync(1, in, calls.Callback()) == ge::SUCCESS, "submit failed");
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::vector<gert::Tensor> in;
+  const std::string err = StartSlowJobAndQueueNine(s, buf, calls, &in);
+  if (!err.empty()) return err;
   EXPECT(ge::GEFinalizeV2() == ge::SUCCESS, "GEFinalizeV2 failed");
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const size_t n = calls.Count();
