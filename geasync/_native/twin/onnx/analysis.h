@@ -37,5 +37,9 @@ bool CheckInputDescs(const ModelImpl &m, const std::vector<TensorDesc> &inputs, 
 bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool compile, Analysis *a, std::string *err,
              const std::vector<const void *> *bound = nullptr);
 
+// Marks in (*inputs)[i] the graph inputs whose contents value `vid` depends on, through nodes that are not
+// shape-only: the inputs a value-specialised plan (or a control-flow subgraph) must bind to settle that value.
+void MarkInputAncestors(const ModelImpl &m, int vid, std::vector<char> *inputs);
+
 }  // namespace onnx
 }  // namespace twin

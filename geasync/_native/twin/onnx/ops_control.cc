@@ -73,24 +73,6 @@ void SubgraphInputs(const Subgraph &s, const std::vector<const TensorDesc *> &no
   }
 }
 
-// Subgraph inputs whose contents value `vid` depends on.
-void InputAncestors(const ModelImpl &m, int vid, std::vector<char> *needed) {
-  std::vector<int> stack = {vid};
-  std::vector<char> seen(m.values_.size(), 0);
-  while (!stack.empty()) {
-    const int v = stack.back();
-    stack.pop_back();
-    if (v < 0 || seen[v]) continue;
-    seen[v] = 1;
-    const Value &val = m.values_[v];
-    if (val.kind == ValueKind::kGraphInput) {
-      (*needed)[val.index] = 1;
-    } else if (val.kind == ValueKind::kNodeOutput && !m.nodes_[val.index].op->shape_only) {
-      for (int u : m.nodes_[val.index].inputs) stack.push_back(u);
-    }
-  }
-}
-
 // Infers the subgraph's output descs. On failure *needed (per subgraph input) marks the inputs whose contents
 // would settle the shape that could not be determined (all zero when the failure is of another kind).
 bool InferSubgraph(const Subgraph &s, const std::vector<TensorDesc> &descs, const std::vector<const void *> &data,
@@ -99,7 +81,7 @@ bool InferSubgraph(const Subgraph &s, const std::vector<TensorDesc> &descs, cons
   Analysis a;
   std::string err;
   if (!Analyze(*s.g, descs, need_static, &a, &err, &data)) {
-    if (a.missing_value >= 0) InputAncestors(*s.g, a.missing_value, needed);
+    if (a.missing_value >= 0) MarkInputAncestors(*s.g, a.missing_value, needed);
     *reason = "subgraph '" + s.attr + "': " + err;
     return false;
   }

@@ -530,26 +530,6 @@ bool PlanImpl::Run(const std::vector<const void *> &inputs, const std::vector<vo
   return false;
 }
 
-// Graph inputs whose contents the value `vid` depends on (through nodes that are not shape-only).
-void AddInputAncestors(const ModelImpl &m, int vid, std::vector<char> *in_set) {
-  std::vector<int> stack = {vid};
-  std::vector<char> seen(m.values_.size(), 0);
-  while (!stack.empty()) {
-    const int v = stack.back();
-    stack.pop_back();
-    if (v < 0 || seen[v]) continue;
-    seen[v] = 1;
-    const Value &val = m.values_[v];
-    if (val.kind == ValueKind::kGraphInput) {
-      (*in_set)[val.index] = 1;
-    } else if (val.kind == ValueKind::kNodeOutput) {
-      const Node &n = m.nodes_[val.index];
-      if (n.op->shape_only) continue;
-      for (int u : n.inputs) stack.push_back(u);
-    }
-  }
-}
-
 // A plan whose output shapes depend on the contents of some graph inputs: specialised per distinct contents.
 class ValueDependentPlan : public Plan {
  public:
@@ -610,7 +590,7 @@ class ValueDependentPlan : public Plan {
           if (mv < 0) break;
           const ModelImpl &m = static_cast<const ModelImpl &>(*model_);
           std::vector<char> more = value_inputs_;
-          AddInputAncestors(m, mv, &more);
+          MarkInputAncestors(m, mv, &more);
           if (more == value_inputs_) break;
           value_inputs_ = std::move(more);
           cache_.clear();
@@ -655,7 +635,7 @@ std::unique_ptr<Plan> CompilePlan(std::shared_ptr<const Model> model, const std:
       const ModelImpl *m = dynamic_cast<const ModelImpl *>(model.get());
       if (options.allow_value_dependent && m && plan->missing_value() >= 0) {
         std::vector<char> value_inputs(m->inputs_.size(), 0);
-        AddInputAncestors(*m, plan->missing_value(), &value_inputs);
+        MarkInputAncestors(*m, plan->missing_value(), &value_inputs);
         bool any = false;
         for (char c : value_inputs) any = any || c;
         std::vector<TensorDesc> outs;

@@ -305,5 +305,22 @@ bool InferShapes(const Model &model, const std::vector<TensorDesc> &inputs, std:
   return false;
 }
 
+void MarkInputAncestors(const ModelImpl &m, int vid, std::vector<char> *inputs) {
+  std::vector<int> stack = {vid};
+  std::vector<char> seen(m.values_.size(), 0);
+  while (!stack.empty()) {
+    const int v = stack.back();
+    stack.pop_back();
+    if (v < 0 || seen[v]) continue;
+    seen[v] = 1;
+    const Value &val = m.values_[v];
+    if (val.kind == ValueKind::kGraphInput) {
+      (*inputs)[val.index] = 1;
+    } else if (val.kind == ValueKind::kNodeOutput && !m.nodes_[val.index].op->shape_only) {
+      for (int u : m.nodes_[val.index].inputs) stack.push_back(u);
+    }
+  }
+}
+
 }  // namespace onnx
 }  // namespace twin
