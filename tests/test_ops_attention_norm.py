@@ -256,3 +256,20 @@ def test_auto_pad_that_is_not_one_of_the_four_modes_is_refused(op, inputs, attrs
             s.add_graph(1, ga.Graph.from_onnx(model))
             s.run_graph(1, inputs)
         assert f"op {op}" in str(ei.value)
+
+
+@pytest.mark.parametrize("op,inputs,attrs,match", [
+    ("Pad", [_f(2, 3), np.array([0, 1, 0, 1], np.int64)], {"mode": "mirror"},
+     "attribute 'mode' is 'mirror'; expected constant, reflect, edge or wrap"),
+    ("Pad", [_f(2, 3), np.array([0, 1, 0, 1], np.int64)], {"mode": 2}, "attribute 'mode'"),
+    ("ScatterElements", [_f(2, 3), np.zeros((1, 3), np.int64), _f(1, 3)], {"reduction": "avg"},
+     "attribute 'reduction' is 'avg'; expected none, add, mul, max or min"),
+    ("ScatterND", [_f(2, 3), np.zeros((1, 1), np.int64), _f(1, 3)], {"reduction": 1}, "attribute 'reduction'"),
+])
+def test_a_string_attribute_outside_its_choices_is_refused_naming_them(op, inputs, attrs, match):
+    model = _model(op, inputs, opset=22, **attrs)
+    with ga.Session() as s:
+        with pytest.raises(ga.GeError, match=match) as ei:
+            s.add_graph(1, ga.Graph.from_onnx(model))
+            s.run_graph(1, inputs)
+        assert f"op {op}" in str(ei.value)

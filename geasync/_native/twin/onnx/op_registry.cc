@@ -4,6 +4,8 @@
 
 #include <map>
 
+#include "elem.h"
+
 namespace twin {
 namespace onnx {
 namespace {
@@ -123,12 +125,29 @@ bool AttrString(const Node &n, const char *name, const char *def, std::string *v
   return true;
 }
 
-bool ReadAutoPad(const Node &n, std::string *mode, std::string *reason) {
-  if (!AttrString(n, "auto_pad", "NOTSET", mode, reason)) return false;
-  if (*mode != "NOTSET" && *mode != "SAME_UPPER" && *mode != "SAME_LOWER" && *mode != "VALID") {
-    *reason = "attribute 'auto_pad' is '" + *mode + "'; expected NOTSET, SAME_UPPER, SAME_LOWER or VALID";
-    return false;
+bool AttrChoice(const Node &n, const char *name, std::initializer_list<const char *> choices, int *index,
+                std::string *reason) {
+  std::string v;
+  if (!AttrString(n, name, *choices.begin(), &v, reason)) return false;
+  int i = 0;
+  std::string listed;
+  for (const char *choice : choices) {
+    if (v == choice) {
+      *index = i;
+      return true;
+    }
+    listed += (i == 0 ? "" : i + 1 == static_cast<int>(choices.size()) ? " or " : ", ") + std::string(choice);
+    ++i;
   }
+  *reason = "attribute '" + std::string(name) + "' is '" + v + "'; expected " + listed;
+  return false;
+}
+
+bool ReadAutoPad(const Node &n, std::string *mode, std::string *reason) {
+  static constexpr const char *kModes[] = {"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"};
+  int i = 0;
+  if (!AttrChoice(n, "auto_pad", {kModes[0], kModes[1], kModes[2], kModes[3]}, &i, reason)) return false;
+  *mode = kModes[i];
   return true;
 }
 
@@ -187,6 +206,15 @@ bool AnyDtype(ElemType t, std::string *reason) {
     *reason = DtypeNotSupported(t);
     return false;
   }
+  return true;
+}
+
+bool InferSameFloat(InferCtx *c, std::string *reason) {
+  if (!IsFloatType(c->in[0]->dtype)) {
+    *reason = DtypeNotSupported(c->in[0]->dtype);
+    return false;
+  }
+  c->out[0] = *c->in[0];
   return true;
 }
 

@@ -2,6 +2,7 @@
 // Adding an op = one ops_*.cc file defining OpDefs and one Register* line in op_registry.cc.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -129,6 +130,9 @@ bool BuildConstantValue(const Node &node, std::shared_ptr<const ConstTensor> *va
 bool AttrInt(const Node &n, const char *name, int64_t def, int64_t *v, std::string *reason);
 bool AttrFloat(const Node &n, const char *name, float def, float *v, std::string *reason);
 bool AttrString(const Node &n, const char *name, const char *def, std::string *v, std::string *reason);
+// A string attribute that names one of `choices`: *index is its position (0, the first choice, when absent).
+bool AttrChoice(const Node &n, const char *name, std::initializer_list<const char *> choices, int *index,
+                std::string *reason);
 // The convolutions' and pools' auto_pad: NOTSET (the default), SAME_UPPER, SAME_LOWER or VALID.
 bool ReadAutoPad(const Node &n, std::string *mode, std::string *reason);
 bool AttrInts(const Node &n, const char *name, std::vector<int64_t> *v, bool *present, std::string *reason);
@@ -141,6 +145,8 @@ bool NormalizeAxis(int64_t axis, int64_t rank, bool allow_end, int64_t *out, std
 std::string DtypeNotSupported(ElemType t, const char *what = "input");
 // For ops that only move bytes: true for every dtype the twin can hold, else false + reason.
 bool AnyDtype(ElemType t, std::string *reason);
+// Infer step of a float-only op whose output is its input's shape and dtype.
+bool InferSameFloat(InferCtx *c, std::string *reason);
 
 // Plan-level fusion: Conv (float32, constant W/B) followed by a per-channel affine y = conv * scale[m] + shift[m]
 // (a folded inference BatchNormalization; nullptr = identity) and optionally Relu, as one kernel.

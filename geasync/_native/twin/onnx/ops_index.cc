@@ -148,15 +148,6 @@ std::unique_ptr<Kernel> PrepareArg(const KernelCtx &c, std::string *reason) {
 
 // ---- Hardmax: 1 at the first maximum along axis, else 0 (opset < 13: over the flattened [axis:] block) ----
 
-bool InferSameFloat(InferCtx *c, std::string *reason) {
-  if (!IsFloatType(c->in[0]->dtype)) {
-    *reason = DtypeNotSupported(c->in[0]->dtype);
-    return false;
-  }
-  c->out[0] = *c->in[0];
-  return true;
-}
-
 template <class S>
 class HardmaxKernel : public Kernel {
   using C = typename Num<S>::C;
@@ -315,22 +306,9 @@ std::unique_ptr<Kernel> PrepareGatherElements(const KernelCtx &c, std::string *r
 enum Reduction { kNone, kAdd, kMul, kMaxR, kMinR };
 
 bool ReadReduction(const Node &n, Reduction *r, std::string *reason) {
-  const Attribute *a = n.FindAttr("reduction");
-  *r = kNone;
-  if (!a) return true;
-  if (a->type != kAttrString) {
-    *reason = "attribute 'reduction' must be a string";
-    return false;
-  }
-  if (a->s == "none") *r = kNone;
-  else if (a->s == "add") *r = kAdd;
-  else if (a->s == "mul") *r = kMul;
-  else if (a->s == "max") *r = kMaxR;
-  else if (a->s == "min") *r = kMinR;
-  else {
-    *reason = "attribute 'reduction' must be none, add, mul, max or min, got '" + a->s + "'";
-    return false;
-  }
+  int i = 0;
+  if (!AttrChoice(n, "reduction", {"none", "add", "mul", "max", "min"}, &i, reason)) return false;
+  *r = static_cast<Reduction>(i);  // the enum lists the choices in this order
   return true;
 }
 

@@ -92,21 +92,9 @@ std::unique_ptr<Kernel> MakeGatherMap(ElemType t, const std::vector<int64_t> &in
 enum PadMode { kConstant, kReflect, kEdge, kWrap };
 
 bool ReadMode(const Node &n, PadMode *m, std::string *reason) {
-  const Attribute *a = n.FindAttr("mode");
-  *m = kConstant;
-  if (!a) return true;
-  if (a->type != kAttrString) {
-    *reason = "attribute 'mode' must be a string";
-    return false;
-  }
-  if (a->s == "constant") *m = kConstant;
-  else if (a->s == "reflect") *m = kReflect;
-  else if (a->s == "edge") *m = kEdge;
-  else if (a->s == "wrap") *m = kWrap;
-  else {
-    *reason = "attribute 'mode' must be constant, reflect, edge or wrap, got '" + a->s + "'";
-    return false;
-  }
+  int i = 0;
+  if (!AttrChoice(n, "mode", {"constant", "reflect", "edge", "wrap"}, &i, reason)) return false;
+  *m = static_cast<PadMode>(i);  // the enum lists the choices in this order
   return true;
 }
 

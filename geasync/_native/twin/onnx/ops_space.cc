@@ -100,15 +100,6 @@ std::unique_ptr<Kernel> PrepareSpace(const KernelCtx &c, std::string *reason) {
   return k;
 }
 
-bool InferSameFloat(InferCtx *c, std::string *reason) {
-  if (!IsFloatType(c->in[0]->dtype)) {
-    *reason = DtypeNotSupported(c->in[0]->dtype);
-    return false;
-  }
-  c->out[0] = *c->in[0];
-  return true;
-}
-
 // ---- LpNormalization: x / ||x||_p along axis (p = 1 or 2; a zero norm gives 0) ----
 
 template <class S>
