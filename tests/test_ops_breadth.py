@@ -59,6 +59,26 @@ def test_reductions_random(op, keepdims):
     _check(op, [x, np.array([1, -1], np.int64)], keepdims=keepdims)
 
 
+@pytest.mark.parametrize("op", ["ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum",
+                                "ReduceLogSumExp", "ReduceMax", "ReduceSum", "ReduceMean"])
+@pytest.mark.parametrize("shape,axes", [((7, 33), [0]), ((1030, 5), [0]), ((2, 9, 17), [1]), ((5, 3, 10), [0, 1]),
+                                        ((4, 6, 3, 8), [0, 2]), ((6, 1, 4), [0])])
+def test_reductions_over_leading_axes(op, shape, axes):
+    """Reduced axes above a kept contiguous one (column sums, several rows per pass): edge values in some columns."""
+    rng = np.random.default_rng(sum(shape) + len(op))
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    flat = x.reshape(-1, shape[-1])
+    flat[0, 0] = np.nan
+    flat[-1, 1 % shape[-1]] = np.inf
+    flat[1 % len(flat), 2 % shape[-1]], flat[-1, 2 % shape[-1]] = np.inf, -np.inf
+    flat[:, 3 % shape[-1]] = 1e-40  # denormal terms: not flushed
+    flat[0, 4 % shape[-1]] = 1e15
+    if op == "ReduceLogSum":
+        x = np.abs(x)
+    with np.errstate(all="ignore"):
+        _check(op, [x, np.array(axes, np.int64)], keepdims=int(len(axes) == 1))
+
+
 @pytest.mark.parametrize("op", ["ReduceMin", "ReduceMax", "ReduceSum", "ReduceL1", "ReduceSumSquare", "ReduceProd"])
 def test_reductions_int(op):
     x = RNG.integers(-5, 6, (4, 6)).astype(np.int32)
