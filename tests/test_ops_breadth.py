@@ -106,6 +106,40 @@ def test_reductions_empty(op):
     _check(op, [np.zeros((0, 3), np.float32), np.array([0], np.int64)])
 
 
+@pytest.mark.parametrize("bounds", [(-0.5, 2.0), (None, 1.0), (-1.0, None), (None, None), (3.0, -3.0), (-np.inf, 0.0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("n", [1, 7, 1000])
+def test_clip_bounds_and_edge_values(bounds, dtype, n):
+    """Clip in one min/max pass (vectorised for float32): NaN passes through, infinities and denormals are clipped
+    like any value, min > max gives max (the reference's order), absent bounds leave that side open."""
+    if dtype is np.int32:  # no infinities: the type's lowest value instead
+        bounds = tuple(b if b is None or np.isfinite(b) else np.iinfo(np.int32).min for b in bounds)
+    x = (RNG.standard_normal(n) * 3).astype(dtype)
+    if dtype is not np.int32:
+        x[: min(n, len(_EDGE))] = _EDGE[: min(n, len(_EDGE))].astype(dtype)
+    names, feeds = ["x0"], [x]
+    for i, b in enumerate(bounds):
+        if b is None:
+            names.append("")
+        else:
+            names.append(f"x{i + 1}")
+            feeds.append(np.array(b, dtype))
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("Clip", names, ["y0"])
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(nm, _TYPES[dtype], a.shape) for nm, a in zip(
+            [nm for nm in names if nm], feeds, strict=True)],
+        [helper.make_tensor_value_info("y0", _TYPES[dtype], x.shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    expected = ReferenceEvaluator(model).run(None, dict(zip([nm for nm in names if nm], feeds, strict=True)))[0]
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        got = s.run_graph(1, feeds)[0].numpy()
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+
+
 @pytest.mark.parametrize("op", ["GreaterOrEqual", "LessOrEqual"])
 def test_compare_with_nan_and_broadcast(op):
     a = np.concatenate([_EDGE, RNG.standard_normal(2).astype(np.float32)]).reshape(3, 4)
