@@ -59,6 +59,26 @@ def test_reductions_random(op, keepdims):
     _check(op, [x, np.array([1, -1], np.int64)], keepdims=keepdims)
 
 
+@pytest.mark.parametrize("op", ["ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum",
+                                "ReduceLogSumExp", "ReduceMax", "ReduceSum", "ReduceMean"])
+@pytest.mark.parametrize("shape,axes", [((7, 33), [0]), ((1030, 5), [0]), ((2, 9, 17), [1]), ((5, 3, 10), [0, 1]),
+                                        ((4, 6, 3, 8), [0, 2]), ((6, 1, 4), [0])])
+def test_reductions_over_leading_axes(op, shape, axes):
+    """Reduced axes above a kept contiguous one (column sums, several rows per pass): edge values in some columns."""
+    rng = np.random.default_rng(sum(shape) + len(op))
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    flat = x.reshape(-1, shape[-1])
+    flat[0, 0] = np.nan
+    flat[-1, 1 % shape[-1]] = np.inf
+    flat[1 % len(flat), 2 % shape[-1]], flat[-1, 2 % shape[-1]] = np.inf, -np.inf
+    flat[:, 3 % shape[-1]] = 1e-40  # denormal terms: not flushed
+    flat[0, 4 % shape[-1]] = 1e15
+    if op == "ReduceLogSum":
+        x = np.abs(x)
+    with np.errstate(all="ignore"):
+        _check(op, [x, np.array(axes, np.int64)], keepdims=int(len(axes) == 1))
+
+
 @pytest.mark.parametrize("op", ["ReduceMin", "ReduceMax", "ReduceSum", "ReduceL1", "ReduceSumSquare", "ReduceProd"])
 def test_reductions_int(op):
     x = RNG.integers(-5, 6, (4, 6)).astype(np.int32)
@@ -84,6 +104,40 @@ def test_reduce_logsumexp_large_magnitudes_stay_finite():
 @pytest.mark.parametrize("op", ["ReduceSum", "ReduceProd", "ReduceMin", "ReduceL2", "ReduceLogSumExp"])
 def test_reductions_empty(op):
     _check(op, [np.zeros((0, 3), np.float32), np.array([0], np.int64)])
+
+
+@pytest.mark.parametrize("bounds", [(-0.5, 2.0), (None, 1.0), (-1.0, None), (None, None), (3.0, -3.0), (-np.inf, 0.0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("n", [1, 7, 1000])
+def test_clip_bounds_and_edge_values(bounds, dtype, n):
+    """Clip in one min/max pass (vectorised for float32): NaN passes through, infinities and denormals are clipped
+    like any value, min > max gives max (the reference's order), absent bounds leave that side open."""
+    if dtype is np.int32:  # no infinities: the type's lowest value instead
+        bounds = tuple(b if b is None or np.isfinite(b) else np.iinfo(np.int32).min for b in bounds)
+    x = (RNG.standard_normal(n) * 3).astype(dtype)
+    if dtype is not np.int32:
+        x[: min(n, len(_EDGE))] = _EDGE[: min(n, len(_EDGE))].astype(dtype)
+    names, feeds = ["x0"], [x]
+    for i, b in enumerate(bounds):
+        if b is None:
+            names.append("")
+        else:
+            names.append(f"x{i + 1}")
+            feeds.append(np.array(b, dtype))
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("Clip", names, ["y0"])
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(nm, _TYPES[dtype], a.shape) for nm, a in zip(
+            [nm for nm in names if nm], feeds, strict=True)],
+        [helper.make_tensor_value_info("y0", _TYPES[dtype], x.shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    expected = ReferenceEvaluator(model).run(None, dict(zip([nm for nm in names if nm], feeds, strict=True)))[0]
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        got = s.run_graph(1, feeds)[0].numpy()
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
 
 
 @pytest.mark.parametrize("op", ["GreaterOrEqual", "LessOrEqual"])

@@ -299,6 +299,8 @@ def test_fallback_instruction_sets_pass_the_same_checks(isa):
     ((1, 16, 10, 33), 8, 2, [0, 0, 0, 0], True),
     ((1, 4, 5, 5), 3, 1, [2, 2, 2, 2], True),
     ((1, 32, 6, 11), 5, 1, [1, 1, 1, 1], False),  # C x 3 x 3 = 288: still the direct kernel on AVX2
+    ((1, 64, 5, 21), 6, 1, [1, 1, 1, 1], True),  # 576: the direct kernel's largest K on AVX2; 21 = 16 + 5 columns
+    ((1, 72, 4, 9), 3, 1, [1, 1, 1, 1], False),  # 648: im2col + BLAS on AVX2
 ])
 def test_direct_conv_matches_reference(shape, m, group, pads, relu):
     rng = np.random.default_rng(sum(shape) + m)

@@ -7,6 +7,7 @@
 #include <limits>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 
 #ifdef GEASYNC_HAVE_OPENBLAS
 #include <cblas.h>
@@ -141,6 +142,9 @@ void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
       else if (beta != T(1)) for (int64_t j = 0; j < N; ++j) c[j] *= beta;
     }
     return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (SmallGemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
   }
 #ifdef GEASYNC_HAVE_OPENBLAS
   if (FitsBlas(M) && FitsBlas(N) && FitsBlas(K) && FitsBlas(lda) && FitsBlas(ldb) && FitsBlas(ldc) &&

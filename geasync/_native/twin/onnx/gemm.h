@@ -20,6 +20,14 @@ template <class T>
 void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t lda, const T *B,
           int64_t ldb, T beta, T *C, int64_t ldc);
 
+// Rows of op(A) up to which float32 GEMMs run on the twin's own vector kernels (gemm_small.cc) instead of BLAS.
+constexpr int64_t kSmallGemmMaxRows = 4;
+
+// C = alpha * op(A) * op(B) + beta * C for M <= kSmallGemmMaxRows on AVX2 / AVX-512 (M, N, K > 0; beta 0 ignores C);
+// false (C untouched) where it does not apply: more rows, both operands transposed, or no vector unit.
+bool SmallGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+               const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
 // Threads OpenBLAS may use per call: $GEASYNC_BLAS_THREADS (clamped to [1, cores]), default 1, fixed on first use.
 // The twin runs one model thread per loaded graph, so 1 never oversubscribes the machine.
 int BlasThreads();

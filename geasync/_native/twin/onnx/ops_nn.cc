@@ -224,13 +224,11 @@ __attribute__((target("avx512f"))) void DirectConvAvx512(const DirectConvArgs &a
   }
 }
 
-// The same direct convolution with AVX2+FMA: each 16-wide position runs as two 8-wide halves, each half with the
-// block's kConvMB channels in 8 accumulators (plus an input and a broadcast register: no spills).
-// AVX2's 8-wide kernel re-reads the input once per channel block: measured against im2col + OpenBLAS on a 2-core
-// EPYC (AVX2) it wins at K = cg * kh * kw = 144 and 288 (16 and 32 channels, 3x3: 1.4-2x faster) and loses at
-// K = 576 (64 channels: ~1.3x slower), so it takes K <= 320 only.
+// The same direct convolution with AVX2+FMA (register block below). Measured against im2col + OpenBLAS on a 2-core
+// EPYC (AVX2): 1.4-2x faster at K = cg * kh * kw = 144 and 288 (16 and 32 channels, 3x3), ~1.05-1.15x faster at
+// K = 432 and 576 (48 and 64 channels, 3x3, 56x56 to 128x128 images); it takes K <= 640, larger K stays with BLAS.
 bool DirectConvPays(vmath::Isa isa, int64_t k) {
-  return isa == vmath::Isa::kAvx512 || (isa == vmath::Isa::kAvx2 && k <= 320);
+  return isa == vmath::Isa::kAvx512 || (isa == vmath::Isa::kAvx2 && k <= 640);
 }
 
 __attribute__((target("avx2,fma"), always_inline)) inline void StoreConvHalf(float *dst, __m256 v, int64_t valid,
@@ -245,36 +243,65 @@ __attribute__((target("avx2,fma"), always_inline)) inline void StoreConvHalf(flo
   std::memcpy(dst, tmp, static_cast<size_t>(valid) * sizeof(float));
 }
 
-__attribute__((target("avx2,fma"))) void DirectConvAvx2(const DirectConvArgs &a) {
-  const int64_t nch = (a.ow + 7) / 8;  // 8-wide halves; rows are padded for 16-wide chunks, so loads stay inside
-  const int64_t P = a.oh * nch, K = a.cg * a.kh * a.kw, plane = a.ph * a.pw, out_sp = a.oh * a.ow;
+// Register block: 4 output channels x one 16-wide chunk as two 8-wide halves (8 accumulators, 2 input vectors, a
+// broadcast): 2 input loads + 4 weight broadcasts per 8 FMAs (8 channels x one half needed 9 loads per 8 FMAs,
+// load-bound); the weight block's 8 channels are taken 4 at a time.
+constexpr int64_t kConvSubMB = 4;
+
+// kKw > 0: the kernel width as a constant (3x3 kernels: the innermost loop unrolled), else a.kw.
+template <int kKw>
+__attribute__((target("avx2,fma"))) void DirectConvAvx2Impl(const DirectConvArgs &a) {
+  const int64_t kw = kKw > 0 ? kKw : a.kw;
+  const int64_t nch = (a.ow + 15) / 16;  // 16-wide chunks: rows are padded for them, so loads stay inside
+  const int64_t K = a.cg * a.kh * kw, plane = a.ph * a.pw, out_sp = a.oh * a.ow;
   const int64_t nmb = (a.mg + kConvMB - 1) / kConvMB;
+  // One output row at a time through every channel block: the input rows it reads (cg x kh rows) stay in cache
+  // while all the weights pass; channel blocks outermost re-read the whole input per block (3x slower at 64
+  // channels on 128x128, where the input is past L2).
+  for (int64_t r = 0; r < a.oh; ++r)
   for (int64_t mb = 0; mb < nmb; ++mb) {
-    const int64_t mcount = std::min<int64_t>(kConvMB, a.mg - mb * kConvMB);
-    for (int64_t p = 0; p < P; ++p) {
-      const int64_t r = p / nch, c0 = (p % nch) * 8;
-      const float *base = a.xp + r * a.pw + c0;
-      __m256 acc[kConvMB];
-#pragma GCC unroll 8
-      for (int m = 0; m < kConvMB; ++m) acc[m] = _mm256_set1_ps(a.bias[mb * kConvMB + m]);
-      const float *w = a.wpack + mb * K * kConvMB;
-      for (int64_t c = 0; c < a.cg; ++c) {
-        for (int64_t i = 0; i < a.kh; ++i) {
-          const float *row = base + c * plane + i * a.pw;
-          for (int64_t j = 0; j < a.kw; ++j, w += kConvMB) {
-            const __m256 x = _mm256_loadu_ps(row + j);
-#pragma GCC unroll 8
-            for (int m = 0; m < kConvMB; ++m) acc[m] = _mm256_fmadd_ps(_mm256_broadcast_ss(w + m), x, acc[m]);
+    for (int64_t sub = 0; sub < kConvMB; sub += kConvSubMB) {
+      const int64_t m0 = mb * kConvMB + sub, mcount = std::min<int64_t>(kConvSubMB, a.mg - m0);
+      if (mcount <= 0) break;
+      for (int64_t q = 0; q < nch; ++q) {
+        const int64_t c0 = q * 16;
+        const float *base = a.xp + r * a.pw + c0;
+        __m256 lo[kConvSubMB], hi[kConvSubMB];
+#pragma GCC unroll 4
+        for (int m = 0; m < kConvSubMB; ++m) lo[m] = hi[m] = _mm256_set1_ps(a.bias[m0 + m]);
+        const float *w = a.wpack + mb * K * kConvMB + sub;
+        for (int64_t c = 0; c < a.cg; ++c) {
+          for (int64_t i = 0; i < a.kh; ++i) {
+            const float *row = base + c * plane + i * a.pw;
+#pragma GCC unroll 4
+            for (int64_t j = 0; j < kw; ++j, w += kConvMB) {
+              const __m256 x0 = _mm256_loadu_ps(row + j), x1 = _mm256_loadu_ps(row + j + 8);
+#pragma GCC unroll 4
+              for (int m = 0; m < kConvSubMB; ++m) {
+                const __m256 wm = _mm256_broadcast_ss(w + m);
+                lo[m] = _mm256_fmadd_ps(wm, x0, lo[m]);
+                hi[m] = _mm256_fmadd_ps(wm, x1, hi[m]);
+              }
+            }
           }
         }
+        float *yb = a.y + m0 * out_sp + r * a.ow + c0;
+        const int64_t valid = a.ow - c0;
+        // constant indices only: a run-time lo[m] would keep the accumulators in memory through the FMA loop
+#pragma GCC unroll 4
+        for (int m = 0; m < kConvSubMB; ++m) {
+          if (m >= mcount) continue;
+          StoreConvHalf(yb + m * out_sp, lo[m], valid, a.relu);
+          if (valid > 8) StoreConvHalf(yb + m * out_sp + 8, hi[m], valid - 8, a.relu);
+        }
       }
-      float *yb = a.y + mb * kConvMB * out_sp + r * a.ow + c0;
-      // constant indices only: a run-time acc[m] would keep the accumulators in memory through the FMA loop
-#pragma GCC unroll 8
-      for (int m = 0; m < kConvMB; ++m)
-        if (m < mcount) StoreConvHalf(yb + m * out_sp, acc[m], a.ow - c0, a.relu);
     }
   }
+}
+
+__attribute__((target("avx2,fma"))) void DirectConvAvx2(const DirectConvArgs &a) {
+  if (a.kw == 3) DirectConvAvx2Impl<3>(a);
+  else DirectConvAvx2Impl<0>(a);
 }
 #endif
 
