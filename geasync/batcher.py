@@ -163,6 +163,7 @@ class Batcher:
         self.max_concurrent_batches = max_concurrent_batches
         self.timeout = timeout
         self._queue: collections.deque[_Request] = collections.deque()
+        self._mixed = False  # requests of several signatures may be queued
         self._queued_rows = 0
         self._in_flight = 0  # batches (incl. a request running alone)
         self._closed = False
@@ -328,7 +329,10 @@ class Batcher:
             return await self._run_alone(arrays, rows)
         waiter = self._new_waiter()
         request = _Request(arrays, rows, key, waiter)
-        self._queue.append(request)
+        queue = self._queue
+        if queue and key is not queue[0].key:
+            self._mixed = True  # batches are taken one by one from the queue, not the whole queue at once
+        queue.append(request)
         self._queued_rows += rows
         in_flight, limit = self._in_flight, self.max_concurrent_batches
         if in_flight < limit or self._queued_rows >= self.max_batch_size or \
@@ -400,8 +404,14 @@ class Batcher:
     def _take_batch(self) -> list[_Request]:
         queue = self._queue
         limit = self.max_batch_size
+        if not self._mixed and self._queued_rows <= limit:  # one signature, and it all fits: take the queue
+            batch = list(queue)
+            queue.clear()
+            self._queued_rows = 0
+            self._delay_hist.observe_since(now(), [r.enqueued for r in batch])
+            return batch
         key = queue[0].key
-        batch: list[_Request] = []
+        batch = []
         rows = 0
         kept: list[_Request] = []
         while queue and rows < limit:
@@ -415,6 +425,8 @@ class Batcher:
                     break  # the next one of this key does not fit: it leads the next batch
         if kept:
             queue.extendleft(reversed(kept))
+        if not queue:
+            self._mixed = False
         self._queued_rows -= rows
         self._delay_hist.observe_since(now(), [r.enqueued for r in batch])
         return batch
