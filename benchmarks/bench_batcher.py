@@ -136,7 +136,7 @@ async def measure_instances(seconds: float, rounds: int) -> dict:
     return best
 
 
-def report(loop: str, b: dict, inst: dict) -> list[str]:
+def report(loop: str, b: dict, inst: dict, load: tuple[float, float]) -> list[str]:
     u, bt = b["best"]["unbatched"], b["best"]["batcher"]
     speedup = bt["rps"] / u["rps"]
     bound = MAX_DELAY + 2 * b["full_batch"]
@@ -158,6 +158,7 @@ def report(loop: str, b: dict, inst: dict) -> list[str]:
         f"{'met' if single <= 1.10 else 'NOT met'})",
         f"- {loop}: heavy MLP (784-8192-10), 16 clients: 1 instance {inst[1]:,.0f} runs/s, 2 instances "
         f"{inst[2]:,.0f} runs/s ({inst[2] / inst[1]:.2f}x)",
+        f"- {loop}: load average {load[0]:.1f} before these measurements, {load[1]:.1f} after",
         "",
     ]
 
@@ -182,12 +183,13 @@ def main() -> None:
     notes: list[str] = []
     for name, factory in loops:
         loop = factory()
+        load_before = os.getloadavg()[0]
         try:
             b = loop.run_until_complete(measure_batching(args.seconds, args.rounds))
             inst = loop.run_until_complete(measure_instances(args.seconds, args.rounds))
         finally:
             loop.close()
-        rows = report(name, b, inst)
+        rows = report(name, b, inst, (load_before, os.getloadavg()[0]))
         split = rows.index("")
         lines += rows[:split]
         notes += rows[split + 1:]

@@ -638,16 +638,24 @@ def _row_tensors(batch: list[_Request], a: NDArray[Any], total: int) -> list[Ten
     if total == len(batch):
         views: Any = a[:total].reshape((total, 1) + tail)
         shapes: Any = itertools.repeat((1, *tail))
+        sizes: Any = itertools.repeat(row)
     else:
         starts = itertools.accumulate([r.rows for r in batch], initial=0)
         views = [a[start:start + r.rows] for start, r in zip(starts, batch, strict=False)]  # starts: one more
         shapes = [(r.rows, *tail) for r in batch]
+        sizes = [r.rows * row for r in batch]
     new = object.__new__
     tensors = []
-    for view, shape in zip(views, shapes, strict=False):  # shapes may repeat forever
-        t = new(Tensor)
-        t._array, t._owner, t._output, t._address = view, None, False, 0
-        t._nbytes, t._shape, t._dtype, t._placement = shape[0] * row, shape, dtype, "host"
+    for view, shape, nbytes in zip(views, shapes, sizes, strict=False):  # shapes, sizes may repeat forever
+        t = new(Tensor)  # one store per slot: cheaper than tuple assignments
+        t._array = view
+        t._owner = None
+        t._output = False
+        t._address = 0
+        t._nbytes = nbytes
+        t._shape = shape
+        t._dtype = dtype
+        t._placement = "host"
         tensors.append(t)
     return tensors
 
