@@ -156,6 +156,7 @@ class Batcher:
         self._last_dtype: Any = None
         self._last_tail: Any = None
         self._last_key: _Key = ()
+        self._last_shape: Any = None  # and its whole shape (a valid request's)
         self.session = session
         self.max_batch_size = max_batch_size
         self.max_delay = float(max_delay)
@@ -184,12 +185,13 @@ class Batcher:
         (>= 1) on ``batch_axis``; a request that does not fit the graph's declared inputs is refused with InputError
         before it joins a batch. Arguments are checked when it is called (as ``run_graph_async`` does). ``timeout``
         (seconds; default: the batcher's) raises TimeoutError; the request's rows are dropped from its batch."""
-        a = inputs[0] if type(inputs) is list and len(inputs) == 1 else None
+        a: Any = inputs[0] if type(inputs) is list and len(inputs) == 1 else None
         # the common request: one array of the last signature seen (its key object is reused, so batching compares
-        # keys by identity)
-        if type(a) is np.ndarray and a.dtype is self._last_dtype and a.shape[1:] == self._last_tail and \
-                0 < a.shape[0] <= self.max_batch_size and not self._closed:
-            arrays, rows, key = [a], a.shape[0], self._last_key
+        # keys by identity), most often of the last shape too
+        shape = a.shape if type(a) is np.ndarray and a.dtype is self._last_dtype and not self._closed else None
+        if shape is not None and (shape == self._last_shape or
+                                  (shape[1:] == self._last_tail and 0 < shape[0] <= self.max_batch_size)):
+            arrays, rows, key = [a], shape[0], self._last_key
         else:
             arrays, rows, key = self._check(inputs)
         loop = running_loop()
@@ -273,6 +275,7 @@ class Batcher:
             key = known
         if len(arrays) == 1 and axis == 0:
             self._last_dtype, self._last_tail, self._last_key = key[0][0], key[0][1], key
+            self._last_shape = arrays[0].shape
         return arrays, rows, key
 
     def _check_declared(self, arrays: _Arrays) -> None:
@@ -360,7 +363,9 @@ class Batcher:
         self._running += 1
         self._batches += 1
         self._sizes_hist.observe(rows)
-        self._delay_hist.observe(0.0)
+        delays = self._delay_hist
+        delays.counts[0] += 1  # no queueing delay (what observe(0.0) counts, without its search)
+        delays.count += 1
         try:
             if self._sizes is None or rows in self._size_set:
                 outputs = await self._runner(arrays)  # no padding needed: the caller's own arrays and outputs
