@@ -17,7 +17,9 @@ the policy (Little's law); the p99 target allows max_delay + 2 runs of a full ba
 hold all the waiting requests: one runs while the other's clients get their answers and send their next requests.
 With batches of 64 a request waits behind four of them and the target is out of reach by construction (about 4.1 ms
 against 2 + 2 x 0.8 ms at 62k req/s). Also printed:
-the batcher's loop-thread CPU per request (the Python work a request costs; steadier than rates on a busy machine).
+the batcher's loop-thread CPU per request (the Python work a request costs; steadier than rates on a busy machine),
+the batcher / unbatched ratio of each round (the two measured seconds apart, under about the same load: the best of
+each side can come from rounds under different loads), and the load average around each loop's measurements.
 """
 
 from __future__ import annotations
