@@ -17,7 +17,9 @@ the policy (Little's law); the p99 target allows max_delay + 2 runs of a full ba
 hold all the waiting requests: one runs while the other's clients get their answers and send their next requests.
 With batches of 64 a request waits behind four of them and the target is out of reach by construction (about 4.1 ms
 against 2 + 2 x 0.8 ms at 62k req/s). Also printed:
-the batcher's loop-thread CPU per request (the Python work a request costs; steadier than rates on a busy machine).
+the batcher's loop-thread CPU per request (the Python work a request costs; steadier than rates on a busy machine),
+the batcher / unbatched ratio of each round (the two measured seconds apart, under about the same load: the best of
+each side can come from rounds under different loads), and the load average around each loop's measurements.
 """
 
 from __future__ import annotations
@@ -101,13 +103,17 @@ async def measure_batching(seconds: float, rounds: int) -> dict:
         await closed_loop(batcher.run, 16, 0.2, x)
         before = batcher.statistics().batch_size
         best: dict = {}
+        ratios = []  # batcher / unbatched within each round: seconds apart, under about the same machine load
         for _ in range(rounds):
+            rates = {}
             for name, call in (("unbatched", unbatched), ("batcher", batcher.run)):
                 cpu = time.thread_time()
                 r = await closed_loop(call, CLIENTS, seconds, x)
                 r["cpu"] = (time.thread_time() - cpu) / max(r["n"], 1)
+                rates[name] = r["rps"]
                 if name not in best or r["rps"] > best[name]["rps"]:
                     best[name] = r
+            ratios.append(rates["batcher"] / rates["unbatched"])
         after = batcher.statistics().batch_size
         mean_batch = (after.sum - before.sum) / max(after.count - before.count, 1)  # at CLIENTS clients
         single = {"unbatched": [], "batcher": []}
@@ -118,7 +124,7 @@ async def measure_batching(seconds: float, rounds: int) -> dict:
         full_batch = await batch_run_time(s, 3, MAX_BATCH)
         await batcher.aclose()
     return {"best": best, "single": {k: min(v) for k, v in single.items()}, "full_batch": full_batch,
-            "mean_batch": mean_batch}
+            "mean_batch": mean_batch, "ratios": ratios}
 
 
 async def measure_instances(seconds: float, rounds: int) -> dict:
@@ -136,7 +142,7 @@ async def measure_instances(seconds: float, rounds: int) -> dict:
     return best
 
 
-def report(loop: str, b: dict, inst: dict) -> list[str]:
+def report(loop: str, b: dict, inst: dict, load: tuple[float, float]) -> list[str]:
     u, bt = b["best"]["unbatched"], b["best"]["batcher"]
     speedup = bt["rps"] / u["rps"]
     bound = MAX_DELAY + 2 * b["full_batch"]
@@ -151,13 +157,15 @@ def report(loop: str, b: dict, inst: dict) -> list[str]:
         f"| {loop} | 1 | Batcher | | {b['single']['batcher'] * 1e6:.0f} us | | |",
         "",
         f"- {loop}: batcher / unbatched at {CLIENTS} clients: {speedup:.2f}x (target >= 8x: "
-        f"{'met' if speedup >= 8 else 'NOT met'}); mean batch at {CLIENTS} clients {b['mean_batch']:.1f} rows",
+        f"{'met' if speedup >= 8 else 'NOT met'}); mean batch at {CLIENTS} clients {b['mean_batch']:.1f} rows; "
+        f"round by round {', '.join(f'{r:.2f}x' for r in b['ratios'])}",
         f"- {loop}: batcher p99 {ms(bt['p99'])} vs max_delay + 2 full-batch runs ({ms(b['full_batch'])} each) = "
         f"{ms(bound)} ({'met' if bt['p99'] <= bound else 'NOT met'})",
         f"- {loop}: at 1 client, batcher p50 / unbatched p50 = {single:.2f} (target <= 1.10: "
         f"{'met' if single <= 1.10 else 'NOT met'})",
         f"- {loop}: heavy MLP (784-8192-10), 16 clients: 1 instance {inst[1]:,.0f} runs/s, 2 instances "
         f"{inst[2]:,.0f} runs/s ({inst[2] / inst[1]:.2f}x)",
+        f"- {loop}: load average {load[0]:.1f} before these measurements, {load[1]:.1f} after",
         "",
     ]
 
@@ -182,12 +190,13 @@ def main() -> None:
     notes: list[str] = []
     for name, factory in loops:
         loop = factory()
+        load_before = os.getloadavg()[0]
         try:
             b = loop.run_until_complete(measure_batching(args.seconds, args.rounds))
             inst = loop.run_until_complete(measure_instances(args.seconds, args.rounds))
         finally:
             loop.close()
-        rows = report(name, b, inst)
+        rows = report(name, b, inst, (load_before, os.getloadavg()[0]))
         split = rows.index("")
         lines += rows[:split]
         notes += rows[split + 1:]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import itertools
 import math
 from dataclasses import asdict, dataclass
 from typing import Any, Awaitable, Callable, Coroutine, Literal, Mapping, Optional, Sequence, Union
@@ -155,6 +156,7 @@ class Batcher:
         self._last_dtype: Any = None
         self._last_tail: Any = None
         self._last_key: _Key = ()
+        self._last_shape: Any = None  # and its whole shape (a valid request's)
         self.session = session
         self.max_batch_size = max_batch_size
         self.max_delay = float(max_delay)
@@ -162,6 +164,7 @@ class Batcher:
         self.max_concurrent_batches = max_concurrent_batches
         self.timeout = timeout
         self._queue: collections.deque[_Request] = collections.deque()
+        self._mixed = False  # requests of several signatures may be queued
         self._queued_rows = 0
         self._in_flight = 0  # batches (incl. a request running alone)
         self._closed = False
@@ -182,9 +185,17 @@ class Batcher:
         (>= 1) on ``batch_axis``; a request that does not fit the graph's declared inputs is refused with InputError
         before it joins a batch. Arguments are checked when it is called (as ``run_graph_async`` does). ``timeout``
         (seconds; default: the batcher's) raises TimeoutError; the request's rows are dropped from its batch."""
-        arrays, rows, key = self._check(inputs)
+        a: Any = inputs[0] if type(inputs) is list and len(inputs) == 1 else None
+        # the common request: one array of the last signature seen (its key object is reused, so batching compares
+        # keys by identity), most often of the last shape too
+        shape = a.shape if type(a) is np.ndarray and a.dtype is self._last_dtype and not self._closed else None
+        if shape is not None and (shape == self._last_shape or
+                                  (shape[1:] == self._last_tail and 0 < shape[0] <= self.max_batch_size)):
+            arrays, rows, key = [a], shape[0], self._last_key
+        else:
+            arrays, rows, key = self._check(inputs)
         loop = running_loop()
-        if loop is None or loop is not self._loop:
+        if loop is None or loop is not self._loop:  # (trio has no asyncio loop: checked by _bind)
             self._bind()
         if timeout is None:
             timeout = self.timeout
@@ -220,17 +231,6 @@ class Batcher:
 
     # --- requests ---
     def _check(self, inputs: Any) -> tuple[_Arrays, int, _Key]:
-        if type(inputs) is list and len(inputs) == 1 and not self._closed:
-            a = inputs[0]
-            # the common request: one array of the last signature seen (its key object is reused, so batching
-            # compares keys by identity)
-            if type(a) is np.ndarray and a.dtype is self._last_dtype and a.shape[1:] == self._last_tail:
-                rows = a.shape[0]
-                if 0 < rows <= self.max_batch_size:
-                    return [a], rows, self._last_key
-        return self._check_slow(inputs)
-
-    def _check_slow(self, inputs: Any) -> tuple[_Arrays, int, _Key]:
         if type(inputs) is not list:
             if isinstance(inputs, Mapping):
                 inputs = self.session.input_list(self._graph_id, inputs)
@@ -275,6 +275,7 @@ class Batcher:
             key = known
         if len(arrays) == 1 and axis == 0:
             self._last_dtype, self._last_tail, self._last_key = key[0][0], key[0][1], key
+            self._last_shape = arrays[0].shape
         return arrays, rows, key
 
     def _check_declared(self, arrays: _Arrays) -> None:
@@ -331,7 +332,10 @@ class Batcher:
             return await self._run_alone(arrays, rows)
         waiter = self._new_waiter()
         request = _Request(arrays, rows, key, waiter)
-        self._queue.append(request)
+        queue = self._queue
+        if queue and key is not queue[0].key:
+            self._mixed = True  # batches are taken one by one from the queue, not the whole queue at once
+        queue.append(request)
         self._queued_rows += rows
         in_flight, limit = self._in_flight, self.max_concurrent_batches
         if in_flight < limit or self._queued_rows >= self.max_batch_size or \
@@ -359,7 +363,9 @@ class Batcher:
         self._running += 1
         self._batches += 1
         self._sizes_hist.observe(rows)
-        self._delay_hist.observe(0.0)
+        delays = self._delay_hist
+        delays.counts[0] += 1  # no queueing delay (what observe(0.0) counts, without its search)
+        delays.count += 1
         try:
             if self._sizes is None or rows in self._size_set:
                 outputs = await self._runner(arrays)  # no padding needed: the caller's own arrays and outputs
@@ -403,8 +409,14 @@ class Batcher:
     def _take_batch(self) -> list[_Request]:
         queue = self._queue
         limit = self.max_batch_size
+        if not self._mixed and self._queued_rows <= limit:  # one signature, and it all fits: take the queue
+            batch = list(queue)
+            queue.clear()
+            self._queued_rows = 0
+            self._delay_hist.observe_since(now(), [r.enqueued for r in batch])
+            return batch
         key = queue[0].key
-        batch: list[_Request] = []
+        batch = []
         rows = 0
         kept: list[_Request] = []
         while queue and rows < limit:
@@ -418,6 +430,8 @@ class Batcher:
                     break  # the next one of this key does not fit: it leads the next batch
         if kept:
             queue.extendleft(reversed(kept))
+        if not queue:
+            self._mixed = False
         self._queued_rows -= rows
         self._delay_hist.observe_since(now(), [r.enqueued for r in batch])
         return batch
@@ -542,30 +556,28 @@ class Batcher:
                 shape = list(parts[0].shape)
                 shape[axis] = padded - total
                 parts.append(np.zeros(shape, parts[0].dtype))
-            inputs.append(np.concatenate(parts, axis=axis))
+            inputs.append(_join(parts, axis, padded))
         return inputs, total
 
     def _deliver_rows(self, batch: list[_Request], outputs: list[Tensor], total: int) -> bool:
         """The common case in one pass: batch axis 0, every output batched, several requests. Each request still
-        waiting gets views of its rows (rows of a C-contiguous array are C-contiguous: wrapped without checks)."""
+        waiting gets views of its rows."""
         if self.batch_axis != 0 or len(batch) < 2:
             return False
         arrays = [o.numpy() for o in outputs]
         if any(a.ndim == 0 or a.shape[0] < total for a in arrays):
             return False
-        specs = [(a, a.dtype, a.shape[1:], a.nbytes // a.shape[0]) for a in arrays]
-        make = Tensor._make
-        start = delivered = 0
-        for request in batch:
-            n = request.rows
+        per_output = [_row_tensors(batch, a, total) for a in arrays]
+        results: Any = map(list, zip(*per_output, strict=True))
+        if len(per_output) == 1:
+            results = ([t] for t in per_output[0])
+        delivered = 0
+        for request, result in zip(batch, results, strict=True):
             # a waiter already done was cancelled: its task has yet to run, and will count it cancelled
             if request.state == _RUNNING and not request.waiter.done():
-                request.waiter.set_result([make(array=a[start:start + n], owner=None, address=0, nbytes=n * row,
-                                                 shape=(n, *tail), dtype=dtype, placement="host")
-                                           for a, dtype, tail, row in specs])
+                request.waiter.set_result(result)
                 request.state = _DELIVERED
                 delivered += 1
-            start += n
         self._running -= delivered
         self._completed += delivered
         return True
@@ -605,6 +617,52 @@ class Batcher:
             if request.state == _RUNNING and not request.waiter.done():
                 request.waiter.set_exception(exc)
                 self._finish(request, "failed")
+
+
+def _join(parts: _Arrays, axis: int, rows: int) -> NDArray[Any]:
+    """``np.concatenate(parts, axis)``; along axis 0 of C-contiguous parts, as one join of their bytes (about 3x
+    faster for many small parts: numpy's per-part overhead is what a batch of single rows pays)."""
+    first = parts[0]
+    if axis == 0:
+        buffers: list[Any] = parts  # numpy arrays are buffers (numpy's stubs do not say so)
+        try:
+            joined = bytearray().join(buffers)  # buffers: refused (BufferError/ValueError) unless C-contiguous
+        except (BufferError, ValueError, TypeError):
+            pass
+        else:
+            return np.frombuffer(joined, first.dtype).reshape((rows, *first.shape[1:]))
+    return np.concatenate(parts, axis=axis)
+
+
+def _row_tensors(batch: list[_Request], a: NDArray[Any], total: int) -> list[Tensor]:
+    """Host Tensors over each request's rows of ``a`` (batch axis 0). Rows of a C-contiguous array are C-contiguous
+    views, so they are wrapped without Tensor.from_numpy's checks; one row per request (the common case) takes the
+    views by iterating the array, cheaper than slicing it per request."""
+    tail, dtype = a.shape[1:], a.dtype
+    row = a.nbytes // a.shape[0]
+    if total == len(batch):
+        views: Any = a[:total].reshape((total, 1) + tail)
+        shapes: Any = itertools.repeat((1, *tail))
+        sizes: Any = itertools.repeat(row)
+    else:
+        starts = itertools.accumulate([r.rows for r in batch], initial=0)
+        views = [a[start:start + r.rows] for start, r in zip(starts, batch, strict=False)]  # starts: one more
+        shapes = [(r.rows, *tail) for r in batch]
+        sizes = [r.rows * row for r in batch]
+    new = object.__new__
+    tensors = []
+    for view, shape, nbytes in zip(views, shapes, sizes, strict=False):  # shapes, sizes may repeat forever
+        t = new(Tensor)  # one store per slot: cheaper than tuple assignments
+        t._array = view
+        t._owner = None
+        t._output = False
+        t._address = 0
+        t._nbytes = nbytes
+        t._shape = shape
+        t._dtype = dtype
+        t._placement = "host"
+        tensors.append(t)
+    return tensors
 
 
 def _declared_inputs(session: Session, graph_id: int, axis: int,

@@ -89,6 +89,35 @@ async def test_requests_of_other_dims_form_their_own_batches(anyio_backend):
         assert_adds_up(st)
 
 
+async def test_strided_requests_and_several_outputs(anyio_backend):
+    """Requests given as C-contiguous, Fortran-ordered or strided arrays, to a graph with two batched outputs and
+    two inputs: each request gets its own rows of both outputs, whatever its inputs' memory layout."""
+    model = make_model([helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Neg", ["a"], ["n"])],
+                       [("a", 1, ["N", 6]), ("b", 1, ["N", 6])], [("s", 1, ["N", 6]), ("n", 1, ["N", 6])])
+    rng = np.random.default_rng(7)
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        b = ga.Batcher(s, 1, max_batch_size=16)
+        requests = []
+        for i in range(48):
+            n = 1 + i % 3
+            a = rng.standard_normal((n, 12), dtype=np.float32)[:, ::2]  # strided view
+            bb = rng.standard_normal((n, 6), dtype=np.float32)
+            if i % 2:
+                bb = np.asfortranarray(bb)
+            requests.append((a if i % 4 else np.ascontiguousarray(a), bb))
+        outs = await gather(*(lambda a=a, bb=bb: b.run([a, bb]) for a, bb in requests))
+        for (a, bb), out in zip(requests, outs, strict=True):
+            assert not isinstance(out, Exception), out
+            total, neg = out
+            np.testing.assert_array_equal(total.numpy(), a + bb)
+            np.testing.assert_array_equal(neg.numpy(), -a)
+        st = b.statistics()
+        assert st.completed == 48 and st.batches < 48 and st.retries == 0, st
+        assert_adds_up(st)
+        await b.aclose()
+
+
 async def test_arguments_are_checked_when_run_is_called(anyio_backend):
     """As run_graph_async: a bad request raises from the call itself, before anything is awaited."""
     async with ga.Session() as s:
