@@ -158,9 +158,9 @@ class Batcher:
         self._last_key: _Key = ()
         self._last_shape: Any = None  # and its whole shape (a valid request's)
         self.session = session
-        self.max_batch_size = max_batch_size
+        self._max_batch_size = max_batch_size
         self.max_delay = float(max_delay)
-        self.batch_axis = batch_axis
+        self._batch_axis = batch_axis
         self.max_concurrent_batches = max_concurrent_batches
         self.timeout = timeout
         self._queue: collections.deque[_Request] = collections.deque()
@@ -179,6 +179,15 @@ class Batcher:
         self._delay_hist = Histogram(_DELAY_BUCKETS)
 
     # --- public API ---
+    # Read-only: the batch sizes, the declared inputs and the request fast path are derived from them at creation.
+    @property
+    def max_batch_size(self) -> int:
+        return self._max_batch_size
+
+    @property
+    def batch_axis(self) -> int:
+        return self._batch_axis
+
     def run(self, inputs: Inputs, *, timeout: Optional[float] = None) -> Coroutine[Any, Any, list[Tensor]]:
         """This request's outputs (rows of the batch run it joined): ``outputs = await batcher.run(inputs)``.
         ``inputs`` as for ``run_graph_async`` (a list, or a ``{name: array}`` mapping), each with the same batch dim
@@ -190,7 +199,7 @@ class Batcher:
         # keys by identity), most often of the last shape too
         shape = a.shape if type(a) is np.ndarray and a.dtype is self._last_dtype and not self._closed else None
         if shape is not None and (shape == self._last_shape or
-                                  (shape[1:] == self._last_tail and 0 < shape[0] <= self.max_batch_size)):
+                                  (shape[1:] == self._last_tail and 0 < shape[0] <= self._max_batch_size)):
             arrays, rows, key = [a], shape[0], self._last_key
         else:
             arrays, rows, key = self._check(inputs)
@@ -241,7 +250,7 @@ class Batcher:
                             f"{type(inputs).__name__}")
         if self._closed:
             raise BatcherClosedError(f"Batcher.run(graph={self.graph}): the batcher is closed")
-        axis = self.batch_axis
+        axis = self._batch_axis
         arrays = []
         rows = -1
         for i, x in enumerate(inputs):
@@ -261,9 +270,9 @@ class Batcher:
             arrays.append(a)
         if rows < 1:
             raise ValueError(f"Batcher.run(graph={self.graph}): a request needs at least one row on axis {axis}")
-        if rows > self.max_batch_size:
+        if rows > self._max_batch_size:
             raise ValueError(f"Batcher.run(graph={self.graph}): {rows} rows exceed max_batch_size="
-                             f"{self.max_batch_size}; split the request or raise max_batch_size")
+                             f"{self._max_batch_size}; split the request or raise max_batch_size")
         key = tuple((a.dtype, a.shape[:axis] + a.shape[axis + 1:]) for a in arrays)
         known = self._fitting.get(key)
         if known is None:
@@ -296,7 +305,7 @@ class Batcher:
                 problem = f"input {i} ('{info.name}') has rank {a.ndim}, the graph declares {list(info.shape)}"
             elif info.shape is not None:
                 for d, (want, got) in enumerate(zip(info.shape, a.shape, strict=True)):
-                    if d != self.batch_axis and type(want) is int and want != got:
+                    if d != self._batch_axis and type(want) is int and want != got:
                         problem = (f"input {i} ('{info.name}') has shape {list(a.shape)}, the graph declares "
                                    f"{list(info.shape)}")
                         break
@@ -338,7 +347,7 @@ class Batcher:
         queue.append(request)
         self._queued_rows += rows
         in_flight, limit = self._in_flight, self.max_concurrent_batches
-        if in_flight < limit or self._queued_rows >= self.max_batch_size or \
+        if in_flight < limit or self._queued_rows >= self._max_batch_size or \
                 (in_flight == limit and self._timer is None):
             self._dispatch()  # else the armed max_delay timer or a batch's completion dispatches it
         try:
@@ -393,7 +402,7 @@ class Batcher:
         limit = self.max_concurrent_batches
         while queue:
             in_flight = self._in_flight
-            if in_flight < limit or self._closed or self._queued_rows >= self.max_batch_size:
+            if in_flight < limit or self._closed or self._queued_rows >= self._max_batch_size:
                 self._launch(self._take_batch())
                 continue
             if in_flight > limit:
@@ -408,7 +417,7 @@ class Batcher:
 
     def _take_batch(self) -> list[_Request]:
         queue = self._queue
-        limit = self.max_batch_size
+        limit = self._max_batch_size
         if not self._mixed and self._queued_rows <= limit:  # one signature, and it all fits: take the queue
             batch = list(queue)
             queue.clear()
@@ -546,7 +555,7 @@ class Batcher:
         padded = total
         if self._sizes is not None:
             padded = next(n for n in self._sizes if n >= total)
-        axis = self.batch_axis
+        axis = self._batch_axis
         if len(batch) == 1 and padded == total:
             return batch[0].arrays, total
         inputs = []
@@ -562,7 +571,7 @@ class Batcher:
     def _deliver_rows(self, batch: list[_Request], outputs: list[Tensor], total: int) -> bool:
         """The common case in one pass: batch axis 0, every output batched, several requests. Each request still
         waiting gets views of its rows."""
-        if self.batch_axis != 0 or len(batch) < 2:
+        if self._batch_axis != 0 or len(batch) < 2:
             return False
         arrays = [o.numpy() for o in outputs]
         if any(a.ndim == 0 or a.shape[0] < total for a in arrays):
@@ -585,7 +594,7 @@ class Batcher:
     def _split(self, batch: list[_Request], outputs: list[Tensor], total: int) -> list[list[Tensor]]:
         if len(batch) == 1 and (self._sizes is None or total == next(n for n in self._sizes if n >= total)):
             return [outputs]
-        axis = self.batch_axis
+        axis = self._batch_axis
         arrays = [o.numpy() for o in outputs]
         results: list[list[Tensor]] = [[] for _ in batch]
         for t, a in zip(outputs, arrays, strict=True):

@@ -130,6 +130,14 @@ async def test_arguments_are_checked_when_run_is_called(anyio_backend):
         (probs,) = await b.run([rows(1, 0)])
         assert probs.shape == (1, 10)
         assert b.statistics().submitted == 1
+        # the limits are fixed at creation (batch sizes and checks derive from them): a request of the shape just
+        # run may not slip past a lowered limit
+        with pytest.raises(AttributeError):
+            b.max_batch_size = 0
+        with pytest.raises(AttributeError):
+            b.batch_axis = 1
+        with pytest.raises(ValueError, match="max_batch_size=4"):
+            b.run([rows(5, 0)])
 
 
 async def test_idle_graph_runs_a_request_at_once(anyio_backend):
