@@ -4,6 +4,10 @@ removed after it), onnx.reference's answer, and the comparison every operator te
 from __future__ import annotations
 
 import itertools
+import os
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -70,3 +74,16 @@ def refused(session, model, pattern):
     """add_graph refuses the model with a GeError matching ``pattern``."""
     with pytest.raises(ga.GeError, match=pattern):
         session.add_graph(fresh_graph_id(), ga.Graph.from_onnx(model))
+
+
+def rerun_file_with_instruction_set(test_file, isa):
+    """Runs ``test_file``'s other tests in a subprocess with the twin's vector kernels capped at ``isa``
+    (GEASYNC_TWIN_SIMD), so the fallback instruction sets pass the same checks as the CPU's best."""
+    env = {**os.environ, "GEASYNC_TWIN_SIMD": isa}
+    tests_dir = pathlib.Path(test_file).resolve().parent
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file), "-k",
+         "not fallback_instruction_sets"], capture_output=True, text=True, timeout=600, env=env,
+        cwd=str(tests_dir))  # not the root: its source tree is not built in place by a non-editable install
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout

@@ -6,20 +6,15 @@ the same checks with the fallback instruction sets (GEASYNC_TWIN_SIMD caps the t
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from onnx.reference import ReferenceEvaluator
+from onnx_cases import rerun_file_with_instruction_set
 
 import geasync as ga
 from conftest import TensorProto, helper, make_model
 
 F = TensorProto.FLOAT
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(model, feeds: list[np.ndarray]) -> np.ndarray:
@@ -160,10 +155,4 @@ def test_gemm_few_rows_agrees_with_more_rows():
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
 def test_fallback_instruction_sets_pass_the_same_checks(isa):
-    env = {**os.environ, "GEASYNC_TWIN_SIMD": isa}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__)), "-k",
-         "not fallback_instruction_sets"], capture_output=True, text=True, timeout=600, env=env,
-        cwd=str(ROOT / "tests"))  # not the root: its source tree is not built in place by a non-editable install
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout
+    rerun_file_with_instruction_set(__file__, isa)
