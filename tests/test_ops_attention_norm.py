@@ -196,6 +196,16 @@ def test_lppool_and_maxunpool(p):
     _check("MaxUnpool", [x, idx, np.array([1, 2, 5, 5], np.int64)], kernel_shape=[2, 2], strides=[2, 2], opset=22)
 
 
+def _assert_refused(op, model, inputs, match):
+    """Refused at add_graph (attribute checks) or when the graph compiles for its first run (shape checks), with
+    a GeError naming the op."""
+    with ga.Session() as s:
+        with pytest.raises(ga.GeError, match=match) as ei:
+            s.add_graph(1, ga.Graph.from_onnx(model))
+            s.run_graph(1, inputs)
+        assert f"op {op}" in str(ei.value)
+
+
 # ---- refusals at add_graph ----
 
 @pytest.mark.parametrize("op,inputs,attrs,match", [
@@ -216,11 +226,7 @@ def test_lppool_and_maxunpool(p):
 def test_bad_attributes_and_shapes_refused_before_running(op, inputs, attrs, match):
     """Refused at add_graph (attribute checks) or when the graph compiles for its first run (shape checks)."""
     model = _model(op, inputs, opset=22 if op in ("ConvTranspose", "LpPool") else 23, **attrs)
-    with ga.Session() as s:
-        with pytest.raises(ga.GeError, match=match) as ei:
-            s.add_graph(1, ga.Graph.from_onnx(model))
-            s.run_graph(1, inputs)
-        assert f"op {op}" in str(ei.value)
+    _assert_refused(op, model, inputs, match)
 
 
 # ---- empty tensors ----
@@ -251,11 +257,7 @@ def test_empty_tensors(op, inputs, attrs, opset, shape):
 ])
 def test_auto_pad_that_is_not_one_of_the_four_modes_is_refused(op, inputs, attrs, auto_pad, match):
     model = _model(op, inputs, opset=22, auto_pad=auto_pad, **attrs)
-    with ga.Session() as s:
-        with pytest.raises(ga.GeError, match=match) as ei:
-            s.add_graph(1, ga.Graph.from_onnx(model))
-            s.run_graph(1, inputs)
-        assert f"op {op}" in str(ei.value)
+    _assert_refused(op, model, inputs, match)
 
 
 @pytest.mark.parametrize("op,inputs,attrs,match", [
@@ -268,8 +270,4 @@ def test_auto_pad_that_is_not_one_of_the_four_modes_is_refused(op, inputs, attrs
 ])
 def test_a_string_attribute_outside_its_choices_is_refused_naming_them(op, inputs, attrs, match):
     model = _model(op, inputs, opset=22, **attrs)
-    with ga.Session() as s:
-        with pytest.raises(ga.GeError, match=match) as ei:
-            s.add_graph(1, ga.Graph.from_onnx(model))
-            s.run_graph(1, inputs)
-        assert f"op {op}" in str(ei.value)
+    _assert_refused(op, model, inputs, match)
