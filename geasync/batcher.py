@@ -19,6 +19,7 @@ and trio; one batcher belongs to one event loop.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import functools
 import itertools
@@ -85,6 +86,8 @@ class _Request:
         self.enqueued = now()
         self.state = _QUEUED
 
+
+_new_request = object.__new__
 
 # A queued request's life; _DONE once counted completed, failed or cancelled. _DELIVERED: its rows were handed to its
 # waiter and it counts completed, unless its caller is cancelled before taking them (then it counts cancelled).
@@ -340,7 +343,10 @@ class Batcher:
         if self._in_flight < self.max_concurrent_batches and not self._queue:
             return await self._run_alone(arrays, rows)
         waiter = self._new_waiter()
-        request = _Request(arrays, rows, key, waiter)
+        request = _new_request(_Request)  # _Request(arrays, rows, key, waiter) without an __init__ call
+        request.arrays, request.rows, request.key, request.waiter = arrays, rows, key, waiter
+        request.enqueued = now()
+        request.state = _QUEUED
         queue = self._queue
         if queue and key is not queue[0].key:
             self._mixed = True  # batches are taken one by one from the queue, not the whole queue at once
@@ -422,7 +428,7 @@ class Batcher:
             batch = list(queue)
             queue.clear()
             self._queued_rows = 0
-            self._delay_hist.observe_since(now(), [r.enqueued for r in batch])
+            _observe_delays(self._delay_hist, now(), [r.enqueued for r in batch])
             return batch
         key = queue[0].key
         batch = []
@@ -442,7 +448,7 @@ class Batcher:
         if not queue:
             self._mixed = False
         self._queued_rows -= rows
-        self._delay_hist.observe_since(now(), [r.enqueued for r in batch])
+        _observe_delays(self._delay_hist, now(), [r.enqueued for r in batch])
         return batch
 
     def _finish(self, request: _Request, outcome: str) -> None:
@@ -626,6 +632,23 @@ class Batcher:
             if request.state == _RUNNING and not request.waiter.done():
                 request.waiter.set_exception(exc)
                 self._finish(request, "failed")
+
+
+def _observe_delays(hist: Histogram, end: float, starts: list[float]) -> None:
+    """``hist.observe_since(end, starts)`` for starts in ascending order (a batch taken in queue order): one search
+    per bucket instead of one per request."""
+    n = len(starts)
+    counts = hist.counts
+    at_most = 0  # delays <= the bound before
+    for i, bound in enumerate(hist.bounds):
+        if at_most == n:
+            break
+        within = n - bisect.bisect_left(starts, end - bound)  # delay <= bound <=> start >= end - bound
+        counts[i] += within - at_most
+        at_most = within
+    counts[-1] += n - at_most
+    hist.total += n * end - sum(starts)
+    hist.count += n
 
 
 def _join(parts: _Arrays, axis: int, rows: int) -> NDArray[Any]:

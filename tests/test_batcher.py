@@ -152,6 +152,22 @@ async def test_idle_graph_runs_a_request_at_once(anyio_backend):
         assert st.batches == 5 and st.queue_delay.counts[0] == 5  # each ran alone, with no queueing delay
 
 
+async def test_queueing_delays_are_counted_per_request(anyio_backend):
+    """A request that runs at once counts no delay; requests queued behind a slow run count the time they waited."""
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        b = ga.Batcher(s, 1, max_batch_size=64, max_delay=5.0)
+        ga.twin.inject_fault(s, 1, "delay_run", nth=1, delay=0.2)  # the first run holds the graph: 8 others queue
+        outs = await gather(*(lambda i=i: b.run([rows(1, seed=i)]) for i in range(9)))
+        assert not any(isinstance(o, Exception) for o in outs), outs
+        delays = b.statistics().queue_delay
+        assert delays.count == sum(delays.counts) == 9
+        assert delays.counts[0] == 1  # the first ran alone, at once
+        slow = sum(n for bound, n in zip(delays.bounds + (float("inf"),), delays.counts, strict=True) if bound > 0.1)
+        assert slow == 8, delays  # the queued ones waited out most of the 0.2 s run
+        assert 8 * 0.1 < delays.sum < 8 * 5.0, delays
+
+
 async def test_cancelled_requests_never_cancel_their_batch(anyio_backend):
     async with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
