@@ -16,7 +16,8 @@ A batch run time is what a user timing one would see: the p50 of 30 awaited ``ru
 (the machine's load of that moment); each round's p99 is compared with its own bound (earlier versions timed it
 once, after every round). Also printed: the rows per second one model thread computes in back-to-back synchronous
 runs of full batches, the batcher's ceiling on one graph instance whatever the event loop does, and how many cores
-8x of the unbatched rate would keep busy (that compute plus the batcher's event-loop CPU per request).
+8x of the unbatched rate would keep busy (that compute plus the batcher's event-loop CPU per request); every rate in
+that line shrinks with the CPU share this process gets, so it tells the machine's limit only when it runs alone.
 ``--gc-freeze`` calls ``gc.freeze()`` once both sides are set up (what CPython recommends for a long-running
 service; it shortens full collections, not the per-request work), printed in the header when used.
 
