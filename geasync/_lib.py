@@ -455,7 +455,10 @@ _run_graph_lock = threading.Lock()
 
 
 def run_graph(handle: Any, graph_id: int, inputs: PreparedInputs, context: str, make: OutputFactory[_T]) -> list[_T]:
-    out = ffi.new("ga_outputs **")
+    try:
+        out = _scratch.out  # this thread's out-parameter, read right after the call (under the lock)
+    except AttributeError:
+        out = _scratch.out = ffi.new("ga_outputs **")
     with _run_graph_lock:
         status = lib.ga_session_run_graph(handle, graph_id, inputs.array, inputs.count, out)
         _check(status, "GeSession::RunGraph", context)
