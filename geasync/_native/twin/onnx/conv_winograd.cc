@@ -23,9 +23,10 @@ namespace twin {
 namespace onnx {
 namespace {
 
-// Tiles per block: 16 x (C + M) x this many floats live between the transforms and the GEMMs (1 MB at 64 + 64
-// channels); fewer tiles make the 16 GEMMs too narrow for BLAS to run at full speed.
-constexpr int64_t kTargetTiles = 128;
+// Tiles per block: the block's V and GEMM results, 16 x (C + M) x tiles floats, about 1 MB (128 tiles at 64 + 64
+// channels, 512 at 16 + 16: narrower GEMMs are too short for BLAS to run at full speed); measured against 64 and
+// 2x as many on a 2-core EPYC, within the noise of a shared machine.
+constexpr int64_t kBlockFloats = 16 * 16384, kMinTiles = 32;
 
 struct Blocking {
   int64_t th, tw, rows, tiles;  // tile rows/cols per image, tile rows per block, tiles per block (at most)
@@ -35,7 +36,8 @@ Blocking BlockingOf(const WinogradShape &s) {
   Blocking b;
   b.th = (s.OH + 1) / 2;
   b.tw = (s.OW + 1) / 2;
-  b.rows = std::min(b.th, std::max<int64_t>(1, kTargetTiles / b.tw));
+  const int64_t target = std::max<int64_t>(kMinTiles, kBlockFloats / 16 / (s.C + s.M));
+  b.rows = std::min(b.th, std::max<int64_t>(1, target / b.tw));
   b.tiles = b.rows * b.tw;
   return b;
 }
@@ -286,9 +288,9 @@ __attribute__((target("avx2,fma"))) bool RunAvx2(const WinogradShape &s, const f
 
 }  // namespace
 
-// Measured against the AVX2 direct kernel (1 thread, OpenBLAS sgemm for the 16 GEMMs): see conv_winograd.h's
-// callers' notes in benchmarks/results/ops.md.
-bool WinogradConvPays(int64_t C, int64_t M) { return C >= 16 && M >= 16; }
+// Measured against the AVX2 direct kernel (1 thread, OpenBLAS sgemm for the 16 GEMMs, 8x8 to 128x128 images): 16->16
+// channels 1.2-1.6x slower, 16->32 ~1.4x faster, 32->32 1.3-1.5x, 64->64 1.2-2x, 128->128 ~1.6x faster.
+bool WinogradConvPays(int64_t C, int64_t M) { return C >= 16 && M >= 32; }
 
 size_t WinogradFilterFloats(int64_t C, int64_t M) { return static_cast<size_t>(16 * M * C); }
 

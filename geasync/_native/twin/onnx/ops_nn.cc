@@ -215,7 +215,8 @@ __attribute__((target("avx512f"))) void DirectConvAvx512(const DirectConvArgs &a
 #pragma GCC unroll 4
         for (int v = 0; v < kConvNV; ++v) {
           __m512 r = acc[m][v];
-          if (a.relu) r = _mm512_mask_max_ps(r, static_cast<__mmask16>(0xFFFF), r, zero);  // not _mm512_max_ps: GCC 12 -Wmaybe-uninitialized
+          // max(0, r): NaN (the second operand) stays NaN like Relu's. Not _mm512_max_ps: GCC 12 -Wmaybe-uninitialized
+          if (a.relu) r = _mm512_mask_max_ps(r, static_cast<__mmask16>(0xFFFF), zero, r);
           float *dst = yb + m * out_sp + yoff[v];
           if (valid[v] == kConvLanes) _mm512_storeu_ps(dst, r);
           else _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << valid[v]) - 1u), r);
@@ -234,7 +235,7 @@ bool DirectConvPays(vmath::Isa isa, int64_t k) {
 
 __attribute__((target("avx2,fma"), always_inline)) inline void StoreConvHalf(float *dst, __m256 v, int64_t valid,
                                                                               bool relu) {
-  if (relu) v = _mm256_max_ps(v, _mm256_setzero_ps());
+  if (relu) v = _mm256_max_ps(_mm256_setzero_ps(), v);  // NaN (the second operand) stays NaN like Relu's
   if (valid >= 8) {
     _mm256_storeu_ps(dst, v);
     return;
