@@ -1,8 +1,8 @@
 """Conv with 3x3 kernels, stride 1, one group, against onnx.reference: the shapes where the twin takes Winograd
-F(2x2, 3x3) (>= 16 input and >= 32 output channels) and their neighbours on the direct path, every tile edge (odd and
-even H and W, 1x1 and 2x2 images, asymmetric pads), N = 2, with and without bias, with a fused Relu, constant and
-run-time weights, and edge values (NaN, +-inf, overflow, large magnitudes, denormals). The last test reruns the
-file with the fallback instruction sets (GEASYNC_TWIN_SIMD)."""
+F(2x2, 3x3) (>= 32 channels in and out, and 64 x 64 channels or >= 512 tiles) and their neighbours on the direct
+path, every tile edge (odd and even H and W, 1x1 and 2x2 images, asymmetric pads), N = 2 and 8, with and without
+bias, with a fused Relu, constant and run-time weights, and edge values (NaN, +-inf, overflow, large magnitudes,
+denormals). The last test reruns the file with the fallback instruction sets (GEASYNC_TWIN_SIMD)."""
 
 from __future__ import annotations
 
@@ -79,18 +79,19 @@ def check(shape, m, pads, *, bias=True, relu=False, const_weights=True, x=None, 
 
 
 @pytest.mark.parametrize("shape,m,pads", [
-    ((1, 16, 8, 8), 32, [1, 1, 1, 1]),     # even H, W: whole tiles
-    ((1, 17, 7, 9), 33, [1, 1, 1, 1]),     # odd H, W: a partial last tile row and column
-    ((2, 24, 6, 5), 40, [0, 1, 2, 0]),     # N = 2, asymmetric pads
-    ((1, 32, 1, 1), 32, [1, 1, 1, 1]),     # 1x1 image: one tile, one output
-    ((1, 32, 2, 2), 48, [1, 1, 1, 1]),     # 2x2 image
-    ((1, 16, 2, 2), 32, [1, 0, 0, 1]),     # 2x2 image, pads on two sides: one output
-    ((1, 20, 3, 4), 32, [0, 0, 0, 0]),     # no pads
-    ((1, 16, 5, 6), 32, [2, 0, 0, 3]),     # pads wider than the kernel's reach on one side
+    ((1, 64, 8, 8), 64, [1, 1, 1, 1]),     # even H, W: whole tiles
+    ((1, 65, 7, 9), 64, [1, 1, 1, 1]),     # odd H, W: a partial last tile row and column
+    ((2, 48, 6, 5), 96, [0, 1, 2, 0]),     # N = 2, asymmetric pads
+    ((1, 64, 1, 1), 64, [1, 1, 1, 1]),     # 1x1 image: one tile, one output
+    ((1, 32, 2, 2), 128, [1, 1, 1, 1]),    # 2x2 image
+    ((1, 64, 2, 2), 64, [1, 0, 0, 1]),     # 2x2 image, pads on two sides: one output
+    ((1, 80, 3, 4), 64, [0, 0, 0, 0]),     # no pads
+    ((1, 64, 5, 6), 64, [2, 0, 0, 3]),     # pads wider than the kernel's reach on one side
     ((2, 64, 11, 10), 64, [1, 2, 1, 0]),
-    ((1, 48, 37, 35), 40, [1, 1, 1, 1]),   # several tile blocks per image
-    ((1, 1, 6, 6), 32, [1, 1, 1, 1]),      # below the channel threshold: the direct path
-    ((1, 16, 6, 7), 16, [1, 1, 1, 1]),
+    ((1, 32, 45, 47), 32, [1, 1, 1, 1]),   # 32 channels, >= 512 tiles: several tile blocks per image
+    ((8, 32, 16, 17), 32, [1, 1, 1, 1]),   # tile blocks spanning images
+    ((1, 1, 6, 6), 32, [1, 1, 1, 1]),      # below the thresholds: the direct path
+    ((1, 16, 6, 7), 64, [1, 1, 1, 1]),
     ((1, 64, 5, 6), 8, [1, 1, 1, 1]),
 ])
 @pytest.mark.parametrize("bias,relu", [(True, False), (False, False), (True, True)])
@@ -98,7 +99,7 @@ def test_conv_3x3_matches_reference(shape, m, pads, bias, relu):
     check(shape, m, pads, bias=bias, relu=relu, seed=sum(shape) + m)
 
 
-@pytest.mark.parametrize("shape,m,pads", [((1, 16, 7, 8), 32, [1, 1, 1, 1]), ((2, 32, 5, 5), 32, [0, 1, 1, 0])])
+@pytest.mark.parametrize("shape,m,pads", [((1, 64, 7, 8), 64, [1, 1, 1, 1]), ((2, 32, 5, 5), 128, [0, 1, 1, 0])])
 def test_conv_3x3_with_runtime_weights_matches_reference(shape, m, pads):
     check(shape, m, pads, const_weights=False, seed=m)
 
@@ -125,26 +126,26 @@ def edge_input(kind, shape, rng):
 @pytest.mark.parametrize("relu", [False, True])
 def test_conv_3x3_edge_values_match_reference(kind, relu):
     rng = np.random.default_rng(len(kind))
-    shape = (2, 16, 9, 8)
-    check(shape, 32, [1, 0, 1, 1], relu=relu, x=edge_input(kind, shape, rng), seed=3)
+    shape = (2, 64, 9, 8)
+    check(shape, 64, [1, 0, 1, 1], relu=relu, x=edge_input(kind, shape, rng), seed=3)
 
 
 def test_conv_3x3_overflow_gives_inf_like_the_reference():
     # Every window sums at least four terms of ~3e38: +inf everywhere in the reference; Winograd's transforms would
     # turn some of them into inf - inf = NaN, so the twin must recompute on the direct path.
-    shape = (1, 16, 6, 7)
+    shape = (1, 64, 6, 7)
     x = np.full(shape, 3e38, np.float32)
-    wt = np.random.default_rng(1).uniform(1.0, 2.0, (32, 16, 3, 3)).astype(np.float32)
-    got, _ = check(shape, 32, [1, 1, 1, 1], x=x, wt=wt)
+    wt = np.random.default_rng(1).uniform(1.0, 2.0, (64, 64, 3, 3)).astype(np.float32)
+    got, _ = check(shape, 64, [1, 1, 1, 1], x=x, wt=wt)
     assert np.all(np.isposinf(got))
 
 
 def test_conv_3x3_nan_weights_give_nan_like_the_reference():
-    shape = (1, 16, 6, 6)
-    wt = np.random.default_rng(2).standard_normal((32, 16, 3, 3)).astype(np.float32)
+    shape = (1, 64, 6, 6)
+    wt = np.random.default_rng(2).standard_normal((64, 64, 3, 3)).astype(np.float32)
     wt[5, 3, 1, 2] = np.nan
     wt[7, 0, 0, 0] = np.inf
-    got, _ = check(shape, 32, [1, 1, 1, 1], wt=wt, const_weights=False)
+    got, _ = check(shape, 64, [1, 1, 1, 1], wt=wt, const_weights=False)
     assert np.isnan(got[0, 5]).all() and not np.isnan(got[0, 4]).any()
 
 

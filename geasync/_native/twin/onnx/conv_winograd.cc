@@ -29,7 +29,7 @@ namespace {
 constexpr int64_t kBlockFloats = 16 * 16384, kMinTiles = 32;
 
 struct Blocking {
-  int64_t th, tw, rows, tiles;  // tile rows/cols per image, tile rows per block, tiles per block (at most)
+  int64_t th, tw, rows, tiles;  // tile rows/cols per image, tile rows per block (across images), tiles per block
 };
 
 Blocking BlockingOf(const WinogradShape &s) {
@@ -37,7 +37,7 @@ Blocking BlockingOf(const WinogradShape &s) {
   b.th = (s.OH + 1) / 2;
   b.tw = (s.OW + 1) / 2;
   const int64_t target = std::max<int64_t>(kMinTiles, kBlockFloats / 16 / (s.C + s.M));
-  b.rows = std::min(b.th, std::max<int64_t>(1, target / b.tw));
+  b.rows = std::min(s.N * b.th, std::max<int64_t>(1, target / b.tw));
   b.tiles = b.rows * b.tw;
   return b;
 }
@@ -252,22 +252,25 @@ TWIN_WG_INLINE bool Run(const WinogradShape &s, const float *x, const float *u, 
   const Blocking b = BlockingOf(s);
   const Buffers f = Carve(s, b, scratch);
   std::fill(f.chk, f.chk + b.tw, 0.0f);
-  for (int64_t n = 0; n < s.N; ++n) {
-    const float *xn = x + n * s.C * s.H * s.W;
-    float *yn = y + n * s.M * s.OH * s.OW;
-    for (int64_t ty0 = 0; ty0 < b.th; ty0 += b.rows) {
-      const int64_t rows = std::min(b.rows, b.th - ty0), tiles = rows * b.tw;
-      for (int64_t c = 0; c < s.C; ++c)
-        for (int64_t r = 0; r < rows; ++r)
-          InputRow(s, b, xn + c * s.H * s.W, ty0 + r, f, f.v + c * tiles + r * b.tw, s.C * tiles, avx2);
-      for (int k = 0; k < 16; ++k)
-        Gemm<float>(false, false, s.M, tiles, s.C, 1.0f, u + k * s.M * s.C, s.C, f.v + k * s.C * tiles, tiles, 0.0f,
-                    f.m + k * s.M * tiles, tiles);
-      for (int64_t m = 0; m < s.M; ++m)
-        for (int64_t r = 0; r < rows; ++r)
-          OutputRow(s, b, f.m + m * tiles + r * b.tw, s.M * tiles, bias ? bias[m] : 0.0f, relu, ty0 + r, f,
-                    yn + m * s.OH * s.OW, avx2);
-    }
+  // Blocks run over the tile rows of all N images in turn (g = n * th + ty), so that small images still make GEMMs
+  // wide enough for BLAS.
+  const int64_t total = s.N * b.th, in_plane = s.H * s.W, out_plane = s.OH * s.OW;
+  for (int64_t g0 = 0; g0 < total; g0 += b.rows) {
+    const int64_t rows = std::min(b.rows, total - g0), tiles = rows * b.tw;
+    for (int64_t c = 0; c < s.C; ++c)
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t n = (g0 + r) / b.th, ty = (g0 + r) % b.th;
+        InputRow(s, b, x + (n * s.C + c) * in_plane, ty, f, f.v + c * tiles + r * b.tw, s.C * tiles, avx2);
+      }
+    for (int k = 0; k < 16; ++k)
+      Gemm<float>(false, false, s.M, tiles, s.C, 1.0f, u + k * s.M * s.C, s.C, f.v + k * s.C * tiles, tiles, 0.0f,
+                  f.m + k * s.M * tiles, tiles);
+    for (int64_t m = 0; m < s.M; ++m)
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t n = (g0 + r) / b.th, ty = (g0 + r) % b.th;
+        OutputRow(s, b, f.m + m * tiles + r * b.tw, s.M * tiles, bias ? bias[m] : 0.0f, relu, ty, f,
+                  y + (n * s.M + m) * out_plane, avx2);
+      }
   }
   float bad = 0.0f;
   for (int64_t t = 0; t < b.tw; ++t) bad += f.chk[t];
@@ -288,9 +291,13 @@ __attribute__((target("avx2,fma"))) bool RunAvx2(const WinogradShape &s, const f
 
 }  // namespace
 
-// Measured against the AVX2 direct kernel (1 thread, OpenBLAS sgemm for the 16 GEMMs, 8x8 to 128x128 images): 16->16
-// channels 1.2-1.6x slower, 16->32 ~1.4x faster, 32->32 1.3-1.5x, 64->64 1.2-2x, 128->128 ~1.6x faster.
-bool WinogradConvPays(int64_t C, int64_t M) { return C >= 16 && M >= 32; }
+// Measured against the AVX2 direct kernel, side by side in one process (1 thread, OpenBLAS sgemm for the 16 GEMMs):
+// 16 input channels 1.0-1.25x slower (16x16 to 56x56 images, N = 1 and 32); 32->32 1.06-1.1x slower on one 8x8 or
+// 32x32 image, 0.92x with N = 32 at 32x32, 0.74x at 56x56; 64->64 0.85-0.89x from 8x8, ~0.6x at 128x128.
+bool WinogradConvPays(const WinogradShape &s) {
+  const int64_t tiles = s.N * ((s.OH + 1) / 2) * ((s.OW + 1) / 2);
+  return s.C >= 32 && s.M >= 32 && (s.C * s.M >= 4096 || tiles >= 512);
+}
 
 size_t WinogradFilterFloats(int64_t C, int64_t M) { return static_cast<size_t>(16 * M * C); }
 

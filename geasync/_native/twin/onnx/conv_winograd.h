@@ -13,8 +13,8 @@ struct WinogradShape {
   int64_t N, C, M, H, W, OH, OW, pt, pl;
 };
 
-// Channel counts from which it beats the direct kernel (measured on AVX2; see conv_winograd.cc).
-bool WinogradConvPays(int64_t C, int64_t M);
+// Whether it beats the direct kernel at this shape (channels and tiles; measured on AVX2, see conv_winograd.cc).
+bool WinogradConvPays(const WinogradShape &s);
 
 // Floats of the transformed filter: [16][M][C].
 size_t WinogradFilterFloats(int64_t C, int64_t M);

@@ -409,12 +409,12 @@ class ConvKernel : public Kernel {
   }
   // Winograd F(2x2, 3x3): 2-D 3x3 kernels, stride 1, no dilation, one group, enough channels.
   void InitWinograd() {
-    bool ok = G_ == 1 && out_sp_ > 0 && w_.in[0] == 1 && w_.k[0] == 1 && w_.k[1] == 3 && w_.k[2] == 3 &&
-              WinogradConvPays(cg_, mg_);
+    bool ok = G_ == 1 && out_sp_ > 0 && w_.in[0] == 1 && w_.k[0] == 1 && w_.k[1] == 3 && w_.k[2] == 3;
     for (size_t i = 0; i < kMaxSpatial; ++i) ok = ok && w_.s[i] == 1 && w_.d[i] == 1 && w_.pb[i] >= 0 && w_.pe[i] >= 0;
-    if (!ok) return;
+    const WinogradShape shape{N_, C_, M_, w_.in[1], w_.in[2], w_.out[1], w_.out[2], w_.pb[1], w_.pb[2]};
+    if (!ok || !WinogradConvPays(shape)) return;
     wino_ = true;
-    ws_ = WinogradShape{N_, C_, M_, w_.in[1], w_.in[2], w_.out[1], w_.out[2], w_.pb[1], w_.pb[2]};
+    ws_ = shape;
     if (fused_) UseConstantWeights(fw_.data());
   }
 
