@@ -87,6 +87,7 @@ def check(shape, m, pads, *, bias=True, relu=False, const_weights=True, x=None, 
     ((1, 64, 2, 2), 64, [1, 0, 0, 1]),     # 2x2 image, pads on two sides: one output
     ((1, 80, 3, 4), 64, [0, 0, 0, 0]),     # no pads
     ((1, 64, 5, 6), 64, [2, 0, 0, 3]),     # pads wider than the kernel's reach on one side
+    ((1, 64, 6, 5), 64, [0, 2, 3, 0]),     # ... on the left and the bottom
     ((2, 64, 11, 10), 64, [1, 2, 1, 0]),
     ((1, 32, 45, 47), 32, [1, 1, 1, 1]),   # 32 channels, >= 512 tiles: several tile blocks per image
     ((8, 32, 16, 17), 32, [1, 1, 1, 1]),   # tile blocks spanning images

@@ -1,7 +1,7 @@
 // Winograd F(2x2, 3x3) (Lavin and Gray): each 2x2 output tile is A^T [(G g G^T) . (B^T d B)] A over a 4x4 input
 // tile d. The elementwise product summed over input channels is 16 GEMMs U[k] [M x C] x V[k] [C x tiles]; the
-// transforms are adds and subtracts, written as loops over a row of tiles that the compiler vectorises (once per
-// instruction set: a baseline copy and an AVX2 copy, chosen by the caller from vmath's active set).
+// transforms are adds and subtracts over a row of tiles, 8 tiles per AVX2 vector, or scalar for the baseline set
+// (the caller chooses from vmath's active set). (GCC did not vectorise the 16-plane loops by itself: 3x slower.)
 // Tiles are taken a few tile rows at a time so that V and the GEMM results of one block stay in L2.
 // Kernel loops: -O3 vectorisation and no FP-trap semantics (no fast-math: NaN and inf keep IEEE behaviour).
 #if defined(__GNUC__) && !defined(__clang__)
