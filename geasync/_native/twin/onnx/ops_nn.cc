@@ -18,6 +18,7 @@
 #endif
 
 #include "broadcast.h"
+#include "conv_winograd.h"
 #include "elem.h"
 #include "gemm.h"
 #include "vmath.h"
@@ -214,7 +215,8 @@ __attribute__((target("avx512f"))) void DirectConvAvx512(const DirectConvArgs &a
 #pragma GCC unroll 4
         for (int v = 0; v < kConvNV; ++v) {
           __m512 r = acc[m][v];
-          if (a.relu) r = _mm512_mask_max_ps(r, static_cast<__mmask16>(0xFFFF), r, zero);  // not _mm512_max_ps: GCC 12 -Wmaybe-uninitialized
+          // max(0, r): NaN (the second operand) stays NaN like Relu's. Not _mm512_max_ps: GCC 12 -Wmaybe-uninitialized
+          if (a.relu) r = _mm512_mask_max_ps(r, static_cast<__mmask16>(0xFFFF), zero, r);
           float *dst = yb + m * out_sp + yoff[v];
           if (valid[v] == kConvLanes) _mm512_storeu_ps(dst, r);
           else _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << valid[v]) - 1u), r);
@@ -233,7 +235,7 @@ bool DirectConvPays(vmath::Isa isa, int64_t k) {
 
 __attribute__((target("avx2,fma"), always_inline)) inline void StoreConvHalf(float *dst, __m256 v, int64_t valid,
                                                                               bool relu) {
-  if (relu) v = _mm256_max_ps(v, _mm256_setzero_ps());
+  if (relu) v = _mm256_max_ps(_mm256_setzero_ps(), v);  // NaN (the second operand) stays NaN like Relu's
   if (valid >= 8) {
     _mm256_storeu_ps(dst, v);
     return;
@@ -393,6 +395,7 @@ class ConvKernel : public Kernel {
       for (size_t i = 0; i < kMaxSpatial; ++i) dconv_ = dconv_ && w_.s[i] == 1 && w_.d[i] == 1;
     }
 #endif
+    if constexpr (std::is_same<T, float>::value) InitWinograd();
     if (dconv_) {
       ph_ = w_.out[1] + w_.k[1] - 1;
       pw_ = (w_.out[2] + kConvLanes - 1) / kConvLanes * kConvLanes + w_.k[2] - 1;
@@ -402,6 +405,26 @@ class ConvKernel : public Kernel {
         bp_.resize(BiasFloats());
         Pack(fw_.data(), fb_.data(), wp_.data(), bp_.data());
       }
+    }
+  }
+  // Winograd F(2x2, 3x3): 2-D 3x3 kernels, stride 1, no dilation, one group, enough channels.
+  void InitWinograd() {
+    bool ok = G_ == 1 && out_sp_ > 0 && w_.in[0] == 1 && w_.k[0] == 1 && w_.k[1] == 3 && w_.k[2] == 3;
+    for (size_t i = 0; i < kMaxSpatial; ++i) ok = ok && w_.s[i] == 1 && w_.d[i] == 1 && w_.pb[i] >= 0 && w_.pe[i] >= 0;
+    const WinogradShape shape{N_, C_, M_, w_.in[1], w_.in[2], w_.out[1], w_.out[2], w_.pb[1], w_.pb[2]};
+    if (!ok || !WinogradConvPays(shape)) return;
+    wino_ = true;
+    ws_ = shape;
+    if (fused_) UseConstantWeights(fw_.data());
+  }
+
+ public:
+  // Weights known when the plan is built: the Winograd filter transform is done once, here.
+  void UseConstantWeights(const T *W) {
+    if constexpr (std::is_same<T, float>::value) {
+      if (!wino_) return;
+      wu_.resize(WinogradFilterFloats(C_, M_));
+      WinogradTransformFilter(W, M_, C_, wu_.data());
     }
   }
   size_t PackFloats() const { return static_cast<size_t>(G_ * nmb_ * kConvMB * cg_ * kk_); }
@@ -421,6 +444,12 @@ class ConvKernel : public Kernel {
       }
   }
   size_t scratch_bytes() const override {
+    if (!wino_) return DirectScratchBytes();
+    const size_t filter = wu_.empty() ? Align64(WinogradFilterFloats(C_, M_) * sizeof(T)) : 0;
+    return std::max(DirectScratchBytes(), filter + Align64(WinogradScratchBytes(ws_)));
+  }
+  // The direct kernel's or im2col's scratch (also the fallback of a Winograd run).
+  size_t DirectScratchBytes() const {
     if (dconv_)
       return Align64(static_cast<size_t>(cg_ * ph_ * pw_) * sizeof(T)) +
              (fused_ ? 0 : Align64(PackFloats() * sizeof(T)) + Align64(BiasFloats() * sizeof(T)));
@@ -431,6 +460,9 @@ class ConvKernel : public Kernel {
     const T *W = fused_ ? fw_.data() : static_cast<const T *>(in[1]);
     const T *B = fused_ ? fb_.data() : has_bias_ ? static_cast<const T *>(in[2]) : nullptr;
     T *Y = static_cast<T *>(out[0]);
+    if constexpr (std::is_same<T, float>::value) {
+      if (wino_ && RunWinograd(X, W, B, Y)) return true;
+    }
 #ifdef TWIN_HAVE_X86
     if constexpr (std::is_same<T, float>::value) {
       if (dconv_) {
@@ -509,6 +541,19 @@ class ConvKernel : public Kernel {
     }
   }
 
+  // False when an output came out non-finite: the caller recomputes the run on the direct path.
+  bool RunWinograd(const float *X, const float *W, const float *B, float *Y) {
+    const float *u = wu_.data();
+    char *scratch = static_cast<char *>(scratch_);
+    if (wu_.empty()) {
+      float *t = reinterpret_cast<float *>(scratch);
+      WinogradTransformFilter(W, M_, C_, t);
+      u = t;
+      scratch += Align64(WinogradFilterFloats(C_, M_) * sizeof(float));
+    }
+    return WinogradConv(ws_, X, u, B, relu_, Y, scratch, vmath::ActiveIsa() != vmath::Isa::kBaseline);
+  }
+
 #ifdef TWIN_HAVE_X86
   void RunDirect(const T *X, const T *W, const T *B, T *Y) {
     T *xp = static_cast<T *>(scratch_);
@@ -570,6 +615,9 @@ class ConvKernel : public Kernel {
   bool dconv_ = false;                 // AVX-512 / AVX2 direct convolution (float, stride 1, no dilation, 1-D/2-D)
   int64_t ph_ = 0, pw_ = 0, nmb_ = 0;  // its padded input rows/row length and channel blocks
   std::vector<T> wp_, bp_;             // its packed weights and bias (fused form)
+  bool wino_ = false;                  // Winograd F(2x2, 3x3) (float), falling back to the paths above
+  WinogradShape ws_{};
+  std::vector<float> wu_;              // its transformed filter when the weights are constant
 };
 
 // A Conv kernel's window (from X's and W's static spatial dims) and its group count.
@@ -587,7 +635,11 @@ std::unique_ptr<Kernel> PrepareConvFloat(const KernelCtx &c, std::string *reason
   if (!ConvGeometry(c, &w, &group, reason)) return nullptr;
   const bool has_bias = c.in.size() > 2 && c.in[2];
   switch (c.out[0].dtype) {
-    case ElemType::kFloat: return std::make_unique<ConvKernel<float>>(w, xd[0], xd[1], wd[0], group, has_bias);
+    case ElemType::kFloat: {
+      auto k = std::make_unique<ConvKernel<float>>(w, xd[0], xd[1], wd[0], group, has_bias);
+      if (c.in_data[1]) k->UseConstantWeights(static_cast<const float *>(c.in_data[1]));
+      return k;
+    }
     case ElemType::kDouble: return std::make_unique<ConvKernel<double>>(w, xd[0], xd[1], wd[0], group, has_bias);
     default: *reason = DtypeNotSupported(c.out[0].dtype); return nullptr;
   }
