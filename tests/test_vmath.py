@@ -309,3 +309,54 @@ def test_direct_conv_matches_reference(shape, m, group, pads, relu):
         got = s.run_graph(1, [x])[0].numpy().copy()
     ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+# ---- MaxPool 2x2 stride 2 (the vectorised kernel where the CPU has AVX2 or AVX-512; scalar under the baseline set) ----
+
+def _maxpool_2x2(x: np.ndarray) -> np.ndarray:
+    """What the twin (and onnxruntime) compute: the largest tap of each window, a NaN tap skipped (-inf if all are)."""
+    n, c, h, w = x.shape
+    win = x[:, :, : h // 2 * 2, : w // 2 * 2].reshape(n, c, h // 2, 2, w // 2, 2)
+    return np.where(np.isnan(win), -np.inf, win).max(axis=(3, 5)).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape", [
+    (1, 1, 2, 2), (1, 3, 8, 8), (2, 5, 7, 9), (1, 2, 4, 16), (1, 2, 6, 17), (1, 4, 32, 34), (1, 1, 3, 50),
+    (3, 16, 16, 16),
+])
+def test_maxpool_2x2_matches_reference(shape):
+    """Every output-row tail (OW % 8 from 0 to 7), odd H and W (the last row / column is outside every window),
+    and edge values: +-inf, denormals, -0.0, the largest magnitudes, against onnx.reference."""
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    flat = x.reshape(-1)
+    picks = rng.choice(flat.size, size=min(flat.size, 12), replace=False)
+    edge = np.array([np.inf, -np.inf, 1e-42, -1e-42, -0.0, 3.4e38, -3.4e38, 0.0, np.inf, -np.inf, 1e-45, -1.0],
+                    np.float32)
+    flat[picks] = edge[: picks.size]
+    n, c, h, w = shape
+    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+                       [("x", F, list(shape))], [("y", F, [n, c, h // 2, w // 2])], opset=17)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        got = s.run_graph(1, [x])[0].numpy().copy()
+    np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
+    np.testing.assert_array_equal(got, _maxpool_2x2(x))
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 4, 16), (1, 3, 5, 21)])
+def test_maxpool_2x2_skips_nan_taps(shape):
+    """A NaN tap is skipped, as onnxruntime does (a window of NaNs gives -inf), on every instruction set."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[rng.choice(x.size, size=x.size // 3, replace=False)] = np.nan
+    x[0, 0, :2, :2] = np.nan  # one whole window
+    n, c, h, w = shape
+    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+                       [("x", F, list(shape))], [("y", F, [n, c, h // 2, w // 2])], opset=17)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        got = s.run_graph(1, [x])[0].numpy().copy()
+    want = _maxpool_2x2(x)
+    assert want[0, 0, 0, 0] == -np.inf
+    np.testing.assert_array_equal(got, want)
