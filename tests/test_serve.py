@@ -48,11 +48,20 @@ def cluster(tmp_path_factory):
     # source tree a non-editable install does not build in place
     here = os.getcwd()
     os.chdir(tmp_path_factory.mktemp("ray"))
+    # Serve kills (and fails serve.start) a proxy actor not ready within 5 s; on a loaded 2-core machine starting its
+    # worker process can take longer. The controller inherits this from the driver's environment.
+    timeout = "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"
+    previous = os.environ.get(timeout)
+    os.environ[timeout] = "60"
     try:
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
                  namespace="geasync-serve-tests")
     finally:
         os.chdir(here)
+        if previous is None:
+            os.environ.pop(timeout, None)
+        else:
+            os.environ[timeout] = previous
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:

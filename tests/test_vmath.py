@@ -311,7 +311,7 @@ def test_direct_conv_matches_reference(shape, m, group, pads, relu):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
-# ---- MaxPool 2x2 stride 2 (the vectorised kernel where the CPU has AVX2 or AVX-512; scalar under the baseline set) ----
+# ---- MaxPool 2x2 stride 2 (vectorised where the CPU has AVX2 or AVX-512; scalar under the baseline set) ----
 
 def _maxpool_2x2(x: np.ndarray) -> np.ndarray:
     """What the twin (and onnxruntime) compute: the largest tap of each window, a NaN tap skipped (-inf if all are)."""
