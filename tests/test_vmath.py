@@ -320,6 +320,16 @@ def _maxpool_2x2(x: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(win), -np.inf, win).max(axis=(3, 5)).astype(np.float32)
 
 
+def _run_maxpool_2x2(x: np.ndarray):
+    """The model of one MaxPool 2x2 stride 2 over x's shape, and its output from the twin."""
+    n, c, h, w = x.shape
+    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+                       [("x", F, list(x.shape))], [("y", F, [n, c, h // 2, w // 2])], opset=17)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        return model, s.run_graph(1, [x])[0].numpy().copy()
+
+
 @pytest.mark.parametrize("shape", [
     (1, 1, 2, 2), (1, 3, 8, 8), (2, 5, 7, 9), (1, 2, 4, 16), (1, 2, 6, 17), (1, 4, 32, 34), (1, 1, 3, 50),
     (3, 16, 16, 16),
@@ -334,12 +344,7 @@ def test_maxpool_2x2_matches_reference(shape):
     edge = np.array([np.inf, -np.inf, 1e-42, -1e-42, -0.0, 3.4e38, -3.4e38, 0.0, np.inf, -np.inf, 1e-45, -1.0],
                     np.float32)
     flat[picks] = edge[: picks.size]
-    n, c, h, w = shape
-    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
-                       [("x", F, list(shape))], [("y", F, [n, c, h // 2, w // 2])], opset=17)
-    with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(model))
-        got = s.run_graph(1, [x])[0].numpy().copy()
+    model, got = _run_maxpool_2x2(x)
     np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
     np.testing.assert_array_equal(got, _maxpool_2x2(x))
 
@@ -351,12 +356,7 @@ def test_maxpool_2x2_skips_nan_taps(shape):
     x = rng.standard_normal(shape).astype(np.float32)
     x.reshape(-1)[rng.choice(x.size, size=x.size // 3, replace=False)] = np.nan
     x[0, 0, :2, :2] = np.nan  # one whole window
-    n, c, h, w = shape
-    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
-                       [("x", F, list(shape))], [("y", F, [n, c, h // 2, w // 2])], opset=17)
-    with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(model))
-        got = s.run_graph(1, [x])[0].numpy().copy()
+    _, got = _run_maxpool_2x2(x)
     want = _maxpool_2x2(x)
     assert want[0, 0, 0, 0] == -np.inf
     np.testing.assert_array_equal(got, want)
