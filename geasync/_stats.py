@@ -40,15 +40,20 @@ class Histogram:
         self.count += 1
 
     def observe_since(self, end: float, starts: Sequence[float]) -> None:
-        """Observes ``end - start`` for each of ``starts`` (a batch's queueing delays) in one call."""
-        bounds, counts, bisect_left = self.bounds, self.counts, bisect.bisect_left
-        total = 0.0
-        for start in starts:
-            value = end - start
-            counts[bisect_left(bounds, value)] += 1
-            total += value
-        self.total += total
-        self.count += len(starts)
+        """Observes ``end - start`` for each of ``starts``, in ascending order (a batch's queueing delays, taken in
+        queue order), in one call: one search per bucket instead of one per value."""
+        n = len(starts)
+        counts = self.counts
+        at_most = 0  # values <= the bound before
+        for i, bound in enumerate(self.bounds):
+            if at_most == n:
+                break
+            within = n - bisect.bisect_left(starts, end - bound)  # end - start <= bound <=> start >= end - bound
+            counts[i] += within - at_most
+            at_most = within
+        counts[-1] += n - at_most
+        self.total += n * end - sum(starts)
+        self.count += n
 
     def snapshot(self) -> "HistogramSnapshot":
         return HistogramSnapshot(self.bounds, tuple(self.counts), self.total, self.count)

@@ -19,7 +19,6 @@ and trio; one batcher belongs to one event loop.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import collections
 import functools
 import itertools
@@ -428,7 +427,7 @@ class Batcher:
             batch = list(queue)
             queue.clear()
             self._queued_rows = 0
-            _observe_delays(self._delay_hist, now(), [r.enqueued for r in batch])
+            self._delay_hist.observe_since(now(), [r.enqueued for r in batch])
             return batch
         key = queue[0].key
         batch = []
@@ -448,7 +447,7 @@ class Batcher:
         if not queue:
             self._mixed = False
         self._queued_rows -= rows
-        _observe_delays(self._delay_hist, now(), [r.enqueued for r in batch])
+        self._delay_hist.observe_since(now(), [r.enqueued for r in batch])
         return batch
 
     def _finish(self, request: _Request, outcome: str) -> None:
@@ -632,23 +631,6 @@ class Batcher:
             if request.state == _RUNNING and not request.waiter.done():
                 request.waiter.set_exception(exc)
                 self._finish(request, "failed")
-
-
-def _observe_delays(hist: Histogram, end: float, starts: list[float]) -> None:
-    """``hist.observe_since(end, starts)`` for starts in ascending order (a batch taken in queue order): one search
-    per bucket instead of one per request."""
-    n = len(starts)
-    counts = hist.counts
-    at_most = 0  # delays <= the bound before
-    for i, bound in enumerate(hist.bounds):
-        if at_most == n:
-            break
-        within = n - bisect.bisect_left(starts, end - bound)  # delay <= bound <=> start >= end - bound
-        counts[i] += within - at_most
-        at_most = within
-    counts[-1] += n - at_most
-    hist.total += n * end - sum(starts)
-    hist.count += n
 
 
 def _join(parts: _Arrays, axis: int, rows: int) -> NDArray[Any]:
