@@ -95,6 +95,13 @@ def normalisation_cases(size: str):
     red = make_model([helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=1)], [("x", F, shape)],
                      [("y", F, [1, cols])], initializers=[("axes", np.array([0], np.int64))], opset=OPSET)
     yield "ReduceMean (axis 0)", red, [rand(shape)]
+    for op in ("ReduceMax", "ReduceMin"):
+        red = make_model([helper.make_node(op, ["x", "axes"], ["y"], keepdims=1)], [("x", F, shape)],
+                         [("y", F, [rows, 1])], initializers=[("axes", np.array([-1], np.int64))], opset=OPSET)
+        yield f"{op} (axis -1)", red, [rand(shape)]
+    arg = make_model([helper.make_node("ArgMax", ["x"], ["y"], axis=-1)], [("x", F, shape)],
+                     [("y", TensorProto.INT64, [rows, 1])], opset=OPSET)
+    yield "ArgMax (axis -1)", arg, [rand(shape)]
 
 
 def movement_cases(size: str):

@@ -230,3 +230,64 @@ def test_cumsum(exclusive, reverse):
 @pytest.mark.parametrize("k", [-7, -1, 0, 2, 9])
 def test_trilu(upper, k):
     _check("Trilu", [RNG.integers(1, 9, (2, 4, 5)).astype(np.int64), np.array(k, np.int64)], upper=upper)
+
+
+def _row_cases():
+    """float32 rows along the last axis for the vectorised Max / Min / ArgMax / ArgMin: lengths around the vector
+    widths, each row random with edge values (NaN, +-inf, signed zeros, denormals, large magnitudes) sprinkled."""
+    for n in (1, 7, 8, 9, 31, 32, 33, 100, 1000):
+        x = (RNG.standard_normal((12, n)) * 10).astype(np.float32)
+        x[1] = RNG.choice(_EDGE[1:], n)                 # edge values, no NaN
+        x[2] = RNG.choice(_EDGE, n)                     # edge values with NaN
+        x[3] = RNG.choice([0.0, -0.0], n)               # all zeros: which sign comes first decides
+        x[4] = -np.abs(x[4])
+        x[4, n // 2] = -0.0                             # the maximum is -0 among negatives
+        x[5] = np.abs(x[5])
+        x[5, n // 3] = 0.0                              # the minimum is +0 among positives
+        x[6] = -np.inf
+        x[7] = np.inf
+        x[8, n - 1] = np.nan                            # NaN only in the scalar tail
+        x[9] = RNG.choice([1e-40, -1e-40, 2e-45], n)    # denormals
+        x[10] = np.round(x[10])                         # ties
+        yield x
+
+
+def _ordered_fold(x, op):
+    """The result of folding each row left to right (the first NaN wins, the first of equal values stays)."""
+    out = np.empty(x.shape[0], np.float32)
+    for i, row in enumerate(x):
+        best = np.float32(-np.inf if op == "ReduceMax" else np.inf)
+        for v in row:
+            if best != best:
+                break
+            if v != v or (v > best if op == "ReduceMax" else v < best):
+                best = v
+        out[i] = best
+    return out
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_reduce_max_min_last_axis_rows(op):
+    for x in _row_cases():
+        _check(op, [x, np.array([-1], np.int64)], keepdims=0, opset=18)
+        with ga.Session() as s:
+            s.add_graph(1, ga.Graph.from_onnx(_model(op, [x, np.array([-1], np.int64)], keepdims=0, opset=18)))
+            (y,) = s.run_graph(1, [x, np.array([-1], np.int64)])
+        # Signed zeros are equal to allclose: compare the bits with the ordered fold.
+        np.testing.assert_array_equal(y.numpy().view(np.uint32), _ordered_fold(x, op).view(np.uint32))
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_reduce_max_min_runs_folded_into_one_output(op):
+    # Axes {0, 2}: each output folds several contiguous runs, NaN in some of them.
+    x = (RNG.standard_normal((3, 4, 37)) * 5).astype(np.float32)
+    x[1, 2, 5] = np.nan
+    x[2, 3] = 0.0
+    _check(op, [x, np.array([0, 2], np.int64)], keepdims=1, opset=18)
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_last_axis_rows(op, last):
+    for x in _row_cases():
+        _check(op, [x], axis=-1, keepdims=1, select_last_index=last)
