@@ -156,11 +156,35 @@ def linear_cases(size: str):
     yield f"MaxPool 2x2 on {c}x{h}x{w}", pool, [rand((nb, c, h, w))]
 
 
+# Pool inputs per size: (N, C, H, W).
+POOL = {"small": (1, 1, 4, 4), "64k": (1, 16, 64, 64), "1M": (1, 64, 128, 128)}
+
+
+def pooling_cases(size: str):
+    shape = list(POOL[size])
+    nb, c, h, w = shape
+    cases = [("MaxPool 3x3 s2 p1", "MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+             ("AveragePool 3x3 s1 p1", "AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+             ("AveragePool 3x3 s1 p1 (count pads)", "AveragePool",
+              dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)),
+             ("AveragePool 2x2 s2", "AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2]))]
+    for name, op, attrs in cases:
+        s = attrs.get("strides", [1, 1])[0]
+        out = [nb, c, h // s, w // s]
+        model = make_model([helper.make_node(op, ["x"], ["y"], **attrs)], [("x", F, shape)], [("y", F, out)],
+                           opset=OPSET)
+        yield f"{name} on {c}x{h}x{w}", model, [rand(shape)]
+    gap = make_model([helper.make_node("GlobalAveragePool", ["x"], ["y"])], [("x", F, shape)],
+                     [("y", F, [nb, c, 1, 1])], opset=OPSET)
+    yield f"GlobalAveragePool on {c}x{h}x{w}", gap, [rand(shape)]
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
     "data movement": movement_cases,
     "linear algebra / conv": linear_cases,
+    "pooling": pooling_cases,
 }
 
 

@@ -291,3 +291,62 @@ def test_reduce_max_min_runs_folded_into_one_output(op):
 def test_arg_last_axis_rows(op, last):
     for x in _row_cases():
         _check(op, [x], axis=-1, keepdims=1, select_last_index=last)
+
+
+# 2-D pools whose interior columns take the row-wise path (every pad combination that reaches it, strides 1-3,
+# ceil_mode) and ones that do not (dilations; no interior column: the window is wider than the input).
+_POOLS = [
+    dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 1, 0]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 0, 1], ceil_mode=1),
+    dict(kernel_shape=[2, 2], strides=[2, 2]),
+    dict(kernel_shape=[2, 3], strides=[1, 3], pads=[0, 2, 1, 2]),
+    dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"),
+    dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], dilations=[2, 2]),
+    dict(kernel_shape=[4, 9], pads=[1, 1, 1, 1]),
+]
+
+
+def _pool_input(shape):
+    x = (RNG.standard_normal(shape) * 100).astype(np.float32)
+    x.flat[RNG.choice(x.size, x.size // 5, replace=False)] = RNG.choice(_EDGE[1:], x.size // 5)  # no NaN: below
+    return x
+
+
+@pytest.mark.parametrize("attrs", _POOLS)
+@pytest.mark.parametrize("shape", [(2, 3, 9, 11), (1, 2, 16, 33), (1, 1, 7, 7)])
+def test_maxpool_interior_rows(attrs, shape):
+    _check("MaxPool", [_pool_input(shape)], opset=18, **attrs)
+
+
+@pytest.mark.parametrize("attrs", _POOLS)
+@pytest.mark.parametrize("count_pad", [0, 1])
+@pytest.mark.parametrize("shape", [(2, 3, 9, 11), (1, 2, 16, 33)])
+def test_averagepool_interior_rows(attrs, count_pad, shape):
+    x = (RNG.standard_normal(shape) * 100).astype(np.float32)
+    x[0, 0, 1, :4] = [1e-40, 3e37, -1e-45, 1e30]  # no cancellation: the reference sums in float32
+    opset = 19 if "dilations" in attrs else 18  # dilations on AveragePool since opset 19
+    model = _model("AveragePool", [x], 1, opset, count_include_pad=count_pad, **attrs)
+    # The reference sums in the input's type: give it float64 so that its own rounding does not count.
+    want = ReferenceEvaluator(_model("AveragePool", [x.astype(np.float64)], 1, opset, count_include_pad=count_pad,
+                                     **attrs)).run(None, {"x0": x.astype(np.float64)})[0]
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        (got,) = s.run_graph(1, [x])
+    assert got.numpy().dtype == np.float32 and got.numpy().shape == want.shape
+    np.testing.assert_allclose(got.numpy(), want.astype(np.float32), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("attrs", [a for a in _POOLS[:8] if "pads" in a or "auto_pad" in a])
+def test_maxpool_interior_rows_same_bits_as_exact_loop_with_nan(attrs):
+    # With an Indices output MaxPool takes the general loop: Y must be the same bits (NaN, signed zeros, inf).
+    x = (RNG.standard_normal((2, 3, 12, 17)) * 10).astype(np.float32)
+    x.flat[RNG.choice(x.size, 60, replace=False)] = RNG.choice(_EDGE, 60)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(_model("MaxPool", [x], 1, 18, **attrs)))
+        s.add_graph(2, ga.Graph.from_onnx(_model("MaxPool", [x], 2, 18, **attrs)))
+        (fast,) = s.run_graph(1, [x])
+        exact, _ = s.run_graph(2, [x])
+    np.testing.assert_array_equal(fast.numpy().view(np.uint32), exact.numpy().view(np.uint32))

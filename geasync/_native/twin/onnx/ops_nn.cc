@@ -764,6 +764,53 @@ inline void TapRange(int64_t start, int64_t k, int64_t d, int64_t lo_bound, int6
   *hi = std::max(*lo, std::min(b, k));
 }
 
+// Interior windows of one output row of a 2-D pool: rows input rows from x (row pitch w), kw taps per row, output
+// j reading columns j * sw + [0, kw). Taps in the general loop's order (row, then column).
+struct PoolRows {
+  const float *x;
+  int64_t w, rows, kw, sw, n;
+};
+// Max: the first tap, then a later tap only where it is larger (so NaN only as the first tap, like the general loop).
+__attribute__((always_inline)) inline void MaxRowsBody(const PoolRows &r, float *__restrict y) {
+  for (int64_t kh = 0; kh < r.rows; ++kh)
+    for (int64_t kw = 0; kw < r.kw; ++kw) {
+      const float *__restrict xc = r.x + kh * r.w + kw;
+      if (kh == 0 && kw == 0) {
+        for (int64_t j = 0; j < r.n; ++j) y[j] = xc[j * r.sw];
+      } else if (r.sw == 1) {
+        for (int64_t j = 0; j < r.n; ++j) y[j] = xc[j] > y[j] ? xc[j] : y[j];
+      } else if (r.sw == 2) {
+        for (int64_t j = 0; j < r.n; ++j) y[j] = xc[2 * j] > y[j] ? xc[2 * j] : y[j];
+      } else {
+        for (int64_t j = 0; j < r.n; ++j) y[j] = xc[j * r.sw] > y[j] ? xc[j * r.sw] : y[j];
+      }
+    }
+}
+// Sum in double, from 0, in the general loop's order.
+__attribute__((always_inline)) inline void SumRowsBody(const PoolRows &r, double *__restrict acc) {
+  for (int64_t j = 0; j < r.n; ++j) acc[j] = 0.0;
+  for (int64_t kh = 0; kh < r.rows; ++kh)
+    for (int64_t kw = 0; kw < r.kw; ++kw) {
+      const float *__restrict xc = r.x + kh * r.w + kw;
+      if (r.sw == 1) {
+        for (int64_t j = 0; j < r.n; ++j) acc[j] += static_cast<double>(xc[j]);
+      } else if (r.sw == 2) {
+        for (int64_t j = 0; j < r.n; ++j) acc[j] += static_cast<double>(xc[2 * j]);
+      } else {
+        for (int64_t j = 0; j < r.n; ++j) acc[j] += static_cast<double>(xc[j * r.sw]);
+      }
+    }
+}
+void MaxRowsBase(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
+void SumRowsBase(const PoolRows &r, double *acc) { SumRowsBody(r, acc); }
+#ifdef TWIN_HAVE_X86
+__attribute__((target("avx2"))) void MaxRowsAvx2(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
+__attribute__((target("avx2"))) void SumRowsAvx2(const PoolRows &r, double *acc) { SumRowsBody(r, acc); }
+#else
+void MaxRowsAvx2(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
+void SumRowsAvx2(const PoolRows &r, double *acc) { SumRowsBody(r, acc); }
+#endif
+
 template <class S, bool kMax>
 class PoolKernel : public Kernel {
   using C = typename Num<S>::C;
@@ -785,6 +832,17 @@ class PoolKernel : public Kernel {
     for (size_t i = 0; i < kMaxSpatial; ++i) simple_ = simple_ && w_.pb[i] == 0 && w_.pe[i] == 0 && w_.d[i] == 1;
     for (size_t i = 1; i < kMaxSpatial; ++i)
       simple_ = simple_ && (w_.out[i] - 1) * w_.s[i] + w_.k[i] <= w_.in[i];  // no ceil-mode overhang
+    // 2-D float windows without dilation: interior columns without per-tap bounds (RunPlane2d).
+    plane2d_ = std::is_same<S, float>::value && w_.in[0] == 1 && w_.k[0] == 1 && w_.d[1] == 1 && w_.d[2] == 1;
+#ifdef TWIN_HAVE_X86
+    avx2_ = vmath::ActiveIsa() != vmath::Isa::kBaseline;
+#endif
+    inner_lo_ = inner_hi_ = 0;
+    for (int64_t o = 0; o < w_.out[2]; ++o) {
+      if (taps_[2][o].lo != 0 || taps_[2][o].hi != w_.k[2]) continue;
+      if (inner_hi_ == inner_lo_) inner_lo_ = o;
+      inner_hi_ = o + 1;
+    }
 #ifdef TWIN_HAVE_X86
     const bool two_by_two = simple_ && w_.k[1] == 2 && w_.k[2] == 2 && w_.s[1] == 2 && w_.s[2] == 2;
     pool2x2_ = two_by_two && CpuHasAvx512();
@@ -812,6 +870,12 @@ class PoolKernel : public Kernel {
       }
 #endif
       if (!I && simple_) return RunSimpleMax(X, Y, in_sp, out_sp);
+    }
+    if constexpr (std::is_same<S, float>::value) {
+      if (!I && plane2d_) {
+        for (int64_t nc = 0; nc < NC_; ++nc) RunPlane2d(X + nc * in_sp, Y + nc * out_sp);
+        return true;
+      }
     }
     for (int64_t nc = 0; nc < NC_; ++nc) {
       const S *x = X + nc * in_sp;
@@ -897,11 +961,72 @@ class PoolKernel : public Kernel {
   struct Tap {
     int64_t start, lo, hi, padded;
   };
+
+  // One 2-D plane. Output columns [inner_lo_, inner_hi_) have every tap inside the input's width, so a whole output
+  // row of them is taken tap by tap with contiguous (or strided) loads; the other columns take OnePosition. Taps
+  // are visited in the general loop's order (row, then column), so the results are the same bits: MaxPool keeps
+  // the first tap and takes a later one only when it is larger (NaN only as the first tap), AveragePool adds in
+  // double in the same order.
+  void RunPlane2d(const float *x, float *y) {
+    const int64_t W = w_.in[2], OW = w_.out[2], SW = w_.s[2], KW = w_.k[2];
+    acc_.resize(static_cast<size_t>(OW));
+    for (int64_t oh = 0; oh < w_.out[1]; ++oh) {
+      const Tap &t1 = taps_[1][oh];
+      float *yr = y + oh * OW;
+      for (int64_t ow = 0; ow < inner_lo_; ++ow) yr[ow] = OnePosition(x, t1, taps_[2][ow]);
+      for (int64_t ow = inner_hi_; ow < OW; ++ow) yr[ow] = OnePosition(x, t1, taps_[2][ow]);
+      const int64_t n = inner_hi_ - inner_lo_;
+      if (n <= 0) continue;
+      const int64_t c0 = inner_lo_ * SW - w_.pb[2];  // input column of the first interior window
+      float *__restrict yo = yr + inner_lo_;
+      if constexpr (kMax) {
+        if (t1.lo == t1.hi) {
+          std::fill(yo, yo + n, -std::numeric_limits<float>::infinity());
+          continue;
+        }
+        const PoolRows r{x + (t1.start + t1.lo) * W + c0, W, t1.hi - t1.lo, KW, SW, n};
+        avx2_ ? MaxRowsAvx2(r, yo) : MaxRowsBase(r, yo);
+      } else {
+        double *acc = acc_.data();
+        const PoolRows r{x + (t1.start + t1.lo) * W + c0, W, t1.hi - t1.lo, KW, SW, n};
+        avx2_ ? SumRowsAvx2(r, acc) : SumRowsBase(r, acc);
+        const int64_t div = count_pad_ ? t1.padded * taps_[2][inner_lo_].padded : (t1.hi - t1.lo) * KW;
+        const double d = static_cast<double>(div);
+        for (int64_t j = 0; j < n; ++j) yo[j] = static_cast<float>(div ? acc[j] / d : 0.0);
+      }
+    }
+  }
+
+  // One output of a 2-D plane (the general loop's arithmetic for a single position).
+  float OnePosition(const float *x, const Tap &t1, const Tap &t2) const {
+    const int64_t W = w_.in[2];
+    if constexpr (kMax) {
+      float best = -std::numeric_limits<float>::infinity();
+      bool any = false;
+      for (int64_t kh = t1.lo; kh < t1.hi; ++kh)
+        for (int64_t kw = t2.lo; kw < t2.hi; ++kw) {
+          const float v = x[(t1.start + kh) * W + t2.start + kw];
+          if (!any || v > best) best = v;
+          any = true;
+        }
+      return best;
+    } else {
+      double acc = 0;
+      for (int64_t kh = t1.lo; kh < t1.hi; ++kh)
+        for (int64_t kw = t2.lo; kw < t2.hi; ++kw) acc += static_cast<double>(x[(t1.start + kh) * W + t2.start + kw]);
+      const int64_t div = count_pad_ ? t1.padded * t2.padded : (t1.hi - t1.lo) * (t2.hi - t2.lo);
+      return static_cast<float>(div ? acc / static_cast<double>(div) : 0.0);
+    }
+  }
   Window w_;
   int64_t NC_, C_;
   bool count_pad_, col_major_, indices_;
   std::vector<Tap> taps_[kMaxSpatial];
   bool simple_ = false;
+  bool plane2d_ = false;
+  int64_t inner_lo_ = 0, inner_hi_ = 0;  // output columns whose windows lie inside the input's width
+  std::vector<double> acc_;              // RunPlane2d's AveragePool sums of one output row
+  bool avx2_ = false;                    // RunPlane2d's row loops in their AVX2 build
   bool pool2x2_ = false;       // simple_ with a 2x2 window and stride 2: MaxPool2x2Avx512
   bool pool2x2_avx2_ = false;  // the same on a CPU (or GEASYNC_TWIN_SIMD cap) without AVX-512: MaxPool2x2Avx2
 };
