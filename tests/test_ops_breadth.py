@@ -350,3 +350,24 @@ def test_maxpool_interior_rows_same_bits_as_exact_loop_with_nan(attrs):
         (fast,) = s.run_graph(1, [x])
         exact, _ = s.run_graph(2, [x])
     np.testing.assert_array_equal(fast.numpy().view(np.uint32), exact.numpy().view(np.uint32))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 1, 1), (1, 4, 5, 7), (2, 2, 16, 16), (1, 3, 33, 31), (2, 2, 3, 4, 5)])
+def test_global_average_pool_plane_sums(shape):
+    x = (RNG.standard_normal(shape) * 100).astype(np.float32)
+    x.reshape(-1)[:4] = [1e-40, 3e37, -1e-45, 1e30]
+    want = x.astype(np.float64).mean(axis=tuple(range(2, len(shape))), keepdims=True).astype(np.float32)
+    _check("GlobalAveragePool", [x])
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(_model("GlobalAveragePool", [x])))
+        (got,) = s.run_graph(1, [x])
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=0)
+
+
+def test_global_average_pool_nan_and_inf():
+    x = RNG.standard_normal((1, 4, 9, 9)).astype(np.float32)
+    x[0, 0, 3, 3] = np.nan
+    x[0, 1, 8, 8] = np.inf
+    x[0, 2, 0, 0], x[0, 2, 1, 1] = np.inf, -np.inf
+    with np.errstate(invalid="ignore"):  # the reference's inf - inf
+        _check("GlobalAveragePool", [x])

@@ -12,7 +12,7 @@
 #include <type_traits>
 
 #include "elem.h"
-#include "row_extremum.h"
+#include "row_reduce.h"
 
 namespace twin {
 namespace onnx {

@@ -21,6 +21,7 @@
 #include "conv_winograd.h"
 #include "elem.h"
 #include "gemm.h"
+#include "row_reduce.h"
 #include "vmath.h"
 
 namespace twin {
@@ -1077,7 +1078,9 @@ class GlobalPoolKernel : public Kernel {
     S *y = static_cast<S *>(out[0]);
     for (int64_t i = 0; i < nc_; ++i) {
       double acc = 0;
-      for (int64_t j = 0; j < sp_; ++j) acc += static_cast<double>(Num<S>::Load(x[i * sp_ + j]));
+      if constexpr (std::is_same<S, float>::value) acc = SumFloats(x + i * sp_, sp_);
+      else
+        for (int64_t j = 0; j < sp_; ++j) acc += static_cast<double>(Num<S>::Load(x[i * sp_ + j]));
       y[i] = Num<S>::Store(static_cast<typename Num<S>::C>(sp_ ? acc / static_cast<double>(sp_) : NAN));
     }
     return true;

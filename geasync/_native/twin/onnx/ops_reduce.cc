@@ -17,7 +17,7 @@
 
 #include "broadcast.h"
 #include "elem.h"
-#include "row_extremum.h"
+#include "row_reduce.h"
 #include "vmath.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -29,6 +29,7 @@ namespace onnx {
 namespace {
 
 #if defined(__x86_64__)
+__attribute__((target("avx2"))) double SumFloatsAvx2(const float *x, int64_t n);  // below, with the sums
 // Four independent 8-wide max (min) chains; NaNs are only noted (maxps would drop them), the caller redoes them.
 template <bool kMax>
 __attribute__((target("avx2"), always_inline)) inline __m256 Pick(__m256 a, __m256 b) {
@@ -115,6 +116,21 @@ bool RowExtremum(const float *x, int64_t n, bool max, float *out) {
     return max ? RowExtremumAvx2<true>(x, n, out) : RowExtremumAvx2<false>(x, n, out);
 #endif
   return max ? RowExtremumLaned<true>(x, n, out) : RowExtremumLaned<false>(x, n, out);
+}
+
+double SumFloats(const float *x, int64_t n) {
+#if defined(__x86_64__)
+  if (vmath::ActiveIsa() != vmath::Isa::kBaseline) return SumFloatsAvx2(x, n);
+#endif
+  constexpr int kLanes = 8;
+  double lanes[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] += static_cast<double>(x[j + k]);
+  double sum = 0;
+  for (; j < n; ++j) sum += static_cast<double>(x[j]);
+  for (double l : lanes) sum += l;
+  return sum;
 }
 
 int64_t FindValue(const float *x, int64_t n, float v, bool last) {
