@@ -120,6 +120,12 @@ def movement_cases(size: str):
     cast = make_model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)], [("x", F, shape)],
                       [("y", TensorProto.FLOAT16, shape)], opset=OPSET)
     yield "Cast (float -> float16)", cast, [rand(shape)]
+    tile = make_model([helper.make_node("Tile", ["x", "r"], ["y"])], [("x", F, [rows, cols // 2])],
+                      [("y", F, shape)], initializers=[("r", np.array([1, 2], np.int64))], opset=OPSET)
+    yield "Tile (x2 along the last axis)", tile, [rand((rows, cols // 2))]
+    pad = make_model([helper.make_node("Pad", ["x", "p"], ["y"])], [("x", F, shape)], [("y", F, [rows + 2, cols + 2])],
+                     initializers=[("p", np.array([1, 1, 1, 1], np.int64))], opset=OPSET)
+    yield "Pad (constant, 1 on each side)", pad, [rand(shape)]
 
 
 # GEMM / Conv shapes per size: (M, K, N) and (N, C, H, W, M, k).

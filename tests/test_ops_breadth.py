@@ -371,3 +371,32 @@ def test_global_average_pool_nan_and_inf():
     x[0, 2, 0, 0], x[0, 2, 1, 1] = np.inf, -np.inf
     with np.errstate(invalid="ignore"):  # the reference's inf - inf
         _check("GlobalAveragePool", [x])
+
+
+# Pad / Tile rows copied as whole stretches (memcpy / fill) when the last dim's map has long runs.
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.int64])
+@pytest.mark.parametrize("pads", [[0, 0, 1, 1, 0, 0, 1, 1], [0, 1, 0, 3, 1, 0, 2, 9], [0, 0, 0, 0, 0, 0, 0, 0],
+                                  [1, 0, 2, 40, 0, 2, 0, 1]])
+def test_pad_constant_rows(dtype, pads):
+    x = (RNG.standard_normal((2, 3, 7, 33)) * 50).astype(dtype)
+    _check("Pad", [x, np.array(pads, np.int64), np.array(7, dtype)], mode="constant")
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge"])
+def test_pad_rows_with_crop_and_edge_values(mode):
+    x = RNG.choice(_EDGE, (3, 40)).astype(np.float32)
+    pads = np.array([1, -3, 0, 5], np.int64)
+    model = _model("Pad", [x, pads], mode=mode)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        (y,) = s.run_graph(1, [x, pads])
+    want = np.pad(x[:, 3:], [(1, 0), (0, 5)], mode=mode)
+    np.testing.assert_array_equal(y.numpy().view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.float64])
+@pytest.mark.parametrize("repeats", [[2, 1], [1, 3], [3, 2], [1, 1]])
+def test_tile_rows(dtype, repeats):
+    x = (RNG.standard_normal((5, 37)) * 50).astype(dtype)
+    _check("Tile", [x, np.array(repeats, np.int64)])
+    _check("Tile", [x[:, :1], np.array(repeats, np.int64)])  # one-element rows: the per-element lookup
