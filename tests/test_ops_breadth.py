@@ -323,7 +323,7 @@ def test_maxpool_interior_rows(attrs, shape):
 
 @pytest.mark.parametrize("attrs", _POOLS)
 @pytest.mark.parametrize("count_pad", [0, 1])
-@pytest.mark.parametrize("shape", [(2, 3, 9, 11), (1, 2, 16, 33)])
+@pytest.mark.parametrize("shape", [(2, 3, 9, 11), (1, 2, 16, 33), (1, 2, 5, 83)])  # 83: blocks of 32, 8 and a tail
 def test_averagepool_interior_rows(attrs, count_pad, shape):
     x = (RNG.standard_normal(shape) * 100).astype(np.float32)
     x[0, 0, 1, :4] = [1e-40, 3e37, -1e-45, 1e30]  # no cancellation: the reference sums in float32
