@@ -316,7 +316,7 @@ def _pool_input(shape):
 
 
 @pytest.mark.parametrize("attrs", _POOLS)
-@pytest.mark.parametrize("shape", [(2, 3, 9, 11), (1, 2, 16, 33), (1, 1, 7, 7)])
+@pytest.mark.parametrize("shape", [(2, 3, 9, 11), (1, 2, 16, 33), (1, 1, 7, 7), (1, 2, 5, 150)])
 def test_maxpool_interior_rows(attrs, shape):
     _check("MaxPool", [_pool_input(shape)], opset=18, **attrs)
 
@@ -340,10 +340,11 @@ def test_averagepool_interior_rows(attrs, count_pad, shape):
 
 
 @pytest.mark.parametrize("attrs", [a for a in _POOLS[:8] if "pads" in a or "auto_pad" in a])
-def test_maxpool_interior_rows_same_bits_as_exact_loop_with_nan(attrs):
+@pytest.mark.parametrize("shape", [(2, 3, 12, 17), (1, 2, 6, 150)])  # 150: stride 2 blocks of 32 and 8 outputs
+def test_maxpool_interior_rows_same_bits_as_exact_loop_with_nan(attrs, shape):
     # With an Indices output MaxPool takes the general loop: Y must be the same bits (NaN, signed zeros, inf).
-    x = (RNG.standard_normal((2, 3, 12, 17)) * 10).astype(np.float32)
-    x.flat[RNG.choice(x.size, 60, replace=False)] = RNG.choice(_EDGE, 60)
+    x = (RNG.standard_normal(shape) * 10).astype(np.float32)
+    x.flat[RNG.choice(x.size, x.size // 4, replace=False)] = RNG.choice(_EDGE, x.size // 4)
     with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(_model("MaxPool", [x], 1, 18, **attrs)))
         s.add_graph(2, ga.Graph.from_onnx(_model("MaxPool", [x], 2, 18, **attrs)))

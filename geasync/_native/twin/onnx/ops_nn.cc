@@ -770,6 +770,7 @@ inline void TapRange(int64_t start, int64_t k, int64_t d, int64_t lo_bound, int6
 struct PoolRows {
   const float *x;
   int64_t w, rows, kw, sw, n;
+  int64_t avail;  // columns of each row readable from x
 };
 // Max: the first tap, then a later tap only where it is larger (so NaN only as the first tap, like the general loop).
 __attribute__((always_inline)) inline void MaxRowsBody(const PoolRows &r, float *__restrict y) {
@@ -805,8 +806,36 @@ __attribute__((always_inline)) inline void SumRowsBody(const PoolRows &r, double
 void MaxRowsBase(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
 void SumRowsBase(const PoolRows &r, double *acc) { SumRowsBody(r, acc); }
 #ifdef TWIN_HAVE_X86
-__attribute__((target("avx2"))) void MaxRowsAvx2(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
-// Stride 1: eight outputs at a time, their sums in registers through all taps (the same double additions in the same
+// Stride 2: tap kw of outputs j..j+7 is the even (kw even) or odd lane of the 16 floats from column 2j + (kw & ~1).
+// kB blocks of eight outputs: kB independent max chains.
+template <int kB>
+__attribute__((target("avx2"), always_inline)) inline void MaxBlocksStride2Avx2(const PoolRows &r, int64_t j,
+                                                                                float *y) {
+  __m256 m[kB];
+  for (int b = 0; b < kB; ++b) m[b] = _mm256_setzero_ps();  // overwritten by the first tap (rows >= 1)
+  for (int64_t kh = 0; kh < r.rows; ++kh)
+    for (int64_t kw = 0; kw < r.kw; ++kw) {
+      const float *xc = r.x + kh * r.w + 2 * j + (kw & ~int64_t{1});
+      for (int b = 0; b < kB; ++b) {
+        const __m256 a = _mm256_loadu_ps(xc + 16 * b), c = _mm256_loadu_ps(xc + 16 * b + 8);
+        const __m256 mixed = (kw & 1) ? _mm256_shuffle_ps(a, c, _MM_SHUFFLE(3, 1, 3, 1))
+                                      : _mm256_shuffle_ps(a, c, _MM_SHUFFLE(2, 0, 2, 0));
+        const __m256 v = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(mixed), _MM_SHUFFLE(3, 1, 2, 0)));
+        m[b] = kh == 0 && kw == 0 ? v : _mm256_max_ps(v, m[b]);  // v > m ? v : m, the general loop's test
+      }
+    }
+  for (int b = 0; b < kB; ++b) _mm256_storeu_ps(y + j + 8 * b, m[b]);
+}
+// Blocks only where their 16-float loads stay inside the row (r.avail columns from r.x); the rest: MaxRowsBody.
+__attribute__((target("avx2"))) void MaxRowsAvx2(const PoolRows &r, float *y) {
+  if (r.sw != 2) return MaxRowsBody(r, y);
+  const int64_t reach = (r.kw - 1) & ~int64_t{1};  // farthest load start past 2j
+  int64_t j = 0;
+  for (; 2 * j + 64 + reach <= r.avail && j + 32 <= r.n; j += 32) MaxBlocksStride2Avx2<4>(r, j, y);
+  for (; 2 * j + 16 + reach <= r.avail && j + 8 <= r.n; j += 8) MaxBlocksStride2Avx2<1>(r, j, y);
+  if (j < r.n) MaxRowsBody({r.x + 2 * j, r.w, r.rows, r.kw, r.sw, r.n - j, r.avail - 2 * j}, y + j);
+}
+// Stride 1: outputs in blocks with their sums in registers through all taps (the same double additions in the same
 // order as SumRowsBody), scaled by 1 / div (a multiply instead of the general loop's division: it can change the
 // double's last bit, far below the float result's rounding). Other strides: SumRowsBody, then the same scaling.
 // kB blocks of eight outputs: 2 kB independent addition chains (one chain is latency-bound).
@@ -835,7 +864,7 @@ __attribute__((target("avx2"))) void AvgRowsAvx2(const PoolRows &r, double scale
   for (; r.sw == 1 && j + 32 <= r.n; j += 32) AvgBlocksAvx2<4>(r, sc, j, y);
   for (; r.sw == 1 && j + 8 <= r.n; j += 8) AvgBlocksAvx2<1>(r, sc, j, y);
   if (j == r.n) return;
-  SumRowsBody({r.x + j * r.sw, r.w, r.rows, r.kw, r.sw, r.n - j}, acc);
+  SumRowsBody({r.x + j * r.sw, r.w, r.rows, r.kw, r.sw, r.n - j, r.avail - j * r.sw}, acc);
   for (int64_t i = 0; i < r.n - j; ++i) y[j + i] = static_cast<float>(acc[i] * scale);
 }
 #else
@@ -1016,11 +1045,11 @@ class PoolKernel : public Kernel {
           std::fill(yo, yo + n, -std::numeric_limits<float>::infinity());
           continue;
         }
-        const PoolRows r{x + (t1.start + t1.lo) * W + c0, W, t1.hi - t1.lo, KW, SW, n};
+        const PoolRows r{x + (t1.start + t1.lo) * W + c0, W, t1.hi - t1.lo, KW, SW, n, W - c0};
         avx2_ ? MaxRowsAvx2(r, yo) : MaxRowsBase(r, yo);
       } else {
         double *acc = acc_.data();
-        const PoolRows r{x + (t1.start + t1.lo) * W + c0, W, t1.hi - t1.lo, KW, SW, n};
+        const PoolRows r{x + (t1.start + t1.lo) * W + c0, W, t1.hi - t1.lo, KW, SW, n, W - c0};
         const int64_t div = count_pad_ ? t1.padded * taps_[2][inner_lo_].padded : (t1.hi - t1.lo) * KW;
         if (avx2_) {
           AvgRowsAvx2(r, div ? 1.0 / static_cast<double>(div) : 0.0, acc, yo);
