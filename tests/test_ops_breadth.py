@@ -401,3 +401,20 @@ def test_tile_rows(dtype, repeats):
     x = (RNG.standard_normal((5, 37)) * 50).astype(dtype)
     _check("Tile", [x, np.array(repeats, np.int64)])
     _check("Tile", [x[:, :1], np.array(repeats, np.int64)])  # one-element rows: the per-element lookup
+
+
+@pytest.mark.parametrize("op", ["Max", "Min"])
+@pytest.mark.parametrize("n", [1, 7, 64, 1001])
+def test_binary_max_min_edge_values(op, n):
+    a = RNG.choice(_EDGE, n).astype(np.float32)
+    b = RNG.choice(_EDGE, n).astype(np.float32)
+    a[: n // 2] = (RNG.standard_normal(n // 2) * 10).astype(np.float32)
+    _check(op, [a, b])
+    _check(op, [a, b[:1]])  # broadcast scalar
+    # NaN comes from the first operand that has it; among equal values (signed zeros) the first operand is kept.
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(_model(op, [a, b])))
+        (y,) = s.run_graph(1, [a, b])
+    pick = np.greater if op == "Max" else np.less
+    want = np.where(np.isnan(a), a, np.where(np.isnan(b), b, np.where(pick(b, a), b, a)))
+    np.testing.assert_array_equal(y.numpy().view(np.uint32), want.view(np.uint32))
