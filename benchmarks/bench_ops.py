@@ -95,6 +95,13 @@ def normalisation_cases(size: str):
     red = make_model([helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=1)], [("x", F, shape)],
                      [("y", F, [1, cols])], initializers=[("axes", np.array([0], np.int64))], opset=OPSET)
     yield "ReduceMean (axis 0)", red, [rand(shape)]
+    for op in ("ReduceMax", "ReduceMin"):
+        red = make_model([helper.make_node(op, ["x", "axes"], ["y"], keepdims=1)], [("x", F, shape)],
+                         [("y", F, [rows, 1])], initializers=[("axes", np.array([-1], np.int64))], opset=OPSET)
+        yield f"{op} (axis -1)", red, [rand(shape)]
+    arg = make_model([helper.make_node("ArgMax", ["x"], ["y"], axis=-1)], [("x", F, shape)],
+                     [("y", TensorProto.INT64, [rows, 1])], opset=OPSET)
+    yield "ArgMax (axis -1)", arg, [rand(shape)]
 
 
 def movement_cases(size: str):
@@ -113,6 +120,12 @@ def movement_cases(size: str):
     cast = make_model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)], [("x", F, shape)],
                       [("y", TensorProto.FLOAT16, shape)], opset=OPSET)
     yield "Cast (float -> float16)", cast, [rand(shape)]
+    tile = make_model([helper.make_node("Tile", ["x", "r"], ["y"])], [("x", F, [rows, cols // 2])],
+                      [("y", F, shape)], initializers=[("r", np.array([1, 2], np.int64))], opset=OPSET)
+    yield "Tile (x2 along the last axis)", tile, [rand((rows, cols // 2))]
+    pad = make_model([helper.make_node("Pad", ["x", "p"], ["y"])], [("x", F, shape)], [("y", F, [rows + 2, cols + 2])],
+                     initializers=[("p", np.array([1, 1, 1, 1], np.int64))], opset=OPSET)
+    yield "Pad (constant, 1 on each side)", pad, [rand(shape)]
 
 
 # GEMM / Conv shapes per size: (M, K, N) and (N, C, H, W, M, k).
@@ -149,11 +162,35 @@ def linear_cases(size: str):
     yield f"MaxPool 2x2 on {c}x{h}x{w}", pool, [rand((nb, c, h, w))]
 
 
+# Pool inputs per size: (N, C, H, W).
+POOL = {"small": (1, 1, 4, 4), "64k": (1, 16, 64, 64), "1M": (1, 64, 128, 128)}
+
+
+def pooling_cases(size: str):
+    shape = list(POOL[size])
+    nb, c, h, w = shape
+    cases = [("MaxPool 3x3 s2 p1", "MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+             ("AveragePool 3x3 s1 p1", "AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+             ("AveragePool 3x3 s1 p1 (count pads)", "AveragePool",
+              dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)),
+             ("AveragePool 2x2 s2", "AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2]))]
+    for name, op, attrs in cases:
+        s = attrs.get("strides", [1, 1])[0]
+        out = [nb, c, h // s, w // s]
+        model = make_model([helper.make_node(op, ["x"], ["y"], **attrs)], [("x", F, shape)], [("y", F, out)],
+                           opset=OPSET)
+        yield f"{name} on {c}x{h}x{w}", model, [rand(shape)]
+    gap = make_model([helper.make_node("GlobalAveragePool", ["x"], ["y"])], [("x", F, shape)],
+                     [("y", F, [nb, c, 1, 1])], opset=OPSET)
+    yield f"GlobalAveragePool on {c}x{h}x{w}", gap, [rand(shape)]
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
     "data movement": movement_cases,
     "linear algebra / conv": linear_cases,
+    "pooling": pooling_cases,
 }
 
 

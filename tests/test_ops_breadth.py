@@ -230,3 +230,191 @@ def test_cumsum(exclusive, reverse):
 @pytest.mark.parametrize("k", [-7, -1, 0, 2, 9])
 def test_trilu(upper, k):
     _check("Trilu", [RNG.integers(1, 9, (2, 4, 5)).astype(np.int64), np.array(k, np.int64)], upper=upper)
+
+
+def _row_cases():
+    """float32 rows along the last axis for the vectorised Max / Min / ArgMax / ArgMin: lengths around the vector
+    widths, each row random with edge values (NaN, +-inf, signed zeros, denormals, large magnitudes) sprinkled."""
+    for n in (1, 7, 8, 9, 31, 32, 33, 100, 1000):
+        x = (RNG.standard_normal((12, n)) * 10).astype(np.float32)
+        x[1] = RNG.choice(_EDGE[1:], n)                 # edge values, no NaN
+        x[2] = RNG.choice(_EDGE, n)                     # edge values with NaN
+        x[3] = RNG.choice([0.0, -0.0], n)               # all zeros: which sign comes first decides
+        x[4] = -np.abs(x[4])
+        x[4, n // 2] = -0.0                             # the maximum is -0 among negatives
+        x[5] = np.abs(x[5])
+        x[5, n // 3] = 0.0                              # the minimum is +0 among positives
+        x[6] = -np.inf
+        x[7] = np.inf
+        x[8, n - 1] = np.nan                            # NaN only in the scalar tail
+        x[9] = RNG.choice([1e-40, -1e-40, 2e-45], n)    # denormals
+        x[10] = np.round(x[10])                         # ties
+        yield x
+
+
+def _ordered_fold(x, op):
+    """The result of folding each row left to right (the first NaN wins, the first of equal values stays)."""
+    out = np.empty(x.shape[0], np.float32)
+    for i, row in enumerate(x):
+        best = np.float32(-np.inf if op == "ReduceMax" else np.inf)
+        for v in row:
+            if best != best:
+                break
+            if v != v or (v > best if op == "ReduceMax" else v < best):
+                best = v
+        out[i] = best
+    return out
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_reduce_max_min_last_axis_rows(op):
+    for x in _row_cases():
+        _check(op, [x, np.array([-1], np.int64)], keepdims=0, opset=18)
+        with ga.Session() as s:
+            s.add_graph(1, ga.Graph.from_onnx(_model(op, [x, np.array([-1], np.int64)], keepdims=0, opset=18)))
+            (y,) = s.run_graph(1, [x, np.array([-1], np.int64)])
+        # Signed zeros are equal to allclose: compare the bits with the ordered fold.
+        np.testing.assert_array_equal(y.numpy().view(np.uint32), _ordered_fold(x, op).view(np.uint32))
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_reduce_max_min_runs_folded_into_one_output(op):
+    # Axes {0, 2}: each output folds several contiguous runs, NaN in some of them.
+    x = (RNG.standard_normal((3, 4, 37)) * 5).astype(np.float32)
+    x[1, 2, 5] = np.nan
+    x[2, 3] = 0.0
+    _check(op, [x, np.array([0, 2], np.int64)], keepdims=1, opset=18)
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_last_axis_rows(op, last):
+    for x in _row_cases():
+        _check(op, [x], axis=-1, keepdims=1, select_last_index=last)
+
+
+# 2-D pools whose interior columns take the row-wise path (every pad combination that reaches it, strides 1-3,
+# ceil_mode) and ones that do not (dilations; no interior column: the window is wider than the input).
+_POOLS = [
+    dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 1, 0]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 0, 1], ceil_mode=1),
+    dict(kernel_shape=[2, 2], strides=[2, 2]),
+    dict(kernel_shape=[2, 3], strides=[1, 3], pads=[0, 2, 1, 2]),
+    dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"),
+    dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], dilations=[2, 2]),
+    dict(kernel_shape=[4, 9], pads=[1, 1, 1, 1]),
+]
+
+
+def _pool_input(shape):
+    x = (RNG.standard_normal(shape) * 100).astype(np.float32)
+    x.flat[RNG.choice(x.size, x.size // 5, replace=False)] = RNG.choice(_EDGE[1:], x.size // 5)  # no NaN: below
+    return x
+
+
+@pytest.mark.parametrize("attrs", _POOLS)
+@pytest.mark.parametrize("shape", [(2, 3, 9, 11), (1, 2, 16, 33), (1, 1, 7, 7), (1, 2, 5, 150)])
+def test_maxpool_interior_rows(attrs, shape):
+    _check("MaxPool", [_pool_input(shape)], opset=18, **attrs)
+
+
+@pytest.mark.parametrize("attrs", _POOLS)
+@pytest.mark.parametrize("count_pad", [0, 1])
+@pytest.mark.parametrize("shape", [(2, 3, 9, 11), (1, 2, 16, 33), (1, 2, 5, 83)])  # 83: blocks of 32, 8 and a tail
+def test_averagepool_interior_rows(attrs, count_pad, shape):
+    x = (RNG.standard_normal(shape) * 100).astype(np.float32)
+    x[0, 0, 1, :4] = [1e-40, 3e37, -1e-45, 1e30]  # no cancellation: the reference sums in float32
+    opset = 19 if "dilations" in attrs else 18  # dilations on AveragePool since opset 19
+    model = _model("AveragePool", [x], 1, opset, count_include_pad=count_pad, **attrs)
+    # The reference sums in the input's type: give it float64 so that its own rounding does not count.
+    want = ReferenceEvaluator(_model("AveragePool", [x.astype(np.float64)], 1, opset, count_include_pad=count_pad,
+                                     **attrs)).run(None, {"x0": x.astype(np.float64)})[0]
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        (got,) = s.run_graph(1, [x])
+    assert got.numpy().dtype == np.float32 and got.numpy().shape == want.shape
+    np.testing.assert_allclose(got.numpy(), want.astype(np.float32), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("attrs", [a for a in _POOLS[:8] if "pads" in a or "auto_pad" in a])
+@pytest.mark.parametrize("shape", [(2, 3, 12, 17), (1, 2, 6, 150)])  # 150: stride 2 blocks of 32 and 8 outputs
+def test_maxpool_interior_rows_same_bits_as_exact_loop_with_nan(attrs, shape):
+    # With an Indices output MaxPool takes the general loop: Y must be the same bits (NaN, signed zeros, inf).
+    x = (RNG.standard_normal(shape) * 10).astype(np.float32)
+    x.flat[RNG.choice(x.size, x.size // 4, replace=False)] = RNG.choice(_EDGE, x.size // 4)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(_model("MaxPool", [x], 1, 18, **attrs)))
+        s.add_graph(2, ga.Graph.from_onnx(_model("MaxPool", [x], 2, 18, **attrs)))
+        (fast,) = s.run_graph(1, [x])
+        exact, _ = s.run_graph(2, [x])
+    np.testing.assert_array_equal(fast.numpy().view(np.uint32), exact.numpy().view(np.uint32))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 1, 1), (1, 4, 5, 7), (2, 2, 16, 16), (1, 3, 33, 31), (2, 2, 3, 4, 5)])
+def test_global_average_pool_plane_sums(shape):
+    x = (RNG.standard_normal(shape) * 100).astype(np.float32)
+    x.reshape(-1)[:4] = [1e-40, 3e37, -1e-45, 1e30]
+    want = x.astype(np.float64).mean(axis=tuple(range(2, len(shape))), keepdims=True).astype(np.float32)
+    _check("GlobalAveragePool", [x])
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(_model("GlobalAveragePool", [x])))
+        (got,) = s.run_graph(1, [x])
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=0)
+
+
+def test_global_average_pool_nan_and_inf():
+    x = RNG.standard_normal((1, 4, 9, 9)).astype(np.float32)
+    x[0, 0, 3, 3] = np.nan
+    x[0, 1, 8, 8] = np.inf
+    x[0, 2, 0, 0], x[0, 2, 1, 1] = np.inf, -np.inf
+    with np.errstate(invalid="ignore"):  # the reference's inf - inf
+        _check("GlobalAveragePool", [x])
+
+
+# Pad / Tile rows copied as whole stretches (memcpy / fill) when the last dim's map has long runs.
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.int64])
+@pytest.mark.parametrize("pads", [[0, 0, 1, 1, 0, 0, 1, 1], [0, 1, 0, 3, 1, 0, 2, 9], [0, 0, 0, 0, 0, 0, 0, 0],
+                                  [1, 0, 2, 40, 0, 2, 0, 1]])
+def test_pad_constant_rows(dtype, pads):
+    x = (RNG.standard_normal((2, 3, 7, 33)) * 50).astype(dtype)
+    _check("Pad", [x, np.array(pads, np.int64), np.array(7, dtype)], mode="constant")
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge"])
+def test_pad_rows_with_crop_and_edge_values(mode):
+    x = RNG.choice(_EDGE, (3, 40)).astype(np.float32)
+    pads = np.array([1, -3, 0, 5], np.int64)
+    model = _model("Pad", [x, pads], mode=mode)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        (y,) = s.run_graph(1, [x, pads])
+    want = np.pad(x[:, 3:], [(1, 0), (0, 5)], mode=mode)
+    np.testing.assert_array_equal(y.numpy().view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.float64])
+@pytest.mark.parametrize("repeats", [[2, 1], [1, 3], [3, 2], [1, 1]])
+def test_tile_rows(dtype, repeats):
+    x = (RNG.standard_normal((5, 37)) * 50).astype(dtype)
+    _check("Tile", [x, np.array(repeats, np.int64)])
+    _check("Tile", [x[:, :1], np.array(repeats, np.int64)])  # one-element rows: the per-element lookup
+
+
+@pytest.mark.parametrize("op", ["Max", "Min"])
+@pytest.mark.parametrize("n", [1, 7, 64, 1001])
+def test_binary_max_min_edge_values(op, n):
+    a = RNG.choice(_EDGE, n).astype(np.float32)
+    b = RNG.choice(_EDGE, n).astype(np.float32)
+    a[: n // 2] = (RNG.standard_normal(n // 2) * 10).astype(np.float32)
+    _check(op, [a, b])
+    _check(op, [a, b[:1]])  # broadcast scalar
+    # NaN comes from the first operand that has it; among equal values (signed zeros) the first operand is kept.
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(_model(op, [a, b])))
+        (y,) = s.run_graph(1, [a, b])
+    pick = np.greater if op == "Max" else np.less
+    want = np.where(np.isnan(a), a, np.where(np.isnan(b), b, np.where(pick(b, a), b, a)))
+    np.testing.assert_array_equal(y.numpy().view(np.uint32), want.view(np.uint32))

@@ -71,24 +71,22 @@ struct DivF {
     }
   }
 };
+// Max / Min: a NaN operand wins (a's first), else the larger / smaller, a on ties. Written as selects without
+// early returns so that the loops vectorise: a NaN a already falls out of the comparison (it is false).
 struct MaxF {
   template <class C>
   static C Apply(C a, C b) {
-    if constexpr (std::is_floating_point<C>::value) {
-      if (a != a) return a;
-      if (b != b) return b;
-    }
-    return a < b ? b : a;
+    const C r = a < b ? b : a;
+    if constexpr (std::is_floating_point<C>::value) return (b != b && a == a) ? b : r;
+    return r;
   }
 };
 struct MinF {
   template <class C>
   static C Apply(C a, C b) {
-    if constexpr (std::is_floating_point<C>::value) {
-      if (a != a) return a;
-      if (b != b) return b;
-    }
-    return b < a ? b : a;
+    const C r = b < a ? b : a;
+    if constexpr (std::is_floating_point<C>::value) return (b != b && a == a) ? b : r;
+    return r;
   }
 };
 

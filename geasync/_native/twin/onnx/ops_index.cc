@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "elem.h"
+#include "row_reduce.h"
 
 namespace twin {
 namespace onnx {
@@ -96,13 +97,14 @@ class ArgKernel : public Kernel {
     const S *x = static_cast<const S *>(in[0]);
     int64_t *y = static_cast<int64_t *>(out[0]);
     for (int64_t o = 0; o < v_.outer; ++o) {
+      if (v_.inner == 1 && FastRow(x + o * v_.n, &y[o])) continue;
       for (int64_t i = 0; i < v_.inner; ++i) {
         const S *p = x + o * v_.n * v_.inner + i;
         int64_t best = 0;
         C bv = Num<S>::Load(p[0]);
         for (int64_t k = 1; k < v_.n; ++k) {
           const C cv = Num<S>::Load(p[k * v_.inner]);
-          if (Better(cv, bv) || (last_ && cv == bv)) {
+          if (Better(cv, bv) || (last_ && Same(cv, bv))) {
             bv = cv;
             best = k;
           }
@@ -114,7 +116,23 @@ class ArgKernel : public Kernel {
   }
 
  private:
-  // NaN wins (the first one, like numpy), then the larger (ArgMax) or smaller (ArgMin) value.
+  // float32 rows along the last axis: the vectorised extremum, then where it first (or last) occurs; rows with a
+  // NaN or a zero extremum take the ordered loop.
+  bool FastRow([[maybe_unused]] const S *row, [[maybe_unused]] int64_t *y) const {
+    if constexpr (std::is_same<S, float>::value) {
+      float v;
+      if (!RowExtremum(row, v_.n, kMax, &v)) return false;
+      *y = FindValue(row, v_.n, v, last_);
+      return true;
+    }
+    return false;
+  }
+  // Ties for select_last_index; NaNs tie with each other (the reference takes the last NaN then).
+  static bool Same(C cv, C bv) {
+    if constexpr (kIsFloat<S>) return cv == bv || (cv != cv && bv != bv);
+    return cv == bv;
+  }
+  // NaN wins (the first one, like numpy; the last one with select_last_index), then the larger (ArgMax) or smaller (ArgMin) value.
   static bool Better(C cv, C bv) {
     if constexpr (kIsFloat<S>) {
       if (bv != bv) return false;

@@ -21,6 +21,7 @@
 #include "conv_winograd.h"
 #include "elem.h"
 #include "gemm.h"
+#include "row_reduce.h"
 #include "vmath.h"
 
 namespace twin {
@@ -764,6 +765,113 @@ inline void TapRange(int64_t start, int64_t k, int64_t d, int64_t lo_bound, int6
   *hi = std::max(*lo, std::min(b, k));
 }
 
+// Interior windows of one output row of a 2-D pool: rows input rows from x (row pitch w), kw taps per row, output
+// j reading columns j * sw + [0, kw). Taps in the general loop's order (row, then column).
+struct PoolRows {
+  const float *x;
+  int64_t w, rows, kw, sw, n;
+  int64_t avail;  // columns of each row readable from x
+};
+// Max: the first tap, then a later tap only where it is larger (so NaN only as the first tap, like the general loop).
+__attribute__((always_inline)) inline void MaxRowsBody(const PoolRows &r, float *__restrict y) {
+  for (int64_t kh = 0; kh < r.rows; ++kh)
+    for (int64_t kw = 0; kw < r.kw; ++kw) {
+      const float *__restrict xc = r.x + kh * r.w + kw;
+      if (kh == 0 && kw == 0) {
+        for (int64_t j = 0; j < r.n; ++j) y[j] = xc[j * r.sw];
+      } else if (r.sw == 1) {
+        for (int64_t j = 0; j < r.n; ++j) y[j] = xc[j] > y[j] ? xc[j] : y[j];
+      } else if (r.sw == 2) {
+        for (int64_t j = 0; j < r.n; ++j) y[j] = xc[2 * j] > y[j] ? xc[2 * j] : y[j];
+      } else {
+        for (int64_t j = 0; j < r.n; ++j) y[j] = xc[j * r.sw] > y[j] ? xc[j * r.sw] : y[j];
+      }
+    }
+}
+// Sum in double, from 0, in the general loop's order.
+__attribute__((always_inline)) inline void SumRowsBody(const PoolRows &r, double *__restrict acc) {
+  for (int64_t j = 0; j < r.n; ++j) acc[j] = 0.0;
+  for (int64_t kh = 0; kh < r.rows; ++kh)
+    for (int64_t kw = 0; kw < r.kw; ++kw) {
+      const float *__restrict xc = r.x + kh * r.w + kw;
+      if (r.sw == 1) {
+        for (int64_t j = 0; j < r.n; ++j) acc[j] += static_cast<double>(xc[j]);
+      } else if (r.sw == 2) {
+        for (int64_t j = 0; j < r.n; ++j) acc[j] += static_cast<double>(xc[2 * j]);
+      } else {
+        for (int64_t j = 0; j < r.n; ++j) acc[j] += static_cast<double>(xc[j * r.sw]);
+      }
+    }
+}
+void MaxRowsBase(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
+void SumRowsBase(const PoolRows &r, double *acc) { SumRowsBody(r, acc); }
+#ifdef TWIN_HAVE_X86
+// Stride 2: tap kw of outputs j..j+7 is the even (kw even) or odd lane of the 16 floats from column 2j + (kw & ~1).
+// kB blocks of eight outputs: kB independent max chains.
+template <int kB>
+__attribute__((target("avx2"), always_inline)) inline void MaxBlocksStride2Avx2(const PoolRows &r, int64_t j,
+                                                                                float *y) {
+  __m256 m[kB];
+  for (int b = 0; b < kB; ++b) m[b] = _mm256_setzero_ps();  // overwritten by the first tap (rows >= 1)
+  for (int64_t kh = 0; kh < r.rows; ++kh)
+    for (int64_t kw = 0; kw < r.kw; ++kw) {
+      const float *xc = r.x + kh * r.w + 2 * j + (kw & ~int64_t{1});
+      for (int b = 0; b < kB; ++b) {
+        const __m256 a = _mm256_loadu_ps(xc + 16 * b), c = _mm256_loadu_ps(xc + 16 * b + 8);
+        const __m256 mixed = (kw & 1) ? _mm256_shuffle_ps(a, c, _MM_SHUFFLE(3, 1, 3, 1))
+                                      : _mm256_shuffle_ps(a, c, _MM_SHUFFLE(2, 0, 2, 0));
+        const __m256 v = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(mixed), _MM_SHUFFLE(3, 1, 2, 0)));
+        m[b] = kh == 0 && kw == 0 ? v : _mm256_max_ps(v, m[b]);  // v > m ? v : m, the general loop's test
+      }
+    }
+  for (int b = 0; b < kB; ++b) _mm256_storeu_ps(y + j + 8 * b, m[b]);
+}
+// Blocks only where their 16-float loads stay inside the row (r.avail columns from r.x); the rest: MaxRowsBody.
+__attribute__((target("avx2"))) void MaxRowsAvx2(const PoolRows &r, float *y) {
+  if (r.sw != 2) return MaxRowsBody(r, y);
+  const int64_t reach = (r.kw - 1) & ~int64_t{1};  // farthest load start past 2j
+  int64_t j = 0;
+  for (; 2 * j + 64 + reach <= r.avail && j + 32 <= r.n; j += 32) MaxBlocksStride2Avx2<4>(r, j, y);
+  for (; 2 * j + 16 + reach <= r.avail && j + 8 <= r.n; j += 8) MaxBlocksStride2Avx2<1>(r, j, y);
+  if (j < r.n) MaxRowsBody({r.x + 2 * j, r.w, r.rows, r.kw, r.sw, r.n - j, r.avail - 2 * j}, y + j);
+}
+// Stride 1: outputs in blocks with their sums in registers through all taps (the same double additions in the same
+// order as SumRowsBody), scaled by 1 / div (a multiply instead of the general loop's division: it can change the
+// double's last bit, far below the float result's rounding). Other strides: SumRowsBody, then the same scaling.
+// kB blocks of eight outputs: 2 kB independent addition chains (one chain is latency-bound).
+template <int kB>
+__attribute__((target("avx2"), always_inline)) inline void AvgBlocksAvx2(const PoolRows &r, __m256d sc, int64_t j,
+                                                                          float *y) {
+  __m256d lo[kB], hi[kB];
+  for (int b = 0; b < kB; ++b) lo[b] = hi[b] = _mm256_setzero_pd();
+  for (int64_t kh = 0; kh < r.rows; ++kh) {
+    const float *xr = r.x + kh * r.w + j;
+    for (int64_t kw = 0; kw < r.kw; ++kw)
+      for (int b = 0; b < kB; ++b) {
+        const __m256 v = _mm256_loadu_ps(xr + kw + 8 * b);
+        lo[b] = _mm256_add_pd(lo[b], _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+        hi[b] = _mm256_add_pd(hi[b], _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+      }
+  }
+  for (int b = 0; b < kB; ++b) {
+    const __m128 flo = _mm256_cvtpd_ps(_mm256_mul_pd(lo[b], sc)), fhi = _mm256_cvtpd_ps(_mm256_mul_pd(hi[b], sc));
+    _mm256_storeu_ps(y + j + 8 * b, _mm256_insertf128_ps(_mm256_castps128_ps256(flo), fhi, 1));
+  }
+}
+__attribute__((target("avx2"))) void AvgRowsAvx2(const PoolRows &r, double scale, double *acc, float *y) {
+  int64_t j = 0;
+  const __m256d sc = _mm256_set1_pd(scale);
+  for (; r.sw == 1 && j + 32 <= r.n; j += 32) AvgBlocksAvx2<4>(r, sc, j, y);
+  for (; r.sw == 1 && j + 8 <= r.n; j += 8) AvgBlocksAvx2<1>(r, sc, j, y);
+  if (j == r.n) return;
+  SumRowsBody({r.x + j * r.sw, r.w, r.rows, r.kw, r.sw, r.n - j, r.avail - j * r.sw}, acc);
+  for (int64_t i = 0; i < r.n - j; ++i) y[j + i] = static_cast<float>(acc[i] * scale);
+}
+#else
+void MaxRowsAvx2(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
+void AvgRowsAvx2(const PoolRows &, double, double *, float *) {}
+#endif
+
 template <class S, bool kMax>
 class PoolKernel : public Kernel {
   using C = typename Num<S>::C;
@@ -785,6 +893,17 @@ class PoolKernel : public Kernel {
     for (size_t i = 0; i < kMaxSpatial; ++i) simple_ = simple_ && w_.pb[i] == 0 && w_.pe[i] == 0 && w_.d[i] == 1;
     for (size_t i = 1; i < kMaxSpatial; ++i)
       simple_ = simple_ && (w_.out[i] - 1) * w_.s[i] + w_.k[i] <= w_.in[i];  // no ceil-mode overhang
+    // 2-D float windows without dilation: interior columns without per-tap bounds (RunPlane2d).
+    plane2d_ = std::is_same<S, float>::value && w_.in[0] == 1 && w_.k[0] == 1 && w_.d[1] == 1 && w_.d[2] == 1;
+#ifdef TWIN_HAVE_X86
+    avx2_ = vmath::ActiveIsa() != vmath::Isa::kBaseline;
+#endif
+    inner_lo_ = inner_hi_ = 0;
+    for (int64_t o = 0; o < w_.out[2]; ++o) {
+      if (taps_[2][o].lo != 0 || taps_[2][o].hi != w_.k[2]) continue;
+      if (inner_hi_ == inner_lo_) inner_lo_ = o;
+      inner_hi_ = o + 1;
+    }
 #ifdef TWIN_HAVE_X86
     const bool two_by_two = simple_ && w_.k[1] == 2 && w_.k[2] == 2 && w_.s[1] == 2 && w_.s[2] == 2;
     pool2x2_ = two_by_two && CpuHasAvx512();
@@ -812,6 +931,12 @@ class PoolKernel : public Kernel {
       }
 #endif
       if (!I && simple_) return RunSimpleMax(X, Y, in_sp, out_sp);
+    }
+    if constexpr (std::is_same<S, float>::value) {
+      if (!I && plane2d_) {
+        for (int64_t nc = 0; nc < NC_; ++nc) RunPlane2d(X + nc * in_sp, Y + nc * out_sp);
+        return true;
+      }
     }
     for (int64_t nc = 0; nc < NC_; ++nc) {
       const S *x = X + nc * in_sp;
@@ -897,11 +1022,76 @@ class PoolKernel : public Kernel {
   struct Tap {
     int64_t start, lo, hi, padded;
   };
+
+  // One 2-D plane. Output columns [inner_lo_, inner_hi_) have every tap inside the input's width, so a whole output
+  // row of them is taken tap by tap with contiguous (or strided) loads; the other columns take OnePosition. Taps
+  // are visited in the general loop's order (row, then column), so the results are the same bits: MaxPool keeps
+  // the first tap and takes a later one only when it is larger (NaN only as the first tap), AveragePool adds in
+  // double in the same order.
+  void RunPlane2d(const float *x, float *y) {
+    const int64_t W = w_.in[2], OW = w_.out[2], SW = w_.s[2], KW = w_.k[2];
+    acc_.resize(static_cast<size_t>(OW));
+    for (int64_t oh = 0; oh < w_.out[1]; ++oh) {
+      const Tap &t1 = taps_[1][oh];
+      float *yr = y + oh * OW;
+      for (int64_t ow = 0; ow < inner_lo_; ++ow) yr[ow] = OnePosition(x, t1, taps_[2][ow]);
+      for (int64_t ow = inner_hi_; ow < OW; ++ow) yr[ow] = OnePosition(x, t1, taps_[2][ow]);
+      const int64_t n = inner_hi_ - inner_lo_;
+      if (n <= 0) continue;
+      const int64_t c0 = inner_lo_ * SW - w_.pb[2];  // input column of the first interior window
+      float *__restrict yo = yr + inner_lo_;
+      if constexpr (kMax) {
+        if (t1.lo == t1.hi) {
+          std::fill(yo, yo + n, -std::numeric_limits<float>::infinity());
+          continue;
+        }
+        const PoolRows r{x + (t1.start + t1.lo) * W + c0, W, t1.hi - t1.lo, KW, SW, n, W - c0};
+        avx2_ ? MaxRowsAvx2(r, yo) : MaxRowsBase(r, yo);
+      } else {
+        double *acc = acc_.data();
+        const PoolRows r{x + (t1.start + t1.lo) * W + c0, W, t1.hi - t1.lo, KW, SW, n, W - c0};
+        const int64_t div = count_pad_ ? t1.padded * taps_[2][inner_lo_].padded : (t1.hi - t1.lo) * KW;
+        if (avx2_) {
+          AvgRowsAvx2(r, div ? 1.0 / static_cast<double>(div) : 0.0, acc, yo);
+          continue;
+        }
+        SumRowsBase(r, acc);
+        const double d = static_cast<double>(div);
+        for (int64_t j = 0; j < n; ++j) yo[j] = static_cast<float>(div ? acc[j] / d : 0.0);
+      }
+    }
+  }
+
+  // One output of a 2-D plane (the general loop's arithmetic for a single position).
+  float OnePosition(const float *x, const Tap &t1, const Tap &t2) const {
+    const int64_t W = w_.in[2];
+    if constexpr (kMax) {
+      float best = -std::numeric_limits<float>::infinity();
+      bool any = false;
+      for (int64_t kh = t1.lo; kh < t1.hi; ++kh)
+        for (int64_t kw = t2.lo; kw < t2.hi; ++kw) {
+          const float v = x[(t1.start + kh) * W + t2.start + kw];
+          if (!any || v > best) best = v;
+          any = true;
+        }
+      return best;
+    } else {
+      double acc = 0;
+      for (int64_t kh = t1.lo; kh < t1.hi; ++kh)
+        for (int64_t kw = t2.lo; kw < t2.hi; ++kw) acc += static_cast<double>(x[(t1.start + kh) * W + t2.start + kw]);
+      const int64_t div = count_pad_ ? t1.padded * t2.padded : (t1.hi - t1.lo) * (t2.hi - t2.lo);
+      return static_cast<float>(div ? acc / static_cast<double>(div) : 0.0);
+    }
+  }
   Window w_;
   int64_t NC_, C_;
   bool count_pad_, col_major_, indices_;
   std::vector<Tap> taps_[kMaxSpatial];
   bool simple_ = false;
+  bool plane2d_ = false;
+  int64_t inner_lo_ = 0, inner_hi_ = 0;  // output columns whose windows lie inside the input's width
+  std::vector<double> acc_;              // RunPlane2d's AveragePool sums of one output row
+  bool avx2_ = false;                    // RunPlane2d's row loops in their AVX2 build
   bool pool2x2_ = false;       // simple_ with a 2x2 window and stride 2: MaxPool2x2Avx512
   bool pool2x2_avx2_ = false;  // the same on a CPU (or GEASYNC_TWIN_SIMD cap) without AVX-512: MaxPool2x2Avx2
 };
@@ -952,7 +1142,9 @@ class GlobalPoolKernel : public Kernel {
     S *y = static_cast<S *>(out[0]);
     for (int64_t i = 0; i < nc_; ++i) {
       double acc = 0;
-      for (int64_t j = 0; j < sp_; ++j) acc += static_cast<double>(Num<S>::Load(x[i * sp_ + j]));
+      if constexpr (std::is_same<S, float>::value) acc = SumFloats(x + i * sp_, sp_);
+      else
+        for (int64_t j = 0; j < sp_; ++j) acc += static_cast<double>(Num<S>::Load(x[i * sp_ + j]));
       y[i] = Num<S>::Store(static_cast<typename Num<S>::C>(sp_ ? acc / static_cast<double>(sp_) : NAN));
     }
     return true;

@@ -33,6 +33,7 @@ class GatherMapKernel : public Kernel {
       : in_strides_(Strides(in_dims)), maps_(std::move(maps)), fill_input_(fill_input), ctr_(maps_.size()) {
     total_ = 1;
     for (const auto &m : maps_) total_ *= static_cast<int64_t>(m.size());
+    if (!maps_.empty()) SplitRuns(maps_.back());
   }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const U *x = static_cast<const U *>(in[0]);
@@ -61,7 +62,14 @@ class GatherMapKernel : public Kernel {
         std::fill(py, py + inner, fill);
       } else {
         const U *__restrict px = x + base;
-        for (int64_t j = 0; j < inner; ++j) py[j] = last[j] < 0 ? fill : px[last[j]];
+        if (!runs_.empty()) {
+          for (const Stretch &run : runs_) {
+            if (run.src < 0) std::fill(py + run.out, py + run.out + run.len, fill);
+            else std::memcpy(py + run.out, px + run.src, static_cast<size_t>(run.len) * sizeof(U));
+          }
+        } else {
+          for (int64_t j = 0; j < inner; ++j) py[j] = last[j] < 0 ? fill : px[last[j]];
+        }
       }
       for (size_t d = r - 1; d-- > 0;) {
         if (++ctr_[d] < static_cast<int64_t>(maps_[d].size())) break;
@@ -72,7 +80,26 @@ class GatherMapKernel : public Kernel {
   }
 
  private:
+  // A stretch of an output row that copies consecutive source elements (src >= 0) or is all fill (src = -1).
+  struct Stretch {
+    int64_t out, len, src;
+  };
+  // The last dim's map as runs, kept when they are long enough (4 elements on average) for memcpy / fill to beat
+  // the per-element lookup: Pad constant and edge rows are 3 runs, Tile rows one per repeat; reflect is not.
+  void SplitRuns(const std::vector<int64_t> &m) {
+    const int64_t n = static_cast<int64_t>(m.size());
+    for (int64_t j = 0; j < n; ++j) {
+      const bool extends = !runs_.empty() && ((m[j] < 0 && runs_.back().src < 0) ||
+                                              (m[j] >= 0 && runs_.back().src >= 0 &&
+                                               m[j] == runs_.back().src + runs_.back().len));
+      if (extends) ++runs_.back().len;
+      else runs_.push_back({j, 1, m[j] < 0 ? -1 : m[j]});
+    }
+    if (static_cast<int64_t>(runs_.size()) * 4 > n) runs_.clear();
+  }
+
   std::vector<int64_t> in_strides_;
+  std::vector<Stretch> runs_;  // empty: per-element lookup
   std::vector<std::vector<int64_t>> maps_;
   int fill_input_;
   std::vector<int64_t> ctr_;

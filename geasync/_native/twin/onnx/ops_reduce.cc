@@ -17,6 +17,7 @@
 
 #include "broadcast.h"
 #include "elem.h"
+#include "row_reduce.h"
 #include "vmath.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -24,6 +25,128 @@
 
 namespace twin {
 namespace onnx {
+
+namespace {
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) double SumFloatsAvx2(const float *x, int64_t n);  // below, with the sums
+// Four independent 8-wide max (min) chains; NaNs are only noted (maxps would drop them), the caller redoes them.
+template <bool kMax>
+__attribute__((target("avx2"), always_inline)) inline __m256 Pick(__m256 a, __m256 b) {
+  return kMax ? _mm256_max_ps(a, b) : _mm256_min_ps(a, b);
+}
+template <bool kMax>
+__attribute__((target("avx2"))) bool RowExtremumAvx2(const float *x, int64_t n, float *out) {
+  const float init = kMax ? -INFINITY : INFINITY;
+  __m256 acc[4] = {_mm256_set1_ps(init), _mm256_set1_ps(init), _mm256_set1_ps(init), _mm256_set1_ps(init)};
+  __m256 nan = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32)
+    for (int k = 0; k < 4; ++k) {
+      const __m256 v = _mm256_loadu_ps(x + j + 8 * k);
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      acc[k] = Pick<kMax>(acc[k], v);
+    }
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v = _mm256_loadu_ps(x + j);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    acc[0] = Pick<kMax>(acc[0], v);
+  }
+  if (_mm256_movemask_ps(nan)) return false;
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, Pick<kMax>(Pick<kMax>(acc[0], acc[1]), Pick<kMax>(acc[2], acc[3])));
+  float m = init;
+  for (float l : lanes) m = kMax ? (l > m ? l : m) : (l < m ? l : m);
+  for (; j < n; ++j) {
+    if (x[j] != x[j]) return false;
+    m = kMax ? (x[j] > m ? x[j] : m) : (x[j] < m ? x[j] : m);
+  }
+  *out = m;
+  return m != 0.0f;
+}
+#endif
+
+// Portable version: independent lanes that GCC's -O3 turns into vector max / min.
+template <bool kMax>
+bool RowExtremumLaned(const float *__restrict x, int64_t n, float *out) {
+  constexpr int kLanes = 8;
+  const float init = kMax ? -INFINITY : INFINITY;
+  float lanes[kLanes];
+  int bad[kLanes] = {};
+  for (float &l : lanes) l = init;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      const float v = x[j + k];
+      bad[k] |= v != v;
+      lanes[k] = kMax ? (v > lanes[k] ? v : lanes[k]) : (v < lanes[k] ? v : lanes[k]);
+    }
+  float m = init;
+  for (int k = 0; k < kLanes; ++k) {
+    if (bad[k]) return false;
+    m = kMax ? (lanes[k] > m ? lanes[k] : m) : (lanes[k] < m ? lanes[k] : m);
+  }
+  for (; j < n; ++j) {
+    if (x[j] != x[j]) return false;
+    m = kMax ? (x[j] > m ? x[j] : m) : (x[j] < m ? x[j] : m);
+  }
+  *out = m;
+  return m != 0.0f;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) int64_t FindValueAvx2(const float *x, int64_t n, float v) {
+  const __m256 vv = _mm256_set1_ps(v);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + j), vv, _CMP_EQ_OQ));
+    if (mask) return j + __builtin_ctz(static_cast<unsigned>(mask));
+  }
+  for (; j < n; ++j)
+    if (x[j] == v) return j;
+  return n;
+}
+#endif
+
+}  // namespace
+
+bool RowExtremum(const float *x, int64_t n, bool max, float *out) {
+#if defined(__x86_64__)
+  if (vmath::ActiveIsa() != vmath::Isa::kBaseline)
+    return max ? RowExtremumAvx2<true>(x, n, out) : RowExtremumAvx2<false>(x, n, out);
+#endif
+  return max ? RowExtremumLaned<true>(x, n, out) : RowExtremumLaned<false>(x, n, out);
+}
+
+double SumFloats(const float *x, int64_t n) {
+#if defined(__x86_64__)
+  if (vmath::ActiveIsa() != vmath::Isa::kBaseline) return SumFloatsAvx2(x, n);
+#endif
+  constexpr int kLanes = 8;
+  double lanes[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] += static_cast<double>(x[j + k]);
+  double sum = 0;
+  for (; j < n; ++j) sum += static_cast<double>(x[j]);
+  for (double l : lanes) sum += l;
+  return sum;
+}
+
+int64_t FindValue(const float *x, int64_t n, float v, bool last) {
+  if (last) {
+    for (int64_t j = n; j-- > 0;)
+      if (x[j] == v) return j;
+    return n;
+  }
+#if defined(__x86_64__)
+  if (vmath::ActiveIsa() != vmath::Isa::kBaseline) return FindValueAvx2(x, n, v);
+#endif
+  for (int64_t j = 0; j < n; ++j)
+    if (x[j] == v) return j;
+  return n;
+}
+
 namespace {
 
 #if defined(__x86_64__)
@@ -201,7 +324,7 @@ class ReduceKernel : public Kernel {
         const double sh = kPass == kLogSumExp ? shift_[off] : 0.0;
         if constexpr (kLanedSum<kPass, A>) {
           a += RunSum<kPass, A>(px, inner);
-        } else {
+        } else if (!VectorExtremum<kPass, A>(px, inner, &a)) {
           for (int64_t j = 0; j < inner; ++j) a = Combine<kPass, A>(a, Pre<kPass, A>(px[j], sh));
         }
         *pa = a;
@@ -219,6 +342,19 @@ class ReduceKernel : public Kernel {
         idx_[d] = 0;
       }
     }
+  }
+
+  // float32 Max / Min along a contiguous run by RowExtremum, which leaves NaN and signed-zero rows to the ordered
+  // loop; folding the row's extremum into a gives what folding its elements one by one would.
+  template <ReduceKind kPass, class A>
+  static bool VectorExtremum([[maybe_unused]] const S *px, [[maybe_unused]] int64_t n, [[maybe_unused]] A *a) {
+    if constexpr (std::is_same<S, float>::value && (kPass == kMax || kPass == kMin)) {
+      float row;
+      if (n == 0 || !RowExtremum(px, n, kPass == kMax, &row)) return false;
+      *a = Combine<kPass, A>(*a, static_cast<A>(row));
+      return true;
+    }
+    return false;
   }
 
   // acc[j] += the terms of rows x[0..rows) at column j, four rows per pass over acc (one load and store of acc per
