@@ -185,12 +185,29 @@ def pooling_cases(size: str):
     yield f"GlobalAveragePool on {c}x{h}x{w}", gap, [rand(shape)]
 
 
+# Recurrent layers per size: (sequence length, batch, input size, hidden size).
+RECURRENT = {"small": (2, 1, 4, 4), "64k": (16, 4, 64, 64), "1M": (64, 16, 128, 128)}
+
+
+def recurrent_cases(size: str):
+    seq, nb, inp, hid = RECURRENT[size]
+    for op, gates in (("LSTM", 4), ("GRU", 3), ("RNN", 1)):
+        inits = [("w", rand((1, gates * hid, inp), -0.1, 0.1, seed=1)),
+                 ("r", rand((1, gates * hid, hid), -0.1, 0.1, seed=2)),
+                 ("b", rand((1, 2 * gates * hid), -0.1, 0.1, seed=3))]
+        node = helper.make_node(op, ["x", "w", "r", "b"], ["y"], hidden_size=hid)
+        model = make_model([node], [("x", F, [seq, nb, inp])], [("y", F, [seq, 1, nb, hid])], opset=OPSET,
+                           initializers=inits)
+        yield f"{op} T{seq} B{nb} {inp}->{hid}", model, [rand((seq, nb, inp))]
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
     "data movement": movement_cases,
     "linear algebra / conv": linear_cases,
     "pooling": pooling_cases,
+    "recurrent": recurrent_cases,
 }
 
 

@@ -374,6 +374,25 @@ def test_global_average_pool_nan_and_inf():
         _check("GlobalAveragePool", [x])
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 1, 1), (1, 4, 5, 7), (2, 2, 16, 16), (1, 3, 33, 31), (2, 2, 3, 4, 5)])
+def test_global_max_pool_rows(shape):
+    """Vectorised plane maxima (every row tail); planes with a NaN, only -inf, or a zero maximum keep the loop."""
+    x = (RNG.standard_normal(shape) * 100).astype(np.float32)
+    planes = x.reshape(shape[0] * shape[1], -1)
+    planes[0, -1] = 3e38
+    if planes.shape[0] >= 4:
+        planes[1, planes.shape[1] // 2] = np.nan
+        planes[2] = -np.inf
+        planes[3] = -np.abs(planes[3])
+        planes[3, 0] = -0.0
+    if len(shape) == 4:  # onnx.reference keeps one spatial dim of a 3-D GlobalMaxPool: numpy alone checks those
+        _check("GlobalMaxPool", [x])
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(_model("GlobalMaxPool", [x])))
+        (got,) = s.run_graph(1, [x])
+    np.testing.assert_array_equal(got.numpy().reshape(-1), planes.max(axis=1))
+
+
 # Pad / Tile rows copied as whole stretches (memcpy / fill) when the last dim's map has long runs.
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.int64])
 @pytest.mark.parametrize("pads", [[0, 0, 1, 1, 0, 0, 1, 1], [0, 1, 0, 3, 1, 0, 2, 9], [0, 0, 0, 0, 0, 0, 0, 0],

@@ -294,6 +294,105 @@ def test_recurrent_random(session, op, layout):
     _check(session, m, [x, w, r, b, h0], rtol=1e-4, atol=1e-5)
 
 
+_RECURRENT_VARIANTS = [
+    ("LSTM", dict(direction="bidirectional")),
+    ("LSTM", dict(direction="reverse", clip=0.7, input_forget=1)),
+    ("LSTM", dict(activations=["HardSigmoid", "Relu", "Softsign"])),
+    ("GRU", dict(direction="bidirectional", linear_before_reset=1)),
+    ("GRU", dict(direction="reverse", clip=0.5)),
+    ("GRU", dict(activations=["HardSigmoid", "Softsign"], linear_before_reset=1)),
+    ("RNN", dict(direction="bidirectional", clip=1.5)),
+]
+
+
+@pytest.mark.parametrize("op,attrs", _RECURRENT_VARIANTS,
+                         ids=[f"{o}-{i}" for i, (o, _) in enumerate(_RECURRENT_VARIANTS)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_recurrent_gates_vectorised(session, op, attrs, dtype):
+    """Hidden sizes off the vector width (37), per-row sequence lengths (one 0), peepholes, clip, every direction,
+    non-default activations and large inputs: the gate arithmetic on whole rows against ONNX's equations."""
+    rng = np.random.default_rng(31)
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    dirs = 2 if attrs.get("direction") == "bidirectional" else 1
+    seq, batch, inp, hid = 7, 4, 9, 37
+    x = rng.standard_normal((seq, batch, inp)).astype(dtype)
+    x[2, 1, :3] = [40.0, -60.0, 3e4]  # saturates the gates
+    w = (rng.standard_normal((dirs, gates * hid, inp)) * 0.4).astype(dtype)
+    r = (rng.standard_normal((dirs, gates * hid, hid)) * 0.3).astype(dtype)
+    b = (rng.standard_normal((dirs, 2 * gates * hid)) * 0.2).astype(dtype)
+    lens = np.array([7, 3, 0, 5], np.int32)
+    h0 = rng.standard_normal((dirs, batch, hid)).astype(dtype)
+    inputs = [("x", dtype, x.shape), ("w", dtype, w.shape), ("r", dtype, r.shape),
+              ("b", dtype, b.shape), ("l", np.int32, lens.shape), ("h0", dtype, h0.shape)]
+    feeds = [x, w, r, b, lens, h0]
+    outputs = [("y", dtype, None), ("yh", dtype, None)]
+    if op == "LSTM":
+        c0 = rng.standard_normal((dirs, batch, hid)).astype(dtype)
+        p = (rng.standard_normal((dirs, 3 * hid)) * 0.5).astype(dtype)
+        inputs += [("c0", dtype, c0.shape), ("p", dtype, p.shape)]
+        feeds += [c0, p]
+        outputs.append(("yc", dtype, None))
+    m = _model(op, inputs, outputs, 14, hidden_size=hid, **attrs)
+    # onnx.reference ignores sequence_lens, clip, activations and input_forget: the oracle is ONNX's equations
+    want = _recurrent_equations(op, feeds, attrs, dtype)
+    check_against_reference(session, m, feeds, rtol=1e-4, atol=1e-5, want=want)
+
+
+_ACTIVATIONS = {"Sigmoid": lambda v: 1 / (1 + np.exp(-v)), "Tanh": np.tanh, "Relu": lambda v: np.maximum(v, 0),
+                "HardSigmoid": lambda v: np.clip(0.2 * v + 0.5, 0, 1), "Softsign": lambda v: v / (1 + np.abs(v))}
+
+
+def _recurrent_equations(op, feeds, attrs, dtype):
+    """RNN / GRU / LSTM outputs (layout 0) from the operator's equations in the ONNX spec, in float64."""
+    x, w, r, b, lens, h0 = (f if f.dtype == np.int32 else np.asarray(f, np.float64) for f in feeds[:6])
+    c0, p = (np.asarray(f, np.float64) for f in feeds[6:8]) if op == "LSTM" else (None, None)
+    seq, batch, _ = x.shape
+    dirs, hid = h0.shape[0], h0.shape[2]
+    y = np.zeros((seq, dirs, batch, hid))
+    yh, yc = np.zeros((dirs, batch, hid)), np.zeros((dirs, batch, hid))
+    with np.errstate(over="ignore"):  # exp of the saturating inputs
+        _recurrent_directions(op, x, w, r, b, lens, h0, c0, p, attrs, y, yh, yc)
+    return [a.astype(dtype) for a in ([y, yh, yc] if op == "LSTM" else [y, yh])]
+
+
+def _recurrent_directions(op, x, w, r, b, lens, h0, c0, p, attrs, y, yh, yc):
+    seq, batch, _ = x.shape
+    dirs, hid = h0.shape[0], h0.shape[2]
+    per = {"RNN": 1, "GRU": 2, "LSTM": 3}[op]
+    names = attrs.get("activations", (["Tanh"] if op == "RNN" else ["Sigmoid", "Tanh", "Tanh"][:per]) * dirs)
+    acts = [_ACTIVATIONS[n] for n in names]
+    clip = attrs.get("clip")
+    cl = (lambda v: np.clip(v, -clip, clip)) if clip is not None else (lambda v: v)
+    for d in range(dirs):
+        f, g, hfn = (acts[d * per:(d + 1) * per] * 3)[:3]
+        rev = d == 1 or attrs.get("direction") == "reverse"
+        wb, rb = b[d, :b.shape[1] // 2], b[d, b.shape[1] // 2:]
+        for n in range(batch):
+            h, c = h0[d, n].copy(), (c0[d, n].copy() if op == "LSTM" else None)
+            steps = range(lens[n] - 1, -1, -1) if rev else range(lens[n])
+            for t in steps:
+                xw, hr = w[d] @ x[t, n] + wb, r[d] @ h + rb
+                if op == "RNN":
+                    h = f(cl(xw + hr))
+                elif op == "GRU":
+                    z, rg = f(cl(xw[:hid] + hr[:hid])), f(cl(xw[hid:2 * hid] + hr[hid:2 * hid]))
+                    if attrs.get("linear_before_reset"):
+                        hh = g(cl(xw[2 * hid:] + rg * hr[2 * hid:]))
+                    else:
+                        hh = g(cl(xw[2 * hid:] + r[d, 2 * hid:] @ (rg * h) + rb[2 * hid:]))
+                    h = (1 - z) * hh + z * h
+                else:
+                    pre = xw + hr
+                    i = f(cl(pre[:hid] + p[d, :hid] * c))
+                    fg = 1 - i if attrs.get("input_forget") else f(cl(pre[2 * hid:3 * hid] + p[d, 2 * hid:] * c))
+                    c = fg * c + i * g(cl(pre[3 * hid:]))
+                    h = f(cl(pre[hid:2 * hid] + p[d, hid:2 * hid] * c)) * hfn(c)
+                y[t, d, n] = h
+            yh[d, n] = h
+            if op == "LSTM":
+                yc[d, n] = c
+
+
 def test_refusals_name_node_op_and_reason(session):
     m = _model("Resize", [("x", TensorProto.STRING, [1, 1, 2, 2]), ("", None, None), ("s", np.float32, [4])],
                [("y", TensorProto.STRING, None)], 19)

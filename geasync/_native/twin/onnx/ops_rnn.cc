@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "elem.h"
 #include "gemm.h"
+#include "vmath.h"
 
 namespace twin {
 namespace onnx {
@@ -184,23 +186,34 @@ bool InferRnn(InferCtx *c, std::string *reason) {
   return true;
 }
 
+// y = f(x) over n elements (x and y distinct). float Sigmoid and Tanh, the defaults, take vmath's vectorised
+// kernels; the rest, and float64, the scalar definitions.
+template <class T>
+void ApplyActivation(const Activation &f, const T *x, T *y, int64_t n) {
+  if constexpr (std::is_same<T, float>::value) {
+    if (f.act == Act::kSigmoid) return vmath::SigmoidArray(x, y, n);
+    if (f.act == Act::kTanh) return vmath::TanhArray(x, y, n);
+  }
+  for (int64_t j = 0; j < n; ++j) y[j] = static_cast<T>(f(static_cast<double>(x[j])));
+}
+
 template <class T>
 class RnnKernel : public Kernel {
  public:
   RnnKernel(RnnAttrs r, int64_t seq, int64_t batch, int64_t in_size, int n_in, int n_out)
       : r_(std::move(r)), seq_(seq), batch_(batch), in_(in_size), H_(r_.hidden), G_(Gates(r_.kind)), n_in_(n_in),
-        n_out_(n_out), work_(static_cast<size_t>(3 * H_)) {}
+        n_out_(n_out) {}
   size_t scratch_bytes() const override {
-    // x_dir [seq*batch, in], xw [seq*batch, G*H], hr [batch, G*H], h, c, h_tmp [batch, H]
-    return sizeof(T) * static_cast<size_t>(seq_ * batch_ * in_ + seq_ * batch_ * G_ * H_ + batch_ * G_ * H_ +
-                                           3 * batch_ * H_) + 6 * 64;
+    // x_dir [seq*batch, in], xw [seq*batch, GH], hr [batch, GH], h, c [batch, H], pre, act [batch, GH],
+    // rh, s [batch, H]
+    const int64_t GH = G_ * H_, BH = batch_ * H_;
+    return sizeof(T) * static_cast<size_t>(seq_ * batch_ * in_ + seq_ * batch_ * GH + 3 * batch_ * GH + 4 * BH) +
+           9 * 64;
   }
   bool Run(const void *const *in, void *const *out, std::string *reason) override {
     const T *X = static_cast<const T *>(in[0]);
     const T *W = static_cast<const T *>(in[1]);
-    const T *R = static_cast<const T *>(in[2]);
     const T *B = Opt(in, 3), *H0 = Opt(in, 5), *C0 = r_.kind == Kind::kLstm ? Opt(in, 6) : nullptr;
-    const T *P = r_.kind == Kind::kLstm ? Opt(in, 7) : nullptr;
     const int32_t *lens = n_in_ > 4 && in[4] ? static_cast<const int32_t *>(in[4]) : nullptr;
     for (int64_t b = 0; lens && b < batch_; ++b)
       if (lens[b] < 0 || lens[b] > seq_) {
@@ -211,58 +224,164 @@ class RnnKernel : public Kernel {
     T *Y = static_cast<T *>(out[0]);
     T *Yh = n_out_ > 1 ? static_cast<T *>(out[1]) : nullptr;
     T *Yc = n_out_ > 2 ? static_cast<T *>(out[2]) : nullptr;
-    T *xs = static_cast<T *>(scratch_);
-    T *xw = xs + Pad(seq_ * batch_ * in_);
-    T *hr = xw + Pad(seq_ * batch_ * G_ * H_);
-    T *h = hr + Pad(batch_ * G_ * H_);
-    T *cst = h + Pad(batch_ * H_);
-    T *tmp = cst + Pad(batch_ * H_);
     const int64_t GH = G_ * H_;
+    T *xs = static_cast<T *>(scratch_);
+    buf_.xw = xs + Pad(seq_ * batch_ * in_);
+    buf_.hr = buf_.xw + Pad(seq_ * batch_ * GH);
+    buf_.h = buf_.hr + Pad(batch_ * GH);
+    buf_.c = buf_.h + Pad(batch_ * H_);
+    buf_.pre = buf_.c + Pad(batch_ * H_);
+    buf_.act = buf_.pre + Pad(batch_ * GH);
+    buf_.rh = buf_.act + Pad(batch_ * GH);
+    buf_.s = buf_.rh + Pad(batch_ * H_);
     std::fill(Y, Y + seq_ * r_.dirs * batch_ * H_, T(0));
     for (int d = 0; d < r_.dirs; ++d) {
-      const bool rev = r_.reverse || d == 1;
       // X in [seq, batch, in] order.
       for (int64_t t = 0; t < seq_; ++t)
         for (int64_t b = 0; b < batch_; ++b)
           std::copy_n(X + (r_.layout == 0 ? (t * batch_ + b) : (b * seq_ + t)) * in_, in_, xs + (t * batch_ + b) * in_);
-      Gemm<T>(false, true, seq_ * batch_, GH, in_, T(1), xs, in_, W + d * GH * in_, in_, T(0), xw, GH);
+      Gemm<T>(false, true, seq_ * batch_, GH, in_, T(1), xs, in_, W + d * GH * in_, in_, T(0), buf_.xw, GH);
+      if (B) FoldBiases(B + d * 2 * GH);
       for (int64_t b = 0; b < batch_; ++b)
         for (int64_t j = 0; j < H_; ++j) {
-          h[b * H_ + j] = H0 ? H0[StateIndex(d, b, j)] : T(0);
-          cst[b * H_ + j] = C0 ? C0[StateIndex(d, b, j)] : T(0);
+          buf_.h[b * H_ + j] = H0 ? H0[StateIndex(d, b, j)] : T(0);
+          buf_.c[b * H_ + j] = C0 ? C0[StateIndex(d, b, j)] : T(0);
         }
-      const T *Rd = R + d * GH * H_;
-      const T *Wb = B ? B + d * 2 * GH : nullptr, *Rb = B ? B + d * 2 * GH + GH : nullptr;
-      const Activation *acts = &r_.acts[d * ActsPerDir(r_.kind)];
-      for (int64_t step = 0; step < seq_; ++step) {
-        const int64_t t = rev ? seq_ - 1 - step : step;
-        Gemm<T>(false, true, batch_, GH, H_, T(1), h, H_, Rd, H_, T(0), hr, GH);
-        for (int64_t b = 0; b < batch_; ++b) {
-          const int64_t len = lens ? lens[b] : seq_;
-          // Reverse runs over each sequence's own valid steps, from its last one.
-          const int64_t tt = rev ? len - 1 - step : t;
-          if (step >= len) continue;
-          const T *xg = xw + (tt * batch_ + b) * GH;
-          const T *hg = hr + b * GH;
-          T *hb = h + b * H_, *cb = cst + b * H_;
-          if (rev && tt != t) {  // the projection row of step tt, not t
-            xg = xw + (tt * batch_ + b) * GH;
-          }
-          StepCell(xg, hg, Wb, Rb, P ? P + d * 3 * H_ : nullptr, acts, hb, cb, tmp + b * H_, Rd);
-          T *yrow = Y + YIndex(tt, d, b);
-          std::copy_n(hb, H_, yrow);
-        }
-      }
+      RunDirection(in, d, lens, Y);
       for (int64_t b = 0; b < batch_; ++b)
         for (int64_t j = 0; j < H_; ++j) {
-          if (Yh) Yh[StateIndex(d, b, j)] = h[b * H_ + j];
-          if (Yc) Yc[StateIndex(d, b, j)] = cst[b * H_ + j];
+          if (Yh) Yh[StateIndex(d, b, j)] = buf_.h[b * H_ + j];
+          if (Yc) Yc[StateIndex(d, b, j)] = buf_.c[b * H_ + j];
         }
     }
     return true;
   }
 
  private:
+  struct Buffers {  // views into scratch_, set by Run
+    T *xw, *hr, *h, *c, *pre, *act, *rh, *s;
+  };
+  // Rows of one direction's time steps: each step's H R^T GEMM, then the gates of every batch row still inside
+  // its sequence.
+  void RunDirection(const void *const *in, int d, const int32_t *lens, T *Y) {
+    const int64_t GH = G_ * H_;
+    const bool rev = r_.reverse || d == 1;
+    const T *Rd = static_cast<const T *>(in[2]) + d * GH * H_;
+    const T *B = Opt(in, 3);
+    const T *Rbh = B && r_.kind == Kind::kGru && r_.linear_before_reset ? B + d * 2 * GH + GH + 2 * H_ : nullptr;
+    const T *P = r_.kind == Kind::kLstm ? Opt(in, 7) : nullptr;
+    const Activation *acts = &r_.acts[d * ActsPerDir(r_.kind)];
+    // GRU without linear_before_reset never reads the h gate's column block of H R^T: it multiplies (r . h) instead.
+    const int64_t cols = r_.kind == Kind::kGru && !r_.linear_before_reset ? 2 * H_ : GH;
+    for (int64_t step = 0; step < seq_; ++step) {
+      RecurrentGemm(batch_, cols, buf_.h, Rd, buf_.hr, GH);
+      for (int64_t b = 0; b < batch_; ++b) {
+        const int64_t len = lens ? lens[b] : seq_;
+        // Reverse runs over each sequence's own valid steps, from its last one.
+        const int64_t t = rev ? len - 1 - step : step;
+        if (step >= len) {
+          if (r_.kind == Kind::kGru) std::fill_n(buf_.rh + b * H_, H_, T(0));  // the (r . h) GEMM reads every row
+          continue;
+        }
+        const T *xg = buf_.xw + (t * batch_ + b) * GH, *hg = buf_.hr + b * GH;
+        if (r_.kind == Kind::kLstm) LstmRow(xg, hg, P ? P + d * 3 * H_ : nullptr, acts, b);
+        else if (r_.kind == Kind::kRnn) RnnRow(xg, hg, acts, b);
+        else GruGates(xg, hg, acts, b);
+      }
+      if (r_.kind == Kind::kGru) {
+        if (!r_.linear_before_reset)  // s = (r . h) R_h^T for every row at once
+          RecurrentGemm(batch_, H_, buf_.rh, Rd + 2 * H_ * H_, buf_.s, H_);
+        for (int64_t b = 0; b < batch_; ++b) {
+          const int64_t len = lens ? lens[b] : seq_;
+          if (step < len) GruOutput(buf_.xw + ((rev ? len - 1 - step : step) * batch_ + b) * GH, Rbh, acts, b);
+        }
+      }
+      for (int64_t b = 0; b < batch_; ++b) {
+        const int64_t len = lens ? lens[b] : seq_;
+        if (step < len) std::copy_n(buf_.h + b * H_, H_, Y + YIndex(rev ? len - 1 - step : step, d, b));
+      }
+    }
+  }
+
+  // C[rows, n] = A[rows, H] R[n, H]^T, once per step. (The twin's small-GEMM kernels, reading R unpacked, measured
+  // slower than BLAS here even at 16 rows.)
+  void RecurrentGemm(int64_t rows, int64_t n, const T *A, const T *R, T *C, int64_t ldc) const {
+    Gemm<T>(false, true, rows, n, H_, T(1), A, H_, R, H_, T(0), C, ldc);
+  }
+
+  // Every gate's W and R biases added to the input projection once, instead of at every step; the exception is
+  // GRU's h gate with linear_before_reset, whose R bias is inside r . (h R_h^T + Rb_h) (GruOutput).
+  void FoldBiases(const T *Bd) {
+    const int64_t GH = G_ * H_;
+    T *sum = buf_.pre;  // free until the steps start
+    for (int64_t k = 0; k < GH; ++k) sum[k] = Bd[k] + Bd[GH + k];
+    if (r_.kind == Kind::kGru && r_.linear_before_reset) std::copy_n(Bd + 2 * H_, H_, sum + 2 * H_);
+    for (int64_t row = 0; row < seq_ * batch_; ++row) {
+      T *x = buf_.xw + row * GH;
+      for (int64_t k = 0; k < GH; ++k) x[k] += sum[k];
+    }
+  }
+  void ClipRange(T *p, int64_t n) const {
+    if (!r_.has_clip) return;
+    const T lo = static_cast<T>(-r_.clip), hi = static_cast<T>(r_.clip);
+    for (int64_t j = 0; j < n; ++j) p[j] = std::max(lo, std::min(hi, p[j]));
+  }
+
+  // LSTM, gates i o f c in that order, peepholes i o f; updates row b of h and c.
+  void LstmRow(const T *xg, const T *hg, const T *P, const Activation *acts, int64_t b) {
+    const int64_t H = H_;
+    T *pre = buf_.pre + b * G_ * H, *act = buf_.act + b * G_ * H, *c = buf_.c + b * H, *h = buf_.h + b * H;
+    for (int64_t k = 0; k < 4 * H; ++k) pre[k] = xg[k] + hg[k];
+    if (P)
+      for (int64_t j = 0; j < H; ++j) {
+        pre[j] += P[j] * c[j];
+        pre[2 * H + j] += P[2 * H + j] * c[j];
+      }
+    ClipRange(pre, 4 * H);  // the o gate is clipped again below, with its peephole term
+    ApplyActivation(acts[0], pre, act, H);
+    if (r_.input_forget)
+      for (int64_t j = 0; j < H; ++j) act[2 * H + j] = 1 - act[j];
+    else
+      ApplyActivation(acts[0], pre + 2 * H, act + 2 * H, H);
+    ApplyActivation(acts[1], pre + 3 * H, act + 3 * H, H);
+    for (int64_t j = 0; j < H; ++j) c[j] = act[2 * H + j] * c[j] + act[j] * act[3 * H + j];
+    for (int64_t j = 0; j < H; ++j) pre[H + j] = xg[H + j] + hg[H + j];
+    if (P)
+      for (int64_t j = 0; j < H; ++j) pre[H + j] += P[H + j] * c[j];
+    ClipRange(pre + H, H);
+    ApplyActivation(acts[0], pre + H, act + H, H);
+    ApplyActivation(acts[2], c, pre, H);  // the i gate's pre-activations are no longer needed
+    for (int64_t j = 0; j < H; ++j) h[j] = act[H + j] * pre[j];
+  }
+  void RnnRow(const T *xg, const T *hg, const Activation *acts, int64_t b) {
+    T *pre = buf_.pre + b * H_;
+    for (int64_t j = 0; j < H_; ++j) pre[j] = xg[j] + hg[j];
+    ClipRange(pre, H_);
+    ApplyActivation(acts[0], pre, buf_.h + b * H_, H_);
+  }
+  // GRU, gates z r h: z and r of row b into act, and r . h_prev into rh (for the (r . h) R_h^T GEMM).
+  void GruGates(const T *xg, const T *hg, const Activation *acts, int64_t b) {
+    const int64_t H = H_;
+    T *pre = buf_.pre + b * G_ * H, *act = buf_.act + b * G_ * H, *h = buf_.h + b * H, *rh = buf_.rh + b * H;
+    for (int64_t k = 0; k < 2 * H; ++k) pre[k] = xg[k] + hg[k];
+    ClipRange(pre, 2 * H);
+    ApplyActivation(acts[0], pre, act, 2 * H);
+    for (int64_t j = 0; j < H; ++j) rh[j] = act[H + j] * h[j];
+  }
+  // GRU's h gate and the new h of row b, after GruGates and (without linear_before_reset) the s GEMM.
+  void GruOutput(const T *xg, const T *Rbh, const Activation *acts, int64_t b) {
+    const int64_t H = H_;
+    T *pre = buf_.pre + b * G_ * H, *act = buf_.act + b * G_ * H, *h = buf_.h + b * H;
+    const T *hg = buf_.hr + b * G_ * H, *s = buf_.s + b * H;
+    if (r_.linear_before_reset)
+      for (int64_t j = 0; j < H; ++j) pre[2 * H + j] = xg[2 * H + j] + act[H + j] * (hg[2 * H + j] + (Rbh ? Rbh[j] : T(0)));
+    else
+      for (int64_t j = 0; j < H; ++j) pre[2 * H + j] = xg[2 * H + j] + s[j];
+    ClipRange(pre + 2 * H, H);
+    ApplyActivation(acts[1], pre + 2 * H, act + 2 * H, H);
+    for (int64_t j = 0; j < H; ++j) h[j] = (1 - act[j]) * act[2 * H + j] + act[j] * h[j];
+  }
+
   static int64_t Pad(int64_t n) { return (n * static_cast<int64_t>(sizeof(T)) + 63) / 64 * 64 / sizeof(T); }
   const T *Opt(const void *const *in, int i) const {
     return n_in_ > i && in[i] ? static_cast<const T *>(in[i]) : nullptr;
@@ -273,61 +392,11 @@ class RnnKernel : public Kernel {
   int64_t YIndex(int64_t t, int d, int64_t b) const {
     return r_.layout == 0 ? ((t * r_.dirs + d) * batch_ + b) * H_ : ((b * seq_ + t) * r_.dirs + d) * H_;
   }
-  double Clip(double v) const { return r_.has_clip ? std::max(-r_.clip, std::min(r_.clip, v)) : v; }
-
-  // One time step of one batch row. xg: X W^T row (G*H), hg: H R^T row (G*H); updates h (and c) in place.
-  void StepCell(const T *xg, const T *hg, const T *Wb, const T *Rb, const T *P, const Activation *acts, T *h, T *c,
-                T *tmp, const T *Rd) const {
-    const int64_t H = H_;
-    auto bias = [&](int g, int64_t j) { return Wb ? static_cast<double>(Wb[g * H + j]) + Rb[g * H + j] : 0.0; };
-    if (r_.kind == Kind::kRnn) {
-      for (int64_t j = 0; j < H; ++j) h[j] = static_cast<T>(acts[0](Clip(xg[j] + hg[j] + bias(0, j))));
-      return;
-    }
-    if (r_.kind == Kind::kLstm) {  // gates i o f c; peepholes i o f
-      for (int64_t j = 0; j < H; ++j) {
-        const double cp = c[j];
-        const double pi = P ? P[j] : 0.0, po = P ? P[H + j] : 0.0, pf = P ? P[2 * H + j] : 0.0;
-        const double i = acts[0](Clip(xg[j] + hg[j] + bias(0, j) + pi * cp));
-        const double f = r_.input_forget ? 1 - i : acts[0](Clip(xg[2 * H + j] + hg[2 * H + j] + bias(2, j) + pf * cp));
-        const double g = acts[1](Clip(xg[3 * H + j] + hg[3 * H + j] + bias(3, j)));
-        const double cn = f * cp + i * g;
-        const double o = acts[0](Clip(xg[H + j] + hg[H + j] + bias(1, j) + po * cn));
-        c[j] = static_cast<T>(cn);
-        tmp[j] = static_cast<T>(o * acts[2](cn));
-      }
-      std::copy_n(tmp, H, h);
-      return;
-    }
-    // GRU: gates z r h.
-    const T *Rh = Rd + 2 * H * H;  // recurrence weights of the h gate, [H, H]
-    double *z = work_.data(), *rg = z + H, *rh = rg + H;
-    for (int64_t j = 0; j < H; ++j) {
-      z[j] = acts[0](Clip(xg[j] + hg[j] + bias(0, j)));
-      rg[j] = acts[0](Clip(xg[H + j] + hg[H + j] + bias(1, j)));
-      rh[j] = rg[j] * static_cast<double>(h[j]);
-    }
-    for (int64_t j = 0; j < H; ++j) {
-      const double wbh = Wb ? static_cast<double>(Wb[2 * H + j]) : 0.0;
-      const double rbh = Rb ? static_cast<double>(Rb[2 * H + j]) : 0.0;
-      double hh;
-      if (r_.linear_before_reset) {
-        hh = xg[2 * H + j] + wbh + rg[j] * (hg[2 * H + j] + rbh);
-      } else {  // (r . h_prev) R_h^T
-        double s = 0;
-        for (int64_t k = 0; k < H; ++k) s += static_cast<double>(Rh[j * H + k]) * rh[k];
-        hh = xg[2 * H + j] + s + rbh + wbh;
-      }
-      const double hn = acts[1](Clip(hh));
-      tmp[j] = static_cast<T>((1 - z[j]) * hn + z[j] * h[j]);
-    }
-    std::copy_n(tmp, H, h);
-  }
 
   RnnAttrs r_;
   int64_t seq_, batch_, in_, H_, G_;
   int n_in_, n_out_;
-  mutable std::vector<double> work_;  // GRU gate values of one row (Run is not re-entrant)
+  Buffers buf_{};
 };
 
 std::unique_ptr<Kernel> PrepareRnn(const KernelCtx &kc, std::string *reason) {

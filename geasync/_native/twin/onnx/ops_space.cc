@@ -5,8 +5,10 @@
 #endif
 
 #include <cmath>
+#include <type_traits>
 
 #include "elem.h"
+#include "row_reduce.h"
 
 namespace twin {
 namespace onnx {
@@ -176,6 +178,9 @@ class GlobalMaxKernel : public Kernel {
     const S *x = static_cast<const S *>(in[0]);
     S *y = static_cast<S *>(out[0]);
     for (int64_t r = 0; r < rows_; ++r) {
+      if constexpr (std::is_same<S, float>::value) {  // vectorised; rows with a NaN or a zero max: the loop below
+        if (n_ > 0 && RowExtremum(x + r * n_, n_, true, &y[r])) continue;
+      }
       C m = -INFINITY;
       for (int64_t i = 0; i < n_; ++i) {
         const C v = Num<S>::Load(x[r * n_ + i]);
