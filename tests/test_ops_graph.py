@@ -262,7 +262,12 @@ def test_roialign_random(session, mode, ctm):
 EINSUMS = [("ij,jk->ik", [(3, 4), (4, 5)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ii->i", [(4, 4)]),
            ("ii", [(5, 5)]), ("...ij,...jk", [(2, 1, 3, 4), (3, 4, 2)]), ("i,i->", [(6,), (6,)]),
            ("ij->ji", [(3, 4)]), ("abc,cd,de->abe", [(2, 3, 4), (4, 5), (5, 2)]), ("ij,ij->ij", [(0, 3), (0, 3)]),
-           ("iJ,Jk", [(2, 3), (3, 4)])]
+           ("iJ,Jk", [(2, 3), (3, 4)]),
+           # matrix products run as GEMMs: in place, transposed, copied operands and a permuted output
+           ("bhqd,bhkd->bhqk", [(2, 3, 5, 4), (2, 3, 6, 4)]), ("bhqk,bhkd->bhqd", [(1, 2, 5, 6), (1, 2, 6, 3)]),
+           ("ij,jk->ki", [(3, 4), (4, 5)]), ("ikj,jl->lik", [(3, 2, 4), (4, 5)]), ("ji,kj->ik", [(4, 3), (5, 4)]),
+           ("i,j->ij", [(3,), (4,)]), ("ij,ij->i", [(3, 7), (3, 7)]), ("bij,jk", [(2, 3, 4), (4, 33)]),
+           ("...ij,...jk->...ik", [(2, 3, 17, 9), (2, 3, 9, 5)]), ("abc,bca->", [(2, 3, 4), (3, 4, 2)])]
 
 
 @pytest.mark.parametrize("eq,shapes", EINSUMS)

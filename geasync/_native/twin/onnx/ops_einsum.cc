@@ -2,6 +2,8 @@
 // The equation is compiled at prepare time into per-operand strides for every label; the kernel walks the output
 // labels and, for each output element, the contracted labels, with incremental offsets (no per-element division).
 // Floating types accumulate in double, integers in 64 bits (wrapping like the reference's fixed-width sums).
+// Two float32 / float64 operands that form a batched matrix product (attention's "bhqd,bhkd->bhqk", "ij,jk",
+// "bij,bjk->bik", ...) run as GEMMs instead (EinsumGemmKernel).
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3")
 #endif
@@ -10,6 +12,7 @@
 #include <map>
 
 #include "elem.h"
+#include "gemm.h"
 
 namespace twin {
 namespace onnx {
@@ -217,6 +220,143 @@ class EinsumKernel : public Kernel {
   std::vector<int64_t> opos_, spos_, base_, off_;  // odometers and operand offsets, reused by every Run
 };
 
+// dst[i] = src[i] over a dims-long index space, each side with its own element strides (the last dim innermost).
+template <class T>
+void StridedCopy(const T *src, const std::vector<int64_t> &src_str, T *dst, const std::vector<int64_t> &dst_str,
+                 const std::vector<int64_t> &ext) {
+  const size_t r = ext.size();
+  if (r == 0) {
+    *dst = *src;
+    return;
+  }
+  int64_t outer = 1;
+  for (size_t d = 0; d + 1 < r; ++d) outer *= ext[d];
+  const int64_t n = ext[r - 1], ss = src_str[r - 1], ds = dst_str[r - 1];
+  std::vector<int64_t> pos(r, 0);
+  int64_t so = 0, doff = 0;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t j = 0; j < n; ++j) dst[doff + j * ds] = src[so + j * ss];
+    for (size_t d = r - 1; d-- > 0;) {  // advance the outer odometer
+      so += src_str[d], doff += dst_str[d];
+      if (++pos[d] < ext[d]) break;
+      so -= src_str[d] * ext[d], doff -= dst_str[d] * ext[d];
+      pos[d] = 0;
+    }
+  }
+}
+
+// A two-operand Einsum as C[batch, M, N] = A[batch, M, K] B[batch, K, N]: labels in A, B and the output are batch
+// dims, in one operand and the output M or N dims, in both operands only K dims.
+struct EinsumGemmPlan {
+  struct View {  // how an operand (or the output) relates to its [batch, rows, cols] matrix
+    bool in_place = true, trans = false;
+    std::vector<int64_t> ext, str;  // when copied: canonical extents and the tensor's strides for them
+  };
+  int64_t batch = 1, M = 1, N = 1, K = 1;
+  View a, b, c;
+};
+
+// The plan, or false when the equation is not a plain matrix product: not two operands, a repeated label
+// (diagonal), a broadcast (size-1) dim, a label summed within one operand, or an empty dim.
+bool PlanEinsumGemm(const Einsum &e, const std::vector<const TensorDesc *> &in, EinsumGemmPlan *p) {
+  if (e.terms.size() != 2) return false;
+  const auto &ta = e.terms[0], &tb = e.terms[1];
+  auto has = [](const std::vector<int> &t, int lab) { return std::count(t.begin(), t.end(), lab) > 0; };
+  for (size_t k = 0; k < 2; ++k)
+    for (size_t j = 0; j < e.terms[k].size(); ++j) {
+      const int lab = e.terms[k][j];
+      if (std::count(e.terms[k].begin(), e.terms[k].end(), lab) != 1) return false;
+      if (in[k]->dims[j] != e.size.at(lab) || in[k]->dims[j] <= 0) return false;
+    }
+  std::vector<int> bat, m, n, kk;
+  for (int lab : e.out) {
+    if (has(ta, lab) && has(tb, lab)) bat.push_back(lab);
+    else if (has(ta, lab)) m.push_back(lab);
+    else n.push_back(lab);
+  }
+  for (int lab : ta)
+    if (!has(e.out, lab)) {
+      if (!has(tb, lab)) return false;
+      kk.push_back(lab);
+    }
+  for (int lab : tb)
+    if (!has(e.out, lab) && !has(ta, lab)) return false;
+  auto extent = [&](const std::vector<int> &labs) {
+    int64_t v = 1;
+    for (int lab : labs) v *= e.size.at(lab);
+    return v;
+  };
+  p->batch = extent(bat), p->M = extent(m), p->N = extent(n), p->K = extent(kk);
+  auto cat = [](std::vector<int> x, const std::vector<int> &y, const std::vector<int> &z) {
+    x.insert(x.end(), y.begin(), y.end());
+    x.insert(x.end(), z.begin(), z.end());
+    return x;
+  };
+  // An operand is read in place when its labels are already [batch, rows, cols] (or, allow_trans, [batch, cols,
+  // rows]); otherwise it is copied into that order, with the tensor's strides for each canonical dim.
+  auto view = [&](const std::vector<int> &term, const std::vector<int> &rows, const std::vector<int> &cols,
+                  bool allow_trans, EinsumGemmPlan::View *v) {
+    const std::vector<int> canon = cat(bat, rows, cols);
+    if (term == canon) return;
+    if (allow_trans && term == cat(bat, cols, rows)) {
+      v->trans = true;
+      return;
+    }
+    v->in_place = false;
+    std::vector<int64_t> full;
+    for (int lab : term) full.push_back(e.size.at(lab));
+    const std::vector<int64_t> st = Strides(full);
+    for (int lab : canon) {
+      v->ext.push_back(e.size.at(lab));
+      v->str.push_back(st[std::find(term.begin(), term.end(), lab) - term.begin()]);
+    }
+  };
+  view(ta, m, kk, true, &p->a);
+  view(tb, kk, n, true, &p->b);
+  view(e.out, m, n, false, &p->c);  // C is written [batch, M, N]
+  return true;
+}
+
+template <class T>
+class EinsumGemmKernel : public Kernel {
+ public:
+  explicit EinsumGemmKernel(EinsumGemmPlan p) : p_(std::move(p)) {}
+  size_t scratch_bytes() const override {
+    return sizeof(T) * static_cast<size_t>(Copied(p_.a) + Copied(p_.b) + Copied(p_.c)) + 3 * 64;
+  }
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    T *scratch = static_cast<T *>(scratch_);
+    const T *A = Operand(static_cast<const T *>(in[0]), p_.a, &scratch);
+    const T *B = Operand(static_cast<const T *>(in[1]), p_.b, &scratch);
+    T *y = static_cast<T *>(out[0]);
+    T *C = p_.c.in_place ? y : scratch;
+    const int64_t lda = p_.a.trans ? p_.M : p_.K, ldb = p_.b.trans ? p_.K : p_.N;
+    for (int64_t i = 0; i < p_.batch; ++i)
+      Gemm<T>(p_.a.trans, p_.b.trans, p_.M, p_.N, p_.K, T(1), A + i * p_.M * p_.K, lda, B + i * p_.K * p_.N, ldb,
+              T(0), C + i * p_.M * p_.N, p_.N);
+    if (!p_.c.in_place) StridedCopy(C, Strides(p_.c.ext), y, p_.c.str, p_.c.ext);
+    return true;
+  }
+
+ private:
+  // Elements of scratch a copied operand takes (a multiple of 64 bytes).
+  static int64_t Copied(const EinsumGemmPlan::View &v) {
+    if (v.in_place) return 0;
+    int64_t n = 1;
+    for (int64_t x : v.ext) n *= x;
+    return (n * static_cast<int64_t>(sizeof(T)) + 63) / 64 * 64 / static_cast<int64_t>(sizeof(T));
+  }
+  // The operand itself, or its copy in [batch, rows, cols] order at *scratch (advanced past it).
+  static const T *Operand(const T *x, const EinsumGemmPlan::View &v, T **scratch) {
+    if (v.in_place) return x;
+    T *dst = *scratch;
+    StridedCopy(x, v.str, dst, Strides(v.ext), v.ext);
+    *scratch += Copied(v);
+    return dst;
+  }
+  EinsumGemmPlan p_;
+};
+
 std::unique_ptr<Kernel> PrepareEinsum(const KernelCtx &kc, std::string *reason) {
   Einsum e;
   if (!Compile(*kc.node, kc.in, &e, reason)) return nullptr;
@@ -237,6 +377,11 @@ std::unique_ptr<Kernel> PrepareEinsum(const KernelCtx &kc, std::string *reason) 
     }
     return st;
   };
+  EinsumGemmPlan plan;
+  if (PlanEinsumGemm(e, kc.in, &plan)) {
+    if (kc.out[0].dtype == ElemType::kFloat) return std::make_unique<EinsumGemmKernel<float>>(plan);
+    if (kc.out[0].dtype == ElemType::kDouble) return std::make_unique<EinsumGemmKernel<double>>(plan);
+  }
   std::vector<int64_t> out_ext, sum_ext;
   for (int lab : e.out) out_ext.push_back(e.size[lab]);
   for (int lab : sum_labels) sum_ext.push_back(e.size[lab]);
