@@ -223,6 +223,57 @@ def test_dynamic_quantize_and_integer_matmuls(session):
     _check(session, m, [np.asarray(f) for f in feeds])
 
 
+@pytest.mark.parametrize("qtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("n", [7, 32, 100, 4133])  # below, at and past the 32-element vector steps
+def test_quantize_vector_paths(session, qtype, n):
+    """One float scale: the vectorised QuantizeLinear and DynamicQuantizeLinear against onnx.reference, with exact
+    half-way ties (both roundings), NaN, +-inf, values past the type's range and denormals."""
+    rng = np.random.default_rng(n)
+    scale = np.float32(0.25)
+    x = (rng.standard_normal(n) * 40).astype(np.float32)
+    ties = (rng.integers(-300, 300, n) + 0.5) * scale  # x / s lands on k + 0.5
+    x[::3] = ties[::3].astype(np.float32)
+    x[1:7] = [np.nan, np.inf, -np.inf, 3e9, -1e-42, -0.0][: len(x[1:7])]
+    zp = np.asarray(qtype(7 if qtype == np.uint8 else -5))
+    m = _model("QuantizeLinear", [("x", np.float32, x.shape), ("s", np.float32, []), ("z", qtype, [])],
+               [("y", qtype, None)], 21)
+    finite = np.where(np.isfinite(x) & (np.abs(x) < 1e9), x, np.float32(0))  # the reference wraps past int32
+    _check(session, m, [finite, np.asarray(scale), zp])
+    (y,) = _run(session, m, [x, np.asarray(scale), zp])
+    info = np.iinfo(qtype)
+    if n > 6:
+        assert list(y[1:5]) == [info.min, info.max, info.min, info.max]  # NaN, inf, -inf, 3e9: saturated
+    m = _model("DynamicQuantizeLinear", [("x", np.float32, x.shape)],
+               [("y", np.uint8, None), ("s", np.float32, None), ("z", np.uint8, None)], 11)
+    _check(session, m, [finite])
+
+
+@pytest.mark.parametrize("k", [1, 257, 600, 2100])  # 600 and 2100: several exact float slices of K
+def test_integer_matmul_slices_stay_exact(session, k):
+    rng = np.random.default_rng(k)
+    a = rng.integers(0, 256, (3, 9, k), dtype=np.uint8)
+    a[0, 0] = 255  # the largest products: 255 * (-128 - 127)
+    b = rng.integers(-128, 128, (k, 11), dtype=np.int8)
+    b[:, 0] = -128
+    bz = rng.integers(-128, 128, 11, dtype=np.int8)
+    bz[0] = 127
+    m = _model("MatMulInteger", [("a", np.uint8, a.shape), ("b", np.int8, b.shape), ("az", np.uint8, []),
+                                 ("bz", np.int8, [11])], [("y", np.int32, None)], 10)
+    (y,) = _run(session, m, [a, b, np.asarray(np.uint8(0)), bz])
+    want = a.astype(np.int64) @ (b.astype(np.int64) - bz.astype(np.int64))
+    np.testing.assert_array_equal(y, want.astype(np.int32))
+
+
+def test_integer_matmul_wraps_like_int32(session):
+    k = 40000  # 255 * 255 * 40000 > 2^31: an int32 accumulator wraps
+    a = np.full((1, k), 255, np.uint8)
+    b = np.full((k, 2), 255, np.uint8)
+    m = _model("MatMulInteger", [("a", np.uint8, a.shape), ("b", np.uint8, b.shape)], [("y", np.int32, None)], 10)
+    (y,) = _run(session, m, [a, b])
+    want = (a.astype(np.int64) @ b.astype(np.int64)) % 2**32
+    np.testing.assert_array_equal(y.astype(np.int64) % 2**32, want)
+
+
 def test_conv_integer_random(session):
     rng = np.random.default_rng(16)
     x = rng.integers(0, 256, (1, 2, 6, 7), dtype=np.uint8)

@@ -10,9 +10,16 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "broadcast.h"
 #include "elem.h"
+#include "gemm.h"
+#include "vmath.h"
 
 namespace twin {
 namespace onnx {
@@ -103,13 +110,24 @@ double LoadAny(ElemType t, const void *p, int64_t i) {
   return v;
 }
 
+// Round half to even (the default rounding mode) without a libm call, so that loops over it vectorise: adding
+// 1.5 * 2^52 (2^23 for float) leaves no fraction bits, for |v| below 2^51 (2^22); larger values are integers.
+inline double RoundEven(double v) {
+  constexpr double kShift = 6755399441055744.0;
+  return std::fabs(v) < 2251799813685248.0 ? (v + kShift) - kShift : v;
+}
+inline float RoundEven(float v) {
+  constexpr float kShift = 12582912.0f;
+  return std::fabs(v) < 4194304.0f ? (v + kShift) - kShift : v;
+}
+
 // Round half to even, then saturate into [lo, hi]; NaN maps to lo like the reference's int32 conversion.
+// (Clamping first rounds the same: the bounds are integers and rounding is monotonic.)
 inline int64_t RoundSat(double v, int64_t lo, int64_t hi) {
   if (!(v == v)) return lo;
-  const double r = std::nearbyint(v);
-  if (r <= static_cast<double>(lo)) return lo;
-  if (r >= static_cast<double>(hi)) return hi;
-  return static_cast<int64_t>(r);
+  if (v <= static_cast<double>(lo)) return lo;
+  if (v >= static_cast<double>(hi)) return hi;
+  return static_cast<int64_t>(RoundEven(v));
 }
 
 void TypeRange(ElemType t, int64_t *lo, int64_t *hi) {
@@ -178,6 +196,51 @@ bool InferQuantize(InferCtx *c, std::string *reason) {
   return true;
 }
 
+// y = saturate(round_even(x / s) + zp) into an 8-bit type; NaN maps to the type's lowest value. Built twice: for
+// the baseline instruction set and for AVX2, taken at run time.
+template <class Y>
+__attribute__((always_inline)) inline void QuantizeBody(const float *__restrict x, float s, float zp, Y *__restrict y,
+                                                        int64_t n) {
+  const float lo = std::numeric_limits<Y>::min(), hi = std::numeric_limits<Y>::max();
+  for (int64_t i = 0; i < n; ++i) {
+    float q = RoundEven(x[i] / s);
+    q = q != q ? lo : std::min(hi, std::max(lo, q + zp));
+    y[i] = static_cast<Y>(static_cast<int32_t>(q));
+  }
+}
+template <class Y>
+void QuantizeBaseline(const float *x, float s, float zp, Y *y, int64_t n) { QuantizeBody(x, s, zp, y, n); }
+#if defined(__x86_64__)
+// 32 elements a step: x / s clamped in float to [lo - zp, hi - zp] (maxps returns its second operand for a NaN, so
+// NaN lands on lo - zp), converted with the current rounding mode (nearest, half to even), plus zp, packed to 8 bits.
+template <class Y>
+__attribute__((target("avx2"))) void QuantizeAvx2(const float *x, float s, float zp, Y *y, int64_t n) {
+  constexpr bool kSigned = std::is_signed<Y>::value;
+  const float lo = std::numeric_limits<Y>::min(), hi = std::numeric_limits<Y>::max();
+  const __m256 vs = _mm256_set1_ps(s), vlo = _mm256_set1_ps(lo - zp), vhi = _mm256_set1_ps(hi - zp);
+  const __m256i vzp = _mm256_set1_epi32(static_cast<int32_t>(zp)), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m256 v = _mm256_div_ps(_mm256_loadu_ps(x + i + 8 * k), vs);
+      q[k] = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, vlo), vhi)), vzp);
+    }
+    const __m256i ab = _mm256_packs_epi32(q[0], q[1]), cd = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i bytes = kSigned ? _mm256_packs_epi16(ab, cd) : _mm256_packus_epi16(ab, cd);
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(y + i), _mm256_permutevar8x32_epi32(bytes, order));
+  }
+  QuantizeBody(x + i, s, zp, y + i, n - i);
+}
+#endif
+template <class Y>
+void QuantizeFloats(const float *x, float s, float zp, Y *y, int64_t n) {
+#if defined(__x86_64__)
+  if (vmath::ActiveIsa() != vmath::Isa::kBaseline) return QuantizeAvx2(x, s, zp, y, n);
+#endif
+  QuantizeBaseline(x, s, zp, y, n);
+}
+
 class QuantizeKernel : public Kernel {
  public:
   size_t n_in_ = kMaxIns;  // inputs the node actually has (set by the prepare function)
@@ -193,17 +256,8 @@ class QuantizeKernel : public Kernel {
       const float s = *static_cast<const float *>(in[1]);
       const float zp = in[2] ? static_cast<float>(LoadAny(zt_, in[2], 0)) : 0.f;
       const int64_t n = l_.outer * l_.len * l_.inner;
-      if (yt_ == ElemType::kUint8 || yt_ == ElemType::kInt8) {
-        const float flo = static_cast<float>(lo_), fhi = static_cast<float>(hi_);
-        for (int64_t i = 0; i < n; ++i) {
-          float q = std::nearbyint(x[i] / s);
-          q = q != q ? -2147483648.f : q;
-          q = std::min(fhi, std::max(flo, q + zp));
-          if (yt_ == ElemType::kUint8) static_cast<uint8_t *>(out[0])[i] = static_cast<uint8_t>(q);
-          else static_cast<int8_t *>(out[0])[i] = static_cast<int8_t>(q);
-        }
-        return true;
-      }
+      if (yt_ == ElemType::kUint8) return QuantizeFloats(x, s, zp, static_cast<uint8_t *>(out[0]), n), true;
+      if (yt_ == ElemType::kInt8) return QuantizeFloats(x, s, zp, static_cast<int8_t *>(out[0]), n), true;
     }
     ForEachParam(l_, [&](int64_t e, int64_t p) {
       const float x = static_cast<float>(LoadAny(xt_, in[0], e));
@@ -324,6 +378,37 @@ bool InferDynamicQuantize(InferCtx *c, std::string *reason) {
   return true;
 }
 
+// min(0, x...) and max(0, x...); a NaN never wins (x > m ? x : m, which is also what maxps computes).
+inline void DynamicRangeLoop(const float *x, int64_t n, float *mn, float *mx) {
+  for (int64_t i = 0; i < n; ++i) {
+    *mx = x[i] > *mx ? x[i] : *mx;
+    *mn = x[i] < *mn ? x[i] : *mn;
+  }
+}
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void DynamicRangeAvx2(const float *x, int64_t n, float *mn, float *mx) {
+  __m256 vmx = _mm256_setzero_ps(), vmn = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    vmx = _mm256_max_ps(v, vmx);
+    vmn = _mm256_min_ps(v, vmn);
+  }
+  alignas(32) float lanes[16];
+  _mm256_store_ps(lanes, vmn);
+  _mm256_store_ps(lanes + 8, vmx);
+  DynamicRangeLoop(lanes, 8, mn, mx);  // every lane only ever holds 0 or an element of x
+  DynamicRangeLoop(lanes + 8, 8, mn, mx);
+  DynamicRangeLoop(x + i, n - i, mn, mx);
+}
+#endif
+void DynamicRange(const float *x, int64_t n, float *mn, float *mx) {
+#if defined(__x86_64__)
+  if (vmath::ActiveIsa() != vmath::Isa::kBaseline) return DynamicRangeAvx2(x, n, mn, mx);
+#endif
+  DynamicRangeLoop(x, n, mn, mx);
+}
+
 class DynamicQuantizeKernel : public Kernel {
  public:
   size_t n_in_ = kMaxIns;  // inputs the node actually has (set by the prepare function)
@@ -332,18 +417,10 @@ class DynamicQuantizeKernel : public Kernel {
     const Ins in(in_raw, n_in_);
     const float *x = static_cast<const float *>(in[0]);
     float mx = 0.f, mn = 0.f;
-    for (int64_t i = 0; i < n_; ++i) {
-      mx = x[i] > mx ? x[i] : mx;  // NaN never wins, like max(0, ...) on finite data
-      mn = x[i] < mn ? x[i] : mn;
-    }
+    DynamicRange(x, n_, &mn, &mx);
     const float scale = (mx == mn ? 1.0f : mx - mn) / 255.0f;
     const float zp = std::nearbyint(std::max(0.f, std::min(255.f, 0.f - mn / scale)));
-    uint8_t *y = static_cast<uint8_t *>(out[0]);
-    for (int64_t i = 0; i < n_; ++i) {
-      float q = std::nearbyint(x[i] / scale) + zp;
-      q = q != q ? 0.f : q;
-      y[i] = static_cast<uint8_t>(std::min(255.f, std::max(0.f, q)));
-    }
+    QuantizeFloats(x, scale, zp, static_cast<uint8_t *>(out[0]), n_);
     *static_cast<float *>(out[1]) = scale;
     *static_cast<uint8_t *>(out[2]) = static_cast<uint8_t>(zp);
     return true;
@@ -429,45 +506,69 @@ class IntMatMul {
     (void)reason;
     return true;
   }
-  size_t scratch_bytes() const { return static_cast<size_t>(K_ * N_ + K_) * 4 + 64; }
+  size_t scratch_bytes() const { return static_cast<size_t>(Pad(M_ * K_) + Pad(K_ * N_) + Pad(M_ * N_)) * 4; }
   int64_t rows() const { return M_; }
   int64_t cols() const { return N_; }
   int64_t batches() const { return batch_; }
   // a_zp / b_zp: nullptr (0), one value, or per row / per column. c: int32 [batch, M, N].
+  // The operands minus their zero points are small integers (|v| <= 255), held as float32 and multiplied by
+  // float GEMMs over slices of K short enough that every partial sum stays below 2^24, where float32 counts
+  // exactly; the slices' sums are added in int32 with wrap-around, as an int32 accumulator would.
   void Run(const void *A, const void *B, const void *azp, int64_t azp_n, const void *bzp, int64_t bzp_n,
            int32_t *c, void *scratch) const {
-    int32_t *bt = static_cast<int32_t *>(scratch);  // B - zp, transposed to [N, K] for contiguous dot products
-    int32_t *arow = bt + K_ * N_;
+    float *af = static_cast<float *>(scratch);
+    float *bf = af + Pad(M_ * K_);
+    float *cf = bf + Pad(K_ * N_);
     for (int64_t q = 0; q < batch_; ++q) {
-      for (int64_t k = 0; k < K_; ++k)
-        for (int64_t n = 0; n < N_; ++n) {
-          const int32_t zp = bzp ? static_cast<int32_t>(LoadAny(bt_, bzp, bzp_n == 1 ? 0 : n)) : 0;
-          bt[n * K_ + k] = static_cast<int32_t>(LoadAny(bt_, B, b_off_[q] + k * N_ + n)) - zp;
-        }
-      for (int64_t m = 0; m < M_; ++m) {
-        const int32_t zp = azp ? static_cast<int32_t>(LoadAny(at_, azp, azp_n == 1 ? 0 : m)) : 0;
-        Widen(A, a_off_[q] + m * K_, arow, zp);
-        int32_t *cr = c + (q * M_ + m) * N_;
-        for (int64_t n = 0; n < N_; ++n) {
-          const int32_t *bc = bt + n * K_;
-          int32_t s = 0;
-          for (int64_t k = 0; k < K_; ++k) s += arow[k] * bc[k];
-          cr[n] = s;
+      int32_t *cq = c + q * M_ * N_;
+      if (M_ == 0 || N_ == 0) continue;
+      if (K_ == 0) {
+        std::fill(cq, cq + M_ * N_, 0);
+        continue;
+      }
+      const float amax = Widen(at_, A, a_off_[q], M_, K_, azp, azp_n, true, af);
+      const float bmax = Widen(bt_, B, b_off_[q], K_, N_, bzp, bzp_n, false, bf);
+      const double bound = static_cast<double>(amax) * bmax;  // largest |product|
+      const int64_t slice = bound <= 1 ? K_ : std::max<int64_t>(1, static_cast<int64_t>(16777216.0 / bound));
+      for (int64_t k0 = 0; k0 < K_; k0 += slice) {
+        const int64_t kn = std::min(slice, K_ - k0);
+        Gemm<float>(false, false, M_, N_, kn, 1.0f, af + k0, K_, bf + k0 * N_, N_, 0.0f, cf, N_);
+        if (k0 == 0) {
+          for (int64_t i = 0; i < M_ * N_; ++i) cq[i] = static_cast<int32_t>(cf[i]);
+        } else {
+          for (int64_t i = 0; i < M_ * N_; ++i)
+            cq[i] = static_cast<int32_t>(static_cast<uint32_t>(cq[i]) + static_cast<uint32_t>(static_cast<int32_t>(cf[i])));
         }
       }
     }
   }
 
  private:
-  void Widen(const void *A, int64_t off, int32_t *row, int32_t zp) const {
-    if (at_ == ElemType::kUint8) {
-      const uint8_t *p = static_cast<const uint8_t *>(A) + off;
-      for (int64_t k = 0; k < K_; ++k) row[k] = static_cast<int32_t>(p[k]) - zp;
-    } else {
-      const int8_t *p = static_cast<const int8_t *>(A) + off;
-      for (int64_t k = 0; k < K_; ++k) row[k] = static_cast<int32_t>(p[k]) - zp;
+  static int64_t Pad(int64_t n) { return (n + 15) / 16 * 16; }  // floats, 64-byte multiples
+  // dst[r, k] = src[r, k] - zp, zero points per row (per_row) or per column; returns the largest |dst|.
+  template <class S>
+  static float WidenAs(const S *src, int64_t rows, int64_t cols, const float *zp_row, const float *zp_col,
+                       float *__restrict dst) {
+    float mx = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float zr = zp_row ? zp_row[r] : 0.0f;
+      for (int64_t k = 0; k < cols; ++k) {
+        const float v = static_cast<float>(src[r * cols + k]) - zr - (zp_col ? zp_col[k] : 0.0f);
+        dst[r * cols + k] = v;
+        mx = std::max(mx, std::fabs(v));
+      }
     }
+    return mx;
   }
+  float Widen(ElemType t, const void *src, int64_t off, int64_t rows, int64_t cols, const void *zp, int64_t zp_n,
+              bool per_row, float *dst) const {
+    zp_.assign(static_cast<size_t>(per_row ? rows : cols), 0.0f);
+    for (size_t i = 0; zp && i < zp_.size(); ++i) zp_[i] = static_cast<float>(LoadAny(t, zp, zp_n == 1 ? 0 : i));
+    const float *zr = per_row ? zp_.data() : nullptr, *zc = per_row ? nullptr : zp_.data();
+    if (t == ElemType::kUint8) return WidenAs(static_cast<const uint8_t *>(src) + off, rows, cols, zr, zc, dst);
+    return WidenAs(static_cast<const int8_t *>(src) + off, rows, cols, zr, zc, dst);
+  }
+  mutable std::vector<float> zp_;  // one operand's zero points as floats (Run is not re-entrant)
   ElemType at_ = ElemType::kUint8, bt_ = ElemType::kUint8;
   int64_t M_ = 0, K_ = 0, N_ = 0, batch_ = 0;
   std::vector<int64_t> a_off_, b_off_;
@@ -558,23 +659,32 @@ class QLinearMatMulKernel : public Kernel {
     int32_t *acc = reinterpret_cast<int32_t *>(static_cast<uint8_t *>(scratch_) + mm_bytes);
     mm_.Run(in[0], in[3], in[2], counts_[2], in[5], counts_[5], acc, scratch_);
     const int64_t M = mm_.rows(), N = mm_.cols();
+    scales_.resize(static_cast<size_t>(M + N));
+    for (int64_t m = 0; m < M; ++m) scales_[m] = static_cast<float>(LoadAny(types_[1], in[1], counts_[1] == 1 ? 0 : m));
+    for (int64_t n = 0; n < N; ++n)
+      scales_[M + n] = static_cast<float>(LoadAny(types_[4], in[4], counts_[4] == 1 ? 0 : n));
     const double yzp = in[7] ? LoadAny(types_[7], in[7], 0) : 0.0;
-    const double ys = LoadAny(types_[6], in[6], 0);
-    for (int64_t q = 0; q < mm_.batches(); ++q)
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = 0; n < N; ++n) {
-          const double as = LoadAny(types_[1], in[1], counts_[1] == 1 ? 0 : m);
-          const double bs = LoadAny(types_[4], in[4], counts_[4] == 1 ? 0 : n);
-          // The reference scales in float32: a_scale * b_scale / y_scale, then the int32 sum times that.
-          const float f = static_cast<float>(as) * static_cast<float>(bs) / static_cast<float>(ys);
-          const int64_t e = (q * M + m) * N + n;
-          const double d = static_cast<double>(acc[e]) * f + yzp;
-          StoreInt(yt_, out[0], e, RoundSat(d, lo_, hi_));
-        }
+    const float ys = static_cast<float>(LoadAny(types_[6], in[6], 0));
+    if (yt_ == ElemType::kUint8) Requantize(acc, ys, yzp, static_cast<uint8_t *>(out[0]));
+    else Requantize(acc, ys, yzp, static_cast<int8_t *>(out[0]));
     return true;
   }
 
  private:
+  // The reference scales in float32: a_scale * b_scale / y_scale, then the int32 sum times that.
+  template <class Y>
+  void Requantize(const int32_t *acc, float ys, double yzp, Y *y) const {
+    const int64_t M = mm_.rows(), N = mm_.cols();
+    const float *as = scales_.data(), *bs = as + M;
+    for (int64_t q = 0; q < mm_.batches(); ++q)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          const int64_t e = (q * M + m) * N + n;
+          const double d = static_cast<double>(acc[e]) * (as[m] * bs[n] / ys) + yzp;
+          y[e] = static_cast<Y>(RoundSat(d, lo_, hi_));
+        }
+  }
+  std::vector<float> scales_;  // a_scale per row, then b_scale per column (Run is not re-entrant)
   IntMatMul mm_;
   std::vector<ElemType> types_;
   std::vector<int64_t> counts_;
