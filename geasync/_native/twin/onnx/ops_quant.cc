@@ -775,12 +775,12 @@ class ConvViaDouble : public Kernel {
     double *y = w + Pad(nw_);
     conv_->set_scratch(y + Pad(ny_));
     const double xzp = io_.xzp >= 0 && in[io_.xzp] ? LoadAny(types_[io_.xzp], in[io_.xzp], 0) : 0.0;
-    for (int64_t i = 0; i < nx_; ++i) x[i] = LoadAny(types_[io_.x], in[io_.x], i) - xzp;
+    WidenMinus(types_[io_.x], in[io_.x], 0, nx_, xzp, x);
     const int64_t per = M_ ? nw_ / M_ : 0;
     for (int64_t m = 0; m < M_; ++m) {
       const bool has = io_.wzp >= 0 && in[io_.wzp];
       const double wzp = has ? LoadAny(types_[io_.wzp], in[io_.wzp], counts_[io_.wzp] == 1 ? 0 : m) : 0.0;
-      for (int64_t i = 0; i < per; ++i) w[m * per + i] = LoadAny(types_[io_.w], in[io_.w], m * per + i) - wzp;
+      WidenMinus(types_[io_.w], in[io_.w], m * per, per, wzp, w + m * per);
     }
     const void *cin[2] = {x, w};
     void *cout[1] = {y};
@@ -793,17 +793,36 @@ class ConvViaDouble : public Kernel {
     const float ys = static_cast<float>(LoadAny(types_[io_.ys], in[io_.ys], 0));
     const float yzp = io_.yzp >= 0 && in[io_.yzp] ? static_cast<float>(LoadAny(types_[io_.yzp], in[io_.yzp], 0)) : 0.f;
     const int64_t spatial = M_ ? ny_ / M_ : 0;
-    for (int64_t i = 0; i < ny_; ++i) {
-      const int64_t m = spatial ? (i / spatial) % M_ : 0;
+    for (int64_t i = 0, m = 0; spatial && i < ny_; i += spatial, m = (m + 1) % M_) {  // one channel plane a step
       const float ws = static_cast<float>(LoadAny(types_[io_.ws], in[io_.ws], counts_[io_.ws] == 1 ? 0 : m));
       const double b = io_.bias >= 0 && in[io_.bias] ? static_cast<const int32_t *>(in[io_.bias])[m] : 0;
-      const float v = static_cast<float>(y[i] + b) * (xs * ws / ys) + yzp;
-      StoreInt(yt_, out[0], i, RoundSat(v, lo_, hi_));
+      const float f = xs * ws / ys;
+      if (yt_ == ElemType::kUint8) RequantizePlane(y + i, b, f, yzp, static_cast<uint8_t *>(out[0]) + i, spatial);
+      else RequantizePlane(y + i, b, f, yzp, static_cast<int8_t *>(out[0]) + i, spatial);
     }
     return true;
   }
 
  private:
+  // dst[i] = src[off + i] - zp for an 8-bit src.
+  static void WidenMinus(ElemType t, const void *src, int64_t off, int64_t n, double zp, double *dst) {
+    if (t == ElemType::kUint8) {
+      const uint8_t *p = static_cast<const uint8_t *>(src) + off;
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<double>(p[i]) - zp;
+    } else {
+      const int8_t *p = static_cast<const int8_t *>(src) + off;
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<double>(p[i]) - zp;
+    }
+  }
+  // The reference's float32 requantisation of one output channel: (sum + bias) * (x_scale * w_scale / y_scale)
+  // + y_zero_point, rounded half to even and saturated.
+  template <class Y>
+  void RequantizePlane(const double *acc, double bias, float f, float yzp, Y *out, int64_t n) const {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>(acc[i] + bias) * f + yzp;
+      out[i] = static_cast<Y>(RoundSat(v, lo_, hi_));
+    }
+  }
   static int64_t Pad(int64_t n) { return (n + 7) / 8 * 8; }
   std::unique_ptr<Kernel> conv_;
   ConvIO io_;
