@@ -86,6 +86,18 @@ def test_attention_fully_masked_rows_are_zero_and_nan_free():
     _check("Attention", [q, k, v, mask])
 
 
+@pytest.mark.parametrize("skv", [1, 7, 37, 130])  # key rows around the vector widths
+@pytest.mark.parametrize("mode", [0, 2, 3])
+def test_attention_unmasked_rows_vectorised(skv, mode):
+    """No mask, causality or window: rows skip the bias and take the vectorised exp; a NaN query, scores of
+    +-1e3 (saturated softmax) and denormals against onnx.reference."""
+    q, k, v = _f(2, 3, 5, 8) * 4, _f(2, 3, skv, 8) * 4, _f(2, 3, skv, 6)
+    q[0, 0, 0, 0] = np.nan
+    q[1, 2, 1] = 1e3
+    k[0, 1, 0] = 1e-40
+    _check("Attention", [q, k, v], n_out=4, qk_matmul_output_mode=mode, rtol=2e-5, atol=1e-6)
+
+
 # ---- losses ----
 
 @pytest.mark.parametrize("op", ["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"])

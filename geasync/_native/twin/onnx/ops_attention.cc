@@ -3,12 +3,18 @@
 // outputs, nonpad_kv_seqlen, sliding windows, softcap, scale, softmax_precision and the four qk_matmul_output modes.
 // QK^T and PV run through the GEMM. float32/float64 natively; float16/bfloat16 through float32, where float16 rounds
 // every intermediate to float16 as the reference does (its tolerances are one float16 ulp).
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
+#pragma GCC optimize("O3", "no-trapping-math")  // the per-row mask and softmax loops vectorise
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "elem.h"
 #include "gemm.h"
+#include "vmath.h"
 
 namespace twin {
 namespace onnx {
@@ -321,9 +327,12 @@ class AttentionKernel : public Kernel {
 
   // Softcap, bias, softmax and the fully-masked guard on one row of scores, in place; fills qk_matmul_output.
   void Row(int64_t b, int64_t h, int64_t i, const void *mask, const int64_t *nonpad, T *x, T *qk_bh) {
-    RowBias(b, h, i, mask, nonpad);
+    // Without a mask, causality, window or key padding the bias is all zeros: skipped.
+    const bool biased = mask || nonpad || a_.is_causal || a_.left >= 0 || a_.right >= 0;
+    if (biased) RowBias(b, h, i, mask, nonpad);
     const int64_t n = total_;
-    for (int64_t j = 0; j < n; ++j) x[j] = R(x[j]);
+    if constexpr (kHalf)
+      for (int64_t j = 0; j < n; ++j) x[j] = R(x[j]);
     if (a_.softcap > 0.f) {
       const T cap = static_cast<T>(a_.softcap);
       for (int64_t j = 0; j < n; ++j) x[j] = R(R(std::tanh(R(x[j] / cap))) * cap);
@@ -331,10 +340,13 @@ class AttentionKernel : public Kernel {
     T *qo = qk_bh ? qk_bh + i * n : nullptr;
     if (qo && a_.mode <= 1)
       for (int64_t j = 0; j < n; ++j) qo[j] = x[j];
-    bool all_masked = true;
-    for (int64_t j = 0; j < n; ++j) {
-      if (!(std::isinf(bias_[j]) && bias_[j] < 0)) all_masked = false;
-      x[j] = R(x[j] + bias_[j]);
+    bool all_masked = biased;
+    if (biased) {
+      const T ninf = -std::numeric_limits<T>::infinity();
+      for (int64_t j = 0; j < n; ++j) {
+        all_masked &= bias_[j] == ninf;
+        x[j] = R(x[j] + bias_[j]);
+      }
     }
     if (qo && a_.mode == 2)
       for (int64_t j = 0; j < n; ++j) qo[j] = x[j];
@@ -343,7 +355,7 @@ class AttentionKernel : public Kernel {
       for (int64_t j = 0; j < n; ++j) qo[j] = x[j];
   }
 
-  void Softmax(T *x, int64_t n, bool all_masked) const {
+  void Softmax(T *x, int64_t n, bool all_masked) {
     if (all_masked) {
       for (int64_t j = 0; j < n; ++j) x[j] = T(0);
       return;
@@ -353,12 +365,22 @@ class AttentionKernel : public Kernel {
     auto rs = [=](T v) { return round ? R(v) : v; };
     T mx = -std::numeric_limits<T>::infinity();
     bool nan = false;
-    for (int64_t j = 0; j < n; ++j) {
-      if (std::isnan(x[j])) nan = true;
-      else mx = std::max(mx, x[j]);
+    for (int64_t j = 0; j < n; ++j) {  // written so that it vectorises: a NaN never wins the comparison
+      nan |= x[j] != x[j];
+      mx = x[j] > mx ? x[j] : mx;
     }
     if (nan) mx = std::numeric_limits<T>::quiet_NaN();
     if (std::isinf(mx) && mx < 0) mx = T(0);
+    if constexpr (std::is_same<T, float>::value && !kHalf) {  // vmath's vectorised exp; bias_ is free by now
+      for (int64_t j = 0; j < n; ++j) x[j] -= mx;
+      float *e = bias_.data();
+      vmath::ExpArray(x, e, n);
+      double total = 0;
+      for (int64_t j = 0; j < n; ++j) total += static_cast<double>(e[j]);
+      const float s = total == 0 ? 1.0f : static_cast<float>(total);
+      for (int64_t j = 0; j < n; ++j) x[j] = e[j] / s;
+      return;
+    }
     double sum = 0;
     for (int64_t j = 0; j < n; ++j) {
       x[j] = rs(static_cast<T>(std::exp(rs(x[j] - mx))));
