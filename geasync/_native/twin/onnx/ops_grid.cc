@@ -2,6 +2,10 @@
 // padding, align_corners, any number of spatial dims), AffineGrid, Col2Im and DeformConv (2-D). GridSample and
 // DeformConv compute each sampling point's taps once and apply them to every channel, so coordinate arithmetic and
 // rounding run per point, not per element.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
+#pragma GCC optimize("O3", "no-trapping-math")
+#endif
+
 #include <algorithm>
 #include <cmath>
 
@@ -205,25 +209,61 @@ class GridSampleKernel : public Kernel {
     }
   }
 
+  // Points in blocks: every point's taps of a block first, then each channel plane over the block's points (one
+  // plane at a time stays in cache and the outputs are written in order).
   template <class S, class G>
   void RunTyped(const S *x, const G *grid, S *y) {
     const int64_t batch = x_.dims[0], ch = x_.dims[1];
+    int64_t width = 1;  // taps of a point, at most
+    for (size_t d = 0; d < sd_; ++d) width *= a_.mode == Interp::kNearest ? 1 : a_.mode == Interp::kLinear ? 2 : 4;
+    const int64_t block = std::max<int64_t>(1, std::min<int64_t>(out_plane_, kBlockTaps / width));
+    block_offs_.resize(static_cast<size_t>(block * width));
+    block_ws_.resize(static_cast<size_t>(block * width));
+    block_n_.resize(static_cast<size_t>(block));
     Taps taps[kMaxRank];
     for (int64_t n = 0; n < batch; ++n)
-      for (int64_t p = 0; p < out_plane_; ++p) {
-        const G *g = grid + (n * out_plane_ + p) * static_cast<int64_t>(sd_);
-        for (size_t d = 0; d < sd_; ++d)  // grid's last dim lists coordinates innermost spatial dim first
-          AxisTaps(static_cast<T>(Num<G>::Load(g[sd_ - 1 - d])), x_.dims[2 + d], &taps[d]);
-        Combine(taps);
+      for (int64_t p0 = 0; p0 < out_plane_; p0 += block) {
+        const int64_t np = std::min(block, out_plane_ - p0);
+        for (int64_t i = 0; i < np; ++i) {
+          const G *g = grid + (n * out_plane_ + p0 + i) * static_cast<int64_t>(sd_);
+          for (size_t d = 0; d < sd_; ++d)  // grid's last dim lists coordinates innermost spatial dim first
+            AxisTaps(static_cast<T>(Num<G>::Load(g[sd_ - 1 - d])), x_.dims[2 + d], &taps[d]);
+          Combine(taps);
+          block_n_[i] = static_cast<int>(offs_.size());
+          std::copy(offs_.begin(), offs_.end(), block_offs_.begin() + i * width);
+          std::copy(ws_.begin(), ws_.end(), block_ws_.begin() + i * width);
+        }
         for (int64_t c = 0; c < ch; ++c) {
           const S *plane = x + (n * ch + c) * in_plane_;
-          T acc = 0;
-          for (size_t k = 0; k < offs_.size(); ++k) acc += ws_[k] * static_cast<T>(Num<S>::Load(plane[offs_[k]]));
-          y[(n * ch + c) * out_plane_ + p] = Num<S>::Store(static_cast<typename Num<S>::C>(acc));
+          S *yr = y + (n * ch + c) * out_plane_ + p0;
+          switch (width) {  // the common widths unrolled: the sums of consecutive points then overlap
+            case 1: BlockPlane<1>(plane, np, yr); break;
+            case 4: BlockPlane<4>(plane, np, yr); break;
+            case 16: BlockPlane<16>(plane, np, yr); break;
+            default: BlockPlane<0>(plane, np, yr, width); break;
+          }
         }
       }
   }
 
+  // One channel plane over a block's points: points with all kW taps (kW > 0) in a fixed-length loop, the rest
+  // (taps dropped at a zero-padded border) over their own count. Same additions, in the same order, either way.
+  template <int kW, class S>
+  void BlockPlane(const S *plane, int64_t np, S *yr, int64_t width = kW) const {
+    for (int64_t i = 0; i < np; ++i) {
+      const int64_t *o = block_offs_.data() + i * width;
+      const T *w = block_ws_.data() + i * width;
+      T acc = 0;
+      if (kW > 0 && block_n_[i] == kW) {
+        for (int k = 0; k < kW; ++k) acc += w[k] * static_cast<T>(Num<S>::Load(plane[o[k]]));
+      } else {
+        for (int k = 0; k < block_n_[i]; ++k) acc += w[k] * static_cast<T>(Num<S>::Load(plane[o[k]]));
+      }
+      yr[i] = Num<S>::Store(static_cast<typename Num<S>::C>(acc));
+    }
+  }
+
+  static constexpr int64_t kBlockTaps = 16384;  // (offset, weight) pairs held per block of points
   GridAttrs a_;
   TensorDesc x_, grid_, y_;
   size_t sd_ = 0;
@@ -231,6 +271,9 @@ class GridSampleKernel : public Kernel {
   int64_t in_plane_ = 0, out_plane_ = 0;
   std::vector<int64_t> offs_, next_offs_;
   std::vector<T> ws_, next_ws_;
+  std::vector<int64_t> block_offs_;  // RunTyped's taps of a block of points, width slots per point
+  std::vector<T> block_ws_;
+  std::vector<int> block_n_;  // taps used per point
 };
 
 std::unique_ptr<Kernel> PrepareGridSample(const KernelCtx &c, std::string *reason) {

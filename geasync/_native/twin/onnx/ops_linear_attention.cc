@@ -2,6 +2,10 @@
 // step with the linear, gated (exp(decay) forgetting), delta (beta-weighted error correction) or gated_delta rule;
 // query heads share key/value heads in groups (GQA / MQA). Computed in float32 like the reference; chunk_size is a
 // tuning hint without effect on the result.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
+#pragma GCC optimize("O3", "no-trapping-math")
+#endif
+
 #include <cmath>
 
 #include "elem.h"

@@ -1,6 +1,10 @@
 // Losses: NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (input [N, C, d1, ...], integer target
 // [N, d1, ...], optional per-class weight [C], ignore_index, reduction none/sum/mean; SoftmaxCrossEntropyLoss's
 // optional second output is the log-softmax over C). float32/float64 natively, float16/bfloat16 through float32.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
+#pragma GCC optimize("O3", "no-trapping-math")
+#endif
+
 #include <cmath>
 
 #include "elem.h"

@@ -1,6 +1,10 @@
 // LpPool ((sum |x|^p over the window)^(1/p), padding contributing 0) and MaxUnpool (scatter X to the flat
 // indices MaxPool returned, inside a zero output of the inferred or given output_shape).
 // float32/float64 natively; float16/bfloat16 through float32.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
+#pragma GCC optimize("O3", "no-trapping-math")
+#endif
+
 #include <algorithm>
 #include <cmath>
 

@@ -3,6 +3,10 @@
 // prepare time (no trigonometric call per element): a radix-2 FFT for power-of-two lengths, else the direct sum;
 // accumulated in double. Lengths given as inputs are value-dependent shapes (known at compile time or bound by a
 // value-dependent plan).
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
+#pragma GCC optimize("O3", "no-trapping-math")
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <complex>
