@@ -12,6 +12,7 @@ import geasync as ga
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx_cases import rerun_file_with_instruction_set  # noqa: E402
 
 _TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.int32: TensorProto.INT32,
           np.int64: TensorProto.INT64, np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8,
@@ -353,6 +354,23 @@ def test_maxpool_interior_rows_same_bits_as_exact_loop_with_nan(attrs, shape):
     np.testing.assert_array_equal(fast.numpy().view(np.uint32), exact.numpy().view(np.uint32))
 
 
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[3, 3], strides=[2, 2]),
+                                   dict(kernel_shape=[2, 5], strides=[2, 2], pads=[0, 2, 1, 2])])
+@pytest.mark.parametrize("width", range(14, 32))  # every output-row tail past the 8-wide blocks, masked loads
+def test_maxpool_stride2_row_tails(attrs, width):
+    # Against the reference without NaN, and the same bits as the general loop (Indices output) with edge values.
+    x = _pool_input((1, 2, 7, width))
+    _check("MaxPool", [x], opset=18, **attrs)
+    x.flat[RNG.choice(x.size, x.size // 4, replace=False)] = RNG.choice(_EDGE, x.size // 4)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(_model("MaxPool", [x], 1, 18, **attrs)))
+        s.add_graph(2, ga.Graph.from_onnx(_model("MaxPool", [x], 2, 18, **attrs)))
+        (fast,) = s.run_graph(1, [x])
+        exact, _ = s.run_graph(2, [x])
+    np.testing.assert_array_equal(fast.numpy().view(np.uint32), exact.numpy().view(np.uint32))
+
+
 @pytest.mark.parametrize("shape", [(2, 3, 1, 1), (1, 4, 5, 7), (2, 2, 16, 16), (1, 3, 33, 31), (2, 2, 3, 4, 5)])
 def test_global_average_pool_plane_sums(shape):
     x = (RNG.standard_normal(shape) * 100).astype(np.float32)
@@ -418,3 +436,10 @@ def test_binary_max_min_edge_values(op, n):
     pick = np.greater if op == "Max" else np.less
     want = np.where(np.isnan(a), a, np.where(np.isnan(b), b, np.where(pick(b, a), b, a)))
     np.testing.assert_array_equal(y.numpy().view(np.uint32), want.view(np.uint32))
+
+
+# ---- the fallback instruction sets run the same checks ----
+
+@pytest.mark.parametrize("isa", ["baseline", "avx2"])
+def test_fallback_instruction_sets_pass_the_same_checks(isa):
+    rerun_file_with_instruction_set(__file__, isa)

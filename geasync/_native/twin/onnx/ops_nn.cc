@@ -807,33 +807,60 @@ void MaxRowsBase(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
 void SumRowsBase(const PoolRows &r, double *acc) { SumRowsBody(r, acc); }
 #ifdef TWIN_HAVE_X86
 // Stride 2: tap kw of outputs j..j+7 is the even (kw even) or odd lane of the 16 floats from column 2j + (kw & ~1).
-// kB blocks of eight outputs: kB independent max chains.
-template <int kB>
+// The two shuffles leave the outputs in the order 0 1 4 5 2 3 6 7, the same for every tap: the maxima are taken
+// in that order and put right once, at the store. The pair of loads at one column serves two taps. kB blocks of
+// eight outputs: kB independent max chains. kMasked: one block whose loads stop at r.avail (masked loads never
+// fault) and whose store stops at output n (the row's tail, so that no output of the row needs the scalar loop).
+template <int kB, int kKw, bool kMasked>
 __attribute__((target("avx2"), always_inline)) inline void MaxBlocksStride2Avx2(const PoolRows &r, int64_t j,
                                                                                 float *y) {
+  const int64_t kw_n = kKw > 0 ? kKw : r.kw;
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   __m256 m[kB];
   for (int b = 0; b < kB; ++b) m[b] = _mm256_setzero_ps();  // overwritten by the first tap (rows >= 1)
-  for (int64_t kh = 0; kh < r.rows; ++kh)
-    for (int64_t kw = 0; kw < r.kw; ++kw) {
-      const float *xc = r.x + kh * r.w + 2 * j + (kw & ~int64_t{1});
+  for (int64_t kh = 0; kh < r.rows; ++kh) {
+#pragma GCC unroll 4
+    for (int64_t kw = 0; kw < kw_n; kw += 2) {
+      const int64_t col = 2 * j + kw;  // of the pair's first load, from r.x's row start
+      const float *xc = r.x + kh * r.w + col;
       for (int b = 0; b < kB; ++b) {
-        const __m256 a = _mm256_loadu_ps(xc + 16 * b), c = _mm256_loadu_ps(xc + 16 * b + 8);
-        const __m256 mixed = (kw & 1) ? _mm256_shuffle_ps(a, c, _MM_SHUFFLE(3, 1, 3, 1))
-                                      : _mm256_shuffle_ps(a, c, _MM_SHUFFLE(2, 0, 2, 0));
-        const __m256 v = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(mixed), _MM_SHUFFLE(3, 1, 2, 0)));
-        m[b] = kh == 0 && kw == 0 ? v : _mm256_max_ps(v, m[b]);  // v > m ? v : m, the general loop's test
+        __m256 a, c;
+        if constexpr (kMasked) {
+          const __m256i left = _mm256_set1_epi32(static_cast<int>(std::min<int64_t>(r.avail - col, 64)));
+          a = _mm256_maskload_ps(xc, _mm256_cmpgt_epi32(left, iota));
+          c = _mm256_maskload_ps(xc + 8, _mm256_cmpgt_epi32(_mm256_sub_epi32(left, _mm256_set1_epi32(8)), iota));
+        } else {
+          a = _mm256_loadu_ps(xc + 16 * b);
+          c = _mm256_loadu_ps(xc + 16 * b + 8);
+        }
+        const __m256 even = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(2, 0, 2, 0));
+        m[b] = kh == 0 && kw == 0 ? even : _mm256_max_ps(even, m[b]);  // v > m ? v : m, the general loop's test
+        if (kw + 1 < kw_n) m[b] = _mm256_max_ps(_mm256_shuffle_ps(a, c, _MM_SHUFFLE(3, 1, 3, 1)), m[b]);
       }
     }
-  for (int b = 0; b < kB; ++b) _mm256_storeu_ps(y + j + 8 * b, m[b]);
+  }
+  for (int b = 0; b < kB; ++b) {
+    const __m256 v = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(m[b]), _MM_SHUFFLE(3, 1, 2, 0)));
+    if constexpr (kMasked) {
+      _mm256_maskstore_ps(y + j, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(r.n - j)), iota), v);
+    } else {
+      _mm256_storeu_ps(y + j + 8 * b, v);
+    }
+  }
 }
-// Blocks only where their 16-float loads stay inside the row (r.avail columns from r.x); the rest: MaxRowsBody.
-__attribute__((target("avx2"))) void MaxRowsAvx2(const PoolRows &r, float *y) {
-  if (r.sw != 2) return MaxRowsBody(r, y);
+template <int kKw>
+__attribute__((target("avx2"), always_inline)) inline void MaxRowStride2Avx2(const PoolRows &r, float *y) {
   const int64_t reach = (r.kw - 1) & ~int64_t{1};  // farthest load start past 2j
   int64_t j = 0;
-  for (; 2 * j + 64 + reach <= r.avail && j + 32 <= r.n; j += 32) MaxBlocksStride2Avx2<4>(r, j, y);
-  for (; 2 * j + 16 + reach <= r.avail && j + 8 <= r.n; j += 8) MaxBlocksStride2Avx2<1>(r, j, y);
-  if (j < r.n) MaxRowsBody({r.x + 2 * j, r.w, r.rows, r.kw, r.sw, r.n - j, r.avail - 2 * j}, y + j);
+  for (; 2 * j + 64 + reach <= r.avail && j + 32 <= r.n; j += 32) MaxBlocksStride2Avx2<4, kKw, false>(r, j, y);
+  for (; 2 * j + 16 + reach <= r.avail && j + 8 <= r.n; j += 8) MaxBlocksStride2Avx2<1, kKw, false>(r, j, y);
+  for (; j < r.n; j += 8) MaxBlocksStride2Avx2<1, kKw, true>(r, j, y);
+}
+// Stride 2 in blocks (the row's tail with masked loads and stores); other strides: MaxRowsBody.
+__attribute__((target("avx2"))) void MaxRowsAvx2(const PoolRows &r, float *y) {
+  if (r.sw != 2) return MaxRowsBody(r, y);
+  if (r.kw == 3) return MaxRowStride2Avx2<3>(r, y);
+  MaxRowStride2Avx2<0>(r, y);
 }
 // Stride 1: outputs in blocks with their sums in registers through all taps (the same double additions in the same
 // order as SumRowsBody), scaled by 1 / div (a multiply instead of the general loop's division: it can change the
@@ -930,7 +957,8 @@ class PoolKernel : public Kernel {
         return true;
       }
 #endif
-      if (!I && simple_) return RunSimpleMax(X, Y, in_sp, out_sp);
+      // Strides > 1 take RunPlane2d: onnx.reference keeps a NaN first tap there, as the general loop does.
+      if (!I && simple_ && w_.s[1] == 1 && w_.s[2] == 1) return RunSimpleMax(X, Y, in_sp, out_sp);
     }
     if constexpr (std::is_same<S, float>::value) {
       if (!I && plane2d_) {
@@ -992,7 +1020,8 @@ class PoolKernel : public Kernel {
   }
 
  private:
-  // Windows always inside the input (no pads, no dilation, single leading dim): row-wise running max.
+  // Windows always inside the input (no pads, no dilation, single leading dim), stride 1: row-wise running max from
+  // -inf, so a NaN tap is skipped (onnx.reference ignores NaN at stride 1).
   bool RunSimpleMax(const float *X, float *Y, int64_t in_sp, int64_t out_sp) {
     const int64_t H = w_.in[1], W = w_.in[2], OH = w_.out[1], OW = w_.out[2];
     const int64_t KH = w_.k[1], KW = w_.k[2], SH = w_.s[1], SW = w_.s[2];
@@ -1066,14 +1095,13 @@ class PoolKernel : public Kernel {
   float OnePosition(const float *x, const Tap &t1, const Tap &t2) const {
     const int64_t W = w_.in[2];
     if constexpr (kMax) {
-      float best = -std::numeric_limits<float>::infinity();
-      bool any = false;
-      for (int64_t kh = t1.lo; kh < t1.hi; ++kh)
-        for (int64_t kw = t2.lo; kw < t2.hi; ++kw) {
-          const float v = x[(t1.start + kh) * W + t2.start + kw];
-          if (!any || v > best) best = v;
-          any = true;
-        }
+      if (t1.lo == t1.hi || t2.lo == t2.hi) return -std::numeric_limits<float>::infinity();
+      // The first tap, then a select per later tap (a max instruction, no branch to mispredict on random data).
+      float best = x[(t1.start + t1.lo) * W + t2.start + t2.lo];
+      for (int64_t kh = t1.lo; kh < t1.hi; ++kh) {
+        const float *row = x + (t1.start + kh) * W + t2.start;
+        for (int64_t kw = kh == t1.lo ? t2.lo + 1 : t2.lo; kw < t2.hi; ++kw) best = row[kw] > best ? row[kw] : best;
+      }
       return best;
     } else {
       double acc = 0;
