@@ -340,6 +340,32 @@ def test_averagepool_interior_rows(attrs, count_pad, shape):
     np.testing.assert_allclose(got.numpy(), want.astype(np.float32), rtol=1e-6, atol=0)
 
 
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[2, 5], pads=[0, 2, 1, 1]),
+                                   dict(kernel_shape=[3, 1], pads=[1, 0, 1, 0]), dict(kernel_shape=[2, 2])])
+@pytest.mark.parametrize("count_pad", [0, 1])
+def test_averagepool_stride1_column_sums(attrs, count_pad):
+    # Stride 1 sums each window's columns first: every row tail, border columns, +-inf, denormals and magnitudes
+    # near float32's largest (no overflow: the sums are in double), against the reference in float64. No NaN (the
+    # reference skips NaN taps) and no -3e38 (3e38 - 3e38 cancels: then the order of additions decides the result).
+    edge = _EDGE[[1, 2, 3, 4, 5, 7, 8, 9]]
+    for width in (1, 5, 8, 13, 24, 31):
+        pads = attrs.get("pads", [0, 0, 0, 0])
+        if width + pads[1] + pads[3] < attrs["kernel_shape"][1]:
+            continue
+        x = (RNG.standard_normal((1, 2, 6, width)) * 100).astype(np.float32)
+        x.flat[RNG.choice(x.size, x.size // 4, replace=False)] = RNG.choice(edge, x.size // 4)
+        model = _model("AveragePool", [x], 1, 18, count_include_pad=count_pad, **attrs)
+        with np.errstate(invalid="ignore"):  # inf - inf in a window
+            want = ReferenceEvaluator(_model("AveragePool", [x.astype(np.float64)], 1, 18,
+                                             count_include_pad=count_pad, **attrs)).run(
+                                                 None, {"x0": x.astype(np.float64)})[0]
+        with ga.Session() as s:
+            s.add_graph(1, ga.Graph.from_onnx(model))
+            (got,) = s.run_graph(1, [x])
+        np.testing.assert_allclose(got.numpy(), want.astype(np.float32), rtol=1e-6, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("attrs", [a for a in _POOLS[:8] if "pads" in a or "auto_pad" in a])
 @pytest.mark.parametrize("shape", [(2, 3, 12, 17), (1, 2, 6, 150)])  # 150: stride 2 blocks of 32 and 8 outputs
 def test_maxpool_interior_rows_same_bits_as_exact_loop_with_nan(attrs, shape):

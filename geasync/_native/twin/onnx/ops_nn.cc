@@ -862,41 +862,56 @@ __attribute__((target("avx2"))) void MaxRowsAvx2(const PoolRows &r, float *y) {
   if (r.kw == 3) return MaxRowStride2Avx2<3>(r, y);
   MaxRowStride2Avx2<0>(r, y);
 }
-// Stride 1: outputs in blocks with their sums in registers through all taps (the same double additions in the same
-// order as SumRowsBody), scaled by 1 / div (a multiply instead of the general loop's division: it can change the
-// double's last bit, far below the float result's rounding). Other strides: SumRowsBody, then the same scaling.
-// kB blocks of eight outputs: 2 kB independent addition chains (one chain is latency-bound).
-template <int kB>
-__attribute__((target("avx2"), always_inline)) inline void AvgBlocksAvx2(const PoolRows &r, __m256d sc, int64_t j,
-                                                                          float *y) {
-  __m256d lo[kB], hi[kB];
-  for (int b = 0; b < kB; ++b) lo[b] = hi[b] = _mm256_setzero_pd();
-  for (int64_t kh = 0; kh < r.rows; ++kh) {
-    const float *xr = r.x + kh * r.w + j;
-    for (int64_t kw = 0; kw < r.kw; ++kw)
-      for (int b = 0; b < kB; ++b) {
-        const __m256 v = _mm256_loadu_ps(xr + kw + 8 * b);
-        lo[b] = _mm256_add_pd(lo[b], _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
-        hi[b] = _mm256_add_pd(hi[b], _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
-      }
+// Stride 1, separable: the window rows' sums per input column (rows in order, in double), then each output the sum
+// of its kw adjacent column sums, scaled: (rows + kw) additions per output instead of rows * kw. The additions
+// are the general loop's, grouped by column: the double sums can differ in their last bits (a double has 29 bits
+// more than a float), which moves the float result by an ulp at most, and only in rare ties.
+// cs: r.n + r.kw - 1 doubles.
+__attribute__((target("avx2"))) void AvgRowsSeparableAvx2(const PoolRows &r, double scale, double *cs, float *y) {
+  const int64_t ncol = r.n + r.kw - 1;
+  int64_t c = 0;
+  for (; c + 8 <= ncol; c += 8) {
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    for (int64_t kh = 0; kh < r.rows; ++kh) {
+      const __m256 v = _mm256_loadu_ps(r.x + kh * r.w + c);
+      lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+      hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    }
+    _mm256_storeu_pd(cs + c, lo);
+    _mm256_storeu_pd(cs + c + 4, hi);
   }
-  for (int b = 0; b < kB; ++b) {
-    const __m128 flo = _mm256_cvtpd_ps(_mm256_mul_pd(lo[b], sc)), fhi = _mm256_cvtpd_ps(_mm256_mul_pd(hi[b], sc));
-    _mm256_storeu_ps(y + j + 8 * b, _mm256_insertf128_ps(_mm256_castps128_ps256(flo), fhi, 1));
+  for (; c < ncol; ++c) {
+    double sum = 0.0;
+    for (int64_t kh = 0; kh < r.rows; ++kh) sum += static_cast<double>(r.x[kh * r.w + c]);
+    cs[c] = sum;
+  }
+  const __m256d sc = _mm256_set1_pd(scale);
+  int64_t j = 0;
+  for (; j + 8 <= r.n; j += 8) {
+    __m256d lo = _mm256_loadu_pd(cs + j), hi = _mm256_loadu_pd(cs + j + 4);
+    for (int64_t kw = 1; kw < r.kw; ++kw) {
+      lo = _mm256_add_pd(lo, _mm256_loadu_pd(cs + j + kw));
+      hi = _mm256_add_pd(hi, _mm256_loadu_pd(cs + j + kw + 4));
+    }
+    const __m128 flo = _mm256_cvtpd_ps(_mm256_mul_pd(lo, sc)), fhi = _mm256_cvtpd_ps(_mm256_mul_pd(hi, sc));
+    _mm256_storeu_ps(y + j, _mm256_insertf128_ps(_mm256_castps128_ps256(flo), fhi, 1));
+  }
+  for (; j < r.n; ++j) {
+    double sum = cs[j];
+    for (int64_t kw = 1; kw < r.kw; ++kw) sum += cs[j + kw];
+    y[j] = static_cast<float>(sum * scale);
   }
 }
+// Other strides: SumRowsBody in its AVX2 build, scaled by 1 / div (a multiply instead of the general loop's division:
+// it can change the double's last bit, far below the float result's rounding).
 __attribute__((target("avx2"))) void AvgRowsAvx2(const PoolRows &r, double scale, double *acc, float *y) {
-  int64_t j = 0;
-  const __m256d sc = _mm256_set1_pd(scale);
-  for (; r.sw == 1 && j + 32 <= r.n; j += 32) AvgBlocksAvx2<4>(r, sc, j, y);
-  for (; r.sw == 1 && j + 8 <= r.n; j += 8) AvgBlocksAvx2<1>(r, sc, j, y);
-  if (j == r.n) return;
-  SumRowsBody({r.x + j * r.sw, r.w, r.rows, r.kw, r.sw, r.n - j, r.avail - j * r.sw}, acc);
-  for (int64_t i = 0; i < r.n - j; ++i) y[j + i] = static_cast<float>(acc[i] * scale);
+  SumRowsBody(r, acc);
+  for (int64_t j = 0; j < r.n; ++j) y[j] = static_cast<float>(acc[j] * scale);
 }
 #else
 void MaxRowsAvx2(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
 void AvgRowsAvx2(const PoolRows &, double, double *, float *) {}
+void AvgRowsSeparableAvx2(const PoolRows &, double, double *, float *) {}
 #endif
 
 template <class S, bool kMax>
@@ -1059,15 +1074,19 @@ class PoolKernel : public Kernel {
   // double in the same order.
   void RunPlane2d(const float *x, float *y) {
     const int64_t W = w_.in[2], OW = w_.out[2], SW = w_.s[2], KW = w_.k[2];
-    acc_.resize(static_cast<size_t>(OW));
+    acc_.resize(static_cast<size_t>(std::max(OW + KW, W)));  // AvgRowsSeparableAvx2's column sums: n + KW - 1
+    const int64_t n = inner_hi_ - inner_lo_;
+    const int64_t c0 = inner_lo_ * SW - w_.pb[2];  // input column of the first interior window
     for (int64_t oh = 0; oh < w_.out[1]; ++oh) {
       const Tap &t1 = taps_[1][oh];
       float *yr = y + oh * OW;
+      if (!kMax && avx2_ && SW == 1 && n > 0 && t1.hi > t1.lo) {
+        AvgRowSeparable(x, t1, n, c0, yr);
+        continue;
+      }
       for (int64_t ow = 0; ow < inner_lo_; ++ow) yr[ow] = OnePosition(x, t1, taps_[2][ow]);
       for (int64_t ow = inner_hi_; ow < OW; ++ow) yr[ow] = OnePosition(x, t1, taps_[2][ow]);
-      const int64_t n = inner_hi_ - inner_lo_;
       if (n <= 0) continue;
-      const int64_t c0 = inner_lo_ * SW - w_.pb[2];  // input column of the first interior window
       float *__restrict yo = yr + inner_lo_;
       if constexpr (kMax) {
         if (t1.lo == t1.hi) {
@@ -1089,6 +1108,25 @@ class PoolKernel : public Kernel {
         for (int64_t j = 0; j < n; ++j) yo[j] = static_cast<float>(div ? acc[j] / d : 0.0);
       }
     }
+  }
+
+  // AveragePool, stride 1, one output row: the interior by AvgRowsSeparableAvx2, whose column sums (the whole input
+  // row: the interior windows at stride 1 cover it) also give the border windows.
+  void AvgRowSeparable(const float *x, const Tap &t1, int64_t n, int64_t c0, float *yr) {
+    const int64_t W = w_.in[2], KW = w_.k[2];
+    double *cs = acc_.data();
+    const PoolRows r{x + (t1.start + t1.lo) * W + c0, W, t1.hi - t1.lo, KW, 1, n, W - c0};
+    const int64_t div = count_pad_ ? t1.padded * taps_[2][inner_lo_].padded : (t1.hi - t1.lo) * KW;
+    AvgRowsSeparableAvx2(r, div ? 1.0 / static_cast<double>(div) : 0.0, cs, yr + inner_lo_);
+    const auto border = [&](int64_t ow) {
+      const Tap &t2 = taps_[2][ow];
+      double sum = 0.0;
+      for (int64_t k = t2.lo; k < t2.hi; ++k) sum += cs[t2.start + k - c0];
+      const int64_t d = count_pad_ ? t1.padded * t2.padded : (t1.hi - t1.lo) * (t2.hi - t2.lo);
+      yr[ow] = static_cast<float>(d ? sum / static_cast<double>(d) : 0.0);
+    };
+    for (int64_t ow = 0; ow < inner_lo_; ++ow) border(ow);
+    for (int64_t ow = inner_hi_; ow < w_.out[2]; ++ow) border(ow);
   }
 
   // One output of a 2-D plane (the general loop's arithmetic for a single position).
