@@ -291,6 +291,9 @@ def test_fallback_instruction_sets_pass_the_same_checks(isa):
     ((1, 32, 6, 11), 5, 1, [1, 1, 1, 1], False),  # C x 3 x 3 = 288: still the direct kernel on AVX2
     ((1, 64, 5, 21), 6, 1, [1, 1, 1, 1], True),  # 576: the direct kernel's largest K on AVX2; 21 = 16 + 5 columns
     ((1, 72, 4, 9), 3, 1, [1, 1, 1, 1], False),  # 648: im2col + BLAS on AVX2
+    ((1, 5, 9, 19), 5, 5, [1, 1, 1, 1], False),  # depthwise: blocks of 4 output rows, then single rows
+    ((2, 3, 6, 33), 3, 3, [1, 0, 2, 1], True),
+    ((1, 4, 3, 7), 4, 4, [0, 0, 0, 0], False),
 ])
 def test_direct_conv_matches_reference(shape, m, group, pads, relu):
     rng = np.random.default_rng(sum(shape) + m)
@@ -308,6 +311,29 @@ def test_direct_conv_matches_reference(shape, m, group, pads, relu):
         s.add_graph(1, ga.Graph.from_onnx(model))
         got = s.run_graph(1, [x])[0].numpy().copy()
     ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", [(3, 3), (5, 2), (1, 4)])
+@pytest.mark.parametrize("width", [7, 16, 29])
+def test_depthwise_conv_matches_reference(kernel, width):
+    """One channel per group (the depthwise kernel), other kernel sizes, edge values in the input."""
+    rng = np.random.default_rng(width + kernel[1])
+    c = 3
+    x = rng.standard_normal((1, c, 10, width)).astype(np.float32)
+    x.reshape(-1)[rng.choice(x.size, 6, replace=False)] = [np.nan, np.inf, -np.inf, 1e-40, -0.0, 3e30]
+    wt = rng.standard_normal((c, 1) + kernel).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    pads = [kernel[0] // 2, kernel[1] // 2, kernel[0] // 2, kernel[1] // 2]
+    oh, ow = 10 + 2 * pads[0] - kernel[0] + 1, width + 2 * pads[1] - kernel[1] + 1
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=pads, group=c)],
+                       [("x", F, list(x.shape))], [("y", F, [1, c, oh, ow])],
+                       initializers=[("w", wt), ("b", b)], opset=20)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        got = s.run_graph(1, [x])[0].numpy().copy()
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 

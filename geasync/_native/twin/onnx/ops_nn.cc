@@ -334,7 +334,51 @@ __attribute__((target("avx2,fma"))) void DirectConvAvx2Impl(const DirectConvArgs
   }
 }
 
+// One input and one output channel (depthwise): the channel blocks above would spend 3 of their 4 accumulators on
+// the zero weights of absent channels. Instead kR output rows x one 16-wide chunk (2 kR accumulators), the same
+// additions in the same order (bias, then one FMA per tap in (kh, kw) order), so the same bits.
+template <int kR, int kKw>
+__attribute__((target("avx2,fma"), always_inline)) inline void DepthwiseRowsAvx2(const DirectConvArgs &a, int64_t r,
+                                                                                 int64_t c0) {
+  const int64_t kw = kKw > 0 ? kKw : a.kw;
+  __m256 lo[kR], hi[kR];
+  for (int i = 0; i < kR; ++i) lo[i] = hi[i] = _mm256_set1_ps(a.bias[0]);
+  const float *w = a.wpack;  // tap t's weight at w[t * kConvMB]
+  for (int64_t i = 0; i < a.kh; ++i) {
+#pragma GCC unroll 4
+    for (int64_t j = 0; j < kw; ++j, w += kConvMB) {
+      const __m256 wt = _mm256_broadcast_ss(w);
+      const float *base = a.xp + (r + i) * a.pw + c0 + j;
+#pragma GCC unroll 4
+      for (int q = 0; q < kR; ++q) {
+        lo[q] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(base + q * a.pw), lo[q]);
+        hi[q] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(base + q * a.pw + 8), hi[q]);
+      }
+    }
+  }
+  const int64_t valid = a.ow - c0;
+#pragma GCC unroll 4
+  for (int q = 0; q < kR; ++q) {
+    float *dst = a.y + (r + q) * a.ow + c0;
+    StoreConvHalf(dst, lo[q], valid, a.relu);
+    if (valid > 8) StoreConvHalf(dst + 8, hi[q], valid - 8, a.relu);
+  }
+}
+template <int kKw>
+__attribute__((target("avx2,fma"))) void DepthwiseConvAvx2Impl(const DirectConvArgs &a) {
+  int64_t r = 0;
+  for (; r + 4 <= a.oh; r += 4)
+    for (int64_t c0 = 0; c0 < a.ow; c0 += 16) DepthwiseRowsAvx2<4, kKw>(a, r, c0);
+  for (; r < a.oh; ++r)
+    for (int64_t c0 = 0; c0 < a.ow; c0 += 16) DepthwiseRowsAvx2<1, kKw>(a, r, c0);
+}
+
 __attribute__((target("avx2,fma"))) void DirectConvAvx2(const DirectConvArgs &a) {
+  if (a.cg == 1 && a.mg == 1) {
+    if (a.kw == 3) DepthwiseConvAvx2Impl<3>(a);
+    else DepthwiseConvAvx2Impl<0>(a);
+    return;
+  }
   if (a.kw == 3) DirectConvAvx2Impl<3>(a);
   else DirectConvAvx2Impl<0>(a);
 }
