@@ -340,7 +340,7 @@ def test_depthwise_conv_matches_reference(kernel, width):
 # ---- MaxPool 2x2 stride 2 (vectorised where the CPU has AVX2 or AVX-512; scalar under the baseline set) ----
 
 def _maxpool_2x2(x: np.ndarray) -> np.ndarray:
-    """What the twin (and onnxruntime) compute: the largest tap of each window, a NaN tap skipped (-inf if all are)."""
+    """The largest tap of each window (inputs without NaN)."""
     n, c, h, w = x.shape
     win = x[:, :, : h // 2 * 2, : w // 2 * 2].reshape(n, c, h // 2, 2, w // 2, 2)
     return np.where(np.isnan(win), -np.inf, win).max(axis=(3, 5)).astype(np.float32)
@@ -376,13 +376,15 @@ def test_maxpool_2x2_matches_reference(shape):
 
 
 @pytest.mark.parametrize("shape", [(1, 2, 4, 16), (1, 3, 5, 21)])
-def test_maxpool_2x2_skips_nan_taps(shape):
-    """A NaN tap is skipped, as onnxruntime does (a window of NaNs gives -inf), on every instruction set."""
+def test_maxpool_2x2_nan_taps_as_reference(shape):
+    """As onnx.reference at stride 2, on every instruction set: a NaN first tap (top left) is kept, a later NaN tap
+    is skipped."""
     rng = np.random.default_rng(7)
     x = rng.standard_normal(shape).astype(np.float32)
     x.reshape(-1)[rng.choice(x.size, size=x.size // 3, replace=False)] = np.nan
     x[0, 0, :2, :2] = np.nan  # one whole window
-    _, got = _run_maxpool_2x2(x)
-    want = _maxpool_2x2(x)
-    assert want[0, 0, 0, 0] == -np.inf
-    np.testing.assert_array_equal(got, want)
+    x[0, 1, 0, :4] = [1.0, np.nan, 2.0, 3.0]
+    x[0, 1, 1, :4] = [np.nan, 5.0, 4.0, np.nan]
+    model, got = _run_maxpool_2x2(x)
+    assert np.isnan(got[0, 0, 0, 0]) and got[0, 1, 0, 0] == 5.0 and got[0, 1, 0, 1] == 4.0
+    np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0])

@@ -158,29 +158,32 @@ __attribute__((target("avx512f"))) void MaxPool2x2Avx512(const float *x, float *
         b0 = _mm512_maskz_loadu_ps(mlo, r1 + 2 * j0);
         b1 = _mm512_maskz_loadu_ps(mhi, r1 + 2 * j0 + 16);
       }
-      // Vertical max first, then even/odd columns. (mask_max with a full mask: GCC 12 warns on _mm512_max_ps.)
+      // The taps in the general loop's order, each later one taken where it is larger (v > m ? v : m: max with m
+      // second), so a NaN first tap is kept and later NaN taps skipped, as onnx.reference does at stride 2.
+      // (mask_max with a full mask: GCC 12 warns on _mm512_max_ps.)
       const __mmask16 all = static_cast<__mmask16>(0xFFFF);
-      const __m512 v0 = _mm512_mask_max_ps(a0, all, a0, b0), v1 = _mm512_mask_max_ps(a1, all, a1, b1);
-      const __m512 e = _mm512_permutex2var_ps(v0, even, v1), o = _mm512_permutex2var_ps(v0, odd, v1);
-      const __m512 r = _mm512_mask_max_ps(e, all, e, o);
+      __m512 r = _mm512_permutex2var_ps(a0, even, a1);
+      for (const __m512 v : {_mm512_permutex2var_ps(a0, odd, a1), _mm512_permutex2var_ps(b0, even, b1),
+                             _mm512_permutex2var_ps(b0, odd, b1)})
+        r = _mm512_mask_max_ps(v, all, v, r);
       if (n == 16) _mm512_storeu_ps(yr + j0, r);
       else _mm512_mask_storeu_ps(yr + j0, static_cast<__mmask16>((1u << n) - 1u), r);
     }
   }
 }
 
-// The same MaxPool with AVX2, as RunSimpleMax computes it: y = x > y ? x : y over the taps in row-major order from
-// -inf (a NaN tap is skipped), so results match the scalar path bit for bit. The even and odd columns of each input
-// row are split with shuffles; a row's last OW % 8 outputs are scalar.
+// The same MaxPool with AVX2, as the general loop computes it: the first tap, then y = x > y ? x : y over the later
+// taps in row-major order (a NaN first tap is kept, later NaN taps skipped, as onnx.reference does at stride 2), so
+// results match the scalar paths bit for bit. The even and odd columns of each input row are split with shuffles;
+// a row's last OW % 8 outputs are scalar.
 __attribute__((target("avx2"))) void MaxPool2x2Avx2(const float *x, float *y, int64_t pairs, int64_t ow,
                                                       int64_t in_row, int64_t in_pair) {
-  const __m256 lowest = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t q = 0; q < pairs; ++q) {
     const float *r0 = x + q * in_pair, *r1 = r0 + in_row;
     float *yr = y + q * ow;
     int64_t j = 0;
     for (; j + 8 <= ow; j += 8) {
-      __m256 m = lowest;
+      __m256 m = _mm256_setzero_ps();
       for (const float *r : {r0, r1}) {
         const __m256 a = _mm256_loadu_ps(r + 2 * j), b = _mm256_loadu_ps(r + 2 * j + 8);
         // per 128-bit lane [a0 a2 b0 b2 | a4 a6 b4 b6], then the 64-bit quarters reordered to a0..a6 b0..b6
@@ -188,14 +191,14 @@ __attribute__((target("avx2"))) void MaxPool2x2Avx2(const float *x, float *y, in
             _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0)));
         const __m256 o = _mm256_castpd_ps(_mm256_permute4x64_pd(
             _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0)));
-        m = _mm256_max_ps(e, m);  // (e > m) ? e : m
+        m = r == r0 ? e : _mm256_max_ps(e, m);  // (e > m) ? e : m after the first tap
         m = _mm256_max_ps(o, m);
       }
       _mm256_storeu_ps(yr + j, m);
     }
     for (; j < ow; ++j) {
-      float m = -std::numeric_limits<float>::infinity();
-      for (const float v : {r0[2 * j], r0[2 * j + 1], r1[2 * j], r1[2 * j + 1]}) m = v > m ? v : m;
+      float m = r0[2 * j];
+      for (const float v : {r0[2 * j + 1], r1[2 * j], r1[2 * j + 1]}) m = v > m ? v : m;
       yr[j] = m;
     }
   }
@@ -387,6 +390,39 @@ __attribute__((target("avx2,fma"))) void DirectConvAvx2(const DirectConvArgs &a)
 
 // ---- Conv ----
 
+// dst[o] = src[2 o] for o in [lo, hi) (im2col's rows at stride 2); src has `avail` readable floats.
+template <class T>
+void CopyEven(const T *src, int64_t, int64_t lo, int64_t hi, bool, T *dst) {
+  for (int64_t o = lo; o < hi; ++o) dst[o] = src[2 * o];
+}
+#ifdef TWIN_HAVE_X86
+// Eight outputs from two loads: the even lanes by a shuffle (order 0 1 4 5 2 3 6 7), then a 64-bit permute.
+__attribute__((target("avx2"))) void CopyEvenAvx2(const float *src, int64_t avail, int64_t lo, int64_t hi,
+                                                   float *dst) {
+  int64_t o = lo;
+  for (; o + 8 <= hi && 2 * o + 16 <= avail; o += 8) {
+    const __m256 a = _mm256_loadu_ps(src + 2 * o), b = _mm256_loadu_ps(src + 2 * o + 8);
+    const __m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    _mm256_storeu_ps(dst + o, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0))));
+  }
+  if (o >= hi) return;
+  // The row's tail: masked loads stop at avail (they never fault), the masked store at hi.
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i left = _mm256_set1_epi32(static_cast<int>(std::min<int64_t>(avail - 2 * o, 64)));
+  const __m256 a = _mm256_maskload_ps(src + 2 * o, _mm256_cmpgt_epi32(left, iota));
+  const __m256 b = _mm256_maskload_ps(src + 2 * o + 8,
+                                      _mm256_cmpgt_epi32(_mm256_sub_epi32(left, _mm256_set1_epi32(8)), iota));
+  const __m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+  _mm256_maskstore_ps(dst + o, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(hi - o)), iota),
+                      _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0))));
+}
+template <>
+void CopyEven<float>(const float *src, int64_t avail, int64_t lo, int64_t hi, bool avx2, float *dst) {
+  if (avx2) return CopyEvenAvx2(src, avail, lo, hi, dst);
+  for (int64_t o = lo; o < hi; ++o) dst[o] = src[2 * o];
+}
+#endif
+
 bool InferConv(InferCtx *c, std::string *reason) {
   const TensorDesc &x = *c->in[0], &w = *c->in[1];
   if (!FloatOnly(x.dtype) || w.dtype != x.dtype || (c->has(2) && c->in[2]->dtype != x.dtype)) {
@@ -473,6 +509,9 @@ class ConvKernel : public Kernel {
     }
 #endif
     if constexpr (std::is_same<T, float>::value) InitWinograd();
+#ifdef TWIN_HAVE_X86
+    avx2_ = vmath::ActiveIsa() != vmath::Isa::kBaseline;
+#endif
     if (dconv_) {
       ph_ = w_.out[1] + w_.k[1] - 1;
       pw_ = (w_.out[2] + kConvLanes - 1) / kConvLanes * kConvLanes + w_.k[2] - 1;
@@ -607,6 +646,8 @@ class ConvKernel : public Kernel {
                   const T *__restrict src = row + off;
                   T *__restrict d = dst;
                   for (int64_t o2 = lo; o2 < hi; ++o2) d[o2] = src[o2];
+                } else if (s2 == 2) {
+                  CopyEven(row + off, w_.in[2] - off, lo, hi, avx2_, dst);
                 } else {
                   for (int64_t o2 = lo; o2 < hi; ++o2) dst[o2] = row[o2 * s2 + off];
                 }
@@ -690,6 +731,7 @@ class ConvKernel : public Kernel {
   int64_t cg_ = 0, mg_ = 0, kk_ = 0, in_sp_ = 0, out_sp_ = 0;
   bool direct_ = false;
   bool dconv_ = false;                 // AVX-512 / AVX2 direct convolution (float, stride 1, no dilation, 1-D/2-D)
+  bool avx2_ = false;                  // Im2Col's stride-2 rows by CopyEvenAvx2
   int64_t ph_ = 0, pw_ = 0, nmb_ = 0;  // its padded input rows/row length and channel blocks
   std::vector<T> wp_, bp_;             // its packed weights and bias (fused form)
   bool wino_ = false;                  // Winograd F(2x2, 3x3) (float), falling back to the paths above
