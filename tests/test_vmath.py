@@ -314,6 +314,39 @@ def test_direct_conv_matches_reference(shape, m, group, pads, relu):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("c,m,kernel,pads,height,width", [
+    (3, 5, (3, 3), [1, 1, 1, 1], 9, 17),   # odd sizes: the last window reaches the bottom / right pad
+    (8, 16, (3, 3), [1, 1, 1, 1], 64, 64),
+    (2, 3, (3, 3), [0, 0, 0, 0], 8, 40),   # 19 outputs: a 16-wide chunk and a tail
+    (4, 9, (5, 4), [2, 1, 2, 2], 11, 23),  # other kernel sizes, uneven pads
+    (2, 4, (2, 1), [0, 0, 1, 0], 6, 5),
+    (1, 2, (3, 3), [1, 1, 1, 1], 5, 70),
+    (40, 3, (3, 3), [1, 1, 1, 1], 6, 10),  # K = 360: im2col + BLAS
+])
+@pytest.mark.parametrize("relu", [False, True])
+def test_conv_stride2_matches_reference(c, m, kernel, pads, height, width, relu):
+    """Stride 2 (the direct kernel over column phases on AVX2, im2col with even-lane copies otherwise), bias, the
+    fused Relu, edge values in the input."""
+    rng = np.random.default_rng(c * 100 + width)
+    x = rng.standard_normal((2, c, height, width)).astype(np.float32)
+    x.reshape(-1)[rng.choice(x.size, 6, replace=False)] = [np.nan, np.inf, -np.inf, 1e-40, -0.0, 3e30]
+    wt = rng.standard_normal((m, c) + kernel).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    oh = (height + pads[0] + pads[2] - kernel[0]) // 2 + 1
+    ow = (width + pads[1] + pads[3] - kernel[1]) // 2 + 1
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c" if relu else "y"], pads=pads, strides=[2, 2])]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    model = make_model(nodes, [("x", F, list(x.shape))], [("y", F, [2, m, oh, ow])],
+                       initializers=[("w", wt), ("b", b)], opset=20)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        got = s.run_graph(1, [x])[0].numpy().copy()
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("kernel", [(3, 3), (5, 2), (1, 4)])
 @pytest.mark.parametrize("width", [7, 16, 29])
 def test_depthwise_conv_matches_reference(kernel, width):
