@@ -1202,7 +1202,7 @@ class PoolKernel : public Kernel {
   // row of them is taken tap by tap with contiguous (or strided) loads; the other columns take OnePosition. Taps
   // are visited in the general loop's order (row, then column), so the results are the same bits: MaxPool keeps
   // the first tap and takes a later one only when it is larger (NaN only as the first tap), AveragePool adds in
-  // double in the same order.
+  // double in the same order (at stride 1 on AVX2 grouped by column: AvgRowSeparable).
   void RunPlane2d(const float *x, float *y) {
     const int64_t W = w_.in[2], OW = w_.out[2], SW = w_.s[2], KW = w_.k[2];
     acc_.resize(static_cast<size_t>(std::max(OW + KW, W)));  // AvgRowsSeparableAvx2's column sums: n + KW - 1
