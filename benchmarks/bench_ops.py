@@ -201,6 +201,32 @@ def recurrent_cases(size: str):
         yield f"{op} T{seq} B{nb} {inp}->{hid}", model, [rand((seq, nb, inp))]
 
 
+# Conv variants and ConvTranspose per size: (C, H, W) of the input.
+CONV_VARIANTS = {"small": (4, 4, 4), "64k": (16, 64, 64), "1M": (64, 128, 128)}
+
+
+def conv_variant_cases(size: str):
+    c, h, w = CONV_VARIANTS[size]
+    x = [1, c, h, w]
+    dw = make_model([helper.make_node("Conv", ["x", "w"], ["y"], group=c, pads=[1, 1, 1, 1])], [("x", F, x)],
+                    [("y", F, x)], initializers=[("w", rand((c, 1, 3, 3), seed=6))], opset=OPSET)
+    yield f"Conv depthwise 3x3 on {c}x{h}x{w}", dw, [rand(x)]
+    s2 = make_model([helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1])],
+                    [("x", F, x)], [("y", F, [1, 2 * c, h // 2, w // 2])],
+                    initializers=[("w", rand((2 * c, c, 3, 3), -0.2, 0.2, 7))], opset=OPSET)
+    yield f"Conv 3x3 s2 {c}->{2 * c} on {h}x{w}", s2, [rand(x)]
+    ct = make_model([helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 2])], [("x", F, x)],
+                    [("y", F, [1, c // 2, 2 * h, 2 * w])],
+                    initializers=[("w", rand((c, c // 2, 2, 2), seed=8)), ("b", rand((c // 2,), seed=9))],
+                    opset=OPSET)
+    yield f"ConvTranspose 2x2 s2 {c}->{c // 2} on {h}x{w}", ct, [rand(x)]
+    bn = make_model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])], [("x", F, x)],
+                    [("y", F, x)], initializers=[("s", rand((c,), 0.5, 1.5, 10)), ("b", rand((c,), seed=11)),
+                                                 ("m", rand((c,), seed=12)), ("v", rand((c,), 0.5, 1.5, 13))],
+                    opset=OPSET)
+    yield f"BatchNormalization on {c}x{h}x{w}", bn, [rand(x)]
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
@@ -208,6 +234,7 @@ FAMILIES = {
     "linear algebra / conv": linear_cases,
     "pooling": pooling_cases,
     "recurrent": recurrent_cases,
+    "conv variants": conv_variant_cases,
 }
 
 

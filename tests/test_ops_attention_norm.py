@@ -200,6 +200,31 @@ def test_conv_transpose_2d_attributes(attrs):
     _check("ConvTranspose", [_f(2, 3, 4, 5), _f(3, 2, 3, 2), _f(2)], opset=22, rtol=1e-5, **attrs)
 
 
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((1, 4, 5, 9), (4, 3, 2, 2), {"strides": [2, 2]}),
+    ((2, 6, 3, 17), (6, 2, 3, 3), {"strides": [3, 3]}),
+    ((1, 3, 4, 7), (3, 2, 2, 3), {"strides": [2, 3]}),
+    ((1, 3, 4, 7), (3, 2, 1, 2), {"strides": [1, 2]}),
+    ((1, 2, 3, 4, 5), (2, 2, 2, 2, 2), {"strides": [2, 2, 2]}),
+    ((2, 3, 11), (3, 4, 2), {"strides": [2]}),
+    ((1, 4, 5, 9), (4, 3, 2, 2), {"strides": [2, 2], "output_padding": [1, 1]}),  # not tiled: the scatter
+    ((1, 4, 5, 9), (4, 3, 2, 2), {"strides": [2, 2], "pads": [1, 0, 1, 0]}),
+])
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv_transpose_stride_equal_to_kernel(x_shape, w_shape, attrs, bias):
+    # Windows that tile the output (each output one product sum) and near misses that take the scatter; edge values.
+    x, w = _f(*x_shape), _f(*w_shape)
+    x.flat[RNG.choice(x.size, 4, replace=False)] = [np.nan, np.inf, 1e-40, -0.0]
+    b = _f(w_shape[1]) if bias else None
+    _check("ConvTranspose", [x, w] + ([b] if bias else []), opset=22, rtol=1e-5, atol=1e-5, **attrs)
+
+
+def test_conv_transpose_stride_equal_to_kernel_groups_against_numpy():
+    x, w, b = _f(2, 6, 13), _f(6, 2, 3), _f(6)
+    want = _conv_transpose_numpy(x, w, b, 3, 0, 3)
+    _check("ConvTranspose", [x, w, b], group=3, strides=[3], opset=22, expected=[want], rtol=1e-5)
+
+
 @pytest.mark.parametrize("p", [1, 2, 3])
 def test_lppool_and_maxunpool(p):
     _check("LpPool", [_f(1, 2, 7, 6)], kernel_shape=[3, 2], strides=[2, 2], p=p, opset=22, rtol=1e-5)

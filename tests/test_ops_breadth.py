@@ -12,6 +12,7 @@ import geasync as ga
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx_cases import rerun_file_with_instruction_set  # noqa: E402
 
 _TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.int32: TensorProto.INT32,
           np.int64: TensorProto.INT64, np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8,
@@ -339,11 +340,54 @@ def test_averagepool_interior_rows(attrs, count_pad, shape):
     np.testing.assert_allclose(got.numpy(), want.astype(np.float32), rtol=1e-6, atol=0)
 
 
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[2, 5], pads=[0, 2, 1, 1]),
+                                   dict(kernel_shape=[3, 1], pads=[1, 0, 1, 0]), dict(kernel_shape=[2, 2])])
+@pytest.mark.parametrize("count_pad", [0, 1])
+def test_averagepool_stride1_column_sums(attrs, count_pad):
+    # Stride 1 sums each window's columns first: every row tail, border columns, +-inf, denormals and magnitudes
+    # near float32's largest (no overflow: the sums are in double), against the reference in float64. No NaN (the
+    # reference skips NaN taps) and no -3e38 (3e38 - 3e38 cancels: then the order of additions decides the result).
+    edge = _EDGE[[1, 2, 3, 4, 5, 7, 8, 9]]
+    for width in (1, 5, 8, 13, 24, 31):
+        pads = attrs.get("pads", [0, 0, 0, 0])
+        if width + pads[1] + pads[3] < attrs["kernel_shape"][1]:
+            continue
+        x = (RNG.standard_normal((1, 2, 6, width)) * 100).astype(np.float32)
+        x.flat[RNG.choice(x.size, x.size // 4, replace=False)] = RNG.choice(edge, x.size // 4)
+        model = _model("AveragePool", [x], 1, 18, count_include_pad=count_pad, **attrs)
+        with np.errstate(invalid="ignore"):  # inf - inf in a window
+            want = ReferenceEvaluator(_model("AveragePool", [x.astype(np.float64)], 1, 18,
+                                             count_include_pad=count_pad, **attrs)).run(
+                                                 None, {"x0": x.astype(np.float64)})[0]
+        with ga.Session() as s:
+            s.add_graph(1, ga.Graph.from_onnx(model))
+            (got,) = s.run_graph(1, [x])
+        np.testing.assert_allclose(got.numpy(), want.astype(np.float32), rtol=1e-6, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("attrs", [a for a in _POOLS[:8] if "pads" in a or "auto_pad" in a])
 @pytest.mark.parametrize("shape", [(2, 3, 12, 17), (1, 2, 6, 150)])  # 150: stride 2 blocks of 32 and 8 outputs
 def test_maxpool_interior_rows_same_bits_as_exact_loop_with_nan(attrs, shape):
     # With an Indices output MaxPool takes the general loop: Y must be the same bits (NaN, signed zeros, inf).
     x = (RNG.standard_normal(shape) * 10).astype(np.float32)
+    x.flat[RNG.choice(x.size, x.size // 4, replace=False)] = RNG.choice(_EDGE, x.size // 4)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(_model("MaxPool", [x], 1, 18, **attrs)))
+        s.add_graph(2, ga.Graph.from_onnx(_model("MaxPool", [x], 2, 18, **attrs)))
+        (fast,) = s.run_graph(1, [x])
+        exact, _ = s.run_graph(2, [x])
+    np.testing.assert_array_equal(fast.numpy().view(np.uint32), exact.numpy().view(np.uint32))
+
+
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[3, 3], strides=[2, 2]),
+                                   dict(kernel_shape=[2, 5], strides=[2, 2], pads=[0, 2, 1, 2])])
+@pytest.mark.parametrize("width", range(14, 32))  # every output-row tail past the 8-wide blocks, masked loads
+def test_maxpool_stride2_row_tails(attrs, width):
+    # Against the reference without NaN, and the same bits as the general loop (Indices output) with edge values.
+    x = _pool_input((1, 2, 7, width))
+    _check("MaxPool", [x], opset=18, **attrs)
     x.flat[RNG.choice(x.size, x.size // 4, replace=False)] = RNG.choice(_EDGE, x.size // 4)
     with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(_model("MaxPool", [x], 1, 18, **attrs)))
@@ -437,3 +481,10 @@ def test_binary_max_min_edge_values(op, n):
     pick = np.greater if op == "Max" else np.less
     want = np.where(np.isnan(a), a, np.where(np.isnan(b), b, np.where(pick(b, a), b, a)))
     np.testing.assert_array_equal(y.numpy().view(np.uint32), want.view(np.uint32))
+
+
+# ---- the fallback instruction sets run the same checks ----
+
+@pytest.mark.parametrize("isa", ["baseline", "avx2"])
+def test_fallback_instruction_sets_pass_the_same_checks(isa):
+    rerun_file_with_instruction_set(__file__, isa)

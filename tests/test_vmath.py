@@ -291,6 +291,9 @@ def test_fallback_instruction_sets_pass_the_same_checks(isa):
     ((1, 32, 6, 11), 5, 1, [1, 1, 1, 1], False),  # C x 3 x 3 = 288: still the direct kernel on AVX2
     ((1, 64, 5, 21), 6, 1, [1, 1, 1, 1], True),  # 576: the direct kernel's largest K on AVX2; 21 = 16 + 5 columns
     ((1, 72, 4, 9), 3, 1, [1, 1, 1, 1], False),  # 648: im2col + BLAS on AVX2
+    ((1, 5, 9, 19), 5, 5, [1, 1, 1, 1], False),  # depthwise: blocks of 4 output rows, then single rows
+    ((2, 3, 6, 33), 3, 3, [1, 0, 2, 1], True),
+    ((1, 4, 3, 7), 4, 4, [0, 0, 0, 0], False),
 ])
 def test_direct_conv_matches_reference(shape, m, group, pads, relu):
     rng = np.random.default_rng(sum(shape) + m)
@@ -311,10 +314,66 @@ def test_direct_conv_matches_reference(shape, m, group, pads, relu):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("c,m,kernel,pads,height,width", [
+    (3, 5, (3, 3), [1, 1, 1, 1], 9, 17),   # odd sizes: the last window reaches the bottom / right pad
+    (8, 16, (3, 3), [1, 1, 1, 1], 64, 64),
+    (2, 3, (3, 3), [0, 0, 0, 0], 8, 40),   # 19 outputs: a 16-wide chunk and a tail
+    (4, 9, (5, 4), [2, 1, 2, 2], 11, 23),  # other kernel sizes, uneven pads
+    (2, 4, (2, 1), [0, 0, 1, 0], 6, 5),
+    (1, 2, (3, 3), [1, 1, 1, 1], 5, 70),
+    (40, 3, (3, 3), [1, 1, 1, 1], 6, 10),  # K = 360: im2col + BLAS
+])
+@pytest.mark.parametrize("relu", [False, True])
+def test_conv_stride2_matches_reference(c, m, kernel, pads, height, width, relu):
+    """Stride 2 (the direct kernel over column phases on AVX2, im2col with even-lane copies otherwise), bias, the
+    fused Relu, edge values in the input."""
+    rng = np.random.default_rng(c * 100 + width)
+    x = rng.standard_normal((2, c, height, width)).astype(np.float32)
+    x.reshape(-1)[rng.choice(x.size, 6, replace=False)] = [np.nan, np.inf, -np.inf, 1e-40, -0.0, 3e30]
+    wt = rng.standard_normal((m, c) + kernel).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    oh = (height + pads[0] + pads[2] - kernel[0]) // 2 + 1
+    ow = (width + pads[1] + pads[3] - kernel[1]) // 2 + 1
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c" if relu else "y"], pads=pads, strides=[2, 2])]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    model = make_model(nodes, [("x", F, list(x.shape))], [("y", F, [2, m, oh, ow])],
+                       initializers=[("w", wt), ("b", b)], opset=20)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        got = s.run_graph(1, [x])[0].numpy().copy()
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel", [(3, 3), (5, 2), (1, 4)])
+@pytest.mark.parametrize("width", [7, 16, 29])
+def test_depthwise_conv_matches_reference(kernel, width):
+    """One channel per group (the depthwise kernel), other kernel sizes, edge values in the input."""
+    rng = np.random.default_rng(width + kernel[1])
+    c = 3
+    x = rng.standard_normal((1, c, 10, width)).astype(np.float32)
+    x.reshape(-1)[rng.choice(x.size, 6, replace=False)] = [np.nan, np.inf, -np.inf, 1e-40, -0.0, 3e30]
+    wt = rng.standard_normal((c, 1) + kernel).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    pads = [kernel[0] // 2, kernel[1] // 2, kernel[0] // 2, kernel[1] // 2]
+    oh, ow = 10 + 2 * pads[0] - kernel[0] + 1, width + 2 * pads[1] - kernel[1] + 1
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=pads, group=c)],
+                       [("x", F, list(x.shape))], [("y", F, [1, c, oh, ow])],
+                       initializers=[("w", wt), ("b", b)], opset=20)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        got = s.run_graph(1, [x])[0].numpy().copy()
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
 # ---- MaxPool 2x2 stride 2 (vectorised where the CPU has AVX2 or AVX-512; scalar under the baseline set) ----
 
 def _maxpool_2x2(x: np.ndarray) -> np.ndarray:
-    """What the twin (and onnxruntime) compute: the largest tap of each window, a NaN tap skipped (-inf if all are)."""
+    """The largest tap of each window (inputs without NaN)."""
     n, c, h, w = x.shape
     win = x[:, :, : h // 2 * 2, : w // 2 * 2].reshape(n, c, h // 2, 2, w // 2, 2)
     return np.where(np.isnan(win), -np.inf, win).max(axis=(3, 5)).astype(np.float32)
@@ -350,13 +409,15 @@ def test_maxpool_2x2_matches_reference(shape):
 
 
 @pytest.mark.parametrize("shape", [(1, 2, 4, 16), (1, 3, 5, 21)])
-def test_maxpool_2x2_skips_nan_taps(shape):
-    """A NaN tap is skipped, as onnxruntime does (a window of NaNs gives -inf), on every instruction set."""
+def test_maxpool_2x2_nan_taps_as_reference(shape):
+    """As onnx.reference at stride 2, on every instruction set: a NaN first tap (top left) is kept, a later NaN tap
+    is skipped."""
     rng = np.random.default_rng(7)
     x = rng.standard_normal(shape).astype(np.float32)
     x.reshape(-1)[rng.choice(x.size, size=x.size // 3, replace=False)] = np.nan
     x[0, 0, :2, :2] = np.nan  # one whole window
-    _, got = _run_maxpool_2x2(x)
-    want = _maxpool_2x2(x)
-    assert want[0, 0, 0, 0] == -np.inf
-    np.testing.assert_array_equal(got, want)
+    x[0, 1, 0, :4] = [1.0, np.nan, 2.0, 3.0]
+    x[0, 1, 1, :4] = [np.nan, 5.0, 4.0, np.nan]
+    model, got = _run_maxpool_2x2(x)
+    assert np.isnan(got[0, 0, 0, 0]) and got[0, 1, 0, 0] == 5.0 and got[0, 1, 0, 1] == 4.0
+    np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0])

@@ -126,6 +126,9 @@ struct DirectConvArgs {
   int64_t mg;
   float *y;            // [mg][oh][ow]
   bool relu;
+  // Stride 2 (AVX2 only): xp holds per channel two column phases [cg][2][ph][pw] (phase p, column c' = padded
+  // column 2 c' + p), so that tap (i, j) of output (r, c) is phase j & 1, row 2 r + i, column c + j / 2.
+  bool s2 = false;
 };
 
 #ifdef TWIN_HAVE_X86
@@ -158,29 +161,32 @@ __attribute__((target("avx512f"))) void MaxPool2x2Avx512(const float *x, float *
         b0 = _mm512_maskz_loadu_ps(mlo, r1 + 2 * j0);
         b1 = _mm512_maskz_loadu_ps(mhi, r1 + 2 * j0 + 16);
       }
-      // Vertical max first, then even/odd columns. (mask_max with a full mask: GCC 12 warns on _mm512_max_ps.)
+      // The taps in the general loop's order, each later one taken where it is larger (v > m ? v : m: max with m
+      // second), so a NaN first tap is kept and later NaN taps skipped, as onnx.reference does at stride 2.
+      // (mask_max with a full mask: GCC 12 warns on _mm512_max_ps.)
       const __mmask16 all = static_cast<__mmask16>(0xFFFF);
-      const __m512 v0 = _mm512_mask_max_ps(a0, all, a0, b0), v1 = _mm512_mask_max_ps(a1, all, a1, b1);
-      const __m512 e = _mm512_permutex2var_ps(v0, even, v1), o = _mm512_permutex2var_ps(v0, odd, v1);
-      const __m512 r = _mm512_mask_max_ps(e, all, e, o);
+      __m512 r = _mm512_permutex2var_ps(a0, even, a1);
+      for (const __m512 v : {_mm512_permutex2var_ps(a0, odd, a1), _mm512_permutex2var_ps(b0, even, b1),
+                             _mm512_permutex2var_ps(b0, odd, b1)})
+        r = _mm512_mask_max_ps(v, all, v, r);
       if (n == 16) _mm512_storeu_ps(yr + j0, r);
       else _mm512_mask_storeu_ps(yr + j0, static_cast<__mmask16>((1u << n) - 1u), r);
     }
   }
 }
 
-// The same MaxPool with AVX2, as RunSimpleMax computes it: y = x > y ? x : y over the taps in row-major order from
-// -inf (a NaN tap is skipped), so results match the scalar path bit for bit. The even and odd columns of each input
-// row are split with shuffles; a row's last OW % 8 outputs are scalar.
+// The same MaxPool with AVX2, as the general loop computes it: the first tap, then y = x > y ? x : y over the later
+// taps in row-major order (a NaN first tap is kept, later NaN taps skipped, as onnx.reference does at stride 2), so
+// results match the scalar paths bit for bit. The even and odd columns of each input row are split with shuffles;
+// a row's last OW % 8 outputs are scalar.
 __attribute__((target("avx2"))) void MaxPool2x2Avx2(const float *x, float *y, int64_t pairs, int64_t ow,
                                                       int64_t in_row, int64_t in_pair) {
-  const __m256 lowest = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t q = 0; q < pairs; ++q) {
     const float *r0 = x + q * in_pair, *r1 = r0 + in_row;
     float *yr = y + q * ow;
     int64_t j = 0;
     for (; j + 8 <= ow; j += 8) {
-      __m256 m = lowest;
+      __m256 m = _mm256_setzero_ps();
       for (const float *r : {r0, r1}) {
         const __m256 a = _mm256_loadu_ps(r + 2 * j), b = _mm256_loadu_ps(r + 2 * j + 8);
         // per 128-bit lane [a0 a2 b0 b2 | a4 a6 b4 b6], then the 64-bit quarters reordered to a0..a6 b0..b6
@@ -188,14 +194,14 @@ __attribute__((target("avx2"))) void MaxPool2x2Avx2(const float *x, float *y, in
             _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0)));
         const __m256 o = _mm256_castpd_ps(_mm256_permute4x64_pd(
             _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0)));
-        m = _mm256_max_ps(e, m);  // (e > m) ? e : m
+        m = r == r0 ? e : _mm256_max_ps(e, m);  // (e > m) ? e : m after the first tap
         m = _mm256_max_ps(o, m);
       }
       _mm256_storeu_ps(yr + j, m);
     }
     for (; j < ow; ++j) {
-      float m = -std::numeric_limits<float>::infinity();
-      for (const float v : {r0[2 * j], r0[2 * j + 1], r1[2 * j], r1[2 * j + 1]}) m = v > m ? v : m;
+      float m = r0[2 * j];
+      for (const float v : {r0[2 * j + 1], r1[2 * j], r1[2 * j + 1]}) m = v > m ? v : m;
       yr[j] = m;
     }
   }
@@ -262,6 +268,9 @@ __attribute__((target("avx512f"))) void DirectConvAvx512(const DirectConvArgs &a
 // The same direct convolution with AVX2+FMA (register block below). Measured against im2col + OpenBLAS on a 2-core
 // EPYC (AVX2): 1.4-2x faster at K = cg * kh * kw = 144 and 288 (16 and 32 channels, 3x3), ~1.05-1.15x faster at
 // K = 432 and 576 (48 and 64 channels, 3x3, 56x56 to 128x128 images); it takes K <= 640, larger K stays with BLAS.
+// At stride 2 (over column phases, AVX2), measured against im2col + OpenBLAS: ~1.4x faster at K = 144 and 288, slower
+// at K = 576 (64 channels, 3x3, 128x128).
+constexpr int64_t kS2MaxK = 320;
 bool DirectConvPays(vmath::Isa isa, int64_t k) {
   return isa == vmath::Isa::kAvx512 || (isa == vmath::Isa::kAvx2 && k <= 640);
 }
@@ -284,7 +293,7 @@ __attribute__((target("avx2,fma"), always_inline)) inline void StoreConvHalf(flo
 constexpr int64_t kConvSubMB = 4;
 
 // kKw > 0: the kernel width as a constant (3x3 kernels: the innermost loop unrolled), else a.kw.
-template <int kKw>
+template <int kKw, bool kS2>
 __attribute__((target("avx2,fma"))) void DirectConvAvx2Impl(const DirectConvArgs &a) {
   const int64_t kw = kKw > 0 ? kKw : a.kw;
   const int64_t nch = (a.ow + 15) / 16;  // 16-wide chunks: rows are padded for them, so loads stay inside
@@ -300,17 +309,18 @@ __attribute__((target("avx2,fma"))) void DirectConvAvx2Impl(const DirectConvArgs
       if (mcount <= 0) break;
       for (int64_t q = 0; q < nch; ++q) {
         const int64_t c0 = q * 16;
-        const float *base = a.xp + r * a.pw + c0;
+        const float *base = a.xp + (kS2 ? 2 * r : r) * a.pw + c0;
         __m256 lo[kConvSubMB], hi[kConvSubMB];
 #pragma GCC unroll 4
         for (int m = 0; m < kConvSubMB; ++m) lo[m] = hi[m] = _mm256_set1_ps(a.bias[m0 + m]);
         const float *w = a.wpack + mb * K * kConvMB + sub;
         for (int64_t c = 0; c < a.cg; ++c) {
           for (int64_t i = 0; i < a.kh; ++i) {
-            const float *row = base + c * plane + i * a.pw;
+            const float *row = base + (kS2 ? 2 * c : c) * plane + i * a.pw;
 #pragma GCC unroll 4
             for (int64_t j = 0; j < kw; ++j, w += kConvMB) {
-              const __m256 x0 = _mm256_loadu_ps(row + j), x1 = _mm256_loadu_ps(row + j + 8);
+              const float *tap = kS2 ? row + (j & 1) * plane + (j >> 1) : row + j;
+              const __m256 x0 = _mm256_loadu_ps(tap), x1 = _mm256_loadu_ps(tap + 8);
 #pragma GCC unroll 4
               for (int m = 0; m < kConvSubMB; ++m) {
                 const __m256 wm = _mm256_broadcast_ss(w + m);
@@ -334,14 +344,96 @@ __attribute__((target("avx2,fma"))) void DirectConvAvx2Impl(const DirectConvArgs
   }
 }
 
+// One input and one output channel (depthwise): the channel blocks above would spend 3 of their 4 accumulators on
+// the zero weights of absent channels. Instead kR output rows x one 16-wide chunk (2 kR accumulators), the same
+// additions in the same order (bias, then one FMA per tap in (kh, kw) order), so the same bits.
+template <int kR, int kKw>
+__attribute__((target("avx2,fma"), always_inline)) inline void DepthwiseRowsAvx2(const DirectConvArgs &a, int64_t r,
+                                                                                 int64_t c0) {
+  const int64_t kw = kKw > 0 ? kKw : a.kw;
+  __m256 lo[kR], hi[kR];
+  for (int i = 0; i < kR; ++i) lo[i] = hi[i] = _mm256_set1_ps(a.bias[0]);
+  const float *w = a.wpack;  // tap t's weight at w[t * kConvMB]
+  for (int64_t i = 0; i < a.kh; ++i) {
+#pragma GCC unroll 4
+    for (int64_t j = 0; j < kw; ++j, w += kConvMB) {
+      const __m256 wt = _mm256_broadcast_ss(w);
+      const float *base = a.xp + (r + i) * a.pw + c0 + j;
+#pragma GCC unroll 4
+      for (int q = 0; q < kR; ++q) {
+        lo[q] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(base + q * a.pw), lo[q]);
+        hi[q] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(base + q * a.pw + 8), hi[q]);
+      }
+    }
+  }
+  const int64_t valid = a.ow - c0;
+#pragma GCC unroll 4
+  for (int q = 0; q < kR; ++q) {
+    float *dst = a.y + (r + q) * a.ow + c0;
+    StoreConvHalf(dst, lo[q], valid, a.relu);
+    if (valid > 8) StoreConvHalf(dst + 8, hi[q], valid - 8, a.relu);
+  }
+}
+template <int kKw>
+__attribute__((target("avx2,fma"))) void DepthwiseConvAvx2Impl(const DirectConvArgs &a) {
+  int64_t r = 0;
+  for (; r + 4 <= a.oh; r += 4)
+    for (int64_t c0 = 0; c0 < a.ow; c0 += 16) DepthwiseRowsAvx2<4, kKw>(a, r, c0);
+  for (; r < a.oh; ++r)
+    for (int64_t c0 = 0; c0 < a.ow; c0 += 16) DepthwiseRowsAvx2<1, kKw>(a, r, c0);
+}
+
 __attribute__((target("avx2,fma"))) void DirectConvAvx2(const DirectConvArgs &a) {
-  if (a.kw == 3) DirectConvAvx2Impl<3>(a);
-  else DirectConvAvx2Impl<0>(a);
+  if (a.cg == 1 && a.mg == 1 && !a.s2) {
+    if (a.kw == 3) DepthwiseConvAvx2Impl<3>(a);
+    else DepthwiseConvAvx2Impl<0>(a);
+    return;
+  }
+  if (a.s2) {
+    if (a.kw == 3) DirectConvAvx2Impl<3, true>(a);
+    else DirectConvAvx2Impl<0, true>(a);
+    return;
+  }
+  if (a.kw == 3) DirectConvAvx2Impl<3, false>(a);
+  else DirectConvAvx2Impl<0, false>(a);
 }
 #endif
 
 
 // ---- Conv ----
+
+// dst[o] = src[2 o] for o in [lo, hi) (im2col's rows at stride 2); src has `avail` readable floats.
+template <class T>
+void CopyEven(const T *src, int64_t, int64_t lo, int64_t hi, bool, T *dst) {
+  for (int64_t o = lo; o < hi; ++o) dst[o] = src[2 * o];
+}
+#ifdef TWIN_HAVE_X86
+// Eight outputs from two loads: the even lanes by a shuffle (order 0 1 4 5 2 3 6 7), then a 64-bit permute.
+__attribute__((target("avx2"))) void CopyEvenAvx2(const float *src, int64_t avail, int64_t lo, int64_t hi,
+                                                   float *dst) {
+  int64_t o = lo;
+  for (; o + 8 <= hi && 2 * o + 16 <= avail; o += 8) {
+    const __m256 a = _mm256_loadu_ps(src + 2 * o), b = _mm256_loadu_ps(src + 2 * o + 8);
+    const __m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    _mm256_storeu_ps(dst + o, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0))));
+  }
+  if (o >= hi) return;
+  // The row's tail: masked loads stop at avail (they never fault), the masked store at hi.
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i left = _mm256_set1_epi32(static_cast<int>(std::min<int64_t>(avail - 2 * o, 64)));
+  const __m256 a = _mm256_maskload_ps(src + 2 * o, _mm256_cmpgt_epi32(left, iota));
+  const __m256 b = _mm256_maskload_ps(src + 2 * o + 8,
+                                      _mm256_cmpgt_epi32(_mm256_sub_epi32(left, _mm256_set1_epi32(8)), iota));
+  const __m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+  _mm256_maskstore_ps(dst + o, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(hi - o)), iota),
+                      _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0))));
+}
+template <>
+void CopyEven<float>(const float *src, int64_t avail, int64_t lo, int64_t hi, bool avx2, float *dst) {
+  if (avx2) return CopyEvenAvx2(src, avail, lo, hi, dst);
+  for (int64_t o = lo; o < hi; ++o) dst[o] = src[2 * o];
+}
+#endif
 
 bool InferConv(InferCtx *c, std::string *reason) {
   const TensorDesc &x = *c->in[0], &w = *c->in[1];
@@ -425,13 +517,24 @@ class ConvKernel : public Kernel {
     if constexpr (std::is_same<T, float>::value) {
       dconv_ = !direct_ && kk_ > 1 && out_sp_ > 0 && w_.in[0] == 1 && w_.k[0] == 1 && w_.pb[0] == 0 &&
                w_.pe[0] == 0 && DirectConvPays(vmath::ActiveIsa(), cg_ * kk_);
-      for (size_t i = 0; i < kMaxSpatial; ++i) dconv_ = dconv_ && w_.s[i] == 1 && w_.d[i] == 1;
+      // Stride 2 on AVX2: the same kernel over two column phases of the padded input (no im2col).
+      s2_ = dconv_ && vmath::ActiveIsa() == vmath::Isa::kAvx2 && cg_ * kk_ <= kS2MaxK && w_.s[0] == 1 &&
+            w_.s[1] == 2 && w_.s[2] == 2;
+      for (size_t i = 0; i < kMaxSpatial; ++i) dconv_ = dconv_ && (s2_ || w_.s[i] == 1) && w_.d[i] == 1;
+      s2_ = s2_ && dconv_;
     }
 #endif
     if constexpr (std::is_same<T, float>::value) InitWinograd();
+#ifdef TWIN_HAVE_X86
+    avx2_ = vmath::ActiveIsa() != vmath::Isa::kBaseline;
+#endif
     if (dconv_) {
       ph_ = w_.out[1] + w_.k[1] - 1;
       pw_ = (w_.out[2] + kConvLanes - 1) / kConvLanes * kConvLanes + w_.k[2] - 1;
+      if (s2_) {  // per phase: rows 2 (oh - 1) + kh, columns past every chunk's last tap
+        ph_ = 2 * (w_.out[1] - 1) + w_.k[1];
+        pw_ = (w_.out[2] + kConvLanes - 1) / kConvLanes * kConvLanes + (w_.k[2] - 1) / 2;
+      }
       nmb_ = (mg_ + kConvMB - 1) / kConvMB;
       if (fused_) {
         wp_.resize(PackFloats());
@@ -484,7 +587,7 @@ class ConvKernel : public Kernel {
   // The direct kernel's or im2col's scratch (also the fallback of a Winograd run).
   size_t DirectScratchBytes() const {
     if (dconv_)
-      return Align64(static_cast<size_t>(cg_ * ph_ * pw_) * sizeof(T)) +
+      return Align64(static_cast<size_t>(cg_ * (s2_ ? 2 : 1) * ph_ * pw_) * sizeof(T)) +
              (fused_ ? 0 : Align64(PackFloats() * sizeof(T)) + Align64(BiasFloats() * sizeof(T)));
     return direct_ ? 0 : Align64(static_cast<size_t>(cg_ * kk_ * out_sp_) * sizeof(T));
   }
@@ -563,6 +666,8 @@ class ConvKernel : public Kernel {
                   const T *__restrict src = row + off;
                   T *__restrict d = dst;
                   for (int64_t o2 = lo; o2 < hi; ++o2) d[o2] = src[o2];
+                } else if (s2 == 2) {
+                  CopyEven(row + off, w_.in[2] - off, lo, hi, avx2_, dst);
                 } else {
                   for (int64_t o2 = lo; o2 < hi; ++o2) dst[o2] = row[o2 * s2 + off];
                 }
@@ -590,7 +695,7 @@ class ConvKernel : public Kernel {
 #ifdef TWIN_HAVE_X86
   void RunDirect(const T *X, const T *W, const T *B, T *Y) {
     T *xp = static_cast<T *>(scratch_);
-    const size_t pad_bytes = Align64(static_cast<size_t>(cg_ * ph_ * pw_) * sizeof(T));
+    const size_t pad_bytes = Align64(static_cast<size_t>(cg_ * (s2_ ? 2 : 1) * ph_ * pw_) * sizeof(T));
     const T *wp = wp_.data(), *bp = bp_.data();
     if (!fused_) {
       T *w = reinterpret_cast<T *>(static_cast<char *>(scratch_) + pad_bytes);
@@ -604,7 +709,8 @@ class ConvKernel : public Kernel {
     for (int64_t n = 0; n < N_; ++n) {
       for (int64_t g = 0; g < G_; ++g) {
         const T *xg = X + (n * C_ + g * cg_) * in_sp_;
-        for (int64_t c = 0; c < cg_; ++c) {
+        if (s2_) PhasePlanes(xg, xp);
+        for (int64_t c = 0; c < (s2_ ? 0 : cg_); ++c) {
           for (int64_t r = 0; r < ph_; ++r) {
             T *dst = xp + (c * ph_ + r) * pw_;
             const int64_t ir = r - pt;
@@ -631,12 +737,35 @@ class ConvKernel : public Kernel {
         a.mg = mg_;
         a.y = Y + (n * M_ + g * mg_) * out_sp_;
         a.relu = relu_;
+        a.s2 = s2_;
         if (vmath::ActiveIsa() == vmath::Isa::kAvx512) DirectConvAvx512(a);
         else DirectConvAvx2(a);
       }
     }
   }
 #endif
+
+  // Stride 2: per channel, the padded input's even and odd columns as two planes of ph_ x pw_ (zeros outside X).
+  void PhasePlanes(const T *xg, T *xp) const {
+    const int64_t H = w_.in[1], Wd = w_.in[2], pt = w_.pb[1], pl = w_.pb[2];
+    for (int64_t c = 0; c < cg_; ++c)
+      for (int64_t p = 0; p < 2; ++p)
+        for (int64_t r = 0; r < ph_; ++r) {
+          T *__restrict dst = xp + ((c * 2 + p) * ph_ + r) * pw_;
+          const int64_t ir = r - pt;
+          if (ir < 0 || ir >= H) {
+            std::fill(dst, dst + pw_, T(0));
+            continue;
+          }
+          // column c' reads input column 2 c' + p - pl, inside [0, Wd) for c' in [lo, hi)
+          const int64_t off = p - pl;
+          const int64_t lo = std::min(pw_, off >= 0 ? 0 : (-off + 1) / 2);
+          const int64_t hi = std::max(lo, std::min(pw_, Wd - off <= 0 ? 0 : (Wd - off + 1) / 2));
+          std::fill(dst, dst + lo, T(0));
+          CopyEven(xg + (c * H + ir) * Wd + off, Wd - off, lo, hi, avx2_, dst);
+          std::fill(dst + hi, dst + pw_, T(0));
+        }
+  }
 
   Window w_;
   int64_t N_, C_, M_, G_;
@@ -646,6 +775,8 @@ class ConvKernel : public Kernel {
   int64_t cg_ = 0, mg_ = 0, kk_ = 0, in_sp_ = 0, out_sp_ = 0;
   bool direct_ = false;
   bool dconv_ = false;                 // AVX-512 / AVX2 direct convolution (float, stride 1, no dilation, 1-D/2-D)
+  bool avx2_ = false;                  // Im2Col's stride-2 rows by CopyEvenAvx2
+  bool s2_ = false;                    // the direct convolution at stride 2 (AVX2), over column phases
   int64_t ph_ = 0, pw_ = 0, nmb_ = 0;  // its padded input rows/row length and channel blocks
   std::vector<T> wp_, bp_;             // its packed weights and bias (fused form)
   bool wino_ = false;                  // Winograd F(2x2, 3x3) (float), falling back to the paths above
@@ -807,69 +938,111 @@ void MaxRowsBase(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
 void SumRowsBase(const PoolRows &r, double *acc) { SumRowsBody(r, acc); }
 #ifdef TWIN_HAVE_X86
 // Stride 2: tap kw of outputs j..j+7 is the even (kw even) or odd lane of the 16 floats from column 2j + (kw & ~1).
-// kB blocks of eight outputs: kB independent max chains.
-template <int kB>
+// The two shuffles leave the outputs in the order 0 1 4 5 2 3 6 7, the same for every tap: the maxima are taken
+// in that order and put right once, at the store. The pair of loads at one column serves two taps. kB blocks of
+// eight outputs: kB independent max chains. kMasked: one block whose loads stop at r.avail (masked loads never
+// fault) and whose store stops at output n (the row's tail, so that no output of the row needs the scalar loop).
+template <int kB, int kKw, bool kMasked>
 __attribute__((target("avx2"), always_inline)) inline void MaxBlocksStride2Avx2(const PoolRows &r, int64_t j,
                                                                                 float *y) {
+  const int64_t kw_n = kKw > 0 ? kKw : r.kw;
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   __m256 m[kB];
   for (int b = 0; b < kB; ++b) m[b] = _mm256_setzero_ps();  // overwritten by the first tap (rows >= 1)
-  for (int64_t kh = 0; kh < r.rows; ++kh)
-    for (int64_t kw = 0; kw < r.kw; ++kw) {
-      const float *xc = r.x + kh * r.w + 2 * j + (kw & ~int64_t{1});
+  for (int64_t kh = 0; kh < r.rows; ++kh) {
+#pragma GCC unroll 4
+    for (int64_t kw = 0; kw < kw_n; kw += 2) {
+      const int64_t col = 2 * j + kw;  // of the pair's first load, from r.x's row start
+      const float *xc = r.x + kh * r.w + col;
       for (int b = 0; b < kB; ++b) {
-        const __m256 a = _mm256_loadu_ps(xc + 16 * b), c = _mm256_loadu_ps(xc + 16 * b + 8);
-        const __m256 mixed = (kw & 1) ? _mm256_shuffle_ps(a, c, _MM_SHUFFLE(3, 1, 3, 1))
-                                      : _mm256_shuffle_ps(a, c, _MM_SHUFFLE(2, 0, 2, 0));
-        const __m256 v = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(mixed), _MM_SHUFFLE(3, 1, 2, 0)));
-        m[b] = kh == 0 && kw == 0 ? v : _mm256_max_ps(v, m[b]);  // v > m ? v : m, the general loop's test
+        __m256 a, c;
+        if constexpr (kMasked) {
+          const __m256i left = _mm256_set1_epi32(static_cast<int>(std::min<int64_t>(r.avail - col, 64)));
+          a = _mm256_maskload_ps(xc, _mm256_cmpgt_epi32(left, iota));
+          c = _mm256_maskload_ps(xc + 8, _mm256_cmpgt_epi32(_mm256_sub_epi32(left, _mm256_set1_epi32(8)), iota));
+        } else {
+          a = _mm256_loadu_ps(xc + 16 * b);
+          c = _mm256_loadu_ps(xc + 16 * b + 8);
+        }
+        const __m256 even = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(2, 0, 2, 0));
+        m[b] = kh == 0 && kw == 0 ? even : _mm256_max_ps(even, m[b]);  // v > m ? v : m, the general loop's test
+        if (kw + 1 < kw_n) m[b] = _mm256_max_ps(_mm256_shuffle_ps(a, c, _MM_SHUFFLE(3, 1, 3, 1)), m[b]);
       }
     }
-  for (int b = 0; b < kB; ++b) _mm256_storeu_ps(y + j + 8 * b, m[b]);
-}
-// Blocks only where their 16-float loads stay inside the row (r.avail columns from r.x); the rest: MaxRowsBody.
-__attribute__((target("avx2"))) void MaxRowsAvx2(const PoolRows &r, float *y) {
-  if (r.sw != 2) return MaxRowsBody(r, y);
-  const int64_t reach = (r.kw - 1) & ~int64_t{1};  // farthest load start past 2j
-  int64_t j = 0;
-  for (; 2 * j + 64 + reach <= r.avail && j + 32 <= r.n; j += 32) MaxBlocksStride2Avx2<4>(r, j, y);
-  for (; 2 * j + 16 + reach <= r.avail && j + 8 <= r.n; j += 8) MaxBlocksStride2Avx2<1>(r, j, y);
-  if (j < r.n) MaxRowsBody({r.x + 2 * j, r.w, r.rows, r.kw, r.sw, r.n - j, r.avail - 2 * j}, y + j);
-}
-// Stride 1: outputs in blocks with their sums in registers through all taps (the same double additions in the same
-// order as SumRowsBody), scaled by 1 / div (a multiply instead of the general loop's division: it can change the
-// double's last bit, far below the float result's rounding). Other strides: SumRowsBody, then the same scaling.
-// kB blocks of eight outputs: 2 kB independent addition chains (one chain is latency-bound).
-template <int kB>
-__attribute__((target("avx2"), always_inline)) inline void AvgBlocksAvx2(const PoolRows &r, __m256d sc, int64_t j,
-                                                                          float *y) {
-  __m256d lo[kB], hi[kB];
-  for (int b = 0; b < kB; ++b) lo[b] = hi[b] = _mm256_setzero_pd();
-  for (int64_t kh = 0; kh < r.rows; ++kh) {
-    const float *xr = r.x + kh * r.w + j;
-    for (int64_t kw = 0; kw < r.kw; ++kw)
-      for (int b = 0; b < kB; ++b) {
-        const __m256 v = _mm256_loadu_ps(xr + kw + 8 * b);
-        lo[b] = _mm256_add_pd(lo[b], _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
-        hi[b] = _mm256_add_pd(hi[b], _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
-      }
   }
   for (int b = 0; b < kB; ++b) {
-    const __m128 flo = _mm256_cvtpd_ps(_mm256_mul_pd(lo[b], sc)), fhi = _mm256_cvtpd_ps(_mm256_mul_pd(hi[b], sc));
-    _mm256_storeu_ps(y + j + 8 * b, _mm256_insertf128_ps(_mm256_castps128_ps256(flo), fhi, 1));
+    const __m256 v = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(m[b]), _MM_SHUFFLE(3, 1, 2, 0)));
+    if constexpr (kMasked) {
+      _mm256_maskstore_ps(y + j, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(r.n - j)), iota), v);
+    } else {
+      _mm256_storeu_ps(y + j + 8 * b, v);
+    }
   }
 }
-__attribute__((target("avx2"))) void AvgRowsAvx2(const PoolRows &r, double scale, double *acc, float *y) {
+template <int kKw>
+__attribute__((target("avx2"), always_inline)) inline void MaxRowStride2Avx2(const PoolRows &r, float *y) {
+  const int64_t reach = (r.kw - 1) & ~int64_t{1};  // farthest load start past 2j
   int64_t j = 0;
+  for (; 2 * j + 64 + reach <= r.avail && j + 32 <= r.n; j += 32) MaxBlocksStride2Avx2<4, kKw, false>(r, j, y);
+  for (; 2 * j + 16 + reach <= r.avail && j + 8 <= r.n; j += 8) MaxBlocksStride2Avx2<1, kKw, false>(r, j, y);
+  for (; j < r.n; j += 8) MaxBlocksStride2Avx2<1, kKw, true>(r, j, y);
+}
+// Stride 2 in blocks (the row's tail with masked loads and stores); other strides: MaxRowsBody.
+__attribute__((target("avx2"))) void MaxRowsAvx2(const PoolRows &r, float *y) {
+  if (r.sw != 2) return MaxRowsBody(r, y);
+  if (r.kw == 3) return MaxRowStride2Avx2<3>(r, y);
+  MaxRowStride2Avx2<0>(r, y);
+}
+// Stride 1, separable: the window rows' sums per input column (rows in order, in double), then each output the sum
+// of its kw adjacent column sums, scaled: (rows + kw) additions per output instead of rows * kw. The additions
+// are the general loop's, grouped by column: the double sums can differ in their last bits (a double has 29 bits
+// more than a float), which moves the float result by an ulp at most, and only in rare ties.
+// cs: r.n + r.kw - 1 doubles.
+__attribute__((target("avx2"))) void AvgRowsSeparableAvx2(const PoolRows &r, double scale, double *cs, float *y) {
+  const int64_t ncol = r.n + r.kw - 1;
+  int64_t c = 0;
+  for (; c + 8 <= ncol; c += 8) {
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    for (int64_t kh = 0; kh < r.rows; ++kh) {
+      const __m256 v = _mm256_loadu_ps(r.x + kh * r.w + c);
+      lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+      hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    }
+    _mm256_storeu_pd(cs + c, lo);
+    _mm256_storeu_pd(cs + c + 4, hi);
+  }
+  for (; c < ncol; ++c) {
+    double sum = 0.0;
+    for (int64_t kh = 0; kh < r.rows; ++kh) sum += static_cast<double>(r.x[kh * r.w + c]);
+    cs[c] = sum;
+  }
   const __m256d sc = _mm256_set1_pd(scale);
-  for (; r.sw == 1 && j + 32 <= r.n; j += 32) AvgBlocksAvx2<4>(r, sc, j, y);
-  for (; r.sw == 1 && j + 8 <= r.n; j += 8) AvgBlocksAvx2<1>(r, sc, j, y);
-  if (j == r.n) return;
-  SumRowsBody({r.x + j * r.sw, r.w, r.rows, r.kw, r.sw, r.n - j, r.avail - j * r.sw}, acc);
-  for (int64_t i = 0; i < r.n - j; ++i) y[j + i] = static_cast<float>(acc[i] * scale);
+  int64_t j = 0;
+  for (; j + 8 <= r.n; j += 8) {
+    __m256d lo = _mm256_loadu_pd(cs + j), hi = _mm256_loadu_pd(cs + j + 4);
+    for (int64_t kw = 1; kw < r.kw; ++kw) {
+      lo = _mm256_add_pd(lo, _mm256_loadu_pd(cs + j + kw));
+      hi = _mm256_add_pd(hi, _mm256_loadu_pd(cs + j + kw + 4));
+    }
+    const __m128 flo = _mm256_cvtpd_ps(_mm256_mul_pd(lo, sc)), fhi = _mm256_cvtpd_ps(_mm256_mul_pd(hi, sc));
+    _mm256_storeu_ps(y + j, _mm256_insertf128_ps(_mm256_castps128_ps256(flo), fhi, 1));
+  }
+  for (; j < r.n; ++j) {
+    double sum = cs[j];
+    for (int64_t kw = 1; kw < r.kw; ++kw) sum += cs[j + kw];
+    y[j] = static_cast<float>(sum * scale);
+  }
+}
+// Other strides: SumRowsBody in its AVX2 build, scaled by 1 / div (a multiply instead of the general loop's division:
+// it can change the double's last bit, far below the float result's rounding).
+__attribute__((target("avx2"))) void AvgRowsAvx2(const PoolRows &r, double scale, double *acc, float *y) {
+  SumRowsBody(r, acc);
+  for (int64_t j = 0; j < r.n; ++j) y[j] = static_cast<float>(acc[j] * scale);
 }
 #else
 void MaxRowsAvx2(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
 void AvgRowsAvx2(const PoolRows &, double, double *, float *) {}
+void AvgRowsSeparableAvx2(const PoolRows &, double, double *, float *) {}
 #endif
 
 template <class S, bool kMax>
@@ -930,7 +1103,8 @@ class PoolKernel : public Kernel {
         return true;
       }
 #endif
-      if (!I && simple_) return RunSimpleMax(X, Y, in_sp, out_sp);
+      // Strides > 1 take RunPlane2d: onnx.reference keeps a NaN first tap there, as the general loop does.
+      if (!I && simple_ && w_.s[1] == 1 && w_.s[2] == 1) return RunSimpleMax(X, Y, in_sp, out_sp);
     }
     if constexpr (std::is_same<S, float>::value) {
       if (!I && plane2d_) {
@@ -992,7 +1166,8 @@ class PoolKernel : public Kernel {
   }
 
  private:
-  // Windows always inside the input (no pads, no dilation, single leading dim): row-wise running max.
+  // Windows always inside the input (no pads, no dilation, single leading dim), stride 1: row-wise running max from
+  // -inf, so a NaN tap is skipped (onnx.reference ignores NaN at stride 1).
   bool RunSimpleMax(const float *X, float *Y, int64_t in_sp, int64_t out_sp) {
     const int64_t H = w_.in[1], W = w_.in[2], OH = w_.out[1], OW = w_.out[2];
     const int64_t KH = w_.k[1], KW = w_.k[2], SH = w_.s[1], SW = w_.s[2];
@@ -1027,18 +1202,22 @@ class PoolKernel : public Kernel {
   // row of them is taken tap by tap with contiguous (or strided) loads; the other columns take OnePosition. Taps
   // are visited in the general loop's order (row, then column), so the results are the same bits: MaxPool keeps
   // the first tap and takes a later one only when it is larger (NaN only as the first tap), AveragePool adds in
-  // double in the same order.
+  // double in the same order (at stride 1 on AVX2 grouped by column: AvgRowSeparable).
   void RunPlane2d(const float *x, float *y) {
     const int64_t W = w_.in[2], OW = w_.out[2], SW = w_.s[2], KW = w_.k[2];
-    acc_.resize(static_cast<size_t>(OW));
+    acc_.resize(static_cast<size_t>(std::max(OW + KW, W)));  // AvgRowsSeparableAvx2's column sums: n + KW - 1
+    const int64_t n = inner_hi_ - inner_lo_;
+    const int64_t c0 = inner_lo_ * SW - w_.pb[2];  // input column of the first interior window
     for (int64_t oh = 0; oh < w_.out[1]; ++oh) {
       const Tap &t1 = taps_[1][oh];
       float *yr = y + oh * OW;
+      if (!kMax && avx2_ && SW == 1 && n > 0 && t1.hi > t1.lo) {
+        AvgRowSeparable(x, t1, n, c0, yr);
+        continue;
+      }
       for (int64_t ow = 0; ow < inner_lo_; ++ow) yr[ow] = OnePosition(x, t1, taps_[2][ow]);
       for (int64_t ow = inner_hi_; ow < OW; ++ow) yr[ow] = OnePosition(x, t1, taps_[2][ow]);
-      const int64_t n = inner_hi_ - inner_lo_;
       if (n <= 0) continue;
-      const int64_t c0 = inner_lo_ * SW - w_.pb[2];  // input column of the first interior window
       float *__restrict yo = yr + inner_lo_;
       if constexpr (kMax) {
         if (t1.lo == t1.hi) {
@@ -1062,18 +1241,36 @@ class PoolKernel : public Kernel {
     }
   }
 
+  // AveragePool, stride 1, one output row: the interior by AvgRowsSeparableAvx2, whose column sums (the whole input
+  // row: the interior windows at stride 1 cover it) also give the border windows.
+  void AvgRowSeparable(const float *x, const Tap &t1, int64_t n, int64_t c0, float *yr) {
+    const int64_t W = w_.in[2], KW = w_.k[2];
+    double *cs = acc_.data();
+    const PoolRows r{x + (t1.start + t1.lo) * W + c0, W, t1.hi - t1.lo, KW, 1, n, W - c0};
+    const int64_t div = count_pad_ ? t1.padded * taps_[2][inner_lo_].padded : (t1.hi - t1.lo) * KW;
+    AvgRowsSeparableAvx2(r, div ? 1.0 / static_cast<double>(div) : 0.0, cs, yr + inner_lo_);
+    const auto border = [&](int64_t ow) {
+      const Tap &t2 = taps_[2][ow];
+      double sum = 0.0;
+      for (int64_t k = t2.lo; k < t2.hi; ++k) sum += cs[t2.start + k - c0];
+      const int64_t d = count_pad_ ? t1.padded * t2.padded : (t1.hi - t1.lo) * (t2.hi - t2.lo);
+      yr[ow] = static_cast<float>(d ? sum / static_cast<double>(d) : 0.0);
+    };
+    for (int64_t ow = 0; ow < inner_lo_; ++ow) border(ow);
+    for (int64_t ow = inner_hi_; ow < w_.out[2]; ++ow) border(ow);
+  }
+
   // One output of a 2-D plane (the general loop's arithmetic for a single position).
   float OnePosition(const float *x, const Tap &t1, const Tap &t2) const {
     const int64_t W = w_.in[2];
     if constexpr (kMax) {
-      float best = -std::numeric_limits<float>::infinity();
-      bool any = false;
-      for (int64_t kh = t1.lo; kh < t1.hi; ++kh)
-        for (int64_t kw = t2.lo; kw < t2.hi; ++kw) {
-          const float v = x[(t1.start + kh) * W + t2.start + kw];
-          if (!any || v > best) best = v;
-          any = true;
-        }
+      if (t1.lo == t1.hi || t2.lo == t2.hi) return -std::numeric_limits<float>::infinity();
+      // The first tap, then a select per later tap (a max instruction, no branch to mispredict on random data).
+      float best = x[(t1.start + t1.lo) * W + t2.start + t2.lo];
+      for (int64_t kh = t1.lo; kh < t1.hi; ++kh) {
+        const float *row = x + (t1.start + kh) * W + t2.start;
+        for (int64_t kw = kh == t1.lo ? t2.lo + 1 : t2.lo; kw < t2.hi; ++kw) best = row[kw] > best ? row[kw] : best;
+      }
       return best;
     } else {
       double acc = 0;
