@@ -227,6 +227,53 @@ def conv_variant_cases(size: str):
     yield f"BatchNormalization on {c}x{h}x{w}", bn, [rand(x)]
 
 
+# Quantised operators per size: the float tensor's shape; matrix products: (M, K, N); convolutions: (C, H, W).
+QUANT = {"small": ((4, 4), (2, 4, 4), (2, 4, 4)), "64k": ((256, 256), (64, 256, 256), (16, 32, 32)),
+         "1M": ((1024, 1024), (256, 512, 512), (32, 64, 64))}
+
+
+def quantisation_cases(size: str):
+    shape, (m, k, n), (c, h, w) = QUANT[size]
+    u8 = TensorProto.UINT8
+    rng = np.random.default_rng(5)
+    scale, zp = ("s", np.array(0.02, np.float32)), ("z", np.array(128, np.uint8))
+    q = make_model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])], [("x", F, list(shape))],
+                   [("y", u8, list(shape))], initializers=[scale, zp], opset=OPSET)
+    yield f"QuantizeLinear u8 {shape[0]}x{shape[1]}", q, [rand(shape)]
+    dq = make_model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "ys", "yz"])], [("x", F, list(shape))],
+                    [("y", u8, list(shape)), ("ys", F, []), ("yz", u8, [])], opset=OPSET)
+    yield f"DynamicQuantizeLinear {shape[0]}x{shape[1]}", dq, [rand(shape)]
+    mi = make_model([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], [("a", u8, [m, k])],
+                    [("y", TensorProto.INT32, [m, n])], initializers=[("b", rng.integers(0, 256, (k, n), np.uint8))],
+                    opset=OPSET)
+    yield f"MatMulInteger u8 {m}x{k}x{n}", mi, [rng.integers(0, 256, (m, k), np.uint8)]
+    conv = make_model([helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"],
+                                        pads=[1, 1, 1, 1])], [("x", u8, [1, c, h, w])], [("y", u8, [1, c, h, w])],
+                      initializers=[("xs", np.array(0.02, np.float32)), ("xz", np.array(128, np.uint8)),
+                                    ("w", rng.integers(0, 256, (c, c, 3, 3), np.uint8)),
+                                    ("ws", np.array(0.01, np.float32)), ("wz", np.array(127, np.uint8)),
+                                    ("ys", np.array(0.5, np.float32)), ("yz", np.array(128, np.uint8))], opset=OPSET)
+    yield f"QLinearConv u8 3x3 {c}->{c} on {h}x{w}", conv, [rng.integers(0, 256, (1, c, h, w), np.uint8)]
+
+
+# Attention-shaped work per size: (heads, sequence, head size); GridSample: (C, H, W).
+ATTENTION = {"small": ((1, 4, 4), (1, 4, 4)), "64k": ((4, 64, 64), (16, 32, 32)), "1M": ((8, 256, 64), (32, 64, 64))}
+
+
+def attention_cases(size: str):
+    (hd, sq, d), (c, h, w) = ATTENTION[size]
+    qkv = [1, hd, sq, d]
+    ein = make_model([helper.make_node("Einsum", ["q", "k"], ["y"], equation="bhqd,bhkd->bhqk")],
+                     [("q", F, qkv), ("k", F, qkv)], [("y", F, [1, hd, sq, sq])], opset=OPSET)
+    yield f"Einsum bhqd,bhkd->bhqk {hd}x{sq}x{d}", ein, [rand(qkv), rand(qkv, seed=1)]
+    att = make_model([helper.make_node("Attention", ["q", "k", "v"], ["y"])],
+                     [("q", F, qkv), ("k", F, qkv), ("v", F, qkv)], [("y", F, qkv)], opset=23)
+    yield f"Attention {hd} heads {sq}x{d}", att, [rand(qkv), rand(qkv, seed=1), rand(qkv, seed=2)]
+    grid = make_model([helper.make_node("GridSample", ["x", "g"], ["y"])], [("x", F, [1, c, h, w]),
+                      ("g", F, [1, h, w, 2])], [("y", F, [1, c, h, w])], opset=OPSET)
+    yield f"GridSample bilinear {c}x{h}x{w}", grid, [rand((1, c, h, w)), rand((1, h, w, 2), -1, 1, seed=3)]
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
@@ -235,6 +282,8 @@ FAMILIES = {
     "pooling": pooling_cases,
     "recurrent": recurrent_cases,
     "conv variants": conv_variant_cases,
+    "quantisation": quantisation_cases,
+    "attention / sampling": attention_cases,
 }
 
 
