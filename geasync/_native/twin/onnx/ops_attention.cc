@@ -231,6 +231,8 @@ class AttentionKernel : public Kernel {
     ks_.resize(total_ * g.d);
     s_.resize(g.sq * total_);
     bias_.resize(total_);
+    plain_ = mask_dims_.empty() && !has_nonpad_ && !a_.is_causal && a_.left < 0 && a_.right < 0 && a_.softcap <= 0.f;
+    if (plain_) p_.resize(g.sq * total_);
     y_.resize(g.sq * g.dv);
     if (n_out < 2) pk_.resize(g.b * g.hkv * total_ * g.d);
     if (n_out < 3) pv_.resize(g.b * g.hkv * total_ * g.dv);
@@ -269,8 +271,10 @@ class AttentionKernel : public Kernel {
           for (int64_t j = 0; j < g_.d; ++j) qs_[s * g_.d + j] = R(q[QIndex(b, h, s) + j] * sqrt_scale_);
         Gemm<T>(false, true, g_.sq, total_, g_.d, T(1), qs_.data(), g_.d, ks_.data(), g_.d, T(0), s_.data(), total_);
         T *qk_bh = qk_out ? qk_out + (b * g_.hq + h) * g_.sq * total_ : nullptr;
-        for (int64_t s = 0; s < g_.sq; ++s) Row(b, h, s, mask, nonpad, s_.data() + s * total_, qk_bh);
-        Gemm<T>(false, false, g_.sq, g_.dv, total_, T(1), s_.data(), total_, vb, g_.dv, T(0), y_.data(), g_.dv);
+        const T *probs = s_.data();
+        if (!PlainSoftmax(qk_bh, &probs))
+          for (int64_t s = 0; s < g_.sq; ++s) Row(b, h, s, mask, nonpad, s_.data() + s * total_, qk_bh);
+        Gemm<T>(false, false, g_.sq, g_.dv, total_, T(1), probs, total_, vb, g_.dv, T(0), y_.data(), g_.dv);
         for (int64_t s = 0; s < g_.sq; ++s)
           for (int64_t j = 0; j < g_.dv; ++j) y[YIndex(b, h, s) + j] = R(y_[s * g_.dv + j]);
       }
@@ -303,6 +307,30 @@ class AttentionKernel : public Kernel {
           CopyBytes(o + s * width, src, sizeof(T) * width);
         }
       }
+  }
+
+  // float32 rows without bias (no mask, causality, window or key padding) or softcap: vmath's fused softmax of the
+  // whole [sq, total] block into p_ (*probs). Rows it turns into NaN (a NaN score, or an infinite maximum, which
+  // the per-row path guards) are redone by Softmax from the scores, which stay in s_. False: not applicable.
+  bool PlainSoftmax(T *qk_bh, const T **probs) {
+    if constexpr (std::is_same<T, float>::value && !kHalf) {
+      if (!plain_) return false;
+      const int64_t n = total_;
+      if (qk_bh && a_.mode <= 2) std::copy(s_.begin(), s_.end(), qk_bh);  // scores = scores after the (zero) bias
+      vmath::SoftmaxRows(s_.data(), p_.data(), g_.sq, n, false);
+      for (int64_t i = 0; i < g_.sq; ++i) {
+        T *row = p_.data() + i * n;
+        bool nan = false;
+        for (int64_t j = 0; j < n; ++j) nan |= row[j] != row[j];
+        if (!nan) continue;
+        std::copy_n(s_.data() + i * n, n, row);
+        Softmax(row, n, false);
+      }
+      if (qk_bh && a_.mode == 3) std::copy(p_.begin(), p_.end(), qk_bh);
+      *probs = p_.data();
+      return true;
+    }
+    return false;
   }
 
   // Additive bias of query row (b, h, i): mask, causal frontier, window, key padding (0 or -inf each).
@@ -400,6 +428,8 @@ class AttentionKernel : public Kernel {
   T sqrt_scale_;
   int64_t mstride_[4] = {0, 0, 0, 0}, mlast_ = 0;
   std::vector<T> qs_, ks_, s_, bias_, y_, pk_, pv_;
+  bool plain_ = false;  // float32 rows take PlainSoftmax
+  std::vector<T> p_;    // PlainSoftmax's probabilities
 };
 
 template <bool kHalf>
