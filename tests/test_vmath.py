@@ -360,3 +360,80 @@ def test_maxpool_2x2_skips_nan_taps(shape):
     want = _maxpool_2x2(x)
     assert want[0, 0, 0, 0] == -np.inf
     np.testing.assert_array_equal(got, want)
+
+
+# ---- InstanceNormalization / GroupNormalization (one shifted pass of double moments, float32 affine pass) ----
+
+def _channel_norm_model(op, shape, opset, **attrs):
+    c = shape[1]
+    per = attrs["num_groups"] if op == "GroupNormalization" and opset < 21 else c
+    rng = np.random.default_rng(c + len(shape))
+    inits = [("s", rng.uniform(0.5, 1.5, per).astype(np.float32)), ("b", rng.standard_normal(per).astype(np.float32))]
+    node = helper.make_node(op, ["x", "s", "b"], ["y"], **attrs)
+    return make_model([node], [("x", F, list(shape))], [("y", F, list(shape))], initializers=inits, opset=opset)
+
+
+def _channel_norm64(x, scale, bias, groups, eps, per_group):
+    """float64 formula: statistics per (n, group), scale/bias per channel (or per group before opset 21)."""
+    n, c = x.shape[:2]
+    g = x.astype(np.float64).reshape(n, groups, -1)
+    mean, var = g.mean(axis=-1, keepdims=True), g.var(axis=-1, keepdims=True)
+    y = ((g - mean) / np.sqrt(var + eps)).reshape(x.shape)
+    s, b = (np.repeat(scale, c // groups), np.repeat(bias, c // groups)) if per_group else (scale, bias)
+    bshape = [1, c] + [1] * (x.ndim - 2)
+    return y * s.astype(np.float64).reshape(bshape) + b.astype(np.float64).reshape(bshape)
+
+
+# Spatial sizes hit every remainder of the 16-lane moment loop and the 8-wide affine loop.
+CHANNEL_NORM_CASES = [
+    ("InstanceNormalization", (2, 3, 5), 17, {}),
+    ("InstanceNormalization", (1, 4, 16), 17, {}),
+    ("InstanceNormalization", (2, 2, 17), 17, {"epsilon": 1e-3}),
+    ("InstanceNormalization", (1, 3, 7, 9), 17, {}),
+    ("InstanceNormalization", (1, 2, 33, 31), 17, {}),
+    ("InstanceNormalization", (3, 1, 1), 17, {}),
+    ("GroupNormalization", (2, 6, 5, 3), 21, {"num_groups": 3}),
+    ("GroupNormalization", (1, 8, 11), 21, {"num_groups": 2}),
+    ("GroupNormalization", (2, 4, 7), 18, {"num_groups": 4}),
+]
+
+
+@pytest.mark.parametrize("op,shape,opset,attrs", CHANNEL_NORM_CASES)
+@pytest.mark.parametrize("offset", [0.0, 1e4])
+def test_channel_norms_match_reference(op, shape, opset, attrs, offset):
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 3 + offset).astype(np.float32)
+    model = _channel_norm_model(op, shape, opset, **attrs)
+    got = _run_model(model, {"x": x})[0]
+    if offset == 0.0:
+        ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    # A large mean: the reference's float32 statistics lose digits there, the float64 formula does not.
+    inits = {i.name: np.frombuffer(i.raw_data, np.float32) for i in model.graph.initializer}
+    groups = attrs.get("num_groups", shape[1])
+    want = _channel_norm64(x, inits["s"], inits["b"], groups, attrs.get("epsilon", 1e-5),
+                           op == "GroupNormalization" and opset < 21)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
+
+
+def test_channel_norm_edge_values():
+    x = np.random.default_rng(3).standard_normal((1, 6, 37)).astype(np.float32)
+    x[0, 0, 5] = np.nan  # channel 0: NaN everywhere
+    x[0, 1, 30] = np.inf  # channel 1: inf makes every value NaN (inf - inf)
+    x[0, 2] = x[0, 2] * 1e30  # channel 2: 1e30-ish magnitudes, whose float32 squares overflow
+    x[0, 3] = np.float32(1e-40) * np.arange(37, dtype=np.float32)  # channel 3: denormals
+    x[0, 4] = 2.5  # channel 4: constant: (x - mean) is exactly 0, y is the bias
+    x[0, 5, ::2] = -0.0
+    model = _channel_norm_model("InstanceNormalization", x.shape, 17)
+    got = _run_model(model, {"x": x})[0]
+    inits = {i.name: np.frombuffer(i.raw_data, np.float32) for i in model.graph.initializer}
+    with np.errstate(all="ignore"):
+        want = _channel_norm64(x, inits["s"], inits["b"], 6, 1e-5, False).astype(np.float32)
+    assert np.isnan(got[0, :2]).all()
+    np.testing.assert_allclose(got[0, 2:], want[0, 2:], rtol=1e-5, atol=2e-5)
+    np.testing.assert_array_equal(got[0, 4], np.full(37, inits["b"][4], np.float32))
+
+
+def test_channel_norm_empty_spatial():
+    model = _channel_norm_model("InstanceNormalization", (2, 3, 0), 17)
+    assert _run_model(model, {"x": np.zeros((2, 3, 0), np.float32)})[0].shape == (2, 3, 0)

@@ -6,6 +6,9 @@
 
 #include "elem.h"
 #include "vmath.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace twin {
 namespace onnx {
@@ -180,6 +183,136 @@ bool InferGroupNorm(InferCtx *c, std::string *reason) {
   return InferChannelNorm(c, groups, c->opset < 21, reason);
 }
 
+// float32 group statistics in double, one pass: sums of d = x - x[0] and of d^2. Shifting by one of the values
+// bounds the cancellation in E[d^2] - E[d]^2: (x[0] - mean)^2 <= n var, so var keeps ~n double ulps of relative
+// accuracy (large-magnitude inputs stay exact to float32 precision). 16 independent lanes (lane l takes the
+// elements j = l mod 16), combined in a fixed order, the same with AVX2 (4 x 4 doubles) and without, so results do
+// not depend on the instruction set.
+constexpr int kSumLanes = 16;
+
+struct Moments {
+  double mean, var;
+};
+
+double CombineLanes(const double *l) {
+  double q[4];
+  for (int k = 0; k < 4; ++k) q[k] = ((l[k] + l[4 + k]) + l[8 + k]) + l[12 + k];
+  return (q[0] + q[1]) + (q[2] + q[3]);
+}
+
+Moments FinishMoments(double s1, double s2, const float *x, int64_t j, int64_t n, double shift) {
+  for (; j < n; ++j) {
+    const double d = static_cast<double>(x[j]) - shift;
+    s1 += d;
+    s2 += d * d;
+  }
+  const double nn = static_cast<double>(n), m = s1 / nn;
+  return {shift + m, std::max(0.0, s2 / nn - m * m)};
+}
+
+Moments LanedMoments(const float *x, int64_t n) {
+  const double shift = x[0];
+  double l1[kSumLanes] = {}, l2[kSumLanes] = {};
+  int64_t j = 0;
+  for (; j + kSumLanes <= n; j += kSumLanes)
+    for (int k = 0; k < kSumLanes; ++k) {
+      const double d = static_cast<double>(x[j + k]) - shift;
+      l1[k] += d;
+      l2[k] += d * d;
+    }
+  return FinishMoments(CombineLanes(l1), CombineLanes(l2), x, j, n, shift);
+}
+
+// y = (x - mean) * sc + b in float32, the mean split into two floats (hi + lo): x - hi is exact for the x near the
+// mean, where cancellation would otherwise lose the most, so the result stays within a few float32 ulp of the
+// double computation.
+struct AffineConsts {
+  float hi, lo, sc, b;
+};
+
+AffineConsts MakeAffine(double mean, double sc, double b) {
+  const float hi = static_cast<float>(mean);
+  return {hi, static_cast<float>(mean - static_cast<double>(hi)), static_cast<float>(sc), static_cast<float>(b)};
+}
+
+void AffineRow(const float *x, float *y, int64_t n, const AffineConsts &a) {
+  for (int64_t j = 0; j < n; ++j) y[j] = ((x[j] - a.hi) - a.lo) * a.sc + a.b;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) Moments LanedMomentsAvx2(const float *x, int64_t n) {
+  const double shift = x[0];
+  const __m256d m = _mm256_set1_pd(shift);
+  __m256d a1[4], a2[4];
+  for (int k = 0; k < 4; ++k) a1[k] = a2[k] = _mm256_setzero_pd();
+  int64_t j = 0;
+  for (; j + kSumLanes <= n; j += kSumLanes)
+    for (int k = 0; k < 4; ++k) {
+      const __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + j + 4 * k)), m);
+      a1[k] = _mm256_add_pd(a1[k], d);
+      a2[k] = _mm256_add_pd(a2[k], _mm256_mul_pd(d, d));
+    }
+  alignas(32) double l1[kSumLanes], l2[kSumLanes];
+  for (int k = 0; k < 4; ++k) {
+    _mm256_store_pd(l1 + 4 * k, a1[k]);
+    _mm256_store_pd(l2 + 4 * k, a2[k]);
+  }
+  return FinishMoments(CombineLanes(l1), CombineLanes(l2), x, j, n, shift);
+}
+
+__attribute__((target("avx2"))) void AffineRowAvx2(const float *x, float *y, int64_t n, const AffineConsts &a) {
+  const __m256 hi = _mm256_set1_ps(a.hi), lo = _mm256_set1_ps(a.lo), sc = _mm256_set1_ps(a.sc);
+  const __m256 b = _mm256_set1_ps(a.b);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 d = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), hi), lo);
+    _mm256_storeu_ps(y + j, _mm256_add_ps(_mm256_mul_ps(d, sc), b));
+  }
+  AffineRow(x + j, y + j, n - j, a);
+}
+#endif
+
+bool UseAvx2() {
+#if defined(__x86_64__)
+  static const bool use = vmath::ActiveIsa() != vmath::Isa::kBaseline;
+  return use;
+#else
+  return false;
+#endif
+}
+
+Moments FloatMoments(const float *x, int64_t n) {
+#if defined(__x86_64__)
+  if (UseAvx2()) return LanedMomentsAvx2(x, n);
+#endif
+  return LanedMoments(x, n);
+}
+
+void Affine(const float *x, float *y, int64_t n, const AffineConsts &a) {
+#if defined(__x86_64__)
+  if (UseAvx2()) return AffineRowAvx2(x, y, n, a);
+#endif
+  AffineRow(x, y, n, a);
+}
+
+// Mean and variance of x[0..n), n >= 1: float32 in one shifted pass, double in two.
+template <class T>
+Moments MomentsOf(const T *x, int64_t n) {
+  if constexpr (std::is_same<T, float>::value) return FloatMoments(x, n);
+  double sum = 0, sq = 0;
+  for (int64_t j = 0; j < n; ++j) sum += x[j];
+  const double mean = sum / static_cast<double>(n);
+  for (int64_t j = 0; j < n; ++j) sq += (x[j] - mean) * (x[j] - mean);
+  return {mean, sq / static_cast<double>(n)};
+}
+
+template <class T>
+void AffineOf(const T *x, T *y, int64_t n, double mean, double sc, double b) {
+  if constexpr (std::is_same<T, float>::value) return Affine(x, y, n, MakeAffine(mean, sc, b));
+  const double sh = b - mean * sc;
+  for (int64_t j = 0; j < n; ++j) y[j] = static_cast<T>(x[j] * sc + sh);
+}
+
 template <class T>
 class GroupNormKernel : public Kernel {
  public:
@@ -193,16 +326,12 @@ class GroupNormKernel : public Kernel {
     for (int64_t i = 0; i < n_ * g_; ++i) {
       const T *xg = x + i * len;
       T *yg = y + i * len;
-      double sum = 0, sq = 0;
-      for (int64_t j = 0; j < len; ++j) sum += xg[j];
-      const double mean = len ? sum / static_cast<double>(len) : 0.0;
-      for (int64_t j = 0; j < len; ++j) sq += (xg[j] - mean) * (xg[j] - mean);
-      const double inv = 1.0 / std::sqrt((len ? sq / static_cast<double>(len) : 0.0) + eps_);
+      const Moments mv = len ? MomentsOf(xg, len) : Moments{0.0, 0.0};
+      const double mean = mv.mean, inv = 1.0 / std::sqrt(mv.var + eps_);
       const int64_t g = i % g_;
       for (int64_t k = 0; k < cpg; ++k) {
         const int64_t p = per_group_ ? g : g * cpg + k;
-        const double sc = static_cast<double>(s[p]) * inv, sh = static_cast<double>(b[p]) - mean * sc;
-        for (int64_t j = 0; j < sp_; ++j) yg[k * sp_ + j] = static_cast<T>(xg[k * sp_ + j] * sc + sh);
+        AffineOf(xg + k * sp_, yg + k * sp_, sp_, mean, static_cast<double>(s[p]) * inv, static_cast<double>(b[p]));
       }
     }
     return true;
