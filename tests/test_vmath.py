@@ -437,3 +437,67 @@ def test_channel_norm_edge_values():
 def test_channel_norm_empty_spatial():
     model = _channel_norm_model("InstanceNormalization", (2, 3, 0), 17)
     assert _run_model(model, {"x": np.zeros((2, 3, 0), np.float32)})[0].shape == (2, 3, 0)
+
+
+# ---- Resize linear / cubic of the last two axes (float32 plane kernel: double row pass, paired column pass) ----
+
+def _resize_model(in_shape, out_shape, *, scales=None, **attrs):
+    inputs = ["x", "", "sc"] if scales is not None else ["x", "", "", "sz"]
+    init = ("sc", np.array(scales, np.float32)) if scales is not None else ("sz", np.array(out_shape, np.int64))
+    return make_model([helper.make_node("Resize", inputs, ["y"], **attrs)], [("x", F, list(in_shape))],
+                      [("y", F, list(out_shape))], initializers=[init], opset=19)
+
+
+RESIZE_CASES = [  # in shape, out shape, scales (None: sizes), attributes
+    ((1, 3, 5, 7), (1, 3, 10, 14), [1, 1, 2, 2], dict(mode="linear")),
+    ((2, 2, 9, 13), (2, 2, 18, 26), [1, 1, 2, 2], dict(mode="linear", coordinate_transformation_mode="align_corners")),
+    ((1, 2, 6, 11), (1, 2, 12, 22), [1, 1, 2, 2], dict(mode="linear", coordinate_transformation_mode="asymmetric")),
+    ((1, 1, 7, 17), (1, 1, 9, 21), None, dict(mode="linear")),
+    ((1, 1, 7, 17), (1, 1, 5, 11), None, dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel")),
+    ((1, 2, 8, 9), (1, 2, 4, 19), None, dict(mode="linear", coordinate_transformation_mode="half_pixel_symmetric")),
+    ((1, 2, 8, 16), (1, 2, 3, 5), None, dict(mode="linear", antialias=1)),
+    ((3, 6, 10), (3, 12, 23), None, dict(mode="linear")),  # rank 3: the plane is the last two axes
+    ((1, 2, 5, 8), (1, 2, 5, 19), None, dict(mode="linear")),  # only the columns
+    ((1, 2, 5, 8), (1, 2, 11, 8), None, dict(mode="linear")),  # only the rows
+    ((1, 2, 6, 9), (1, 2, 12, 18), [1, 1, 2, 2], dict(mode="cubic")),
+    ((1, 1, 6, 9), (1, 1, 13, 7), None, dict(mode="cubic", exclude_outside=1, cubic_coeff_a=-0.5)),
+    ((1, 1, 1, 1), (1, 1, 3, 2), None, dict(mode="linear")),
+    ((1, 1, 4, 4), (1, 1, 1, 1), None, dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel")),
+]
+
+
+@pytest.mark.parametrize("in_shape,out_shape,scales,attrs", RESIZE_CASES)
+def test_resize_planes_match_reference(in_shape, out_shape, scales, attrs):
+    rng = np.random.default_rng(sum(in_shape) + sum(out_shape))
+    x = rng.uniform(-3, 3, in_shape).astype(np.float32)
+    model = _resize_model(in_shape, out_shape, scales=scales, **attrs)
+    got = _run_model(model, {"x": x})[0]
+    ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("ctm,mode", [("half_pixel", "linear"), ("align_corners", "linear"), ("asymmetric", "linear"),
+                                      ("asymmetric", "cubic")])
+def test_resize_plane_edge_values(ctm, mode):
+    """Zero-weight taps count like the reference's: 0 * NaN (or inf) next to an integer source coordinate is NaN."""
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 2, 6, 13)).astype(np.float32)
+    x[0, 0, 2, 3] = np.nan
+    x[0, 0, 4, 0] = np.inf  # on the edge column: the clamped taps
+    x[0, 0, 5, 12] = -np.inf
+    x[0, 1, 0] = 3e38  # near FLT_MAX: sums in double, the result clips to the finite range like the reference
+    x[0, 1, 1] = np.float32(1e-40)  # denormals
+    x[0, 1, 2] = -0.0
+    x[0, 1, 3, ::2] = 1e30
+    model = _resize_model(x.shape, (1, 2, 12, 26), scales=[1, 1, 2, 2], mode=mode,
+                          coordinate_transformation_mode=ctm)
+    got = _run_model(model, {"x": x})[0]
+    with np.errstate(all="ignore"):
+        ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-30)
+
+
+def test_resize_plane_empty():
+    model = _resize_model((0, 2, 3, 4), (0, 2, 6, 8), scales=[1, 1, 2, 2], mode="linear")
+    assert _run_model(model, {"x": np.zeros((0, 2, 3, 4), np.float32)})[0].shape == (0, 2, 6, 8)
