@@ -501,3 +501,61 @@ def test_resize_plane_edge_values(ctm, mode):
 def test_resize_plane_empty():
     model = _resize_model((0, 2, 3, 4), (0, 2, 6, 8), scales=[1, 1, 2, 2], mode="linear")
     assert _run_model(model, {"x": np.zeros((0, 2, 3, 4), np.float32)})[0].shape == (0, 2, 6, 8)
+
+
+# ---- TopK float32 (rank keys: a heap scan with an AVX2 prefilter for small K, nth_element for large K) ----
+
+def _topk_model(shape, k, **attrs):
+    axis = attrs.get("axis", -1) % len(shape)
+    out = list(shape)
+    out[axis] = k
+    return make_model([helper.make_node("TopK", ["x", "k"], ["v", "i"], **attrs)], [("x", F, list(shape))],
+                      [("v", F, out), ("i", TensorProto.INT64, out)],
+                      initializers=[("k", np.array([k], np.int64))], opset=20)
+
+
+def _topk_input(shape, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-20, 20, shape).astype(np.float32) * np.float32(0.5)  # many ties
+    flat = x.reshape(-1)
+    picks = rng.choice(flat.size, size=min(flat.size, 12), replace=False)
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-40, 3e38, -3e38, 1e30, np.nan, -0.0],
+                        np.float32)
+    flat[picks] = specials[:picks.size]
+    return x
+
+
+TOPK_CASES = [  # shape, k, attributes
+    ((5, 64), 3, {}), ((3, 67), 8, {}), ((4, 61), 1, {}), ((2, 100), 12, {}), ((2, 100), 13, {}),
+    ((3, 29), 29, {}), ((3, 40), 20, {}), ((6, 9), 2, {}), ((1, 1), 1, {}), ((3, 64), 5, {"largest": 0}),
+    ((2, 57), 40, {"largest": 0}), ((37, 6), 4, {"axis": 0}), ((9, 50, 11), 3, {"axis": 1}),
+    ((4, 20, 3), 20, {"axis": 1, "largest": 0}), ((3, 33, 17), 2, {"axis": -2}), ((4, 5), 0, {}),
+]
+
+
+@pytest.mark.parametrize("shape,k,attrs", TOPK_CASES)
+def test_topk_float_matches_reference(shape, k, attrs):
+    x = _topk_input(shape, sum(shape) + k)
+    model = _topk_model(shape, k, **attrs)
+    got = _run_model(model, {"x": x})
+    ref = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_array_equal(got[1], ref[1])  # the indices: lower index first among equal values, NaN highest
+    want = np.take_along_axis(x, ref[1], axis=attrs.get("axis", -1))
+    np.testing.assert_array_equal(got[0].view(np.uint32), want.view(np.uint32))  # the very values, bit for bit
+
+
+def test_topk_float_all_nan_and_constant_rows():
+    x = np.full((3, 70), np.nan, np.float32)
+    x[1] = 2.0
+    x[2, 5::7] = np.nan
+    for attrs in ({}, {"largest": 0}):
+        model = _topk_model(x.shape, 9, **attrs)
+        got = _run_model(model, {"x": x})
+        ref = ReferenceEvaluator(model).run(None, {"x": x})
+        np.testing.assert_array_equal(got[1], ref[1])
+
+
+def test_topk_float_empty():
+    model = _topk_model((0, 8), 3)
+    got = _run_model(model, {"x": np.zeros((0, 8), np.float32)})
+    assert got[0].shape == (0, 3) and got[1].shape == (0, 3)
