@@ -559,3 +559,45 @@ def test_topk_float_empty():
     model = _topk_model((0, 8), 3)
     got = _run_model(model, {"x": np.zeros((0, 8), np.float32)})
     assert got[0].shape == (0, 3) and got[1].shape == (0, 3)
+
+
+# ---- MeanVarianceNormalization float32 (double sums over merged contiguous chunks, float32 affine pass) ----
+
+def _mvn64(x, axes):
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=tuple(axes), keepdims=True)
+    std = np.sqrt(np.maximum(0.0, (x64 * x64).mean(axis=tuple(axes), keepdims=True) - mean * mean))
+    return (x64 - mean) / (std + 1e-9)
+
+
+MVN_CASES = [((2, 3, 5, 7), None), ((1, 4, 17, 3), [0, 2, 3]), ((3, 4, 6), [1]), ((5, 33), [0]), ((4, 37), [-1]),
+             ((2, 3, 4, 5), [0, 1, 2, 3]), ((2, 3, 4, 5), [1, 3]), ((3, 2, 19), [0, 2]), ((2, 1, 1, 1), None)]
+
+
+@pytest.mark.parametrize("shape,axes", MVN_CASES)
+@pytest.mark.parametrize("offset", [0.0, 50.0])
+def test_mvn_float_matches_reference(shape, axes, offset):
+    x = (np.random.default_rng(sum(shape)).standard_normal(shape) + offset).astype(np.float32)
+    attrs = {} if axes is None else {"axes": axes}
+    model = make_model([helper.make_node("MeanVarianceNormalization", ["x"], ["y"], **attrs)], [("x", F, list(shape))],
+                       [("y", F, list(shape))], opset=20)
+    got = _run_model(model, {"x": x})[0]
+    if offset == 0.0:  # the reference's float32 E[x^2] - mean^2 cancels badly under an offset
+        np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, _mvn64(x, axes if axes is not None else [0, 2, 3]), rtol=1e-5, atol=1e-5)
+
+
+def test_mvn_float_edge_values():
+    x = np.random.default_rng(2).standard_normal((2, 4, 3, 11)).astype(np.float32)
+    x[1, 0, 2, 5] = np.nan
+    x[0, 1, 0, 0] = np.inf
+    x[:, 2] = 7.0  # constant channel: 0 / (0 + 1e-9) = 0
+    x[:, 3] *= np.float32(1e-40)
+    model = make_model([helper.make_node("MeanVarianceNormalization", ["x"], ["y"])], [("x", F, list(x.shape))],
+                       [("y", F, list(x.shape))], opset=20)
+    got = _run_model(model, {"x": x})[0]
+    with np.errstate(all="ignore"):
+        want = _mvn64(x, [0, 2, 3])
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[:, 2], 0.0)
+    np.testing.assert_allclose(got[:, 3], want[:, 3], rtol=1e-5, atol=1e-5)

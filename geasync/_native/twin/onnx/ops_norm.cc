@@ -200,18 +200,20 @@ double CombineLanes(const double *l) {
   return (q[0] + q[1]) + (q[2] + q[3]);
 }
 
-Moments FinishMoments(double s1, double s2, const float *x, int64_t j, int64_t n, double shift) {
+struct Sums {
+  double s1, s2;  // sums of d and d^2, d = x - shift
+};
+
+Sums FinishSums(double s1, double s2, const float *x, int64_t j, int64_t n, double shift) {
   for (; j < n; ++j) {
     const double d = static_cast<double>(x[j]) - shift;
     s1 += d;
     s2 += d * d;
   }
-  const double nn = static_cast<double>(n), m = s1 / nn;
-  return {shift + m, std::max(0.0, s2 / nn - m * m)};
+  return {s1, s2};
 }
 
-Moments LanedMoments(const float *x, int64_t n) {
-  const double shift = x[0];
+Sums LanedSums(const float *x, int64_t n, double shift) {
   double l1[kSumLanes] = {}, l2[kSumLanes] = {};
   int64_t j = 0;
   for (; j + kSumLanes <= n; j += kSumLanes)
@@ -220,7 +222,7 @@ Moments LanedMoments(const float *x, int64_t n) {
       l1[k] += d;
       l2[k] += d * d;
     }
-  return FinishMoments(CombineLanes(l1), CombineLanes(l2), x, j, n, shift);
+  return FinishSums(CombineLanes(l1), CombineLanes(l2), x, j, n, shift);
 }
 
 // y = (x - mean) * sc + b in float32, the mean split into two floats (hi + lo): x - hi is exact for the x near the
@@ -240,8 +242,7 @@ void AffineRow(const float *x, float *y, int64_t n, const AffineConsts &a) {
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) Moments LanedMomentsAvx2(const float *x, int64_t n) {
-  const double shift = x[0];
+__attribute__((target("avx2"))) Sums LanedSumsAvx2(const float *x, int64_t n, double shift) {
   const __m256d m = _mm256_set1_pd(shift);
   __m256d a1[4], a2[4];
   for (int k = 0; k < 4; ++k) a1[k] = a2[k] = _mm256_setzero_pd();
@@ -257,7 +258,7 @@ __attribute__((target("avx2"))) Moments LanedMomentsAvx2(const float *x, int64_t
     _mm256_store_pd(l1 + 4 * k, a1[k]);
     _mm256_store_pd(l2 + 4 * k, a2[k]);
   }
-  return FinishMoments(CombineLanes(l1), CombineLanes(l2), x, j, n, shift);
+  return FinishSums(CombineLanes(l1), CombineLanes(l2), x, j, n, shift);
 }
 
 __attribute__((target("avx2"))) void AffineRowAvx2(const float *x, float *y, int64_t n, const AffineConsts &a) {
@@ -281,11 +282,18 @@ bool UseAvx2() {
 #endif
 }
 
-Moments FloatMoments(const float *x, int64_t n) {
+Sums FloatSums(const float *x, int64_t n, double shift) {
 #if defined(__x86_64__)
-  if (UseAvx2()) return LanedMomentsAvx2(x, n);
+  if (UseAvx2()) return LanedSumsAvx2(x, n, shift);
 #endif
-  return LanedMoments(x, n);
+  return LanedSums(x, n, shift);
+}
+
+Moments FloatMoments(const float *x, int64_t n) {
+  const double shift = x[0];
+  const Sums s = FloatSums(x, n, shift);
+  const double nn = static_cast<double>(n), m = s.s1 / nn;
+  return {shift + m, std::max(0.0, s.s2 / nn - m * m)};
 }
 
 void Affine(const float *x, float *y, int64_t n, const AffineConsts &a) {
@@ -432,9 +440,93 @@ class MvnKernel : public Kernel {
   std::vector<double> sum_, sq_, cnt_;
 };
 
+// float32: the same statistics (sums of x and x^2 in double) over contiguous chunks. Adjacent axes that are both
+// reduced or both kept are merged; each chunk of the innermost merged axis then belongs to one group (innermost
+// axis reduced: lane sums, the float32 affine pass) or runs along consecutive groups (kept: element-wise).
+class MvnFloatKernel : public Kernel {
+ public:
+  MvnFloatKernel(const std::vector<int64_t> &dims, const std::vector<bool> &reduce) {
+    std::vector<std::pair<int64_t, bool>> runs;  // merged axes: (size, reduced)
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (!runs.empty() && runs.back().second == reduce[d]) runs.back().first *= dims[d];
+      else runs.emplace_back(dims[d], reduce[d]);
+    }
+    len_ = runs.empty() ? 1 : runs.back().first;
+    inner_reduced_ = !runs.empty() && runs.back().second;
+    if (!runs.empty()) runs.pop_back();
+    int64_t chunks = 1, kept = 1;
+    for (const auto &r : runs) {
+      chunks *= r.first;
+      if (!r.second) kept *= r.first;
+    }
+    ngroups_ = inner_reduced_ ? kept : kept * len_;
+    total_ = chunks * len_;
+    chunk_group_.resize(chunks);
+    std::vector<int64_t> ctr(runs.size(), 0);
+    for (int64_t j = 0; j < chunks; ++j) {
+      int64_t g = 0;
+      for (size_t r = 0; r < runs.size(); ++r)
+        if (!runs[r].second) g = g * runs[r].first + ctr[r];
+      chunk_group_[j] = inner_reduced_ ? g : g * len_;
+      for (size_t r = runs.size(); r-- > 0;) {
+        if (++ctr[r] < runs[r].first) break;
+        ctr[r] = 0;
+      }
+    }
+    s1_.resize(ngroups_);
+    s2_.resize(ngroups_);
+  }
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const float *x = static_cast<const float *>(in[0]);
+    float *y = static_cast<float *>(out[0]);
+    if (total_ == 0) return true;
+    std::fill(s1_.begin(), s1_.end(), 0.0);
+    std::fill(s2_.begin(), s2_.end(), 0.0);
+    const int64_t chunks = static_cast<int64_t>(chunk_group_.size());
+    for (int64_t j = 0; j < chunks; ++j) Accumulate(x + j * len_, chunk_group_[j]);
+    const double cnt = static_cast<double>(total_ / ngroups_);
+    for (int64_t g = 0; g < ngroups_; ++g) {  // s1_ becomes the mean, s2_ the divisor
+      s1_[g] /= cnt;
+      s2_[g] = std::sqrt(std::max(0.0, s2_[g] / cnt - s1_[g] * s1_[g])) + 1e-9;
+    }
+    for (int64_t j = 0; j < chunks; ++j) {
+      const float *xc = x + j * len_;
+      float *yc = y + j * len_;
+      const int64_t g = chunk_group_[j];
+      if (inner_reduced_) {
+        Affine(xc, yc, len_, MakeAffine(s1_[g], 1.0 / s2_[g], 0.0));
+        continue;
+      }
+      for (int64_t t = 0; t < len_; ++t) yc[t] = static_cast<float>((xc[t] - s1_[g + t]) / s2_[g + t]);
+    }
+    return true;
+  }
+
+ private:
+  void Accumulate(const float *xc, int64_t g) {
+    if (inner_reduced_) {
+      const Sums s = FloatSums(xc, len_, 0.0);
+      s1_[g] += s.s1;
+      s2_[g] += s.s2;
+      return;
+    }
+    for (int64_t t = 0; t < len_; ++t) {
+      const double v = xc[t];
+      s1_[g + t] += v;
+      s2_[g + t] += v * v;
+    }
+  }
+
+  int64_t len_ = 1, ngroups_ = 1, total_ = 0;
+  bool inner_reduced_ = false;
+  std::vector<int64_t> chunk_group_;  // first group of each chunk
+  std::vector<double> s1_, s2_;
+};
+
 std::unique_ptr<Kernel> PrepareMvnFloat(const KernelCtx &c, std::string *reason) {
   std::vector<bool> reduce;
   if (!MvnAxes(*c.node, c.in[0]->dims.size(), &reduce, reason)) return nullptr;
+  if (c.in[0]->dtype == ElemType::kFloat) return std::make_unique<MvnFloatKernel>(c.in[0]->dims, reduce);
   return MakeFloatKernel<MvnKernel>(c.in[0]->dtype, reason, c.in[0]->dims, reduce);
 }
 
