@@ -217,8 +217,9 @@ def channel_norm_resize_topk_cases(size: str):
                        opset=OPSET)
     yield f"Resize linear sizes to {h + 3}x{w - 1}", model, [rand(small)]
     rows, cols = SIZES[size]
-    for name, k, attrs in [("k=10", 10, {}), ("k=1", 1, {}), ("k=cols/2", cols // 2, {}), ("largest=0", 10,
-                           dict(largest=0)), ("sorted=0", 10, dict(sorted=0)), ("axis 0", 10, dict(axis=0))]:
+    # (sorted=0 leaves the order unspecified: onnxruntime's differs, the twin always sorts; not compared here)
+    for name, k, attrs in [("k=10", 10, {}), ("k=1", 1, {}), ("k=cols/2", cols // 2, {}),
+                           ("largest=0", 10, dict(largest=0)), ("axis 0", 10, dict(axis=0))]:
         k = min(k, rows)
         out = [k, cols] if attrs.get("axis") == 0 else [rows, k]
         model = make_model([helper.make_node("TopK", ["x", "k"], ["y", "i"], **attrs)], [("x", F, [rows, cols])],
