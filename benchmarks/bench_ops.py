@@ -274,6 +274,49 @@ def attention_cases(size: str):
     yield f"GridSample bilinear {c}x{h}x{w}", grid, [rand((1, c, h, w)), rand((1, h, w, 2), -1, 1, seed=3)]
 
 
+# Instance / group / mean-variance normalisation, Resize linear / cubic, TopK. NCHW inputs per size (normalisations
+# and Resize outputs) and TopK rows x cols.
+NCHW = {"small": (1, 4, 2, 2), "64k": (1, 16, 64, 64), "1M": (1, 64, 128, 128)}
+RESIZE_MODES = [("linear half_pixel", dict(mode="linear")),
+                ("linear align_corners", dict(mode="linear", coordinate_transformation_mode="align_corners")),
+                ("linear asymmetric", dict(mode="linear", coordinate_transformation_mode="asymmetric")),
+                ("cubic half_pixel", dict(mode="cubic"))]
+
+
+def channel_norm_resize_topk_cases(size: str):
+    shape = list(NCHW[size])
+    nb, c, h, w = shape
+    sb = [("s", rand((c,), 0.5, 1.5, 1)), ("b", rand((c,), seed=2))]
+    inorm = make_model([helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])], [("x", F, shape)],
+                       [("y", F, shape)], initializers=sb, opset=OPSET)
+    yield f"InstanceNormalization on {c}x{h}x{w}", inorm, [rand(shape)]
+    gnorm = make_model([helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=4)],
+                       [("x", F, shape)], [("y", F, shape)], initializers=sb, opset=21)
+    yield f"GroupNormalization 4 groups on {c}x{h}x{w}", gnorm, [rand(shape)]
+    mvn = make_model([helper.make_node("MeanVarianceNormalization", ["x"], ["y"])], [("x", F, shape)],
+                     [("y", F, shape)], opset=OPSET)
+    yield f"MeanVarianceNormalization on {c}x{h}x{w}", mvn, [rand(shape)]
+    small = [nb, c, h // 2, w // 2]
+    for name, attrs in RESIZE_MODES:
+        model = make_model([helper.make_node("Resize", ["x", "", "sc"], ["y"], **attrs)], [("x", F, small)],
+                           [("y", F, shape)], initializers=[("sc", np.array([1, 1, 2, 2], np.float32))], opset=OPSET)
+        yield f"Resize {name} 2x to {h}x{w}", model, [rand(small)]
+    model = make_model([helper.make_node("Resize", ["x", "", "", "sz"], ["y"], mode="linear")], [("x", F, small)],
+                       [("y", F, [nb, c, h + 3, w - 1])], initializers=[("sz", np.array(shape[:2] + [h + 3, w - 1]))],
+                       opset=OPSET)
+    yield f"Resize linear sizes to {h + 3}x{w - 1}", model, [rand(small)]
+    rows, cols = SIZES[size]
+    # (sorted=0 leaves the order unspecified: onnxruntime's differs, the twin always sorts; not compared here)
+    for name, k, attrs in [("k=10", 10, {}), ("k=1", 1, {}), ("k=cols/2", cols // 2, {}),
+                           ("largest=0", 10, dict(largest=0)), ("axis 0", 10, dict(axis=0))]:
+        k = min(k, rows)
+        out = [k, cols] if attrs.get("axis") == 0 else [rows, k]
+        model = make_model([helper.make_node("TopK", ["x", "k"], ["y", "i"], **attrs)], [("x", F, [rows, cols])],
+                           [("y", F, out), ("i", TensorProto.INT64, out)],
+                           initializers=[("k", np.array([k], np.int64))], opset=OPSET)
+        yield f"TopK {name} of {rows}x{cols}", model, [rand((rows, cols))]
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
@@ -284,6 +327,7 @@ FAMILIES = {
     "conv variants": conv_variant_cases,
     "quantisation": quantisation_cases,
     "attention / sampling": attention_cases,
+    "channel norms / resize / top-k": channel_norm_resize_topk_cases,
 }
 
 

@@ -421,3 +421,244 @@ def test_maxpool_2x2_nan_taps_as_reference(shape):
     model, got = _run_maxpool_2x2(x)
     assert np.isnan(got[0, 0, 0, 0]) and got[0, 1, 0, 0] == 5.0 and got[0, 1, 0, 1] == 4.0
     np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
+
+
+# ---- InstanceNormalization / GroupNormalization (one shifted pass of double moments, float32 affine pass) ----
+
+def _channel_norm_model(op, shape, opset, **attrs):
+    c = shape[1]
+    per = attrs["num_groups"] if op == "GroupNormalization" and opset < 21 else c
+    rng = np.random.default_rng(c + len(shape))
+    inits = [("s", rng.uniform(0.5, 1.5, per).astype(np.float32)), ("b", rng.standard_normal(per).astype(np.float32))]
+    node = helper.make_node(op, ["x", "s", "b"], ["y"], **attrs)
+    return make_model([node], [("x", F, list(shape))], [("y", F, list(shape))], initializers=inits, opset=opset)
+
+
+def _channel_norm64(x, scale, bias, groups, eps, per_group):
+    """float64 formula: statistics per (n, group), scale/bias per channel (or per group before opset 21)."""
+    n, c = x.shape[:2]
+    g = x.astype(np.float64).reshape(n, groups, -1)
+    mean, var = g.mean(axis=-1, keepdims=True), g.var(axis=-1, keepdims=True)
+    y = ((g - mean) / np.sqrt(var + eps)).reshape(x.shape)
+    s, b = (np.repeat(scale, c // groups), np.repeat(bias, c // groups)) if per_group else (scale, bias)
+    bshape = [1, c] + [1] * (x.ndim - 2)
+    return y * s.astype(np.float64).reshape(bshape) + b.astype(np.float64).reshape(bshape)
+
+
+# Spatial sizes hit every remainder of the 16-lane moment loop and the 8-wide affine loop.
+CHANNEL_NORM_CASES = [
+    ("InstanceNormalization", (2, 3, 5), 17, {}),
+    ("InstanceNormalization", (1, 4, 16), 17, {}),
+    ("InstanceNormalization", (2, 2, 17), 17, {"epsilon": 1e-3}),
+    ("InstanceNormalization", (1, 3, 7, 9), 17, {}),
+    ("InstanceNormalization", (1, 2, 33, 31), 17, {}),
+    ("InstanceNormalization", (3, 1, 1), 17, {}),
+    ("GroupNormalization", (2, 6, 5, 3), 21, {"num_groups": 3}),
+    ("GroupNormalization", (1, 8, 11), 21, {"num_groups": 2}),
+    ("GroupNormalization", (2, 4, 7), 18, {"num_groups": 4}),
+]
+
+
+@pytest.mark.parametrize("op,shape,opset,attrs", CHANNEL_NORM_CASES)
+@pytest.mark.parametrize("offset", [0.0, 1e4])
+def test_channel_norms_match_reference(op, shape, opset, attrs, offset):
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 3 + offset).astype(np.float32)
+    model = _channel_norm_model(op, shape, opset, **attrs)
+    got = _run_model(model, {"x": x})[0]
+    if offset == 0.0:
+        ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    # A large mean: the reference's float32 statistics lose digits there, the float64 formula does not.
+    inits = {i.name: np.frombuffer(i.raw_data, np.float32) for i in model.graph.initializer}
+    groups = attrs.get("num_groups", shape[1])
+    want = _channel_norm64(x, inits["s"], inits["b"], groups, attrs.get("epsilon", 1e-5),
+                           op == "GroupNormalization" and opset < 21)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
+
+
+def test_channel_norm_edge_values():
+    x = np.random.default_rng(3).standard_normal((1, 6, 37)).astype(np.float32)
+    x[0, 0, 5] = np.nan  # channel 0: NaN everywhere
+    x[0, 1, 30] = np.inf  # channel 1: inf makes every value NaN (inf - inf)
+    x[0, 2] = x[0, 2] * 1e30  # channel 2: 1e30-ish magnitudes, whose float32 squares overflow
+    x[0, 3] = np.float32(1e-40) * np.arange(37, dtype=np.float32)  # channel 3: denormals
+    x[0, 4] = 2.5  # channel 4: constant: (x - mean) is exactly 0, y is the bias
+    x[0, 5, ::2] = -0.0
+    model = _channel_norm_model("InstanceNormalization", x.shape, 17)
+    got = _run_model(model, {"x": x})[0]
+    inits = {i.name: np.frombuffer(i.raw_data, np.float32) for i in model.graph.initializer}
+    with np.errstate(all="ignore"):
+        want = _channel_norm64(x, inits["s"], inits["b"], 6, 1e-5, False).astype(np.float32)
+    assert np.isnan(got[0, :2]).all()
+    np.testing.assert_allclose(got[0, 2:], want[0, 2:], rtol=1e-5, atol=2e-5)
+    np.testing.assert_array_equal(got[0, 4], np.full(37, inits["b"][4], np.float32))
+
+
+def test_channel_norm_empty_spatial():
+    model = _channel_norm_model("InstanceNormalization", (2, 3, 0), 17)
+    assert _run_model(model, {"x": np.zeros((2, 3, 0), np.float32)})[0].shape == (2, 3, 0)
+
+
+# ---- Resize linear / cubic of the last two axes (float32 plane kernel: double row pass, paired column pass) ----
+
+def _resize_model(in_shape, out_shape, *, scales=None, **attrs):
+    inputs = ["x", "", "sc"] if scales is not None else ["x", "", "", "sz"]
+    init = ("sc", np.array(scales, np.float32)) if scales is not None else ("sz", np.array(out_shape, np.int64))
+    return make_model([helper.make_node("Resize", inputs, ["y"], **attrs)], [("x", F, list(in_shape))],
+                      [("y", F, list(out_shape))], initializers=[init], opset=19)
+
+
+RESIZE_CASES = [  # in shape, out shape, scales (None: sizes), attributes
+    ((1, 3, 5, 7), (1, 3, 10, 14), [1, 1, 2, 2], dict(mode="linear")),
+    ((2, 2, 9, 13), (2, 2, 18, 26), [1, 1, 2, 2], dict(mode="linear", coordinate_transformation_mode="align_corners")),
+    ((1, 2, 6, 11), (1, 2, 12, 22), [1, 1, 2, 2], dict(mode="linear", coordinate_transformation_mode="asymmetric")),
+    ((1, 1, 7, 17), (1, 1, 9, 21), None, dict(mode="linear")),
+    ((1, 1, 7, 17), (1, 1, 5, 11), None, dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel")),
+    ((1, 2, 8, 9), (1, 2, 4, 19), None, dict(mode="linear", coordinate_transformation_mode="half_pixel_symmetric")),
+    ((1, 2, 8, 16), (1, 2, 3, 5), None, dict(mode="linear", antialias=1)),
+    ((3, 6, 10), (3, 12, 23), None, dict(mode="linear")),  # rank 3: the plane is the last two axes
+    ((1, 2, 5, 8), (1, 2, 5, 19), None, dict(mode="linear")),  # only the columns
+    ((1, 2, 5, 8), (1, 2, 11, 8), None, dict(mode="linear")),  # only the rows
+    ((1, 2, 6, 9), (1, 2, 12, 18), [1, 1, 2, 2], dict(mode="cubic")),
+    ((1, 1, 6, 9), (1, 1, 13, 7), None, dict(mode="cubic", exclude_outside=1, cubic_coeff_a=-0.5)),
+    ((1, 1, 1, 1), (1, 1, 3, 2), None, dict(mode="linear")),
+    ((1, 1, 4, 4), (1, 1, 1, 1), None, dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel")),
+]
+
+
+@pytest.mark.parametrize("in_shape,out_shape,scales,attrs", RESIZE_CASES)
+def test_resize_planes_match_reference(in_shape, out_shape, scales, attrs):
+    rng = np.random.default_rng(sum(in_shape) + sum(out_shape))
+    x = rng.uniform(-3, 3, in_shape).astype(np.float32)
+    model = _resize_model(in_shape, out_shape, scales=scales, **attrs)
+    got = _run_model(model, {"x": x})[0]
+    ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("ctm,mode", [("half_pixel", "linear"), ("align_corners", "linear"), ("asymmetric", "linear"),
+                                      ("asymmetric", "cubic")])
+def test_resize_plane_edge_values(ctm, mode):
+    """Zero-weight taps count like the reference's: 0 * NaN (or inf) next to an integer source coordinate is NaN."""
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 2, 6, 13)).astype(np.float32)
+    x[0, 0, 2, 3] = np.nan
+    x[0, 0, 4, 0] = np.inf  # on the edge column: the clamped taps
+    x[0, 0, 5, 12] = -np.inf
+    x[0, 1, 0] = 3e38  # near FLT_MAX: sums in double, the result clips to the finite range like the reference
+    x[0, 1, 1] = np.float32(1e-40)  # denormals
+    x[0, 1, 2] = -0.0
+    x[0, 1, 3, ::2] = 1e30
+    model = _resize_model(x.shape, (1, 2, 12, 26), scales=[1, 1, 2, 2], mode=mode,
+                          coordinate_transformation_mode=ctm)
+    got = _run_model(model, {"x": x})[0]
+    with np.errstate(all="ignore"):
+        ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-30)
+
+
+def test_resize_plane_empty():
+    model = _resize_model((0, 2, 3, 4), (0, 2, 6, 8), scales=[1, 1, 2, 2], mode="linear")
+    assert _run_model(model, {"x": np.zeros((0, 2, 3, 4), np.float32)})[0].shape == (0, 2, 6, 8)
+
+
+# ---- TopK float32 (rank keys: a heap scan with an AVX2 prefilter for small K, nth_element for large K) ----
+
+def _topk_model(shape, k, **attrs):
+    axis = attrs.get("axis", -1) % len(shape)
+    out = list(shape)
+    out[axis] = k
+    return make_model([helper.make_node("TopK", ["x", "k"], ["v", "i"], **attrs)], [("x", F, list(shape))],
+                      [("v", F, out), ("i", TensorProto.INT64, out)],
+                      initializers=[("k", np.array([k], np.int64))], opset=20)
+
+
+def _topk_input(shape, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-20, 20, shape).astype(np.float32) * np.float32(0.5)  # many ties
+    flat = x.reshape(-1)
+    picks = rng.choice(flat.size, size=min(flat.size, 12), replace=False)
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-40, 3e38, -3e38, 1e30, np.nan, -0.0],
+                        np.float32)
+    flat[picks] = specials[:picks.size]
+    return x
+
+
+TOPK_CASES = [  # shape, k, attributes
+    ((5, 64), 3, {}), ((3, 67), 8, {}), ((4, 61), 1, {}), ((2, 100), 12, {}), ((2, 100), 13, {}),
+    ((3, 29), 29, {}), ((3, 40), 20, {}), ((6, 9), 2, {}), ((1, 1), 1, {}), ((3, 64), 5, {"largest": 0}),
+    ((2, 57), 40, {"largest": 0}), ((37, 6), 4, {"axis": 0}), ((9, 50, 11), 3, {"axis": 1}),
+    ((4, 20, 3), 20, {"axis": 1, "largest": 0}), ((3, 33, 17), 2, {"axis": -2}), ((4, 5), 0, {}),
+]
+
+
+@pytest.mark.parametrize("shape,k,attrs", TOPK_CASES)
+def test_topk_float_matches_reference(shape, k, attrs):
+    x = _topk_input(shape, sum(shape) + k)
+    model = _topk_model(shape, k, **attrs)
+    got = _run_model(model, {"x": x})
+    ref = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_array_equal(got[1], ref[1])  # the indices: lower index first among equal values, NaN highest
+    want = np.take_along_axis(x, ref[1], axis=attrs.get("axis", -1))
+    np.testing.assert_array_equal(got[0].view(np.uint32), want.view(np.uint32))  # the very values, bit for bit
+
+
+def test_topk_float_all_nan_and_constant_rows():
+    x = np.full((3, 70), np.nan, np.float32)
+    x[1] = 2.0
+    x[2, 5::7] = np.nan
+    for attrs in ({}, {"largest": 0}):
+        model = _topk_model(x.shape, 9, **attrs)
+        got = _run_model(model, {"x": x})
+        ref = ReferenceEvaluator(model).run(None, {"x": x})
+        np.testing.assert_array_equal(got[1], ref[1])
+
+
+def test_topk_float_empty():
+    model = _topk_model((0, 8), 3)
+    got = _run_model(model, {"x": np.zeros((0, 8), np.float32)})
+    assert got[0].shape == (0, 3) and got[1].shape == (0, 3)
+
+
+# ---- MeanVarianceNormalization float32 (double sums over merged contiguous chunks, float32 affine pass) ----
+
+def _mvn64(x, axes):
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=tuple(axes), keepdims=True)
+    std = np.sqrt(np.maximum(0.0, (x64 * x64).mean(axis=tuple(axes), keepdims=True) - mean * mean))
+    return (x64 - mean) / (std + 1e-9)
+
+
+MVN_CASES = [((2, 3, 5, 7), None), ((1, 4, 17, 3), [0, 2, 3]), ((3, 4, 6), [1]), ((5, 33), [0]), ((4, 37), [-1]),
+             ((2, 3, 4, 5), [0, 1, 2, 3]), ((2, 3, 4, 5), [1, 3]), ((3, 2, 19), [0, 2]), ((2, 1, 1, 1), None)]
+
+
+@pytest.mark.parametrize("shape,axes", MVN_CASES)
+@pytest.mark.parametrize("offset", [0.0, 50.0])
+def test_mvn_float_matches_reference(shape, axes, offset):
+    x = (np.random.default_rng(sum(shape)).standard_normal(shape) + offset).astype(np.float32)
+    attrs = {} if axes is None else {"axes": axes}
+    model = make_model([helper.make_node("MeanVarianceNormalization", ["x"], ["y"], **attrs)], [("x", F, list(shape))],
+                       [("y", F, list(shape))], opset=20)
+    got = _run_model(model, {"x": x})[0]
+    if offset == 0.0:  # the reference's float32 E[x^2] - mean^2 cancels badly under an offset
+        np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, _mvn64(x, axes if axes is not None else [0, 2, 3]), rtol=1e-5, atol=1e-5)
+
+
+def test_mvn_float_edge_values():
+    x = np.random.default_rng(2).standard_normal((2, 4, 3, 11)).astype(np.float32)
+    x[1, 0, 2, 5] = np.nan
+    x[0, 1, 0, 0] = np.inf
+    x[:, 2] = 7.0  # constant channel: 0 / (0 + 1e-9) = 0
+    x[:, 3] *= np.float32(1e-40)
+    model = make_model([helper.make_node("MeanVarianceNormalization", ["x"], ["y"])], [("x", F, list(x.shape))],
+                       [("y", F, list(x.shape))], opset=20)
+    got = _run_model(model, {"x": x})[0]
+    with np.errstate(all="ignore"):
+        want = _mvn64(x, [0, 2, 3])
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[:, 2], 0.0)
+    np.testing.assert_allclose(got[:, 3], want[:, 3], rtol=1e-5, atol=1e-5)

@@ -6,6 +6,9 @@
 
 #include "elem.h"
 #include "vmath.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace twin {
 namespace onnx {
@@ -180,6 +183,144 @@ bool InferGroupNorm(InferCtx *c, std::string *reason) {
   return InferChannelNorm(c, groups, c->opset < 21, reason);
 }
 
+// float32 group statistics in double, one pass: sums of d = x - x[0] and of d^2. Shifting by one of the values
+// bounds the cancellation in E[d^2] - E[d]^2: (x[0] - mean)^2 <= n var, so var keeps ~n double ulps of relative
+// accuracy (large-magnitude inputs stay exact to float32 precision). 16 independent lanes (lane l takes the
+// elements j = l mod 16), combined in a fixed order, the same with AVX2 (4 x 4 doubles) and without, so results do
+// not depend on the instruction set.
+constexpr int kSumLanes = 16;
+
+struct Moments {
+  double mean, var;
+};
+
+double CombineLanes(const double *l) {
+  double q[4];
+  for (int k = 0; k < 4; ++k) q[k] = ((l[k] + l[4 + k]) + l[8 + k]) + l[12 + k];
+  return (q[0] + q[1]) + (q[2] + q[3]);
+}
+
+struct Sums {
+  double s1, s2;  // sums of d and d^2, d = x - shift
+};
+
+Sums FinishSums(double s1, double s2, const float *x, int64_t j, int64_t n, double shift) {
+  for (; j < n; ++j) {
+    const double d = static_cast<double>(x[j]) - shift;
+    s1 += d;
+    s2 += d * d;
+  }
+  return {s1, s2};
+}
+
+Sums LanedSums(const float *x, int64_t n, double shift) {
+  double l1[kSumLanes] = {}, l2[kSumLanes] = {};
+  int64_t j = 0;
+  for (; j + kSumLanes <= n; j += kSumLanes)
+    for (int k = 0; k < kSumLanes; ++k) {
+      const double d = static_cast<double>(x[j + k]) - shift;
+      l1[k] += d;
+      l2[k] += d * d;
+    }
+  return FinishSums(CombineLanes(l1), CombineLanes(l2), x, j, n, shift);
+}
+
+// y = (x - mean) * sc + b in float32, the mean split into two floats (hi + lo): x - hi is exact for the x near the
+// mean, where cancellation would otherwise lose the most, so the result stays within a few float32 ulp of the
+// double computation.
+struct AffineConsts {
+  float hi, lo, sc, b;
+};
+
+AffineConsts MakeAffine(double mean, double sc, double b) {
+  const float hi = static_cast<float>(mean);
+  return {hi, static_cast<float>(mean - static_cast<double>(hi)), static_cast<float>(sc), static_cast<float>(b)};
+}
+
+void AffineRow(const float *x, float *y, int64_t n, const AffineConsts &a) {
+  for (int64_t j = 0; j < n; ++j) y[j] = ((x[j] - a.hi) - a.lo) * a.sc + a.b;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) Sums LanedSumsAvx2(const float *x, int64_t n, double shift) {
+  const __m256d m = _mm256_set1_pd(shift);
+  __m256d a1[4], a2[4];
+  for (int k = 0; k < 4; ++k) a1[k] = a2[k] = _mm256_setzero_pd();
+  int64_t j = 0;
+  for (; j + kSumLanes <= n; j += kSumLanes)
+    for (int k = 0; k < 4; ++k) {
+      const __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + j + 4 * k)), m);
+      a1[k] = _mm256_add_pd(a1[k], d);
+      a2[k] = _mm256_add_pd(a2[k], _mm256_mul_pd(d, d));
+    }
+  alignas(32) double l1[kSumLanes], l2[kSumLanes];
+  for (int k = 0; k < 4; ++k) {
+    _mm256_store_pd(l1 + 4 * k, a1[k]);
+    _mm256_store_pd(l2 + 4 * k, a2[k]);
+  }
+  return FinishSums(CombineLanes(l1), CombineLanes(l2), x, j, n, shift);
+}
+
+__attribute__((target("avx2"))) void AffineRowAvx2(const float *x, float *y, int64_t n, const AffineConsts &a) {
+  const __m256 hi = _mm256_set1_ps(a.hi), lo = _mm256_set1_ps(a.lo), sc = _mm256_set1_ps(a.sc);
+  const __m256 b = _mm256_set1_ps(a.b);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 d = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), hi), lo);
+    _mm256_storeu_ps(y + j, _mm256_add_ps(_mm256_mul_ps(d, sc), b));
+  }
+  AffineRow(x + j, y + j, n - j, a);
+}
+#endif
+
+bool UseAvx2() {
+#if defined(__x86_64__)
+  static const bool use = vmath::ActiveIsa() != vmath::Isa::kBaseline;
+  return use;
+#else
+  return false;
+#endif
+}
+
+Sums FloatSums(const float *x, int64_t n, double shift) {
+#if defined(__x86_64__)
+  if (UseAvx2()) return LanedSumsAvx2(x, n, shift);
+#endif
+  return LanedSums(x, n, shift);
+}
+
+Moments FloatMoments(const float *x, int64_t n) {
+  const double shift = x[0];
+  const Sums s = FloatSums(x, n, shift);
+  const double nn = static_cast<double>(n), m = s.s1 / nn;
+  return {shift + m, std::max(0.0, s.s2 / nn - m * m)};
+}
+
+void Affine(const float *x, float *y, int64_t n, const AffineConsts &a) {
+#if defined(__x86_64__)
+  if (UseAvx2()) return AffineRowAvx2(x, y, n, a);
+#endif
+  AffineRow(x, y, n, a);
+}
+
+// Mean and variance of x[0..n), n >= 1: float32 in one shifted pass, double in two.
+template <class T>
+Moments MomentsOf(const T *x, int64_t n) {
+  if constexpr (std::is_same<T, float>::value) return FloatMoments(x, n);
+  double sum = 0, sq = 0;
+  for (int64_t j = 0; j < n; ++j) sum += x[j];
+  const double mean = sum / static_cast<double>(n);
+  for (int64_t j = 0; j < n; ++j) sq += (x[j] - mean) * (x[j] - mean);
+  return {mean, sq / static_cast<double>(n)};
+}
+
+template <class T>
+void AffineOf(const T *x, T *y, int64_t n, double mean, double sc, double b) {
+  if constexpr (std::is_same<T, float>::value) return Affine(x, y, n, MakeAffine(mean, sc, b));
+  const double sh = b - mean * sc;
+  for (int64_t j = 0; j < n; ++j) y[j] = static_cast<T>(x[j] * sc + sh);
+}
+
 template <class T>
 class GroupNormKernel : public Kernel {
  public:
@@ -193,16 +334,12 @@ class GroupNormKernel : public Kernel {
     for (int64_t i = 0; i < n_ * g_; ++i) {
       const T *xg = x + i * len;
       T *yg = y + i * len;
-      double sum = 0, sq = 0;
-      for (int64_t j = 0; j < len; ++j) sum += xg[j];
-      const double mean = len ? sum / static_cast<double>(len) : 0.0;
-      for (int64_t j = 0; j < len; ++j) sq += (xg[j] - mean) * (xg[j] - mean);
-      const double inv = 1.0 / std::sqrt((len ? sq / static_cast<double>(len) : 0.0) + eps_);
+      const Moments mv = len ? MomentsOf(xg, len) : Moments{0.0, 0.0};
+      const double mean = mv.mean, inv = 1.0 / std::sqrt(mv.var + eps_);
       const int64_t g = i % g_;
       for (int64_t k = 0; k < cpg; ++k) {
         const int64_t p = per_group_ ? g : g * cpg + k;
-        const double sc = static_cast<double>(s[p]) * inv, sh = static_cast<double>(b[p]) - mean * sc;
-        for (int64_t j = 0; j < sp_; ++j) yg[k * sp_ + j] = static_cast<T>(xg[k * sp_ + j] * sc + sh);
+        AffineOf(xg + k * sp_, yg + k * sp_, sp_, mean, static_cast<double>(s[p]) * inv, static_cast<double>(b[p]));
       }
     }
     return true;
@@ -303,9 +440,93 @@ class MvnKernel : public Kernel {
   std::vector<double> sum_, sq_, cnt_;
 };
 
+// float32: the same statistics (sums of x and x^2 in double) over contiguous chunks. Adjacent axes that are both
+// reduced or both kept are merged; each chunk of the innermost merged axis then belongs to one group (innermost
+// axis reduced: lane sums, the float32 affine pass) or runs along consecutive groups (kept: element-wise).
+class MvnFloatKernel : public Kernel {
+ public:
+  MvnFloatKernel(const std::vector<int64_t> &dims, const std::vector<bool> &reduce) {
+    std::vector<std::pair<int64_t, bool>> runs;  // merged axes: (size, reduced)
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (!runs.empty() && runs.back().second == reduce[d]) runs.back().first *= dims[d];
+      else runs.emplace_back(dims[d], reduce[d]);
+    }
+    len_ = runs.empty() ? 1 : runs.back().first;
+    inner_reduced_ = !runs.empty() && runs.back().second;
+    if (!runs.empty()) runs.pop_back();
+    int64_t chunks = 1, kept = 1;
+    for (const auto &r : runs) {
+      chunks *= r.first;
+      if (!r.second) kept *= r.first;
+    }
+    ngroups_ = inner_reduced_ ? kept : kept * len_;
+    total_ = chunks * len_;
+    chunk_group_.resize(chunks);
+    std::vector<int64_t> ctr(runs.size(), 0);
+    for (int64_t j = 0; j < chunks; ++j) {
+      int64_t g = 0;
+      for (size_t r = 0; r < runs.size(); ++r)
+        if (!runs[r].second) g = g * runs[r].first + ctr[r];
+      chunk_group_[j] = inner_reduced_ ? g : g * len_;
+      for (size_t r = runs.size(); r-- > 0;) {
+        if (++ctr[r] < runs[r].first) break;
+        ctr[r] = 0;
+      }
+    }
+    s1_.resize(ngroups_);
+    s2_.resize(ngroups_);
+  }
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const float *x = static_cast<const float *>(in[0]);
+    float *y = static_cast<float *>(out[0]);
+    if (total_ == 0) return true;
+    std::fill(s1_.begin(), s1_.end(), 0.0);
+    std::fill(s2_.begin(), s2_.end(), 0.0);
+    const int64_t chunks = static_cast<int64_t>(chunk_group_.size());
+    for (int64_t j = 0; j < chunks; ++j) Accumulate(x + j * len_, chunk_group_[j]);
+    const double cnt = static_cast<double>(total_ / ngroups_);
+    for (int64_t g = 0; g < ngroups_; ++g) {  // s1_ becomes the mean, s2_ the divisor
+      s1_[g] /= cnt;
+      s2_[g] = std::sqrt(std::max(0.0, s2_[g] / cnt - s1_[g] * s1_[g])) + 1e-9;
+    }
+    for (int64_t j = 0; j < chunks; ++j) {
+      const float *xc = x + j * len_;
+      float *yc = y + j * len_;
+      const int64_t g = chunk_group_[j];
+      if (inner_reduced_) {
+        Affine(xc, yc, len_, MakeAffine(s1_[g], 1.0 / s2_[g], 0.0));
+        continue;
+      }
+      for (int64_t t = 0; t < len_; ++t) yc[t] = static_cast<float>((xc[t] - s1_[g + t]) / s2_[g + t]);
+    }
+    return true;
+  }
+
+ private:
+  void Accumulate(const float *xc, int64_t g) {
+    if (inner_reduced_) {
+      const Sums s = FloatSums(xc, len_, 0.0);
+      s1_[g] += s.s1;
+      s2_[g] += s.s2;
+      return;
+    }
+    for (int64_t t = 0; t < len_; ++t) {
+      const double v = xc[t];
+      s1_[g + t] += v;
+      s2_[g + t] += v * v;
+    }
+  }
+
+  int64_t len_ = 1, ngroups_ = 1, total_ = 0;
+  bool inner_reduced_ = false;
+  std::vector<int64_t> chunk_group_;  // first group of each chunk
+  std::vector<double> s1_, s2_;
+};
+
 std::unique_ptr<Kernel> PrepareMvnFloat(const KernelCtx &c, std::string *reason) {
   std::vector<bool> reduce;
   if (!MvnAxes(*c.node, c.in[0]->dims.size(), &reduce, reason)) return nullptr;
+  if (c.in[0]->dtype == ElemType::kFloat) return std::make_unique<MvnFloatKernel>(c.in[0]->dims, reduce);
   return MakeFloatKernel<MvnKernel>(c.in[0]->dtype, reason, c.in[0]->dims, reduce);
 }
 

@@ -14,6 +14,10 @@
 #include <limits>
 
 #include "elem.h"
+#include "vmath.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace twin {
 namespace onnx {
@@ -540,8 +544,7 @@ class InterpKernel : public Kernel {
         const int64_t *ix = &t.idx[o * t.n];
         const double *w = &t.w[o * t.n];
         for (int64_t j = 0; j < inner; ++j) r[j] = 0;
-        for (int64_t k = 0; k < t.n; ++k) {
-          if (w[k] == 0) continue;  // also keeps inf * 0 out of the sum, as the reference's zero-weight taps do not
+        for (int64_t k = 0; k < t.n; ++k) {  // zero-weight taps too: the reference's 0 * NaN (or inf) is NaN
           const double *sr = s + ix[k] * inner;
           const double wk = w[k];
           for (int64_t j = 0; j < inner; ++j) r[j] += wk * sr[j];
@@ -556,6 +559,206 @@ class InterpKernel : public Kernel {
   int64_t out_n_;
   int64_t buf_elems_ = 0;
 };
+
+// float32 linear / cubic resizing of the last two axes only (the usual image case): per output row, the weighted
+// input rows go into one double row (the first axis' pass), then each output value takes its taps from that row
+// (the second axis' pass). The same double operations in the same order as InterpKernel, so the same results.
+// The row sits in a buffer with its edge values repeated once on each side, so that clamped taps become
+// neighbouring pairs.
+class PlaneInterpKernel : public Kernel {
+ public:
+  // rows / cols: the taps of axes rank-2 / rank-1, or null when that axis is not resized.
+  PlaneInterpKernel(int64_t planes, int64_t in_h, int64_t in_w, const AxisTaps *rows, const AxisTaps *cols)
+      : planes_(planes), in_h_(in_h), in_w_(in_w), out_h_(rows ? rows->out_len : in_h),
+        out_w_(cols ? cols->out_len : in_w), copy_rows_(!rows), copy_cols_(!cols) {
+    row_n_ = rows ? rows->n : 1;
+    row_idx_.resize(out_h_ * row_n_);
+    row_w_.resize(out_h_ * row_n_);
+    for (int64_t o = 0; o < out_h_ * row_n_; ++o) {
+      row_idx_[o] = rows ? rows->idx[o] : o;
+      row_w_[o] = rows ? rows->w[o] : 1.0;
+    }
+    if (cols) SetColumns(*cols);
+  }
+  size_t scratch_bytes() const override { return static_cast<size_t>(in_w_ + 2) * sizeof(double) + 64; }
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const float *x = static_cast<const float *>(in[0]);
+    float *y = static_cast<float *>(out[0]);
+    double *row = static_cast<double *>(scratch_) + 1;  // row[-1], row[in_w] repeat the edges
+    for (int64_t p = 0; p < planes_; ++p) {
+      const float *xp = x + p * in_h_ * in_w_;
+      float *yp = y + p * out_h_ * out_w_;
+      for (int64_t o = 0; o < out_h_; ++o) {
+        RowPass(xp, o, row);
+        row[-1] = row[0];
+        row[in_w_] = row[in_w_ - 1];
+        ColPass(row, yp + o * out_w_);
+      }
+    }
+    return true;
+  }
+
+ private:
+  // Two-tap columns as (p, wa, wb): wa * row[p] + wb * row[p + 1], p in [-1, in_w - 1]; else the general taps.
+  void SetColumns(const AxisTaps &t) {
+    col_n_ = t.n;
+    col_idx_ = t.idx;
+    col_w_ = t.w;
+    bool pairs = t.n == 2;
+    for (int64_t o = 0; pairs && o < out_w_; ++o) pairs = PairOf(t.idx[2 * o], t.idx[2 * o + 1]) >= -1;
+    if (!pairs || in_w_ >= (int64_t(1) << 30)) return;
+    pair_p_.resize(out_w_);
+    pair_w_[0].resize(out_w_);
+    pair_w_[1].resize(out_w_);
+    for (int64_t o = 0; o < out_w_; ++o) {
+      pair_p_[o] = static_cast<int32_t>(PairOf(t.idx[2 * o], t.idx[2 * o + 1]));
+      pair_w_[0][o] = t.w[2 * o];
+      pair_w_[1][o] = t.w[2 * o + 1];
+    }
+  }
+  // p with (row[p], row[p + 1]) == (row[i0], row[i1]) in the edge-padded row, or -2.
+  int64_t PairOf(int64_t i0, int64_t i1) const {
+    if (i1 == i0 + 1) return i0;
+    if (i0 == i1 && i0 == 0) return -1;
+    if (i0 == i1 && i0 == in_w_ - 1) return i0;
+    return -2;
+  }
+  void RowPass(const float *xp, int64_t o, double *row) const {
+    const int64_t *ix = &row_idx_[o * row_n_];
+    const double *w = &row_w_[o * row_n_];
+    if (copy_rows_) return WeightRows(xp + ix[0] * in_w_, 1.0, nullptr, 0.0, row, in_w_, true);
+    if (row_n_ == 2) return WeightRows(xp + ix[0] * in_w_, w[0], xp + ix[1] * in_w_, w[1], row, in_w_, true);
+    for (int64_t k = 0; k < row_n_; ++k) WeightRows(xp + ix[k] * in_w_, w[k], nullptr, 0.0, row, in_w_, k == 0);
+  }
+  void ColPass(const double *row, float *yr) const {
+    if (copy_cols_) {
+      for (int64_t j = 0; j < out_w_; ++j) yr[j] = Clip(row[j]);
+      return;
+    }
+    if (!pair_p_.empty()) return PairCols(row, yr);
+    for (int64_t j = 0; j < out_w_; ++j) {
+      const int64_t *ix = &col_idx_[j * col_n_];
+      const double *w = &col_w_[j * col_n_];
+      double r = 0;
+      for (int64_t k = 0; k < col_n_; ++k) r += w[k] * row[ix[k]];
+      yr[j] = Clip(r);
+    }
+  }
+  void PairCols(const double *row, float *yr) const;
+  static float Clip(double v) {  // SaturateFromDouble<float>: clip to the finite range, NaN stays NaN
+    const double hi = static_cast<double>(std::numeric_limits<float>::max());
+    return static_cast<float>(v != v ? v : std::min(hi, std::max(-hi, v)));
+  }
+  // row = (first ? 0 : row) + wa * a (+ wb * b): InterpKernel's running sum, one or two taps at a time.
+  static void WeightRows(const float *a, double wa, const float *b, double wb, double *row, int64_t n, bool first);
+
+  int64_t planes_, in_h_, in_w_, out_h_, out_w_, row_n_ = 1, col_n_ = 1;
+  bool copy_rows_, copy_cols_;
+  std::vector<int64_t> row_idx_, col_idx_;
+  std::vector<double> row_w_, col_w_;
+  std::vector<int32_t> pair_p_;
+  std::vector<double> pair_w_[2];
+};
+
+void WeightRowsScalar(const float *a, double wa, const float *b, double wb, double *row, int64_t n, bool first) {
+  for (int64_t j = 0; j < n; ++j) {
+    double r = (first ? 0.0 : row[j]) + wa * a[j];
+    if (b) r += wb * b[j];
+    row[j] = r;
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"), always_inline)) inline void WidenTimes(const float *x, __m256d w, __m256d *lo,
+                                                                     __m256d *hi) {
+  const __m256 v = _mm256_loadu_ps(x);
+  *lo = _mm256_mul_pd(w, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+  *hi = _mm256_mul_pd(w, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
+__attribute__((target("avx2"))) int64_t WeightRowsAvx2(const float *a, double wa, const float *b, double wb,
+                                                       double *row, int64_t n, bool first) {
+  const __m256d va = _mm256_set1_pd(wa), vb = _mm256_set1_pd(wb);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256d lo, hi;
+    WidenTimes(a + j, va, &lo, &hi);
+    lo = _mm256_add_pd(first ? _mm256_setzero_pd() : _mm256_loadu_pd(row + j), lo);
+    hi = _mm256_add_pd(first ? _mm256_setzero_pd() : _mm256_loadu_pd(row + j + 4), hi);
+    if (b) {
+      __m256d lo2, hi2;
+      WidenTimes(b + j, vb, &lo2, &hi2);
+      lo = _mm256_add_pd(lo, lo2);
+      hi = _mm256_add_pd(hi, hi2);
+    }
+    _mm256_storeu_pd(row + j, lo);
+    _mm256_storeu_pd(row + j + 4, hi);
+  }
+  return j;
+}
+
+// Four columns at a time: the four (row[p], row[p + 1]) pairs transposed into a and b lanes.
+__attribute__((target("avx2"))) int64_t PairColsAvx2(const double *row, const int32_t *p, const double *wa,
+                                                     const double *wb, float *yr, int64_t n) {
+  const __m256d hi = _mm256_set1_pd(static_cast<double>(std::numeric_limits<float>::max()));
+  const __m256d lo = _mm256_sub_pd(_mm256_setzero_pd(), hi), zero = _mm256_setzero_pd();
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const __m256d p02 = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_loadu_pd(row + p[j])),
+                                             _mm_loadu_pd(row + p[j + 2]), 1);
+    const __m256d p13 = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_loadu_pd(row + p[j + 1])),
+                                             _mm_loadu_pd(row + p[j + 3]), 1);
+    const __m256d a = _mm256_unpacklo_pd(p02, p13), b = _mm256_unpackhi_pd(p02, p13);
+    const __m256d w0 = _mm256_loadu_pd(wa + j), w1 = _mm256_loadu_pd(wb + j);
+    __m256d r = _mm256_add_pd(_mm256_add_pd(zero, _mm256_mul_pd(w0, a)), _mm256_mul_pd(w1, b));
+    r = _mm256_min_pd(hi, _mm256_max_pd(lo, r));  // the second operand wins on NaN: NaN stays
+    _mm_storeu_ps(yr + j, _mm256_cvtpd_ps(r));
+  }
+  return j;
+}
+#endif
+
+bool PlaneAvx2() {
+#if defined(__x86_64__)
+  static const bool avx2 = vmath::ActiveIsa() != vmath::Isa::kBaseline;
+  return avx2;
+#else
+  return false;
+#endif
+}
+
+void PlaneInterpKernel::WeightRows(const float *a, double wa, const float *b, double wb, double *row, int64_t n,
+                                   bool first) {
+  int64_t j = 0;
+#if defined(__x86_64__)
+  if (PlaneAvx2()) j = WeightRowsAvx2(a, wa, b, wb, row, n, first);
+#endif
+  WeightRowsScalar(a + j, wa, b ? b + j : nullptr, wb, row + j, n - j, first);
+}
+
+void PlaneInterpKernel::PairCols(const double *row, float *yr) const {
+  const int32_t *p = pair_p_.data();
+  const double *wa = pair_w_[0].data(), *wb = pair_w_[1].data();
+  int64_t j = 0;
+#if defined(__x86_64__)
+  if (PlaneAvx2()) j = PairColsAvx2(row, p, wa, wb, yr, out_w_);
+#endif
+  for (; j < out_w_; ++j) yr[j] = Clip((0.0 + wa[j] * row[p[j]]) + wb[j] * row[p[j] + 1]);
+}
+
+// The plane kernel when only the last two axes are resized, without extrapolation; null otherwise.
+std::unique_ptr<Kernel> MakePlaneInterp(const std::vector<int64_t> &in, const std::vector<AxisTaps> &taps) {
+  const int64_t rank = static_cast<int64_t>(in.size());
+  if (rank < 2 || taps.empty()) return nullptr;
+  const AxisTaps *rows = nullptr, *cols = nullptr;
+  for (const AxisTaps &t : taps) {
+    if (t.any_extrap || t.axis < rank - 2) return nullptr;
+    (t.axis == rank - 1 ? cols : rows) = &t;
+  }
+  int64_t planes = 1;
+  for (int64_t d = 0; d < rank - 2; ++d) planes *= in[d];
+  return std::make_unique<PlaneInterpKernel>(planes, in[rank - 2], in[rank - 1], rows, cols);
+}
 
 std::unique_ptr<Kernel> PrepareResize(const KernelCtx &kc, std::string *reason) {
   ResizeAttrs r;
@@ -627,6 +830,8 @@ std::unique_ptr<Kernel> PrepareResize(const KernelCtx &kc, std::string *reason) 
     });
     return std::make_unique<NearestKernel>(in, out, std::move(src), ElemSize(t), std::move(ex));
   }
+  if (t == ElemType::kFloat && out_n != 0)
+    if (std::unique_ptr<Kernel> k = MakePlaneInterp(in, taps)) return k;
   std::unique_ptr<Kernel> k;
   VisitType(t, [&](auto tag) {
     using S = decltype(tag);
