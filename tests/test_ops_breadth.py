@@ -418,3 +418,20 @@ def test_binary_max_min_edge_values(op, n):
     pick = np.greater if op == "Max" else np.less
     want = np.where(np.isnan(a), a, np.where(np.isnan(b), b, np.where(pick(b, a), b, a)))
     np.testing.assert_array_equal(y.numpy().view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_cumsum_cumprod_over_every_axis(axis, exclusive, reverse):
+    """Leading and middle axes run a whole inner row of running totals at once; rows of odd lengths hit every
+    vector remainder, edge values (NaN, +-inf, denormals, a large magnitude) go through the same sums. (Totals are
+    kept in double, as before: a float32 overflow that later terms would undo is not exercised.)"""
+    x = (RNG.standard_normal((3, 7, 13)) * 4).astype(np.float32)
+    x[1, 2] = [np.nan, np.inf, -np.inf, 1e-40, -1e-40, 0.0, -0.0, 1.0, 1e30, -2.5, 3.0, 1e-40, 7.0]
+    x[2, :, 5] = [1e-40, -np.inf, 2.0, np.nan, -0.0, 1e30, 0.5]
+    for op in ("CumSum", "CumProd"):
+        with np.errstate(over="ignore", invalid="ignore"):  # the reference's numpy overflows to inf as we do
+            _check(op, [x, np.array(axis, np.int64)], exclusive=exclusive, reverse=reverse)
+    _check("CumSum", [np.zeros((0, 5, 3), np.float32), np.array(axis, np.int64)])
+    _check("CumSum", [RNG.integers(-9, 9, (4, 33)).astype(np.int32), np.array(0 if axis == 2 else axis, np.int32)],
+           exclusive=exclusive, reverse=reverse)

@@ -759,20 +759,43 @@ class CumKernel : public Kernel {
     const int64_t r = std::max<int64_t>(dims_.size(), 1);
     if (!NormalizeAxis(static_cast<int64_t>(*static_cast<const I *>(in[1])), r, false, &axis, reason)) return false;
     const AxisView v = ViewAt(dims_, axis);
+    // One accumulator per inner position, walked a whole inner row at a time: contiguous (vectorisable) reads even
+    // along a leading axis, and each element still sees the same sequence of operations.
+    if (v.inner == 1) return RunLastAxis(x, y, v), true;
+    std::vector<Acc> acc(static_cast<size_t>(v.inner));
     for (int64_t o = 0; o < v.outer; ++o) {
-      for (int64_t i = 0; i < v.inner; ++i) {
-        Acc acc = kProd ? Acc(1) : Acc(0);
-        for (int64_t t = 0; t < v.n; ++t) {
-          const int64_t kk = reverse_ ? v.n - 1 - t : t;
-          const int64_t p = (o * v.n + kk) * v.inner + i;
-          const Acc xv = static_cast<Acc>(Num<S>::Load(x[p]));
-          if (exclusive_) y[p] = Num<S>::Store(static_cast<C>(acc));
-          acc = kProd ? static_cast<Acc>(acc * xv) : static_cast<Acc>(acc + xv);
-          if (!exclusive_) y[p] = Num<S>::Store(static_cast<C>(acc));
-        }
+      std::fill(acc.begin(), acc.end(), kProd ? Acc(1) : Acc(0));
+      for (int64_t t = 0; t < v.n; ++t) {
+        const int64_t kk = reverse_ ? v.n - 1 - t : t;
+        const int64_t base = (o * v.n + kk) * v.inner;
+        if (exclusive_) StepRow<true>(x + base, y + base, acc.data(), v.inner);
+        else StepRow<false>(x + base, y + base, acc.data(), v.inner);
       }
     }
     return true;
+  }
+
+ private:
+  void RunLastAxis(const S *x, S *y, const AxisView &v) const {
+    for (int64_t o = 0; o < v.outer; ++o) {
+      Acc acc = kProd ? Acc(1) : Acc(0);
+      for (int64_t t = 0; t < v.n; ++t) {
+        const int64_t p = o * v.n + (reverse_ ? v.n - 1 - t : t);
+        const Acc xv = static_cast<Acc>(Num<S>::Load(x[p]));
+        if (exclusive_) y[p] = Num<S>::Store(static_cast<C>(acc));
+        acc = kProd ? static_cast<Acc>(acc * xv) : static_cast<Acc>(acc + xv);
+        if (!exclusive_) y[p] = Num<S>::Store(static_cast<C>(acc));
+      }
+    }
+  }
+  template <bool kExclusive>
+  static void StepRow(const S *x, S *y, Acc *__restrict acc, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      const Acc xv = static_cast<Acc>(Num<S>::Load(x[i]));
+      if (kExclusive) y[i] = Num<S>::Store(static_cast<C>(acc[i]));
+      acc[i] = kProd ? static_cast<Acc>(acc[i] * xv) : static_cast<Acc>(acc[i] + xv);
+      if (!kExclusive) y[i] = Num<S>::Store(static_cast<C>(acc[i]));
+    }
   }
 
  private:
