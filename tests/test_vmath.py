@@ -1,8 +1,8 @@
-"""The twin's vectorised float32 kernels (Exp, Log, Tanh, Erf, Sigmoid, Sqrt, Gelu, Sin, Cos, Floor/Ceil/Round,
-fused Softmax/LogSoftmax and LayerNormalization, Cast to float16, ReduceSum along a contiguous axis, tiled
-Transpose), through the public API: accuracy in ulp against float64 references on
-dense grids, edge values (NaN, infinities, signed zeros, denormals, overflow/underflow thresholds), and the same
-checks with the fallback instruction sets (GEASYNC_TWIN_SIMD caps the twin's choice, in a subprocess)."""
+"""The twin's vectorised float32 kernels (Exp, Log, Tanh, Erf, Sigmoid, Sqrt, Gelu, Sin, Cos, Atan, Asin, Acos,
+Floor/Ceil/Round, fused Softmax/LogSoftmax and LayerNormalization, Cast to float16, ReduceSum along a contiguous
+axis, tiled Transpose), through the public API: accuracy in ulp against float64 references on dense grids, edge
+values (NaN, infinities, signed zeros, denormals, overflow/underflow thresholds), and the same checks with the
+fallback instruction sets (GEASYNC_TWIN_SIMD caps the twin's choice, in a subprocess)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,9 @@ ACCURACY = {
     "Sin": (np.sin, lambda x: x, 2.0),
     "Cos": (np.cos, lambda x: x, 2.0),
     "Gelu": (lambda v: 0.5 * v * _erfc(-v / math.sqrt(2.0)).astype(np.float64), lambda x: x[x > -3], 16.0),
+    "Atan": (np.arctan, lambda x: x, 2.5),
+    "Asin": (np.arcsin, lambda x: x[np.abs(x) <= 1], 2.5),  # just above 0.5: 2 asin(s) doubles its error
+    "Acos": (np.arccos, lambda x: x[np.abs(x) <= 1], 2.0),
 }
 
 
@@ -360,3 +363,24 @@ def test_maxpool_2x2_skips_nan_taps(shape):
     want = _maxpool_2x2(x)
     assert want[0, 0, 0, 0] == -np.inf
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", ["Atan", "Asin", "Acos"])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 17, 255, 256, 257, 1000])
+def test_inverse_trig_matches_onnx_reference(op, n):
+    """Random values around every reduction boundary (tan(pi/8), tan(3pi/8), 0.5, 1) and edge values, at lengths
+    that leave every vector and sqrt-block remainder, against onnx.reference."""
+    rng = np.random.default_rng(n)
+    x = rng.choice(np.array([0.41421354, 0.41421357, 2.4142134, 2.4142137, 0.5, 0.50000006, 0.49999997, 1.0,
+                             -1.0, 1.0000001, 0.99999994, 3.0, -7.5, 1e20], np.float32), n)
+    x[::3] = rng.uniform(-1.2, 1.2, len(x[::3])).astype(np.float32)
+    x[::5] = rng.choice(EDGES, len(x[::5]))
+    with np.errstate(invalid="ignore"):
+        want = ReferenceEvaluator(make_model([helper.make_node(op, ["x"], ["y"])], [("x", F, [n])], [("y", F, [n])],
+                                             opset=20)).run(None, {"x": x})[0]
+    got = run_op(op, x)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=4e-7, atol=0)
+    zeros = x == 0
+    if op != "Acos":  # odd functions keep the zero's sign
+        np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(x[zeros]))
