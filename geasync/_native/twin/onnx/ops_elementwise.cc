@@ -302,35 +302,41 @@ std::unique_ptr<Kernel> PreparePow(const KernelCtx &c, std::string *reason) {
 template <class S, class Op>
 class VariadicKernel : public Kernel {
  public:
-  VariadicKernel(std::vector<BroadcastN> bcs, size_t rank) : bcs_(std::move(bcs)), ctr_(std::max<size_t>(rank, 1)) {}
+  VariadicKernel(std::vector<BroadcastN> bcs, size_t rank, size_t inputs)
+      : bcs_(std::move(bcs)), ctr_(std::max<size_t>(rank, 1)), inputs_(inputs) {}
   bool Run(const void *const *in, void *const *out, std::string *) override {
     S *o = static_cast<S *>(out[0]);
-    // Broadcast-copy input 0, then fold each further input in place.
-    BinaryLoop(bcs_[0], ctr_.data(), static_cast<const S *>(in[0]), static_cast<const S *>(in[0]), o,
-               [](S a, S) { return a; });
-    for (size_t k = 1; k < bcs_.size(); ++k)
-      InPlaceLoop(bcs_[k], ctr_.data(), o, static_cast<const S *>(in[k]),
-                  [](S a, S b) { return Num<S>::Store(Op::Apply(Num<S>::Load(a), Num<S>::Load(b))); });
+    const auto f = [](S a, S b) { return Num<S>::Store(Op::Apply(Num<S>::Load(a), Num<S>::Load(b))); };
+    // One pass over inputs 0 and 1 (a broadcast copy of input 0 alone), then fold each further input in place.
+    if (inputs_ == 1) {
+      BinaryLoop(bcs_[0], ctr_.data(), static_cast<const S *>(in[0]), static_cast<const S *>(in[0]), o,
+                 [](S a, S) { return a; });
+      return true;
+    }
+    BinaryLoop(bcs_[0], ctr_.data(), static_cast<const S *>(in[0]), static_cast<const S *>(in[1]), o, f);
+    for (size_t k = 2; k < inputs_; ++k) InPlaceLoop(bcs_[k - 1], ctr_.data(), o, static_cast<const S *>(in[k]), f);
     return true;
   }
 
  private:
   std::vector<BroadcastN> bcs_;
   std::vector<int64_t> ctr_;
+  size_t inputs_;
 };
 
 template <class Op>
 std::unique_ptr<Kernel> PrepareVariadic(const KernelCtx &c, std::string *reason) {
   const auto &od = c.out[0].dims;
-  std::vector<BroadcastN> bcs;
-  bcs.push_back(MakeBc({&c.in[0]->dims, &c.in[0]->dims}, od));
-  for (size_t k = 1; k < c.in.size(); ++k) bcs.push_back(MakeBc({&od, &c.in[k]->dims}, od));
+  std::vector<BroadcastN> bcs;  // inputs 0 and 1 together (0 alone for one input), then one per further input
+  const std::vector<int64_t> &second = c.in.size() > 1 ? c.in[1]->dims : c.in[0]->dims;
+  bcs.push_back(MakeBc({&c.in[0]->dims, &second}, od));
+  for (size_t k = 2; k < c.in.size(); ++k) bcs.push_back(MakeBc({&od, &c.in[k]->dims}, od));
   size_t rank = 1;
   for (const auto &b : bcs) rank = std::max(rank, b.dims.size());
   std::unique_ptr<Kernel> k;
   VisitType(c.out[0].dtype, [&](auto tag) {
     using S = decltype(tag);
-    if constexpr (!std::is_same<S, Bool>::value) k = std::make_unique<VariadicKernel<S, Op>>(bcs, rank);
+    if constexpr (!std::is_same<S, Bool>::value) k = std::make_unique<VariadicKernel<S, Op>>(bcs, rank, c.in.size());
   });
   if (!k) *reason = DtypeNotSupported(c.out[0].dtype);
   return k;
