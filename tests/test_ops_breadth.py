@@ -435,3 +435,15 @@ def test_cumsum_cumprod_over_every_axis(axis, exclusive, reverse):
     _check("CumSum", [np.zeros((0, 5, 3), np.float32), np.array(axis, np.int64)])
     _check("CumSum", [RNG.integers(-9, 9, (4, 33)).astype(np.int32), np.array(0 if axis == 2 else axis, np.int32)],
            exclusive=exclusive, reverse=reverse)
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 1001])
+def test_isnan_isinf_float32_bits(n):
+    """The float32 loops test bit patterns: NaNs with any payload and sign, both infinities, denormals, FLT_MAX."""
+    bits = RNG.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    bits[::3] = RNG.choice(np.array([0x7f800000, 0xff800000, 0x7f800001, 0xffc00000, 0x7fffffff, 0x00000001,
+                                     0x7f7fffff, 0x80000000], np.uint32), len(bits[::3]))
+    x = bits.view(np.float32)
+    _check("IsNaN", [x])
+    for pos, neg in ((1, 1), (1, 0), (0, 1), (0, 0)):
+        _check("IsInf", [x], detect_positive=pos, detect_negative=neg)

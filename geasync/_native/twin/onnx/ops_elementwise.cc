@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -776,6 +777,10 @@ class IsClassKernel : public Kernel {
     using C = typename Num<S>::C;
     const S *x = static_cast<const S *>(in[0]);
     uint8_t *y = static_cast<uint8_t *>(out[0]);
+    if constexpr (std::is_same<S, float>::value) {
+      RunFloat32(x, y);
+      return true;
+    }
     const C inf = std::numeric_limits<C>::infinity();
     for (int64_t i = 0; i < n_; ++i) {
       const C v = Num<S>::Load(x[i]);
@@ -785,6 +790,22 @@ class IsClassKernel : public Kernel {
   }
 
  private:
+  // float32 on the bits, one loop per mode (integer compares and a narrowing store: the loops vectorise).
+  void RunFloat32(const float *__restrict x, uint8_t *__restrict y) const {
+    const auto bits = [x](int64_t i) {
+      uint32_t b;
+      std::memcpy(&b, x + i, 4);
+      return b;
+    };
+    const uint8_t pos = pos_ ? 1 : 0, neg = neg_ ? 1 : 0;
+    if (nan_) {
+      for (int64_t i = 0; i < n_; ++i) y[i] = static_cast<uint8_t>((bits(i) & 0x7fffffffu) > 0x7f800000u);
+    } else {
+      for (int64_t i = 0; i < n_; ++i)
+        y[i] = static_cast<uint8_t>(((bits(i) == 0x7f800000u) & pos) | ((bits(i) == 0xff800000u) & neg));
+    }
+  }
+
   int64_t n_;
   bool nan_, pos_, neg_;
 };
