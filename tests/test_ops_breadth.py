@@ -464,3 +464,32 @@ def test_laned_reductions_with_edge_values(op, n, axes):
     inputs = [x] if axes is None else [x, np.array(axes, np.int64)]
     with np.errstate(over="ignore", invalid="ignore"):
         _check(op, inputs, keepdims=1)
+
+
+@pytest.mark.parametrize("k", [-40, -3, 0, 5, 40])
+def test_trilu_float_rows(k):
+    x = RNG.standard_normal((2, 13, 37)).astype(np.float32)
+    x[0, 3] = RNG.choice(_EDGE, 37)
+    for upper in (0, 1):
+        _check("Trilu", [x, np.array(k, np.int64)], upper=upper)
+
+
+@pytest.mark.parametrize("op", ["Sum", "Mean"])
+def test_sum_mean_assign_first_input(op):
+    """The first input is assigned, not added to 0: a lone -0 stays -0 like the reference; broadcasting inputs
+    and edge values."""
+    a = RNG.choice(_EDGE, (5, 17)).astype(np.float32)
+    b = RNG.standard_normal(17).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        _check(op, [a])
+        _check(op, [a, b])
+        _check(op, [a, b, a])  # (the reference's Mean cannot take a broadcasting first input)
+    z = np.full((3, 9), -0.0, np.float32)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(_model(op, [z])))
+        assert np.signbit(s.run_graph(1, [z])[0].numpy()).all()
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 100003])
+def test_range_float_counts(n):
+    _check("Range", [np.array(-3.25, np.float32), np.array(-3.25 + 0.5 * n, np.float32), np.array(0.5, np.float32)])

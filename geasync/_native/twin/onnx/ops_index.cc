@@ -700,7 +700,10 @@ class TriluKernel : public Kernel {
         U *py = y + (m * rows_ + i) * cols_;
         // upper keeps j >= i + k; lower keeps j <= i + k
         const int64_t edge = std::clamp<int64_t>(upper_ ? i + k : i + k + 1, 0, cols_);
-        for (int64_t j = 0; j < cols_; ++j) py[j] = ((j >= edge) == upper_) ? px[j] : U(0);
+        // two runs per row: a copy and zeros (U is an unsigned type of the element width: zero bits are 0)
+        const int64_t copy_from = upper_ ? edge : 0, copy_to = upper_ ? cols_ : edge;
+        std::memset(py, 0, static_cast<size_t>(cols_) * sizeof(U));
+        std::memcpy(py + copy_from, px + copy_from, static_cast<size_t>(copy_to - copy_from) * sizeof(U));
       }
     }
     return true;
