@@ -493,3 +493,23 @@ def test_sum_mean_assign_first_input(op):
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 100003])
 def test_range_float_counts(n):
     _check("Range", [np.array(-3.25, np.float32), np.array(-3.25 + 0.5 * n, np.float32), np.array(0.5, np.float32)])
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])  # (the reference rejects a negative axis here)
+@pytest.mark.parametrize("axis_len", [1, 4, 9])
+def test_gather_elements_same_shape_outside_axis(axis, axis_len):
+    """Indices with data's shape outside the axis (any length along it), negative indices, and an index out of
+    range failing the run with a message."""
+    x = RNG.standard_normal((3, 5, 7)).astype(np.float32)
+    shape = list(x.shape)
+    shape[axis] = axis_len
+    n = x.shape[axis]
+    idx = RNG.integers(-n, n, shape).astype(np.int64)
+    _check("GatherElements", [x, idx], axis=axis)
+    _check("GatherElements", [x.astype(np.float64), idx.astype(np.int32)], axis=axis)
+    bad = idx.copy()
+    bad.flat[-1] = n
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(_model("GatherElements", [x, bad], axis=axis)))
+        with pytest.raises(ga.GeError, match="out of range"):
+            s.run_graph(1, [x, bad])
