@@ -317,6 +317,32 @@ def channel_norm_resize_topk_cases(size: str):
         yield f"TopK {name} of {rows}x{cols}", model, [rand((rows, cols))]
 
 
+def more_single_op_cases(size: str):
+    """Single ops beyond the chains above: inverse trig, Cast, IsNaN/IsInf, Max/Min, CumSum along the leading axis,
+    ReduceProd."""
+    shape = list(SIZES[size])
+    for op, (lo, hi) in (("Atan", (-3, 3)), ("Asin", (-1, 1)), ("Acos", (-1, 1))):
+        yield f"{op} x{CHAIN}", chain_model(op, shape), [rand(shape, lo, hi)]
+    for src, dst in ((TensorProto.FLOAT16, F), (F, TensorProto.INT32), (F, TensorProto.UINT8),
+                     (F, TensorProto.INT64), (TensorProto.BOOL, F)):
+        x = rand(shape, -300, 300)
+        x = x > 0 if src == TensorProto.BOOL else x.astype(np.float16) if src == TensorProto.FLOAT16 else x
+        cast = make_model([helper.make_node("Cast", ["x"], ["y"], to=dst)], [("x", src, shape)], [("y", dst, shape)],
+                          opset=OPSET)
+        yield f"Cast ({x.dtype} -> {helper.tensor_dtype_to_np_dtype(dst)})", cast, [x]
+    for op in ("IsNaN", "IsInf"):
+        yield op, make_model([helper.make_node(op, ["x"], ["y"])], [("x", F, shape)],
+                             [("y", TensorProto.BOOL, shape)], opset=OPSET), [rand(shape)]
+    for op in ("Max", "Min"):
+        yield f"{op} x{CHAIN} (same shape)", binary_chain(op, shape, shape), [rand(shape), rand(shape, seed=1)]
+    cum = make_model([helper.make_node("CumSum", ["x", "a"], ["y"])], [("x", F, shape)], [("y", F, shape)],
+                     initializers=[("a", np.array(0, np.int64))], opset=OPSET)
+    yield "CumSum (axis 0)", cum, [rand(shape)]
+    prod = make_model([helper.make_node("ReduceProd", ["x"], ["y"], keepdims=0)], [("x", F, shape)], [("y", F, [])],
+                      opset=OPSET)
+    yield "ReduceProd (all)", prod, [rand(shape, 0.999, 1.001)]
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
@@ -328,6 +354,7 @@ FAMILIES = {
     "quantisation": quantisation_cases,
     "attention / sampling": attention_cases,
     "channel norms / resize / top-k": channel_norm_resize_topk_cases,
+    "inverse trig, casts, scans": more_single_op_cases,
 }
 
 

@@ -483,6 +483,101 @@ def test_binary_max_min_edge_values(op, n):
     np.testing.assert_array_equal(y.numpy().view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_cumsum_cumprod_over_every_axis(axis, exclusive, reverse):
+    """Leading and middle axes run a whole inner row of running totals at once; rows of odd lengths hit every
+    vector remainder, edge values (NaN, +-inf, denormals, a large magnitude) go through the same sums. (Totals are
+    kept in double, as before: a float32 overflow that later terms would undo is not exercised.)"""
+    x = (RNG.standard_normal((3, 7, 13)) * 4).astype(np.float32)
+    x[1, 2] = [np.nan, np.inf, -np.inf, 1e-40, -1e-40, 0.0, -0.0, 1.0, 1e30, -2.5, 3.0, 1e-40, 7.0]
+    x[2, :, 5] = [1e-40, -np.inf, 2.0, np.nan, -0.0, 1e30, 0.5]
+    for op in ("CumSum", "CumProd"):
+        with np.errstate(over="ignore", invalid="ignore"):  # the reference's numpy overflows to inf as we do
+            _check(op, [x, np.array(axis, np.int64)], exclusive=exclusive, reverse=reverse)
+    _check("CumSum", [np.zeros((0, 5, 3), np.float32), np.array(axis, np.int64)])
+    _check("CumSum", [RNG.integers(-9, 9, (4, 33)).astype(np.int32), np.array(0 if axis == 2 else axis, np.int32)],
+           exclusive=exclusive, reverse=reverse)
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 1001])
+def test_isnan_isinf_float32_bits(n):
+    """The float32 loops test bit patterns: NaNs with any payload and sign, both infinities, denormals, FLT_MAX."""
+    bits = RNG.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    bits[::3] = RNG.choice(np.array([0x7f800000, 0xff800000, 0x7f800001, 0xffc00000, 0x7fffffff, 0x00000001,
+                                     0x7f7fffff, 0x80000000], np.uint32), len(bits[::3]))
+    x = bits.view(np.float32)
+    _check("IsNaN", [x])
+    for pos, neg in ((1, 1), (1, 0), (0, 1), (0, 0)):
+        _check("IsInf", [x], detect_positive=pos, detect_negative=neg)
+
+
+@pytest.mark.parametrize("op", ["ReduceProd", "ReduceMax", "ReduceMin", "ReduceL1"])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 33])
+@pytest.mark.parametrize("axes", [[-1], [1], None])
+def test_laned_reductions_with_edge_values(op, n, axes):
+    """Products through lanes and the select-based Max/Min, at run lengths leaving every lane remainder, with NaN,
+    +-inf, signed zeros and denormals in some rows."""
+    x = RNG.uniform(0.5, 1.5, (4, 3, n)).astype(np.float32)
+    x[1, 1] = RNG.choice(_EDGE[1:], n)  # no NaN
+    x[2, 0] = RNG.choice(_EDGE, n)
+    x[3, 2, :] = -0.0
+    if op == "ReduceProd":  # products are kept in double: a float32 overflow that later factors undo is left out
+        x[np.abs(x) > 1e30] = np.copysign(np.float32(1e10), x[np.abs(x) > 1e30])
+    inputs = [x] if axes is None else [x, np.array(axes, np.int64)]
+    with np.errstate(over="ignore", invalid="ignore"):
+        _check(op, inputs, keepdims=1)
+
+
+@pytest.mark.parametrize("k", [-40, -3, 0, 5, 40])
+def test_trilu_float_rows(k):
+    x = RNG.standard_normal((2, 13, 37)).astype(np.float32)
+    x[0, 3] = RNG.choice(_EDGE, 37)
+    for upper in (0, 1):
+        _check("Trilu", [x, np.array(k, np.int64)], upper=upper)
+
+
+@pytest.mark.parametrize("op", ["Sum", "Mean"])
+def test_sum_mean_assign_first_input(op):
+    """The first input is assigned, not added to 0: a lone -0 stays -0 like the reference; broadcasting inputs
+    and edge values."""
+    a = RNG.choice(_EDGE, (5, 17)).astype(np.float32)
+    b = RNG.standard_normal(17).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        _check(op, [a])
+        _check(op, [a, b])
+        _check(op, [a, b, a])  # (the reference's Mean cannot take a broadcasting first input)
+    z = np.full((3, 9), -0.0, np.float32)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(_model(op, [z])))
+        assert np.signbit(s.run_graph(1, [z])[0].numpy()).all()
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 100003])
+def test_range_float_counts(n):
+    _check("Range", [np.array(-3.25, np.float32), np.array(-3.25 + 0.5 * n, np.float32), np.array(0.5, np.float32)])
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])  # (the reference rejects a negative axis here)
+@pytest.mark.parametrize("axis_len", [1, 4, 9])
+def test_gather_elements_same_shape_outside_axis(axis, axis_len):
+    """Indices with data's shape outside the axis (any length along it), negative indices, and an index out of
+    range failing the run with a message."""
+    x = RNG.standard_normal((3, 5, 7)).astype(np.float32)
+    shape = list(x.shape)
+    shape[axis] = axis_len
+    n = x.shape[axis]
+    idx = RNG.integers(-n, n, shape).astype(np.int64)
+    _check("GatherElements", [x, idx], axis=axis)
+    _check("GatherElements", [x.astype(np.float64), idx.astype(np.int32)], axis=axis)
+    bad = idx.copy()
+    bad.flat[-1] = n
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(_model("GatherElements", [x, bad], axis=axis)))
+        with pytest.raises(ga.GeError, match="out of range"):
+            s.run_graph(1, [x, bad])
+
+
 # ---- the fallback instruction sets run the same checks ----
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])

@@ -1,8 +1,8 @@
-"""The twin's vectorised float32 kernels (Exp, Log, Tanh, Erf, Sigmoid, Sqrt, Gelu, Sin, Cos, Floor/Ceil/Round,
-fused Softmax/LogSoftmax and LayerNormalization, Cast to float16, ReduceSum along a contiguous axis, tiled
-Transpose), through the public API: accuracy in ulp against float64 references on
-dense grids, edge values (NaN, infinities, signed zeros, denormals, overflow/underflow thresholds), and the same
-checks with the fallback instruction sets (GEASYNC_TWIN_SIMD caps the twin's choice, in a subprocess)."""
+"""The twin's vectorised float32 kernels (Exp, Log, Tanh, Erf, Sigmoid, Sqrt, Gelu, Sin, Cos, Atan, Asin, Acos,
+Floor/Ceil/Round, fused Softmax/LogSoftmax and LayerNormalization, Cast to float16, ReduceSum along a contiguous
+axis, tiled Transpose), through the public API: accuracy in ulp against float64 references on dense grids, edge
+values (NaN, infinities, signed zeros, denormals, overflow/underflow thresholds), and the same checks with the
+fallback instruction sets (GEASYNC_TWIN_SIMD caps the twin's choice, in a subprocess)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,9 @@ ACCURACY = {
     "Sin": (np.sin, lambda x: x, 2.0),
     "Cos": (np.cos, lambda x: x, 2.0),
     "Gelu": (lambda v: 0.5 * v * _erfc(-v / math.sqrt(2.0)).astype(np.float64), lambda x: x[x > -3], 16.0),
+    "Atan": (np.arctan, lambda x: x, 2.5),
+    "Asin": (np.arcsin, lambda x: x[np.abs(x) <= 1], 2.5),  # just above 0.5: 2 asin(s) doubles its error
+    "Acos": (np.arccos, lambda x: x[np.abs(x) <= 1], 2.0),
 }
 
 
@@ -662,3 +665,68 @@ def test_mvn_float_edge_values():
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(got[:, 2], 0.0)
     np.testing.assert_allclose(got[:, 3], want[:, 3], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["Atan", "Asin", "Acos"])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 17, 255, 256, 257, 1000])
+def test_inverse_trig_matches_onnx_reference(op, n):
+    """Random values around every reduction boundary (tan(pi/8), tan(3pi/8), 0.5, 1) and edge values, at lengths
+    that leave every vector and sqrt-block remainder, against onnx.reference."""
+    rng = np.random.default_rng(n)
+    x = rng.choice(np.array([0.41421354, 0.41421357, 2.4142134, 2.4142137, 0.5, 0.50000006, 0.49999997, 1.0,
+                             -1.0, 1.0000001, 0.99999994, 3.0, -7.5, 1e20], np.float32), n)
+    x[::3] = rng.uniform(-1.2, 1.2, len(x[::3])).astype(np.float32)
+    x[::5] = rng.choice(EDGES, len(x[::5]))
+    with np.errstate(invalid="ignore"):
+        want = ReferenceEvaluator(make_model([helper.make_node(op, ["x"], ["y"])], [("x", F, [n])], [("y", F, [n])],
+                                             opset=20)).run(None, {"x": x})[0]
+    got = run_op(op, x)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=4e-7, atol=0)
+    zeros = x == 0
+    if op != "Acos":  # odd functions keep the zero's sign
+        np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(x[zeros]))
+
+
+_CAST_EDGES = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-40, 0.5, -0.5, 0.99999994, -1.5,
+                        127.9, 128.0, -128.5, 255.5, 256.0, 32767.5, 65535.9, 65536.0, 2147483520.0, -2147483648.0,
+                        2147483648.0, -2147483904.0, 4294967040.0, 4294967296.0, 9.223372e18, -9.223372e18,
+                        9.2233725e18, 1e30, -3e38], np.float32)
+
+
+@pytest.mark.parametrize("to", [TensorProto.INT32, TensorProto.INT16, TensorProto.INT8, TensorProto.UINT16,
+                                TensorProto.UINT8, TensorProto.INT64, TensorProto.UINT32, TensorProto.BOOL])
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 255, 256, 257, 1001])
+def test_cast_from_float_matches_reference(to, n):
+    """float32 -> integer and bool casts (cvttps2dq blocks, 64-bit cvttss2si) against onnx.reference (numpy's
+    astype): truncation, NaN / out-of-range results and wrapping, at lengths leaving every block remainder."""
+    rng = np.random.default_rng(n + to)
+    x = (rng.standard_normal(n) * 300).astype(np.float32)
+    x[::4] = rng.choice(_CAST_EDGES, len(x[::4]))
+    if to == TensorProto.UINT32:  # numpy's result for NaN, inf and x < -2^31 depends on its SIMD path: left out
+        x[~(np.abs(x) < 2.1e9)] = 7.0
+    _check_cast(x, to)
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 1001])
+def test_cast_half_and_bool_to_float_match_reference(n):
+    rng = np.random.default_rng(n)
+    bits = rng.integers(0, 1 << 16, n).astype(np.uint16)  # every class of half: denormals, inf, NaN payloads
+    bits[:4] = np.array([0x7c00, 0xfc00, 0x0001, 0x8000], np.uint16)[: min(n, 4)]
+    got = _check_cast(bits.view(np.float16), TensorProto.FLOAT)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(bits.view(np.float16)))
+    _check_cast(rng.random(n) < 0.5, TensorProto.FLOAT)
+
+
+def _check_cast(x: np.ndarray, to: int) -> np.ndarray:
+    src = {np.float32: F, np.float16: TensorProto.FLOAT16, np.bool_: TensorProto.BOOL}[x.dtype.type]
+    model = make_model([helper.make_node("Cast", ["x"], ["y"], to=to)], [("x", src, list(x.shape))],
+                       [("y", to, list(x.shape))], opset=20)
+    with np.errstate(invalid="ignore"):
+        want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        got = s.run_graph(1, [x])[0].numpy().copy()
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    return got

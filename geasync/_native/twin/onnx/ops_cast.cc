@@ -1,5 +1,10 @@
 // Cast between all numeric dtypes the twin represents (float32/16, bfloat16, float64, [u]int8..64, bool).
 // Float -> int truncates toward zero like numpy's astype; NaN/out-of-range give numpy's x86 results, never UB.
+// -O3 and no FP-trap semantics so that the element loops (selects included) vectorise.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
+#pragma GCC optimize("O3", "no-trapping-math")
+#endif
+
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -93,6 +98,7 @@ typename Tr<D>::St Convert(typename Tr<S>::St x) {
     else return StoreFloat<D>(LoadFloat<S>(x));
   } else {
     // Integer or bool source.
+    if constexpr (Tr<S>::kind == kBoolean && std::is_floating_point<SD>::value) return x != 0 ? SD(1) : SD(0);
     if constexpr (Tr<S>::kind == kBoolean) x = x != 0 ? 1 : 0;
     if constexpr (Tr<D>::kind == kBoolean) return x != 0 ? 1 : 0;
     else if constexpr (std::is_same<D, HalfTag>::value) return FloatToHalf(static_cast<float>(x));
@@ -124,6 +130,49 @@ __attribute__((target("avx,f16c"))) void CastFloatToHalfF16c(const void *in, voi
   for (; i < n; ++i) y[i] = FloatToHalf(x[i]);
 }
 
+// float16 -> float32 with F16C's vcvtph2ps (exact, like HalfToFloat).
+__attribute__((target("avx,f16c"))) void CastHalfToFloatF16c(const void *in, void *out, int64_t n) {
+  const uint16_t *x = static_cast<const uint16_t *>(in);
+  float *y = static_cast<float *>(out);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(x + i))));
+  for (; i < n; ++i) y[i] = HalfToFloat(x[i]);
+}
+
+// float32 -> int32 and narrower ints with SSE2's cvttps2dq (every x86-64): it truncates, and NaN / out-of-range
+// give INT32_MIN, which is exactly StoreFloat's 32-bit rule; narrower types then keep the low bits.
+template <class D>
+void CastFloatToNarrowIntSse2(const void *in, void *out, int64_t n) {
+  const float *x = static_cast<const float *>(in);
+  D *y = static_cast<D *>(out);
+  constexpr int64_t kBlock = 256;
+  alignas(16) int32_t t[kBlock];
+  if constexpr (std::is_same<D, int32_t>::value) {  // no narrowing: straight into the output
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+      _mm_storeu_si128(reinterpret_cast<__m128i *>(y + i), _mm_cvttps_epi32(_mm_loadu_ps(x + i)));
+    for (; i < n; ++i) y[i] = _mm_cvtt_ss2si(_mm_set_ss(x[i]));
+    return;
+  }
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t m = n - i < kBlock ? n - i : kBlock;
+    int64_t j = 0;
+    for (; j + 4 <= m; j += 4)
+      _mm_store_si128(reinterpret_cast<__m128i *>(t + j), _mm_cvttps_epi32(_mm_loadu_ps(x + i + j)));
+    for (; j < m; ++j) t[j] = _mm_cvtt_ss2si(_mm_set_ss(x[i + j]));
+    for (j = 0; j < m; ++j) y[i + j] = static_cast<D>(t[j]);
+  }
+}
+
+// float32 -> int64 / uint32 through cvttss2si's 64-bit form: NaN / out-of-range give INT64_MIN (StoreFloat's rule).
+template <class D>
+void CastFloatToWideInt(const void *in, void *out, int64_t n) {
+  const float *x = static_cast<const float *>(in);
+  D *y = static_cast<D *>(out);
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<D>(_mm_cvttss_si64(_mm_set_ss(x[i])));
+}
+
 // CPUID leaf 1 directly: clang's __builtin_cpu_supports has no "f16c". AVX's OS support is part of the ISA check.
 bool CpuHasF16c() {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -145,8 +194,32 @@ CastFn PickHalfDst() {
   return CastLoop<S, HalfTag>;
 }
 
+// Fast paths from float32 and float16 where the CPU has them; nullptr: the element loop.
+template <class S>
+CastFn PickFastPath(ElemType d) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same<S, float>::value) {
+    switch (d) {
+      case ElemType::kInt32: return CastFloatToNarrowIntSse2<int32_t>;
+      case ElemType::kInt16: return CastFloatToNarrowIntSse2<int16_t>;
+      case ElemType::kInt8: return CastFloatToNarrowIntSse2<int8_t>;
+      case ElemType::kUint16: return CastFloatToNarrowIntSse2<uint16_t>;
+      case ElemType::kUint8: return CastFloatToNarrowIntSse2<uint8_t>;
+      case ElemType::kInt64: return CastFloatToWideInt<int64_t>;
+      case ElemType::kUint32: return CastFloatToWideInt<uint32_t>;
+      default: return nullptr;
+    }
+  }
+  if constexpr (std::is_same<S, HalfTag>::value)
+    if (d == ElemType::kFloat && HasF16c()) return CastHalfToFloatF16c;
+#endif
+  (void)d;
+  return nullptr;
+}
+
 template <class S>
 CastFn PickDst(ElemType d) {
+  if (CastFn fast = PickFastPath<S>(d)) return fast;
   switch (d) {
     case ElemType::kFloat: return CastLoop<S, float>;
     case ElemType::kFloat16: return PickHalfDst<S>();

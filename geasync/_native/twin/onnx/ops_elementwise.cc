@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -302,35 +303,41 @@ std::unique_ptr<Kernel> PreparePow(const KernelCtx &c, std::string *reason) {
 template <class S, class Op>
 class VariadicKernel : public Kernel {
  public:
-  VariadicKernel(std::vector<BroadcastN> bcs, size_t rank) : bcs_(std::move(bcs)), ctr_(std::max<size_t>(rank, 1)) {}
+  VariadicKernel(std::vector<BroadcastN> bcs, size_t rank, size_t inputs)
+      : bcs_(std::move(bcs)), ctr_(std::max<size_t>(rank, 1)), inputs_(inputs) {}
   bool Run(const void *const *in, void *const *out, std::string *) override {
     S *o = static_cast<S *>(out[0]);
-    // Broadcast-copy input 0, then fold each further input in place.
-    BinaryLoop(bcs_[0], ctr_.data(), static_cast<const S *>(in[0]), static_cast<const S *>(in[0]), o,
-               [](S a, S) { return a; });
-    for (size_t k = 1; k < bcs_.size(); ++k)
-      InPlaceLoop(bcs_[k], ctr_.data(), o, static_cast<const S *>(in[k]),
-                  [](S a, S b) { return Num<S>::Store(Op::Apply(Num<S>::Load(a), Num<S>::Load(b))); });
+    const auto f = [](S a, S b) { return Num<S>::Store(Op::Apply(Num<S>::Load(a), Num<S>::Load(b))); };
+    // One pass over inputs 0 and 1 (a broadcast copy of input 0 alone), then fold each further input in place.
+    if (inputs_ == 1) {
+      BinaryLoop(bcs_[0], ctr_.data(), static_cast<const S *>(in[0]), static_cast<const S *>(in[0]), o,
+                 [](S a, S) { return a; });
+      return true;
+    }
+    BinaryLoop(bcs_[0], ctr_.data(), static_cast<const S *>(in[0]), static_cast<const S *>(in[1]), o, f);
+    for (size_t k = 2; k < inputs_; ++k) InPlaceLoop(bcs_[k - 1], ctr_.data(), o, static_cast<const S *>(in[k]), f);
     return true;
   }
 
  private:
   std::vector<BroadcastN> bcs_;
   std::vector<int64_t> ctr_;
+  size_t inputs_;
 };
 
 template <class Op>
 std::unique_ptr<Kernel> PrepareVariadic(const KernelCtx &c, std::string *reason) {
   const auto &od = c.out[0].dims;
-  std::vector<BroadcastN> bcs;
-  bcs.push_back(MakeBc({&c.in[0]->dims, &c.in[0]->dims}, od));
-  for (size_t k = 1; k < c.in.size(); ++k) bcs.push_back(MakeBc({&od, &c.in[k]->dims}, od));
+  std::vector<BroadcastN> bcs;  // inputs 0 and 1 together (0 alone for one input), then one per further input
+  const std::vector<int64_t> &second = c.in.size() > 1 ? c.in[1]->dims : c.in[0]->dims;
+  bcs.push_back(MakeBc({&c.in[0]->dims, &second}, od));
+  for (size_t k = 2; k < c.in.size(); ++k) bcs.push_back(MakeBc({&od, &c.in[k]->dims}, od));
   size_t rank = 1;
   for (const auto &b : bcs) rank = std::max(rank, b.dims.size());
   std::unique_ptr<Kernel> k;
   VisitType(c.out[0].dtype, [&](auto tag) {
     using S = decltype(tag);
-    if constexpr (!std::is_same<S, Bool>::value) k = std::make_unique<VariadicKernel<S, Op>>(bcs, rank);
+    if constexpr (!std::is_same<S, Bool>::value) k = std::make_unique<VariadicKernel<S, Op>>(bcs, rank, c.in.size());
   });
   if (!k) *reason = DtypeNotSupported(c.out[0].dtype);
   return k;
@@ -516,9 +523,9 @@ TWIN_STD_UNARY(TanhF, std::tanh(x), vmath::TanhArray)
 TWIN_STD_UNARY(SinF, std::sin(x), vmath::SinArray)
 TWIN_STD_UNARY(CosF, std::cos(x), vmath::CosArray)
 TWIN_STD_UNARY(TanF, std::tan(x), nullptr)
-TWIN_STD_UNARY(AsinF, std::asin(x), nullptr)
-TWIN_STD_UNARY(AcosF, std::acos(x), nullptr)
-TWIN_STD_UNARY(AtanF, std::atan(x), nullptr)
+TWIN_STD_UNARY(AsinF, std::asin(x), vmath::AsinArray)
+TWIN_STD_UNARY(AcosF, std::acos(x), vmath::AcosArray)
+TWIN_STD_UNARY(AtanF, std::atan(x), vmath::AtanArray)
 TWIN_STD_UNARY(SinhF, std::sinh(x), nullptr)
 TWIN_STD_UNARY(CoshF, std::cosh(x), nullptr)
 TWIN_STD_UNARY(AsinhF, std::asinh(x), nullptr)
@@ -770,6 +777,10 @@ class IsClassKernel : public Kernel {
     using C = typename Num<S>::C;
     const S *x = static_cast<const S *>(in[0]);
     uint8_t *y = static_cast<uint8_t *>(out[0]);
+    if constexpr (std::is_same<S, float>::value) {
+      RunFloat32(x, y);
+      return true;
+    }
     const C inf = std::numeric_limits<C>::infinity();
     for (int64_t i = 0; i < n_; ++i) {
       const C v = Num<S>::Load(x[i]);
@@ -779,6 +790,22 @@ class IsClassKernel : public Kernel {
   }
 
  private:
+  // float32 on the bits, one loop per mode (integer compares and a narrowing store: the loops vectorise).
+  void RunFloat32(const float *__restrict x, uint8_t *__restrict y) const {
+    const auto bits = [x](int64_t i) {
+      uint32_t b;
+      std::memcpy(&b, x + i, 4);
+      return b;
+    };
+    const uint8_t pos = pos_ ? 1 : 0, neg = neg_ ? 1 : 0;
+    if (nan_) {
+      for (int64_t i = 0; i < n_; ++i) y[i] = static_cast<uint8_t>((bits(i) & 0x7fffffffu) > 0x7f800000u);
+    } else {
+      for (int64_t i = 0; i < n_; ++i)
+        y[i] = static_cast<uint8_t>(((bits(i) == 0x7f800000u) & pos) | ((bits(i) == 0xff800000u) & neg));
+    }
+  }
+
   int64_t n_;
   bool nan_, pos_, neg_;
 };

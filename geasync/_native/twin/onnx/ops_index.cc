@@ -284,12 +284,13 @@ std::vector<int64_t> WalkOffsets(const std::vector<int64_t> &walk, const std::ve
 template <class U, class I>
 class GatherElementsKernel : public Kernel {
  public:
-  GatherElementsKernel(std::vector<int64_t> off, int64_t axis_n, int64_t axis_stride)
-      : off_(std::move(off)), n_(axis_n), stride_(axis_stride) {}
+  GatherElementsKernel(std::vector<int64_t> off, int64_t axis_n, int64_t axis_stride, AxisView walk)
+      : off_(std::move(off)), n_(axis_n), stride_(axis_stride), walk_(walk) {}
   bool Run(const void *const *in, void *const *out, std::string *reason) override {
     const U *x = static_cast<const U *>(in[0]);
     const I *idx = static_cast<const I *>(in[1]);
     U *y = static_cast<U *>(out[0]);
+    if (off_.empty()) return RunSameShape(x, idx, y, reason);
     for (size_t p = 0; p < off_.size(); ++p) {
       int64_t k;
       if (!NormIndex(idx[p], n_, &k, reason)) return false;
@@ -299,8 +300,27 @@ class GatherElementsKernel : public Kernel {
   }
 
  private:
-  std::vector<int64_t> off_;
+  // Indices with data's shape outside the axis: the data offset follows from [outer, t, inner] directly.
+  bool RunSameShape(const U *x, const I *idx, U *y, std::string *reason) const {
+    const int64_t inner = walk_.inner, block = n_ * inner, rows = walk_.outer * walk_.n;
+    for (int64_t r = 0; r < rows; ++r) {  // one run of `inner` indices per (outer, t)
+      const U *xo = x + (r / walk_.n) * block;
+      const I *ir = idx + r * inner;
+      U *yr = y + r * inner;
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t raw = static_cast<int64_t>(ir[i]);
+        const int64_t k = raw < 0 ? raw + n_ : raw;
+        int64_t unused;
+        if (k < 0 || k >= n_) return NormIndex(raw, n_, &unused, reason);  // fails, with the message
+        yr[i] = xo[k * inner + i];
+      }
+    }
+    return true;
+  }
+
+  std::vector<int64_t> off_;  // empty: RunSameShape
   int64_t n_, stride_;
+  AxisView walk_;
 };
 
 std::unique_ptr<Kernel> PrepareGatherElements(const KernelCtx &c, std::string *reason) {
@@ -309,12 +329,16 @@ std::unique_ptr<Kernel> PrepareGatherElements(const KernelCtx &c, std::string *r
   if (!AxisAttr(*c.node, 0, std::max<int64_t>(d.size(), 1), &axis, reason) ||
       !ElementsShapesFit(*c.in[0], *c.in[1], nullptr, axis, reason))
     return nullptr;
-  std::vector<int64_t> off = WalkOffsets(c.in[1]->dims, d, axis);
+  const auto &w = c.in[1]->dims;
+  bool same_shape = !d.empty() && w.size() == d.size();
+  for (size_t j = 0; same_shape && j < d.size(); ++j) same_shape = static_cast<int64_t>(j) == axis || w[j] == d[j];
+  std::vector<int64_t> off = same_shape ? std::vector<int64_t>() : WalkOffsets(w, d, axis);
   const int64_t n = d.empty() ? 1 : d[axis], stride = d.empty() ? 1 : Strides(d)[axis];
+  const AxisView walk = d.empty() ? AxisView() : ViewAt(w, axis);
   std::unique_ptr<Kernel> k;
   VisitWidth(c.in[0]->dtype, [&](auto u) {
     VisitIndex(c.in[1]->dtype, [&](auto i) {
-      k = std::make_unique<GatherElementsKernel<decltype(u), decltype(i)>>(off, n, stride);
+      k = std::make_unique<GatherElementsKernel<decltype(u), decltype(i)>>(off, n, stride, walk);
     });
   });
   if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
@@ -700,7 +724,10 @@ class TriluKernel : public Kernel {
         U *py = y + (m * rows_ + i) * cols_;
         // upper keeps j >= i + k; lower keeps j <= i + k
         const int64_t edge = std::clamp<int64_t>(upper_ ? i + k : i + k + 1, 0, cols_);
-        for (int64_t j = 0; j < cols_; ++j) py[j] = ((j >= edge) == upper_) ? px[j] : U(0);
+        // two runs per row: a copy and zeros (U is an unsigned type of the element width: zero bits are 0)
+        const int64_t copy_from = upper_ ? edge : 0, copy_to = upper_ ? cols_ : edge;
+        std::memset(py, 0, static_cast<size_t>(cols_) * sizeof(U));
+        std::memcpy(py + copy_from, px + copy_from, static_cast<size_t>(copy_to - copy_from) * sizeof(U));
       }
     }
     return true;
@@ -759,20 +786,43 @@ class CumKernel : public Kernel {
     const int64_t r = std::max<int64_t>(dims_.size(), 1);
     if (!NormalizeAxis(static_cast<int64_t>(*static_cast<const I *>(in[1])), r, false, &axis, reason)) return false;
     const AxisView v = ViewAt(dims_, axis);
+    // One accumulator per inner position, walked a whole inner row at a time: contiguous (vectorisable) reads even
+    // along a leading axis, and each element still sees the same sequence of operations.
+    if (v.inner == 1) return RunLastAxis(x, y, v), true;
+    std::vector<Acc> acc(static_cast<size_t>(v.inner));
     for (int64_t o = 0; o < v.outer; ++o) {
-      for (int64_t i = 0; i < v.inner; ++i) {
-        Acc acc = kProd ? Acc(1) : Acc(0);
-        for (int64_t t = 0; t < v.n; ++t) {
-          const int64_t kk = reverse_ ? v.n - 1 - t : t;
-          const int64_t p = (o * v.n + kk) * v.inner + i;
-          const Acc xv = static_cast<Acc>(Num<S>::Load(x[p]));
-          if (exclusive_) y[p] = Num<S>::Store(static_cast<C>(acc));
-          acc = kProd ? static_cast<Acc>(acc * xv) : static_cast<Acc>(acc + xv);
-          if (!exclusive_) y[p] = Num<S>::Store(static_cast<C>(acc));
-        }
+      std::fill(acc.begin(), acc.end(), kProd ? Acc(1) : Acc(0));
+      for (int64_t t = 0; t < v.n; ++t) {
+        const int64_t kk = reverse_ ? v.n - 1 - t : t;
+        const int64_t base = (o * v.n + kk) * v.inner;
+        if (exclusive_) StepRow<true>(x + base, y + base, acc.data(), v.inner);
+        else StepRow<false>(x + base, y + base, acc.data(), v.inner);
       }
     }
     return true;
+  }
+
+ private:
+  void RunLastAxis(const S *x, S *y, const AxisView &v) const {
+    for (int64_t o = 0; o < v.outer; ++o) {
+      Acc acc = kProd ? Acc(1) : Acc(0);
+      for (int64_t t = 0; t < v.n; ++t) {
+        const int64_t p = o * v.n + (reverse_ ? v.n - 1 - t : t);
+        const Acc xv = static_cast<Acc>(Num<S>::Load(x[p]));
+        if (exclusive_) y[p] = Num<S>::Store(static_cast<C>(acc));
+        acc = kProd ? static_cast<Acc>(acc * xv) : static_cast<Acc>(acc + xv);
+        if (!exclusive_) y[p] = Num<S>::Store(static_cast<C>(acc));
+      }
+    }
+  }
+  template <bool kExclusive>
+  static void StepRow(const S *x, S *y, Acc *__restrict acc, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      const Acc xv = static_cast<Acc>(Num<S>::Load(x[i]));
+      if (kExclusive) y[i] = Num<S>::Store(static_cast<C>(acc[i]));
+      acc[i] = kProd ? static_cast<Acc>(acc[i] * xv) : static_cast<Acc>(acc[i] + xv);
+      if (!kExclusive) y[i] = Num<S>::Store(static_cast<C>(acc[i]));
+    }
   }
 
  private:

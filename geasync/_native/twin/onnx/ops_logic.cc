@@ -249,30 +249,36 @@ class SumKernel : public Kernel {
     ctr_.resize(r);
   }
   bool Run(const void *const *in, void *const *out, std::string *) override {
-    C *acc = acc_.data();
-    for (int64_t i = 0; i < n_; ++i) acc[i] = C(0);
-    for (size_t k = 0; k < bcs_.size(); ++k) {
-      const S *x = static_cast<const S *>(in[k]);
-      const BroadcastN &bc = bcs_[k];
-      const int64_t is = bc.strides[1].back();
-      ForEachRunN(bc, ctr_.data(), [&](const int64_t *off, int64_t oo, int64_t n) {
-        C *__restrict po = acc + oo;
-        const S *__restrict px = x + off[1];
-        if (is) {
-          for (int64_t i = 0; i < n; ++i) po[i] += Num<S>::Load(px[i]);
-        } else {
-          const C v = Num<S>::Load(*px);
-          for (int64_t i = 0; i < n; ++i) po[i] += v;
-        }
-      });
-    }
     S *y = static_cast<S *>(out[0]);
+    constexpr bool kInOutput = std::is_same<C, S>::value;  // float / double: accumulate in the output itself
+    C *acc = kInOutput ? reinterpret_cast<C *>(y) : acc_.data();
+    // Input 0 is assigned (x0 + x1 + ..., like the reference: a lone -0 stays -0), the others added.
+    for (size_t k = 0; k < bcs_.size(); ++k) {
+      if (k == 0) AddInput<true>(static_cast<const S *>(in[k]), bcs_[k], acc);
+      else AddInput<false>(static_cast<const S *>(in[k]), bcs_[k], acc);
+    }
     const C scale = kMean ? C(1) / static_cast<C>(bcs_.size()) : C(1);
-    for (int64_t i = 0; i < n_; ++i) y[i] = Num<S>::Store(kMean ? acc[i] * scale : acc[i]);
+    if (kMean || !kInOutput)
+      for (int64_t i = 0; i < n_; ++i) y[i] = Num<S>::Store(kMean ? acc[i] * scale : acc[i]);
     return true;
   }
 
  private:
+  template <bool kAssign>
+  void AddInput(const S *x, const BroadcastN &bc, C *acc) {
+    const int64_t is = bc.strides[1].back();
+    ForEachRunN(bc, ctr_.data(), [&](const int64_t *off, int64_t oo, int64_t n) {
+      C *__restrict po = acc + oo;
+      const S *__restrict px = x + off[1];
+      if (is) {
+        for (int64_t i = 0; i < n; ++i) po[i] = kAssign ? Num<S>::Load(px[i]) : po[i] + Num<S>::Load(px[i]);
+      } else {
+        const C v = Num<S>::Load(*px);
+        for (int64_t i = 0; i < n; ++i) po[i] = kAssign ? v : po[i] + v;
+      }
+    });
+  }
+
   std::vector<BroadcastN> bcs_;
   int64_t n_;
   std::vector<C> acc_;

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "broadcast.h"
@@ -766,7 +767,13 @@ class RangeKernel : public Kernel {
         v = static_cast<C>(static_cast<uint64_t>(v) + static_cast<uint64_t>(delta));
       }
     } else {
-      for (int64_t i = 0; i < n_; ++i) y[i] = Num<S>::Store(static_cast<C>(start + static_cast<C>(i) * delta));
+      // an int32 counter where it fits converts to the same C value, and that conversion vectorises
+      if (n_ <= INT32_MAX) {
+        for (int32_t i = 0; i < static_cast<int32_t>(n_); ++i)
+          y[i] = Num<S>::Store(static_cast<C>(start + static_cast<C>(i) * delta));
+      } else {
+        for (int64_t i = 0; i < n_; ++i) y[i] = Num<S>::Store(static_cast<C>(start + static_cast<C>(i) * delta));
+      }
     }
     return true;
   }

@@ -324,6 +324,8 @@ class ReduceKernel : public Kernel {
         const double sh = kPass == kLogSumExp ? shift_[off] : 0.0;
         if constexpr (kLanedSum<kPass, A>) {
           a += RunSum<kPass, A>(px, inner);
+        } else if constexpr (kLanedProd<kPass, A>) {
+          a *= LanedSum<kPass, A>(px, inner);
         } else if (!VectorExtremum<kPass, A>(px, inner, &a)) {
           for (int64_t j = 0; j < inner; ++j) a = Combine<kPass, A>(a, Pre<kPass, A>(px[j], sh));
         }
@@ -382,17 +384,21 @@ class ReduceKernel : public Kernel {
   static constexpr bool kLanedSum = std::is_floating_point<A>::value &&
                                     (kPass == kSum || kPass == kMean || kPass == kL1 || kPass == kL2 ||
                                      kPass == kSumSquare || kPass == kLogSum);
+  // Floating products along a contiguous run also go through lanes (in double: only the rounding order changes).
+  template <ReduceKind kPass, class A>
+  static constexpr bool kLanedProd = std::is_floating_point<A>::value && kPass == kProd;
 
   template <ReduceKind kPass, class A>
   static A LanedSum(const S *__restrict px, int64_t n) {
     constexpr int64_t kLanes = 8;
-    A lanes[kLanes] = {};
+    A lanes[kLanes];
+    for (A &l : lanes) l = Init<kPass, A>();
     int64_t j = 0;
     for (; j + kLanes <= n; j += kLanes)
-      for (int64_t k = 0; k < kLanes; ++k) lanes[k] += Pre<kPass, A>(px[j + k], 0.0);
-    A tail = 0;
-    for (; j < n; ++j) tail += Pre<kPass, A>(px[j], 0.0);
-    for (int64_t k = 0; k < kLanes; ++k) tail += lanes[k];
+      for (int64_t k = 0; k < kLanes; ++k) lanes[k] = Combine<kPass, A>(lanes[k], Pre<kPass, A>(px[j + k], 0.0));
+    A tail = Init<kPass, A>();
+    for (; j < n; ++j) tail = Combine<kPass, A>(tail, Pre<kPass, A>(px[j], 0.0));
+    for (int64_t k = 0; k < kLanes; ++k) tail = Combine<kPass, A>(tail, lanes[k]);
     return tail;
   }
 
@@ -435,11 +441,12 @@ class ReduceKernel : public Kernel {
   template <ReduceKind kPass, class A>
   static A Combine(A a, A b) {
     if constexpr (kPass == kMax || kPass == kMin) {
-      if constexpr (std::is_floating_point<A>::value) {
-        if (a != a) return a;
-        if (b != b) return b;
+      const A r = kPass == kMax ? (a < b ? b : a) : (b < a ? b : a);
+      if constexpr (std::is_floating_point<A>::value) {  // NaN wins, a's first: selects, so that loops vectorise
+        const A rb = b != b ? b : r;
+        return a != a ? a : rb;
       }
-      return kPass == kMax ? (a < b ? b : a) : (b < a ? b : a);
+      return r;
     } else if constexpr (kPass == kProd) {
       if constexpr (std::is_integral<A>::value) return static_cast<A>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
       else return a * b;

@@ -128,6 +128,41 @@ TWIN_VMATH_VARIANTS(Gelu, Gelu)
 TWIN_VMATH_VARIANTS(Sin, Sin)
 TWIN_VMATH_VARIANTS(Cos, Cos)
 TWIN_VMATH_VARIANTS(GeluTanh, GeluTanh)
+TWIN_VMATH_VARIANTS(Atan, Atan)
+
+// Asin / Acos: per block, the sqrt arguments, one vector sqrt pass (the Sqrt kernels above), then the polynomial.
+constexpr int64_t kRootBlock = 256;
+#define TWIN_VMATH_ROOT_LOOP(F, SqrtN)                                                       \
+  {                                                                                          \
+    float root[kRootBlock];                                                                  \
+    for (int64_t i = 0; i < n; i += kRootBlock) {                                            \
+      const int64_t m = n - i < kRootBlock ? n - i : kRootBlock;                             \
+      for (int64_t j = 0; j < m; ++j) root[j] = AsinRootArg(AbsOf(x[i + j]));                \
+      SqrtN(root, root, m);                                                                  \
+      for (int64_t j = 0; j < m; ++j) y[i + j] = F(x[i + j], root[j]);                       \
+    }                                                                                        \
+  }
+#if defined(__x86_64__)
+#define TWIN_VMATH_ROOT_VARIANTS(Name, F)                                                                           \
+  __attribute__((target("avx512f,avx512dq"))) void Name##Avx512(const float *__restrict x, float *__restrict y,   \
+                                                                int64_t n) TWIN_VMATH_ROOT_LOOP(F, SqrtAvx512)   \
+  __attribute__((target("avx2,fma"))) void Name##Avx2(const float *__restrict x, float *__restrict y, int64_t n)  \
+      TWIN_VMATH_ROOT_LOOP(F, SqrtAvx2)                                                                           \
+  void Name##Baseline(const float *__restrict x, float *__restrict y, int64_t n) TWIN_VMATH_ROOT_LOOP(F, SqrtBaseline) \
+  ArrayFn Pick##Name() {                                                                                          \
+    switch (ActiveIsa()) {                                                                                        \
+      case Isa::kAvx512: return Name##Avx512;                                                                     \
+      case Isa::kAvx2: return Name##Avx2;                                                                         \
+      default: return Name##Baseline;                                                                             \
+    }                                                                                                             \
+  }
+#else
+#define TWIN_VMATH_ROOT_VARIANTS(Name, F)                                                                           \
+  void Name##Baseline(const float *__restrict x, float *__restrict y, int64_t n) TWIN_VMATH_ROOT_LOOP(F, SqrtBaseline) \
+  ArrayFn Pick##Name() { return Name##Baseline; }
+#endif
+TWIN_VMATH_ROOT_VARIANTS(Asin, AsinOfRoot)
+TWIN_VMATH_ROOT_VARIANTS(Acos, AcosOfRoot)
 
 TWIN_VMATH_INLINE float Floor(float x) { return __builtin_floorf(x); }
 TWIN_VMATH_INLINE float Ceil(float x) { return __builtin_ceilf(x); }
@@ -313,6 +348,9 @@ TWIN_VMATH_ARRAY(Gelu)
 TWIN_VMATH_TRIG_ARRAY(Sin, std::sin)
 TWIN_VMATH_TRIG_ARRAY(Cos, std::cos)
 TWIN_VMATH_ARRAY(GeluTanh)
+TWIN_VMATH_ARRAY(Atan)
+TWIN_VMATH_ARRAY(Asin)
+TWIN_VMATH_ARRAY(Acos)
 TWIN_VMATH_ARRAY(Floor)
 TWIN_VMATH_ARRAY(Ceil)
 TWIN_VMATH_ARRAY(Round)

@@ -273,6 +273,57 @@ TWIN_VMATH_INLINE float SinOrCos(float x, int32_t octant_shift, bool odd) {
 TWIN_VMATH_INLINE float Sin(float x) { return SinOrCos(x, 0, true); }
 TWIN_VMATH_INLINE float Cos(float x) { return SinOrCos(x, 2, false); }
 
+// atan(x): Cephes' reduction of |x| to [-tan(pi/8), tan(pi/8)] (by -1/|x| above tan(3pi/8), by (|x|-1)/(|x|+1)
+// above tan(pi/8)), one division for all three ranges, then its degree-9 odd polynomial; the sign is x's (-0 stays
+// -0, NaN stays NaN, +-inf gives +-pi/2). Within 2 ulp.
+constexpr float kPiOver2Hi = 1.57079637050628662f, kPiOver2Lo = -4.37113883e-8f;  // hi + lo = pi/2 to ~1e-15
+TWIN_VMATH_INLINE float Atan(float x) {
+  const float a = AbsOf(x);
+  const bool big = a > 2.414213562373095f, mid = a > 0.4142135623730950f;
+  const float num = big ? -1.0f : (mid ? a - 1.0f : a);
+  const float den = big ? a : (mid ? a + 1.0f : 1.0f);
+  const float r = num / den;
+  // pi/2 and pi/4 in two parts: the low part goes in before the cancellation against r's negative polynomial
+  const float base = big ? kPiOver2Hi : (mid ? 0.5f * kPiOver2Hi : 0.0f);
+  const float base_lo = big ? kPiOver2Lo : (mid ? 0.5f * kPiOver2Lo : 0.0f);
+  const float z = r * r;
+  float p = 8.05374449538e-2f;
+  p = p * z - 1.38776856032e-1f;
+  p = p * z + 1.99777106478e-1f;
+  p = p * z - 3.33329491539e-1f;
+  return CopySign(base + ((p * z * r + base_lo) + r), x);
+}
+
+// asin of a = |x| <= 1 before the sign: Cephes' polynomial in a^2 below 0.5, and above it asin(a) =
+// pi/2 - 2 asin(s) with s = sqrt((1 - a) / 2) (1 - a is exact there). The caller passes root = sqrt(AsinRootArg(a))
+// (array kernels take that sqrt with the instruction: an inline sqrt keeps a libm call for errno); *big_out says
+// which form the result has. |x| > 1 gives NaN through the sqrt.
+TWIN_VMATH_INLINE float AsinRootArg(float a) { return 0.5f * (1.0f - a); }
+TWIN_VMATH_INLINE float AsinReduced(float a, float root, bool *big_out) {
+  const bool big = a > 0.5f;
+  const float z = big ? AsinRootArg(a) : a * a;
+  const float s = big ? root : a;
+  float p = 4.2163199048e-2f;
+  p = p * z + 2.4181311049e-2f;
+  p = p * z + 4.5470025998e-2f;
+  p = p * z + 7.4953002686e-2f;
+  p = p * z + 1.6666752422e-1f;
+  *big_out = big;
+  return p * z * s + s;
+}
+TWIN_VMATH_INLINE float AsinOfRoot(float x, float root) {
+  bool big;
+  const float q = AsinReduced(AbsOf(x), root, &big);
+  return CopySign(big ? kPiOver2Hi + (kPiOver2Lo - (q + q)) : q, x);
+}
+// acos(x) = 2 asin(s) for x > 0.5, pi - 2 asin(s) for x < -0.5, pi/2 - asin(x) between: no cancellation near 1.
+TWIN_VMATH_INLINE float AcosOfRoot(float x, float root) {
+  bool big;
+  const float q = AsinReduced(AbsOf(x), root, &big);
+  const float outer = x > 0.0f ? q + q : 2.0f * kPiOver2Hi + (2.0f * kPiOver2Lo - (q + q));
+  return big ? outer : kPiOver2Hi + (kPiOver2Lo - CopySign(q, x));
+}
+
 // ---- array kernels, dispatched at run time (vmath.cc) ----
 
 using ArrayFn = void (*)(const float *x, float *y, int64_t n);
@@ -287,6 +338,9 @@ void GeluArray(const float *x, float *y, int64_t n);
 void GeluTanhArray(const float *x, float *y, int64_t n);
 void SinArray(const float *x, float *y, int64_t n);
 void CosArray(const float *x, float *y, int64_t n);
+void AtanArray(const float *x, float *y, int64_t n);
+void AsinArray(const float *x, float *y, int64_t n);
+void AcosArray(const float *x, float *y, int64_t n);
 
 void FloorArray(const float *x, float *y, int64_t n);
 void CeilArray(const float *x, float *y, int64_t n);
