@@ -284,6 +284,69 @@ def test_conv_integer_random(session):
     _check(session, m, [x, w, np.asarray(np.uint8(100)), rng.integers(0, 256, 4, dtype=np.uint8)])
 
 
+# Geometries the integer Conv's own im2col must lay out: 1-D / 2-D / 3-D, strides, dilations, asymmetric and
+# auto pads, groups, a batch; (x shape, w shape, attributes).
+CONV_INT_GEOMETRIES = [
+    ((2, 3, 9), (4, 3, 3), {"pads": [2, 1]}),
+    ((1, 4, 7, 8), (6, 2, 3, 2), {"group": 2, "strides": [2, 3], "pads": [1, 0, 2, 1]}),
+    ((1, 3, 6, 5), (2, 3, 2, 3), {"dilations": [2, 1], "auto_pad": "SAME_UPPER"}),
+    ((1, 2, 5, 7), (3, 2, 3, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}),
+    ((1, 2, 4, 5, 6), (2, 2, 2, 3, 2), {"strides": [1, 2, 1], "pads": [1, 0, 1, 0, 1, 1]}),
+    ((2, 8, 11, 13), (8, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((1, 4, 6, 6), (4, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),  # depthwise
+    ((1, 3, 4, 4), (2, 3, 5, 5), {"pads": [2, 2, 2, 2], "strides": [3, 3]}),  # windows mostly padding
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", CONV_INT_GEOMETRIES)
+@pytest.mark.parametrize("xt,wt", [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)])
+def test_conv_integer_geometries(session, x_shape, w_shape, attrs, xt, wt):
+    rng = np.random.default_rng(sum(x_shape) + sum(w_shape))
+    info_x, info_w = np.iinfo(xt), np.iinfo(wt)
+    x = rng.integers(info_x.min, info_x.max + 1, x_shape, dtype=xt)
+    w = rng.integers(info_w.min, info_w.max + 1, w_shape, dtype=wt)
+    xz = np.asarray(xt(rng.integers(info_x.min, info_x.max + 1)))
+    # per output channel zero points (onnx.reference takes them for 2-D kernels only), one zero point otherwise
+    wz = rng.integers(info_w.min, info_w.max + 1, w_shape[0] if len(w_shape) == 4 else ()).astype(wt)
+    m = _model("ConvInteger", [("x", xt, x.shape), ("w", wt, w.shape), ("xz", xt, []), ("wz", wt, wz.shape)],
+               [("y", np.int32, None)], 10, **attrs)
+    _check(session, m, [x, w, xz, wz], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", CONV_INT_GEOMETRIES[:6])
+@pytest.mark.parametrize("yt", [np.uint8, np.int8])
+def test_qlinear_conv_geometries(session, x_shape, w_shape, attrs, yt):
+    rng = np.random.default_rng(len(attrs) + sum(x_shape))
+    x = rng.integers(0, 256, x_shape, dtype=np.uint8)
+    w = rng.integers(-128, 128, w_shape, dtype=np.int8)
+    M = w_shape[0]
+    per = M if len(w_shape) == 4 else ()  # onnx.reference takes per-channel scales for 2-D kernels only
+    feeds = [x, np.float32(0.02), np.uint8(rng.integers(0, 256)), w,
+             rng.uniform(0.001, 0.01, per).astype(np.float32), np.zeros(per, np.int8), np.float32(0.5),
+             yt(rng.integers(np.iinfo(yt).min, np.iinfo(yt).max + 1)), rng.integers(-5000, 5000, M).astype(np.int32)]
+    feeds = [np.asarray(f) for f in feeds]
+    names = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"]
+    m = _model("QLinearConv", [(n, f.dtype, f.shape) for n, f in zip(names, feeds, strict=True)], [("y", yt, None)], 10,
+               **attrs)
+    _check(session, m, feeds, rtol=0, atol=0)
+
+
+def test_conv_integer_sums_past_float_precision_stay_exact(session):
+    # 255 * 255 products over K = 64 * 3 * 3 = 576 taps reach 3.7e7 > 2^24: the float32 GEMM must be sliced over K
+    x = np.full((1, 64, 5, 6), 255, np.uint8)
+    x[0, ::3, 1, 2] = 0
+    w = np.full((3, 64, 3, 3), 255, np.uint8)
+    w[1, 5, 1, 1] = 254
+    m = _model("ConvInteger", [("x", np.uint8, x.shape), ("w", np.uint8, w.shape)], [("y", np.int32, None)], 10,
+               pads=[1, 1, 1, 1])
+    (y,) = _run(session, m, [x, w])
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    cols = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))  # [1, 64, 5, 6, 3, 3]
+    want = np.einsum("nchwij,mcij->nmhw", cols, w.astype(np.int64))
+    assert want.max() > 2**24
+    np.testing.assert_array_equal(y, want.astype(np.int32))
+
+
 @pytest.mark.parametrize("center", [0, 1])
 def test_nms_random(session, center):
     rng = np.random.default_rng(17 + center)

@@ -153,6 +153,15 @@ bool InferSameFloat(InferCtx *c, std::string *reason);
 std::unique_ptr<Kernel> PrepareFusedConv(const KernelCtx &conv, const std::vector<double> *scale,
                                          const std::vector<double> *shift, bool relu, std::string *reason);
 
+// Conv's geometry (attributes, auto_pad, output sizes) for kernels outside ops_nn.cc that lay out their own
+// columns (ConvInteger / QLinearConv). Spatial dims padded to 3 with size-1 dims; conv.in = {X, W} descs.
+struct ConvShape {
+  int64_t N = 0, C = 0, M = 0, group = 1;
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1};
+  int64_t pb[3] = {0, 0, 0};
+};
+bool ConvShapeOf(const KernelCtx &conv, ConvShape *shape, std::string *reason);
+
 // Kernel that copies input 0 to output 0 byte for byte (Identity, Reshape, Flatten, ...).
 std::unique_ptr<Kernel> MakeCopyKernel(size_t bytes);
 

@@ -834,6 +834,19 @@ std::unique_ptr<Kernel> PrepareFusedConv(const KernelCtx &c, const std::vector<d
   return std::make_unique<ConvKernel<float>>(w, xd[0], xd[1], M, group, std::move(fw), std::move(fb), relu);
 }
 
+bool ConvShapeOf(const KernelCtx &c, ConvShape *shape, std::string *reason) {
+  Window w;
+  if (!ConvGeometry(c, &w, &shape->group, reason)) return false;
+  shape->N = c.in[0]->dims[0];
+  shape->C = c.in[0]->dims[1];
+  shape->M = c.in[1]->dims[0];
+  for (size_t i = 0; i < kMaxSpatial; ++i) {
+    shape->in[i] = w.in[i], shape->out[i] = w.out[i], shape->k[i] = w.k[i];
+    shape->s[i] = w.s[i], shape->d[i] = w.d[i], shape->pb[i] = w.pb[i];
+  }
+  return true;
+}
+
 namespace {
 
 std::unique_ptr<Kernel> PrepareConv(const KernelCtx &c, std::string *reason) {

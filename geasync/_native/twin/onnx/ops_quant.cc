@@ -1,8 +1,8 @@
 // Quantisation: QuantizeLinear, DequantizeLinear (per-tensor, per-axis and blocked scales; 8/16-bit integer
 // types), DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv.
 // Rounding is half-to-even and results saturate to the target type, as in the ONNX reference. Integer matrix
-// products accumulate exactly in int32 (MatMul*) or in double (the Conv variants reuse the twin's Conv kernel on
-// double data, exact for 8-bit operands). 4-bit and float8 types are refused (the twin has no such dtypes).
+// products accumulate exactly in int32 (float32 GEMMs over K slices short enough to stay exact; the Conv
+// variants through their own im2col). 4-bit and float8 types are refused (the twin has no such dtypes).
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3", "no-trapping-math")
 #endif
@@ -469,6 +469,34 @@ bool MatMulShape(const TensorDesc &a, const TensorDesc &b, std::vector<int64_t> 
 
 bool IsInt8ish(ElemType t) { return t == ElemType::kUint8 || t == ElemType::kInt8; }
 
+// c[M, N] (int32) = a[M, K] b[K, N] for float32 operands holding small integers whose products are at most
+// `bound` in magnitude: float32 GEMMs over slices of K short enough that every partial sum stays below 2^24, where
+// float32 counts exactly, their results added in int32 with wrap-around as an int32 accumulator would.
+// cf: M x N float32 scratch.
+void ExactIntGemm(int64_t M, int64_t N, int64_t K, const float *a, int64_t lda, const float *b, int64_t ldb,
+                  double bound, float *cf, int32_t *c, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    for (int64_t i = 0; i < M; ++i) std::fill(c + i * ldc, c + i * ldc + N, 0);
+    return;
+  }
+  const int64_t slice = bound <= 1 ? K : std::max<int64_t>(1, static_cast<int64_t>(16777216.0 / bound));
+  for (int64_t k0 = 0; k0 < K; k0 += slice) {
+    const int64_t kn = std::min(slice, K - k0);
+    Gemm<float>(false, false, M, N, kn, 1.0f, a + k0, lda, b + k0 * ldb, ldb, 0.0f, cf, N);
+    for (int64_t i = 0; i < M; ++i) {
+      int32_t *ci = c + i * ldc;
+      const float *fi = cf + i * N;
+      if (k0 == 0) {
+        for (int64_t j = 0; j < N; ++j) ci[j] = static_cast<int32_t>(fi[j]);
+      } else {
+        for (int64_t j = 0; j < N; ++j)
+          ci[j] = static_cast<int32_t>(static_cast<uint32_t>(ci[j]) + static_cast<uint32_t>(static_cast<int32_t>(fi[j])));
+      }
+    }
+  }
+}
+
 // Batched int32 products C[b] = (A[b] - a_zp[row]) (B[b] - b_zp[col]); zero points per row / per column.
 class IntMatMul {
  public:
@@ -511,35 +539,17 @@ class IntMatMul {
   int64_t cols() const { return N_; }
   int64_t batches() const { return batch_; }
   // a_zp / b_zp: nullptr (0), one value, or per row / per column. c: int32 [batch, M, N].
-  // The operands minus their zero points are small integers (|v| <= 255), held as float32 and multiplied by
-  // float GEMMs over slices of K short enough that every partial sum stays below 2^24, where float32 counts
-  // exactly; the slices' sums are added in int32 with wrap-around, as an int32 accumulator would.
+  // The operands minus their zero points are small integers (|v| <= 255), multiplied exactly by ExactIntGemm.
   void Run(const void *A, const void *B, const void *azp, int64_t azp_n, const void *bzp, int64_t bzp_n,
            int32_t *c, void *scratch) const {
     float *af = static_cast<float *>(scratch);
     float *bf = af + Pad(M_ * K_);
     float *cf = bf + Pad(K_ * N_);
     for (int64_t q = 0; q < batch_; ++q) {
-      int32_t *cq = c + q * M_ * N_;
       if (M_ == 0 || N_ == 0) continue;
-      if (K_ == 0) {
-        std::fill(cq, cq + M_ * N_, 0);
-        continue;
-      }
-      const float amax = Widen(at_, A, a_off_[q], M_, K_, azp, azp_n, true, af);
-      const float bmax = Widen(bt_, B, b_off_[q], K_, N_, bzp, bzp_n, false, bf);
-      const double bound = static_cast<double>(amax) * bmax;  // largest |product|
-      const int64_t slice = bound <= 1 ? K_ : std::max<int64_t>(1, static_cast<int64_t>(16777216.0 / bound));
-      for (int64_t k0 = 0; k0 < K_; k0 += slice) {
-        const int64_t kn = std::min(slice, K_ - k0);
-        Gemm<float>(false, false, M_, N_, kn, 1.0f, af + k0, K_, bf + k0 * N_, N_, 0.0f, cf, N_);
-        if (k0 == 0) {
-          for (int64_t i = 0; i < M_ * N_; ++i) cq[i] = static_cast<int32_t>(cf[i]);
-        } else {
-          for (int64_t i = 0; i < M_ * N_; ++i)
-            cq[i] = static_cast<int32_t>(static_cast<uint32_t>(cq[i]) + static_cast<uint32_t>(static_cast<int32_t>(cf[i])));
-        }
-      }
+      const float amax = K_ ? Widen(at_, A, a_off_[q], M_, K_, azp, azp_n, true, af) : 0.0f;
+      const float bmax = K_ ? Widen(bt_, B, b_off_[q], K_, N_, bzp, bzp_n, false, bf) : 0.0f;
+      ExactIntGemm(M_, N_, K_, af, K_, bf, N_, static_cast<double>(amax) * bmax, cf, c + q * M_ * N_, N_);
     }
   }
 
@@ -711,7 +721,7 @@ std::unique_ptr<Kernel> PrepareQLinearMatMul(const KernelCtx &kc, std::string *r
   return Sized(std::make_unique<QLinearMatMulKernel>(std::move(mm), types, counts, kc.out[0].dtype), kc);
 }
 
-// ---- ConvInteger / QLinearConv: the twin's Conv on double copies of the zero-point-shifted operands ----
+// ---- ConvInteger / QLinearConv: exact int32 sums by im2col and float32 GEMMs over short K slices ----
 
 const OpDef &ConvOp() { return *FindOp("Conv"); }
 
@@ -756,81 +766,167 @@ struct ConvIO {
   int x, w, xzp, wzp, xs = -1, ws = -1, ys = -1, yzp = -1, bias = -1;
 };
 
-class ConvViaDouble : public Kernel {
+// dst[i] = src[i] - zp, in its own function so that the restrict-qualified loop vectorises (8-bit src may alias).
+template <class S>
+void ShiftedRun(const S *__restrict src, int64_t n, float zp, float *__restrict dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) - zp;
+}
+
+// One image's columns for one group: dst[(c, kd, kh, kw), (od, oh, ow)] = x[c, id, ih, iw] - zp, 0 where the
+// window reaches into the padding (the reference convolves the zero-point-shifted input, padded with zeros).
+template <class S>
+void Im2Col(const S *x, int64_t channels, const ConvShape &s, float zp, float *__restrict dst) {
+  const int64_t P = s.out[0] * s.out[1] * s.out[2];
+  const int64_t plane = s.in[0] * s.in[1] * s.in[2];
+  float *d = dst;
+  for (int64_t c = 0; c < channels; ++c) {
+    const S *xc = x + c * plane;
+    for (int64_t a = 0; a < s.k[0]; ++a)
+      for (int64_t b = 0; b < s.k[1]; ++b)
+        for (int64_t e = 0; e < s.k[2]; ++e, d += P) {
+          // the output columns whose tap e lands inside the row: [lo, hi)
+          const int64_t first = s.pb[2] - e * s.d[2];               // o * s - first >= 0
+          const int64_t last = s.in[2] + s.pb[2] - e * s.d[2];      // o * s - first < in
+          const int64_t lo = std::min(s.out[2], first <= 0 ? 0 : (first + s.s[2] - 1) / s.s[2]);
+          const int64_t hi = std::max(lo, std::min(s.out[2], last <= 0 ? 0 : (last + s.s[2] - 1) / s.s[2]));
+          float *row = d;
+          for (int64_t o0 = 0; o0 < s.out[0]; ++o0) {
+            const int64_t i0 = o0 * s.s[0] - s.pb[0] + a * s.d[0];
+            for (int64_t o1 = 0; o1 < s.out[1]; ++o1, row += s.out[2]) {
+              const int64_t i1 = o1 * s.s[1] - s.pb[1] + b * s.d[1];
+              if (i0 < 0 || i0 >= s.in[0] || i1 < 0 || i1 >= s.in[1]) {
+                std::fill(row, row + s.out[2], 0.0f);
+                continue;
+              }
+              const S *src = xc + (i0 * s.in[1] + i1) * s.in[2];  // src[o * stride - first] is tap (o, e)
+              std::fill(row, row + lo, 0.0f);
+              if (s.s[2] == 1) {
+                ShiftedRun(src + (lo - first), hi - lo, zp, row + lo);
+              } else {
+                for (int64_t o = lo; o < hi; ++o) row[o] = static_cast<float>(src[o * s.s[2] - first]) - zp;
+              }
+              std::fill(row + hi, row + s.out[2], 0.0f);
+            }
+          }
+        }
+  }
+}
+
+// Largest |v - zp| over an 8-bit tensor (0 for an empty one).
+template <class S>
+float MaxDistance(const S *x, int64_t n, float zp) {
+  int lo = std::numeric_limits<int>::max(), hi = std::numeric_limits<int>::min();
+  for (int64_t i = 0; i < n; ++i) lo = std::min<int>(lo, x[i]), hi = std::max<int>(hi, x[i]);
+  return n ? std::max(std::fabs(static_cast<float>(lo) - zp), std::fabs(static_cast<float>(hi) - zp)) : 0.0f;
+}
+
+// ConvInteger / QLinearConv: the zero-point-shifted operands as float32 columns (im2col) and weights, multiplied by
+// ExactIntGemm per image and group, so the int32 sums are exact as in the reference; QLinearConv then
+// requantises each output channel.
+class ConvViaGemm : public Kernel {
  public:
   size_t n_in_ = kMaxIns;  // inputs the node actually has (set by the prepare function)
-  ConvViaDouble(std::unique_ptr<Kernel> conv, ConvIO io, std::vector<ElemType> types, std::vector<int64_t> counts,
-                int64_t nx, int64_t nw, int64_t ny, int64_t M, ElemType yt)
-      : conv_(std::move(conv)), io_(io), types_(std::move(types)), counts_(std::move(counts)), nx_(nx), nw_(nw),
-        ny_(ny), M_(M), yt_(yt) {
+  ConvViaGemm(const ConvShape &shape, ConvIO io, std::vector<ElemType> types, std::vector<int64_t> counts,
+              ElemType yt)
+      : s_(shape), io_(io), types_(std::move(types)), counts_(std::move(counts)), yt_(yt) {
     TypeRange(yt, &lo_, &hi_);
+    cg_ = s_.C / s_.group;
+    mg_ = s_.M / s_.group;
+    K_ = cg_ * s_.k[0] * s_.k[1] * s_.k[2];
+    P_ = s_.out[0] * s_.out[1] * s_.out[2];
   }
   size_t scratch_bytes() const override {
-    return static_cast<size_t>(nx_ + nw_ + ny_) * 8 + 3 * 64 + conv_->scratch_bytes();
+    return static_cast<size_t>(Pad(s_.M * K_) + Pad(K_ * P_) + Pad(mg_ * P_) + (io_.ys >= 0 ? Pad(mg_ * P_) : 0)) * 4;
   }
-  bool Run(const void *const *in_raw, void *const *out, std::string *reason) override {
+  bool Run(const void *const *in_raw, void *const *out, std::string *) override {
     const Ins in(in_raw, n_in_);
-    double *x = static_cast<double *>(scratch_);
-    double *w = x + Pad(nx_);
-    double *y = w + Pad(nw_);
-    conv_->set_scratch(y + Pad(ny_));
-    const double xzp = io_.xzp >= 0 && in[io_.xzp] ? LoadAny(types_[io_.xzp], in[io_.xzp], 0) : 0.0;
-    WidenMinus(types_[io_.x], in[io_.x], 0, nx_, xzp, x);
-    const int64_t per = M_ ? nw_ / M_ : 0;
-    for (int64_t m = 0; m < M_; ++m) {
+    float *wf = static_cast<float *>(scratch_);
+    float *cols = wf + Pad(s_.M * K_);
+    float *cf = cols + Pad(K_ * P_);
+    int32_t *acc = reinterpret_cast<int32_t *>(cf + Pad(mg_ * P_));  // QLinearConv's int32 sums
+    if (s_.N == 0 || s_.M == 0 || P_ == 0) return true;
+    const float xzp = io_.xzp >= 0 && in[io_.xzp] ? static_cast<float>(LoadAny(types_[io_.xzp], in[io_.xzp], 0)) : 0;
+    float wmax = 0.0f;
+    for (int64_t m = 0; m < s_.M; ++m) {
       const bool has = io_.wzp >= 0 && in[io_.wzp];
-      const double wzp = has ? LoadAny(types_[io_.wzp], in[io_.wzp], counts_[io_.wzp] == 1 ? 0 : m) : 0.0;
-      WidenMinus(types_[io_.w], in[io_.w], m * per, per, wzp, w + m * per);
+      const float wzp = has ? static_cast<float>(LoadAny(types_[io_.wzp], in[io_.wzp], counts_[io_.wzp] == 1 ? 0 : m))
+                            : 0.0f;
+      wmax = std::max(wmax, WidenRow(types_[io_.w], in[io_.w], m * K_, K_, wzp, wf + m * K_));
     }
-    const void *cin[2] = {x, w};
-    void *cout[1] = {y};
-    if (!conv_->Run(cin, cout, reason)) return false;
-    if (io_.ys < 0) {
-      for (int64_t i = 0; i < ny_; ++i) static_cast<int32_t *>(out[0])[i] = static_cast<int32_t>(y[i]);
-      return true;
-    }
-    const float xs = static_cast<float>(LoadAny(types_[io_.xs], in[io_.xs], 0));
-    const float ys = static_cast<float>(LoadAny(types_[io_.ys], in[io_.ys], 0));
-    const float yzp = io_.yzp >= 0 && in[io_.yzp] ? static_cast<float>(LoadAny(types_[io_.yzp], in[io_.yzp], 0)) : 0.f;
-    const int64_t spatial = M_ ? ny_ / M_ : 0;
-    for (int64_t i = 0, m = 0; spatial && i < ny_; i += spatial, m = (m + 1) % M_) {  // one channel plane a step
-      const float ws = static_cast<float>(LoadAny(types_[io_.ws], in[io_.ws], counts_[io_.ws] == 1 ? 0 : m));
-      const double b = io_.bias >= 0 && in[io_.bias] ? static_cast<const int32_t *>(in[io_.bias])[m] : 0;
-      const float f = xs * ws / ys;
-      if (yt_ == ElemType::kUint8) RequantizePlane(y + i, b, f, yzp, static_cast<uint8_t *>(out[0]) + i, spatial);
-      else RequantizePlane(y + i, b, f, yzp, static_cast<int8_t *>(out[0]) + i, spatial);
+    const int64_t plane = s_.in[0] * s_.in[1] * s_.in[2];
+    const float xmax = types_[io_.x] == ElemType::kUint8
+                           ? MaxDistance(static_cast<const uint8_t *>(in[io_.x]), s_.N * s_.C * plane, xzp)
+                           : MaxDistance(static_cast<const int8_t *>(in[io_.x]), s_.N * s_.C * plane, xzp);
+    const double bound = static_cast<double>(wmax) * xmax;
+    for (int64_t n = 0; n < s_.N; ++n) {
+      for (int64_t g = 0; g < s_.group; ++g) {
+        const int64_t x_off = (n * s_.C + g * cg_) * plane;
+        if (types_[io_.x] == ElemType::kUint8) Im2Col(static_cast<const uint8_t *>(in[io_.x]) + x_off, cg_, s_, xzp, cols);
+        else Im2Col(static_cast<const int8_t *>(in[io_.x]) + x_off, cg_, s_, xzp, cols);
+        const int64_t y_off = (n * s_.M + g * mg_) * P_;
+        int32_t *c = io_.ys < 0 ? static_cast<int32_t *>(out[0]) + y_off : acc;
+        ExactIntGemm(mg_, P_, K_, wf + g * mg_ * K_, K_, cols, P_, bound, cf, c, P_);
+        if (io_.ys >= 0) Requantize(in, acc, g * mg_, static_cast<char *>(out[0]) + y_off);
+      }
     }
     return true;
   }
 
  private:
-  // dst[i] = src[off + i] - zp for an 8-bit src.
-  static void WidenMinus(ElemType t, const void *src, int64_t off, int64_t n, double zp, double *dst) {
+  // dst[i] = src[off + i] - zp for an 8-bit src; returns the largest |dst[i]|.
+  static float WidenRow(ElemType t, const void *src, int64_t off, int64_t n, float zp, float *dst) {
+    float mx = 0.0f;
     if (t == ElemType::kUint8) {
       const uint8_t *p = static_cast<const uint8_t *>(src) + off;
-      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<double>(p[i]) - zp;
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(p[i]) - zp, mx = std::max(mx, std::fabs(dst[i]));
     } else {
       const int8_t *p = static_cast<const int8_t *>(src) + off;
-      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<double>(p[i]) - zp;
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(p[i]) - zp, mx = std::max(mx, std::fabs(dst[i]));
+    }
+    return mx;
+  }
+  // The reference's float32 requantisation of output channels m0 .. m0 + mg: (sum + bias) * (x_scale * w_scale /
+  // y_scale) + y_zero_point, rounded half to even and saturated. y: the group's first output byte.
+  void Requantize(const Ins &in, const int32_t *acc, int64_t m0, char *y) const {
+    const float xs = static_cast<float>(LoadAny(types_[io_.xs], in[io_.xs], 0));
+    const float ys = static_cast<float>(LoadAny(types_[io_.ys], in[io_.ys], 0));
+    const float yzp = io_.yzp >= 0 && in[io_.yzp] ? static_cast<float>(LoadAny(types_[io_.yzp], in[io_.yzp], 0)) : 0.f;
+    for (int64_t j = 0; j < mg_; ++j) {
+      const int64_t m = m0 + j;
+      const float ws = static_cast<float>(LoadAny(types_[io_.ws], in[io_.ws], counts_[io_.ws] == 1 ? 0 : m));
+      const int64_t b = io_.bias >= 0 && in[io_.bias] ? static_cast<const int32_t *>(in[io_.bias])[m] : 0;
+      const float f = xs * ws / ys;
+      if (yt_ == ElemType::kUint8) RequantizePlane(acc + j * P_, b, f, yzp, reinterpret_cast<uint8_t *>(y) + j * P_);
+      else RequantizePlane(acc + j * P_, b, f, yzp, reinterpret_cast<int8_t *>(y) + j * P_);
     }
   }
-  // The reference's float32 requantisation of one output channel: (sum + bias) * (x_scale * w_scale / y_scale)
-  // + y_zero_point, rounded half to even and saturated.
   template <class Y>
-  void RequantizePlane(const double *acc, double bias, float f, float yzp, Y *out, int64_t n) const {
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = static_cast<float>(acc[i] + bias) * f + yzp;
-      out[i] = static_cast<Y>(RoundSat(v, lo_, hi_));
+  void RequantizePlane(const int32_t *__restrict acc, int64_t bias, float f, float yzp, Y *__restrict out) const {
+    if (!std::isfinite(f) || !std::isfinite(yzp)) {  // NaN / inf scales: RoundSat's NaN rule, element by element
+      for (int64_t i = 0; i < P_; ++i)
+        out[i] = static_cast<Y>(RoundSat(static_cast<float>(acc[i] + bias) * f + yzp, lo_, hi_));
+      return;
+    }
+    // Finite values: clamping to the integer bounds first rounds the same (RoundSat's note), and the clamped value
+    // is small enough for RoundEven's shift, so this loop is branch-free and vectorises.
+    const float lo = static_cast<float>(lo_), hi = static_cast<float>(hi_);
+    const double b = static_cast<double>(bias);
+    for (int64_t i = 0; i < P_; ++i) {
+      // the exact integer sum (in double: |sum| < 2^33) rounded once to float, as the reference's int -> float
+      float v = static_cast<float>(static_cast<double>(acc[i]) + b) * f + yzp;
+      v = v < lo ? lo : v;
+      v = v > hi ? hi : v;
+      out[i] = static_cast<Y>(static_cast<int32_t>((v + 12582912.0f) - 12582912.0f));
     }
   }
-  static int64_t Pad(int64_t n) { return (n + 7) / 8 * 8; }
-  std::unique_ptr<Kernel> conv_;
+  static int64_t Pad(int64_t n) { return (n + 15) / 16 * 16; }  // 4-byte elements, 64-byte multiples
+  ConvShape s_;
   ConvIO io_;
   std::vector<ElemType> types_;
   std::vector<int64_t> counts_;
-  int64_t nx_, nw_, ny_, M_;
   ElemType yt_;
   int64_t lo_, hi_;
+  int64_t cg_ = 0, mg_ = 0, K_ = 0, P_ = 0;
 };
 
 std::unique_ptr<Kernel> PrepareConvVia(const KernelCtx &kc, ConvIO io, std::string *reason) {
@@ -841,8 +937,8 @@ std::unique_ptr<Kernel> PrepareConvVia(const KernelCtx &kc, ConvIO io, std::stri
   cc.in = {&fx, &fw};
   cc.in_data = {nullptr, nullptr};
   cc.out = {TensorDesc{ElemType::kDouble, kc.out[0].dims}};
-  std::unique_ptr<Kernel> conv = ConvOp().prepare(cc, reason);
-  if (!conv) return nullptr;
+  ConvShape shape;
+  if (!ConvShapeOf(cc, &shape, reason)) return nullptr;
   std::vector<ElemType> types(9, ElemType::kUint8);  // every role position, given or not
   std::vector<int64_t> counts(9, 0);
   for (size_t i = 0; i < kc.in.size(); ++i) {
@@ -861,8 +957,11 @@ std::unique_ptr<Kernel> PrepareConvVia(const KernelCtx &kc, ConvIO io, std::stri
     *reason = "bias must hold one value per output channel";
     return nullptr;
   }
-  return Sized(std::make_unique<ConvViaDouble>(std::move(conv), io, types, counts, kc.in[io.x]->NumElements(),
-                                         kc.in[io.w]->NumElements(), kc.out[0].NumElements(), M, kc.out[0].dtype), kc);
+  if (shape.group < 1 || shape.C % shape.group || shape.M % shape.group) {
+    *reason = "group must divide the input and output channels";
+    return nullptr;
+  }
+  return Sized(std::make_unique<ConvViaGemm>(shape, io, types, counts, kc.out[0].dtype), kc);
 }
 
 std::unique_ptr<Kernel> PrepareConvInteger(const KernelCtx &kc, std::string *reason) {
