@@ -1,0 +1,140 @@
+"""Fast paths of data movement, casts and pooling in the twin: N-d MaxPool (separable), against onnx.reference,
+a numpy oracle where the reference cannot run, and the general loop (the Indices output takes it) bit for bit."""
+import warnings
+
+import numpy as np
+import pytest
+from numpy.lib.stride_tricks import sliding_window_view
+
+pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+from onnx_cases import rerun_file_with_instruction_set  # noqa: E402
+
+import geasync as ga  # noqa: E402
+
+RNG = np.random.default_rng(1010)
+EDGE = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 3e38, -3e38, 1e-45], np.float32)
+
+
+def _model(op, inputs, n_out=1, opset=18, **attrs):
+    node = helper.make_node(op, [f"x{i}" for i in range(len(inputs))], [f"y{i}" for i in range(n_out)], **attrs)
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info(f"x{i}", helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+         for i, a in enumerate(inputs)],
+        [helper.make_tensor_value_info(f"y{i}", TensorProto.UNDEFINED, None) for i in range(n_out)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _twin(model, inputs):
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        return [t.numpy() for t in s.run_graph(1, list(inputs))]
+
+
+def _reference(model, inputs):
+    with np.errstate(all="ignore"):
+        return ReferenceEvaluator(model).run(None, {f"x{i}": a for i, a in enumerate(inputs)})
+
+
+def _with_edges(x, frac):
+    x = x.copy()
+    if frac:
+        k = max(1, x.size // frac)
+        x.flat[RNG.choice(x.size, k, replace=False)] = RNG.choice(EDGE, k)
+    return x
+
+
+# ---- MaxPool 3-D: separable (innermost axis first, then the rows of the two outer axes) ----
+
+_POOLS3 = [
+    dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2]),
+    dict(kernel_shape=[3, 3, 3]),
+    dict(kernel_shape=[3, 3, 3], pads=[1] * 6),
+    dict(kernel_shape=[3, 3, 3], strides=[2, 2, 2], pads=[1] * 6),
+    dict(kernel_shape=[2, 3, 2], strides=[1, 2, 3], pads=[0, 1, 1, 1, 0, 1], ceil_mode=1),
+    dict(kernel_shape=[1, 1, 3], strides=[1, 1, 2]),
+    dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2], ceil_mode=1),
+    dict(kernel_shape=[3, 2, 5], strides=[2, 1, 2], pads=[1, 0, 2, 1, 1, 2]),
+    dict(kernel_shape=[2, 2, 3], strides=[2, 2, 2], auto_pad="SAME_UPPER"),
+]
+_SHAPES3 = [(1, 2, 5, 6, 7), (2, 1, 4, 9, 19), (1, 1, 3, 3, 40), (1, 2, 1, 1, 9), (1, 1, 4, 4, 83)]
+
+
+def _fits(shape, attrs):
+    if attrs.get("auto_pad"):
+        return True
+    p = attrs.get("pads", [0] * 6)
+    return all(shape[2 + i] + p[i] + p[i + 3] >= attrs["kernel_shape"][i] for i in range(3))
+
+
+def _stride1_oracle(x, attrs):
+    """onnx.reference's rule at stride 1 (NaN taps skipped; all-NaN windows: -inf here); its own 3-D pool with
+    pads cannot run (IndexError), so numpy."""
+    ks, p = attrs["kernel_shape"], attrs.get("pads", [0] * 6)
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(p[i], p[i + 3]) for i in range(3)], constant_values=np.nan)
+    v = sliding_window_view(xp, ks, axis=(2, 3, 4))
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        o = np.nanmax(v.reshape(*v.shape[:5], -1), axis=-1)
+    return np.where(np.isnan(o), np.float32(-np.inf), o).astype(np.float32)
+
+
+@pytest.mark.parametrize("attrs", _POOLS3)
+@pytest.mark.parametrize("shape", _SHAPES3)
+def test_maxpool3d_against_reference_without_nan(attrs, shape):
+    if not _fits(shape, attrs):
+        pytest.skip("window larger than the padded input")
+    x = (RNG.standard_normal(shape) * 100).astype(np.float32)
+    x.flat[RNG.choice(x.size, x.size // 5, replace=False)] = RNG.choice(EDGE[1:], x.size // 5)
+    model = _model("MaxPool", [x], **attrs)
+    (got,) = _twin(model, [x])
+    stride1 = all(s == 1 for s in attrs.get("strides", [1, 1, 1])) and not attrs.get("auto_pad")
+    if stride1 and any(attrs.get("pads", [0])):
+        want = _stride1_oracle(x, attrs)
+    else:
+        (want,) = _reference(model, [x])
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("attrs", _POOLS3)
+@pytest.mark.parametrize("shape", _SHAPES3)
+@pytest.mark.parametrize("frac", [1, 3])
+def test_maxpool3d_nan_and_signed_zeros(attrs, shape, frac):
+    # Stride 1: NaN taps skipped (onnx.reference). Other strides: the general loop's bits (a NaN first tap kept,
+    # +-0 ties keep the first zero), which is onnx.reference's rule there.
+    if not _fits(shape, attrs):
+        pytest.skip("window larger than the padded input")
+    x = _with_edges((RNG.standard_normal(shape) * 10).astype(np.float32), frac)
+    (fast,) = _twin(_model("MaxPool", [x], **attrs), [x])
+    exact, _ = _twin(_model("MaxPool", [x], 2, **attrs), [x])
+    stride1 = all(s == 1 for s in attrs.get("strides", [1, 1, 1])) and not attrs.get("auto_pad")
+    if stride1:
+        np.testing.assert_array_equal(fast, _stride1_oracle(x, attrs))
+        xn = np.where(np.isnan(x), np.float32(1.5), x)  # without NaN: the general loop's bits (signed zeros)
+        (fast,) = _twin(_model("MaxPool", [xn], **attrs), [xn])
+        exact, _ = _twin(_model("MaxPool", [xn], 2, **attrs), [xn])
+    else:
+        want = _reference(_model("MaxPool", [x], **attrs), [x])[0]
+        np.testing.assert_array_equal(fast, want)
+    np.testing.assert_array_equal(fast.view(np.uint32), exact.view(np.uint32))
+
+
+def test_maxpool3d_nan_first_tap_rows():
+    # A NaN at each window's first tap in only some rows, at stride 2 (kept) with the other taps finite.
+    x = (RNG.standard_normal((1, 1, 4, 6, 34)) * 10).astype(np.float32)
+    x[0, 0, 2, 2, ::2] = np.nan
+    x[0, 0, 0, 3, 4] = np.nan
+    attrs = dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2])
+    model = _model("MaxPool", [x], **attrs)
+    (got,) = _twin(model, [x])
+    np.testing.assert_array_equal(got, _reference(model, [x])[0])
+    assert np.isnan(got[0, 0, 1, 1]).sum() == 17
+
+
+@pytest.mark.parametrize("isa", ["baseline", "avx2"])
+def test_fallback_instruction_sets_pass_the_same_checks(isa):
+    rerun_file_with_instruction_set(__file__, isa)
