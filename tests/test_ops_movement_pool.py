@@ -60,7 +60,8 @@ _POOLS3 = [
     dict(kernel_shape=[3, 2, 5], strides=[2, 1, 2], pads=[1, 0, 2, 1, 1, 2]),
     dict(kernel_shape=[2, 2, 3], strides=[2, 2, 2], auto_pad="SAME_UPPER"),
 ]
-_SHAPES3 = [(1, 2, 5, 6, 7), (2, 1, 4, 9, 19), (1, 1, 3, 3, 40), (1, 2, 1, 1, 9), (1, 1, 4, 4, 83)]
+_SHAPES3 = [(1, 2, 5, 6, 7), (2, 1, 4, 9, 19), (1, 1, 3, 3, 40), (1, 2, 1, 1, 9), (1, 1, 4, 4, 83),
+            (2, 3, 4, 6, 66)]  # the last: even rows at stride 2, taken as one long row
 
 
 def _fits(shape, attrs):

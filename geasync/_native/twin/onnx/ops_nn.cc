@@ -1046,20 +1046,25 @@ void AvgRowsSeparableAvx2(const PoolRows &, double, double *, float *) {}
 #endif
 
 // y = the elementwise max of `count` rows of n floats, in row order, from -inf: v > m ? v : m (a max instruction), so
-// NaN entries are skipped and a +-0 tie keeps the earlier row's zero (strict >). No rows: -inf.
-__attribute__((always_inline)) inline void FoldMaxRowsBody(const float *const *rows, int64_t count, int64_t n,
-                                                           float *__restrict y) {
-  const float ninf = -std::numeric_limits<float>::infinity();
-  if (count == 0) {
-    for (int64_t j = 0; j < n; ++j) y[j] = ninf;
-    return;
+// NaN entries are skipped and a +-0 tie keeps the earlier row's zero (strict >). No rows: -inf. Blocks of outputs
+// stay in registers over all the rows (one load per row and block, one store).
+__attribute__((always_inline)) inline void FoldMaxBlockBody(const float *const *rows, int64_t count, int64_t j,
+                                                            int64_t len, float *__restrict y) {
+  constexpr int kB = 16;
+  float m[kB];
+  for (int b = 0; b < kB; ++b) m[b] = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < count; ++i) {
+    const float *__restrict v = rows[i] + j;
+    if (len == kB) {
+      for (int b = 0; b < kB; ++b) m[b] = v[b] > m[b] ? v[b] : m[b];
+    } else {
+      for (int b = 0; b < len; ++b) m[b] = v[b] > m[b] ? v[b] : m[b];
+    }
   }
-  const float *__restrict r0 = rows[0];
-  for (int64_t j = 0; j < n; ++j) y[j] = r0[j] > ninf ? r0[j] : ninf;
-  for (int64_t i = 1; i < count; ++i) {
-    const float *__restrict v = rows[i];
-    for (int64_t j = 0; j < n; ++j) y[j] = v[j] > y[j] ? v[j] : y[j];
-  }
+  for (int b = 0; b < len; ++b) y[j + b] = m[b];
+}
+void FoldMaxRowsBase(const float *const *rows, int64_t count, int64_t n, float *y) {
+  for (int64_t j = 0; j < n; j += 16) FoldMaxBlockBody(rows, count, j, std::min<int64_t>(16, n - j), y);
 }
 // Whether any of n floats is NaN (branch-free, so that it vectorises).
 __attribute__((always_inline)) inline bool AnyNanBody(const float *__restrict y, int64_t n) {
@@ -1067,18 +1072,37 @@ __attribute__((always_inline)) inline bool AnyNanBody(const float *__restrict y,
   for (int64_t j = 0; j < n; ++j) bad |= y[j] != y[j];
   return bad != 0;
 }
-void FoldMaxRowsBase(const float *const *rows, int64_t count, int64_t n, float *y) {
-  FoldMaxRowsBody(rows, count, n, y);
-}
 bool AnyNanBase(const float *y, int64_t n) { return AnyNanBody(y, n); }
 #ifdef TWIN_HAVE_X86
+// The same with 32 outputs in four registers (max(v, m) is v > m ? v : m); the row tail scalar.
 __attribute__((target("avx2"))) void FoldMaxRowsAvx2(const float *const *rows, int64_t count, int64_t n, float *y) {
-  FoldMaxRowsBody(rows, count, n, y);
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    __m256 m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
+    for (int64_t i = 0; i < count; ++i) {
+      const float *v = rows[i] + j;
+      m0 = _mm256_max_ps(_mm256_loadu_ps(v), m0);
+      m1 = _mm256_max_ps(_mm256_loadu_ps(v + 8), m1);
+      m2 = _mm256_max_ps(_mm256_loadu_ps(v + 16), m2);
+      m3 = _mm256_max_ps(_mm256_loadu_ps(v + 24), m3);
+    }
+    _mm256_storeu_ps(y + j, m0);
+    _mm256_storeu_ps(y + j + 8, m1);
+    _mm256_storeu_ps(y + j + 16, m2);
+    _mm256_storeu_ps(y + j + 24, m3);
+  }
+  for (; j + 8 <= n; j += 8) {
+    __m256 m0 = ninf;
+    for (int64_t i = 0; i < count; ++i) m0 = _mm256_max_ps(_mm256_loadu_ps(rows[i] + j), m0);
+    _mm256_storeu_ps(y + j, m0);
+  }
+  if (j < n) FoldMaxBlockBody(rows, count, j, n - j, y);
 }
 __attribute__((target("avx2"))) bool AnyNanAvx2(const float *y, int64_t n) { return AnyNanBody(y, n); }
 #else
 void FoldMaxRowsAvx2(const float *const *rows, int64_t count, int64_t n, float *y) {
-  FoldMaxRowsBody(rows, count, n, y);
+  FoldMaxRowsBase(rows, count, n, y);
 }
 bool AnyNanAvx2(const float *y, int64_t n) { return AnyNanBody(y, n); }
 #endif
@@ -1257,7 +1281,15 @@ class PoolKernel : public Kernel {
     bool any_nan = false;
     const int64_t n = inner_hi_ - inner_lo_;
     const int64_t c0 = inner_lo_ * SW - w_.pb[2];  // input column of the first interior window
-    for (int64_t r = 0; r < D * H; ++r) {
+    // Every window inside its row, rows back to back at the output stride: the plane as one long row.
+    const bool flat = inner_lo_ == 0 && inner_hi_ == OW && w_.pb[2] == 0 && W == OW * SW;
+    bool rows_done = false;  // flat, and no NaN first tap: nothing left for the row loop
+    if (flat) {
+      const PoolRows pr{x, W, 1, KW, SW, D * H * OW, D * H * W};
+      avx2_ ? MaxRowsAvx2(pr, rowmax_.data()) : MaxRowsBase(pr, rowmax_.data());
+      rows_done = !(avx2_ ? AnyNanAvx2(rowmax_.data(), D * H * OW) : AnyNanBase(rowmax_.data(), D * H * OW));
+    }
+    for (int64_t r = 0; r < D * H && !rows_done; ++r) {
       const float *xr = x + r * W;
       float *ar = rowmax_.data() + r * OW;
       const auto border = [&](int64_t ow) {
@@ -1271,8 +1303,10 @@ class PoolKernel : public Kernel {
       for (int64_t ow = inner_hi_; ow < OW; ++ow) border(ow);
       if (n <= 0) continue;
       float *ai = ar + inner_lo_;
-      const PoolRows pr{xr + c0, W, 1, KW, SW, n, W - c0};
-      avx2_ ? MaxRowsAvx2(pr, ai) : MaxRowsBase(pr, ai);
+      if (!flat) {
+        const PoolRows pr{xr + c0, W, 1, KW, SW, n, W - c0};
+        avx2_ ? MaxRowsAvx2(pr, ai) : MaxRowsBase(pr, ai);
+      }
       if (!(avx2_ ? AnyNanAvx2(ai, n) : AnyNanBase(ai, n))) continue;
       row_nan_[r] = 1;
       for (int64_t j = 0; j < n; ++j) {  // a NaN first tap: the max of the other taps
