@@ -41,7 +41,7 @@ def _reference(model, inputs):
 
 def _with_edges(x, frac):
     x = x.copy()
-    if frac:
+    if frac and x.size:
         k = max(1, x.size // frac)
         x.flat[RNG.choice(x.size, k, replace=False)] = RNG.choice(EDGE, k)
     return x
@@ -139,3 +139,62 @@ def test_maxpool3d_nan_first_tap_rows():
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
 def test_fallback_instruction_sets_pass_the_same_checks(isa):
     rerun_file_with_instruction_set(__file__, isa)
+
+
+# ---- Transpose: the last axis kept (contiguous runs copied whole), and the tiled 2-D transposes ----
+
+_TRANSPOSES = [((3, 5, 7), (1, 0, 2)), ((2, 3, 4, 5), (0, 2, 1, 3)), ((2, 3, 4, 5), (0, 3, 1, 2)),
+               ((2, 3, 4, 5), (0, 2, 3, 1)), ((4, 1, 9, 17), (2, 0, 1, 3)), ((1, 16, 33), (1, 0, 2)),
+               ((5, 0, 3), (1, 0, 2)), ((2, 9, 1, 40), (1, 0, 2, 3)), ((2, 3, 1), (1, 0, 2)), ((3, 20, 12), (0, 2, 1))]
+
+
+@pytest.mark.parametrize("shape,perm", _TRANSPOSES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int8, np.uint16, np.int64, np.bool_])
+def test_transpose_same_bits(shape, perm, dtype):
+    raw = RNG.integers(0, 256, size=int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8)
+    x = (raw.view(dtype) if dtype is not np.bool_ else raw[: int(np.prod(shape))] > 127).reshape(shape)
+    if dtype is np.float32:
+        x = _with_edges(x, 3)
+    model = _model("Transpose", [x], perm=list(perm))
+    (got,) = _twin(model, [x])
+    want = np.transpose(x, perm)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got.view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+    if x.size and dtype is np.float32:
+        np.testing.assert_array_equal(got, _reference(model, [x])[0])
+
+
+# ---- Cast float64 -> float32 (AVX blocks of 8; a block with a finite value past +-FLT_MAX element by element) ----
+
+_F64_EDGE = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 1e-46, 5e-324, 1e-300,
+                      3.4028234663852886e38, -3.4028234663852886e38, 3.4028235677973366e38 * (1 + 1e-12),
+                      3.40282356e38, 3.4028236e38, -3.4028236e38, 1e300, -1e300, 1.0000000596046448,
+                      1.0000001788139343, 2.0 ** -149, 2.0 ** -150, 3 * 2.0 ** -151], np.float64)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 16, 23, 64, 1001])
+@pytest.mark.parametrize("edge_frac", [0, 2])
+def test_cast_f64_to_f32(n, edge_frac):
+    x = RNG.standard_normal(n) * 10.0 ** RNG.integers(-50, 50, n)
+    if edge_frac and n:
+        k = max(1, n // edge_frac)
+        x[RNG.choice(n, k, replace=False)] = RNG.choice(_F64_EDGE, k)
+    model = _model("Cast", [x], opset=21, to=TensorProto.FLOAT)
+    (got,) = _twin(model, [x])
+    (want,) = _reference(model, [x])
+    assert got.dtype == np.float32 and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_cast_f64_to_f32_every_edge_in_every_lane():
+    base = np.full(8 * len(_F64_EDGE), 1.5)
+    for lane in range(8):
+        x = base.copy()
+        x[lane::8][: len(_F64_EDGE)] = _F64_EDGE[: len(x[lane::8])]
+        x = np.concatenate([x, _F64_EDGE[:5]])  # and a tail
+        model = _model("Cast", [x], opset=21, to=TensorProto.FLOAT)
+        (got,) = _twin(model, [x])
+        want = _reference(model, [x])[0]
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

@@ -56,10 +56,13 @@ double LoadFloat(typename Tr<S>::St x) {
   else return static_cast<double>(x);
 }
 
-// double -> float without the UB of converting an out-of-range finite value.
+// double -> float without the UB of converting an out-of-range finite value: +-inf from FLT_MAX + half an ulp
+// (2^128 - 2^103, a tie that rounds to even: inf) on, as IEEE rounding, numpy and onnx.reference do; below that,
+// values past FLT_MAX round to it.
 inline float NarrowToFloat(double v) {
-  if (v > static_cast<double>(FLT_MAX)) return std::numeric_limits<float>::infinity();
-  if (v < -static_cast<double>(FLT_MAX)) return -std::numeric_limits<float>::infinity();
+  constexpr double kOverflow = 340282356779733661637539395458142568448.0;  // 2^128 - 2^103
+  if (v >= kOverflow) return std::numeric_limits<float>::infinity();
+  if (v <= -kOverflow) return -std::numeric_limits<float>::infinity();
   return static_cast<float>(v);
 }
 
@@ -173,6 +176,19 @@ void CastFloatToWideInt(const void *in, void *out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<D>(_mm_cvttss_si64(_mm_set_ss(x[i])));
 }
 
+// float64 -> float32 as NarrowToFloat: cvtpd2ps rounds each lane as IEEE does (nearest even, overflow to +-inf,
+// NaN quieted, as the scalar cvtsd2ss).
+__attribute__((target("avx"))) void CastDoubleToFloatAvx(const void *in, void *out, int64_t n) {
+  const double *x = static_cast<const double *>(in);
+  float *y = static_cast<float *>(out);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128 a = _mm256_cvtpd_ps(_mm256_loadu_pd(x + i)), b = _mm256_cvtpd_ps(_mm256_loadu_pd(x + i + 4));
+    _mm256_storeu_ps(y + i, _mm256_insertf128_ps(_mm256_castps128_ps256(a), b, 1));
+  }
+  for (; i < n; ++i) y[i] = NarrowToFloat(x[i]);
+}
+
 // CPUID leaf 1 directly: clang's __builtin_cpu_supports has no "f16c". AVX's OS support is part of the ISA check.
 bool CpuHasF16c() {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -212,6 +228,8 @@ CastFn PickFastPath(ElemType d) {
   }
   if constexpr (std::is_same<S, HalfTag>::value)
     if (d == ElemType::kFloat && HasF16c()) return CastHalfToFloatF16c;
+  if constexpr (std::is_same<S, double>::value)
+    if (d == ElemType::kFloat && vmath::ActiveIsa() != vmath::Isa::kBaseline) return CastDoubleToFloatAvx;
 #endif
   (void)d;
   return nullptr;
