@@ -198,3 +198,22 @@ def test_cast_f64_to_f32_every_edge_in_every_lane():
         want = _reference(model, [x])[0]
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+# ---- SpaceToDepth: rows split into column phases (blocksize 2 as one loop over column pairs) ----
+
+@pytest.mark.parametrize("shape,b", [((1, 1, 2, 2), 2), ((2, 3, 4, 6), 2), ((1, 2, 6, 34), 2), ((2, 2, 6, 9), 3),
+                                     ((1, 3, 5, 7), 1), ((1, 2, 8, 36), 4), ((0, 2, 4, 4), 2), ((3, 1, 2, 18), 2)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.float16])
+def test_space_to_depth(shape, b, dtype):
+    x = (RNG.standard_normal(shape) * 100).astype(dtype)
+    if dtype is np.float32:
+        x = _with_edges(x, 3)
+    model = _model("SpaceToDepth", [x], opset=13, blocksize=b)
+    (got,) = _twin(model, [x])
+    (want,) = _reference(model, [x])
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got.view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+    # and DepthToSpace (DCR) brings it back
+    (back,) = _twin(_model("DepthToSpace", [got], opset=13, blocksize=b, mode="DCR"), [got])
+    np.testing.assert_array_equal(back.view(np.uint8), x.view(np.uint8))
