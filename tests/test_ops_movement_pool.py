@@ -72,14 +72,18 @@ def _fits(shape, attrs):
 
 
 def _stride1_oracle(x, attrs):
-    """onnx.reference's rule at stride 1 (NaN taps skipped; all-NaN windows: -inf here); its own 3-D pool with
-    pads cannot run (IndexError), so numpy."""
-    ks, p = attrs["kernel_shape"], attrs.get("pads", [0] * 6)
-    xp = np.pad(x, [(0, 0), (0, 0)] + [(p[i], p[i + 3]) for i in range(3)], constant_values=np.nan)
-    v = sliding_window_view(xp, ks, axis=(2, 3, 4))
+    """onnx.reference's rule at stride 1 (NaN taps skipped; all-NaN windows: -inf here); its own stride-1 pool
+    reads 1-D, asymmetric 2-D and 3-D pads wrongly (or fails), so numpy."""
+    ks = attrs["kernel_shape"]
+    nsp = len(ks)
+    p = attrs.get("pads", [0] * 2 * nsp)
+    if attrs.get("auto_pad") == "SAME_UPPER":
+        p = [(k - 1) // 2 for k in ks] + [k - 1 - (k - 1) // 2 for k in ks]
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(p[i], p[i + nsp]) for i in range(nsp)], constant_values=np.nan)
+    v = sliding_window_view(xp, ks, axis=tuple(range(2, 2 + nsp)))
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        o = np.nanmax(v.reshape(*v.shape[:5], -1), axis=-1)
+        o = np.nanmax(v.reshape(*v.shape[:2 + nsp], -1), axis=-1)
     return np.where(np.isnan(o), np.float32(-np.inf), o).astype(np.float32)
 
 
@@ -217,3 +221,29 @@ def test_space_to_depth(shape, b, dtype):
     # and DepthToSpace (DCR) brings it back
     (back,) = _twin(_model("DepthToSpace", [got], opset=13, blocksize=b, mode="DCR"), [got])
     np.testing.assert_array_equal(back.view(np.uint8), x.view(np.uint8))
+
+
+# ---- MaxPool 1-D / 2-D at stride 1 with pads: the separable path with the general loop's NaN rule ----
+
+_POOLS12 = [dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), dict(kernel_shape=[2, 5], pads=[0, 2, 1, 1]),
+            dict(kernel_shape=[5, 1], pads=[2, 0, 2, 0]), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], ceil_mode=1),
+            dict(kernel_shape=[4, 4], auto_pad="SAME_UPPER"), dict(kernel_shape=[3], pads=[1, 1]),
+            dict(kernel_shape=[7], pads=[0, 3])]
+
+
+@pytest.mark.parametrize("attrs", _POOLS12)
+@pytest.mark.parametrize("width", [1, 2, 5, 8, 9, 31, 32, 33, 40, 70])
+def test_maxpool_stride1_pads_row_tails(attrs, width):
+    shape = (2, 3, 5, width) if len(attrs["kernel_shape"]) == 2 else (2, 3, width)
+    p = attrs.get("pads", [0] * 4)
+    if not attrs.get("auto_pad") and width + p[len(p) // 2 - 1] + p[-1] < attrs["kernel_shape"][-1]:
+        pytest.skip("window wider than the padded input")
+    x = (RNG.standard_normal(shape) * 100).astype(np.float32)
+    x.flat[RNG.choice(x.size, x.size // 5, replace=False)] = RNG.choice(EDGE[1:], x.size // 5)
+    model = _model("MaxPool", [x], **attrs)
+    (got,) = _twin(model, [x])
+    np.testing.assert_array_equal(got, _stride1_oracle(x, attrs))
+    x = _with_edges(x, 3)  # with NaN: the same bits as the general loop (Indices output)
+    (fast,) = _twin(model, [x])
+    exact, _ = _twin(_model("MaxPool", [x], 2, **attrs), [x])
+    np.testing.assert_array_equal(fast.view(np.uint32), exact.view(np.uint32))

@@ -987,8 +987,39 @@ __attribute__((target("avx2"), always_inline)) inline void MaxRowStride2Avx2(con
   for (; 2 * j + 16 + reach <= r.avail && j + 8 <= r.n; j += 8) MaxBlocksStride2Avx2<1, kKw, false>(r, j, y);
   for (; j < r.n; j += 8) MaxBlocksStride2Avx2<1, kKw, true>(r, j, y);
 }
-// Stride 2 in blocks (the row's tail with masked loads and stores); other strides: MaxRowsBody.
+// Stride 1: 32 outputs in four registers over all the taps (first tap, then max(v, m) = v > m ? v : m in the
+// general loop's order), one store; the row's last n % 8 outputs by MaxRowsBody.
+__attribute__((target("avx2"))) void MaxRowsStride1Avx2(const PoolRows &r, float *y) {
+  int64_t j = 0;
+  for (; j + 32 <= r.n; j += 32) {
+    __m256 m0 = _mm256_loadu_ps(r.x + j), m1 = _mm256_loadu_ps(r.x + j + 8);
+    __m256 m2 = _mm256_loadu_ps(r.x + j + 16), m3 = _mm256_loadu_ps(r.x + j + 24);
+    for (int64_t kh = 0; kh < r.rows; ++kh)
+      for (int64_t kw = kh == 0 ? 1 : 0; kw < r.kw; ++kw) {
+        const float *v = r.x + kh * r.w + kw + j;
+        m0 = _mm256_max_ps(_mm256_loadu_ps(v), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(v + 8), m1);
+        m2 = _mm256_max_ps(_mm256_loadu_ps(v + 16), m2);
+        m3 = _mm256_max_ps(_mm256_loadu_ps(v + 24), m3);
+      }
+    _mm256_storeu_ps(y + j, m0);
+    _mm256_storeu_ps(y + j + 8, m1);
+    _mm256_storeu_ps(y + j + 16, m2);
+    _mm256_storeu_ps(y + j + 24, m3);
+  }
+  for (; j + 8 <= r.n; j += 8) {
+    __m256 m0 = _mm256_loadu_ps(r.x + j);
+    for (int64_t kh = 0; kh < r.rows; ++kh)
+      for (int64_t kw = kh == 0 ? 1 : 0; kw < r.kw; ++kw)
+        m0 = _mm256_max_ps(_mm256_loadu_ps(r.x + kh * r.w + kw + j), m0);
+    _mm256_storeu_ps(y + j, m0);
+  }
+  if (j < r.n) MaxRowsBody(PoolRows{r.x + j, r.w, r.rows, r.kw, 1, r.n - j, r.avail - j}, y + j);
+}
+// Stride 2 in blocks (the row's tail with masked loads and stores); stride 1: MaxRowsStride1Avx2; other strides:
+// MaxRowsBody.
 __attribute__((target("avx2"))) void MaxRowsAvx2(const PoolRows &r, float *y) {
+  if (r.sw == 1) return MaxRowsStride1Avx2(r, y);
   if (r.sw != 2) return MaxRowsBody(r, y);
   if (r.kw == 3) return MaxRowStride2Avx2<3>(r, y);
   MaxRowStride2Avx2<0>(r, y);
@@ -1146,6 +1177,10 @@ class PoolKernel : public Kernel {
 #endif
     sep_max_ = kMax && std::is_same<S, float>::value && !plane2d_;
     for (size_t i = 0; i < kMaxSpatial; ++i) sep_max_ = sep_max_ && w_.d[i] == 1;
+    // 2-D at stride 1 with pads: RunSeparableMax too (about 2x RunPlane2d's tap-by-tap rows at 3x3), with
+    // RunPlane2d's NaN rule (a NaN first tap kept, as the general loop).
+    sep_plane_ = kMax && plane2d_ && !simple_ && w_.s[1] == 1 && w_.s[2] == 1;
+    if (sep_plane_) sep_max_ = true;
   }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const S *X = static_cast<const S *>(in[0]);
@@ -1281,15 +1316,22 @@ class PoolKernel : public Kernel {
     bool any_nan = false;
     const int64_t n = inner_hi_ - inner_lo_;
     const int64_t c0 = inner_lo_ * SW - w_.pb[2];  // input column of the first interior window
-    // Every window inside its row, rows back to back at the output stride: the plane as one long row.
-    const bool flat = inner_lo_ == 0 && inner_hi_ == OW && w_.pb[2] == 0 && W == OW * SW;
-    bool rows_done = false;  // flat, and no NaN first tap: nothing left for the row loop
-    if (flat) {
-      const PoolRows pr{x, W, 1, KW, SW, D * H * OW, D * H * W};
-      avx2_ ? MaxRowsAvx2(pr, rowmax_.data()) : MaxRowsBase(pr, rowmax_.data());
-      rows_done = !(avx2_ ? AnyNanAvx2(rowmax_.data(), D * H * OW) : AnyNanBase(rowmax_.data(), D * H * OW));
+    // Rows back to back at the output stride (W == OW * SW): the interior windows of every row as one long row
+    // (what it computes at the border columns, whose windows would cross rows, the row loop then replaces).
+    const bool flat = n > 0 && W == OW * SW;
+    bool flat_nan = false;
+    if (flat) {  // in pieces of 2048 outputs, so that the row kernels' passes over the taps stay in L1
+      const int64_t nf = (D * H - 1) * OW + n;
+      for (int64_t f0 = 0; f0 < nf; f0 += 2048) {
+        const int64_t len = std::min<int64_t>(2048, nf - f0);
+        float *a = rowmax_.data() + inner_lo_ + f0;
+        const PoolRows pr{x + c0 + f0 * SW, W, 1, KW, SW, len, D * H * W - c0 - f0 * SW};
+        avx2_ ? MaxRowsAvx2(pr, a) : MaxRowsBase(pr, a);
+        flat_nan = flat_nan || (avx2_ ? AnyNanAvx2(a, len) : AnyNanBase(a, len));
+      }
     }
-    for (int64_t r = 0; r < D * H && !rows_done; ++r) {
+    const bool row_loop = !flat || flat_nan || inner_lo_ > 0 || inner_hi_ < OW;
+    for (int64_t r = 0; r < D * H && row_loop; ++r) {
       const float *xr = x + r * W;
       float *ar = rowmax_.data() + r * OW;
       const auto border = [&](int64_t ow) {
@@ -1306,6 +1348,8 @@ class PoolKernel : public Kernel {
       if (!flat) {
         const PoolRows pr{xr + c0, W, 1, KW, SW, n, W - c0};
         avx2_ ? MaxRowsAvx2(pr, ai) : MaxRowsBase(pr, ai);
+      } else if (!flat_nan) {
+        continue;
       }
       if (!(avx2_ ? AnyNanAvx2(ai, n) : AnyNanBase(ai, n))) continue;
       row_nan_[r] = 1;
@@ -1318,7 +1362,7 @@ class PoolKernel : public Kernel {
       }
     }
     for (const char f : row_nan_) any_nan = any_nan || f;
-    const bool keep_first_nan = any_nan && !(w_.s[0] == 1 && w_.s[1] == 1 && w_.s[2] == 1);
+    const bool keep_first_nan = any_nan && (sep_plane_ || !(w_.s[0] == 1 && w_.s[1] == 1 && w_.s[2] == 1));
     rows_.resize(static_cast<size_t>(w_.k[0] * w_.k[1]));
     for (int64_t od = 0; od < OD; ++od) {
       const Tap &t0 = taps_[0][od];
@@ -1435,6 +1479,7 @@ class PoolKernel : public Kernel {
   bool pool2x2_ = false;       // simple_ with a 2x2 window and stride 2: MaxPool2x2Avx512
   bool pool2x2_avx2_ = false;  // the same on a CPU (or GEASYNC_TWIN_SIMD cap) without AVX-512: MaxPool2x2Avx2
   bool sep_max_ = false;        // float MaxPool without dilation that RunPlane2d does not take: RunSeparableMax
+  bool sep_plane_ = false;      // ... or a 2-D plane at stride 1 with pads, RunPlane2d's NaN rule kept
   std::vector<float> rowmax_;  // RunSeparableMax's innermost-axis maxima, one row of OW per input row
   std::vector<char> row_nan_;  // per input row: some window's first tap in it is NaN
   std::vector<const float *> rows_;
