@@ -247,3 +247,24 @@ def test_maxpool_stride1_pads_row_tails(attrs, width):
     (fast,) = _twin(model, [x])
     exact, _ = _twin(_model("MaxPool", [x], 2, **attrs), [x])
     np.testing.assert_array_equal(fast.view(np.uint32), exact.view(np.uint32))
+
+
+# ---- Cast float32 -> 8- and 16-bit ints (AVX2: truncation to int32, low bits kept, packed) ----
+
+_F32_INT_EDGE = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-45, 0.999, -0.999, 127.9, 128.0, -128.5,
+                          -129.0, 255.5, 256.0, 300.7, -300.7, 65535.9, 65536.0, -32768.9, 70000.0, 2147483520.0,
+                          2147483648.0, -2147483648.0, -2147483904.0, 3e9, -3e9, 1e20, -1e20], np.float32)
+
+
+@pytest.mark.parametrize("to", [TensorProto.UINT8, TensorProto.INT8, TensorProto.UINT16, TensorProto.INT16])
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100])
+def test_cast_f32_to_narrow_ints(to, n):
+    x = (RNG.standard_normal(n) * 400).astype(np.float32)
+    if n:
+        k = max(1, n // 2)
+        x[RNG.choice(n, k, replace=False)] = RNG.choice(_F32_INT_EDGE, k)
+    model = _model("Cast", [x], opset=21, to=to)
+    (got,) = _twin(model, [x])
+    (want,) = _reference(model, [x])
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)

@@ -1,5 +1,5 @@
-// DepthToSpace and SpaceToDepth (DCR / CRD) as a precomputed permutation of element offsets, LpNormalization
-// (p = 1 or 2 along an axis) and GlobalMaxPool.
+// DepthToSpace (DCR / CRD) as a precomputed permutation of element offsets, SpaceToDepth as row splits,
+// LpNormalization (p = 1 or 2 along an axis) and GlobalMaxPool.
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3", "no-trapping-math")
 #endif
