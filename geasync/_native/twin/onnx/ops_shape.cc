@@ -1,6 +1,7 @@
 // Data-movement ops whose output shape is the interesting part: Reshape (shape input must be known at compile
 // time), Flatten, Transpose, Identity. All dtypes are supported since they only move bytes.
 #include <algorithm>
+#include <cstring>
 
 #include "op_registry.h"
 #include "vmath.h"
@@ -245,6 +246,13 @@ class TransposeKernel : public Kernel {
       for (int64_t o = 0; o < total_; o += plane) {
         TransposeTiled(x + off, y + o, rows, inner, is);
         NextOffset(r - 2, &off);
+      }
+      return true;
+    }
+    if (is == 1) {  // the last axis kept: runs of contiguous elements (is a run-time 1: no vectorised loop)
+      for (int64_t o = 0; o < total_; o += inner) {
+        std::memcpy(y + o, x + off, static_cast<size_t>(inner) * sizeof(T));
+        NextOffset(r - 1, &off);
       }
       return true;
     }

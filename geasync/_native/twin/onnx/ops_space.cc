@@ -1,5 +1,5 @@
-// DepthToSpace and SpaceToDepth (DCR / CRD) as a precomputed permutation of element offsets, LpNormalization
-// (p = 1 or 2 along an axis) and GlobalMaxPool.
+// DepthToSpace (DCR / CRD) as a precomputed permutation of element offsets, SpaceToDepth as row splits,
+// LpNormalization (p = 1 or 2 along an axis) and GlobalMaxPool.
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3", "no-trapping-math")
 #endif
@@ -70,6 +70,48 @@ class PermuteKernel : public Kernel {
   std::vector<int64_t> src_;  // source offset of each output element
 };
 
+// SpaceToDepth without the offset table: each input row splits into b output rows (column phases bw), element
+// j of phase bw being x[j * b + bw]; blocksize 2 as one loop over column pairs (it vectorises to shuffles).
+template <class U>
+class SpaceToDepthKernel : public Kernel {
+ public:
+  SpaceToDepthKernel(int64_t n, int64_t cc, int64_t h, int64_t w, int64_t b, bool crd)
+      : n_(n), cc_(cc), h_(h), w_(w), b_(b), crd_(crd) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const U *x = static_cast<const U *>(in[0]);
+    U *y = static_cast<U *>(out[0]);
+    const int64_t b = b_, oh_n = h_ / b, ow_n = w_ / b, plane = oh_n * ow_n;
+    for (int64_t in_ = 0; in_ < n_; ++in_)
+      for (int64_t ci = 0; ci < cc_; ++ci)
+        for (int64_t ih = 0; ih < h_; ++ih) {
+          const int64_t bh = ih % b, oh = ih / b;
+          const U *__restrict r = x + ((in_ * cc_ + ci) * h_ + ih) * w_;
+          const auto dst = [&](int64_t bw) {
+            const int64_t dc = crd_ ? (ci * b + bh) * b + bw : (bh * b + bw) * cc_ + ci;
+            return y + (in_ * cc_ * b * b + dc) * plane + oh * ow_n;
+          };
+          if (b == 2) {
+            U *__restrict y0 = dst(0);
+            U *__restrict y1 = dst(1);
+            for (int64_t j = 0; j < ow_n; ++j) {
+              y0[j] = r[2 * j];
+              y1[j] = r[2 * j + 1];
+            }
+            continue;
+          }
+          for (int64_t bw = 0; bw < b; ++bw) {
+            U *__restrict yb = dst(bw);
+            for (int64_t j = 0; j < ow_n; ++j) yb[j] = r[j * b + bw];
+          }
+        }
+    return true;
+  }
+
+ private:
+  int64_t n_, cc_, h_, w_, b_;  // the input's (N, C, H, W) and the blocksize
+  bool crd_;
+};
+
 template <bool kToSpace>
 std::unique_ptr<Kernel> PrepareSpace(const KernelCtx &c, std::string *reason) {
   int64_t b;
@@ -79,6 +121,16 @@ std::unique_ptr<Kernel> PrepareSpace(const KernelCtx &c, std::string *reason) {
   // The (N, C, H, W) of the depth side and the (N, C', H', W') of the space side, C = C' b b, H' = H b.
   const auto &deep = kToSpace ? c.in[0]->dims : c.out[0].dims;
   const int64_t n = deep[0], cc = deep[1] / (b * b), h = deep[2], w = deep[3];
+  if (!kToSpace) {
+    const auto &x = c.in[0]->dims;
+    switch (ElemSize(c.in[0]->dtype)) {
+      case 1: return std::make_unique<SpaceToDepthKernel<uint8_t>>(x[0], x[1], x[2], x[3], b, crd);
+      case 2: return std::make_unique<SpaceToDepthKernel<uint16_t>>(x[0], x[1], x[2], x[3], b, crd);
+      case 4: return std::make_unique<SpaceToDepthKernel<uint32_t>>(x[0], x[1], x[2], x[3], b, crd);
+      case 8: return std::make_unique<SpaceToDepthKernel<uint64_t>>(x[0], x[1], x[2], x[3], b, crd);
+      default: break;
+    }
+  }
   std::vector<int64_t> src(static_cast<size_t>(c.out[0].NumElements()));
   for (int64_t in_ = 0; in_ < n; ++in_)
     for (int64_t ci = 0; ci < cc; ++ci)
