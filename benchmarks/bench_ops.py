@@ -343,6 +343,48 @@ def more_single_op_cases(size: str):
     yield "ReduceProd (all)", prod, [rand(shape, 0.999, 1.001)]
 
 
+# 3-D views of the element counts per size, for the cases below: (D, H, W).
+CUBE = {"small": (4, 4, 4), "64k": (64, 32, 32), "1M": (64, 128, 128)}
+
+
+def single_op(op: str, x: np.ndarray, out_type=F, extra=(), initializers=(), **attrs):
+    """One node on input x (plus extra (name, array) inputs and initializers), its output shape left to inference."""
+    names = ["x"] + [n for n, _ in extra] + [n for n, _ in initializers]
+    ins = [("x", helper.np_dtype_to_tensor_dtype(x.dtype), list(x.shape))] + [
+        (n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape)) for n, a in extra]
+    model = make_model([helper.make_node(op, names, ["y"], **attrs)], ins, [("y", out_type, None)],
+                       initializers=initializers, opset=OPSET)
+    return model, [x] + [a for _, a in extra]
+
+
+def layout_reduce_cases(size: str):
+    """Operators over other axes and ranks than the rows above: 3-D MaxPool, Transpose / SpaceToDepth layouts,
+    float64 casts, Einsum that is not a matrix product, reductions / softmax / scans over a middle axis."""
+    d, h, w = CUBE[size]
+    x = rand((d, h, w))
+    x4 = x.reshape(max(1, d // 16), -1, h, w)
+    x5 = x.reshape(1, max(1, d // 4), -1, h, w)
+    yield "MaxPool 3-D 2x2x2 s2", *single_op("MaxPool", x5, kernel_shape=[2, 2, 2], strides=[2, 2, 2])
+    yield "MaxPool 3-D 3x3x3 s1 p1", *single_op("MaxPool", x5, kernel_shape=[3, 3, 3], pads=[1] * 6)
+    yield "MaxPool 3x3 s1 p1", *single_op("MaxPool", x4, kernel_shape=[3, 3], pads=[1] * 4)
+    yield "Transpose 3-D [1, 0, 2]", *single_op("Transpose", x, perm=[1, 0, 2])
+    yield "Transpose 4-D [0, 2, 1, 3]", *single_op("Transpose", x4, perm=[0, 2, 1, 3])
+    yield "Transpose 4-D [0, 3, 1, 2]", *single_op("Transpose", x4, perm=[0, 3, 1, 2])
+    yield "SpaceToDepth 2", *single_op("SpaceToDepth", x4, blocksize=2)
+    yield "Cast (float64 -> float32)", *single_op("Cast", rand((d, h, w), -300, 300).astype(np.float64), to=F)
+    x2 = x.reshape(d * h, w)
+    for eq in ("ij->ji", "ij->i", "ij->j"):
+        yield f"Einsum {eq}", *single_op("Einsum", x2, equation=eq)
+    yield "Einsum bij->bj", *single_op("Einsum", x, equation="bij->bj")
+    axis1 = [("axes", np.array([1], np.int64))]
+    yield "ReduceL1 (all)", *single_op("ReduceL1", x, keepdims=0)
+    yield "ReduceSumSquare (all)", *single_op("ReduceSumSquare", x, keepdims=0)
+    yield "ReduceMax (axis 1 of 3)", *single_op("ReduceMax", x, initializers=axis1, keepdims=1)
+    yield "Softmax (axis 1 of 3)", *single_op("Softmax", x, axis=1)
+    yield "Hardmax (axis -1)", *single_op("Hardmax", x, axis=-1)
+    yield "CumSum (axis 1 of 3)", *single_op("CumSum", x, initializers=[("a", np.array(1, np.int64))])
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
@@ -355,6 +397,7 @@ FAMILIES = {
     "attention / sampling": attention_cases,
     "channel norms / resize / top-k": channel_norm_resize_topk_cases,
     "inverse trig, casts, scans": more_single_op_cases,
+    "layouts, 3-D pooling, axes": layout_reduce_cases,
 }
 
 
