@@ -1,0 +1,115 @@
+"""Einsum's non-GEMM loop-nest kernels (permutation copies, contiguous sums, row accumulation, products of two
+and more operands) against onnx.reference, on shape edges (tails, size-1 dims, empty tensors), edge values (NaN,
++-inf, -0.0, denormals, large magnitudes) and integer / float64 dtypes; rerun under each instruction set."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx_cases import (assert_close, graph_model, reference, rerun_file_with_instruction_set, run_once,
+                        value_info)
+
+from onnx import helper
+
+EDGE = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -3e-39, 1e30, -7e29, 1.5, -2.25], np.float32)
+
+
+def _einsum_model(eq, feeds):
+    inputs = [value_info(f"x{i}", helper.np_dtype_to_tensor_dtype(f.dtype), list(f.shape))
+              for i, f in enumerate(feeds)]
+    node = helper.make_node("Einsum", [f"x{i}" for i in range(len(feeds))], ["y"], equation=eq)
+    return graph_model([node], inputs, [value_info("y", helper.np_dtype_to_tensor_dtype(feeds[0].dtype))],
+                       opset=12)
+
+
+def _feeds(shapes, dtype, seed, edges=False):
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in shapes:
+        if np.dtype(dtype).kind in "iu":
+            info = np.iinfo(dtype)
+            x = rng.integers(max(info.min, -100), min(info.max, 100), s, endpoint=True).astype(dtype)
+        else:
+            x = (rng.standard_normal(s) * 3).astype(dtype)
+            if edges and x.size:
+                flat = x.reshape(-1)
+                pick = rng.choice(flat.size, size=min(flat.size, 6), replace=False)
+                with np.errstate(over="ignore"):  # 1e30 is inf in float16: still an edge value
+                    flat[pick] = rng.choice(EDGE, size=pick.size).astype(dtype)
+        out.append(x)
+    return out
+
+
+def _check(session, eq, feeds, rtol=1e-5, atol=1e-5, exact=False):
+    m = _einsum_model(eq, feeds)
+    with np.errstate(all="ignore"):
+        want = reference(m, feeds)
+    got = run_once(session, m, feeds)
+    if exact:  # a reordering: the same bits, -0.0 and NaN payloads included
+        assert got[0].shape == want[0].shape and got[0].dtype == want[0].dtype
+        np.testing.assert_array_equal(got[0].view(np.uint8), np.ascontiguousarray(want[0]).view(np.uint8))
+    else:
+        assert_close(got, want, rtol=rtol, atol=atol)
+
+
+PERMUTES = [("ij->ji", [(33, 17)]), ("ij->ji", [(1, 40)]), ("ij->ji", [(64, 48)]), ("bij->bji", [(3, 17, 40)]),
+            ("bij->jbi", [(3, 5, 7)]), ("ijk->kji", [(5, 16, 33)]), ("ij->ij", [(7, 9)]), ("ii->i", [(13, 13)]),
+            ("bii->ib", [(3, 6, 6)]), ("...ij->...ji", [(2, 3, 18, 5)]), ("ij->ji", [(0, 5)]), ("ji", [(4, 3)])]
+
+
+@pytest.mark.parametrize("eq,shapes", PERMUTES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int8, np.int64])
+def test_einsum_reorderings_are_exact(session, eq, shapes, dtype):
+    feeds = _feeds(shapes, dtype, seed=1, edges=True)
+    _check(session, eq, feeds, exact=True)
+
+
+REDUCES = [("ij->i", [(9, 1)]), ("ij->i", [(5, 3)]), ("ij->i", [(7, 17)]), ("ij->i", [(4, 64)]), ("ij->i", [(3, 131)]),
+           ("ij->j", [(9, 1)]), ("ij->j", [(7, 17)]), ("ij->j", [(6, 35)]), ("ij->", [(1, 1)]), ("ij->", [(13, 31)]),
+           ("bij->bj", [(3, 7, 19)]), ("bij->bj", [(2, 4, 16)]), ("bij->b", [(3, 5, 9)]), ("bij->jb", [(3, 6, 10)]),
+           ("bij->ib", [(4, 3, 21)]), ("ii->", [(17, 17)]), ("ii", [(6, 6)]), ("bii->b", [(3, 5, 5)]),
+           ("...ij->...i", [(2, 3, 4, 19)]), ("i...->i", [(5, 3, 7)]), ("ij->i", [(0, 4)]), ("ij->j", [(0, 4)]),
+           ("ij->", [(4, 0)]), ("ijk->j", [(3, 1, 37)])]
+
+
+@pytest.mark.parametrize("eq,shapes", REDUCES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int8, np.uint8])
+def test_einsum_single_operand_sums(session, eq, shapes, dtype):
+    _check(session, eq, _feeds(shapes, dtype, seed=2))
+
+
+PRODUCTS = [("ij,ij->i", [(5, 37), (5, 37)]), ("ij,ij->i", [(8, 16), (8, 16)]), ("i,i->", [(1,), (1,)]),
+            ("i,i->", [(67,), (67,)]), ("ij,j->i", [(6, 21), (21,)]), ("j,ij->i", [(21,), (6, 21)]),
+            ("bi,bi->b", [(4, 35), (4, 35)]), ("i,j->ij", [(7,), (19,)]), ("i,j->ji", [(7,), (19,)]),
+            ("ij,ij->ij", [(3, 17), (3, 17)]), ("ij,ij->", [(9, 13), (9, 13)]), ("ij,ij->j", [(9, 13), (9, 13)]),
+            ("ij,i->ij", [(4, 9), (4,)]), ("...i,...i->...", [(3, 1, 18), (4, 18)]),
+            ("ij,ij->i", [(1, 20), (5, 20)]), ("ii,i->i", [(6, 6), (6,)]), ("i,i->i", [(0,), (0,)]),
+            ("ij,ij->i", [(3, 0), (3, 0)]), ("i,i,i->", [(23,), (23,), (23,)]), ("ij,j,i->i", [(5, 19), (19,), (5,)])]
+
+
+@pytest.mark.parametrize("eq,shapes", PRODUCTS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.int8])
+def test_einsum_products(session, eq, shapes, dtype):
+    _check(session, eq, _feeds(shapes, dtype, seed=3))
+
+
+@pytest.mark.parametrize("eq,shapes", [(eq, s) for eq, s in REDUCES + PRODUCTS if "0" not in str(s)])
+def test_einsum_edge_values(session, eq, shapes):
+    """NaN, infinities, signed zeros, denormals: sums of products that overflow float32 in the reference's own
+    arithmetic (1e30 * 1e30) are not compared, so large values only go where nothing is multiplied."""
+    feeds = _feeds(shapes, np.float32, seed=4, edges=True)
+    if len(feeds) > 1:
+        for f in feeds:
+            f[np.abs(f) > 1e3] = np.copysign(np.inf, f[np.abs(f) > 1e3])
+    _check(session, eq, feeds, rtol=1e-5, atol=1e-5)
+
+
+def test_einsum_large_magnitudes_sum_like_the_reference(session):
+    x = (np.random.default_rng(5).standard_normal((6, 45)) * 1e30).astype(np.float32)
+    _check(session, "ij->i", [x], rtol=1e-5, atol=1e25)
+    _check(session, "ij->j", [x], rtol=1e-5, atol=1e25)
+
+
+@pytest.mark.parametrize("isa", ["baseline", "avx2"])
+def test_fallback_instruction_sets_pass_the_same_checks(isa):
+    rerun_file_with_instruction_set(__file__, isa)
