@@ -4,6 +4,8 @@ and more operands) against onnx.reference, on shape edges (tails, size-1 dims, e
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from onnx_cases import (assert_close, graph_model, reference, rerun_file_with_instruction_set, run_once,
@@ -113,3 +115,76 @@ def test_einsum_large_magnitudes_sum_like_the_reference(session):
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
 def test_fallback_instruction_sets_pass_the_same_checks(isa):
     rerun_file_with_instruction_set(__file__, isa)
+
+
+# ---- reductions: Max / Min folding a middle axis into kept columns, L1 / L2 / SumSquare of contiguous runs ----
+
+def _reduce_model(op, x, axes, keepdims):
+    inputs = [value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), list(x.shape))]
+    inits, names = [], ["x"]
+    if axes is not None:
+        inits = [helper.make_tensor("axes", 7, [len(axes)], list(axes))]
+        names.append("axes")
+    node = helper.make_node(op, names, ["y"], keepdims=keepdims)
+    return graph_model([node], inputs, [value_info("y", helper.np_dtype_to_tensor_dtype(x.dtype))], opset=18,
+                       initializers=inits)
+
+
+def _want(m, feeds):
+    """The reference's answer; its own warnings (inf - inf, the mean of an empty tensor) are not failures."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return reference(m, feeds)
+
+
+def _edge_array(shape, seed, dtype=np.float32, count=None):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    if x.size:
+        flat = x.reshape(-1)
+        pick = rng.choice(flat.size, size=count or max(1, flat.size // 50), replace=False)
+        flat[pick] = rng.choice(EDGE, size=pick.size).astype(dtype)
+    return x
+
+
+REDUCE_SHAPES = [((4, 7, 5), [1]), ((3, 9, 16), [1]), ((2, 5, 37), [1]), ((2, 33, 48), [1]), ((1, 1, 17), [1]),
+                 ((6, 3, 18), [0]), ((5, 40), [0]), ((3, 4, 5, 19), [1, 2]), ((2, 6, 33), [2]), ((0, 5, 7), [1]),
+                 ((3, 1, 16), [1]), ((2, 8, 3), [0, 1])]
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("shape,axes", REDUCE_SHAPES)
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("edges", [False, True])
+def test_reduce_extremum_middle_axes(session, op, shape, axes, keepdims, edges):
+    x = _edge_array(shape, seed=6) if edges else (np.random.default_rng(6).standard_normal(shape)).astype(np.float32)
+    m = _reduce_model(op, x, axes, keepdims)
+    want = _want(m, [x])
+    assert_close(run_once(session, m, [x]), want, rtol=0, atol=0)
+
+
+def test_reduce_extremum_nan_in_a_column_wins_whatever_follows(session):
+    x = np.full((2, 9, 20), -1.0, np.float32)
+    x[0, 3, 4] = np.nan
+    x[0, 5, 4] = np.inf
+    x[1, 0, 17] = np.nan
+    x[1, 2, 19] = -np.inf
+    x[1, 8, 0] = np.nan
+    for op in ("ReduceMax", "ReduceMin"):
+        m = _reduce_model(op, x, [1], 0)
+        got = run_once(session, m, [x])[0]
+        assert np.isnan(got[0, 4]) and np.isnan(got[1, 17]) and np.isnan(got[1, 0])
+        assert np.isnan(got).sum() == 3
+        assert_close([got], _want(m, [x]), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op", ["ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceSum", "ReduceMean"])
+@pytest.mark.parametrize("shape", [(1,), (7,), (16,), (33,), (1000,), (3, 5, 67), (0,)])
+@pytest.mark.parametrize("edges", [False, True])
+def test_reduce_sums_of_terms_over_everything(session, op, shape, edges):
+    x = _edge_array(shape, seed=7) if edges else np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    if edges and op in ("ReduceL2", "ReduceSumSquare"):
+        x[np.abs(x) > 1e3] = np.copysign(np.inf, x[np.abs(x) > 1e3])  # 1e30**2 overflows the reference's float32
+    m = _reduce_model(op, x, None, 0)
+    want = _want(m, [x])
+    assert_close(run_once(session, m, [x]), want, rtol=1e-5, atol=1e-5)
