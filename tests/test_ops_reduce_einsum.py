@@ -188,3 +188,62 @@ def test_reduce_sums_of_terms_over_everything(session, op, shape, edges):
     m = _reduce_model(op, x, None, 0)
     want = _want(m, [x])
     assert_close(run_once(session, m, [x]), want, rtol=1e-5, atol=1e-5)
+
+
+# ---- Hardmax (last axis: vectorised maximum, first NaN wins like the reference's argmax), CumSum and Softmax
+# over a middle axis ----
+
+def _one_model(op, x, opset=18, extra=(), **attrs):
+    inputs = [value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), list(x.shape))]
+    inits = [helper.make_tensor(n, 7, [], [v]) for n, v in extra]
+    node = helper.make_node(op, ["x"] + [n for n, _ in extra], ["y"], **attrs)
+    return graph_model([node], inputs, [value_info("y", helper.np_dtype_to_tensor_dtype(x.dtype))], opset=opset,
+                       initializers=inits)
+
+
+@pytest.mark.parametrize("shape,axis", [((5, 7), -1), ((3, 4, 33), -1), ((2, 64), -1), ((4, 1), -1), ((6, 9, 5), 1),
+                                        ((3, 5, 17), 0), ((0, 8), -1), ((4, 300), -1)])
+@pytest.mark.parametrize("edges", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_hardmax(session, shape, axis, edges, dtype):
+    rng = np.random.default_rng(8)
+    x = _edge_array(shape, seed=8, dtype=dtype) if edges else rng.standard_normal(shape).astype(dtype)
+    m = _one_model("Hardmax", x, axis=axis)
+    assert_close(run_once(session, m, [x]), _want(m, [x]), rtol=0, atol=0)
+
+
+def test_hardmax_ties_nan_and_zeros(session):
+    x = np.array([[1, 3, 3, 2], [0, np.nan, 5, np.nan], [-0.0, 0.0, -1, -2], [np.nan, 1, 2, 3], [-np.inf] * 4,
+                  [2, 2, 2, np.inf]], np.float32)
+    x = np.concatenate([x, np.zeros((6, 40), np.float32) - 5], axis=1)
+    m = _one_model("Hardmax", x, axis=-1)
+    got = run_once(session, m, [x])[0]
+    assert got.argmax(axis=1).tolist() == [1, 1, 0, 0, 4, 3]
+    assert_close([got], _want(m, [x]), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape,axis", [((3, 7, 5), 1), ((2, 9, 16), 1), ((2, 5, 37), 1), ((2, 6, 51), 1),
+                                        ((4, 33, 3), 0), ((1, 1, 20), 1), ((3, 0, 5), 1), ((5, 4), 1)])
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("edges", [False, True])
+def test_cumsum_axes(session, shape, axis, exclusive, reverse, edges):
+    x = _edge_array(shape, seed=9) if edges else np.random.default_rng(9).standard_normal(shape).astype(np.float32)
+    if edges:  # float32 partial sums of 1e30 values differ from the double ones by more than any tolerance
+        x[np.abs(x) > 1e3] = np.copysign(np.inf, x[np.abs(x) > 1e3])
+    m = _one_model("CumSum", x, extra=[("axis", axis)], exclusive=exclusive, reverse=reverse)
+    assert_close(run_once(session, m, [x]), _want(m, [x]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("shape,axis", [((3, 7, 5), 1), ((2, 9, 16), 1), ((2, 5, 37), 1), ((4, 3, 2, 9), 1),
+                                        ((5, 6), 0), ((2, 1, 19), 1)])
+@pytest.mark.parametrize("edges", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_middle_axes(session, op, shape, axis, edges, dtype):
+    rng = np.random.default_rng(10)
+    x = _edge_array(shape, seed=10, dtype=dtype) if edges else (rng.standard_normal(shape) * 4).astype(dtype)
+    if edges and op == "LogSoftmax":  # the reference's log(softmax) is -inf where x - logsumexp is a finite -1e30
+        x[np.abs(x) > 1e3] = np.copysign(60, x[np.abs(x) > 1e3])
+    m = _one_model(op, x, axis=axis)
+    assert_close(run_once(session, m, [x]), _want(m, [x]), rtol=1e-5, atol=1e-6)
