@@ -16,6 +16,9 @@
 #include "elem.h"
 #include "gemm.h"
 #include "vmath.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace twin {
 namespace onnx {
@@ -252,9 +255,80 @@ EINSUM_INLINE void Load4(const S *p, V4d *v) {
   }
 }
 
+#if defined(__x86_64__)
+// The same sums with AVX2 intrinsics (GCC splits the generic vectors' float->double conversion into 128-bit
+// halves); picked at run time inside SumRunVec / SumRows, in the same order of additions.
+bool EinsumAvx2() {
+  static const bool use = vmath::ActiveIsa() != vmath::Isa::kBaseline;
+  return use;
+}
+template <class S>
+__attribute__((target("avx2"), always_inline)) inline __m256d Wide4(const S *p) {
+  if constexpr (std::is_same<S, float>::value) return _mm256_cvtps_pd(_mm_loadu_ps(p));
+  else return _mm256_loadu_pd(p);
+}
+__attribute__((target("avx2"), always_inline)) inline double Lanes4(__m256d q) {
+  alignas(32) double l[4];
+  _mm256_store_pd(l, q);
+  return (l[0] + l[2]) + (l[1] + l[3]);
+}
+template <class S, int NOps, int UA, int UB>
+__attribute__((target("avx2"))) double SumRunAvx2(const S *a, const S *b, int64_t n) {
+  const double ca = UA == 0 ? static_cast<double>(a[0]) : 0, cb = NOps == 2 && UB == 0 ? static_cast<double>(b[0]) : 0;
+  __m256d p[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+  auto term = [&](int64_t j) {
+    const __m256d va = UA == 1 ? Wide4(a + j) : _mm256_set1_pd(ca);
+    if constexpr (NOps == 1) return va;
+    else return _mm256_mul_pd(va, UB == 1 ? Wide4(b + j) : _mm256_set1_pd(cb));
+  };
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int k = 0; k < 4; ++k) p[k] = _mm256_add_pd(p[k], term(j + 4 * k));
+  for (; j + 4 <= n; j += 4) p[0] = _mm256_add_pd(p[0], term(j));
+  double t = Lanes4(_mm256_add_pd(_mm256_add_pd(p[0], p[1]), _mm256_add_pd(p[2], p[3])));
+  for (; j < n; ++j) {
+    const double x = UA == 0 ? ca : static_cast<double>(a[j]);
+    if constexpr (NOps == 1) t += x;
+    else t += x * (UB == 0 ? cb : static_cast<double>(b[j]));
+  }
+  return t;
+}
+template <class S, int NOps>
+__attribute__((target("avx2"))) void SumRowsAvx2(const S *a, int64_t ra, const S *b, int64_t rb, int64_t m,
+                                                 int64_t n, double *acc, int64_t so) {
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) {
+    __m256d p[4][2];
+    for (int r = 0; r < 4; ++r) p[r][0] = p[r][1] = _mm256_setzero_pd();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+      for (int r = 0; r < 4; ++r)
+        for (int h = 0; h < 2; ++h) {
+          __m256d va = Wide4(a + (i + r) * ra + j + 4 * h);
+          if constexpr (NOps == 2) va = _mm256_mul_pd(va, Wide4(b + (i + r) * rb + j + 4 * h));
+          p[r][h] = _mm256_add_pd(p[r][h], va);
+        }
+    for (int r = 0; r < 4; ++r) {
+      double t = Lanes4(_mm256_add_pd(p[r][0], p[r][1]));
+      for (int64_t k = j; k < n; ++k) {
+        const double x = static_cast<double>(a[(i + r) * ra + k]);
+        if constexpr (NOps == 1) t += x;
+        else t += x * static_cast<double>(b[(i + r) * rb + k]);
+      }
+      acc[(i + r) * so] += t;
+    }
+  }
+  for (; i < m; ++i)
+    acc[i * so] += SumRunAvx2<S, NOps, 1, 1>(a + i * ra, NOps == 2 ? b + i * rb : nullptr, n);
+}
+#endif
+
 // Sum over j < n of a[j] (NOps 1) or a[j*UA] * b[j*UB] with UA, UB in {0, 1} (not both 0).
 template <class S, int NOps, int UA, int UB>
 EINSUM_INLINE double SumRunVec(const S *a, const S *b, int64_t n) {
+#if defined(__x86_64__)
+  if (EinsumAvx2()) return SumRunAvx2<S, NOps, UA, UB>(a, b, n);
+#endif
   V4d p0 = {0, 0, 0, 0}, p1 = p0, p2 = p0, p3 = p0, va = p0, vb = p0;
   const double ca = UA == 0 ? static_cast<double>(a[0]) : 0, cb = NOps == 2 && UB == 0 ? static_cast<double>(b[0]) : 0;
   auto term = [&](int64_t j, V4d *acc) {
@@ -306,6 +380,46 @@ EINSUM_INLINE AccOf<S> SumRun(const S *a, int64_t sa, const S *b, int64_t sb, in
   return part[0] + tail;
 }
 
+// Four rows at once of the unit-stride sums above (summed label innermost, a kept label just outside it: "ij->i",
+// "ij,ij->i", "ij,j->i"): short rows otherwise spend most of their time in one row's add latency and final
+// horizontal sum. acc[i*so] += sum over j < n of a[i*ra + j] (* b[i*rb + j]) for i < m.
+template <class S, int NOps>
+EINSUM_INLINE void SumRows(const S *a, int64_t ra, const S *b, int64_t rb, int64_t m, int64_t n, double *acc,
+                           int64_t so) {
+#if defined(__x86_64__)
+  if (EinsumAvx2()) return SumRowsAvx2<S, NOps>(a, ra, b, rb, m, n, acc, so);
+#endif
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) {
+    V4d p[4][2];
+    for (int r = 0; r < 4; ++r) p[r][0] = p[r][1] = V4d{0, 0, 0, 0};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+      for (int r = 0; r < 4; ++r)
+        for (int h = 0; h < 2; ++h) {
+          V4d va;
+          Load4(a + (i + r) * ra + j + 4 * h, &va);
+          if constexpr (NOps == 2) {
+            V4d vb;
+            Load4(b + (i + r) * rb + j + 4 * h, &vb);
+            va *= vb;
+          }
+          p[r][h] += va;
+        }
+    for (int r = 0; r < 4; ++r) {
+      const V4d q = p[r][0] + p[r][1];
+      double t = (q[0] + q[2]) + (q[1] + q[3]);
+      for (int64_t k = j; k < n; ++k) {
+        const double x = static_cast<double>(a[(i + r) * ra + k]);
+        if constexpr (NOps == 1) t += x;
+        else t += x * static_cast<double>(b[(i + r) * rb + k]);
+      }
+      acc[(i + r) * so] += t;
+    }
+  }
+  for (; i < m; ++i) acc[i * so] += SumRunVec<S, NOps, 1, 1>(a + i * ra, NOps == 2 ? b + i * rb : nullptr, n);
+}
+
 // acc[j] += sum over i < m of a[i*sr + j]: a block of rows summed into one output row ("ij->j", "bij->bj"), four
 // rows per pass so the accumulator row is loaded and stored a quarter as often.
 template <class S>
@@ -348,15 +462,15 @@ EINSUM_INLINE void Inner(const S *const *p, const int64_t *s, AccOf<S> *acc, S *
     *acc += v;
     return;
   }
-  auto run = [&](auto *dst) {
-    constexpr bool kAcc = std::is_same<decltype(dst), AccOf<S> *>::value;
+  auto run = [&](auto *dst, auto accumulate) {  // accumulate: into acc (sums) or a plain store into y
+    constexpr bool kAcc = decltype(accumulate)::value;
     if (so == 1 && sa == 1 && (NOps == 1 || sb == 1)) RowRun<S, kAcc, NOps, 1, 1, 1>(a, 1, b, 1, dst, 1, n);
     else if (NOps == 2 && so == 1 && sa == 0 && sb == 1) RowRun<S, kAcc, NOps, 0, 1, 1>(a, 0, b, 1, dst, 1, n);
     else if (NOps == 2 && so == 1 && sa == 1 && sb == 0) RowRun<S, kAcc, NOps, 1, 0, 1>(a, 1, b, 0, dst, 1, n);
     else RowRun<S, kAcc, NOps, -1, -1, -1>(a, sa, b, sb, dst, so, n);
   };
-  if (acc) run(acc);
-  else run(y);
+  if (acc) run(acc, std::true_type{});
+  else run(y, std::false_type{});
 }
 
 // Three or more operands: a plain strided product loop.
@@ -382,14 +496,27 @@ EINSUM_INLINE void RunNest(const LoopNest &nest, const void *const *in, AccOf<S>
   for (size_t k = 0; k < nops; ++k) p[k] = static_cast<const S *>(in[k]);
   // One operand read row after row into one accumulator row: the last two loops run as a column sum.
   const bool columns = nops == 1 && acc && r >= 2 && s[0] == 1 && s[1] == 1 && nest.str[1][r - 2] == 0;
-  const int64_t rows = columns ? nest.ext[r - 2] : 1, row_stride = columns ? nest.str[0][r - 2] : 0;
-  if (columns) --r;
+  // Unit-stride sums into a kept label just outside: the last two loops run as blocks of rows.
+  constexpr bool kVecType = std::is_same<S, float>::value || std::is_same<S, double>::value;
+  const bool row_sums = kVecType && !columns && nops <= 2 && acc && r >= 2 && s[0] == 1 && (nops == 1 || s[1] == 1) &&
+                        s[nops] == 0 && nest.str[nops][r - 2] != 0;
+  const int64_t rows = columns || row_sums ? nest.ext[r - 2] : 1, row_stride = columns || row_sums ? nest.str[0][r - 2] : 0;
+  const int64_t b_row_stride = row_sums && nops == 2 ? nest.str[1][r - 2] : 0;
+  const int64_t o_row_stride = row_sums ? nest.str[nops][r - 2] : 0;
+  if (columns || row_sums) --r;
   int64_t o = 0;
   int64_t outer = 1;
   for (size_t d = 0; d + 1 < r; ++d) outer *= nest.ext[d], pos[d] = 0;
   const int64_t n = nest.ext[nest.ext.size() - 1];
   for (int64_t i = 0; i < outer; ++i) {
-    if (columns) ColumnSum<S>(p[0], row_stride, rows, acc + o, n);
+    if (columns) {
+      ColumnSum<S>(p[0], row_stride, rows, acc + o, n);
+    } else if (row_sums) {
+      if constexpr (kVecType) {
+        if (nops == 1) SumRows<S, 1>(p[0], row_stride, nullptr, 0, rows, n, acc + o, o_row_stride);
+        else SumRows<S, 2>(p[0], row_stride, p[1], b_row_stride, rows, n, acc + o, o_row_stride);
+      }
+    }
     else if (nops == 1) Inner<S, 1>(p, s, acc ? acc + o : nullptr, y + o, n);
     else if (nops == 2) Inner<S, 2>(p, s, acc ? acc + o : nullptr, y + o, n);
     else InnerMany<S>(p, s, nops, acc ? acc + o : nullptr, y + o, n);
@@ -700,7 +827,9 @@ std::unique_ptr<Kernel> PrepareEinsum(const KernelCtx &kc, std::string *reason) 
     return st;
   };
   EinsumGemmPlan plan;
-  if (PlanEinsumGemm(e, kc.in, &plan)) {
+  // A product with a single row or column per batch ("ij,ij->i", "bi,bi->b", "ij,j->i") is a batch of dots: the
+  // loop nest's row sums beat one tiny GEMM call per batch.
+  if (PlanEinsumGemm(e, kc.in, &plan) && plan.M > 1 && plan.N > 1) {
     if (kc.out[0].dtype == ElemType::kFloat) return std::make_unique<EinsumGemmKernel<float>>(plan);
     if (kc.out[0].dtype == ElemType::kDouble) return std::make_unique<EinsumGemmKernel<double>>(plan);
   }
