@@ -293,21 +293,27 @@ __attribute__((target("avx2"))) double SumRunAvx2(const S *a, const S *b, int64_
   }
   return t;
 }
-template <class S, int NOps>
+template <class S, int NOps, bool kSharedB = false>
 __attribute__((target("avx2"))) void SumRowsAvx2(const S *a, int64_t ra, const S *b, int64_t rb, int64_t m,
                                                  int64_t n, double *acc, int64_t so) {
+  if constexpr (NOps == 2 && !kSharedB)
+    if (rb == 0) return SumRowsAvx2<S, 2, true>(a, ra, b, 0, m, n, acc, so);  // "ij,j->i": convert b once
   int64_t i = 0;
   for (; i + 4 <= m; i += 4) {
     __m256d p[4][2];
     for (int r = 0; r < 4; ++r) p[r][0] = p[r][1] = _mm256_setzero_pd();
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
+    for (; j + 8 <= n; j += 8) {
+      __m256d vb[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
+      if constexpr (kSharedB) vb[0] = Wide4(b + j), vb[1] = Wide4(b + j + 4);
       for (int r = 0; r < 4; ++r)
         for (int h = 0; h < 2; ++h) {
           __m256d va = Wide4(a + (i + r) * ra + j + 4 * h);
-          if constexpr (NOps == 2) va = _mm256_mul_pd(va, Wide4(b + (i + r) * rb + j + 4 * h));
+          if constexpr (kSharedB) va = _mm256_mul_pd(va, vb[h]);
+          else if constexpr (NOps == 2) va = _mm256_mul_pd(va, Wide4(b + (i + r) * rb + j + 4 * h));
           p[r][h] = _mm256_add_pd(p[r][h], va);
         }
+    }
     for (int r = 0; r < 4; ++r) {
       double t = Lanes4(_mm256_add_pd(p[r][0], p[r][1]));
       for (int64_t k = j; k < n; ++k) {
