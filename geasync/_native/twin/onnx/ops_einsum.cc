@@ -6,13 +6,19 @@
 // "bij,bjk->bik", ...) run as GEMMs instead (EinsumGemmKernel).
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3")
+#pragma GCC diagnostic ignored "-Wpsabi"  // the vector types below live only inside inlined loops
 #endif
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "elem.h"
 #include "gemm.h"
+#include "vmath.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace twin {
 namespace onnx {
@@ -170,54 +176,503 @@ bool InferEinsum(InferCtx *c, std::string *reason) {
   return true;
 }
 
+// The non-GEMM Einsum as one loop nest over every label (kept and summed), each loop with a stride per operand and
+// for the output (0 for summed labels and broadcast dims). Loops are ordered by total stride, largest outermost,
+// so the innermost loop is the one that walks memory most contiguously; adjacent loops that are contiguous for
+// every operand are merged so the inner loop is long. The inner loop is then a vectorisable sum of products
+// (summed label innermost, "ij->i", "ij,ij->i") or an accumulate into the output row (kept label innermost,
+// "ij->j", "i,j->ij").
+struct LoopNest {
+  std::vector<int64_t> ext;               // outermost first
+  std::vector<std::vector<int64_t>> str;  // [operand][loop]; the last row is the output's
+};
+
+LoopNest PlanLoops(std::vector<int64_t> ext, std::vector<std::vector<int64_t>> str) {
+  std::vector<size_t> order;
+  for (size_t l = 0; l < ext.size(); ++l)
+    if (ext[l] != 1) order.push_back(l);  // size-1 loops do nothing (and an empty loop empties the nest)
+  auto weight = [&](size_t l) {
+    int64_t w = 0;
+    for (const auto &s : str) w += s[l] < 0 ? -s[l] : s[l];
+    return w;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return weight(a) > weight(b); });
+  LoopNest n;
+  n.str.assign(str.size(), {});
+  for (size_t l : order) {
+    bool merge = !n.ext.empty();
+    for (size_t k = 0; merge && k < str.size(); ++k) merge = n.str[k].back() == str[k][l] * ext[l];
+    if (merge) {  // the previous (outer) loop steps exactly over this one: one longer loop
+      n.ext.back() *= ext[l];
+      for (size_t k = 0; k < str.size(); ++k) n.str[k].back() = str[k][l];
+      continue;
+    }
+    n.ext.push_back(ext[l]);
+    for (size_t k = 0; k < str.size(); ++k) n.str[k].push_back(str[k][l]);
+  }
+  if (n.ext.empty()) {
+    n.ext.push_back(1);
+    for (auto &s : n.str) s.push_back(0);
+  }
+  return n;
+}
+
+#define EINSUM_INLINE inline __attribute__((always_inline))
+
+// Integers accumulate in uint64_t: the same wrapping sums as the reference's fixed-width ones, without signed
+// overflow.
+template <class S>
+using AccOf = typename std::conditional<kIsFloat<S>, double, uint64_t>::type;
+
+template <class S>
+EINSUM_INLINE AccOf<S> Ld(const S *p, int64_t i) {
+  return static_cast<AccOf<S>>(Num<S>::Load(p[i]));
+}
+template <class S>
+EINSUM_INLINE S St(AccOf<S> v) {
+  if constexpr (kIsFloat<S>) return Num<S>::Store(static_cast<typename Num<S>::C>(v));
+  else return static_cast<S>(v);
+}
+
+// Index of element j in a loop with stride s, the stride known at compile time when U >= 0.
+template <int U>
+EINSUM_INLINE int64_t At(int64_t j, int64_t s) {
+  return U < 0 ? j * s : j * U;
+}
+
+// float32 / float64 sums of unit-stride runs in GCC vector types: four double lanes per vector (one AVX2 register,
+// two SSE2 ones on the baseline) and four independent vectors so the adds do not wait on each other.
+typedef double V4d __attribute__((vector_size(32)));
+typedef float V4f __attribute__((vector_size(16)));
+template <class S>
+EINSUM_INLINE void Load4(const S *p, V4d *v) {
+  if constexpr (std::is_same<S, float>::value) {
+    V4f f;
+    std::memcpy(&f, p, sizeof f);
+    *v = __builtin_convertvector(f, V4d);
+  } else {
+    std::memcpy(v, p, sizeof *v);
+  }
+}
+
+#if defined(__x86_64__)
+// The same sums with AVX2 intrinsics (GCC splits the generic vectors' float->double conversion into 128-bit
+// halves); picked at run time inside SumRunVec / SumRows, in the same order of additions.
+bool EinsumAvx2() {
+  static const bool use = vmath::ActiveIsa() != vmath::Isa::kBaseline;
+  return use;
+}
+template <class S>
+__attribute__((target("avx2"), always_inline)) inline __m256d Wide4(const S *p) {
+  if constexpr (std::is_same<S, float>::value) return _mm256_cvtps_pd(_mm_loadu_ps(p));
+  else return _mm256_loadu_pd(p);
+}
+__attribute__((target("avx2"), always_inline)) inline double Lanes4(__m256d q) {
+  alignas(32) double l[4];
+  _mm256_store_pd(l, q);
+  return (l[0] + l[2]) + (l[1] + l[3]);
+}
+template <class S, int NOps, int UA, int UB>
+__attribute__((target("avx2"))) double SumRunAvx2(const S *a, const S *b, int64_t n) {
+  const double ca = UA == 0 ? static_cast<double>(a[0]) : 0, cb = NOps == 2 && UB == 0 ? static_cast<double>(b[0]) : 0;
+  __m256d p[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+  auto term = [&](int64_t j) {
+    const __m256d va = UA == 1 ? Wide4(a + j) : _mm256_set1_pd(ca);
+    if constexpr (NOps == 1) return va;
+    else return _mm256_mul_pd(va, UB == 1 ? Wide4(b + j) : _mm256_set1_pd(cb));
+  };
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int k = 0; k < 4; ++k) p[k] = _mm256_add_pd(p[k], term(j + 4 * k));
+  for (; j + 4 <= n; j += 4) p[0] = _mm256_add_pd(p[0], term(j));
+  double t = Lanes4(_mm256_add_pd(_mm256_add_pd(p[0], p[1]), _mm256_add_pd(p[2], p[3])));
+  for (; j < n; ++j) {
+    const double x = UA == 0 ? ca : static_cast<double>(a[j]);
+    if constexpr (NOps == 1) t += x;
+    else t += x * (UB == 0 ? cb : static_cast<double>(b[j]));
+  }
+  return t;
+}
+template <class S, int NOps, bool kSharedB = false>
+__attribute__((target("avx2"))) void SumRowsAvx2(const S *a, int64_t ra, const S *b, int64_t rb, int64_t m,
+                                                 int64_t n, double *acc, int64_t so) {
+  if constexpr (NOps == 2 && !kSharedB)
+    if (rb == 0) return SumRowsAvx2<S, 2, true>(a, ra, b, 0, m, n, acc, so);  // "ij,j->i": convert b once
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) {
+    __m256d p[4][2];
+    for (int r = 0; r < 4; ++r) p[r][0] = p[r][1] = _mm256_setzero_pd();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+      __m256d vb[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
+      if constexpr (kSharedB) vb[0] = Wide4(b + j), vb[1] = Wide4(b + j + 4);
+      for (int r = 0; r < 4; ++r)
+        for (int h = 0; h < 2; ++h) {
+          __m256d va = Wide4(a + (i + r) * ra + j + 4 * h);
+          if constexpr (kSharedB) va = _mm256_mul_pd(va, vb[h]);
+          else if constexpr (NOps == 2) va = _mm256_mul_pd(va, Wide4(b + (i + r) * rb + j + 4 * h));
+          p[r][h] = _mm256_add_pd(p[r][h], va);
+        }
+    }
+    for (int r = 0; r < 4; ++r) {
+      double t = Lanes4(_mm256_add_pd(p[r][0], p[r][1]));
+      for (int64_t k = j; k < n; ++k) {
+        const double x = static_cast<double>(a[(i + r) * ra + k]);
+        if constexpr (NOps == 1) t += x;
+        else t += x * static_cast<double>(b[(i + r) * rb + k]);
+      }
+      acc[(i + r) * so] += t;
+    }
+  }
+  for (; i < m; ++i)
+    acc[i * so] += SumRunAvx2<S, NOps, 1, 1>(a + i * ra, NOps == 2 ? b + i * rb : nullptr, n);
+}
+#endif
+
+// Sum over j < n of a[j] (NOps 1) or a[j*UA] * b[j*UB] with UA, UB in {0, 1} (not both 0).
+template <class S, int NOps, int UA, int UB>
+EINSUM_INLINE double SumRunVec(const S *a, const S *b, int64_t n) {
+#if defined(__x86_64__)
+  if (EinsumAvx2()) return SumRunAvx2<S, NOps, UA, UB>(a, b, n);
+#endif
+  V4d p0 = {0, 0, 0, 0}, p1 = p0, p2 = p0, p3 = p0, va = p0, vb = p0;
+  const double ca = UA == 0 ? static_cast<double>(a[0]) : 0, cb = NOps == 2 && UB == 0 ? static_cast<double>(b[0]) : 0;
+  auto term = [&](int64_t j, V4d *acc) {
+    if constexpr (UA == 1) Load4(a + j, &va);
+    else va = V4d{ca, ca, ca, ca};
+    if constexpr (NOps == 1) {
+      *acc += va;
+    } else {
+      if constexpr (UB == 1) Load4(b + j, &vb);
+      else vb = V4d{cb, cb, cb, cb};
+      *acc += va * vb;
+    }
+  };
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) term(j, &p0), term(j + 4, &p1), term(j + 8, &p2), term(j + 12, &p3);
+  for (; j + 4 <= n; j += 4) term(j, &p0);
+  p0 = (p0 + p1) + (p2 + p3);
+  double t = (p0[0] + p0[2]) + (p0[1] + p0[3]);
+  for (; j < n; ++j) {
+    const double x = UA == 0 ? ca : static_cast<double>(a[j]);
+    if constexpr (NOps == 1) t += x;
+    else t += x * (UB == 0 ? cb : static_cast<double>(b[j]));
+  }
+  return t;
+}
+
+// Sum over j < n of a[j*sa] (* b[j*sb]); sixteen partial sums so the compiler can vectorise without
+// reassociating, and enough independent chains to hide the add latency.
+template <class S, int NOps, int UA, int UB>
+EINSUM_INLINE AccOf<S> SumRun(const S *a, int64_t sa, const S *b, int64_t sb, int64_t n) {
+  using A = AccOf<S>;
+  if constexpr ((std::is_same<S, float>::value || std::is_same<S, double>::value) && UA >= 0 && UB >= 0)
+    return SumRunVec<S, NOps, UA, UB>(a, b, n);
+  constexpr int kP = 16;
+  A part[kP] = {};
+  int64_t j = 0;
+  for (; j + kP <= n; j += kP)
+    for (int u = 0; u < kP; ++u) {
+      if constexpr (NOps == 1) part[u] += Ld(a, At<UA>(j + u, sa));
+      else part[u] += Ld(a, At<UA>(j + u, sa)) * Ld(b, At<UB>(j + u, sb));
+    }
+  A tail = 0;
+  for (; j < n; ++j) {
+    if constexpr (NOps == 1) tail += Ld(a, At<UA>(j, sa));
+    else tail += Ld(a, At<UA>(j, sa)) * Ld(b, At<UB>(j, sb));
+  }
+  for (int w = kP / 2; w > 0; w /= 2)
+    for (int u = 0; u < w; ++u) part[u] += part[u + w];
+  return part[0] + tail;
+}
+
+// Four rows at once of the unit-stride sums above (summed label innermost, a kept label just outside it: "ij->i",
+// "ij,ij->i", "ij,j->i"): short rows otherwise spend most of their time in one row's add latency and final
+// horizontal sum. acc[i*so] += sum over j < n of a[i*ra + j] (* b[i*rb + j]) for i < m.
+template <class S, int NOps>
+EINSUM_INLINE void SumRows(const S *a, int64_t ra, const S *b, int64_t rb, int64_t m, int64_t n, double *acc,
+                           int64_t so) {
+#if defined(__x86_64__)
+  if (EinsumAvx2()) return SumRowsAvx2<S, NOps>(a, ra, b, rb, m, n, acc, so);
+#endif
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) {
+    V4d p[4][2];
+    for (int r = 0; r < 4; ++r) p[r][0] = p[r][1] = V4d{0, 0, 0, 0};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+      for (int r = 0; r < 4; ++r)
+        for (int h = 0; h < 2; ++h) {
+          V4d va;
+          Load4(a + (i + r) * ra + j + 4 * h, &va);
+          if constexpr (NOps == 2) {
+            V4d vb;
+            Load4(b + (i + r) * rb + j + 4 * h, &vb);
+            va *= vb;
+          }
+          p[r][h] += va;
+        }
+    for (int r = 0; r < 4; ++r) {
+      const V4d q = p[r][0] + p[r][1];
+      double t = (q[0] + q[2]) + (q[1] + q[3]);
+      for (int64_t k = j; k < n; ++k) {
+        const double x = static_cast<double>(a[(i + r) * ra + k]);
+        if constexpr (NOps == 1) t += x;
+        else t += x * static_cast<double>(b[(i + r) * rb + k]);
+      }
+      acc[(i + r) * so] += t;
+    }
+  }
+  for (; i < m; ++i) acc[i * so] += SumRunVec<S, NOps, 1, 1>(a + i * ra, NOps == 2 ? b + i * rb : nullptr, n);
+}
+
+// acc[j] += sum over i < m of a[i*sr + j]: a block of rows summed into one output row ("ij->j", "bij->bj"), four
+// rows per pass so the accumulator row is loaded and stored a quarter as often.
+template <class S>
+EINSUM_INLINE void ColumnSum(const S *a, int64_t sr, int64_t m, AccOf<S> *acc, int64_t n) {
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) {
+    const S *r0 = a + i * sr, *r1 = r0 + sr, *r2 = r1 + sr, *r3 = r2 + sr;
+    for (int64_t j = 0; j < n; ++j) acc[j] += (Ld(r0, j) + Ld(r1, j)) + (Ld(r2, j) + Ld(r3, j));
+  }
+  for (; i < m; ++i) {
+    const S *r0 = a + i * sr;
+    for (int64_t j = 0; j < n; ++j) acc[j] += Ld(r0, j);
+  }
+}
+
+// acc[j*so] += a[j*sa] (* b[j*sb]) (Accumulate) or y[j*so] = a[j*sa] * b[j*sb] (no summed labels).
+template <class S, bool Accumulate, int NOps, int UA, int UB, int UO, class D>
+EINSUM_INLINE void RowRun(const S *a, int64_t sa, const S *b, int64_t sb, D *y, int64_t so, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    AccOf<S> v;
+    if constexpr (NOps == 1) v = Ld(a, At<UA>(j, sa));
+    else v = Ld(a, At<UA>(j, sa)) * Ld(b, At<UB>(j, sb));
+    if constexpr (Accumulate) y[At<UO>(j, so)] += v;
+    else y[At<UO>(j, so)] = St<S>(v);
+  }
+}
+
+// The inner loop of n steps for one or two operands at p[0], p[1] with strides s[0], s[1] (output stride s[nops]):
+// picks the compile-time unit / zero stride variant so the common shapes vectorise.
+template <class S, int NOps>
+EINSUM_INLINE void Inner(const S *const *p, const int64_t *s, AccOf<S> *acc, S *y, int64_t n) {
+  const S *a = p[0], *b = NOps == 2 ? p[1] : nullptr;
+  const int64_t sa = s[0], sb = NOps == 2 ? s[1] : 0, so = s[NOps];
+  if (acc && so == 0) {
+    AccOf<S> v;
+    if (sa == 1 && (NOps == 1 || sb == 1)) v = SumRun<S, NOps, 1, 1>(a, 1, b, 1, n);
+    else if (NOps == 2 && sa == 1 && sb == 0) v = SumRun<S, NOps, 1, 0>(a, 1, b, 0, n);
+    else if (NOps == 2 && sa == 0 && sb == 1) v = SumRun<S, NOps, 0, 1>(a, 0, b, 1, n);
+    else v = SumRun<S, NOps, -1, -1>(a, sa, b, sb, n);
+    *acc += v;
+    return;
+  }
+  auto run = [&](auto *dst, auto accumulate) {  // accumulate: into acc (sums) or a plain store into y
+    constexpr bool kAcc = decltype(accumulate)::value;
+    if (so == 1 && sa == 1 && (NOps == 1 || sb == 1)) RowRun<S, kAcc, NOps, 1, 1, 1>(a, 1, b, 1, dst, 1, n);
+    else if (NOps == 2 && so == 1 && sa == 0 && sb == 1) RowRun<S, kAcc, NOps, 0, 1, 1>(a, 0, b, 1, dst, 1, n);
+    else if (NOps == 2 && so == 1 && sa == 1 && sb == 0) RowRun<S, kAcc, NOps, 1, 0, 1>(a, 1, b, 0, dst, 1, n);
+    else RowRun<S, kAcc, NOps, -1, -1, -1>(a, sa, b, sb, dst, so, n);
+  };
+  if (acc) run(acc, std::true_type{});
+  else run(y, std::false_type{});
+}
+
+// Three or more operands: a plain strided product loop.
+template <class S>
+EINSUM_INLINE void InnerMany(const S *const *p, const int64_t *s, size_t nops, AccOf<S> *acc, S *y, int64_t n) {
+  const int64_t so = s[nops];
+  for (int64_t j = 0; j < n; ++j) {
+    AccOf<S> v = 1;
+    for (size_t k = 0; k < nops; ++k) v *= Ld(p[k], j * s[k]);
+    if (acc) acc[j * so] += v;
+    else y[j * so] = St<S>(v);
+  }
+}
+
+// Walks the outer loops with an odometer, running the inner loop at each position. acc (summed labels) is the
+// output in the accumulator type, or null when every output element is written once.
+template <class S>
+EINSUM_INLINE void RunNest(const LoopNest &nest, const void *const *in, AccOf<S> *acc, S *y, int64_t *pos,
+                           const S **p, int64_t *s) {
+  const size_t nops = nest.str.size() - 1;
+  size_t r = nest.ext.size();
+  for (size_t k = 0; k <= nops; ++k) s[k] = nest.str[k][r - 1];
+  for (size_t k = 0; k < nops; ++k) p[k] = static_cast<const S *>(in[k]);
+  // One operand read row after row into one accumulator row: the last two loops run as a column sum.
+  const bool columns = nops == 1 && acc && r >= 2 && s[0] == 1 && s[1] == 1 && nest.str[1][r - 2] == 0;
+  // Unit-stride sums into a kept label just outside: the last two loops run as blocks of rows.
+  constexpr bool kVecType = std::is_same<S, float>::value || std::is_same<S, double>::value;
+  const bool row_sums = kVecType && !columns && nops <= 2 && acc && r >= 2 && s[0] == 1 && (nops == 1 || s[1] == 1) &&
+                        s[nops] == 0 && nest.str[nops][r - 2] != 0;
+  const int64_t rows = columns || row_sums ? nest.ext[r - 2] : 1, row_stride = columns || row_sums ? nest.str[0][r - 2] : 0;
+  const int64_t b_row_stride = row_sums && nops == 2 ? nest.str[1][r - 2] : 0;
+  const int64_t o_row_stride = row_sums ? nest.str[nops][r - 2] : 0;
+  if (columns || row_sums) --r;
+  int64_t o = 0;
+  int64_t outer = 1;
+  for (size_t d = 0; d + 1 < r; ++d) outer *= nest.ext[d], pos[d] = 0;
+  const int64_t n = nest.ext[nest.ext.size() - 1];
+  for (int64_t i = 0; i < outer; ++i) {
+    if (columns) {
+      ColumnSum<S>(p[0], row_stride, rows, acc + o, n);
+    } else if (row_sums) {
+      if constexpr (kVecType) {
+        if (nops == 1) SumRows<S, 1>(p[0], row_stride, nullptr, 0, rows, n, acc + o, o_row_stride);
+        else SumRows<S, 2>(p[0], row_stride, p[1], b_row_stride, rows, n, acc + o, o_row_stride);
+      }
+    }
+    else if (nops == 1) Inner<S, 1>(p, s, acc ? acc + o : nullptr, y + o, n);
+    else if (nops == 2) Inner<S, 2>(p, s, acc ? acc + o : nullptr, y + o, n);
+    else InnerMany<S>(p, s, nops, acc ? acc + o : nullptr, y + o, n);
+    for (size_t d = r - 1; d-- > 0;) {  // advance the outer odometer
+      for (size_t k = 0; k < nops; ++k) p[k] += nest.str[k][d];
+      o += nest.str[nops][d];
+      if (++pos[d] < nest.ext[d]) break;
+      for (size_t k = 0; k < nops; ++k) p[k] -= nest.str[k][d] * nest.ext[d];
+      o -= nest.str[nops][d] * nest.ext[d];
+      pos[d] = 0;
+    }
+  }
+}
+
+template <class S>
+void RunNestBase(const LoopNest &nest, const void *const *in, AccOf<S> *acc, S *y, int64_t *pos, const S **p,
+                 int64_t *s) {
+  RunNest<S>(nest, in, acc, y, pos, p, s);
+}
+#if defined(__x86_64__)
+template <class S>
+__attribute__((target("avx2"))) void RunNestAvx2(const LoopNest &nest, const void *const *in, AccOf<S> *acc, S *y,
+                                                 int64_t *pos, const S **p, int64_t *s) {
+  RunNest<S>(nest, in, acc, y, pos, p, s);
+}
+#endif
+
 template <class S>
 class EinsumKernel : public Kernel {
  public:
-  using Acc = typename std::conditional<kIsFloat<S>, double, int64_t>::type;
-  EinsumKernel(std::vector<int64_t> out_ext, std::vector<int64_t> sum_ext, std::vector<std::vector<int64_t>> out_str,
-               std::vector<std::vector<int64_t>> sum_str)
-      : out_ext_(std::move(out_ext)), sum_ext_(std::move(sum_ext)), out_str_(std::move(out_str)),
-        sum_str_(std::move(sum_str)), nops_(out_str_.size()), opos_(out_ext_.size()), spos_(sum_ext_.size()),
-        base_(nops_), off_(nops_) {}
+  EinsumKernel(LoopNest nest, int64_t out_total, bool summed)
+      : nest_(std::move(nest)), total_(out_total), summed_(summed), pos_(nest_.ext.size()),
+        p_(nest_.str.size()), s_(nest_.str.size()) {}
+  size_t scratch_bytes() const override {
+    return summed_ ? sizeof(AccOf<S>) * static_cast<size_t>(total_) : 0;
+  }
   bool Run(const void *const *in, void *const *out, std::string *) override {
-    int64_t total = 1, inner = 1;
-    for (int64_t v : out_ext_) total *= v;
-    for (int64_t v : sum_ext_) inner *= v;
     S *y = static_cast<S *>(out[0]);
-    std::vector<int64_t> &opos = opos_, &spos = spos_, &base = base_, &off = off_;
-    std::fill(opos.begin(), opos.end(), 0);
-    std::fill(base.begin(), base.end(), 0);
-    for (int64_t o = 0; o < total; ++o) {
-      Acc acc = 0;
-      std::fill(spos.begin(), spos.end(), 0);
-      off = base;
-      for (int64_t s = 0; s < inner; ++s) {
-        Acc p = 1;
-        for (size_t k = 0; k < nops_; ++k) p *= static_cast<Acc>(Num<S>::Load(static_cast<const S *>(in[k])[off[k]]));
-        acc += p;
-        for (size_t d = sum_ext_.size(); d-- > 0;) {  // advance the contraction odometer
-          for (size_t k = 0; k < nops_; ++k) off[k] += sum_str_[k][d];
-          if (++spos[d] < sum_ext_[d]) break;
-          for (size_t k = 0; k < nops_; ++k) off[k] -= sum_str_[k][d] * sum_ext_[d];
-          spos[d] = 0;
-        }
-      }
-      y[o] = Num<S>::Store(static_cast<typename Num<S>::C>(acc));
-      for (size_t d = out_ext_.size(); d-- > 0;) {
-        for (size_t k = 0; k < nops_; ++k) base[k] += out_str_[k][d];
-        if (++opos[d] < out_ext_[d]) break;
-        for (size_t k = 0; k < nops_; ++k) base[k] -= out_str_[k][d] * out_ext_[d];
-        opos[d] = 0;
-      }
+    AccOf<S> *acc = summed_ ? static_cast<AccOf<S> *>(scratch_) : nullptr;
+    bool empty = false;
+    for (int64_t v : nest_.ext) empty = empty || v == 0;
+    if (acc) std::fill(acc, acc + total_, AccOf<S>(0));
+    if (empty) {  // nothing to multiply: sums over an empty label are zero
+      if (!acc) return true;
+    } else {
+#if defined(__x86_64__)
+      if (vmath::ActiveIsa() != vmath::Isa::kBaseline)
+        RunNestAvx2<S>(nest_, in, acc, y, pos_.data(), p_.data(), s_.data());
+      else
+#endif
+        RunNestBase<S>(nest_, in, acc, y, pos_.data(), p_.data(), s_.data());
     }
+    if (acc)
+      for (int64_t i = 0; i < total_; ++i) y[i] = St<S>(acc[i]);
     return true;
   }
 
  private:
-  std::vector<int64_t> out_ext_, sum_ext_;
-  std::vector<std::vector<int64_t>> out_str_, sum_str_;  // [operand][label]
-  size_t nops_;
-  std::vector<int64_t> opos_, spos_, base_, off_;  // odometers and operand offsets, reused by every Run
+  LoopNest nest_;
+  int64_t total_;
+  bool summed_;
+  std::vector<int64_t> pos_;
+  std::vector<const S *> p_;
+  std::vector<int64_t> s_;
+};
+
+// One operand, nothing summed: a permutation / diagonal / broadcast, copied as raw elements of B bytes (exact,
+// -0.0 and NaN payloads included). When the output's innermost loop is strided in the input but another loop is
+// contiguous there, the two are copied in square tiles so both sides stay in cache lines.
+template <class B>
+EINSUM_INLINE void CopyNest(const LoopNest &nest, const B *x, B *y, int64_t *pos) {
+  const size_t r = nest.ext.size();
+  const std::vector<int64_t> &xs = nest.str[0], &ys = nest.str[1];
+  const size_t a = r - 1;  // output-innermost loop (smallest weight)
+  size_t b = r;            // the loop contiguous in the input, when it is not `a`
+  for (size_t d = 0; d + 1 < r; ++d)
+    if (xs[d] == 1) b = d;
+  const int64_t na = nest.ext[a], xa = xs[a], ya = ys[a];
+  const int64_t nb = b < r ? nest.ext[b] : 1, yb = b < r ? ys[b] : 0;
+  int64_t outer = 1;
+  for (size_t d = 0; d < a; ++d)
+    if (d != b) outer *= nest.ext[d];
+  for (size_t d = 0; d < r; ++d) pos[d] = 0;
+  int64_t xo = 0, yo = 0;
+  constexpr int64_t kT = 16;
+  for (int64_t i = 0; i < outer; ++i) {
+    if (b == r) {
+      const B *xp = x + xo;
+      B *yp = y + yo;
+      if (xa == 1 && ya == 1) std::copy(xp, xp + na, yp);
+      else
+        for (int64_t j = 0; j < na; ++j) yp[j * ya] = xp[j * xa];
+    } else {
+      for (int64_t b0 = 0; b0 < nb; b0 += kT)
+        for (int64_t a0 = 0; a0 < na; a0 += kT) {
+          const int64_t bn = std::min(kT, nb - b0), an = std::min(kT, na - a0);
+          const B *xp = x + xo + a0 * xa + b0;
+          B *yp = y + yo + a0 * ya + b0 * yb;
+          if (bn == kT && an == kT && ya == 1) {
+            for (int64_t u = 0; u < kT; ++u)
+              for (int64_t v = 0; v < kT; ++v) yp[u * yb + v] = xp[v * xa + u];
+          } else {
+            for (int64_t u = 0; u < bn; ++u)
+              for (int64_t v = 0; v < an; ++v) yp[u * yb + v * ya] = xp[v * xa + u];
+          }
+        }
+    }
+    for (size_t d = a; d-- > 0;) {  // advance the odometer over the loops other than a and b
+      if (d == b) continue;
+      xo += xs[d], yo += ys[d];
+      if (++pos[d] < nest.ext[d]) break;
+      xo -= xs[d] * nest.ext[d], yo -= ys[d] * nest.ext[d];
+      pos[d] = 0;
+    }
+  }
+}
+
+template <class B>
+void CopyNestBase(const LoopNest &nest, const B *x, B *y, int64_t *pos) {
+  CopyNest<B>(nest, x, y, pos);
+}
+#if defined(__x86_64__)
+template <class B>
+__attribute__((target("avx2"))) void CopyNestAvx2(const LoopNest &nest, const B *x, B *y, int64_t *pos) {
+  CopyNest<B>(nest, x, y, pos);
+}
+#endif
+
+template <class B>
+class EinsumCopyKernel : public Kernel {
+ public:
+  explicit EinsumCopyKernel(LoopNest nest) : nest_(std::move(nest)), pos_(nest_.ext.size()) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    for (int64_t v : nest_.ext)
+      if (v == 0) return true;
+    const B *x = static_cast<const B *>(in[0]);
+    B *y = static_cast<B *>(out[0]);
+#if defined(__x86_64__)
+    if (vmath::ActiveIsa() != vmath::Isa::kBaseline) {
+      CopyNestAvx2<B>(nest_, x, y, pos_.data());
+      return true;
+    }
+#endif
+    CopyNestBase<B>(nest_, x, y, pos_.data());
+    return true;
+  }
+
+ private:
+  LoopNest nest_;
+  std::vector<int64_t> pos_;
 };
 
 // dst[i] = src[i] over a dims-long index space, each side with its own element strides (the last dim innermost).
@@ -378,18 +833,37 @@ std::unique_ptr<Kernel> PrepareEinsum(const KernelCtx &kc, std::string *reason) 
     return st;
   };
   EinsumGemmPlan plan;
-  if (PlanEinsumGemm(e, kc.in, &plan)) {
+  // A product with a single row or column per batch ("ij,ij->i", "bi,bi->b", "ij,j->i") is a batch of dots: the
+  // loop nest's row sums beat one tiny GEMM call per batch.
+  if (PlanEinsumGemm(e, kc.in, &plan) && plan.M > 1 && plan.N > 1) {
     if (kc.out[0].dtype == ElemType::kFloat) return std::make_unique<EinsumGemmKernel<float>>(plan);
     if (kc.out[0].dtype == ElemType::kDouble) return std::make_unique<EinsumGemmKernel<double>>(plan);
   }
-  std::vector<int64_t> out_ext, sum_ext;
+  // Every label as a loop: its extent, its stride in each operand and in the output (0 when summed).
+  std::vector<int> labels = e.out;
+  labels.insert(labels.end(), sum_labels.begin(), sum_labels.end());
+  std::vector<int64_t> ext, out_ext;
+  for (int lab : labels) ext.push_back(e.size[lab]);
   for (int lab : e.out) out_ext.push_back(e.size[lab]);
-  for (int lab : sum_labels) sum_ext.push_back(e.size[lab]);
+  std::vector<std::vector<int64_t>> str = label_strides(labels);
+  std::vector<int64_t> ostr = Strides(out_ext);
+  ostr.resize(labels.size(), 0);
+  str.push_back(ostr);
+  int64_t out_total = 1;
+  for (int64_t v : out_ext) out_total *= v;
+  LoopNest nest = PlanLoops(ext, str);
+  const size_t bytes = ElemSize(kc.out[0].dtype);
   std::unique_ptr<Kernel> k;
+  if (nops == 1 && sum_labels.empty() && bytes > 0) {
+    if (bytes == 1) return std::make_unique<EinsumCopyKernel<uint8_t>>(nest);
+    if (bytes == 2) return std::make_unique<EinsumCopyKernel<uint16_t>>(nest);
+    if (bytes == 4) return std::make_unique<EinsumCopyKernel<uint32_t>>(nest);
+    if (bytes == 8) return std::make_unique<EinsumCopyKernel<uint64_t>>(nest);
+  }
   VisitType(kc.out[0].dtype, [&](auto tag) {
     using S = decltype(tag);
     if constexpr (!std::is_same<S, Bool>::value)
-      k = std::make_unique<EinsumKernel<S>>(out_ext, sum_ext, label_strides(e.out), label_strides(sum_labels));
+      k = std::make_unique<EinsumKernel<S>>(nest, out_total, !sum_labels.empty());
   });
   if (!k) *reason = DtypeNotSupported(kc.out[0].dtype);
   return k;

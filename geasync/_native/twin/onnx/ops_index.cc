@@ -13,6 +13,10 @@
 
 #include "elem.h"
 #include "row_reduce.h"
+#include "vmath.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace twin {
 namespace onnx {
@@ -164,7 +168,8 @@ std::unique_ptr<Kernel> PrepareArg(const KernelCtx &c, std::string *reason) {
   return k;
 }
 
-// ---- Hardmax: 1 at the first maximum along axis, else 0 (opset < 13: over the flattened [axis:] block) ----
+// ---- Hardmax: 1 at the first maximum (the first NaN, like the reference's argmax) along axis, else 0 ----
+// (opset < 13: over the flattened [axis:] block)
 
 template <class S>
 class HardmaxKernel : public Kernel {
@@ -175,26 +180,49 @@ class HardmaxKernel : public Kernel {
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const S *x = static_cast<const S *>(in[0]);
     S *y = static_cast<S *>(out[0]);
+    if (v_.n == 0) return true;
+    const S zero = Num<S>::Store(C(0)), one = Num<S>::Store(C(1));
+    std::fill(y, y + v_.outer * v_.n * v_.inner, zero);
     for (int64_t o = 0; o < v_.outer; ++o) {
+      if (v_.inner == 1) {
+        int64_t best;
+        if (!FastRow(x + o * v_.n, &best)) best = Ordered(x + o * v_.n, 1);
+        y[o * v_.n + best] = one;
+        continue;
+      }
       for (int64_t i = 0; i < v_.inner; ++i) {
         const int64_t base = o * v_.n * v_.inner + i;
-        int64_t best = 0;
-        C bv = Num<S>::Load(x[base]);
-        for (int64_t k = 0; k < v_.n; ++k) {
-          const C cv = Num<S>::Load(x[base + k * v_.inner]);
-          if (cv > bv) {
-            bv = cv;
-            best = k;
-          }
-          y[base + k * v_.inner] = Num<S>::Store(C(0));
-        }
-        if (v_.n) y[base + best * v_.inner] = Num<S>::Store(C(1));
+        y[base + Ordered(x + base, v_.inner) * v_.inner] = one;
       }
     }
     return true;
   }
 
  private:
+  // Where the reference's argmax lands: the first NaN, else the first maximum.
+  int64_t Ordered(const S *p, int64_t stride) const {
+    int64_t best = 0;
+    C bv = Num<S>::Load(p[0]);
+    for (int64_t k = 1; k < v_.n && bv == bv; ++k) {
+      const C cv = Num<S>::Load(p[k * stride]);
+      if (cv != cv || cv > bv) {
+        bv = cv;
+        best = k;
+      }
+    }
+    return best;
+  }
+  // float32 rows: the vectorised maximum, then its first position; rows with a NaN or a zero maximum (which
+  // signed zero comes first matters not, but RowExtremum leaves them out) take the ordered loop.
+  bool FastRow([[maybe_unused]] const S *row, [[maybe_unused]] int64_t *best) const {
+    if constexpr (std::is_same<S, float>::value) {
+      float v;
+      if (!RowExtremum(row, v_.n, true, &v)) return false;
+      *best = FindValue(row, v_.n, v, false);
+      return true;
+    }
+    return false;
+  }
   AxisView v_;
 };
 
@@ -771,6 +799,41 @@ bool InferCum(InferCtx *c, std::string *reason) {
   return true;
 }
 
+#if defined(__x86_64__)
+// CumSum of float32 along a non-last axis, in double like the loop below: blocks of columns keep their running
+// sums in registers for the whole axis (16 columns: four independent add chains), so only x and y move.
+template <int kVecs>
+__attribute__((target("avx2"), always_inline)) inline void CumColumnsBlock(const float *px, float *py, int64_t n,
+                                                                          int64_t step, bool exclusive) {
+  __m256d a[kVecs];
+  for (int v = 0; v < kVecs; ++v) a[v] = _mm256_setzero_pd();
+  for (int64_t t = 0; t < n; ++t, px += step, py += step)
+    for (int v = 0; v < kVecs; ++v) {
+      const __m256d xv = _mm256_cvtps_pd(_mm_loadu_ps(px + 4 * v));
+      if (exclusive) _mm_storeu_ps(py + 4 * v, _mm256_cvtpd_ps(a[v]));
+      a[v] = _mm256_add_pd(a[v], xv);
+      if (!exclusive) _mm_storeu_ps(py + 4 * v, _mm256_cvtpd_ps(a[v]));
+    }
+}
+__attribute__((target("avx2"))) void CumSumColumnsAvx2(const float *x, float *y, int64_t n, int64_t inner,
+                                                       bool exclusive, bool reverse) {
+  const int64_t step = reverse ? -inner : inner, start = reverse ? (n - 1) * inner : 0;
+  int64_t j = 0;
+  for (; j + 32 <= inner; j += 32) CumColumnsBlock<8>(x + start + j, y + start + j, n, step, exclusive);
+  for (; j + 16 <= inner; j += 16) CumColumnsBlock<4>(x + start + j, y + start + j, n, step, exclusive);
+  for (; j + 4 <= inner; j += 4) CumColumnsBlock<1>(x + start + j, y + start + j, n, step, exclusive);
+  for (; j < inner; ++j) {
+    double acc = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t p = start + j + t * step;
+      if (exclusive) y[p] = static_cast<float>(acc);
+      acc += static_cast<double>(x[p]);
+      if (!exclusive) y[p] = static_cast<float>(acc);
+    }
+  }
+}
+#endif
+
 template <class S, class I, bool kProd>
 class CumKernel : public Kernel {
   using C = typename Num<S>::C;
@@ -789,6 +852,15 @@ class CumKernel : public Kernel {
     // One accumulator per inner position, walked a whole inner row at a time: contiguous (vectorisable) reads even
     // along a leading axis, and each element still sees the same sequence of operations.
     if (v.inner == 1) return RunLastAxis(x, y, v), true;
+#if defined(__x86_64__)
+    if constexpr (std::is_same<S, float>::value && !kProd) {
+      if (vmath::ActiveIsa() != vmath::Isa::kBaseline) {
+        for (int64_t o = 0; o < v.outer; ++o)
+          CumSumColumnsAvx2(x + o * v.n * v.inner, y + o * v.n * v.inner, v.n, v.inner, exclusive_, reverse_);
+        return true;
+      }
+    }
+#endif
     std::vector<Acc> acc(static_cast<size_t>(v.inner));
     for (int64_t o = 0; o < v.outer; ++o) {
       std::fill(acc.begin(), acc.end(), kProd ? Acc(1) : Acc(0));

@@ -150,18 +150,71 @@ int64_t FindValue(const float *x, int64_t n, float v, bool last) {
 namespace {
 
 #if defined(__x86_64__)
-// Sum of a contiguous float32 run in double: four 4-wide double accumulators (AVX2, chosen at run time).
-__attribute__((target("avx2"))) double SumFloatsAvx2(const float *x, int64_t n) {
+// Sum of a contiguous float32 run's terms in double: four 4-wide double accumulators (AVX2, chosen at run time).
+// The term is x (kTerm 0), |x| (1: the sign bit cleared, exact) or x * x in double (2), as Pre computes them.
+template <int kTerm>
+__attribute__((target("avx2"), always_inline)) inline __m256d Term4(const float *p) {
+  __m128 v = _mm_loadu_ps(p);
+  if (kTerm == 1) v = _mm_andnot_ps(_mm_set1_ps(-0.0f), v);
+  const __m256d d = _mm256_cvtps_pd(v);
+  return kTerm == 2 ? _mm256_mul_pd(d, d) : d;
+}
+template <int kTerm>
+__attribute__((target("avx2"))) double SumTermsAvx2(const float *x, int64_t n) {
   __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
   int64_t j = 0;
   for (; j + 16 <= n; j += 16)
-    for (int k = 0; k < 4; ++k) acc[k] = _mm256_add_pd(acc[k], _mm256_cvtps_pd(_mm_loadu_ps(x + j + 4 * k)));
+    for (int k = 0; k < 4; ++k) acc[k] = _mm256_add_pd(acc[k], Term4<kTerm>(x + j + 4 * k));
   const __m256d s4 = _mm256_add_pd(_mm256_add_pd(acc[0], acc[1]), _mm256_add_pd(acc[2], acc[3]));
   alignas(32) double lanes[4];
   _mm256_store_pd(lanes, s4);
   double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-  for (; j < n; ++j) sum += x[j];
+  for (; j < n; ++j) {
+    const double v = kTerm == 1 ? std::fabs(static_cast<double>(x[j])) : static_cast<double>(x[j]);
+    sum += kTerm == 2 ? v * v : v;
+  }
   return sum;
+}
+__attribute__((target("avx2"))) double SumFloatsAvx2(const float *x, int64_t n) { return SumTermsAvx2<0>(x, n); }
+
+// Max / Min of rows x[0..rows) (stride `stride`) into acc[0..inner), folded like Combine (acc's NaN stays, else a
+// new NaN wins, else the strict comparison keeps acc on ties, so signed zeros fold as in the ordered loop). The
+// accumulators come from float values or +-inf, so they round-trip through float exactly; eight-column blocks
+// stay in registers across all the rows.
+template <bool kMax>
+__attribute__((target("avx2"), always_inline)) inline __m256 FoldPick(__m256 a, __m256 b) {
+  // maxps(b, a) is b > a ? b : a, and a when either is NaN; then a NaN b replaces a non-NaN a.
+  const __m256 r = kMax ? _mm256_max_ps(b, a) : _mm256_min_ps(b, a);
+  const __m256 take_b = _mm256_andnot_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q), _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
+  return _mm256_blendv_ps(r, b, take_b);
+}
+template <bool kMax>
+__attribute__((target("avx2"))) void ColumnExtremumAvx2(const float *x, int64_t rows, int64_t stride, int64_t inner,
+                                                        double *acc) {
+  int64_t j = 0;
+  for (; j + 16 <= inner; j += 16) {
+    __m256 a0 = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_loadu_pd(acc + j + 4)), _mm256_cvtpd_ps(_mm256_loadu_pd(acc + j)));
+    __m256 a1 =
+        _mm256_set_m128(_mm256_cvtpd_ps(_mm256_loadu_pd(acc + j + 12)), _mm256_cvtpd_ps(_mm256_loadu_pd(acc + j + 8)));
+    const float *p = x + j;
+    for (int64_t row = 0; row < rows; ++row, p += stride) {
+      a0 = FoldPick<kMax>(a0, _mm256_loadu_ps(p));
+      a1 = FoldPick<kMax>(a1, _mm256_loadu_ps(p + 8));
+    }
+    _mm256_storeu_pd(acc + j, _mm256_cvtps_pd(_mm256_castps256_ps128(a0)));
+    _mm256_storeu_pd(acc + j + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(a0, 1)));
+    _mm256_storeu_pd(acc + j + 8, _mm256_cvtps_pd(_mm256_castps256_ps128(a1)));
+    _mm256_storeu_pd(acc + j + 12, _mm256_cvtps_pd(_mm256_extractf128_ps(a1, 1)));
+  }
+  for (; j < inner; ++j) {
+    double a = acc[j];
+    for (int64_t row = 0; row < rows; ++row) {
+      const double b = x[row * stride + j];
+      const double r = kMax ? (a < b ? b : a) : (b < a ? b : a);
+      a = a != a ? a : (b != b ? b : r);
+    }
+    acc[j] = a;
+  }
 }
 // ColumnSums below for float Sum / Mean in 4-wide double vectors (the baseline build's loop gets 2-wide SSE2): the
 // same additions in the same order, so the result does not depend on the instruction set.
@@ -332,6 +385,7 @@ class ReduceKernel : public Kernel {
         *pa = a;
       } else if constexpr (kLanedSum<kPass, A>) {
         ColumnSums<kPass, A>(px, rows, inner, pa);
+      } else if (ColumnExtremum<kPass, A>(px, rows, inner, pa)) {
       } else {
         for (int64_t row = 0; row < rows; ++row, px += inner)
           for (int64_t j = 0; j < inner; ++j)
@@ -356,6 +410,21 @@ class ReduceKernel : public Kernel {
       *a = Combine<kPass, A>(*a, static_cast<A>(row));
       return true;
     }
+    return false;
+  }
+
+  // float32 Max / Min folding rows into kept columns (a middle axis), vectorised along the columns with AVX2.
+  template <ReduceKind kPass, class A>
+  static bool ColumnExtremum([[maybe_unused]] const S *px, [[maybe_unused]] int64_t rows,
+                             [[maybe_unused]] int64_t inner, [[maybe_unused]] A *pa) {
+#if defined(__x86_64__)
+    if constexpr (std::is_same<S, float>::value && std::is_same<A, double>::value && (kPass == kMax || kPass == kMin)) {
+      if (!UseSumFloatsAvx2()) return false;
+      if (kPass == kMax) ColumnExtremumAvx2<true>(px, rows, inner, inner, pa);
+      else ColumnExtremumAvx2<false>(px, rows, inner, inner, pa);
+      return true;
+    }
+#endif
     return false;
   }
 
@@ -406,7 +475,11 @@ class ReduceKernel : public Kernel {
   static A RunSum(const S *px, int64_t n) {
 #if defined(__x86_64__)
     if constexpr (std::is_same<S, float>::value && (kPass == kSum || kPass == kMean))
-      if (UseSumFloatsAvx2()) return SumFloatsAvx2(px, n);
+      if (UseSumFloatsAvx2()) return SumTermsAvx2<0>(px, n);
+    if constexpr (std::is_same<S, float>::value && kPass == kL1)
+      if (UseSumFloatsAvx2()) return SumTermsAvx2<1>(px, n);
+    if constexpr (std::is_same<S, float>::value && (kPass == kSumSquare || kPass == kL2))
+      if (UseSumFloatsAvx2()) return SumTermsAvx2<2>(px, n);
 #endif
     return LanedSum<kPass, A>(px, n);
   }

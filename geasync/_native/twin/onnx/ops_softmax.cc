@@ -63,14 +63,23 @@ class SoftmaxKernel : public Kernel {
       for (int64_t k = 1; k < n_; ++k)
         for (int64_t j = 0; j < inner_; ++j) mx_[j] = std::max(mx_[j], xo[k * inner_ + j]);
       std::fill(sum_.begin(), sum_.end(), T(0));
-      for (int64_t k = 0; k < n_; ++k)
-        for (int64_t j = 0; j < inner_; ++j) {
-          T e;
-          if constexpr (std::is_same<T, float>::value) e = vmath::Exp(xo[k * inner_ + j] - mx_[j]);
-          else e = std::exp(xo[k * inner_ + j] - mx_[j]);
-          yo[k * inner_ + j] = e;
-          sum_[j] += e;
+      for (int64_t k = 0; k < n_; ++k) {
+        const T *xr = xo + k * inner_;
+        T *yr = yo + k * inner_;
+        if constexpr (std::is_same<T, float>::value) {
+          // Row by row through the dispatched array exp (AVX2 / AVX-512 where the CPU has them; this file's own
+          // loops are baseline-only).
+          for (int64_t j = 0; j < inner_; ++j) yr[j] = xr[j] - mx_[j];
+          vmath::ExpArray(yr, yr, inner_);
+          for (int64_t j = 0; j < inner_; ++j) sum_[j] += yr[j];
+        } else {
+          for (int64_t j = 0; j < inner_; ++j) {
+            const T e = std::exp(xr[j] - mx_[j]);
+            yr[j] = e;
+            sum_[j] += e;
+          }
         }
+      }
       if constexpr (kLog) {
         for (int64_t j = 0; j < inner_; ++j) sum_[j] = std::log(sum_[j]) + mx_[j];
         for (int64_t k = 0; k < n_; ++k)

@@ -1,0 +1,249 @@
+"""Einsum's non-GEMM loop-nest kernels (permutation copies, contiguous sums, row accumulation, products of two
+and more operands) against onnx.reference, on shape edges (tails, size-1 dims, empty tensors), edge values (NaN,
++-inf, -0.0, denormals, large magnitudes) and integer / float64 dtypes; rerun under each instruction set."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from onnx_cases import (assert_close, graph_model, reference, rerun_file_with_instruction_set, run_once,
+                        value_info)
+
+from onnx import helper
+
+EDGE = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -3e-39, 1e30, -7e29, 1.5, -2.25], np.float32)
+
+
+def _einsum_model(eq, feeds):
+    inputs = [value_info(f"x{i}", helper.np_dtype_to_tensor_dtype(f.dtype), list(f.shape))
+              for i, f in enumerate(feeds)]
+    node = helper.make_node("Einsum", [f"x{i}" for i in range(len(feeds))], ["y"], equation=eq)
+    return graph_model([node], inputs, [value_info("y", helper.np_dtype_to_tensor_dtype(feeds[0].dtype))],
+                       opset=12)
+
+
+def _feeds(shapes, dtype, seed, edges=False):
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in shapes:
+        if np.dtype(dtype).kind in "iu":
+            info = np.iinfo(dtype)
+            x = rng.integers(max(info.min, -100), min(info.max, 100), s, endpoint=True).astype(dtype)
+        else:
+            x = (rng.standard_normal(s) * 3).astype(dtype)
+            if edges and x.size:
+                flat = x.reshape(-1)
+                pick = rng.choice(flat.size, size=min(flat.size, 6), replace=False)
+                with np.errstate(over="ignore"):  # 1e30 is inf in float16: still an edge value
+                    flat[pick] = rng.choice(EDGE, size=pick.size).astype(dtype)
+        out.append(x)
+    return out
+
+
+def _check(session, eq, feeds, rtol=1e-5, atol=1e-5, exact=False):
+    m = _einsum_model(eq, feeds)
+    with np.errstate(all="ignore"):
+        want = reference(m, feeds)
+    got = run_once(session, m, feeds)
+    if exact:  # a reordering: the same bits, -0.0 and NaN payloads included
+        assert got[0].shape == want[0].shape and got[0].dtype == want[0].dtype
+        np.testing.assert_array_equal(got[0].view(np.uint8), np.ascontiguousarray(want[0]).view(np.uint8))
+    else:
+        assert_close(got, want, rtol=rtol, atol=atol)
+
+
+PERMUTES = [("ij->ji", [(33, 17)]), ("ij->ji", [(1, 40)]), ("ij->ji", [(64, 48)]), ("bij->bji", [(3, 17, 40)]),
+            ("bij->jbi", [(3, 5, 7)]), ("ijk->kji", [(5, 16, 33)]), ("ij->ij", [(7, 9)]), ("ii->i", [(13, 13)]),
+            ("bii->ib", [(3, 6, 6)]), ("...ij->...ji", [(2, 3, 18, 5)]), ("ij->ji", [(0, 5)]), ("ji", [(4, 3)])]
+
+
+@pytest.mark.parametrize("eq,shapes", PERMUTES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int8, np.int64])
+def test_einsum_reorderings_are_exact(session, eq, shapes, dtype):
+    feeds = _feeds(shapes, dtype, seed=1, edges=True)
+    _check(session, eq, feeds, exact=True)
+
+
+REDUCES = [("ij->i", [(9, 1)]), ("ij->i", [(5, 3)]), ("ij->i", [(7, 17)]), ("ij->i", [(4, 64)]), ("ij->i", [(3, 131)]),
+           ("ij->j", [(9, 1)]), ("ij->j", [(7, 17)]), ("ij->j", [(6, 35)]), ("ij->", [(1, 1)]), ("ij->", [(13, 31)]),
+           ("bij->bj", [(3, 7, 19)]), ("bij->bj", [(2, 4, 16)]), ("bij->b", [(3, 5, 9)]), ("bij->jb", [(3, 6, 10)]),
+           ("bij->ib", [(4, 3, 21)]), ("ii->", [(17, 17)]), ("ii", [(6, 6)]), ("bii->b", [(3, 5, 5)]),
+           ("...ij->...i", [(2, 3, 4, 19)]), ("i...->i", [(5, 3, 7)]), ("ij->i", [(0, 4)]), ("ij->j", [(0, 4)]),
+           ("ij->", [(4, 0)]), ("ijk->j", [(3, 1, 37)])]
+
+
+@pytest.mark.parametrize("eq,shapes", REDUCES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int8, np.uint8])
+def test_einsum_single_operand_sums(session, eq, shapes, dtype):
+    _check(session, eq, _feeds(shapes, dtype, seed=2))
+
+
+PRODUCTS = [("ij,ij->i", [(5, 37), (5, 37)]), ("ij,ij->i", [(8, 16), (8, 16)]), ("i,i->", [(1,), (1,)]),
+            ("i,i->", [(67,), (67,)]), ("ij,j->i", [(6, 21), (21,)]), ("j,ij->i", [(21,), (6, 21)]),
+            ("bi,bi->b", [(4, 35), (4, 35)]), ("i,j->ij", [(7,), (19,)]), ("i,j->ji", [(7,), (19,)]),
+            ("ij,ij->ij", [(3, 17), (3, 17)]), ("ij,ij->", [(9, 13), (9, 13)]), ("ij,ij->j", [(9, 13), (9, 13)]),
+            ("ij,i->ij", [(4, 9), (4,)]), ("...i,...i->...", [(3, 1, 18), (4, 18)]),
+            ("ij,ij->i", [(1, 20), (5, 20)]), ("ii,i->i", [(6, 6), (6,)]), ("i,i->i", [(0,), (0,)]),
+            ("ij,ij->i", [(3, 0), (3, 0)]), ("i,i,i->", [(23,), (23,), (23,)]), ("ij,j,i->i", [(5, 19), (19,), (5,)])]
+
+
+@pytest.mark.parametrize("eq,shapes", PRODUCTS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.int8])
+def test_einsum_products(session, eq, shapes, dtype):
+    _check(session, eq, _feeds(shapes, dtype, seed=3))
+
+
+@pytest.mark.parametrize("eq,shapes", [(eq, s) for eq, s in REDUCES + PRODUCTS if "0" not in str(s)])
+def test_einsum_edge_values(session, eq, shapes):
+    """NaN, infinities, signed zeros, denormals: sums of products that overflow float32 in the reference's own
+    arithmetic (1e30 * 1e30) are not compared, so large values only go where nothing is multiplied."""
+    feeds = _feeds(shapes, np.float32, seed=4, edges=True)
+    if len(feeds) > 1:
+        for f in feeds:
+            f[np.abs(f) > 1e3] = np.copysign(np.inf, f[np.abs(f) > 1e3])
+    _check(session, eq, feeds, rtol=1e-5, atol=1e-5)
+
+
+def test_einsum_large_magnitudes_sum_like_the_reference(session):
+    x = (np.random.default_rng(5).standard_normal((6, 45)) * 1e30).astype(np.float32)
+    _check(session, "ij->i", [x], rtol=1e-5, atol=1e25)
+    _check(session, "ij->j", [x], rtol=1e-5, atol=1e25)
+
+
+@pytest.mark.parametrize("isa", ["baseline", "avx2"])
+def test_fallback_instruction_sets_pass_the_same_checks(isa):
+    rerun_file_with_instruction_set(__file__, isa)
+
+
+# ---- reductions: Max / Min folding a middle axis into kept columns, L1 / L2 / SumSquare of contiguous runs ----
+
+def _reduce_model(op, x, axes, keepdims):
+    inputs = [value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), list(x.shape))]
+    inits, names = [], ["x"]
+    if axes is not None:
+        inits = [helper.make_tensor("axes", 7, [len(axes)], list(axes))]
+        names.append("axes")
+    node = helper.make_node(op, names, ["y"], keepdims=keepdims)
+    return graph_model([node], inputs, [value_info("y", helper.np_dtype_to_tensor_dtype(x.dtype))], opset=18,
+                       initializers=inits)
+
+
+def _want(m, feeds):
+    """The reference's answer; its own warnings (inf - inf, the mean of an empty tensor) are not failures."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return reference(m, feeds)
+
+
+def _edge_array(shape, seed, dtype=np.float32, count=None):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    if x.size:
+        flat = x.reshape(-1)
+        pick = rng.choice(flat.size, size=count or max(1, flat.size // 50), replace=False)
+        flat[pick] = rng.choice(EDGE, size=pick.size).astype(dtype)
+    return x
+
+
+REDUCE_SHAPES = [((4, 7, 5), [1]), ((3, 9, 16), [1]), ((2, 5, 37), [1]), ((2, 33, 48), [1]), ((1, 1, 17), [1]),
+                 ((6, 3, 18), [0]), ((5, 40), [0]), ((3, 4, 5, 19), [1, 2]), ((2, 6, 33), [2]), ((0, 5, 7), [1]),
+                 ((3, 1, 16), [1]), ((2, 8, 3), [0, 1])]
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("shape,axes", REDUCE_SHAPES)
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("edges", [False, True])
+def test_reduce_extremum_middle_axes(session, op, shape, axes, keepdims, edges):
+    x = _edge_array(shape, seed=6) if edges else (np.random.default_rng(6).standard_normal(shape)).astype(np.float32)
+    m = _reduce_model(op, x, axes, keepdims)
+    want = _want(m, [x])
+    assert_close(run_once(session, m, [x]), want, rtol=0, atol=0)
+
+
+def test_reduce_extremum_nan_in_a_column_wins_whatever_follows(session):
+    x = np.full((2, 9, 20), -1.0, np.float32)
+    x[0, 3, 4] = np.nan
+    x[0, 5, 4] = np.inf
+    x[1, 0, 17] = np.nan
+    x[1, 2, 19] = -np.inf
+    x[1, 8, 0] = np.nan
+    for op in ("ReduceMax", "ReduceMin"):
+        m = _reduce_model(op, x, [1], 0)
+        got = run_once(session, m, [x])[0]
+        assert np.isnan(got[0, 4]) and np.isnan(got[1, 17]) and np.isnan(got[1, 0])
+        assert np.isnan(got).sum() == 3
+        assert_close([got], _want(m, [x]), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op", ["ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceSum", "ReduceMean"])
+@pytest.mark.parametrize("shape", [(1,), (7,), (16,), (33,), (1000,), (3, 5, 67), (0,)])
+@pytest.mark.parametrize("edges", [False, True])
+def test_reduce_sums_of_terms_over_everything(session, op, shape, edges):
+    x = _edge_array(shape, seed=7) if edges else np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    if edges and op in ("ReduceL2", "ReduceSumSquare"):
+        x[np.abs(x) > 1e3] = np.copysign(np.inf, x[np.abs(x) > 1e3])  # 1e30**2 overflows the reference's float32
+    m = _reduce_model(op, x, None, 0)
+    want = _want(m, [x])
+    assert_close(run_once(session, m, [x]), want, rtol=1e-5, atol=1e-5)
+
+
+# ---- Hardmax (last axis: vectorised maximum, first NaN wins like the reference's argmax), CumSum and Softmax
+# over a middle axis ----
+
+def _one_model(op, x, opset=18, extra=(), **attrs):
+    inputs = [value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), list(x.shape))]
+    inits = [helper.make_tensor(n, 7, [], [v]) for n, v in extra]
+    node = helper.make_node(op, ["x"] + [n for n, _ in extra], ["y"], **attrs)
+    return graph_model([node], inputs, [value_info("y", helper.np_dtype_to_tensor_dtype(x.dtype))], opset=opset,
+                       initializers=inits)
+
+
+@pytest.mark.parametrize("shape,axis", [((5, 7), -1), ((3, 4, 33), -1), ((2, 64), -1), ((4, 1), -1), ((6, 9, 5), 1),
+                                        ((3, 5, 17), 0), ((0, 8), -1), ((4, 300), -1)])
+@pytest.mark.parametrize("edges", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_hardmax(session, shape, axis, edges, dtype):
+    rng = np.random.default_rng(8)
+    x = _edge_array(shape, seed=8, dtype=dtype) if edges else rng.standard_normal(shape).astype(dtype)
+    m = _one_model("Hardmax", x, axis=axis)
+    assert_close(run_once(session, m, [x]), _want(m, [x]), rtol=0, atol=0)
+
+
+def test_hardmax_ties_nan_and_zeros(session):
+    x = np.array([[1, 3, 3, 2], [0, np.nan, 5, np.nan], [-0.0, 0.0, -1, -2], [np.nan, 1, 2, 3], [-np.inf] * 4,
+                  [2, 2, 2, np.inf]], np.float32)
+    x = np.concatenate([x, np.zeros((6, 40), np.float32) - 5], axis=1)
+    m = _one_model("Hardmax", x, axis=-1)
+    got = run_once(session, m, [x])[0]
+    assert got.argmax(axis=1).tolist() == [1, 1, 0, 0, 4, 3]
+    assert_close([got], _want(m, [x]), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape,axis", [((3, 7, 5), 1), ((2, 9, 16), 1), ((2, 5, 37), 1), ((2, 6, 51), 1),
+                                        ((4, 33, 3), 0), ((1, 1, 20), 1), ((3, 0, 5), 1), ((5, 4), 1)])
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("edges", [False, True])
+def test_cumsum_axes(session, shape, axis, exclusive, reverse, edges):
+    x = _edge_array(shape, seed=9) if edges else np.random.default_rng(9).standard_normal(shape).astype(np.float32)
+    if edges:  # float32 partial sums of 1e30 values differ from the double ones by more than any tolerance
+        x[np.abs(x) > 1e3] = np.copysign(np.inf, x[np.abs(x) > 1e3])
+    m = _one_model("CumSum", x, extra=[("axis", axis)], exclusive=exclusive, reverse=reverse)
+    assert_close(run_once(session, m, [x]), _want(m, [x]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("shape,axis", [((3, 7, 5), 1), ((2, 9, 16), 1), ((2, 5, 37), 1), ((4, 3, 2, 9), 1),
+                                        ((5, 6), 0), ((2, 1, 19), 1)])
+@pytest.mark.parametrize("edges", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_middle_axes(session, op, shape, axis, edges, dtype):
+    rng = np.random.default_rng(10)
+    x = _edge_array(shape, seed=10, dtype=dtype) if edges else (rng.standard_normal(shape) * 4).astype(dtype)
+    if edges and op == "LogSoftmax":  # the reference's log(softmax) is -inf where x - logsumexp is a finite -1e30
+        x[np.abs(x) > 1e3] = np.copysign(60, x[np.abs(x) > 1e3])
+    m = _one_model(op, x, axis=axis)
+    assert_close(run_once(session, m, [x]), _want(m, [x]), rtol=1e-5, atol=1e-6)
