@@ -272,19 +272,23 @@ __attribute__((target("avx2"), always_inline)) inline double Lanes4(__m256d q) {
   _mm256_store_pd(l, q);
   return (l[0] + l[2]) + (l[1] + l[3]);
 }
+// Four terms of a run from j: a's values (or the constant ca), times b's (or cb) for two operands.
+// (A function, not a lambda: clang does not compile a lambda with its enclosing function's target.)
+template <class S, int NOps, int UA, int UB>
+__attribute__((target("avx2"), always_inline)) inline __m256d RunTerm4(const S *a, const S *b, double ca, double cb,
+                                                                       int64_t j) {
+  const __m256d va = UA == 1 ? Wide4(a + j) : _mm256_set1_pd(ca);
+  if constexpr (NOps == 1) return va;
+  else return _mm256_mul_pd(va, UB == 1 ? Wide4(b + j) : _mm256_set1_pd(cb));
+}
 template <class S, int NOps, int UA, int UB>
 __attribute__((target("avx2"))) double SumRunAvx2(const S *a, const S *b, int64_t n) {
   const double ca = UA == 0 ? static_cast<double>(a[0]) : 0, cb = NOps == 2 && UB == 0 ? static_cast<double>(b[0]) : 0;
   __m256d p[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
-  auto term = [&](int64_t j) {
-    const __m256d va = UA == 1 ? Wide4(a + j) : _mm256_set1_pd(ca);
-    if constexpr (NOps == 1) return va;
-    else return _mm256_mul_pd(va, UB == 1 ? Wide4(b + j) : _mm256_set1_pd(cb));
-  };
   int64_t j = 0;
   for (; j + 16 <= n; j += 16)
-    for (int k = 0; k < 4; ++k) p[k] = _mm256_add_pd(p[k], term(j + 4 * k));
-  for (; j + 4 <= n; j += 4) p[0] = _mm256_add_pd(p[0], term(j));
+    for (int k = 0; k < 4; ++k) p[k] = _mm256_add_pd(p[k], RunTerm4<S, NOps, UA, UB>(a, b, ca, cb, j + 4 * k));
+  for (; j + 4 <= n; j += 4) p[0] = _mm256_add_pd(p[0], RunTerm4<S, NOps, UA, UB>(a, b, ca, cb, j));
   double t = Lanes4(_mm256_add_pd(_mm256_add_pd(p[0], p[1]), _mm256_add_pd(p[2], p[3])));
   for (; j < n; ++j) {
     const double x = UA == 0 ? ca : static_cast<double>(a[j]);
