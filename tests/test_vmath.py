@@ -310,9 +310,7 @@ def test_direct_conv_matches_reference(shape, m, group, pads, relu):
         nodes.append(helper.make_node("Relu", ["c"], ["y"]))
     model = make_model(nodes, [("x", F, list(shape))], [("y", F, [n, m, oh, ow])],
                        initializers=[("w", wt), ("b", b)], opset=20)
-    with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(model))
-        got = s.run_graph(1, [x])[0].numpy().copy()
+    got = _run_model(model, {"x": x})[0]
     ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
@@ -342,9 +340,7 @@ def test_conv_stride2_matches_reference(c, m, kernel, pads, height, width, relu)
         nodes.append(helper.make_node("Relu", ["c"], ["y"]))
     model = make_model(nodes, [("x", F, list(x.shape))], [("y", F, [2, m, oh, ow])],
                        initializers=[("w", wt), ("b", b)], opset=20)
-    with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(model))
-        got = s.run_graph(1, [x])[0].numpy().copy()
+    got = _run_model(model, {"x": x})[0]
     with np.errstate(invalid="ignore", over="ignore"):
         ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
@@ -365,9 +361,7 @@ def test_depthwise_conv_matches_reference(kernel, width):
     model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=pads, group=c)],
                        [("x", F, list(x.shape))], [("y", F, [1, c, oh, ow])],
                        initializers=[("w", wt), ("b", b)], opset=20)
-    with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(model))
-        got = s.run_graph(1, [x])[0].numpy().copy()
+    got = _run_model(model, {"x": x})[0]
     with np.errstate(invalid="ignore", over="ignore"):
         ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
@@ -724,9 +718,7 @@ def _check_cast(x: np.ndarray, to: int) -> np.ndarray:
                        [("y", to, list(x.shape))], opset=20)
     with np.errstate(invalid="ignore"):
         want = ReferenceEvaluator(model).run(None, {"x": x})[0]
-    with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(model))
-        got = s.run_graph(1, [x])[0].numpy().copy()
+    got = _run_model(model, {"x": x})[0]
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
     return got
