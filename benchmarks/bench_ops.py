@@ -376,6 +376,14 @@ def layout_reduce_cases(size: str):
     for eq in ("ij->ji", "ij->i", "ij->j"):
         yield f"Einsum {eq}", *single_op("Einsum", x2, equation=eq)
     yield "Einsum bij->bj", *single_op("Einsum", x, equation="bij->bj")
+    v, u = rand((w,), seed=2), rand((d * h,), seed=3)
+    yield "Einsum ij,j->i", *single_op("Einsum", x2, extra=[("v", v)], equation="ij,j->i")
+    yield "Einsum i,ij->j", *single_op("Einsum", u, extra=[("m", x2)], equation="i,ij->j")
+    side = int(np.sqrt(x.size))
+    yield "Einsum i,j->ij", *single_op("Einsum", u[:side], extra=[("v", rand((side,), seed=5))], equation="i,j->ij")
+    xi = (x2 * 100).astype(np.int32)
+    yield "Einsum int32 ij,ij->i", *single_op("Einsum", xi, extra=[("m", xi + 1)], out_type=TensorProto.INT32,
+                                              equation="ij,ij->i")
     axis1 = [("axes", np.array([1], np.int64))]
     yield "ReduceL1 (all)", *single_op("ReduceL1", x, keepdims=0)
     yield "ReduceSumSquare (all)", *single_op("ReduceSumSquare", x, keepdims=0)

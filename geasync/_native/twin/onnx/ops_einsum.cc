@@ -219,10 +219,12 @@ LoopNest PlanLoops(std::vector<int64_t> ext, std::vector<std::vector<int64_t>> s
 
 #define EINSUM_INLINE inline __attribute__((always_inline))
 
-// Integers accumulate in uint64_t: the same wrapping sums as the reference's fixed-width ones, without signed
+// Integers accumulate unsigned, 32 bits for types of up to 32 bits (so products and sums vectorise) and 64 bits
+// otherwise: the same wrapping sums as the reference's fixed-width ones, modulo the output's width, without signed
 // overflow.
 template <class S>
-using AccOf = typename std::conditional<kIsFloat<S>, double, uint64_t>::type;
+using AccOf = typename std::conditional<kIsFloat<S>, double,
+                                        typename std::conditional<(sizeof(S) <= 4), uint32_t, uint64_t>::type>::type;
 
 template <class S>
 EINSUM_INLINE AccOf<S> Ld(const S *p, int64_t i) {
@@ -789,10 +791,24 @@ class EinsumGemmKernel : public Kernel {
     const T *B = Operand(static_cast<const T *>(in[1]), p_.b, &scratch);
     T *y = static_cast<T *>(out[0]);
     T *C = p_.c.in_place ? y : scratch;
-    const int64_t lda = p_.a.trans ? p_.M : p_.K, ldb = p_.b.trans ? p_.K : p_.N;
-    for (int64_t i = 0; i < p_.batch; ++i)
-      Gemm<T>(p_.a.trans, p_.b.trans, p_.M, p_.N, p_.K, T(1), A + i * p_.M * p_.K, lda, B + i * p_.K * p_.N, ldb,
-              T(0), C + i * p_.M * p_.N, p_.N);
+    const int64_t M = p_.M, N = p_.N, K = p_.K, lda = p_.a.trans ? M : K, ldb = p_.b.trans ? K : N;
+    for (int64_t i = 0; i < p_.batch; ++i) {
+      const T *a = A + i * M * K, *b = B + i * K * N;
+      T *c = C + i * M * N;
+      if (K == 1) {
+        // An outer product: one rounding per element, as in the GEMM, without its packing and beta pass.
+        for (int64_t r = 0; r < M; ++r) {
+          const T ar = a[r];
+          T *cr = c + r * N;
+          for (int64_t j = 0; j < N; ++j) cr[j] = ar * b[j];
+        }
+      } else if (N == 1) {
+        // A matrix-vector product as the row vector b^T a^T: BLAS is much faster with one row than one column.
+        Gemm<T>(false, !p_.a.trans, 1, M, K, T(1), b, K, a, lda, T(0), c, M);
+      } else {
+        Gemm<T>(p_.a.trans, p_.b.trans, M, N, K, T(1), a, lda, b, ldb, T(0), c, N);
+      }
+    }
     if (!p_.c.in_place) StridedCopy(C, Strides(p_.c.ext), y, p_.c.str, p_.c.ext);
     return true;
   }
@@ -839,7 +855,7 @@ std::unique_ptr<Kernel> PrepareEinsum(const KernelCtx &kc, std::string *reason) 
   EinsumGemmPlan plan;
   // A product with a single row or column per batch ("ij,ij->i", "bi,bi->b", "ij,j->i") is a batch of dots: the
   // loop nest's row sums beat one tiny GEMM call per batch.
-  if (PlanEinsumGemm(e, kc.in, &plan) && plan.M > 1 && plan.N > 1) {
+  if (PlanEinsumGemm(e, kc.in, &plan) && (plan.M > 1 || plan.N > 1)) {
     if (kc.out[0].dtype == ElemType::kFloat) return std::make_unique<EinsumGemmKernel<float>>(plan);
     if (kc.out[0].dtype == ElemType::kDouble) return std::make_unique<EinsumGemmKernel<double>>(plan);
   }
