@@ -457,6 +457,35 @@ def test_recurrent_gates_vectorised(session, op, attrs, dtype):
     check_against_reference(session, m, feeds, rtol=1e-4, atol=1e-5, want=want)
 
 
+@pytest.mark.parametrize("op,attrs", [("LSTM", {}), ("GRU", {}), ("GRU", dict(linear_before_reset=1)), ("RNN", {})])
+@pytest.mark.parametrize("batch", [1, 5, 9, 40])
+def test_recurrent_batches(session, op, attrs, batch):
+    """Batches in four-row blocks with a partial last block, and past the small-GEMM rows (40): every row's
+    recurrence through the transposed R, including GRU's h-gate block of it."""
+    rng = np.random.default_rng(37 + batch)
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    seq, inp, hid = 5, 6, 19
+    x = rng.standard_normal((seq, batch, inp)).astype(np.float32)
+    w = (rng.standard_normal((1, gates * hid, inp)) * 0.4).astype(np.float32)
+    r = (rng.standard_normal((1, gates * hid, hid)) * 0.3).astype(np.float32)
+    b = (rng.standard_normal((1, 2 * gates * hid)) * 0.2).astype(np.float32)
+    lens = np.full(batch, seq, np.int32)
+    h0 = rng.standard_normal((1, batch, hid)).astype(np.float32)
+    inputs = [("x", np.float32, x.shape), ("w", np.float32, w.shape), ("r", np.float32, r.shape),
+              ("b", np.float32, b.shape), ("l", np.int32, lens.shape), ("h0", np.float32, h0.shape)]
+    feeds = [x, w, r, b, lens, h0]
+    outputs = [("y", np.float32, None), ("yh", np.float32, None)]
+    if op == "LSTM":
+        c0 = rng.standard_normal((1, batch, hid)).astype(np.float32)
+        p = (rng.standard_normal((1, 3 * hid)) * 0.5).astype(np.float32)
+        inputs += [("c0", np.float32, c0.shape), ("p", np.float32, p.shape)]
+        feeds += [c0, p]
+        outputs.append(("yc", np.float32, None))
+    m = _model(op, inputs, outputs, 14, hidden_size=hid, **attrs)
+    want = _recurrent_equations(op, feeds, attrs, np.float32)
+    check_against_reference(session, m, feeds, rtol=1e-4, atol=1e-5, want=want)
+
+
 _ACTIVATIONS = {"Sigmoid": lambda v: 1 / (1 + np.exp(-v)), "Tanh": np.tanh, "Relu": lambda v: np.maximum(v, 0),
                 "HardSigmoid": lambda v: np.clip(0.2 * v + 0.5, 0, 1), "Softsign": lambda v: v / (1 + np.abs(v))}
 

@@ -205,10 +205,11 @@ class RnnKernel : public Kernel {
         n_out_(n_out) {}
   size_t scratch_bytes() const override {
     // x_dir [seq*batch, in], xw [seq*batch, GH], hr [batch, GH], h, c [batch, H], pre, act [batch, GH],
-    // rh, s [batch, H]
+    // rh, s [batch, H], rt [H, GH]
     const int64_t GH = G_ * H_, BH = batch_ * H_;
-    return sizeof(T) * static_cast<size_t>(seq_ * batch_ * in_ + seq_ * batch_ * GH + 3 * batch_ * GH + 4 * BH) +
-           9 * 64;
+    return sizeof(T) * static_cast<size_t>(seq_ * batch_ * in_ + seq_ * batch_ * GH + 3 * batch_ * GH + 4 * BH +
+                                           H_ * GH) +
+           10 * 64;
   }
   bool Run(const void *const *in, void *const *out, std::string *reason) override {
     const T *X = static_cast<const T *>(in[0]);
@@ -234,6 +235,7 @@ class RnnKernel : public Kernel {
     buf_.act = buf_.pre + Pad(batch_ * GH);
     buf_.rh = buf_.act + Pad(batch_ * GH);
     buf_.s = buf_.rh + Pad(batch_ * H_);
+    buf_.rt = buf_.s + Pad(batch_ * H_);
     std::fill(Y, Y + seq_ * r_.dirs * batch_ * H_, T(0));
     for (int d = 0; d < r_.dirs; ++d) {
       // X in [seq, batch, in] order.
@@ -259,7 +261,7 @@ class RnnKernel : public Kernel {
 
  private:
   struct Buffers {  // views into scratch_, set by Run
-    T *xw, *hr, *h, *c, *pre, *act, *rh, *s;
+    T *xw, *hr, *h, *c, *pre, *act, *rh, *s, *rt;
   };
   // Rows of one direction's time steps: each step's H R^T GEMM, then the gates of every batch row still inside
   // its sequence.
@@ -273,8 +275,11 @@ class RnnKernel : public Kernel {
     const Activation *acts = &r_.acts[d * ActsPerDir(r_.kind)];
     // GRU without linear_before_reset never reads the h gate's column block of H R^T: it multiplies (r . h) instead.
     const int64_t cols = r_.kind == Kind::kGru && !r_.linear_before_reset ? 2 * H_ : GH;
+    // R^T [H, GH] once per direction: each step's product then streams R's rows instead of repacking R.
+    for (int64_t g = 0; g < GH; ++g)
+      for (int64_t k = 0; k < H_; ++k) buf_.rt[k * GH + g] = Rd[g * H_ + k];
     for (int64_t step = 0; step < seq_; ++step) {
-      RecurrentGemm(batch_, cols, buf_.h, Rd, buf_.hr, GH);
+      RecurrentGemm(batch_, cols, buf_.h, buf_.rt, buf_.hr, GH);
       for (int64_t b = 0; b < batch_; ++b) {
         const int64_t len = lens ? lens[b] : seq_;
         // Reverse runs over each sequence's own valid steps, from its last one.
@@ -290,7 +295,7 @@ class RnnKernel : public Kernel {
       }
       if (r_.kind == Kind::kGru) {
         if (!r_.linear_before_reset)  // s = (r . h) R_h^T for every row at once
-          RecurrentGemm(batch_, H_, buf_.rh, Rd + 2 * H_ * H_, buf_.s, H_);
+          RecurrentGemm(batch_, H_, buf_.rh, buf_.rt + 2 * H_, buf_.s, H_);
         for (int64_t b = 0; b < batch_; ++b) {
           const int64_t len = lens ? lens[b] : seq_;
           if (step < len) GruOutput(buf_.xw + ((rev ? len - 1 - step : step) * batch_ + b) * GH, Rbh, acts, b);
@@ -303,11 +308,20 @@ class RnnKernel : public Kernel {
     }
   }
 
-  // C[rows, n] = A[rows, H] R[n, H]^T, once per step. (The twin's small-GEMM kernels, reading R unpacked, measured
-  // slower than BLAS here even at 16 rows.)
-  void RecurrentGemm(int64_t rows, int64_t n, const T *A, const T *R, T *C, int64_t ldc) const {
-    Gemm<T>(false, true, rows, n, H_, T(1), A, H_, R, H_, T(0), C, ldc);
+  // C[rows, n] = A[rows, H] Rt[H, n] (Rt's rows GH apart), once per step. A few rows take the twin's small-GEMM
+  // kernels, four rows at a time: BLAS would pack Rt again at every step.
+  void RecurrentGemm(int64_t rows, int64_t n, const T *A, const T *Rt, T *C, int64_t ldc) const {
+    const int64_t GH = G_ * H_;
+    int64_t i = 0;
+    if constexpr (std::is_same<T, float>::value)
+      if (rows <= kRecurrentSmallRows)
+        for (; i < rows; i += kSmallGemmMaxRows) {
+          const int64_t m = std::min(kSmallGemmMaxRows, rows - i);
+          if (!SmallGemm(false, false, m, n, H_, 1.0f, A + i * H_, H_, Rt, GH, 0.0f, C + i * ldc, ldc)) break;
+        }
+    if (i < rows) Gemm<T>(false, false, rows - i, n, H_, T(1), A + i * H_, H_, Rt, GH, T(0), C + i * ldc, ldc);
   }
+  static constexpr int64_t kRecurrentSmallRows = 32;
 
   // Every gate's W and R biases added to the input projection once, instead of at every step; the exception is
   // GRU's h gate with linear_before_reset, whose R bias is inside r . (h R_h^T + Rb_h) (GruOutput).
