@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "elem.h"
@@ -91,6 +92,59 @@ bool InferArg(InferCtx *c, std::string *reason) {
   return true;
 }
 
+#if defined(__x86_64__)
+// ArgMax / ArgMin of float32 over a non-last axis: blocks of columns keep their best value and its int32 row index
+// in registers while the rows stream past; a lane takes the new row where the ordered loop would (a NaN wins, the
+// first one, or the last with select_last_index; then the strictly better value, or better-or-equal for the last).
+template <bool kMax, bool kLast>
+__attribute__((target("avx2"), always_inline)) inline __m256 ArgTake(__m256 bv, __m256 cv) {
+  const __m256 bnan = _mm256_cmp_ps(bv, bv, _CMP_UNORD_Q);
+  if (kLast) {  // a NaN, or not worse: then a NaN best is only replaced by a NaN
+    const __m256 cnan = _mm256_cmp_ps(cv, cv, _CMP_UNORD_Q);
+    return _mm256_or_ps(cnan, _mm256_cmp_ps(cv, bv, kMax ? _CMP_GE_OQ : _CMP_LE_OQ));
+  }
+  // "not (cv <= bv)" (max) is true for cv NaN or cv > bv, and for a NaN best, which keeps its place.
+  return _mm256_andnot_ps(bnan, _mm256_cmp_ps(cv, bv, kMax ? _CMP_NLE_UQ : _CMP_NGE_UQ));
+}
+template <bool kMax, bool kLast, int kVecs>
+__attribute__((target("avx2"), always_inline)) inline void ArgColumnsBlock(const float *p, int64_t n, int64_t stride,
+                                                                           int64_t *y) {
+  __m256 bv[kVecs];
+  __m256 bi[kVecs];  // int32 row indices, blended as floats
+  for (int v = 0; v < kVecs; ++v) {
+    bv[v] = _mm256_loadu_ps(p + 8 * v);
+    bi[v] = _mm256_setzero_ps();
+  }
+  __m256i k = _mm256_setzero_si256();
+  const __m256i one = _mm256_set1_epi32(1);
+  for (int64_t t = 1; t < n; ++t) {
+    p += stride;
+    k = _mm256_add_epi32(k, one);
+    for (int v = 0; v < kVecs; ++v) {
+      const __m256 cv = _mm256_loadu_ps(p + 8 * v);
+      const __m256 take = ArgTake<kMax, kLast>(bv[v], cv);
+      bv[v] = _mm256_blendv_ps(bv[v], cv, take);
+      bi[v] = _mm256_blendv_ps(bi[v], _mm256_castsi256_ps(k), take);
+    }
+  }
+  for (int v = 0; v < kVecs; ++v) {
+    const __m256i i32 = _mm256_castps_si256(bi[v]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(y + 8 * v), _mm256_cvtepi32_epi64(_mm256_castsi256_si128(i32)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(y + 8 * v + 4), _mm256_cvtepi32_epi64(_mm256_extracti128_si256(i32, 1)));
+  }
+}
+// Columns [0, inner) of one [n, inner] slab (inner >= 8, n < 2^31); a last partial block overlaps the previous one
+// (recomputing a column gives the same index).
+template <bool kMax, bool kLast>
+__attribute__((target("avx2"))) void ArgColumnsAvx2(const float *x, int64_t n, int64_t inner, int64_t *y) {
+  int64_t j = 0;
+  for (; j + 32 <= inner; j += 32) ArgColumnsBlock<kMax, kLast, 4>(x + j, n, inner, y + j);
+  for (; j + 16 <= inner; j += 16) ArgColumnsBlock<kMax, kLast, 2>(x + j, n, inner, y + j);
+  for (; j + 8 <= inner; j += 8) ArgColumnsBlock<kMax, kLast, 1>(x + j, n, inner, y + j);
+  if (j < inner) ArgColumnsBlock<kMax, kLast, 1>(x + inner - 8, n, inner, y + inner - 8);
+}
+#endif
+
 template <class S, bool kMax>
 class ArgKernel : public Kernel {
   using C = typename Num<S>::C;
@@ -101,25 +155,55 @@ class ArgKernel : public Kernel {
     const S *x = static_cast<const S *>(in[0]);
     int64_t *y = static_cast<int64_t *>(out[0]);
     for (int64_t o = 0; o < v_.outer; ++o) {
-      if (v_.inner == 1 && FastRow(x + o * v_.n, &y[o])) continue;
-      for (int64_t i = 0; i < v_.inner; ++i) {
-        const S *p = x + o * v_.n * v_.inner + i;
-        int64_t best = 0;
-        C bv = Num<S>::Load(p[0]);
-        for (int64_t k = 1; k < v_.n; ++k) {
-          const C cv = Num<S>::Load(p[k * v_.inner]);
-          if (Better(cv, bv) || (last_ && Same(cv, bv))) {
-            bv = cv;
-            best = k;
-          }
-        }
-        y[o * v_.inner + i] = best;
+      if (v_.inner == 1) {
+        if (!FastRow(x + o * v_.n, &y[o])) y[o] = OrderedColumn(x + o * v_.n, 1);
+        continue;
+      }
+      const S *slab = x + o * v_.n * v_.inner;
+      int64_t *ys = y + o * v_.inner;
+      if (FastColumns(slab, ys)) continue;
+      // Blocks of columns folded row by row: contiguous reads, the same comparisons as the ordered loop.
+      for (int64_t j = 0; j < v_.inner; j += kBlock) {
+        const int64_t w = std::min<int64_t>(kBlock, v_.inner - j);
+        if (last_) FoldColumns<true>(slab + j, w, ys + j);
+        else FoldColumns<false>(slab + j, w, ys + j);
       }
     }
     return true;
   }
 
  private:
+  static constexpr int64_t kBlock = 64;
+
+  int64_t OrderedColumn(const S *p, int64_t stride) const {
+    int64_t best = 0;
+    C bv = Num<S>::Load(p[0]);
+    for (int64_t k = 1; k < v_.n; ++k) {
+      const C cv = Num<S>::Load(p[k * stride]);
+      if (Better(cv, bv) || (last_ && Same(cv, bv))) {
+        bv = cv;
+        best = k;
+      }
+    }
+    return best;
+  }
+  template <bool kLast>
+  void FoldColumns(const S *p, int64_t w, int64_t *y) const {
+    C bv[kBlock];
+    for (int64_t j = 0; j < w; ++j) {
+      bv[j] = Num<S>::Load(p[j]);
+      y[j] = 0;
+    }
+    for (int64_t k = 1; k < v_.n; ++k) {
+      const S *row = p + k * v_.inner;
+      for (int64_t j = 0; j < w; ++j) {
+        const C cv = Num<S>::Load(row[j]);
+        const bool take = Better(cv, bv[j]) || (kLast && Same(cv, bv[j]));
+        bv[j] = take ? cv : bv[j];
+        y[j] = take ? k : y[j];
+      }
+    }
+  }
   // float32 rows along the last axis: the vectorised extremum, then where it first (or last) occurs; rows with a
   // NaN or a zero extremum take the ordered loop.
   bool FastRow([[maybe_unused]] const S *row, [[maybe_unused]] int64_t *y) const {
@@ -129,6 +213,18 @@ class ArgKernel : public Kernel {
       *y = FindValue(row, v_.n, v, last_);
       return true;
     }
+    return false;
+  }
+  // float32 columns (a leading or middle axis) in AVX2 registers.
+  bool FastColumns([[maybe_unused]] const S *slab, [[maybe_unused]] int64_t *y) const {
+#if defined(__x86_64__)
+    if constexpr (std::is_same<S, float>::value) {
+      if (v_.inner < 8 || v_.n > std::numeric_limits<int32_t>::max() || vmath::ActiveIsa() == vmath::Isa::kBaseline) return false;
+      if (last_) ArgColumnsAvx2<kMax, true>(slab, v_.n, v_.inner, y);
+      else ArgColumnsAvx2<kMax, false>(slab, v_.n, v_.inner, y);
+      return true;
+    }
+#endif
     return false;
   }
   // Ties for select_last_index; NaNs tie with each other (the reference takes the last NaN then).

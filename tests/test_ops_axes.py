@@ -1,0 +1,135 @@
+"""Axis kernels (ArgMax / ArgMin and CumSum over any axis, Transpose of 4-D layouts, ReduceMax / Min / Sum / Mean over
+middle axes, MaxPool around stride 1, GridSample) against onnx.reference: every axis of 1-D..4-D shapes with odd
+and power-of-two sizes, ties, NaN / inf / -0.0 at the first, a middle and the last place along the axis, integer
+dtypes; rerun under each instruction set."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from onnx_cases import assert_close, graph_model, reference, rerun_file_with_instruction_set, run_once, value_info
+
+from onnx import TensorProto, helper
+
+SHAPES = [(7,), (1000,), (1, 9), (33, 1), (9, 33), (33, 9), (1000, 7), (3, 7, 33), (2, 33, 9), (4, 9, 40),
+          (2, 3, 7, 9), (3, 1, 9, 33), (2, 16, 8, 8)]
+AXES = [(s, a) for s in SHAPES for a in range(len(s))]
+
+
+def _model(op, x, out_type=None, inputs=(), initializers=(), opset=18, **attrs):
+    vis = [value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), list(x.shape))]
+    vis += [value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape)) for n, a in inputs]
+    names = ["x"] + [n for n, _ in inputs] + [i.name for i in initializers]
+    out = out_type if out_type is not None else helper.np_dtype_to_tensor_dtype(x.dtype)
+    node = helper.make_node(op, names, ["y"], **attrs)
+    return graph_model([node], vis, [value_info("y", out)], opset=opset, initializers=initializers)
+
+
+def _want(m, feeds):
+    with np.errstate(all="ignore"):
+        return reference(m, feeds)
+
+
+def _exact(got, want):
+    """The same shapes, dtypes and bits (NaN payloads aside: any NaN matches any NaN)."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        w = np.asarray(w)
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+        if w.dtype.kind == "f":
+            nan = np.isnan(w)
+            np.testing.assert_array_equal(np.isnan(g), nan)
+            np.testing.assert_array_equal(np.where(nan, 0, g).view(np.uint8), np.where(nan, 0, w).view(np.uint8))
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+def _with_edges(x, axis, seed):
+    """Ties (small integers), then NaN / +-inf / -0.0 at the first, a middle and the last place along `axis` in a
+    few columns each (a column with two NaNs tells the first from the last)."""
+    rng = np.random.default_rng(seed)
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    n = moved.shape[-1]
+    cols = moved.reshape(-1, n)  # a view of moved
+    for c in range(0, cols.shape[0], 3):
+        kind = rng.integers(0, 6)
+        at = [0, n // 2, n - 1][rng.integers(0, 3)]
+        if kind == 0:
+            cols[c, at] = np.nan
+        elif kind == 1:
+            cols[c, at] = np.nan
+            cols[c, rng.integers(0, n)] = np.nan
+        elif kind == 2:
+            cols[c, at] = np.inf
+        elif kind == 3:
+            cols[c, at] = -np.inf
+        elif kind == 4:
+            cols[c] = 0.0
+            cols[c, at] = -0.0
+        else:
+            cols[c, at] = cols[c].max()
+    return np.ascontiguousarray(np.moveaxis(moved, -1, axis))
+
+
+# ---- ArgMax / ArgMin ----
+
+@pytest.mark.parametrize("shape,axis", AXES)
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_every_axis_with_ties_and_edges(session, shape, axis, op, keepdims, last):
+    rng = np.random.default_rng(len(shape) * 10 + axis)
+    x = rng.integers(-3, 4, shape).astype(np.float32)
+    x = _with_edges(x, axis, seed=axis)
+    m = _model(op, x, TensorProto.INT64, axis=axis, keepdims=keepdims, select_last_index=last)
+    _exact(run_once(session, m, [x]), _want(m, [x]))
+    y = rng.standard_normal(shape).astype(np.float32)  # no ties: a plain extremum
+    _exact(run_once(session, m, [y]), _want(m, [y]))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.int64, np.uint32, np.float16,
+                                   np.float64])
+@pytest.mark.parametrize("shape,axis", [((33, 9), 0), ((3, 40, 7), 1), ((2, 9, 70), 1), ((7, 1000), 1),
+                                        ((130, 3), 0)])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_other_dtypes(session, dtype, shape, axis, last):
+    rng = np.random.default_rng(3)
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+        x.reshape(-1)[::5] = info.min
+        x.reshape(-1)[3::7] = info.max
+    else:
+        x = rng.integers(-3, 4, shape).astype(dtype)
+        x = _with_edges(x, axis, seed=4)
+    for op in ("ArgMax", "ArgMin"):
+        m = _model(op, x, TensorProto.INT64, axis=axis, select_last_index=last)
+        _exact(run_once(session, m, [x]), _want(m, [x]))
+
+
+def test_arg_nan_first_middle_last_in_one_column_block(session):
+    """Every lane of an AVX2 block sees a different NaN / inf / tie pattern, down columns of 5 rows."""
+    n, cols = 5, 40
+    x = np.tile(np.arange(n, dtype=np.float32)[:, None] % 2, (1, cols))
+    for c in range(cols):
+        a, b = c % n, (c // n) % n
+        kind = c % 4
+        if kind == 0:
+            x[a, c] = np.nan
+        elif kind == 1:
+            x[a, c] = x[b, c] = np.nan
+        elif kind == 2:
+            x[a, c], x[b, c] = np.inf, -np.inf
+        else:
+            x[:, c] = -0.0 if c % 8 == 3 else 0.0
+            x[a, c] = 0.0 if c % 8 == 3 else -0.0
+    for op, last in itertools.product(["ArgMax", "ArgMin"], [0, 1]):
+        m = _model(op, x, TensorProto.INT64, axis=0, select_last_index=last)
+        _exact(run_once(session, m, [x]), _want(m, [x]))
+
+
+@pytest.mark.parametrize("isa", ["baseline", "avx2"])
+def test_fallback_instruction_sets_pass_the_same_checks(isa):
+    rerun_file_with_instruction_set(__file__, isa)
