@@ -130,6 +130,46 @@ def test_arg_nan_first_middle_last_in_one_column_block(session):
         _exact(run_once(session, m, [x]), _want(m, [x]))
 
 
+# ---- CumSum ----
+
+def _cum_model(op, x, axis, exclusive, reverse):
+    a = helper.make_tensor("axis", TensorProto.INT64, [], [axis])
+    return _model(op, x, initializers=[a], exclusive=exclusive, reverse=reverse)
+
+
+@pytest.mark.parametrize("shape,axis", AXES)
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_cumsum_every_axis_is_exact(session, shape, axis, exclusive, reverse):
+    """float32 running sums in float32, term after term along the axis as the reference's cumsum adds them: the
+    same bits, signed zeros included (a lone -0.0 stays -0.0, the exclusive scan starts at +0.0)."""
+    rng = np.random.default_rng(20 + axis)
+    x = (rng.standard_normal(shape) * 100).astype(np.float32)
+    x = _with_edges(x, axis, seed=axis)
+    x.reshape(-1)[1::11] = -0.0
+    x.reshape(-1)[5::13] = rng.choice(np.array([1e-40, -3e-39, 3e38, -3e38, 1e30], np.float32),
+                                      len(x.reshape(-1)[5::13]))
+    m = _cum_model("CumSum", x, axis, exclusive, reverse)
+    _exact(run_once(session, m, [x]), _want(m, [x]))
+    z = np.full(shape, -0.0, np.float32)  # all -0.0: the inclusive sums stay -0.0
+    _exact(run_once(session, m, [z]), _want(m, [z]))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32, np.int64, np.float64])
+@pytest.mark.parametrize("shape,axis", [((33, 9), 0), ((3, 40, 7), 1), ((7, 1000), 1), ((2, 3, 7, 9), 2)])
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 1)])
+def test_cumsum_other_dtypes(session, dtype, shape, axis, exclusive, reverse):
+    """Integer sums wrap like numpy's; float64 adds in double in the same order."""
+    rng = np.random.default_rng(5)
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+    else:
+        x = (rng.standard_normal(shape) * 1e10).astype(dtype)
+        x.reshape(-1)[::7] = -0.0
+    m = _cum_model("CumSum", x, axis, exclusive, reverse)
+    _exact(run_once(session, m, [x]), _want(m, [x]))
+
+
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
 def test_fallback_instruction_sets_pass_the_same_checks(isa):
     rerun_file_with_instruction_set(__file__, isa)
