@@ -170,6 +170,28 @@ def test_cumsum_other_dtypes(session, dtype, shape, axis, exclusive, reverse):
     _exact(run_once(session, m, [x]), _want(m, [x]))
 
 
+# ---- GridSample (2-D points take a direct tap path) ----
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [0, 1])
+@pytest.mark.parametrize("xshape,gshape", [((1, 3, 7, 9), (1, 5, 33, 2)), ((2, 1, 2, 7), (2, 3, 1, 2)),
+                                           ((1, 2, 16, 16), (1, 16, 16, 2))])
+def test_grid_sample_2d(session, mode, padding, align, xshape, gshape):
+    """Points inside, on the borders and far outside (the reference cannot take NaN points, nor reflect on a
+    size-1 dim with align_corners); it works in float64 on float32 data: a tight tolerance, not exact."""
+    rng = np.random.default_rng(30)
+    x = rng.standard_normal(xshape).astype(np.float32)
+    g = rng.uniform(-1.8, 1.8, gshape).astype(np.float32)
+    flat = g.reshape(-1)
+    flat[::17] = rng.choice(np.array([-1, 1, 0, 1e6, -1e6, 0.999999, -1.000001, 3.5], np.float32),
+                            len(flat[::17]))
+    m = _model("GridSample", x, inputs=[("g", g)], opset=20, mode=mode, padding_mode=padding, align_corners=align)
+    want = _want(m, [x, g])
+    got = run_once(session, m, [x, g])
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
 def test_fallback_instruction_sets_pass_the_same_checks(isa):
     rerun_file_with_instruction_set(__file__, isa)
