@@ -170,6 +170,25 @@ def test_cumsum_other_dtypes(session, dtype, shape, axis, exclusive, reverse):
     _exact(run_once(session, m, [x]), _want(m, [x]))
 
 
+# ---- ReduceMax / Min / Sum / Mean over one axis (middle axes: column folds, narrow columns included) ----
+
+@pytest.mark.parametrize("shape,axis", [sa for sa in AXES if len(sa[0]) >= 2] + [((256, 64, 4), 1), ((5, 300, 3), 1)])
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin", "ReduceSum", "ReduceMean"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduce_one_axis(session, shape, axis, op, keepdims):
+    """Max / Min pick values (NaN at any place wins; the value compare treats -0.0 and 0.0 alike, as the
+    reference's own maximum does not fix which zero it keeps); Sum / Mean add in double against the reference's
+    float32 pairwise sums: a tight tolerance."""
+    rng = np.random.default_rng(40 + axis)
+    x = rng.integers(-3, 4, shape).astype(np.float32)
+    if op in ("ReduceMax", "ReduceMin"):
+        x = _with_edges(x, axis, seed=axis)
+    a = helper.make_tensor("axes", TensorProto.INT64, [1], [axis])
+    m = _model(op, x, initializers=[a], keepdims=keepdims)
+    tol = 0 if op in ("ReduceMax", "ReduceMin") else 1e-6
+    assert_close(run_once(session, m, [x]), _want(m, [x]), rtol=tol, atol=tol)
+
+
 # ---- GridSample (2-D points take a direct tap path) ----
 
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
