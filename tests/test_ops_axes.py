@@ -36,7 +36,7 @@ def _exact(got, want):
     """The same shapes, dtypes and bits (NaN payloads aside: any NaN matches any NaN)."""
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
-        w = np.asarray(w)
+        w = np.ascontiguousarray(w)
         assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
         if w.dtype.kind == "f":
             nan = np.isnan(w)
@@ -168,6 +168,30 @@ def test_cumsum_other_dtypes(session, dtype, shape, axis, exclusive, reverse):
         x.reshape(-1)[::7] = -0.0
     m = _cum_model("CumSum", x, axis, exclusive, reverse)
     _exact(run_once(session, m, [x]), _want(m, [x]))
+
+
+# ---- Transpose: every permutation of 4-D shapes (odd, power-of-two and size-1 dims), element widths 1..8 ----
+
+@pytest.mark.parametrize("shape", [(3, 5, 7, 9), (2, 16, 8, 32), (1, 9, 1, 33), (2, 8, 16, 16)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.float16, np.int64])
+def test_transpose_every_4d_perm(session, shape, dtype):
+    x = np.arange(np.prod(shape)).reshape(shape).astype(dtype)
+    if dtype == np.float32:
+        x.reshape(-1)[::7] = np.array([np.nan, -0.0, np.inf, 1e-40], np.float32)[np.arange(len(x.reshape(-1)[::7])) % 4]
+    for perm in itertools.permutations(range(4)):
+        m = _model("Transpose", x, perm=list(perm))
+        _exact(run_once(session, m, [x]), [np.ascontiguousarray(np.transpose(x, perm))])
+
+
+@pytest.mark.parametrize("shape,perm", [((33, 1000), (1, 0)), ((64, 64), (1, 0)), ((1024, 40), (1, 0)),
+                                        ((2, 40, 9, 72), (0, 3, 1, 2)), ((1, 33, 17, 16), (0, 3, 1, 2)),
+                                        ((2, 16, 64, 64), (0, 3, 1, 2)), ((1, 64, 64, 16), (0, 2, 3, 1))])
+def test_transpose_tiles_and_edges(session, shape, perm):
+    """Larger planes: whole 8x8 blocks, their ragged edges and power-of-two strides."""
+    x = np.random.default_rng(50).standard_normal(shape).astype(np.float32)
+    m = _model("Transpose", x, perm=list(perm))
+    want = _want(m, [x])
+    _exact(run_once(session, m, [x]), want)
 
 
 # ---- ReduceMax / Min / Sum / Mean over one axis (middle axes: column folds, narrow columns included) ----
