@@ -213,6 +213,38 @@ def test_reduce_one_axis(session, shape, axis, op, keepdims):
     assert_close(run_once(session, m, [x]), _want(m, [x]), rtol=tol, atol=tol)
 
 
+# ---- MaxPool around the 3x3 stride-1 case ----
+
+@pytest.mark.parametrize("kernel,strides,pads,dilations", [
+    ([3, 3], [1, 1], [1, 1, 1, 1], [1, 1]), ([3, 3], [1, 1], [0, 0, 0, 0], [1, 1]), ([3, 3], [2, 2], [1, 1, 1, 1], [1, 1]),
+    ([3, 3], [1, 1], [2, 2, 2, 2], [2, 2]), ([5, 5], [1, 1], [2, 2, 2, 2], [1, 1]),
+    ([2, 2], [1, 1], [0, 0, 0, 0], [1, 1])])
+@pytest.mark.parametrize("shape", [(1, 1, 2, 3), (1, 3, 7, 9), (2, 2, 33, 17), (1, 2, 16, 40)])
+def test_maxpool_around_stride_1(session, kernel, strides, pads, dilations, shape):
+    """Without NaN: the reference's values (+-inf and -0.0 included; the value compare takes -0.0 == 0.0). With
+    NaN the twin keeps its documented rule (a NaN first tap kept, later ones skipped; onnx.reference's own NaN
+    result depends on the window's position): the fast paths give the same bits as the general loop that runs
+    when the Indices output is asked for."""
+    if any((s + p0 + p1 - d * (k - 1) - 1) < 0 for s, p0, p1, d, k in
+           zip(shape[2:], pads[:2], pads[2:], dilations, kernel, strict=True)):
+        pytest.skip("the window does not fit")
+    rng = np.random.default_rng(60)
+    x = (rng.standard_normal(shape) * 5).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::11] = np.array([np.inf, -np.inf, -0.0, 0.0], np.float32)[np.arange(len(flat[::11])) % 4]
+    attrs = dict(kernel_shape=kernel, strides=strides, pads=pads, dilations=dilations)
+    m = _model("MaxPool", x, **attrs)
+    assert_close(run_once(session, m, [x]), _want(m, [x]), rtol=0, atol=0)
+    if pads == [0, 0, 0, 0] and strides == [1, 1]:
+        return  # unpadded stride 1 skips NaN taps like the reference (tests/test_ops_movement_pool.py)
+    flat[3::13] = np.nan
+    vis = [value_info("x", TensorProto.FLOAT, list(x.shape))]
+    general = graph_model([helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs)], vis,
+                          [value_info("y", TensorProto.FLOAT), value_info("i", TensorProto.INT64)], opset=18)
+    fast = run_once(session, m, [x])[0]
+    np.testing.assert_array_equal(fast.view(np.uint32), run_once(session, general, [x])[0].view(np.uint32))
+
+
 # ---- GridSample (2-D points take a direct tap path) ----
 
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
