@@ -36,12 +36,13 @@ def _exact(got, want):
     """The same shapes, dtypes and bits (NaN payloads aside: any NaN matches any NaN)."""
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
-        w = np.ascontiguousarray(w)
+        w = np.asarray(w)  # (not ascontiguousarray: that makes a 0-d array 1-d)
         assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
         if w.dtype.kind == "f":
             nan = np.isnan(w)
             np.testing.assert_array_equal(np.isnan(g), nan)
-            np.testing.assert_array_equal(np.where(nan, 0, g).view(np.uint8), np.where(nan, 0, w).view(np.uint8))
+            bits = [np.ascontiguousarray(np.where(nan, 0, a)).view(np.uint8) for a in (g, w)]
+            np.testing.assert_array_equal(*bits)
         else:
             np.testing.assert_array_equal(g, w)
 
@@ -77,9 +78,9 @@ def _with_edges(x, axis, seed):
 
 @pytest.mark.parametrize("shape,axis", AXES)
 @pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
-@pytest.mark.parametrize("keepdims", [0, 1])
 @pytest.mark.parametrize("last", [0, 1])
-def test_arg_every_axis_with_ties_and_edges(session, shape, axis, op, keepdims, last):
+def test_arg_every_axis_with_ties_and_edges(session, shape, axis, op, last):
+    keepdims = (len(shape) + axis + last) % 2  # both values over the axes, at half the runs
     rng = np.random.default_rng(len(shape) * 10 + axis)
     x = rng.integers(-3, 4, shape).astype(np.float32)
     x = _with_edges(x, axis, seed=axis)
@@ -198,8 +199,7 @@ def test_transpose_tiles_and_edges(session, shape, perm):
 
 @pytest.mark.parametrize("shape,axis", [sa for sa in AXES if len(sa[0]) >= 2] + [((256, 64, 4), 1), ((5, 300, 3), 1)])
 @pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin", "ReduceSum", "ReduceMean"])
-@pytest.mark.parametrize("keepdims", [0, 1])
-def test_reduce_one_axis(session, shape, axis, op, keepdims):
+def test_reduce_one_axis(session, shape, axis, op):
     """Max / Min pick values (NaN at any place wins; the value compare treats -0.0 and 0.0 alike, as the
     reference's own maximum does not fix which zero it keeps); Sum / Mean add in double against the reference's
     float32 pairwise sums: a tight tolerance."""
@@ -208,7 +208,7 @@ def test_reduce_one_axis(session, shape, axis, op, keepdims):
     if op in ("ReduceMax", "ReduceMin"):
         x = _with_edges(x, axis, seed=axis)
     a = helper.make_tensor("axes", TensorProto.INT64, [1], [axis])
-    m = _model(op, x, initializers=[a], keepdims=keepdims)
+    m = _model(op, x, initializers=[a], keepdims=(len(shape) + axis) % 2)
     tol = 0 if op in ("ReduceMax", "ReduceMin") else 1e-6
     assert_close(run_once(session, m, [x]), _want(m, [x]), rtol=tol, atol=tol)
 
@@ -250,8 +250,7 @@ def test_maxpool_around_stride_1(session, kernel, strides, pads, dilations, shap
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
 @pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("align", [0, 1])
-@pytest.mark.parametrize("xshape,gshape", [((1, 3, 7, 9), (1, 5, 33, 2)), ((2, 1, 2, 7), (2, 3, 1, 2)),
-                                           ((1, 2, 16, 16), (1, 16, 16, 2))])
+@pytest.mark.parametrize("xshape,gshape", [((1, 3, 7, 9), (1, 5, 9, 2)), ((2, 1, 2, 7), (2, 3, 1, 2))])
 def test_grid_sample_2d(session, mode, padding, align, xshape, gshape):
     """Points inside, on the borders and far outside (the reference cannot take NaN points, nor reflect on a
     size-1 dim with align_corners); it works in float64 on float32 data: a tight tolerance, not exact."""
