@@ -102,6 +102,9 @@ def normalisation_cases(size: str):
     arg = make_model([helper.make_node("ArgMax", ["x"], ["y"], axis=-1)], [("x", F, shape)],
                      [("y", TensorProto.INT64, [rows, 1])], opset=OPSET)
     yield "ArgMax (axis -1)", arg, [rand(shape)]
+    arg = make_model([helper.make_node("ArgMin", ["x"], ["y"], axis=0)], [("x", F, shape)],
+                     [("y", TensorProto.INT64, [1, cols])], opset=OPSET)
+    yield "ArgMin (axis 0)", arg, [rand(shape)]
 
 
 def movement_cases(size: str):
@@ -338,6 +341,9 @@ def more_single_op_cases(size: str):
     cum = make_model([helper.make_node("CumSum", ["x", "a"], ["y"])], [("x", F, shape)], [("y", F, shape)],
                      initializers=[("a", np.array(0, np.int64))], opset=OPSET)
     yield "CumSum (axis 0)", cum, [rand(shape)]
+    cum = make_model([helper.make_node("CumSum", ["x", "a"], ["y"], exclusive=1, reverse=1)], [("x", F, shape)],
+                     [("y", F, shape)], initializers=[("a", np.array(0, np.int64))], opset=OPSET)
+    yield "CumSum (axis 0, reverse, exclusive)", cum, [rand(shape)]
     prod = make_model([helper.make_node("ReduceProd", ["x"], ["y"], keepdims=0)], [("x", F, shape)], [("y", F, [])],
                       opset=OPSET)
     yield "ReduceProd (all)", prod, [rand(shape, 0.999, 1.001)]
@@ -388,6 +394,7 @@ def layout_reduce_cases(size: str):
     yield "ReduceL1 (all)", *single_op("ReduceL1", x, keepdims=0)
     yield "ReduceSumSquare (all)", *single_op("ReduceSumSquare", x, keepdims=0)
     yield "ReduceMax (axis 1 of 3)", *single_op("ReduceMax", x, initializers=axis1, keepdims=1)
+    yield "ArgMax (axis 1 of 3)", *single_op("ArgMax", x, out_type=TensorProto.INT64, axis=1)
     yield "Softmax (axis 1 of 3)", *single_op("Softmax", x, axis=1)
     yield "Hardmax (axis -1)", *single_op("Hardmax", x, axis=-1)
     yield "CumSum (axis 1 of 3)", *single_op("CumSum", x, initializers=[("a", np.array(1, np.int64))])

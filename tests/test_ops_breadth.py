@@ -487,8 +487,8 @@ def test_binary_max_min_edge_values(op, n):
 @pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
 def test_cumsum_cumprod_over_every_axis(axis, exclusive, reverse):
     """Leading and middle axes run a whole inner row of running totals at once; rows of odd lengths hit every
-    vector remainder, edge values (NaN, +-inf, denormals, a large magnitude) go through the same sums. (Totals are
-    kept in double, as before: a float32 overflow that later terms would undo is not exercised.)"""
+    vector remainder, edge values (NaN, +-inf, denormals, a large magnitude) go through the same sums. (float32
+    totals are float32 like the reference's, other floating types keep theirs in double.)"""
     x = (RNG.standard_normal((3, 7, 13)) * 4).astype(np.float32)
     x[1, 2] = [np.nan, np.inf, -np.inf, 1e-40, -1e-40, 0.0, -0.0, 1.0, 1e30, -2.5, 3.0, 1e-40, 7.0]
     x[2, :, 5] = [1e-40, -np.inf, 2.0, np.nan, -0.0, 1e30, 0.5]

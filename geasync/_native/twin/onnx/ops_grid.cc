@@ -179,8 +179,10 @@ class GridSampleKernel : public Kernel {
       t->w[0] = 1;
       return;
     }
-    const T f = std::floor(x);
-    const int64_t i0 = static_cast<int64_t>(f);
+    // floor of a finite x in the clamped range above, without the libm call the baseline build makes for floor.
+    int64_t i0 = static_cast<int64_t>(x);
+    i0 -= static_cast<T>(i0) > x;
+    const T f = static_cast<T>(i0);
     const T frac = x - f;
     if (a_.mode == Interp::kLinear) {
       t->n = 2;
@@ -209,6 +211,24 @@ class GridSampleKernel : public Kernel {
     }
   }
 
+  // Combine for two spatial dims, straight into a point's slots: the same pairs in the same order (rows outer,
+  // weights (1 * wy) * wx == wy * wx), without the general version's vector traffic.
+  int Combine2(const Taps *taps, int64_t *o, T *w) const {
+    const Taps &ty = taps[0], &tx = taps[1];
+    int n = 0;
+    for (int a = 0; a < ty.n; ++a) {
+      if (ty.idx[a] < 0) continue;
+      const int64_t row = ty.idx[a] * in_strides_[0];
+      for (int b = 0; b < tx.n; ++b) {
+        if (tx.idx[b] < 0) continue;
+        o[n] = row + tx.idx[b] * in_strides_[1];
+        w[n] = ty.w[a] * tx.w[b];
+        ++n;
+      }
+    }
+    return n;
+  }
+
   // Points in blocks: every point's taps of a block first, then each channel plane over the block's points (one
   // plane at a time stays in cache and the outputs are written in order).
   template <class S, class G>
@@ -228,6 +248,10 @@ class GridSampleKernel : public Kernel {
           const G *g = grid + (n * out_plane_ + p0 + i) * static_cast<int64_t>(sd_);
           for (size_t d = 0; d < sd_; ++d)  // grid's last dim lists coordinates innermost spatial dim first
             AxisTaps(static_cast<T>(Num<G>::Load(g[sd_ - 1 - d])), x_.dims[2 + d], &taps[d]);
+          if (sd_ == 2) {
+            block_n_[i] = Combine2(taps, block_offs_.data() + i * width, block_ws_.data() + i * width);
+            continue;
+          }
           Combine(taps);
           block_n_[i] = static_cast<int>(offs_.size());
           std::copy(offs_.begin(), offs_.end(), block_offs_.begin() + i * width);

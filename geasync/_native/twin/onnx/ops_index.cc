@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "elem.h"
@@ -91,6 +92,59 @@ bool InferArg(InferCtx *c, std::string *reason) {
   return true;
 }
 
+#if defined(__x86_64__)
+// ArgMax / ArgMin of float32 over a non-last axis: blocks of columns keep their best value and its int32 row index
+// in registers while the rows stream past; a lane takes the new row where the ordered loop would (a NaN wins, the
+// first one, or the last with select_last_index; then the strictly better value, or better-or-equal for the last).
+template <bool kMax, bool kLast>
+__attribute__((target("avx2"), always_inline)) inline __m256 ArgTake(__m256 bv, __m256 cv) {
+  const __m256 bnan = _mm256_cmp_ps(bv, bv, _CMP_UNORD_Q);
+  if (kLast) {  // a NaN, or not worse: then a NaN best is only replaced by a NaN
+    const __m256 cnan = _mm256_cmp_ps(cv, cv, _CMP_UNORD_Q);
+    return _mm256_or_ps(cnan, _mm256_cmp_ps(cv, bv, kMax ? _CMP_GE_OQ : _CMP_LE_OQ));
+  }
+  // "not (cv <= bv)" (max) is true for cv NaN or cv > bv, and for a NaN best, which keeps its place.
+  return _mm256_andnot_ps(bnan, _mm256_cmp_ps(cv, bv, kMax ? _CMP_NLE_UQ : _CMP_NGE_UQ));
+}
+template <bool kMax, bool kLast, int kVecs>
+__attribute__((target("avx2"), always_inline)) inline void ArgColumnsBlock(const float *p, int64_t n, int64_t stride,
+                                                                           int64_t *y) {
+  __m256 bv[kVecs];
+  __m256 bi[kVecs];  // int32 row indices, blended as floats
+  for (int v = 0; v < kVecs; ++v) {
+    bv[v] = _mm256_loadu_ps(p + 8 * v);
+    bi[v] = _mm256_setzero_ps();
+  }
+  __m256i k = _mm256_setzero_si256();
+  const __m256i one = _mm256_set1_epi32(1);
+  for (int64_t t = 1; t < n; ++t) {
+    p += stride;
+    k = _mm256_add_epi32(k, one);
+    for (int v = 0; v < kVecs; ++v) {
+      const __m256 cv = _mm256_loadu_ps(p + 8 * v);
+      const __m256 take = ArgTake<kMax, kLast>(bv[v], cv);
+      bv[v] = _mm256_blendv_ps(bv[v], cv, take);
+      bi[v] = _mm256_blendv_ps(bi[v], _mm256_castsi256_ps(k), take);
+    }
+  }
+  for (int v = 0; v < kVecs; ++v) {
+    const __m256i i32 = _mm256_castps_si256(bi[v]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(y + 8 * v), _mm256_cvtepi32_epi64(_mm256_castsi256_si128(i32)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(y + 8 * v + 4), _mm256_cvtepi32_epi64(_mm256_extracti128_si256(i32, 1)));
+  }
+}
+// Columns [0, inner) of one [n, inner] slab (inner >= 8, n < 2^31); a last partial block overlaps the previous one
+// (recomputing a column gives the same index).
+template <bool kMax, bool kLast>
+__attribute__((target("avx2"))) void ArgColumnsAvx2(const float *x, int64_t n, int64_t inner, int64_t *y) {
+  int64_t j = 0;
+  for (; j + 32 <= inner; j += 32) ArgColumnsBlock<kMax, kLast, 4>(x + j, n, inner, y + j);
+  for (; j + 16 <= inner; j += 16) ArgColumnsBlock<kMax, kLast, 2>(x + j, n, inner, y + j);
+  for (; j + 8 <= inner; j += 8) ArgColumnsBlock<kMax, kLast, 1>(x + j, n, inner, y + j);
+  if (j < inner) ArgColumnsBlock<kMax, kLast, 1>(x + inner - 8, n, inner, y + inner - 8);
+}
+#endif
+
 template <class S, bool kMax>
 class ArgKernel : public Kernel {
   using C = typename Num<S>::C;
@@ -101,25 +155,55 @@ class ArgKernel : public Kernel {
     const S *x = static_cast<const S *>(in[0]);
     int64_t *y = static_cast<int64_t *>(out[0]);
     for (int64_t o = 0; o < v_.outer; ++o) {
-      if (v_.inner == 1 && FastRow(x + o * v_.n, &y[o])) continue;
-      for (int64_t i = 0; i < v_.inner; ++i) {
-        const S *p = x + o * v_.n * v_.inner + i;
-        int64_t best = 0;
-        C bv = Num<S>::Load(p[0]);
-        for (int64_t k = 1; k < v_.n; ++k) {
-          const C cv = Num<S>::Load(p[k * v_.inner]);
-          if (Better(cv, bv) || (last_ && Same(cv, bv))) {
-            bv = cv;
-            best = k;
-          }
-        }
-        y[o * v_.inner + i] = best;
+      if (v_.inner == 1) {
+        if (!FastRow(x + o * v_.n, &y[o])) y[o] = OrderedColumn(x + o * v_.n, 1);
+        continue;
+      }
+      const S *slab = x + o * v_.n * v_.inner;
+      int64_t *ys = y + o * v_.inner;
+      if (FastColumns(slab, ys)) continue;
+      // Blocks of columns folded row by row: contiguous reads, the same comparisons as the ordered loop.
+      for (int64_t j = 0; j < v_.inner; j += kBlock) {
+        const int64_t w = std::min<int64_t>(kBlock, v_.inner - j);
+        if (last_) FoldColumns<true>(slab + j, w, ys + j);
+        else FoldColumns<false>(slab + j, w, ys + j);
       }
     }
     return true;
   }
 
  private:
+  static constexpr int64_t kBlock = 64;
+
+  int64_t OrderedColumn(const S *p, int64_t stride) const {
+    int64_t best = 0;
+    C bv = Num<S>::Load(p[0]);
+    for (int64_t k = 1; k < v_.n; ++k) {
+      const C cv = Num<S>::Load(p[k * stride]);
+      if (Better(cv, bv) || (last_ && Same(cv, bv))) {
+        bv = cv;
+        best = k;
+      }
+    }
+    return best;
+  }
+  template <bool kLast>
+  void FoldColumns(const S *p, int64_t w, int64_t *y) const {
+    C bv[kBlock];
+    for (int64_t j = 0; j < w; ++j) {
+      bv[j] = Num<S>::Load(p[j]);
+      y[j] = 0;
+    }
+    for (int64_t k = 1; k < v_.n; ++k) {
+      const S *row = p + k * v_.inner;
+      for (int64_t j = 0; j < w; ++j) {
+        const C cv = Num<S>::Load(row[j]);
+        const bool take = Better(cv, bv[j]) || (kLast && Same(cv, bv[j]));
+        bv[j] = take ? cv : bv[j];
+        y[j] = take ? k : y[j];
+      }
+    }
+  }
   // float32 rows along the last axis: the vectorised extremum, then where it first (or last) occurs; rows with a
   // NaN or a zero extremum take the ordered loop.
   bool FastRow([[maybe_unused]] const S *row, [[maybe_unused]] int64_t *y) const {
@@ -129,6 +213,18 @@ class ArgKernel : public Kernel {
       *y = FindValue(row, v_.n, v, last_);
       return true;
     }
+    return false;
+  }
+  // float32 columns (a leading or middle axis) in AVX2 registers.
+  bool FastColumns([[maybe_unused]] const S *slab, [[maybe_unused]] int64_t *y) const {
+#if defined(__x86_64__)
+    if constexpr (std::is_same<S, float>::value) {
+      if (v_.inner < 8 || v_.n > std::numeric_limits<int32_t>::max() || vmath::ActiveIsa() == vmath::Isa::kBaseline) return false;
+      if (last_) ArgColumnsAvx2<kMax, true>(slab, v_.n, v_.inner, y);
+      else ArgColumnsAvx2<kMax, false>(slab, v_.n, v_.inner, y);
+      return true;
+    }
+#endif
     return false;
   }
   // Ties for select_last_index; NaNs tie with each other (the reference takes the last NaN then).
@@ -799,45 +895,53 @@ bool InferCum(InferCtx *c, std::string *reason) {
   return true;
 }
 
+// float32 CumSum over a leading or middle axis as running row sums, out = prev + x element by element: each
+// position sees the reference's sequential float32 additions, and the rows stream through contiguously.
 #if defined(__x86_64__)
-// CumSum of float32 along a non-last axis, in double like the loop below: blocks of columns keep their running
-// sums in registers for the whole axis (16 columns: four independent add chains), so only x and y move.
-template <int kVecs>
-__attribute__((target("avx2"), always_inline)) inline void CumColumnsBlock(const float *px, float *py, int64_t n,
-                                                                          int64_t step, bool exclusive) {
-  __m256d a[kVecs];
-  for (int v = 0; v < kVecs; ++v) a[v] = _mm256_setzero_pd();
-  for (int64_t t = 0; t < n; ++t, px += step, py += step)
-    for (int v = 0; v < kVecs; ++v) {
-      const __m256d xv = _mm256_cvtps_pd(_mm_loadu_ps(px + 4 * v));
-      if (exclusive) _mm_storeu_ps(py + 4 * v, _mm256_cvtpd_ps(a[v]));
-      a[v] = _mm256_add_pd(a[v], xv);
-      if (!exclusive) _mm_storeu_ps(py + 4 * v, _mm256_cvtpd_ps(a[v]));
-    }
-}
-__attribute__((target("avx2"))) void CumSumColumnsAvx2(const float *x, float *y, int64_t n, int64_t inner,
-                                                       bool exclusive, bool reverse) {
-  const int64_t step = reverse ? -inner : inner, start = reverse ? (n - 1) * inner : 0;
-  int64_t j = 0;
-  for (; j + 32 <= inner; j += 32) CumColumnsBlock<8>(x + start + j, y + start + j, n, step, exclusive);
-  for (; j + 16 <= inner; j += 16) CumColumnsBlock<4>(x + start + j, y + start + j, n, step, exclusive);
-  for (; j + 4 <= inner; j += 4) CumColumnsBlock<1>(x + start + j, y + start + j, n, step, exclusive);
-  for (; j < inner; ++j) {
-    double acc = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      const int64_t p = start + j + t * step;
-      if (exclusive) y[p] = static_cast<float>(acc);
-      acc += static_cast<double>(x[p]);
-      if (!exclusive) y[p] = static_cast<float>(acc);
-    }
-  }
+__attribute__((target("avx2"))) void AddRowsAvx2(const float *prev, const float *x, float *out, int64_t m) {
+  int64_t i = 0;
+  for (; i + 32 <= m; i += 32)
+    for (int v = 0; v < 4; ++v)
+      _mm256_storeu_ps(out + i + 8 * v, _mm256_add_ps(_mm256_loadu_ps(prev + i + 8 * v), _mm256_loadu_ps(x + i + 8 * v)));
+  for (; i + 8 <= m; i += 8) _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(prev + i), _mm256_loadu_ps(x + i)));
+  for (; i < m; ++i) out[i] = prev[i] + x[i];
 }
 #endif
+void AddRows(const float *prev, const float *x, float *__restrict out, int64_t m) {
+#if defined(__x86_64__)
+  if (vmath::ActiveIsa() != vmath::Isa::kBaseline) return AddRowsAvx2(prev, x, out, m);
+#endif
+  for (int64_t i = 0; i < m; ++i) out[i] = prev[i] + x[i];
+}
+// One [n, inner] slab: y[0] = x[0], y[t] = y[t-1] + x[t]; exclusive: y[0] = +0, y[1] = x[0], y[t] = y[t-1] + x[t-1]
+// (the first term is copied, not added to 0: a lone -0.0 stays -0.0 as in numpy's cumsum). Reverse walks the rows
+// from the end.
+void CumSumRows(const float *x, float *y, int64_t n, int64_t inner, bool exclusive, bool reverse) {
+  if (n == 0) return;
+  const int64_t step = reverse ? -inner : inner;
+  const float *px = x + (reverse ? (n - 1) * inner : 0);
+  float *py = y + (reverse ? (n - 1) * inner : 0);
+  const size_t bytes = static_cast<size_t>(inner) * sizeof(float);
+  if (exclusive) {
+    std::memset(py, 0, bytes);
+    if (n == 1) return;
+    std::memcpy(py + step, px, bytes);
+    for (int64_t t = 2; t < n; ++t) AddRows(py + (t - 1) * step, px + (t - 1) * step, py + t * step, inner);
+  } else {
+    std::memcpy(py, px, bytes);
+    for (int64_t t = 1; t < n; ++t) AddRows(py + (t - 1) * step, px + t * step, py + t * step, inner);
+  }
+}
 
+// Running sums accumulate in the element type for float32 (the reference's float32 cumsum), in double for the
+// other floating types, in the integer type (wrapping) otherwise.
 template <class S, class I, bool kProd>
 class CumKernel : public Kernel {
   using C = typename Num<S>::C;
-  using Acc = std::conditional_t<std::is_floating_point<C>::value, double, C>;
+  using Acc = std::conditional_t<std::is_same<S, float>::value, float,
+                                 std::conditional_t<std::is_floating_point<C>::value, double, C>>;
+  // -0.0 + v is v for every v (0.0 + -0.0 would be +0.0), so a sum starting from it returns the first term as is.
+  static constexpr Acc kInit = kProd ? Acc(1) : (std::is_floating_point<Acc>::value ? Acc(-0.0) : Acc(0));
 
  public:
   CumKernel(std::vector<int64_t> dims, bool exclusive, bool reverse)
@@ -849,49 +953,47 @@ class CumKernel : public Kernel {
     const int64_t r = std::max<int64_t>(dims_.size(), 1);
     if (!NormalizeAxis(static_cast<int64_t>(*static_cast<const I *>(in[1])), r, false, &axis, reason)) return false;
     const AxisView v = ViewAt(dims_, axis);
+    if (v.inner == 1) return RunLastAxis(x, y, v), true;
+    if constexpr (std::is_same<S, float>::value && !kProd) {
+      for (int64_t o = 0; o < v.outer; ++o)
+        CumSumRows(x + o * v.n * v.inner, y + o * v.n * v.inner, v.n, v.inner, exclusive_, reverse_);
+      return true;
+    }
     // One accumulator per inner position, walked a whole inner row at a time: contiguous (vectorisable) reads even
     // along a leading axis, and each element still sees the same sequence of operations.
-    if (v.inner == 1) return RunLastAxis(x, y, v), true;
-#if defined(__x86_64__)
-    if constexpr (std::is_same<S, float>::value && !kProd) {
-      if (vmath::ActiveIsa() != vmath::Isa::kBaseline) {
-        for (int64_t o = 0; o < v.outer; ++o)
-          CumSumColumnsAvx2(x + o * v.n * v.inner, y + o * v.n * v.inner, v.n, v.inner, exclusive_, reverse_);
-        return true;
-      }
-    }
-#endif
     std::vector<Acc> acc(static_cast<size_t>(v.inner));
     for (int64_t o = 0; o < v.outer; ++o) {
-      std::fill(acc.begin(), acc.end(), kProd ? Acc(1) : Acc(0));
+      std::fill(acc.begin(), acc.end(), kInit);
       for (int64_t t = 0; t < v.n; ++t) {
         const int64_t kk = reverse_ ? v.n - 1 - t : t;
         const int64_t base = (o * v.n + kk) * v.inner;
-        if (exclusive_) StepRow<true>(x + base, y + base, acc.data(), v.inner);
-        else StepRow<false>(x + base, y + base, acc.data(), v.inner);
+        if (exclusive_) StepRow<true>(x + base, y + base, acc.data(), v.inner, t == 0);
+        else StepRow<false>(x + base, y + base, acc.data(), v.inner, false);
       }
     }
     return true;
   }
 
  private:
+  // The exclusive scan's first output: the empty sum (+0) or product (1).
+  static S Empty() { return Num<S>::Store(static_cast<C>(kProd ? 1 : 0)); }
   void RunLastAxis(const S *x, S *y, const AxisView &v) const {
     for (int64_t o = 0; o < v.outer; ++o) {
-      Acc acc = kProd ? Acc(1) : Acc(0);
+      Acc acc = kInit;
       for (int64_t t = 0; t < v.n; ++t) {
         const int64_t p = o * v.n + (reverse_ ? v.n - 1 - t : t);
         const Acc xv = static_cast<Acc>(Num<S>::Load(x[p]));
-        if (exclusive_) y[p] = Num<S>::Store(static_cast<C>(acc));
+        if (exclusive_) y[p] = t == 0 ? Empty() : Num<S>::Store(static_cast<C>(acc));
         acc = kProd ? static_cast<Acc>(acc * xv) : static_cast<Acc>(acc + xv);
         if (!exclusive_) y[p] = Num<S>::Store(static_cast<C>(acc));
       }
     }
   }
   template <bool kExclusive>
-  static void StepRow(const S *x, S *y, Acc *__restrict acc, int64_t n) {
+  static void StepRow(const S *x, S *y, Acc *__restrict acc, int64_t n, bool first) {
     for (int64_t i = 0; i < n; ++i) {
       const Acc xv = static_cast<Acc>(Num<S>::Load(x[i]));
-      if (kExclusive) y[i] = Num<S>::Store(static_cast<C>(acc[i]));
+      if (kExclusive) y[i] = first ? Empty() : Num<S>::Store(static_cast<C>(acc[i]));
       acc[i] = kProd ? static_cast<Acc>(acc[i] * xv) : static_cast<Acc>(acc[i] + xv);
       if (!kExclusive) y[i] = Num<S>::Store(static_cast<C>(acc[i]));
     }

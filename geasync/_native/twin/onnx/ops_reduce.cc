@@ -179,8 +179,8 @@ __attribute__((target("avx2"))) double SumFloatsAvx2(const float *x, int64_t n) 
 
 // Max / Min of rows x[0..rows) (stride `stride`) into acc[0..inner), folded like Combine (acc's NaN stays, else a
 // new NaN wins, else the strict comparison keeps acc on ties, so signed zeros fold as in the ordered loop). The
-// accumulators come from float values or +-inf, so they round-trip through float exactly; eight-column blocks
-// stay in registers across all the rows.
+// accumulators come from float values or +-inf, so they round-trip through float exactly; blocks of up to 32
+// columns stay in registers across all the rows, the last inner % 8 through masked loads.
 template <bool kMax>
 __attribute__((target("avx2"), always_inline)) inline __m256 FoldPick(__m256 a, __m256 b) {
   // maxps(b, a) is b > a ? b : a, and a when either is NaN; then a NaN b replaces a non-NaN a.
@@ -188,33 +188,50 @@ __attribute__((target("avx2"), always_inline)) inline __m256 FoldPick(__m256 a, 
   const __m256 take_b = _mm256_andnot_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q), _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
   return _mm256_blendv_ps(r, b, take_b);
 }
+// kVecs * 8 columns from acc (converted to float), folded over all rows in registers, back to acc; a masked block
+// (kMasked, 1 vector) takes the last inner % 8 columns: full loads (the extra lanes read the next row's values,
+// unused) while they stay inside the input (before end), masked loads (slow on some cores) only after. Narrow blocks split the rows
+// into kSplit consecutive runs folded side by side (more independent chains), then fold the runs' results in
+// order: the fold picks the first NaN, else the first of the extreme values, so runs give the ordered result.
+template <bool kMax, int kVecs, int kSplit, bool kMasked>
+__attribute__((target("avx2"), always_inline)) inline void ColumnExtremumBlock(const float *p, int64_t rows,
+                                                                               int64_t stride, int64_t cols,
+                                                                               double *acc, const float *end) {
+  alignas(32) float buf[8 * kVecs];
+  for (int64_t k = 0; k < 8 * kVecs; ++k) buf[k] = k < cols ? static_cast<float>(acc[k]) : 0.0f;
+  __m256i mask = _mm256_setzero_si256();
+  if (kMasked) mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(cols)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  __m256 a[kSplit][kVecs];
+  for (int v = 0; v < kVecs; ++v) {
+    a[0][v] = _mm256_load_ps(buf + 8 * v);
+    for (int s = 1; s < kSplit; ++s) a[s][v] = _mm256_set1_ps(kMax ? -INFINITY : INFINITY);
+  }
+  const int64_t run = rows / kSplit, run_stride = run * stride;
+  for (int64_t row = 0; row < run; ++row, p += stride)
+    for (int s = 0; s < kSplit; ++s)
+      for (int v = 0; v < kVecs; ++v) {
+        const float *q = p + s * run_stride + 8 * v;
+        a[s][v] = FoldPick<kMax>(a[s][v], kMasked && end - q < 8 ? _mm256_maskload_ps(q, mask) : _mm256_loadu_ps(q));
+      }
+  p += (kSplit - 1) * run_stride;
+  for (int64_t row = kSplit * run; row < rows; ++row, p += stride)  // the last run's remaining rows
+    for (int v = 0; v < kVecs; ++v)
+      a[kSplit - 1][v] =
+          FoldPick<kMax>(a[kSplit - 1][v], kMasked && end - p < 8 ? _mm256_maskload_ps(p, mask) : _mm256_loadu_ps(p + 8 * v));
+  for (int v = 0; v < kVecs; ++v) {
+    for (int s = 1; s < kSplit; ++s) a[0][v] = FoldPick<kMax>(a[0][v], a[s][v]);
+    _mm256_store_ps(buf + 8 * v, a[0][v]);
+  }
+  for (int64_t k = 0; k < cols; ++k) acc[k] = buf[k];
+}
 template <bool kMax>
 __attribute__((target("avx2"))) void ColumnExtremumAvx2(const float *x, int64_t rows, int64_t stride, int64_t inner,
-                                                        double *acc) {
+                                                        double *acc, const float *end) {
   int64_t j = 0;
-  for (; j + 16 <= inner; j += 16) {
-    __m256 a0 = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_loadu_pd(acc + j + 4)), _mm256_cvtpd_ps(_mm256_loadu_pd(acc + j)));
-    __m256 a1 =
-        _mm256_set_m128(_mm256_cvtpd_ps(_mm256_loadu_pd(acc + j + 12)), _mm256_cvtpd_ps(_mm256_loadu_pd(acc + j + 8)));
-    const float *p = x + j;
-    for (int64_t row = 0; row < rows; ++row, p += stride) {
-      a0 = FoldPick<kMax>(a0, _mm256_loadu_ps(p));
-      a1 = FoldPick<kMax>(a1, _mm256_loadu_ps(p + 8));
-    }
-    _mm256_storeu_pd(acc + j, _mm256_cvtps_pd(_mm256_castps256_ps128(a0)));
-    _mm256_storeu_pd(acc + j + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(a0, 1)));
-    _mm256_storeu_pd(acc + j + 8, _mm256_cvtps_pd(_mm256_castps256_ps128(a1)));
-    _mm256_storeu_pd(acc + j + 12, _mm256_cvtps_pd(_mm256_extractf128_ps(a1, 1)));
-  }
-  for (; j < inner; ++j) {
-    double a = acc[j];
-    for (int64_t row = 0; row < rows; ++row) {
-      const double b = x[row * stride + j];
-      const double r = kMax ? (a < b ? b : a) : (b < a ? b : a);
-      a = a != a ? a : (b != b ? b : r);
-    }
-    acc[j] = a;
-  }
+  for (; j + 32 <= inner; j += 32) ColumnExtremumBlock<kMax, 4, 1, false>(x + j, rows, stride, 32, acc + j, end);
+  for (; j + 16 <= inner; j += 16) ColumnExtremumBlock<kMax, 2, 2, false>(x + j, rows, stride, 16, acc + j, end);
+  for (; j + 8 <= inner; j += 8) ColumnExtremumBlock<kMax, 1, 4, false>(x + j, rows, stride, 8, acc + j, end);
+  if (j < inner) ColumnExtremumBlock<kMax, 1, 4, true>(x + j, rows, stride, inner - j, acc + j, end);
 }
 // ColumnSums below for float Sum / Mean in 4-wide double vectors (the baseline build's loop gets 2-wide SSE2): the
 // same additions in the same order, so the result does not depend on the instruction set.
@@ -385,7 +402,7 @@ class ReduceKernel : public Kernel {
         *pa = a;
       } else if constexpr (kLanedSum<kPass, A>) {
         ColumnSums<kPass, A>(px, rows, inner, pa);
-      } else if (ColumnExtremum<kPass, A>(px, rows, inner, pa)) {
+      } else if (ColumnExtremum<kPass, A>(px, rows, inner, pa, x + total_)) {
       } else {
         for (int64_t row = 0; row < rows; ++row, px += inner)
           for (int64_t j = 0; j < inner; ++j)
@@ -416,12 +433,12 @@ class ReduceKernel : public Kernel {
   // float32 Max / Min folding rows into kept columns (a middle axis), vectorised along the columns with AVX2.
   template <ReduceKind kPass, class A>
   static bool ColumnExtremum([[maybe_unused]] const S *px, [[maybe_unused]] int64_t rows,
-                             [[maybe_unused]] int64_t inner, [[maybe_unused]] A *pa) {
+                             [[maybe_unused]] int64_t inner, [[maybe_unused]] A *pa, [[maybe_unused]] const S *end) {
 #if defined(__x86_64__)
     if constexpr (std::is_same<S, float>::value && std::is_same<A, double>::value && (kPass == kMax || kPass == kMin)) {
       if (!UseSumFloatsAvx2()) return false;
-      if (kPass == kMax) ColumnExtremumAvx2<true>(px, rows, inner, inner, pa);
-      else ColumnExtremumAvx2<false>(px, rows, inner, inner, pa);
+      if (kPass == kMax) ColumnExtremumAvx2<true>(px, rows, inner, inner, pa, end);
+      else ColumnExtremumAvx2<false>(px, rows, inner, inner, pa, end);
       return true;
     }
 #endif

@@ -187,39 +187,42 @@ bool InferTranspose(InferCtx *c, std::string *reason) {
 }
 
 #if defined(__x86_64__)
-// y[i][j] = x[i + j * is] for 4-byte elements: 8x8 blocks moved through registers (8 row loads, an in-register
-// transpose, 8 row stores), visited in 32x32 tiles; the ragged edges go element by element.
+// One 8x8 block: 8 row loads, an in-register transpose, 8 row stores (named registers: arrays of vectors here were
+// kept on the stack).
+__attribute__((target("avx2"), always_inline)) inline void Transpose8x8Avx2(const float *src, int64_t is, float *dst,
+                                                                           int64_t cols) {
+  const __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + is), r2 = _mm256_loadu_ps(src + 2 * is),
+               r3 = _mm256_loadu_ps(src + 3 * is), r4 = _mm256_loadu_ps(src + 4 * is),
+               r5 = _mm256_loadu_ps(src + 5 * is), r6 = _mm256_loadu_ps(src + 6 * is),
+               r7 = _mm256_loadu_ps(src + 7 * is);
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+               t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+               t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee),
+               u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee),
+               u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
+               u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(dst + cols, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(dst + 2 * cols, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(dst + 3 * cols, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(dst + 4 * cols, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(dst + 5 * cols, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(dst + 6 * cols, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(dst + 7 * cols, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+// y[i][j] = x[i + j * is] for 4-byte elements: 8x8 blocks visited in 32x32 tiles; the ragged edges go element by
+// element.
 __attribute__((target("avx2"))) void TransposeTiled4Avx2(const void *xv, void *yv, int64_t rows, int64_t cols,
                                                            int64_t is) {
   const float *x = static_cast<const float *>(xv);
   float *y = static_cast<float *>(yv);
   const int64_t rows8 = rows & ~int64_t{7}, cols8 = cols & ~int64_t{7};
-  for (int64_t i0 = 0; i0 < rows8; i0 += 32) {
-    for (int64_t j0 = 0; j0 < cols8; j0 += 32) {
-      for (int64_t i = i0; i < std::min(rows8, i0 + 32); i += 8) {
-        for (int64_t j = j0; j < std::min(cols8, j0 + 32); j += 8) {
-          const float *src = x + i + j * is;
-          __m256 r[8], t[8];
-          for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(src + k * is);
-          for (int k = 0; k < 8; k += 2) {
-            t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
-            t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
-          }
-          for (int k = 0; k < 8; k += 4) {
-            r[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
-            r[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xee);
-            r[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
-            r[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xee);
-          }
-          float *dst = y + i * cols + j;
-          for (int k = 0; k < 4; ++k) {
-            _mm256_storeu_ps(dst + k * cols, _mm256_permute2f128_ps(r[k], r[k + 4], 0x20));
-            _mm256_storeu_ps(dst + (k + 4) * cols, _mm256_permute2f128_ps(r[k], r[k + 4], 0x31));
-          }
-        }
-      }
-    }
-  }
+  for (int64_t i0 = 0; i0 < rows8; i0 += 32)
+    for (int64_t j0 = 0; j0 < cols8; j0 += 32)
+      for (int64_t i = i0; i < std::min(rows8, i0 + 32); i += 8)
+        for (int64_t j = j0; j < std::min(cols8, j0 + 32); j += 8)
+          Transpose8x8Avx2(x + i + j * is, is, y + i * cols + j, cols);
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t j_begin = i < rows8 ? cols8 : 0;
     for (int64_t j = j_begin; j < cols; ++j) y[i * cols + j] = x[i + j * is];
