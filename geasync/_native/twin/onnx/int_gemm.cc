@@ -90,6 +90,50 @@ __attribute__((target("avx2"))) void PackBPanelAvx2(const S *src, int64_t ldb, i
     s##r##1 = _mm256_add_epi32(s##r##1, _mm256_madd_epi16(v, b1));      \
   }
 
+// One gathered panel, element by element: the baseline, partial panels and panels spanning more than two runs.
+template <class S>
+void GatherPanelScalar(const S *src, const int64_t *tap, int64_t K, const int64_t *pos, int64_t nr, int32_t zp,
+                       int16_t *dst) {
+  const int64_t kpairs = KPairs(K);
+  for (int64_t p = 0; p < kpairs; ++p)
+    for (int64_t j = 0; j < kNr; ++j)
+      for (int64_t h = 0; h < 2; ++h) {
+        const int64_t k = 2 * p + h;
+        const bool in = j < nr && k < K;
+        dst[p * 32 + j * 2 + h] = in ? static_cast<int16_t>(static_cast<int>(src[tap[k] + pos[j]]) - zp) : int16_t(0);
+      }
+}
+
+// A full gathered panel whose 16 positions are one run (r == 16) or two runs (pos[0] + j for j < r, pos[r] + j - r
+// after): 16 bytes from each run's start, blended, then widened and interleaved as PackBPanelAvx2.
+template <class S>
+__attribute__((target("avx2"))) void GatherPanelAvx2(const S *src, const int64_t *tap, int64_t K, const int64_t *pos,
+                                                     int r, int32_t zp, int16_t *dst) {
+  const __m256i vz = _mm256_set1_epi16(static_cast<int16_t>(zp));
+  const __m128i take2 = _mm_cmpgt_epi8(_mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                       _mm_set1_epi8(static_cast<char>(r - 1)));
+  const int64_t first = pos[0], second = r < kNr ? pos[r] - r : pos[0];
+  const int64_t kpairs = KPairs(K);
+  for (int64_t p = 0; p < kpairs; ++p, dst += 32) {
+    __m256i w[2];
+    for (int h = 0; h < 2; ++h) {
+      const int64_t k = 2 * p + h;
+      if (k >= K) {
+        w[h] = _mm256_setzero_si256();
+        continue;
+      }
+      const S *t = src + tap[k];
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i *>(t + first));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(t + second));
+      const __m128i v = _mm_blendv_epi8(a, b, take2);
+      w[h] = _mm256_sub_epi16(std::is_signed<S>::value ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v), vz);
+    }
+    const __m256i lo = _mm256_unpacklo_epi16(w[0], w[1]), hi = _mm256_unpackhi_epi16(w[0], w[1]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst), _mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + 16), _mm256_permute2x128_si256(lo, hi, 0x31));
+  }
+}
+
 // c[MR, nr] (+)= a[MR, 2 kc] b-panel[kc][16][2]. Each step broadcasts one (a[k], a[k + 1]) pair per row;
 // vpmaddwd forms a[k] b[k][j] + a[k + 1] b[k + 1][j] exactly (at most 2 * 255^2), vpaddd wraps like int32. The
 // sums are named variables, not an array, so that gcc keeps all 12 in registers.
@@ -189,7 +233,38 @@ void PackBAs(const S *src, int64_t ldb, int64_t K, int64_t N, const int32_t *zp,
   }
 }
 
+template <class S>
+void PackBGatherAs(const S *src, const int64_t *tap, int64_t K, const int64_t *pos, int64_t n, int32_t zp,
+                   int16_t *dst) {
+  const bool avx2 = UseAvx2();
+  const size_t panel = static_cast<size_t>(KPairs(K) * 32);
+  for (int64_t j0 = 0; j0 < n; j0 += kNr, dst += panel) {
+    const int64_t nr = std::min<int64_t>(kNr, n - j0);
+    const int64_t *ps = pos + j0;
+#if defined(__x86_64__)
+    if (avx2 && nr == kNr) {
+      int r = 1;  // the first run's length, then the second's end
+      while (r < kNr && ps[r] == ps[0] + r) ++r;
+      int e = r + 1;
+      while (e < kNr && ps[e] == ps[r] + (e - r)) ++e;
+      if (e >= kNr) {
+        GatherPanelAvx2(src, tap, K, ps, r, zp, dst);
+        continue;
+      }
+    }
+#endif
+    (void)avx2;
+    GatherPanelScalar(src, tap, K, ps, nr, zp, dst);
+  }
+}
+
 }  // namespace
+
+void PackBGather(bool is_signed, const void *src, const int64_t *tap, int64_t K, const int64_t *pos, int64_t p0,
+                 int64_t n, int32_t zp, int16_t *dst) {
+  if (is_signed) PackBGatherAs(static_cast<const int8_t *>(src), tap, K, pos + p0, n, zp, dst);
+  else PackBGatherAs(static_cast<const uint8_t *>(src), tap, K, pos + p0, n, zp, dst);
+}
 
 void PackA(bool is_signed, const void *src, int64_t lda, int64_t M, int64_t K, const int32_t *zp, bool per,
            int16_t *dst) {

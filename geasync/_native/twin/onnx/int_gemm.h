@@ -24,6 +24,12 @@ void PackA(bool is_signed, const void *src, int64_t lda, int64_t M, int64_t K, c
 void PackB(bool is_signed, const void *src, int64_t ldb, int64_t K, int64_t N, const int32_t *zp, bool per,
            int16_t *dst);
 
+// B gathered from an 8-bit image (a convolution's columns without an im2col pass): b[k][j] = src[tap[k] + pos[p0 +
+// j]] - zp for j < n, packed like PackB. src must stay readable 16 bytes before its first and after its last
+// gathered element (full panels are read 16 bytes at a time where pos runs in steps of 1).
+void PackBGather(bool is_signed, const void *src, const int64_t *tap, int64_t K, const int64_t *pos, int64_t p0,
+                 int64_t n, int32_t zp, int16_t *dst);
+
 // c[M, N] (row stride ldc) = a b for packed operands, summed in int32 with wrap-around.
 void Gemm(int64_t M, int64_t N, int64_t K, const int16_t *a, const int16_t *b, int32_t *c, int64_t ldc);
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -434,6 +435,91 @@ std::unique_ptr<Kernel> PrepareDynamicQuantize(const KernelCtx &kc, std::string 
   return Sized(std::make_unique<DynamicQuantizeKernel>(kc.in[0]->NumElements()), kc);
 }
 
+// ---- Requantisation of int32 sums to 8 bits, 8 at a time on AVX2 ----
+
+bool RequantAvx2() {
+#if defined(__x86_64__)
+  return vmath::ActiveIsa() != vmath::Isa::kBaseline;
+#else
+  return false;
+#endif
+}
+
+// QLinearMatMul's rule: y = saturate(round_even(double(acc) * double(f) + yzp)), in double as the reference
+// (int32 times float32 is float64 there). Branch-free: NaN -> lo as RoundSat, clamped values fit the shift.
+template <class Y>
+void RequantRowDouble(const int32_t *__restrict a, const float *__restrict f, double yzp, double lo, double hi,
+                      Y *__restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    double d = static_cast<double>(a[i]) * static_cast<double>(f[i]);
+    d += yzp;
+    d = d != d ? lo : d;
+    d = d < lo ? lo : d;
+    d = d > hi ? hi : d;
+    y[i] = static_cast<Y>(static_cast<int32_t>((d + 6755399441055744.0) - 6755399441055744.0));
+  }
+}
+
+// QLinearConv's rule for finite scales: the exact sum acc + bias rounded once to float, times f, plus yzp, in
+// float; clamped first (rounds the same: the bounds are integers), then rounded half to even.
+template <class Y>
+void RequantPlaneFloat(const int32_t *__restrict a, double bias, float f, float yzp, float lo, float hi,
+                       Y *__restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float v = static_cast<float>(static_cast<double>(a[i]) + bias) * f;
+    v += yzp;
+    v = v < lo ? lo : v;
+    v = v > hi ? hi : v;
+    y[i] = static_cast<Y>(static_cast<int32_t>((v + 12582912.0f) - 12582912.0f));
+  }
+}
+
+#if defined(__x86_64__)
+// 8 int32 already inside Y's range, stored as 8 bytes.
+template <class Y>
+__attribute__((target("avx2"))) inline void Store8(__m256i v, Y *y) {
+  const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i b = std::is_signed<Y>::value ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
+  _mm_storel_epi64(reinterpret_cast<__m128i *>(y), b);
+}
+
+// RequantRowDouble, 8 a step: maxpd returns its second operand for a NaN (lo); cvtpd2dq rounds half to even.
+template <class Y>
+__attribute__((target("avx2"))) void RequantRowDoubleAvx2(const int32_t *a, const float *f, double yzp, double lo,
+                                                          double hi, Y *y, int64_t n) {
+  const __m256d vz = _mm256_set1_pd(yzp), vlo = _mm256_set1_pd(lo), vhi = _mm256_set1_pd(hi);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a + i));
+    const __m256 fv = _mm256_loadu_ps(f + i);
+    __m256d d0 = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(v)), _mm256_cvtps_pd(_mm256_castps256_ps128(fv)));
+    __m256d d1 = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(v, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(fv, 1)));
+    d0 = _mm256_min_pd(_mm256_max_pd(_mm256_add_pd(d0, vz), vlo), vhi);
+    d1 = _mm256_min_pd(_mm256_max_pd(_mm256_add_pd(d1, vz), vlo), vhi);
+    Store8(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm256_cvtpd_epi32(d0)), _mm256_cvtpd_epi32(d1), 1), y + i);
+  }
+  RequantRowDouble(a + i, f + i, yzp, lo, hi, y + i, n - i);
+}
+
+// RequantPlaneFloat, 8 a step: cvtpd2ps and cvtps2dq round to nearest even as the scalar casts and shift do.
+template <class Y>
+__attribute__((target("avx2"))) void RequantPlaneFloatAvx2(const int32_t *a, double bias, float f, float yzp,
+                                                           float lo, float hi, Y *y, int64_t n) {
+  const __m256d vb = _mm256_set1_pd(bias);
+  const __m256 vf = _mm256_set1_ps(f), vz = _mm256_set1_ps(yzp), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a + i));
+    const __m128 s0 = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(v)), vb));
+    const __m128 s1 = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(v, 1)), vb));
+    __m256 x = _mm256_add_ps(_mm256_mul_ps(_mm256_insertf128_ps(_mm256_castps128_ps256(s0), s1, 1), vf), vz);
+    x = _mm256_min_ps(_mm256_max_ps(x, vlo), vhi);
+    Store8(_mm256_cvtps_epi32(x), y + i);
+  }
+  RequantPlaneFloat(a + i, bias, f, yzp, lo, hi, y + i, n - i);
+}
+#endif
+
 // ---- MatMulInteger / QLinearMatMul ----
 
 // Shapes of a numpy-style matmul: batch dims broadcast, 1-D operands promoted and their dim dropped.
@@ -675,27 +761,26 @@ class QLinearMatMulKernel : public Kernel {
 
  private:
   // The reference scales in float32: a_scale * b_scale / y_scale, then the int32 sum times that in double.
-  // Branch-free clamp and round (RoundSat's rules: NaN -> lo, clamped values are small enough for the shift) so
-  // that the row loop vectorises.
   template <class Y>
   void Requantize(const int32_t *acc, float ys, double yzp, Y *y) const {
     const int64_t M = mm_.rows(), N = mm_.cols();
     const float *as = scales_.data(), *bs = as + M;
     factors_.resize(static_cast<size_t>(N));
     const double lo = static_cast<double>(lo_), hi = static_cast<double>(hi_);
+    const bool avx2 = RequantAvx2();
+    (void)avx2;
     for (int64_t m = 0; m < M; ++m) {
       float *__restrict f = factors_.data();
       for (int64_t n = 0; n < N; ++n) f[n] = as[m] * bs[n] / ys;
       for (int64_t q = 0; q < mm_.batches(); ++q) {
-        const int32_t *__restrict a = acc + (q * M + m) * N;
-        Y *__restrict out = y + (q * M + m) * N;
-        for (int64_t n = 0; n < N; ++n) {
-          double d = static_cast<double>(a[n]) * static_cast<double>(f[n]) + yzp;
-          d = d != d ? lo : d;
-          d = d < lo ? lo : d;
-          d = d > hi ? hi : d;
-          out[n] = static_cast<Y>(static_cast<int32_t>((d + 6755399441055744.0) - 6755399441055744.0));
+        const int64_t e = (q * M + m) * N;
+#if defined(__x86_64__)
+        if (avx2) {
+          RequantRowDoubleAvx2(acc + e, f, yzp, lo, hi, y + e, N);
+          continue;
         }
+#endif
+        RequantRowDouble(acc + e, f, yzp, lo, hi, y + e, N);
       }
     }
   }
@@ -773,51 +858,11 @@ struct ConvIO {
   int x, w, xzp, wzp, xs = -1, ws = -1, ys = -1, yzp = -1, bias = -1;
 };
 
-// One image's columns for one group, still 8-bit: dst[(c, kd, kh, kw), (od, oh, ow)] = x[c, id, ih, iw], the
-// zero point where the window reaches into the padding (the reference convolves the zero-point-shifted input,
-// padded with zeros: the packing subtracts the zero point from every column).
-template <class S>
-void Im2Col(const S *x, int64_t channels, const ConvShape &s, S pad, S *__restrict dst) {
-  const int64_t P = s.out[0] * s.out[1] * s.out[2];
-  const int64_t plane = s.in[0] * s.in[1] * s.in[2];
-  S *d = dst;
-  for (int64_t c = 0; c < channels; ++c) {
-    const S *xc = x + c * plane;
-    for (int64_t a = 0; a < s.k[0]; ++a)
-      for (int64_t b = 0; b < s.k[1]; ++b)
-        for (int64_t e = 0; e < s.k[2]; ++e, d += P) {
-          // the output columns whose tap e lands inside the row: [lo, hi)
-          const int64_t first = s.pb[2] - e * s.d[2];               // o * s - first >= 0
-          const int64_t last = s.in[2] + s.pb[2] - e * s.d[2];      // o * s - first < in
-          const int64_t lo = std::min(s.out[2], first <= 0 ? 0 : (first + s.s[2] - 1) / s.s[2]);
-          const int64_t hi = std::max(lo, std::min(s.out[2], last <= 0 ? 0 : (last + s.s[2] - 1) / s.s[2]));
-          S *row = d;
-          for (int64_t o0 = 0; o0 < s.out[0]; ++o0) {
-            const int64_t i0 = o0 * s.s[0] - s.pb[0] + a * s.d[0];
-            for (int64_t o1 = 0; o1 < s.out[1]; ++o1, row += s.out[2]) {
-              const int64_t i1 = o1 * s.s[1] - s.pb[1] + b * s.d[1];
-              if (i0 < 0 || i0 >= s.in[0] || i1 < 0 || i1 >= s.in[1]) {
-                std::fill(row, row + s.out[2], pad);
-                continue;
-              }
-              const S *src = xc + (i0 * s.in[1] + i1) * s.in[2];  // src[o * stride - first] is tap (o, e)
-              std::fill(row, row + lo, pad);
-              if (s.s[2] == 1) {
-                std::copy(src + (lo - first), src + (hi - first), row + lo);
-              } else {
-                for (int64_t o = lo; o < hi; ++o) row[o] = src[o * s.s[2] - first];
-              }
-              std::fill(row + hi, row + s.out[2], pad);
-            }
-          }
-        }
-  }
-}
-
-// ConvInteger / QLinearConv: the weights minus their zero points packed as int16 rows (once, when constant), each
-// image and group's 8-bit columns (im2col, or the input itself for a plain 1x1) packed minus the input's zero
-// point, multiplied by intgemm::Gemm so that the int32 sums are exact as in the reference; QLinearConv then
-// requantises each output channel.
+// ConvInteger / QLinearConv: the weights minus their zero points packed as int16 rows (once, when constant); each
+// image and group copied once into a zero-point-padded 8-bit buffer, from which the columns are gathered straight
+// into the packed int16 layout (b[tap][pixel] = xpad[tap offset + pixel offset] - zp; the reference convolves the
+// shifted input padded with zeros) a chunk of pixels at a time, so that the chunk stays in cache for the GEMM
+// (intgemm::Gemm: exact int32 sums as the reference's); QLinearConv then requantises each output channel.
 class ConvViaGemm : public Kernel {
  public:
   size_t n_in_ = kMaxIns;  // inputs the node actually has (set by the prepare function)
@@ -829,8 +874,23 @@ class ConvViaGemm : public Kernel {
     mg_ = s_.M / s_.group;
     K_ = cg_ * s_.k[0] * s_.k[1] * s_.k[2];
     P_ = s_.out[0] * s_.out[1] * s_.out[2];
-    direct_ = true;  // 1x1, stride 1, no padding: the input planes are the columns
-    for (int i = 0; i < 3; ++i) direct_ = direct_ && s_.k[i] == 1 && s_.s[i] == 1 && s_.pb[i] == 0 && s_.out[i] == s_.in[i];
+    // The padded extent each output position's window reaches, per spatial dim.
+    for (int i = 0; i < 3; ++i) e_[i] = std::max<int64_t>(1, (s_.out[i] - 1) * s_.s[i] + (s_.k[i] - 1) * s_.d[i] + 1);
+    pplane_ = e_[0] * e_[1] * e_[2];
+    tap_.reserve(static_cast<size_t>(K_));
+    for (int64_t c = 0; c < cg_; ++c)
+      for (int64_t a = 0; a < s_.k[0]; ++a)
+        for (int64_t b = 0; b < s_.k[1]; ++b)
+          for (int64_t e = 0; e < s_.k[2]; ++e)
+            tap_.push_back(c * pplane_ + (a * s_.d[0] * e_[1] + b * s_.d[1]) * e_[2] + e * s_.d[2]);
+    pos_.reserve(static_cast<size_t>(P_));
+    for (int64_t o0 = 0; o0 < s_.out[0]; ++o0)
+      for (int64_t o1 = 0; o1 < s_.out[1]; ++o1)
+        for (int64_t o2 = 0; o2 < s_.out[2]; ++o2)
+          pos_.push_back((o0 * s_.s[0] * e_[1] + o1 * s_.s[1]) * e_[2] + o2 * s_.s[2]);
+    // Pixels per packed chunk: about 192 KB of packed columns, whole 16-column panels.
+    const int64_t panel_bytes = std::max<int64_t>(1, intgemm::KPairs(K_)) * 64;
+    chunk_ = std::min<int64_t>(std::max<int64_t>(1, 196608 / panel_bytes) * 16, (P_ + 15) / 16 * 16);
   }
   // Packs the weights with their zero points now (both constant).
   void PrepackW(const void *w, const void *wzp) {
@@ -838,37 +898,37 @@ class ConvViaGemm : public Kernel {
     PackW(w, wzp, w_packed_.data());
   }
   size_t scratch_bytes() const override {
-    return Pad(w_packed_.empty() ? intgemm::PackedAElems(s_.M, K_) * 2 : 0) + Pad(direct_ ? 0 : K_ * P_) +
-           Pad(intgemm::PackedBElems(K_, P_) * 2) + (io_.ys >= 0 ? Pad(mg_ * P_ * 4) : 0);
+    return Pad(w_packed_.empty() ? intgemm::PackedAElems(s_.M, K_) * 2 : 0) + Pad(PadBytes()) +
+           Pad(intgemm::PackedBElems(K_, chunk_) * 2) + (io_.ys >= 0 ? Pad(mg_ * P_ * 4) : 0);
   }
   bool Run(const void *const *in_raw, void *const *out, std::string *) override {
     const Ins in(in_raw, n_in_);
     char *sp = static_cast<char *>(scratch_);
     int16_t *wp = w_packed_.empty() ? reinterpret_cast<int16_t *>(sp) : w_packed_.data();
     sp += Pad(w_packed_.empty() ? intgemm::PackedAElems(s_.M, K_) * 2 : 0);
-    void *cols = sp;
-    sp += Pad(direct_ ? 0 : K_ * P_);
+    uint8_t *xpad = reinterpret_cast<uint8_t *>(sp);
+    sp += Pad(PadBytes());
     int16_t *bp = reinterpret_cast<int16_t *>(sp);
-    int32_t *acc = reinterpret_cast<int32_t *>(sp + Pad(intgemm::PackedBElems(K_, P_) * 2));  // QLinearConv's sums
+    int32_t *acc = reinterpret_cast<int32_t *>(sp + Pad(intgemm::PackedBElems(K_, chunk_) * 2));  // QLinearConv's
     if (s_.N == 0 || s_.M == 0 || P_ == 0) return true;
     if (w_packed_.empty()) PackW(in[io_.w], io_.wzp >= 0 ? in[io_.wzp] : nullptr, wp);
     const bool xs8 = types_[io_.x] == ElemType::kInt8;
     const int32_t xzp = io_.xzp >= 0 && in[io_.xzp] ? static_cast<int32_t>(LoadAny(types_[io_.xzp], in[io_.xzp], 0)) : 0;
+    const uint8_t zbyte = static_cast<uint8_t>(xzp & 0xFF);  // the zero point's 8-bit pattern (int8 or uint8)
+    std::memset(xpad, zbyte, static_cast<size_t>(PadBytes()));  // the slack the 16-byte reads may touch, too
     const int64_t plane = s_.in[0] * s_.in[1] * s_.in[2];
     const int64_t wrows = 2 * intgemm::KPairs(K_);
     for (int64_t n = 0; n < s_.N; ++n) {
       for (int64_t g = 0; g < s_.group; ++g) {
-        const int64_t x_off = (n * s_.C + g * cg_) * plane;
-        const void *src = static_cast<const int8_t *>(in[io_.x]) + x_off;
-        if (!direct_) {
-          if (xs8) Im2Col(static_cast<const int8_t *>(src), cg_, s_, static_cast<int8_t>(xzp), static_cast<int8_t *>(cols));
-          else Im2Col(static_cast<const uint8_t *>(src), cg_, s_, static_cast<uint8_t>(xzp), static_cast<uint8_t *>(cols));
-          src = cols;
-        }
-        intgemm::PackB(xs8, src, P_, K_, P_, &xzp, false, bp);
+        const uint8_t *x = static_cast<const uint8_t *>(in[io_.x]) + (n * s_.C + g * cg_) * plane;
+        FillPadded(x, zbyte, xpad + kSlack);
         const int64_t y_off = (n * s_.M + g * mg_) * P_;
         int32_t *c = io_.ys < 0 ? static_cast<int32_t *>(out[0]) + y_off : acc;
-        intgemm::Gemm(mg_, P_, K_, wp + g * mg_ * wrows, bp, c, P_);
+        for (int64_t p0 = 0; p0 < P_; p0 += chunk_) {
+          const int64_t np = std::min(chunk_, P_ - p0);
+          intgemm::PackBGather(xs8, xpad + kSlack, tap_.data(), K_, pos_.data(), p0, np, xzp, bp);
+          intgemm::Gemm(mg_, np, K_, wp + g * mg_ * wrows, bp, c + p0, P_);
+        }
         if (io_.ys >= 0) Requantize(in, acc, g * mg_, static_cast<char *>(out[0]) + y_off);
       }
     }
@@ -876,6 +936,26 @@ class ConvViaGemm : public Kernel {
   }
 
  private:
+  static constexpr int64_t kSlack = 16;  // readable bytes before and after the padded image (16-byte gathers)
+  int64_t PadBytes() const { return cg_ * pplane_ + 2 * kSlack; }
+  // One image's group of channels into the padded extent: x where the window sees the input, the zero point's
+  // byte in the padding.
+  void FillPadded(const uint8_t *x, uint8_t zbyte, uint8_t *dst) const {
+    const int64_t lo2 = std::min(e_[2], s_.pb[2]), hi2 = std::max(lo2, std::min(e_[2], s_.pb[2] + s_.in[2]));
+    for (int64_t c = 0; c < cg_; ++c)
+      for (int64_t t0 = 0; t0 < e_[0]; ++t0)
+        for (int64_t t1 = 0; t1 < e_[1]; ++t1) {
+          uint8_t *row = dst + c * pplane_ + (t0 * e_[1] + t1) * e_[2];
+          const int64_t i0 = t0 - s_.pb[0], i1 = t1 - s_.pb[1];
+          if (i0 < 0 || i0 >= s_.in[0] || i1 < 0 || i1 >= s_.in[1] || hi2 == lo2) {
+            std::memset(row, zbyte, static_cast<size_t>(e_[2]));
+            continue;
+          }
+          std::memset(row, zbyte, static_cast<size_t>(lo2));
+          std::memcpy(row + lo2, x + ((c * s_.in[0] + i0) * s_.in[1] + i1) * s_.in[2], static_cast<size_t>(hi2 - lo2));
+          std::memset(row + hi2, zbyte, static_cast<size_t>(e_[2] - hi2));
+        }
+  }
   void PackW(const void *w, const void *wzp, int16_t *dst) const {
     std::vector<int32_t> z;
     const int64_t zn = io_.wzp >= 0 ? counts_[io_.wzp] : 0;
@@ -904,17 +984,13 @@ class ConvViaGemm : public Kernel {
         out[i] = static_cast<Y>(RoundSat(static_cast<float>(acc[i] + bias) * f + yzp, lo_, hi_));
       return;
     }
-    // Finite values: clamping to the integer bounds first rounds the same (RoundSat's note), and the clamped value
-    // is small enough for RoundEven's shift, so this loop is branch-free and vectorises.
+    // Finite values: the exact integer sum (in double: |sum| < 2^33) rounded once to float, as the reference's
+    // int -> float, then branch-free (RequantPlaneFloat).
     const float lo = static_cast<float>(lo_), hi = static_cast<float>(hi_);
-    const double b = static_cast<double>(bias);
-    for (int64_t i = 0; i < P_; ++i) {
-      // the exact integer sum (in double: |sum| < 2^33) rounded once to float, as the reference's int -> float
-      float v = static_cast<float>(static_cast<double>(acc[i]) + b) * f + yzp;
-      v = v < lo ? lo : v;
-      v = v > hi ? hi : v;
-      out[i] = static_cast<Y>(static_cast<int32_t>((v + 12582912.0f) - 12582912.0f));
-    }
+#if defined(__x86_64__)
+    if (RequantAvx2()) return RequantPlaneFloatAvx2(acc, static_cast<double>(bias), f, yzp, lo, hi, out, P_);
+#endif
+    RequantPlaneFloat(acc, static_cast<double>(bias), f, yzp, lo, hi, out, P_);
   }
   static size_t Pad(int64_t bytes) { return static_cast<size_t>((bytes + 63) / 64 * 64); }
   ConvShape s_;
@@ -924,7 +1000,8 @@ class ConvViaGemm : public Kernel {
   ElemType yt_;
   int64_t lo_, hi_;
   int64_t cg_ = 0, mg_ = 0, K_ = 0, P_ = 0;
-  bool direct_ = false;
+  int64_t e_[3] = {1, 1, 1}, pplane_ = 1, chunk_ = 16;
+  std::vector<int64_t> tap_, pos_;  // offsets into the padded image of each tap (c, kd, kh, kw) and output pixel
   std::vector<int16_t> w_packed_;  // the constant weights, packed at prepare time
 };
 
