@@ -87,7 +87,7 @@ __attribute__((target("avx2"))) void PackBPanelAvx2(const S *src, int64_t ldb, i
     std::memcpy(&w, a + r * lda + 2 * p, sizeof w);                     \
     const __m256i v = _mm256_set1_epi32(w);                             \
     s##r##0 = _mm256_add_epi32(s##r##0, _mm256_madd_epi16(v, b0));      \
-    s##r##1 = _mm256_add_epi32(s##r##1, _mm256_madd_epi16(v, b1));      \
+    if (NB > 1) s##r##1 = _mm256_add_epi32(s##r##1, _mm256_madd_epi16(v, b1)); \
   }
 
 // One gathered panel, element by element: the baseline, partial panels and panels spanning more than two runs.
@@ -136,15 +136,16 @@ __attribute__((target("avx2"))) void GatherPanelAvx2(const S *src, const int64_t
 
 // c[MR, nr] (+)= a[MR, 2 kc] b-panel[kc][16][2]. Each step broadcasts one (a[k], a[k + 1]) pair per row;
 // vpmaddwd forms a[k] b[k][j] + a[k + 1] b[k + 1][j] exactly (at most 2 * 255^2), vpaddd wraps like int32. The
-// sums are named variables, not an array, so that gcc keeps all 12 in registers.
-template <int MR>
+// sums are named variables, not an array, so that gcc keeps all 12 in registers. NB == 1: only the panel's first
+// 8 columns (a last panel of at most 8 columns does half the work).
+template <int MR, int NB>
 __attribute__((target("avx2"))) void TileAvx2(int64_t kc, const int16_t *a, int64_t lda, const int16_t *b,
                                               int32_t *c, int64_t ldc, int64_t nr, bool acc) {
   __m256i s00 = _mm256_setzero_si256(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00,
           s31 = s00, s40 = s00, s41 = s00, s50 = s00, s51 = s00;
   for (int64_t p = 0; p < kc; ++p, b += 32) {
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b));
-    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 16));
+    const __m256i b1 = NB > 1 ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 16)) : b0;
     TWIN_INTGEMM_ROW(0)
     TWIN_INTGEMM_ROW(1)
     TWIN_INTGEMM_ROW(2)
@@ -173,12 +174,12 @@ __attribute__((target("avx2"))) void TileAvx2(int64_t kc, const int16_t *a, int6
   for (int r = 0; r < MR; ++r) {
     int *c0 = c + r * ldc, *c1 = c + r * ldc + 8;
     __m256i v0 = sums[2 * r], v1 = sums[2 * r + 1];
-    if (acc) {
-      v0 = _mm256_add_epi32(v0, _mm256_maskload_epi32(c0, m0));
-      v1 = _mm256_add_epi32(v1, _mm256_maskload_epi32(c1, m1));
-    }
+    if (acc) v0 = _mm256_add_epi32(v0, _mm256_maskload_epi32(c0, m0));
     _mm256_maskstore_epi32(c0, m0, v0);
-    _mm256_maskstore_epi32(c1, m1, v1);
+    if (NB > 1) {
+      if (acc) v1 = _mm256_add_epi32(v1, _mm256_maskload_epi32(c1, m1));
+      _mm256_maskstore_epi32(c1, m1, v1);
+    }
   }
 }
 #undef TWIN_INTGEMM_ROW
@@ -205,7 +206,10 @@ using TileFn = void (*)(int64_t, const int16_t *, int64_t, const int16_t *, int3
 const TileFn kScalarTiles[kMr] = {TileScalar<1>, TileScalar<2>, TileScalar<3>,
                                   TileScalar<4>, TileScalar<5>, TileScalar<6>};
 #if defined(__x86_64__)
-const TileFn kAvx2Tiles[kMr] = {TileAvx2<1>, TileAvx2<2>, TileAvx2<3>, TileAvx2<4>, TileAvx2<5>, TileAvx2<6>};
+const TileFn kAvx2Tiles[kMr] = {TileAvx2<1, 2>, TileAvx2<2, 2>, TileAvx2<3, 2>,
+                                TileAvx2<4, 2>, TileAvx2<5, 2>, TileAvx2<6, 2>};
+const TileFn kAvx2HalfTiles[kMr] = {TileAvx2<1, 1>, TileAvx2<2, 1>, TileAvx2<3, 1>,
+                                    TileAvx2<4, 1>, TileAvx2<5, 1>, TileAvx2<6, 1>};
 #endif
 
 bool UseAvx2() {
@@ -285,9 +289,9 @@ void Gemm(int64_t M, int64_t N, int64_t K, const int16_t *a, const int16_t *b, i
     for (int64_t i = 0; i < M; ++i) std::fill(c + i * ldc, c + i * ldc + N, 0);
     return;
   }
-  const TileFn *tiles = kScalarTiles;
+  const TileFn *tiles = kScalarTiles, *half = kScalarTiles;
 #if defined(__x86_64__)
-  if (UseAvx2()) tiles = kAvx2Tiles;
+  if (UseAvx2()) tiles = kAvx2Tiles, half = kAvx2HalfTiles;
 #endif
   for (int64_t k0 = 0; k0 < kpairs; k0 += kKc) {
     const int64_t kc = std::min(kKc, kpairs - k0);
@@ -296,7 +300,7 @@ void Gemm(int64_t M, int64_t N, int64_t K, const int16_t *a, const int16_t *b, i
       const int16_t *bp = b + (j0 / kNr) * kpairs * 32 + k0 * 32;
       for (int64_t i0 = 0; i0 < M; i0 += kMr) {
         const int64_t mr = std::min<int64_t>(kMr, M - i0);
-        tiles[mr - 1](kc, a + i0 * lda + 2 * k0, lda, bp, c + i0 * ldc + j0, ldc, nr, k0 > 0);
+        (nr <= kNr / 2 ? half : tiles)[mr - 1](kc, a + i0 * lda + 2 * k0, lda, bp, c + i0 * ldc + j0, ldc, nr, k0 > 0);
       }
     }
   }
