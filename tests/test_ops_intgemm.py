@@ -173,7 +173,9 @@ CONVS = [  # (x shape, w shape, attributes)
     ((1, 33, 5, 6), (19, 33, 3, 3), {}),
     ((1, 4, 28, 28), (8, 4, 3, 3), {"pads": [1, 1, 1, 1]}),  # panels spanning two output rows
     ((1, 3, 16, 5), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}),  # panels spanning many rows
-    ((1, 3, 20, 40), (4, 3, 3, 3), {"strides": [1, 2]}),  # strided rows: gathered element by element
+    ((1, 3, 20, 40), (4, 3, 3, 3), {"strides": [1, 2]}),  # stride 2 along rows, panels spanning two rows
+    ((1, 4, 25, 25), (3, 4, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 2, 9, 70), (3, 2, 1, 3), {"strides": [1, 3]}),  # stride 3: gathered element by element
     ((1, 64, 28, 28), (5, 64, 3, 3), {"pads": [1, 1, 1, 1]}),  # several pixel chunks, the last partial
     ((1, 700, 3, 4), (3, 700, 3, 3), {"pads": [0, 1, 0, 1]}),  # K past one 512-value block, one-panel chunks
     ((2, 3, 30), (5, 3, 3), {"pads": [1, 2], "strides": [2]}),

@@ -104,15 +104,27 @@ void GatherPanelScalar(const S *src, const int64_t *tap, int64_t K, const int64_
       }
 }
 
-// A full gathered panel whose 16 positions are one run (r == 16) or two runs (pos[0] + j for j < r, pos[r] + j - r
-// after): 16 bytes from each run's start, blended, then widened and interleaved as PackBPanelAvx2.
-template <class S>
+// 16 bytes p[0], p[STEP], ..., p[15 STEP] (reads p[0 .. 16 STEP)).
+template <int STEP>
+__attribute__((target("avx2"))) inline __m128i Load16(const void *p) {
+  const __m128i lo = _mm_loadu_si128(static_cast<const __m128i *>(p));
+  if (STEP == 1) return lo;
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i *>(static_cast<const char *>(p) + 16));
+  const __m128i even_lo = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m128i even_hi = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, 0, 2, 4, 6, 8, 10, 12, 14);
+  return _mm_or_si128(_mm_shuffle_epi8(lo, even_lo), _mm_shuffle_epi8(hi, even_hi));
+}
+
+// A full gathered panel whose 16 positions are one run (r == 16) or two runs (pos[0] + STEP j for j < r,
+// pos[r] + STEP (j - r) after) of an output row (STEP: the stride along it): 16 bytes from each run's start,
+// blended, then widened and interleaved as PackBPanelAvx2.
+template <class S, int STEP>
 __attribute__((target("avx2"))) void GatherPanelAvx2(const S *src, const int64_t *tap, int64_t K, const int64_t *pos,
                                                      int r, int32_t zp, int16_t *dst) {
   const __m256i vz = _mm256_set1_epi16(static_cast<int16_t>(zp));
   const __m128i take2 = _mm_cmpgt_epi8(_mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                        _mm_set1_epi8(static_cast<char>(r - 1)));
-  const int64_t first = pos[0], second = r < kNr ? pos[r] - r : pos[0];
+  const int64_t first = pos[0], second = r < kNr ? pos[r] - STEP * r : pos[0];
   const int64_t kpairs = KPairs(K);
   for (int64_t p = 0; p < kpairs; ++p, dst += 32) {
     __m256i w[2];
@@ -123,9 +135,7 @@ __attribute__((target("avx2"))) void GatherPanelAvx2(const S *src, const int64_t
         continue;
       }
       const S *t = src + tap[k];
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i *>(t + first));
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(t + second));
-      const __m128i v = _mm_blendv_epi8(a, b, take2);
+      const __m128i v = _mm_blendv_epi8(Load16<STEP>(t + first), Load16<STEP>(t + second), take2);
       w[h] = _mm256_sub_epi16(std::is_signed<S>::value ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v), vz);
     }
     const __m256i lo = _mm256_unpacklo_epi16(w[0], w[1]), hi = _mm256_unpackhi_epi16(w[0], w[1]);
@@ -246,13 +256,15 @@ void PackBGatherAs(const S *src, const int64_t *tap, int64_t K, const int64_t *p
     const int64_t nr = std::min<int64_t>(kNr, n - j0);
     const int64_t *ps = pos + j0;
 #if defined(__x86_64__)
-    if (avx2 && nr == kNr) {
+    const int64_t step = nr > 1 ? ps[1] - ps[0] : 0;
+    if (avx2 && nr == kNr && (step == 1 || step == 2)) {
       int r = 1;  // the first run's length, then the second's end
-      while (r < kNr && ps[r] == ps[0] + r) ++r;
+      while (r < kNr && ps[r] == ps[0] + step * r) ++r;
       int e = r + 1;
-      while (e < kNr && ps[e] == ps[r] + (e - r)) ++e;
+      while (e < kNr && ps[e] == ps[r] + step * (e - r)) ++e;
       if (e >= kNr) {
-        GatherPanelAvx2(src, tap, K, ps, r, zp, dst);
+        if (step == 1) GatherPanelAvx2<S, 1>(src, tap, K, ps, r, zp, dst);
+        else GatherPanelAvx2<S, 2>(src, tap, K, ps, r, zp, dst);
         continue;
       }
     }

@@ -25,8 +25,8 @@ void PackB(bool is_signed, const void *src, int64_t ldb, int64_t K, int64_t N, c
            int16_t *dst);
 
 // B gathered from an 8-bit image (a convolution's columns without an im2col pass): b[k][j] = src[tap[k] + pos[p0 +
-// j]] - zp for j < n, packed like PackB. src must stay readable 16 bytes before its first and after its last
-// gathered element (full panels are read 16 bytes at a time where pos runs in steps of 1).
+// j]] - zp for j < n, packed like PackB. src must stay readable 32 bytes before its first and after its last
+// gathered element (full panels are read 16 or 32 bytes at a time where pos runs in steps of 1 or 2).
 void PackBGather(bool is_signed, const void *src, const int64_t *tap, int64_t K, const int64_t *pos, int64_t p0,
                  int64_t n, int32_t zp, int16_t *dst);
 

@@ -936,7 +936,7 @@ class ConvViaGemm : public Kernel {
   }
 
  private:
-  static constexpr int64_t kSlack = 16;  // readable bytes before and after the padded image (16-byte gathers)
+  static constexpr int64_t kSlack = 32;  // readable bytes before and after the padded image (the gathers' reads)
   int64_t PadBytes() const { return cg_ * pplane_ + 2 * kSlack; }
   // One image's group of channels into the padded extent: x where the window sees the input, the zero point's
   // byte in the padding.
