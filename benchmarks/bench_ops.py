@@ -250,6 +250,19 @@ def quantisation_cases(size: str):
                     [("y", TensorProto.INT32, [m, n])], initializers=[("b", rng.integers(0, 256, (k, n), np.uint8))],
                     opset=OPSET)
     yield f"MatMulInteger u8 {m}x{k}x{n}", mi, [rng.integers(0, 256, (m, k), np.uint8)]
+    i8 = TensorProto.INT8
+    ms = make_model([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], [("a", i8, [m, k])],
+                    [("y", TensorProto.INT32, [m, n])],
+                    initializers=[("b", rng.integers(-128, 128, (k, n), np.int8)), ("az", np.array(3, np.int8)),
+                                  ("bz", np.array(-2, np.int8))], opset=OPSET)
+    yield f"MatMulInteger s8 x s8 {m}x{k}x{n}", ms, [rng.integers(-128, 128, (m, k), np.int8)]
+    qmm = make_model([helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])],
+                     [("a", u8, [m, k])], [("y", u8, [m, n])],
+                     initializers=[("as", np.array(0.02, np.float32)), ("az", np.array(128, np.uint8)),
+                                   ("b", rng.integers(0, 256, (k, n), np.uint8)), ("bs", np.array(0.01, np.float32)),
+                                   ("bz", np.array(127, np.uint8)), ("ys", np.array(4.0, np.float32)),
+                                   ("yz", np.array(128, np.uint8))], opset=OPSET)
+    yield f"QLinearMatMul u8 {m}x{k}x{n}", qmm, [rng.integers(0, 256, (m, k), np.uint8)]
     conv = make_model([helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"],
                                         pads=[1, 1, 1, 1])], [("x", u8, [1, c, h, w])], [("y", u8, [1, c, h, w])],
                       initializers=[("xs", np.array(0.02, np.float32)), ("xz", np.array(128, np.uint8)),
@@ -257,6 +270,11 @@ def quantisation_cases(size: str):
                                     ("ws", np.array(0.01, np.float32)), ("wz", np.array(127, np.uint8)),
                                     ("ys", np.array(0.5, np.float32)), ("yz", np.array(128, np.uint8))], opset=OPSET)
     yield f"QLinearConv u8 3x3 {c}->{c} on {h}x{w}", conv, [rng.integers(0, 256, (1, c, h, w), np.uint8)]
+    ci = make_model([helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1, 1, 1, 1])],
+                    [("x", u8, [1, c, h, w])], [("y", TensorProto.INT32, [1, c, h, w])],
+                    initializers=[("w", rng.integers(0, 256, (c, c, 3, 3), np.uint8)), ("xz", np.array(128, np.uint8)),
+                                  ("wz", np.array(127, np.uint8))], opset=OPSET)
+    yield f"ConvInteger u8 3x3 {c}->{c} on {h}x{w}", ci, [rng.integers(0, 256, (1, c, h, w), np.uint8)]
 
 
 # Attention-shaped work per size: (heads, sequence, head size); GridSample: (C, H, W).

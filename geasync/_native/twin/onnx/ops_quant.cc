@@ -1,14 +1,15 @@
 // Quantisation: QuantizeLinear, DequantizeLinear (per-tensor, per-axis and blocked scales; 8/16-bit integer
 // types), DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv.
 // Rounding is half-to-even and results saturate to the target type, as in the ONNX reference. Integer matrix
-// products accumulate exactly in int32 (float32 GEMMs over K slices short enough to stay exact; the Conv
-// variants through their own im2col). 4-bit and float8 types are refused (the twin has no such dtypes).
+// products accumulate exactly in int32 (int_gemm.h: int16 operands minus zero points; the Conv variants through
+// their own 8-bit im2col). 4-bit and float8 types are refused (the twin has no such dtypes).
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3", "no-trapping-math")
 #endif
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -18,7 +19,7 @@
 
 #include "broadcast.h"
 #include "elem.h"
-#include "gemm.h"
+#include "int_gemm.h"
 #include "vmath.h"
 
 namespace twin {
@@ -434,6 +435,91 @@ std::unique_ptr<Kernel> PrepareDynamicQuantize(const KernelCtx &kc, std::string 
   return Sized(std::make_unique<DynamicQuantizeKernel>(kc.in[0]->NumElements()), kc);
 }
 
+// ---- Requantisation of int32 sums to 8 bits, 8 at a time on AVX2 ----
+
+bool RequantAvx2() {
+#if defined(__x86_64__)
+  return vmath::ActiveIsa() != vmath::Isa::kBaseline;
+#else
+  return false;
+#endif
+}
+
+// QLinearMatMul's rule: y = saturate(round_even(double(acc) * double(f) + yzp)), in double as the reference
+// (int32 times float32 is float64 there). Branch-free: NaN -> lo as RoundSat, clamped values fit the shift.
+template <class Y>
+void RequantRowDouble(const int32_t *__restrict a, const float *__restrict f, double yzp, double lo, double hi,
+                      Y *__restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    double d = static_cast<double>(a[i]) * static_cast<double>(f[i]);
+    d += yzp;
+    d = d != d ? lo : d;
+    d = d < lo ? lo : d;
+    d = d > hi ? hi : d;
+    y[i] = static_cast<Y>(static_cast<int32_t>((d + 6755399441055744.0) - 6755399441055744.0));
+  }
+}
+
+// QLinearConv's rule for finite scales: the exact sum acc + bias rounded once to float, times f, plus yzp, in
+// float; clamped first (rounds the same: the bounds are integers), then rounded half to even.
+template <class Y>
+void RequantPlaneFloat(const int32_t *__restrict a, double bias, float f, float yzp, float lo, float hi,
+                       Y *__restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float v = static_cast<float>(static_cast<double>(a[i]) + bias) * f;
+    v += yzp;
+    v = v < lo ? lo : v;
+    v = v > hi ? hi : v;
+    y[i] = static_cast<Y>(static_cast<int32_t>((v + 12582912.0f) - 12582912.0f));
+  }
+}
+
+#if defined(__x86_64__)
+// 8 int32 already inside Y's range, stored as 8 bytes.
+template <class Y>
+__attribute__((target("avx2"))) inline void Store8(__m256i v, Y *y) {
+  const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i b = std::is_signed<Y>::value ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
+  _mm_storel_epi64(reinterpret_cast<__m128i *>(y), b);
+}
+
+// RequantRowDouble, 8 a step: maxpd returns its second operand for a NaN (lo); cvtpd2dq rounds half to even.
+template <class Y>
+__attribute__((target("avx2"))) void RequantRowDoubleAvx2(const int32_t *a, const float *f, double yzp, double lo,
+                                                          double hi, Y *y, int64_t n) {
+  const __m256d vz = _mm256_set1_pd(yzp), vlo = _mm256_set1_pd(lo), vhi = _mm256_set1_pd(hi);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a + i));
+    const __m256 fv = _mm256_loadu_ps(f + i);
+    __m256d d0 = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(v)), _mm256_cvtps_pd(_mm256_castps256_ps128(fv)));
+    __m256d d1 = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(v, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(fv, 1)));
+    d0 = _mm256_min_pd(_mm256_max_pd(_mm256_add_pd(d0, vz), vlo), vhi);
+    d1 = _mm256_min_pd(_mm256_max_pd(_mm256_add_pd(d1, vz), vlo), vhi);
+    Store8(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm256_cvtpd_epi32(d0)), _mm256_cvtpd_epi32(d1), 1), y + i);
+  }
+  RequantRowDouble(a + i, f + i, yzp, lo, hi, y + i, n - i);
+}
+
+// RequantPlaneFloat, 8 a step: cvtpd2ps and cvtps2dq round to nearest even as the scalar casts and shift do.
+template <class Y>
+__attribute__((target("avx2"))) void RequantPlaneFloatAvx2(const int32_t *a, double bias, float f, float yzp,
+                                                           float lo, float hi, Y *y, int64_t n) {
+  const __m256d vb = _mm256_set1_pd(bias);
+  const __m256 vf = _mm256_set1_ps(f), vz = _mm256_set1_ps(yzp), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a + i));
+    const __m128 s0 = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(v)), vb));
+    const __m128 s1 = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(v, 1)), vb));
+    __m256 x = _mm256_add_ps(_mm256_mul_ps(_mm256_insertf128_ps(_mm256_castps128_ps256(s0), s1, 1), vf), vz);
+    x = _mm256_min_ps(_mm256_max_ps(x, vlo), vhi);
+    Store8(_mm256_cvtps_epi32(x), y + i);
+  }
+  RequantPlaneFloat(a + i, bias, f, yzp, lo, hi, y + i, n - i);
+}
+#endif
+
 // ---- MatMulInteger / QLinearMatMul ----
 
 // Shapes of a numpy-style matmul: batch dims broadcast, 1-D operands promoted and their dim dropped.
@@ -469,35 +555,14 @@ bool MatMulShape(const TensorDesc &a, const TensorDesc &b, std::vector<int64_t> 
 
 bool IsInt8ish(ElemType t) { return t == ElemType::kUint8 || t == ElemType::kInt8; }
 
-// c[M, N] (int32) = a[M, K] b[K, N] for float32 operands holding small integers whose products are at most
-// `bound` in magnitude: float32 GEMMs over slices of K short enough that every partial sum stays below 2^24, where
-// float32 counts exactly, their results added in int32 with wrap-around as an int32 accumulator would.
-// cf: M x N float32 scratch.
-void ExactIntGemm(int64_t M, int64_t N, int64_t K, const float *a, int64_t lda, const float *b, int64_t ldb,
-                  double bound, float *cf, int32_t *c, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    for (int64_t i = 0; i < M; ++i) std::fill(c + i * ldc, c + i * ldc + N, 0);
-    return;
-  }
-  const int64_t slice = bound <= 1 ? K : std::max<int64_t>(1, static_cast<int64_t>(16777216.0 / bound));
-  for (int64_t k0 = 0; k0 < K; k0 += slice) {
-    const int64_t kn = std::min(slice, K - k0);
-    Gemm<float>(false, false, M, N, kn, 1.0f, a + k0, lda, b + k0 * ldb, ldb, 0.0f, cf, N);
-    for (int64_t i = 0; i < M; ++i) {
-      int32_t *ci = c + i * ldc;
-      const float *fi = cf + i * N;
-      if (k0 == 0) {
-        for (int64_t j = 0; j < N; ++j) ci[j] = static_cast<int32_t>(fi[j]);
-      } else {
-        for (int64_t j = 0; j < N; ++j)
-          ci[j] = static_cast<int32_t>(static_cast<uint32_t>(ci[j]) + static_cast<uint32_t>(static_cast<int32_t>(fi[j])));
-      }
-    }
-  }
+// Zero points as int32: one value (or none: 0) for all, else one per row / column.
+void ZeroPoints(ElemType t, const void *zp, int64_t zp_n, std::vector<int32_t> *out) {
+  out->assign(static_cast<size_t>(std::max<int64_t>(1, zp_n)), 0);
+  for (size_t i = 0; zp && i < out->size(); ++i) (*out)[i] = static_cast<int32_t>(LoadAny(t, zp, i));
 }
 
-// Batched int32 products C[b] = (A[b] - a_zp[row]) (B[b] - b_zp[col]); zero points per row / per column.
+// Batched int32 products C[b] = (A[b] - a_zp[row]) (B[b] - b_zp[col]); zero points per row / per column. The
+// shifted operands fit int16 (|v| <= 255) and are multiplied exactly by intgemm::Gemm; a constant B is packed once.
 class IntMatMul {
  public:
   bool Init(const TensorDesc &a, const TensorDesc &b, std::string *reason) {
@@ -512,11 +577,12 @@ class IntMatMul {
     ab.insert(ab.begin(), r - ab.size(), 1);
     bb.insert(bb.begin(), r - bb.size(), 1);
     batch_ = 1;
+    b_count_ = 1;
     std::vector<int64_t> outb(r);
-    for (size_t i = 0; i < r; ++i) outb[i] = ab[i] == 1 ? bb[i] : ab[i], batch_ *= outb[i];
-    // Offsets of each output batch into A and B (broadcast dims repeat).
-    a_off_.assign(batch_, 0);
-    b_off_.assign(batch_, 0);
+    for (size_t i = 0; i < r; ++i) outb[i] = ab[i] == 1 ? bb[i] : ab[i], batch_ *= outb[i], b_count_ *= bb[i];
+    // Which A and B matrix each output batch multiplies (broadcast dims repeat).
+    a_idx_.assign(batch_, 0);
+    b_idx_.assign(batch_, 0);
     std::vector<int64_t> as = Strides(ab), bs = Strides(bb), pos(r, 0);
     for (int64_t q = 0; q < batch_; ++q) {
       int64_t ao = 0, bo = 0;
@@ -524,8 +590,8 @@ class IntMatMul {
         if (ab[i] != 1) ao += pos[i] * as[i];
         if (bb[i] != 1) bo += pos[i] * bs[i];
       }
-      a_off_[q] = ao * M_ * K_;
-      b_off_[q] = bo * K_ * N_;
+      a_idx_[q] = ao;
+      b_idx_[q] = bo;
       for (size_t i = r; i-- > 0;) {
         if (++pos[i] < outb[i]) break;
         pos[i] = 0;
@@ -534,55 +600,67 @@ class IntMatMul {
     (void)reason;
     return true;
   }
-  size_t scratch_bytes() const { return static_cast<size_t>(Pad(M_ * K_) + Pad(K_ * N_) + Pad(M_ * N_)) * 4; }
+  // Packs every B matrix with its zero points now (both constant), so that Run only packs A.
+  void PrepackB(const void *B, const void *bzp, int64_t bzp_n) {
+    std::vector<int32_t> z;
+    ZeroPoints(bt_, bzp, bzp_n, &z);
+    const size_t per = intgemm::PackedBElems(K_, N_);
+    b_packed_.assign(per * static_cast<size_t>(b_count_), 0);
+    for (int64_t i = 0; i < b_count_; ++i)
+      intgemm::PackB(bt_ == ElemType::kInt8, static_cast<const int8_t *>(B) + i * K_ * N_, N_, K_, N_, z.data(),
+                     bzp_n > 1, b_packed_.data() + i * per);
+    prepacked_ = true;
+  }
+  size_t scratch_bytes() const {
+    return (Pad(intgemm::PackedAElems(M_, K_)) + (prepacked_ ? 0 : Pad(intgemm::PackedBElems(K_, N_)))) * 2;
+  }
   int64_t rows() const { return M_; }
   int64_t cols() const { return N_; }
   int64_t batches() const { return batch_; }
   // a_zp / b_zp: nullptr (0), one value, or per row / per column. c: int32 [batch, M, N].
-  // The operands minus their zero points are small integers (|v| <= 255), multiplied exactly by ExactIntGemm.
   void Run(const void *A, const void *B, const void *azp, int64_t azp_n, const void *bzp, int64_t bzp_n,
            int32_t *c, void *scratch) const {
-    float *af = static_cast<float *>(scratch);
-    float *bf = af + Pad(M_ * K_);
-    float *cf = bf + Pad(K_ * N_);
+    if (M_ == 0 || N_ == 0) return;
+    int16_t *ap = static_cast<int16_t *>(scratch);
+    int16_t *bp = ap + Pad(intgemm::PackedAElems(M_, K_));
+    const size_t bsize = intgemm::PackedBElems(K_, N_);
+    ZeroPoints(at_, azp, azp_n, &azp_);
+    if (!prepacked_) ZeroPoints(bt_, bzp, bzp_n, &bzp_);
+    int64_t last_a = -1, last_b = -1;
     for (int64_t q = 0; q < batch_; ++q) {
-      if (M_ == 0 || N_ == 0) continue;
-      const float amax = K_ ? Widen(at_, A, a_off_[q], M_, K_, azp, azp_n, true, af) : 0.0f;
-      const float bmax = K_ ? Widen(bt_, B, b_off_[q], K_, N_, bzp, bzp_n, false, bf) : 0.0f;
-      ExactIntGemm(M_, N_, K_, af, K_, bf, N_, static_cast<double>(amax) * bmax, cf, c + q * M_ * N_, N_);
+      if (a_idx_[q] != last_a) {  // a broadcast A is packed once
+        last_a = a_idx_[q];
+        intgemm::PackA(at_ == ElemType::kInt8, static_cast<const int8_t *>(A) + last_a * M_ * K_, K_, M_, K_,
+                       azp_.data(), azp_n > 1, ap);
+      }
+      const int16_t *bq = b_packed_.data() + static_cast<size_t>(b_idx_[q]) * bsize;
+      if (!prepacked_) {
+        if (b_idx_[q] != last_b) {
+          last_b = b_idx_[q];
+          intgemm::PackB(bt_ == ElemType::kInt8, static_cast<const int8_t *>(B) + last_b * K_ * N_, N_, K_, N_,
+                         bzp_.data(), bzp_n > 1, bp);
+        }
+        bq = bp;
+      }
+      intgemm::Gemm(M_, N_, K_, ap, bq, c + q * M_ * N_, N_);
     }
   }
 
  private:
-  static int64_t Pad(int64_t n) { return (n + 15) / 16 * 16; }  // floats, 64-byte multiples
-  // dst[r, k] = src[r, k] - zp, zero points per row (per_row) or per column; returns the largest |dst|.
-  template <class S>
-  static float WidenAs(const S *src, int64_t rows, int64_t cols, const float *zp_row, const float *zp_col,
-                       float *__restrict dst) {
-    float mx = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float zr = zp_row ? zp_row[r] : 0.0f;
-      for (int64_t k = 0; k < cols; ++k) {
-        const float v = static_cast<float>(src[r * cols + k]) - zr - (zp_col ? zp_col[k] : 0.0f);
-        dst[r * cols + k] = v;
-        mx = std::max(mx, std::fabs(v));
-      }
-    }
-    return mx;
-  }
-  float Widen(ElemType t, const void *src, int64_t off, int64_t rows, int64_t cols, const void *zp, int64_t zp_n,
-              bool per_row, float *dst) const {
-    zp_.assign(static_cast<size_t>(per_row ? rows : cols), 0.0f);
-    for (size_t i = 0; zp && i < zp_.size(); ++i) zp_[i] = static_cast<float>(LoadAny(t, zp, zp_n == 1 ? 0 : i));
-    const float *zr = per_row ? zp_.data() : nullptr, *zc = per_row ? nullptr : zp_.data();
-    if (t == ElemType::kUint8) return WidenAs(static_cast<const uint8_t *>(src) + off, rows, cols, zr, zc, dst);
-    return WidenAs(static_cast<const int8_t *>(src) + off, rows, cols, zr, zc, dst);
-  }
-  mutable std::vector<float> zp_;  // one operand's zero points as floats (Run is not re-entrant)
+  static size_t Pad(size_t n) { return (n + 31) / 32 * 32; }  // int16 elements, 64-byte multiples
+  mutable std::vector<int32_t> azp_, bzp_;  // zero points as int32 (Run is not re-entrant)
   ElemType at_ = ElemType::kUint8, bt_ = ElemType::kUint8;
-  int64_t M_ = 0, K_ = 0, N_ = 0, batch_ = 0;
-  std::vector<int64_t> a_off_, b_off_;
+  int64_t M_ = 0, K_ = 0, N_ = 0, batch_ = 0, b_count_ = 1;
+  std::vector<int64_t> a_idx_, b_idx_;
+  std::vector<int16_t> b_packed_;
+  bool prepacked_ = false;
 };
+
+// A constant input (and its optional zero point constant or absent): its packing can happen at prepare time.
+bool ConstWithZp(const KernelCtx &kc, size_t x, size_t zp) {
+  const auto data = [&](size_t i) { return i < kc.in_data.size() ? kc.in_data[i] : nullptr; };
+  return data(x) && (!kc.has(zp) || data(zp));
+}
 
 bool InferMatMulInteger(InferCtx *c, std::string *reason) {
   const TensorDesc &a = *c->in[0], &b = *c->in[1];
@@ -628,6 +706,7 @@ std::unique_ptr<Kernel> PrepareMatMulInteger(const KernelCtx &kc, std::string *r
   if (!mm.Init(*kc.in[0], *kc.in[1], reason)) return nullptr;
   const int64_t an = OptCount(kc, 2), bn = OptCount(kc, 3);
   if (!CheckZpCount(an, mm.rows(), "A's", reason) || !CheckZpCount(bn, mm.cols(), "B's", reason)) return nullptr;
+  if (ConstWithZp(kc, 1, 3)) mm.PrepackB(kc.in_data[1], kc.has(3) ? kc.in_data[3] : nullptr, bn);
   return Sized(std::make_unique<MatMulIntegerKernel>(std::move(mm), an, bn), kc);
 }
 
@@ -681,19 +760,31 @@ class QLinearMatMulKernel : public Kernel {
   }
 
  private:
-  // The reference scales in float32: a_scale * b_scale / y_scale, then the int32 sum times that.
+  // The reference scales in float32: a_scale * b_scale / y_scale, then the int32 sum times that in double.
   template <class Y>
   void Requantize(const int32_t *acc, float ys, double yzp, Y *y) const {
     const int64_t M = mm_.rows(), N = mm_.cols();
     const float *as = scales_.data(), *bs = as + M;
-    for (int64_t q = 0; q < mm_.batches(); ++q)
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = 0; n < N; ++n) {
-          const int64_t e = (q * M + m) * N + n;
-          const double d = static_cast<double>(acc[e]) * (as[m] * bs[n] / ys) + yzp;
-          y[e] = static_cast<Y>(RoundSat(d, lo_, hi_));
+    factors_.resize(static_cast<size_t>(N));
+    const double lo = static_cast<double>(lo_), hi = static_cast<double>(hi_);
+    const bool avx2 = RequantAvx2();
+    (void)avx2;
+    for (int64_t m = 0; m < M; ++m) {
+      float *__restrict f = factors_.data();
+      for (int64_t n = 0; n < N; ++n) f[n] = as[m] * bs[n] / ys;
+      for (int64_t q = 0; q < mm_.batches(); ++q) {
+        const int64_t e = (q * M + m) * N;
+#if defined(__x86_64__)
+        if (avx2) {
+          RequantRowDoubleAvx2(acc + e, f, yzp, lo, hi, y + e, N);
+          continue;
         }
+#endif
+        RequantRowDouble(acc + e, f, yzp, lo, hi, y + e, N);
+      }
+    }
   }
+  mutable std::vector<float> factors_;  // one row's a_scale * b_scale / y_scale (Run is not re-entrant)
   std::vector<float> scales_;  // a_scale per row, then b_scale per column (Run is not re-entrant)
   IntMatMul mm_;
   std::vector<ElemType> types_;
@@ -718,6 +809,7 @@ std::unique_ptr<Kernel> PrepareQLinearMatMul(const KernelCtx &kc, std::string *r
     *reason = "scales must be given; y_scale and y_zero_point must hold one value";
     return nullptr;
   }
+  if (ConstWithZp(kc, 3, 5)) mm.PrepackB(kc.in_data[3], kc.has(5) ? kc.in_data[5] : nullptr, counts[5]);
   return Sized(std::make_unique<QLinearMatMulKernel>(std::move(mm), types, counts, kc.out[0].dtype), kc);
 }
 
@@ -766,63 +858,11 @@ struct ConvIO {
   int x, w, xzp, wzp, xs = -1, ws = -1, ys = -1, yzp = -1, bias = -1;
 };
 
-// dst[i] = src[i] - zp, in its own function so that the restrict-qualified loop vectorises (8-bit src may alias).
-template <class S>
-void ShiftedRun(const S *__restrict src, int64_t n, float zp, float *__restrict dst) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) - zp;
-}
-
-// One image's columns for one group: dst[(c, kd, kh, kw), (od, oh, ow)] = x[c, id, ih, iw] - zp, 0 where the
-// window reaches into the padding (the reference convolves the zero-point-shifted input, padded with zeros).
-template <class S>
-void Im2Col(const S *x, int64_t channels, const ConvShape &s, float zp, float *__restrict dst) {
-  const int64_t P = s.out[0] * s.out[1] * s.out[2];
-  const int64_t plane = s.in[0] * s.in[1] * s.in[2];
-  float *d = dst;
-  for (int64_t c = 0; c < channels; ++c) {
-    const S *xc = x + c * plane;
-    for (int64_t a = 0; a < s.k[0]; ++a)
-      for (int64_t b = 0; b < s.k[1]; ++b)
-        for (int64_t e = 0; e < s.k[2]; ++e, d += P) {
-          // the output columns whose tap e lands inside the row: [lo, hi)
-          const int64_t first = s.pb[2] - e * s.d[2];               // o * s - first >= 0
-          const int64_t last = s.in[2] + s.pb[2] - e * s.d[2];      // o * s - first < in
-          const int64_t lo = std::min(s.out[2], first <= 0 ? 0 : (first + s.s[2] - 1) / s.s[2]);
-          const int64_t hi = std::max(lo, std::min(s.out[2], last <= 0 ? 0 : (last + s.s[2] - 1) / s.s[2]));
-          float *row = d;
-          for (int64_t o0 = 0; o0 < s.out[0]; ++o0) {
-            const int64_t i0 = o0 * s.s[0] - s.pb[0] + a * s.d[0];
-            for (int64_t o1 = 0; o1 < s.out[1]; ++o1, row += s.out[2]) {
-              const int64_t i1 = o1 * s.s[1] - s.pb[1] + b * s.d[1];
-              if (i0 < 0 || i0 >= s.in[0] || i1 < 0 || i1 >= s.in[1]) {
-                std::fill(row, row + s.out[2], 0.0f);
-                continue;
-              }
-              const S *src = xc + (i0 * s.in[1] + i1) * s.in[2];  // src[o * stride - first] is tap (o, e)
-              std::fill(row, row + lo, 0.0f);
-              if (s.s[2] == 1) {
-                ShiftedRun(src + (lo - first), hi - lo, zp, row + lo);
-              } else {
-                for (int64_t o = lo; o < hi; ++o) row[o] = static_cast<float>(src[o * s.s[2] - first]) - zp;
-              }
-              std::fill(row + hi, row + s.out[2], 0.0f);
-            }
-          }
-        }
-  }
-}
-
-// Largest |v - zp| over an 8-bit tensor (0 for an empty one).
-template <class S>
-float MaxDistance(const S *x, int64_t n, float zp) {
-  int lo = std::numeric_limits<int>::max(), hi = std::numeric_limits<int>::min();
-  for (int64_t i = 0; i < n; ++i) lo = std::min<int>(lo, x[i]), hi = std::max<int>(hi, x[i]);
-  return n ? std::max(std::fabs(static_cast<float>(lo) - zp), std::fabs(static_cast<float>(hi) - zp)) : 0.0f;
-}
-
-// ConvInteger / QLinearConv: the zero-point-shifted operands as float32 columns (im2col) and weights, multiplied by
-// ExactIntGemm per image and group, so the int32 sums are exact as in the reference; QLinearConv then
-// requantises each output channel.
+// ConvInteger / QLinearConv: the weights minus their zero points packed as int16 rows (once, when constant); each
+// image and group copied once into a zero-point-padded 8-bit buffer, from which the columns are gathered straight
+// into the packed int16 layout (b[tap][pixel] = xpad[tap offset + pixel offset] - zp; the reference convolves the
+// shifted input padded with zeros) a chunk of pixels at a time, so that the chunk stays in cache for the GEMM
+// (intgemm::Gemm: exact int32 sums as the reference's); QLinearConv then requantises each output channel.
 class ConvViaGemm : public Kernel {
  public:
   size_t n_in_ = kMaxIns;  // inputs the node actually has (set by the prepare function)
@@ -834,38 +874,61 @@ class ConvViaGemm : public Kernel {
     mg_ = s_.M / s_.group;
     K_ = cg_ * s_.k[0] * s_.k[1] * s_.k[2];
     P_ = s_.out[0] * s_.out[1] * s_.out[2];
+    // The padded extent each output position's window reaches, per spatial dim.
+    for (int i = 0; i < 3; ++i) e_[i] = std::max<int64_t>(1, (s_.out[i] - 1) * s_.s[i] + (s_.k[i] - 1) * s_.d[i] + 1);
+    pplane_ = e_[0] * e_[1] * e_[2];
+    tap_.reserve(static_cast<size_t>(K_));
+    for (int64_t c = 0; c < cg_; ++c)
+      for (int64_t a = 0; a < s_.k[0]; ++a)
+        for (int64_t b = 0; b < s_.k[1]; ++b)
+          for (int64_t e = 0; e < s_.k[2]; ++e)
+            tap_.push_back(c * pplane_ + (a * s_.d[0] * e_[1] + b * s_.d[1]) * e_[2] + e * s_.d[2]);
+    pos_.reserve(static_cast<size_t>(P_));
+    for (int64_t o0 = 0; o0 < s_.out[0]; ++o0)
+      for (int64_t o1 = 0; o1 < s_.out[1]; ++o1)
+        for (int64_t o2 = 0; o2 < s_.out[2]; ++o2)
+          pos_.push_back((o0 * s_.s[0] * e_[1] + o1 * s_.s[1]) * e_[2] + o2 * s_.s[2]);
+    // Pixels per packed chunk: about 192 KB of packed columns, whole 16-column panels.
+    const int64_t panel_bytes = std::max<int64_t>(1, intgemm::KPairs(K_)) * 64;
+    chunk_ = std::min<int64_t>(std::max<int64_t>(1, 196608 / panel_bytes) * 16, (P_ + 15) / 16 * 16);
+  }
+  // Packs the weights with their zero points now (both constant).
+  void PrepackW(const void *w, const void *wzp) {
+    w_packed_.assign(intgemm::PackedAElems(s_.M, K_), 0);
+    PackW(w, wzp, w_packed_.data());
   }
   size_t scratch_bytes() const override {
-    return static_cast<size_t>(Pad(s_.M * K_) + Pad(K_ * P_) + Pad(mg_ * P_) + (io_.ys >= 0 ? Pad(mg_ * P_) : 0)) * 4;
+    return Pad(w_packed_.empty() ? intgemm::PackedAElems(s_.M, K_) * 2 : 0) + Pad(PadBytes()) +
+           Pad(intgemm::PackedBElems(K_, chunk_) * 2) + (io_.ys >= 0 ? Pad(mg_ * P_ * 4) : 0);
   }
   bool Run(const void *const *in_raw, void *const *out, std::string *) override {
     const Ins in(in_raw, n_in_);
-    float *wf = static_cast<float *>(scratch_);
-    float *cols = wf + Pad(s_.M * K_);
-    float *cf = cols + Pad(K_ * P_);
-    int32_t *acc = reinterpret_cast<int32_t *>(cf + Pad(mg_ * P_));  // QLinearConv's int32 sums
+    char *sp = static_cast<char *>(scratch_);
+    int16_t *wp = w_packed_.empty() ? reinterpret_cast<int16_t *>(sp) : w_packed_.data();
+    sp += Pad(w_packed_.empty() ? intgemm::PackedAElems(s_.M, K_) * 2 : 0);
+    uint8_t *xpad = reinterpret_cast<uint8_t *>(sp);
+    sp += Pad(PadBytes());
+    int16_t *bp = reinterpret_cast<int16_t *>(sp);
+    int32_t *acc = reinterpret_cast<int32_t *>(sp + Pad(intgemm::PackedBElems(K_, chunk_) * 2));  // QLinearConv's
     if (s_.N == 0 || s_.M == 0 || P_ == 0) return true;
-    const float xzp = io_.xzp >= 0 && in[io_.xzp] ? static_cast<float>(LoadAny(types_[io_.xzp], in[io_.xzp], 0)) : 0;
-    float wmax = 0.0f;
-    for (int64_t m = 0; m < s_.M; ++m) {
-      const bool has = io_.wzp >= 0 && in[io_.wzp];
-      const float wzp = has ? static_cast<float>(LoadAny(types_[io_.wzp], in[io_.wzp], counts_[io_.wzp] == 1 ? 0 : m))
-                            : 0.0f;
-      wmax = std::max(wmax, WidenRow(types_[io_.w], in[io_.w], m * K_, K_, wzp, wf + m * K_));
-    }
+    if (w_packed_.empty()) PackW(in[io_.w], io_.wzp >= 0 ? in[io_.wzp] : nullptr, wp);
+    const bool xs8 = types_[io_.x] == ElemType::kInt8;
+    const int32_t xzp = io_.xzp >= 0 && in[io_.xzp] ? static_cast<int32_t>(LoadAny(types_[io_.xzp], in[io_.xzp], 0)) : 0;
+    const uint8_t zbyte = static_cast<uint8_t>(xzp & 0xFF);  // the zero point's 8-bit pattern (int8 or uint8)
+    std::memset(xpad, zbyte, static_cast<size_t>(PadBytes()));  // the slack the 16-byte reads may touch, too
     const int64_t plane = s_.in[0] * s_.in[1] * s_.in[2];
-    const float xmax = types_[io_.x] == ElemType::kUint8
-                           ? MaxDistance(static_cast<const uint8_t *>(in[io_.x]), s_.N * s_.C * plane, xzp)
-                           : MaxDistance(static_cast<const int8_t *>(in[io_.x]), s_.N * s_.C * plane, xzp);
-    const double bound = static_cast<double>(wmax) * xmax;
+    const int64_t wrows = 2 * intgemm::KPairs(K_);
     for (int64_t n = 0; n < s_.N; ++n) {
       for (int64_t g = 0; g < s_.group; ++g) {
-        const int64_t x_off = (n * s_.C + g * cg_) * plane;
-        if (types_[io_.x] == ElemType::kUint8) Im2Col(static_cast<const uint8_t *>(in[io_.x]) + x_off, cg_, s_, xzp, cols);
-        else Im2Col(static_cast<const int8_t *>(in[io_.x]) + x_off, cg_, s_, xzp, cols);
+        const uint8_t *x = static_cast<const uint8_t *>(in[io_.x]) + (n * s_.C + g * cg_) * plane;
+        FillPadded(x, zbyte, xpad + kSlack);
         const int64_t y_off = (n * s_.M + g * mg_) * P_;
         int32_t *c = io_.ys < 0 ? static_cast<int32_t *>(out[0]) + y_off : acc;
-        ExactIntGemm(mg_, P_, K_, wf + g * mg_ * K_, K_, cols, P_, bound, cf, c, P_);
+        for (int64_t p0 = 0; p0 < P_; p0 += chunk_) {
+          const int64_t np = std::min(chunk_, P_ - p0);
+          intgemm::PackBGather(xs8, xpad + kSlack, tap_.data(), K_, pos_.data(), p0, np, xzp, bp);
+          intgemm::Gemm(mg_, np, K_, wp + g * mg_ * wrows, bp, c + p0, P_);
+        }
         if (io_.ys >= 0) Requantize(in, acc, g * mg_, static_cast<char *>(out[0]) + y_off);
       }
     }
@@ -873,17 +936,31 @@ class ConvViaGemm : public Kernel {
   }
 
  private:
-  // dst[i] = src[off + i] - zp for an 8-bit src; returns the largest |dst[i]|.
-  static float WidenRow(ElemType t, const void *src, int64_t off, int64_t n, float zp, float *dst) {
-    float mx = 0.0f;
-    if (t == ElemType::kUint8) {
-      const uint8_t *p = static_cast<const uint8_t *>(src) + off;
-      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(p[i]) - zp, mx = std::max(mx, std::fabs(dst[i]));
-    } else {
-      const int8_t *p = static_cast<const int8_t *>(src) + off;
-      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(p[i]) - zp, mx = std::max(mx, std::fabs(dst[i]));
-    }
-    return mx;
+  static constexpr int64_t kSlack = 32;  // readable bytes before and after the padded image (the gathers' reads)
+  int64_t PadBytes() const { return cg_ * pplane_ + 2 * kSlack; }
+  // One image's group of channels into the padded extent: x where the window sees the input, the zero point's
+  // byte in the padding.
+  void FillPadded(const uint8_t *x, uint8_t zbyte, uint8_t *dst) const {
+    const int64_t lo2 = std::min(e_[2], s_.pb[2]), hi2 = std::max(lo2, std::min(e_[2], s_.pb[2] + s_.in[2]));
+    for (int64_t c = 0; c < cg_; ++c)
+      for (int64_t t0 = 0; t0 < e_[0]; ++t0)
+        for (int64_t t1 = 0; t1 < e_[1]; ++t1) {
+          uint8_t *row = dst + c * pplane_ + (t0 * e_[1] + t1) * e_[2];
+          const int64_t i0 = t0 - s_.pb[0], i1 = t1 - s_.pb[1];
+          if (i0 < 0 || i0 >= s_.in[0] || i1 < 0 || i1 >= s_.in[1] || hi2 == lo2) {
+            std::memset(row, zbyte, static_cast<size_t>(e_[2]));
+            continue;
+          }
+          std::memset(row, zbyte, static_cast<size_t>(lo2));
+          std::memcpy(row + lo2, x + ((c * s_.in[0] + i0) * s_.in[1] + i1) * s_.in[2], static_cast<size_t>(hi2 - lo2));
+          std::memset(row + hi2, zbyte, static_cast<size_t>(e_[2] - hi2));
+        }
+  }
+  void PackW(const void *w, const void *wzp, int16_t *dst) const {
+    std::vector<int32_t> z;
+    const int64_t zn = io_.wzp >= 0 ? counts_[io_.wzp] : 0;
+    ZeroPoints(types_[io_.wzp >= 0 ? io_.wzp : io_.w], wzp, wzp ? zn : 0, &z);
+    intgemm::PackA(types_[io_.w] == ElemType::kInt8, w, K_, s_.M, K_, z.data(), wzp && zn > 1, dst);
   }
   // The reference's float32 requantisation of output channels m0 .. m0 + mg: (sum + bias) * (x_scale * w_scale /
   // y_scale) + y_zero_point, rounded half to even and saturated. y: the group's first output byte.
@@ -907,19 +984,15 @@ class ConvViaGemm : public Kernel {
         out[i] = static_cast<Y>(RoundSat(static_cast<float>(acc[i] + bias) * f + yzp, lo_, hi_));
       return;
     }
-    // Finite values: clamping to the integer bounds first rounds the same (RoundSat's note), and the clamped value
-    // is small enough for RoundEven's shift, so this loop is branch-free and vectorises.
+    // Finite values: the exact integer sum (in double: |sum| < 2^33) rounded once to float, as the reference's
+    // int -> float, then branch-free (RequantPlaneFloat).
     const float lo = static_cast<float>(lo_), hi = static_cast<float>(hi_);
-    const double b = static_cast<double>(bias);
-    for (int64_t i = 0; i < P_; ++i) {
-      // the exact integer sum (in double: |sum| < 2^33) rounded once to float, as the reference's int -> float
-      float v = static_cast<float>(static_cast<double>(acc[i]) + b) * f + yzp;
-      v = v < lo ? lo : v;
-      v = v > hi ? hi : v;
-      out[i] = static_cast<Y>(static_cast<int32_t>((v + 12582912.0f) - 12582912.0f));
-    }
+#if defined(__x86_64__)
+    if (RequantAvx2()) return RequantPlaneFloatAvx2(acc, static_cast<double>(bias), f, yzp, lo, hi, out, P_);
+#endif
+    RequantPlaneFloat(acc, static_cast<double>(bias), f, yzp, lo, hi, out, P_);
   }
-  static int64_t Pad(int64_t n) { return (n + 15) / 16 * 16; }  // 4-byte elements, 64-byte multiples
+  static size_t Pad(int64_t bytes) { return static_cast<size_t>((bytes + 63) / 64 * 64); }
   ConvShape s_;
   ConvIO io_;
   std::vector<ElemType> types_;
@@ -927,6 +1000,9 @@ class ConvViaGemm : public Kernel {
   ElemType yt_;
   int64_t lo_, hi_;
   int64_t cg_ = 0, mg_ = 0, K_ = 0, P_ = 0;
+  int64_t e_[3] = {1, 1, 1}, pplane_ = 1, chunk_ = 16;
+  std::vector<int64_t> tap_, pos_;  // offsets into the padded image of each tap (c, kd, kh, kw) and output pixel
+  std::vector<int16_t> w_packed_;  // the constant weights, packed at prepare time
 };
 
 std::unique_ptr<Kernel> PrepareConvVia(const KernelCtx &kc, ConvIO io, std::string *reason) {
@@ -961,7 +1037,9 @@ std::unique_ptr<Kernel> PrepareConvVia(const KernelCtx &kc, ConvIO io, std::stri
     *reason = "group must divide the input and output channels";
     return nullptr;
   }
-  return Sized(std::make_unique<ConvViaGemm>(shape, io, types, counts, kc.out[0].dtype), kc);
+  auto k = std::make_unique<ConvViaGemm>(shape, io, types, counts, kc.out[0].dtype);
+  if (ConstWithZp(kc, io.w, io.wzp)) k->PrepackW(kc.in_data[io.w], kc.has(io.wzp) ? kc.in_data[io.wzp] : nullptr);
+  return Sized(std::move(k), kc);
 }
 
 std::unique_ptr<Kernel> PrepareConvInteger(const KernelCtx &kc, std::string *reason) {
