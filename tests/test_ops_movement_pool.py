@@ -268,3 +268,45 @@ def test_cast_f32_to_narrow_ints(to, n):
     (want,) = _reference(model, [x])
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
+
+
+def _average_oracle(x, kernel, pads, count_pad):
+    """AveragePool at stride 1 as the general loop computes it: each window's valid taps added in float64 in window
+    order (an out-of-input tap adds +0.0, which leaves a sum that started at +0.0 unchanged), then one division."""
+    kh, kw = kernel
+    pt, pl, pb, pr = pads
+    n, c, h, w = x.shape
+    oh, ow = h + pt + pb - kh + 1, w + pl + pr - kw + 1
+    xp = np.zeros((n, c, h + pt + pb, w + pl + pr), np.float64)
+    xp[:, :, pt:pt + h, pl:pl + w] = x
+    inside = np.zeros(xp.shape[2:], np.int64)
+    inside[pt:pt + h, pl:pl + w] = 1
+    acc = np.zeros((n, c, oh, ow), np.float64)
+    count = np.zeros((oh, ow), np.int64)
+    with np.errstate(all="ignore"):
+        for i in range(kh):
+            for j in range(kw):
+                acc += xp[:, :, i:i + oh, j:j + ow]
+                count += inside[i:i + oh, j:j + ow]
+        div = np.float64(kh * kw) if count_pad else count.astype(np.float64)
+        return (acc / div).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 1, 1), (2, 5, 7, 7), (1, 2, 5, 9), (1, 3, 14, 14), (1, 2, 9, 33),
+                                   (1, 1, 20, 64), (1, 2, 3, 65), (1, 1, 4, 130)])
+@pytest.mark.parametrize("kernel,pads", [((3, 3), (1, 1, 1, 1)), ((2, 2), (0, 0, 0, 0)), ((3, 3), (0, 0, 0, 0)),
+                                         ((5, 5), (2, 2, 2, 2)), ((3, 5), (0, 2, 2, 1)), ((2, 3), (1, 0, 0, 2)),
+                                         ((1, 7), (0, 3, 0, 3))])
+@pytest.mark.parametrize("count_pad", [0, 1])
+def test_averagepool_stride1_whole_planes(shape, kernel, pads, count_pad):
+    """Short rows at stride 1 (the whole-plane kernel, rows up to 64) and longer ones: the general loop's bits, with
+    edge values (NaN, infinities, signed zeros, denormals, and on short rows large magnitudes) in a third of the
+    inputs. Longer rows add column sums first: huge values that cancel (3e38 - 3e38 next to 0.5) give another
+    order's result there, so those rows take no large finite values."""
+    if shape[2] + pads[0] + pads[2] < kernel[0] or shape[3] + pads[1] + pads[3] < kernel[1]:
+        pytest.skip("the window does not fit")
+    x = _with_edges(RNG.standard_normal(shape).astype(np.float32) * 4, 3)
+    if shape[3] > 64:
+        x[np.isfinite(x) & (np.abs(x) > 1e3)] = 0.5
+    m = _model("AveragePool", [x], kernel_shape=list(kernel), pads=list(pads), count_include_pad=count_pad)
+    np.testing.assert_array_equal(_twin(m, [x])[0], _average_oracle(x, kernel, pads, count_pad))

@@ -1083,6 +1083,55 @@ __attribute__((target("avx2"))) void AvgRowsAvx2(const PoolRows &r, double scale
   SumRowsBody(r, acc);
   for (int64_t j = 0; j < r.n; ++j) y[j] = static_cast<float>(acc[j] * scale);
 }
+// AveragePool of one 2-D plane at stride 1 (no dilation), vectorised over the whole plane rather than per output
+// row, for planes whose rows are short. The plane is copied, as doubles, into a zero-bordered buffer xp of row pitch
+// Wp (converted once, not once per tap); the
+// outputs sit on a grid of the same pitch (position p = oh * Wp + c), so tap (kh, kw) of every output is xp read
+// at p + kh * Wp + kw. Per output it is the general loop's arithmetic: the taps added in double in window order (a
+// border zero adds +0.0, which leaves a sum that started at +0.0 unchanged), then one division by the table's
+// divisor. z: the grid's n floats (n a multiple of 8; columns c >= OW are not outputs).
+struct FlatAvgGrid {
+  int64_t H, W, PH, PW;  // the plane and its leading pads
+  int64_t n, Wp, KH, KW, OH, OW;
+  const double *div;
+};
+__attribute__((target("avx2"))) void FlatAvgPlaneAvx2(const FlatAvgGrid &g, const float *x, double *xp, float *z) {
+  for (int64_t r = 0; r < g.H; ++r) {
+    const float *src = x + r * g.W;
+    double *dst = xp + (r + g.PH) * g.Wp + g.PW;
+    int64_t c = 0;
+    for (; c + 4 <= g.W; c += 4) _mm256_storeu_pd(dst + c, _mm256_cvtps_pd(_mm_loadu_ps(src + c)));
+    for (; c < g.W; ++c) dst[c] = static_cast<double>(src[c]);
+  }
+  for (int64_t o = 0; o < g.n; o += 8) {
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    for (int64_t kh = 0; kh < g.KH; ++kh) {
+      const double *row = xp + o + kh * g.Wp;
+      for (int64_t kw = 0; kw < g.KW; ++kw) {
+        lo = _mm256_add_pd(lo, _mm256_loadu_pd(row + kw));
+        hi = _mm256_add_pd(hi, _mm256_loadu_pd(row + kw + 4));
+      }
+    }
+    const __m128 flo = _mm256_cvtpd_ps(_mm256_div_pd(lo, _mm256_loadu_pd(g.div + o)));
+    const __m128 fhi = _mm256_cvtpd_ps(_mm256_div_pd(hi, _mm256_loadu_pd(g.div + o + 4)));
+    _mm256_storeu_ps(z + o, _mm256_insertf128_ps(_mm256_castps128_ps256(flo), fhi, 1));
+  }
+}
+// count planes of in_sp / out_sp elements, the grid's columns past OW dropped.
+__attribute__((target("avx2"))) void FlatAvgAvx2(const FlatAvgGrid &g, const float *x, int64_t in_sp, float *y,
+                                                 int64_t out_sp, int64_t count, double *xp, float *z) {
+  for (int64_t i = 0; i < count; ++i) {
+    FlatAvgPlaneAvx2(g, x + i * in_sp, xp, z);
+    float *yi = y + i * out_sp;
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      const float *zr = z + oh * g.Wp;
+      float *yr = yi + oh * g.OW;
+      int64_t c = 0;
+      for (; c + 8 <= g.OW; c += 8) _mm256_storeu_ps(yr + c, _mm256_loadu_ps(zr + c));
+      for (; c < g.OW; ++c) yr[c] = zr[c];
+    }
+  }
+}
 #else
 void MaxRowsAvx2(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
 void AvgRowsAvx2(const PoolRows &, double, double *, float *) {}
@@ -1151,6 +1200,9 @@ void FoldMaxRowsAvx2(const float *const *rows, int64_t count, int64_t n, float *
 bool AnyNanAvx2(const float *y, int64_t n) { return AnyNanBody(y, n); }
 #endif
 
+constexpr int64_t kFlatAvgMaxW = 64;          // AveragePool rows up to this long: RunFlatAvg
+constexpr int64_t kFlatAvgMaxGrid = 1 << 16;  // ... and grids up to this many positions
+
 template <class S, bool kMax>
 class PoolKernel : public Kernel {
   using C = typename Num<S>::C;
@@ -1194,6 +1246,26 @@ class PoolKernel : public Kernel {
     // RunPlane2d's NaN rule (a NaN first tap kept, as the general loop).
     sep_plane_ = kMax && plane2d_ && !simple_ && w_.s[1] == 1 && w_.s[2] == 1;
     if (sep_plane_) sep_max_ = true;
+#ifdef TWIN_HAVE_X86
+    // Short rows at stride 1: RunFlatAvg (RunPlane2d's per-row work dominates there: 2-4x slower on 7x7 to 64x64).
+    const int64_t H = w_.in[1], W = w_.in[2], OH = w_.out[1], OW = w_.out[2];
+    const int64_t Wp = OW + w_.k[2] - 1, Hp = OH + w_.k[1] - 1;  // the windows' extent, pads included
+    if (!kMax && plane2d_ && avx2_ && w_.s[1] == 1 && w_.s[2] == 1 && W <= kFlatAvgMaxW &&
+        OH * Wp <= kFlatAvgMaxGrid && Hp == H + w_.pb[1] + w_.pe[1] && Wp == W + w_.pb[2] + w_.pe[2]) {
+      const int64_t n = (OH * Wp + 7) / 8 * 8;
+      flat_div_.assign(static_cast<size_t>(n), 1.0);
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const Tap &t1 = taps_[1][oh], &t2 = taps_[2][ow];
+          const int64_t d = count_pad_ ? t1.padded * t2.padded : (t1.hi - t1.lo) * (t2.hi - t2.lo);
+          // A window wholly in the pads (no valid tap, not counting them) averages to 0, as the general loop's.
+          flat_div_[static_cast<size_t>(oh * Wp + ow)] = d ? static_cast<double>(d) : 1.0;
+        }
+      // Zero borders written once; reads run to the last grid vector's last tap.
+      flat_xp_.assign(static_cast<size_t>(std::max(Hp * Wp, n + (w_.k[1] - 1) * Wp + w_.k[2] - 1 + 8)), 0.0);
+      flat_z_.resize(static_cast<size_t>(n));
+    }
+#endif
   }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const S *X = static_cast<const S *>(in[0]);
@@ -1221,6 +1293,14 @@ class PoolKernel : public Kernel {
       }
       // Strides > 1 take RunPlane2d: onnx.reference keeps a NaN first tap there, as the general loop does.
       if (!I && simple_ && w_.s[1] == 1 && w_.s[2] == 1) return RunSimpleMax(X, Y, in_sp, out_sp);
+    }
+    if constexpr (!kMax && std::is_same<S, float>::value) {
+#ifdef TWIN_HAVE_X86
+      if (!flat_div_.empty()) {
+        RunFlatAvg(X, Y, in_sp, out_sp);
+        return true;
+      }
+#endif
     }
     if constexpr (std::is_same<S, float>::value) {
       if (!I && plane2d_) {
@@ -1460,6 +1540,16 @@ class PoolKernel : public Kernel {
     for (int64_t ow = inner_hi_; ow < w_.out[2]; ++ow) border(ow);
   }
 
+#ifdef TWIN_HAVE_X86
+  // Every plane by FlatAvgAvx2 (see there).
+  void RunFlatAvg(const float *X, float *Y, int64_t in_sp, int64_t out_sp) {
+    const int64_t OH = w_.out[1], OW = w_.out[2], Wp = OW + w_.k[2] - 1;
+    const FlatAvgGrid g{w_.in[1], w_.in[2], w_.pb[1], w_.pb[2], static_cast<int64_t>(flat_z_.size()), Wp, w_.k[1],
+                        w_.k[2], OH, OW, flat_div_.data()};
+    FlatAvgAvx2(g, X, in_sp, Y, out_sp, NC_, flat_xp_.data(), flat_z_.data());
+  }
+#endif
+
   // One output of a 2-D plane (the general loop's arithmetic for a single position).
   float OnePosition(const float *x, const Tap &t1, const Tap &t2) const {
     const int64_t W = w_.in[2];
@@ -1488,6 +1578,9 @@ class PoolKernel : public Kernel {
   bool plane2d_ = false;
   int64_t inner_lo_ = 0, inner_hi_ = 0;  // output columns whose windows lie inside the input's width
   std::vector<double> acc_;              // RunPlane2d's AveragePool sums of one output row
+  std::vector<double> flat_div_;  // RunFlatAvg's divisor per grid position (empty: not taken)
+  std::vector<double> flat_xp_;   // ... the plane inside its zero borders
+  std::vector<float> flat_z_;     // ... and the grid's outputs
   bool avx2_ = false;                    // RunPlane2d's row loops in their AVX2 build
   bool pool2x2_ = false;       // simple_ with a 2x2 window and stride 2: MaxPool2x2Avx512
   bool pool2x2_avx2_ = false;  // the same on a CPU (or GEASYNC_TWIN_SIMD cap) without AVX-512: MaxPool2x2Avx2
