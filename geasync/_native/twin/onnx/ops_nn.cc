@@ -1084,12 +1084,12 @@ __attribute__((target("avx2"))) void AvgRowsAvx2(const PoolRows &r, double scale
   for (int64_t j = 0; j < r.n; ++j) y[j] = static_cast<float>(acc[j] * scale);
 }
 // AveragePool of one 2-D plane at stride 1 (no dilation), vectorised over the whole plane rather than per output
-// row, for planes whose rows are short. The plane is copied, as doubles, into a zero-bordered buffer xp of row pitch
-// Wp (converted once, not once per tap); the
-// outputs sit on a grid of the same pitch (position p = oh * Wp + c), so tap (kh, kw) of every output is xp read
-// at p + kh * Wp + kw. Per output it is the general loop's arithmetic: the taps added in double in window order (a
-// border zero adds +0.0, which leaves a sum that started at +0.0 unchanged), then one division by the table's
-// divisor. z: the grid's n floats (n a multiple of 8; columns c >= OW are not outputs).
+// row, for planes whose rows are short. The plane is copied, as doubles (converted once, not once per tap), into a
+// zero-bordered buffer xp of row pitch Wp; the outputs sit on a grid of the same pitch (position p = oh * Wp + c), so
+// tap (kh, kw) of every output is xp read at p + kh * Wp + kw. Per output it is the general loop's arithmetic: the
+// taps added in double in window order (a border zero adds +0.0, which leaves a sum that started at +0.0
+// unchanged), then one division by the table's divisor. z: the grid's n floats (n a multiple of 8; columns
+// c >= OW are not outputs).
 struct FlatAvgGrid {
   int64_t H, W, PH, PW;  // the plane and its leading pads
   int64_t n, Wp, KH, KW, OH, OW;
