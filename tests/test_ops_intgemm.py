@@ -1,7 +1,8 @@
 """The exact integer GEMM behind MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv against onnx.reference:
 every tile / panel / K-pair tail, u8 and s8 operands at their extremes, zero points (none, scalar, per row / per
 column), constant and run-time operands, broadcast batches, int32 sums past 2^24 and past int32 (wrapping as the
-reference's int32 product does), convolution geometries; rerun under each instruction set."""
+reference's int32 product does), convolution geometries; rerun under each instruction set (at the CPU's best,
+MatMulInteger / QLinearMatMul take the AVX-512 VNNI byte path where the CPU has it, the int16 path otherwise)."""
 
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ def _oracle(a, b, azp, bzp):
     return np.matmul(a64, b64).astype(np.int32)
 
 
-# ---- MatMulInteger: every tail of M (6-row tiles), N (16-column panels) and K (pairs, 512-value blocks) ----
+# ---- MatMulInteger: every tail of M (6-row tiles), N (16-column panels) and K (pairs and 512-value blocks; on the
+# byte path quads, 32-byte packing steps and 1024-value blocks) ----
 
 SHAPES = ([(m, 16, 8) for m in SIZES] + [(6, n, 9) for n in SIZES] + [(5, 17, k) for k in SIZES] +
           [(13, 33, 31), (65, 65, 65), (7, 257, 3), (257, 7, 1025), (1, 1, 1), (12, 48, 1)])

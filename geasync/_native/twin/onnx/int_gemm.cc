@@ -1,6 +1,6 @@
 // Packing and microkernels of the exact int16 x int16 -> int32 GEMM behind the integer matrix products
 // (int_gemm.h). AVX2: vpmaddwd multiplies a broadcast pair of A by 16 column pairs of B, 6 rows x 16 columns of
-// int32 sums in registers; the baseline build runs the same blocking with a plain loop.
+// int32 sums in registers (vpdpwssd where the CPU has AVX-512 VNNI); the baseline runs the same blocking in a loop.
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3")
 #endif
@@ -27,6 +27,8 @@ constexpr int kNr = 16;     // columns per panel
 constexpr int64_t kKc = 256;  // K pairs per block: a panel's block (16 KB) stays in L1
 
 inline int32_t Zp(const int32_t *zp, bool per, int64_t i) { return zp ? zp[per ? i : 0] : 0; }
+constexpr size_t Round64(size_t n) { return (n + 63) / 64 * 64; }
+inline int64_t Round16(int64_t n) { return (n + 15) / 16 * 16; }
 
 template <class S>
 void PackARows(const S *src, int64_t lda, int64_t M, int64_t K, const int32_t *zp, bool per, int16_t *dst) {
@@ -80,15 +82,19 @@ __attribute__((target("avx2"))) void PackBPanelAvx2(const S *src, int64_t ldb, i
   }
 }
 
-// One row's pair broadcast times the two halves of a panel step, added into that row's sums.
-#define TWIN_INTGEMM_ROW(r)                                             \
-  if (MR > r) {                                                         \
-    int32_t w;                                                          \
-    std::memcpy(&w, a + r * lda + 2 * p, sizeof w);                     \
-    const __m256i v = _mm256_set1_epi32(w);                             \
-    s##r##0 = _mm256_add_epi32(s##r##0, _mm256_madd_epi16(v, b0));      \
-    if (NB > 1) s##r##1 = _mm256_add_epi32(s##r##1, _mm256_madd_epi16(v, b1)); \
+// One row's pair broadcast times the two halves of a panel step, added into that row's sums by DOT(sums, pair,
+// panel half): vpmaddwd + vpaddd on AVX2, one vpdpwssd with AVX-512 VNNI (the same exact sums, wrapping alike).
+#define TWIN_INTGEMM_ROW(r, DOT)                     \
+  if (MR > r) {                                      \
+    int32_t w;                                       \
+    std::memcpy(&w, a + r * lda + 2 * p, sizeof w);  \
+    const __m256i v = _mm256_set1_epi32(w);          \
+    s##r##0 = DOT(s##r##0, v, b0);                   \
+    if (NB > 1) s##r##1 = DOT(s##r##1, v, b1);       \
   }
+#define TWIN_INTGEMM_MADD(s, v, b) _mm256_add_epi32(s, _mm256_madd_epi16(v, b))
+#define TWIN_INTGEMM_DPWSSD(s, v, b) _mm256_dpwssd_epi32(s, v, b)
+#define TWIN_INTGEMM_DPBUSD(s, v, b) _mm256_dpbusd_epi32(s, v, b)
 
 // One gathered panel, element by element: the baseline, partial panels and panels spanning more than two runs.
 template <class S>
@@ -144,26 +150,10 @@ __attribute__((target("avx2"))) void GatherPanelAvx2(const S *src, const int64_t
   }
 }
 
-// c[MR, nr] (+)= a[MR, 2 kc] b-panel[kc][16][2]. Each step broadcasts one (a[k], a[k + 1]) pair per row;
-// vpmaddwd forms a[k] b[k][j] + a[k + 1] b[k + 1][j] exactly (at most 2 * 255^2), vpaddd wraps like int32. The
-// sums are named variables, not an array, so that gcc keeps all 12 in registers. NB == 1: only the panel's first
-// 8 columns (a last panel of at most 8 columns does half the work).
+// Stores (acc: adds to) a tile's sums, s[2 r] and s[2 r + 1] being row r's two halves; masked where nr < 16.
 template <int MR, int NB>
-__attribute__((target("avx2"))) void TileAvx2(int64_t kc, const int16_t *a, int64_t lda, const int16_t *b,
-                                              int32_t *c, int64_t ldc, int64_t nr, bool acc) {
-  __m256i s00 = _mm256_setzero_si256(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00,
-          s31 = s00, s40 = s00, s41 = s00, s50 = s00, s51 = s00;
-  for (int64_t p = 0; p < kc; ++p, b += 32) {
-    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b));
-    const __m256i b1 = NB > 1 ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 16)) : b0;
-    TWIN_INTGEMM_ROW(0)
-    TWIN_INTGEMM_ROW(1)
-    TWIN_INTGEMM_ROW(2)
-    TWIN_INTGEMM_ROW(3)
-    TWIN_INTGEMM_ROW(4)
-    TWIN_INTGEMM_ROW(5)
-  }
-  const __m256i sums[2 * kMr] = {s00, s01, s10, s11, s20, s21, s30, s31, s40, s41, s50, s51};
+__attribute__((always_inline, target("avx2"))) inline void StoreTile(const __m256i *sums, int32_t *c, int64_t ldc,
+                                                                     int64_t nr, bool acc) {
   if (nr == kNr) {
     for (int r = 0; r < MR; ++r) {
       __m256i *c0 = reinterpret_cast<__m256i *>(c + r * ldc), *c1 = reinterpret_cast<__m256i *>(c + r * ldc + 8);
@@ -192,6 +182,53 @@ __attribute__((target("avx2"))) void TileAvx2(int64_t kc, const int16_t *a, int6
     }
   }
 }
+
+// c[MR, nr] (+)= a[MR, 2 kc] b-panel[kc][16][2]. Each step broadcasts one (a[k], a[k + 1]) pair per row and
+// forms a[k] b[k][j] + a[k + 1] b[k + 1][j] exactly (at most 2 * 255^2). The sums are named variables, not an array,
+// so that gcc keeps all 12 in registers. NB == 1: only the panel's first 8 columns (a last panel of at most 8
+// columns does half the work). One body, two instruction sets (the target attribute cannot be a template argument).
+#define TWIN_INTGEMM_TILE(DOT)                                                                                  \
+  __m256i s00 = _mm256_setzero_si256(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00,      \
+          s31 = s00, s40 = s00, s41 = s00, s50 = s00, s51 = s00;                                                \
+  for (int64_t p = 0; p < kc; ++p, b += 32) {                                                                   \
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b));                                \
+    const __m256i b1 = NB > 1 ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 16)) : b0;             \
+    TWIN_INTGEMM_ROW(0, DOT)                                                                                    \
+    TWIN_INTGEMM_ROW(1, DOT)                                                                                    \
+    TWIN_INTGEMM_ROW(2, DOT)                                                                                    \
+    TWIN_INTGEMM_ROW(3, DOT)                                                                                    \
+    TWIN_INTGEMM_ROW(4, DOT)                                                                                    \
+    TWIN_INTGEMM_ROW(5, DOT)                                                                                    \
+  }                                                                                                             \
+  const __m256i sums[2 * kMr] = {s00, s01, s10, s11, s20, s21, s30, s31, s40, s41, s50, s51};                   \
+  StoreTile<MR, NB>(sums, c, ldc, nr, acc);
+
+template <int MR, int NB>
+__attribute__((target("avx2"))) void TileAvx2(int64_t kc, const int16_t *a, int64_t lda, const int16_t *b,
+                                              int32_t *c, int64_t ldc, int64_t nr, bool acc) {
+  TWIN_INTGEMM_TILE(TWIN_INTGEMM_MADD)
+}
+
+// AVX-512 VNNI on 256-bit vectors: the same layout, half the instructions per step.
+template <int MR, int NB>
+__attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) void TileVnni(int64_t kc, const int16_t *a, int64_t lda,
+                                                                          const int16_t *b, int32_t *c, int64_t ldc,
+                                                                          int64_t nr, bool acc) {
+  TWIN_INTGEMM_TILE(TWIN_INTGEMM_DPWSSD)
+}
+
+// The byte layout (QuadGemm): a step is 4 K of A (one int32 broadcast, unsigned bytes) against 16 columns x 4 K of
+// B (64 signed bytes), the same byte geometry as an int16 pair step, so the same body runs on the pointers as int16.
+template <int MR, int NB>
+__attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) void TileQuad(int64_t kc, const int16_t *a, int64_t lda,
+                                                                          const int16_t *b, int32_t *c, int64_t ldc,
+                                                                          int64_t nr, bool acc) {
+  TWIN_INTGEMM_TILE(TWIN_INTGEMM_DPBUSD)
+}
+#undef TWIN_INTGEMM_TILE
+#undef TWIN_INTGEMM_DPBUSD
+#undef TWIN_INTGEMM_DPWSSD
+#undef TWIN_INTGEMM_MADD
 #undef TWIN_INTGEMM_ROW
 #endif
 
@@ -220,11 +257,30 @@ const TileFn kAvx2Tiles[kMr] = {TileAvx2<1, 2>, TileAvx2<2, 2>, TileAvx2<3, 2>,
                                 TileAvx2<4, 2>, TileAvx2<5, 2>, TileAvx2<6, 2>};
 const TileFn kAvx2HalfTiles[kMr] = {TileAvx2<1, 1>, TileAvx2<2, 1>, TileAvx2<3, 1>,
                                     TileAvx2<4, 1>, TileAvx2<5, 1>, TileAvx2<6, 1>};
+const TileFn kVnniTiles[kMr] = {TileVnni<1, 2>, TileVnni<2, 2>, TileVnni<3, 2>,
+                                TileVnni<4, 2>, TileVnni<5, 2>, TileVnni<6, 2>};
+const TileFn kVnniHalfTiles[kMr] = {TileVnni<1, 1>, TileVnni<2, 1>, TileVnni<3, 1>,
+                                    TileVnni<4, 1>, TileVnni<5, 1>, TileVnni<6, 1>};
+const TileFn kQuadTiles[kMr] = {TileQuad<1, 2>, TileQuad<2, 2>, TileQuad<3, 2>,
+                                TileQuad<4, 2>, TileQuad<5, 2>, TileQuad<6, 2>};
+const TileFn kQuadHalfTiles[kMr] = {TileQuad<1, 1>, TileQuad<2, 1>, TileQuad<3, 1>,
+                                    TileQuad<4, 1>, TileQuad<5, 1>, TileQuad<6, 1>};
 #endif
 
 bool UseAvx2() {
 #if defined(__x86_64__)
   return vmath::ActiveIsa() != vmath::Isa::kBaseline;
+#else
+  return false;
+#endif
+}
+
+// VNNI only where the twin runs its AVX-512 bodies (GEASYNC_TWIN_SIMD=avx2 caps it off, as for every kernel).
+bool UseVnni() {
+#if defined(__x86_64__)
+  static const bool vnni = vmath::ActiveIsa() == vmath::Isa::kAvx512 && __builtin_cpu_supports("avx512vl") &&
+                           __builtin_cpu_supports("avx512vnni");
+  return vnni;
 #else
   return false;
 #endif
@@ -274,6 +330,105 @@ void PackBGatherAs(const S *src, const int64_t *tap, int64_t K, const int64_t *p
   }
 }
 
+
+#if defined(__x86_64__)
+// ---- The byte path (QuadGemm, int_gemm.h): A + offA as uint8, B - offB as int8, zero points applied after ----
+
+#define TWIN_QUAD_TARGET __attribute__((target("avx2,avx512f,avx512vl,avx512vnni")))
+
+TWIN_QUAD_TARGET inline int32_t HorizontalSum(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// Rows biased to uint8 (int8 + 128: flipping the sign bit) and zero padded to 4 KQuads(K); sums[r]: the row's sum.
+template <class S>
+TWIN_QUAD_TARGET void QuadPackARows(const S *src, int64_t lda, int64_t M, int64_t K, uint8_t *dst, int32_t *sums) {
+  const int64_t width = 4 * KQuads(K);
+  const uint8_t flip = std::is_signed<S>::value ? 0x80 : 0;
+  const __m256i vflip = _mm256_set1_epi8(static_cast<char>(flip)), ones = _mm256_set1_epi8(1);
+  for (int64_t r = 0; r < M; ++r) {
+    const uint8_t *s = reinterpret_cast<const uint8_t *>(src + r * lda);
+    uint8_t *d = dst + r * width;
+    __m256i acc = _mm256_setzero_si256();
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+      const __m256i v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(s + k)), vflip);
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(d + k), v);
+      acc = _mm256_dpbusd_epi32(acc, v, ones);  // unsigned bytes times 1, four per lane
+    }
+    uint32_t sum = static_cast<uint32_t>(HorizontalSum(acc));
+    for (; k < K; ++k) d[k] = static_cast<uint8_t>(s[k] ^ flip), sum += d[k];
+    for (; k < width; ++k) d[k] = 0;
+    sums[r] = static_cast<int32_t>(sum);
+  }
+}
+
+// One panel of 16 columns, [KQuads][16][4] signed bytes (uint8 - 128: the sign bit flipped), columns past nr and
+// K past K zero; colsum[0 .. 16): the columns' sums (zero on entry). Full panels interleave four 16-byte rows with two unpack levels.
+template <class S>
+TWIN_QUAD_TARGET void QuadPackBPanel(const S *src, int64_t ldb, int64_t K, int64_t j0, int64_t nr, int8_t *dst,
+                                     int32_t *colsum) {
+  const uint8_t flip = std::is_signed<S>::value ? 0 : 0x80;
+  const int64_t quads = KQuads(K);
+  if (nr < kNr) {
+    for (int64_t p = 0; p < quads; ++p)
+      for (int64_t j = 0; j < kNr; ++j)
+        for (int64_t h = 0; h < 4; ++h) {
+          const int64_t k = 4 * p + h;
+          const bool in = j < nr && k < K;
+          const int8_t v = in ? static_cast<int8_t>(static_cast<uint8_t>(src[k * ldb + j0 + j]) ^ flip) : 0;
+          dst[p * 64 + j * 4 + h] = v;
+          colsum[j] += v;
+        }
+    return;
+  }
+  const __m128i vflip = _mm_set1_epi8(static_cast<char>(flip));
+  const __m256i ones = _mm256_set1_epi8(1);
+  __m256i lo_sum = _mm256_setzero_si256(), hi_sum = lo_sum;
+  for (int64_t p = 0; p < quads; ++p) {
+    __m128i r[4];
+    for (int h = 0; h < 4; ++h) {
+      const int64_t k = 4 * p + h;
+      r[h] = k < K ? _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i *>(src + k * ldb + j0)), vflip)
+                   : _mm_setzero_si128();
+    }
+    const __m128i t01l = _mm_unpacklo_epi8(r[0], r[1]), t01h = _mm_unpackhi_epi8(r[0], r[1]);
+    const __m128i t23l = _mm_unpacklo_epi8(r[2], r[3]), t23h = _mm_unpackhi_epi8(r[2], r[3]);
+    const __m256i lo = _mm256_setr_m128i(_mm_unpacklo_epi16(t01l, t23l), _mm_unpackhi_epi16(t01l, t23l));
+    const __m256i hi = _mm256_setr_m128i(_mm_unpacklo_epi16(t01h, t23h), _mm_unpackhi_epi16(t01h, t23h));
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + p * 64), lo);
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + p * 64 + 32), hi);
+    lo_sum = _mm256_dpbusd_epi32(lo_sum, ones, lo);  // 1 times four signed bytes: each column's quad sum
+    hi_sum = _mm256_dpbusd_epi32(hi_sum, ones, hi);
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i *>(colsum), lo_sum);
+  _mm256_storeu_si256(reinterpret_cast<__m256i *>(colsum + 8), hi_sum);
+}
+
+// c[i][j] = d[i][j] - beta[j] u[i] - alpha[i] v[j], in int32 lanes (wrapping, as the sums do).
+TWIN_QUAD_TARGET void QuadCorrect(int64_t M, int64_t N, const int32_t *alpha, const int32_t *u, const int32_t *beta,
+                                  const int32_t *v, int32_t *c, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    int32_t *row = c + i * ldc;
+    const __m256i va = _mm256_set1_epi32(alpha[i]), vu = _mm256_set1_epi32(u[i]);
+    int64_t j = 0;
+    for (; j + 8 <= N; j += 8) {
+      __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + j));
+      x = _mm256_sub_epi32(x, _mm256_mullo_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(beta + j)), vu));
+      x = _mm256_sub_epi32(x, _mm256_mullo_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(v + j)), va));
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(row + j), x);
+    }
+    const uint32_t ua = static_cast<uint32_t>(alpha[i]), uu = static_cast<uint32_t>(u[i]);
+    for (; j < N; ++j)
+      row[j] = static_cast<int32_t>(static_cast<uint32_t>(row[j]) - static_cast<uint32_t>(beta[j]) * uu -
+                                    ua * static_cast<uint32_t>(v[j]));
+  }
+}
+#undef TWIN_QUAD_TARGET
+#endif
 }  // namespace
 
 void PackBGather(bool is_signed, const void *src, const int64_t *tap, int64_t K, const int64_t *pos, int64_t p0,
@@ -303,7 +458,8 @@ void Gemm(int64_t M, int64_t N, int64_t K, const int16_t *a, const int16_t *b, i
   }
   const TileFn *tiles = kScalarTiles, *half = kScalarTiles;
 #if defined(__x86_64__)
-  if (UseAvx2()) tiles = kAvx2Tiles, half = kAvx2HalfTiles;
+  if (UseVnni()) tiles = kVnniTiles, half = kVnniHalfTiles;
+  else if (UseAvx2()) tiles = kAvx2Tiles, half = kAvx2HalfTiles;
 #endif
   for (int64_t k0 = 0; k0 < kpairs; k0 += kKc) {
     const int64_t kc = std::min(kKc, kpairs - k0);
@@ -316,6 +472,96 @@ void Gemm(int64_t M, int64_t N, int64_t K, const int16_t *a, const int16_t *b, i
       }
     }
   }
+}
+
+
+// Byte layouts: A [M][4 KQuads] uint8 at 64-byte rounded size, then alpha[M] and u[M] (int32); B panels
+// [ceil(N / 16)][KQuads][16][4] int8, then beta[Round16(N)] and v[Round16(N)] (int32).
+bool QuadPath() {
+#if defined(__x86_64__)
+  return UseVnni();
+#else
+  return false;
+#endif
+}
+
+size_t QuadABytes(int64_t M, int64_t K) {
+  return Round64(static_cast<size_t>(M * 4 * KQuads(K))) + 2 * Round64(static_cast<size_t>(M) * 4);
+}
+
+size_t QuadBBytes(int64_t K, int64_t N) {
+  return static_cast<size_t>((N + 15) / 16 * KQuads(K) * 64) + 2 * Round64(static_cast<size_t>(Round16(N)) * 4);
+}
+
+void QuadPackA(bool is_signed, const void *src, int64_t lda, int64_t M, int64_t K, const int32_t *zp, bool per,
+               uint8_t *dst) {
+#if defined(__x86_64__)
+  const size_t rows = Round64(static_cast<size_t>(M * 4 * KQuads(K)));
+  int32_t *alpha = reinterpret_cast<int32_t *>(dst + rows);
+  int32_t *u = reinterpret_cast<int32_t *>(dst + rows + Round64(static_cast<size_t>(M) * 4));
+  if (is_signed) QuadPackARows(static_cast<const int8_t *>(src), lda, M, K, dst, u);
+  else QuadPackARows(static_cast<const uint8_t *>(src), lda, M, K, dst, u);
+  for (int64_t i = 0; i < M; ++i) alpha[i] = (is_signed ? 128 : 0) + Zp(zp, per, i);
+#else
+  (void)is_signed, (void)src, (void)lda, (void)M, (void)K, (void)zp, (void)per, (void)dst;
+#endif
+}
+
+void QuadPackB(bool is_signed, const void *src, int64_t ldb, int64_t K, int64_t N, const int32_t *zp, bool per,
+               uint8_t *dst) {
+#if defined(__x86_64__)
+  const int64_t panel = KQuads(K) * 64, n16 = Round16(N);
+  int8_t *panels = reinterpret_cast<int8_t *>(dst);
+  int32_t *beta = reinterpret_cast<int32_t *>(dst + (N + 15) / 16 * panel);
+  int32_t *v = reinterpret_cast<int32_t *>(reinterpret_cast<uint8_t *>(beta) + Round64(static_cast<size_t>(n16) * 4));
+  std::fill(v, v + n16, 0);  // column sums first
+  for (int64_t j0 = 0; j0 < N; j0 += kNr) {
+    const int64_t nr = std::min<int64_t>(kNr, N - j0);
+    int8_t *d = panels + j0 / kNr * panel;
+    if (is_signed) QuadPackBPanel(static_cast<const int8_t *>(src), ldb, K, j0, nr, d, v + j0);
+    else QuadPackBPanel(static_cast<const uint8_t *>(src), ldb, K, j0, nr, d, v + j0);
+  }
+  // beta = zb - offB; v = colsum - K beta (uint32: wrapping like the int32 sums)
+  for (int64_t j = 0; j < n16; ++j) {
+    beta[j] = j < N ? Zp(zp, per, j) - (is_signed ? 0 : 128) : 0;
+    const uint32_t kb = static_cast<uint32_t>(K) * static_cast<uint32_t>(beta[j]);
+    v[j] = static_cast<int32_t>(static_cast<uint32_t>(v[j]) - kb);
+  }
+#else
+  (void)is_signed, (void)src, (void)ldb, (void)K, (void)N, (void)zp, (void)per, (void)dst;
+#endif
+}
+
+void QuadGemm(int64_t M, int64_t N, int64_t K, const uint8_t *a, const uint8_t *b, int32_t *c, int64_t ldc) {
+#if defined(__x86_64__)
+  if (M <= 0 || N <= 0) return;
+  const int64_t quads = KQuads(K), lda = 2 * quads;  // lda in int16 units: the tiles read A as int16 pairs
+  const size_t rows = Round64(static_cast<size_t>(M * 4 * quads));
+  const int32_t *alpha = reinterpret_cast<const int32_t *>(a + rows);
+  const int32_t *u = reinterpret_cast<const int32_t *>(a + rows + Round64(static_cast<size_t>(M) * 4));
+  const int32_t *beta = reinterpret_cast<const int32_t *>(b + (N + 15) / 16 * quads * 64);
+  const int32_t *v = reinterpret_cast<const int32_t *>(reinterpret_cast<const uint8_t *>(beta) +
+                                                       Round64(static_cast<size_t>(Round16(N)) * 4));
+  if (quads == 0) {
+    for (int64_t i = 0; i < M; ++i) std::fill(c + i * ldc, c + i * ldc + N, 0);
+  }
+  const int16_t *a16 = reinterpret_cast<const int16_t *>(a), *b16 = reinterpret_cast<const int16_t *>(b);
+  for (int64_t k0 = 0; k0 < quads; k0 += kKc) {
+    const int64_t kc = std::min(kKc, quads - k0);
+    for (int64_t j0 = 0; j0 < N; j0 += kNr) {
+      const int64_t nr = std::min<int64_t>(kNr, N - j0);
+      const int16_t *bp = b16 + (j0 / kNr) * quads * 32 + k0 * 32;
+      for (int64_t i0 = 0; i0 < M; i0 += kMr) {
+        const int64_t mr = std::min<int64_t>(kMr, M - i0);
+        (nr <= kNr / 2 ? kQuadHalfTiles : kQuadTiles)[mr - 1](kc, a16 + i0 * lda + 2 * k0, lda, bp,
+                                                              c + i0 * ldc + j0, ldc, nr, k0 > 0);
+      }
+    }
+  }
+  QuadCorrect(M, N, alpha, u, beta, v, c, ldc);
+#else
+  (void)M, (void)N, (void)K, (void)a, (void)b, (void)c, (void)ldc;
+#endif
 }
 
 }  // namespace intgemm

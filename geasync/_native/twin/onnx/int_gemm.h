@@ -33,6 +33,20 @@ void PackBGather(bool is_signed, const void *src, const int64_t *tap, int64_t K,
 // c[M, N] (row stride ldc) = a b for packed operands, summed in int32 with wrap-around.
 void Gemm(int64_t M, int64_t N, int64_t K, const int16_t *a, const int16_t *b, int32_t *c, int64_t ldc);
 
+// The byte path, where QuadPath() (AVX-512 VNNI, the twin running its AVX-512 bodies): vpdpbusd multiplies four
+// unsigned by four signed bytes per int32 lane, twice the int16 path's products per instruction. A is packed as
+// uint8 (int8 + 128), B as int8 (uint8 - 128), each with its row / column sums; QuadGemm applies both operands'
+// offsets and zero points afterwards from those sums, exactly (int32 arithmetic wraps alike). Same results as Gemm.
+bool QuadPath();
+inline int64_t KQuads(int64_t K) { return (K + 3) / 4; }
+size_t QuadABytes(int64_t M, int64_t K);  // bytes, multiples of 64
+size_t QuadBBytes(int64_t K, int64_t N);
+void QuadPackA(bool is_signed, const void *src, int64_t lda, int64_t M, int64_t K, const int32_t *zp, bool per,
+               uint8_t *dst);
+void QuadPackB(bool is_signed, const void *src, int64_t ldb, int64_t K, int64_t N, const int32_t *zp, bool per,
+               uint8_t *dst);
+void QuadGemm(int64_t M, int64_t N, int64_t K, const uint8_t *a, const uint8_t *b, int32_t *c, int64_t ldc);
+
 }  // namespace intgemm
 }  // namespace onnx
 }  // namespace twin

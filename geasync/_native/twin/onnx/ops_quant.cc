@@ -604,16 +604,13 @@ class IntMatMul {
   void PrepackB(const void *B, const void *bzp, int64_t bzp_n) {
     std::vector<int32_t> z;
     ZeroPoints(bt_, bzp, bzp_n, &z);
-    const size_t per = intgemm::PackedBElems(K_, N_);
+    const size_t per = BBytes();
     b_packed_.assign(per * static_cast<size_t>(b_count_), 0);
-    for (int64_t i = 0; i < b_count_; ++i)
-      intgemm::PackB(bt_ == ElemType::kInt8, static_cast<const int8_t *>(B) + i * K_ * N_, N_, K_, N_, z.data(),
-                     bzp_n > 1, b_packed_.data() + i * per);
+    for (int64_t i = 0; i < b_count_; ++i) PackB(static_cast<const int8_t *>(B) + i * K_ * N_, z.data(), bzp_n > 1,
+                                                 b_packed_.data() + i * per);
     prepacked_ = true;
   }
-  size_t scratch_bytes() const {
-    return (Pad(intgemm::PackedAElems(M_, K_)) + (prepacked_ ? 0 : Pad(intgemm::PackedBElems(K_, N_)))) * 2;
-  }
+  size_t scratch_bytes() const { return ABytes() + (prepacked_ ? 0 : BBytes()); }
   int64_t rows() const { return M_; }
   int64_t cols() const { return N_; }
   int64_t batches() const { return batch_; }
@@ -621,39 +618,49 @@ class IntMatMul {
   void Run(const void *A, const void *B, const void *azp, int64_t azp_n, const void *bzp, int64_t bzp_n,
            int32_t *c, void *scratch) const {
     if (M_ == 0 || N_ == 0) return;
-    int16_t *ap = static_cast<int16_t *>(scratch);
-    int16_t *bp = ap + Pad(intgemm::PackedAElems(M_, K_));
-    const size_t bsize = intgemm::PackedBElems(K_, N_);
+    uint8_t *ap = static_cast<uint8_t *>(scratch);
+    uint8_t *bp = ap + ABytes();
+    const size_t bsize = BBytes();
     ZeroPoints(at_, azp, azp_n, &azp_);
     if (!prepacked_) ZeroPoints(bt_, bzp, bzp_n, &bzp_);
     int64_t last_a = -1, last_b = -1;
     for (int64_t q = 0; q < batch_; ++q) {
       if (a_idx_[q] != last_a) {  // a broadcast A is packed once
         last_a = a_idx_[q];
-        intgemm::PackA(at_ == ElemType::kInt8, static_cast<const int8_t *>(A) + last_a * M_ * K_, K_, M_, K_,
-                       azp_.data(), azp_n > 1, ap);
+        const void *src = static_cast<const int8_t *>(A) + last_a * M_ * K_;
+        if (quad_) intgemm::QuadPackA(at_ == ElemType::kInt8, src, K_, M_, K_, azp_.data(), azp_n > 1, ap);
+        else intgemm::PackA(at_ == ElemType::kInt8, src, K_, M_, K_, azp_.data(), azp_n > 1, A16(ap));
       }
-      const int16_t *bq = b_packed_.data() + static_cast<size_t>(b_idx_[q]) * bsize;
+      const uint8_t *bq = b_packed_.data() + static_cast<size_t>(b_idx_[q]) * bsize;
       if (!prepacked_) {
         if (b_idx_[q] != last_b) {
           last_b = b_idx_[q];
-          intgemm::PackB(bt_ == ElemType::kInt8, static_cast<const int8_t *>(B) + last_b * K_ * N_, N_, K_, N_,
-                         bzp_.data(), bzp_n > 1, bp);
+          PackB(static_cast<const int8_t *>(B) + last_b * K_ * N_, bzp_.data(), bzp_n > 1, bp);
         }
         bq = bp;
       }
-      intgemm::Gemm(M_, N_, K_, ap, bq, c + q * M_ * N_, N_);
+      if (quad_) intgemm::QuadGemm(M_, N_, K_, ap, bq, c + q * M_ * N_, N_);
+      else intgemm::Gemm(M_, N_, K_, A16(ap), reinterpret_cast<const int16_t *>(bq), c + q * M_ * N_, N_);
     }
   }
 
  private:
+  // Packed operands in bytes: the byte path's layouts (intgemm::QuadPath) or the int16 path's, 64-byte multiples.
+  size_t ABytes() const { return quad_ ? intgemm::QuadABytes(M_, K_) : Pad(intgemm::PackedAElems(M_, K_)) * 2; }
+  size_t BBytes() const { return quad_ ? intgemm::QuadBBytes(K_, N_) : Pad(intgemm::PackedBElems(K_, N_)) * 2; }
+  static int16_t *A16(uint8_t *p) { return reinterpret_cast<int16_t *>(p); }
+  void PackB(const void *src, const int32_t *zp, bool per, uint8_t *dst) const {
+    if (quad_) intgemm::QuadPackB(bt_ == ElemType::kInt8, src, N_, K_, N_, zp, per, dst);
+    else intgemm::PackB(bt_ == ElemType::kInt8, src, N_, K_, N_, zp, per, reinterpret_cast<int16_t *>(dst));
+  }
   static size_t Pad(size_t n) { return (n + 31) / 32 * 32; }  // int16 elements, 64-byte multiples
   mutable std::vector<int32_t> azp_, bzp_;  // zero points as int32 (Run is not re-entrant)
   ElemType at_ = ElemType::kUint8, bt_ = ElemType::kUint8;
   int64_t M_ = 0, K_ = 0, N_ = 0, batch_ = 0, b_count_ = 1;
   std::vector<int64_t> a_idx_, b_idx_;
-  std::vector<int16_t> b_packed_;
+  std::vector<uint8_t> b_packed_;  // the int16 or the byte layout (BBytes per matrix)
   bool prepacked_ = false;
+  bool quad_ = intgemm::QuadPath();
 };
 
 // A constant input (and its optional zero point constant or absent): its packing can happen at prepare time.
