@@ -348,18 +348,22 @@ def test_conv_stride2_matches_reference(c, m, kernel, pads, height, width, relu)
 
 @pytest.mark.parametrize("kernel", [(3, 3), (5, 2), (1, 4)])
 @pytest.mark.parametrize("width", [7, 16, 29])
-def test_depthwise_conv_matches_reference(kernel, width):
-    """One channel per group (the depthwise kernel), other kernel sizes, edge values in the input."""
-    rng = np.random.default_rng(width + kernel[1])
+@pytest.mark.parametrize("height,relu", [(10, False), (15, True)])
+def test_depthwise_conv_matches_reference(kernel, width, height, relu):
+    """One channel per group (the depthwise kernel: blocks of 8 and 4 output rows on AVX-512, 4 on AVX2, then single
+    rows), other kernel sizes, the fused Relu, edge values in the input."""
+    rng = np.random.default_rng(width + kernel[1] + height)
     c = 3
-    x = rng.standard_normal((1, c, 10, width)).astype(np.float32)
+    x = rng.standard_normal((1, c, height, width)).astype(np.float32)
     x.reshape(-1)[rng.choice(x.size, 6, replace=False)] = [np.nan, np.inf, -np.inf, 1e-40, -0.0, 3e30]
     wt = rng.standard_normal((c, 1) + kernel).astype(np.float32)
     b = rng.standard_normal(c).astype(np.float32)
     pads = [kernel[0] // 2, kernel[1] // 2, kernel[0] // 2, kernel[1] // 2]
-    oh, ow = 10 + 2 * pads[0] - kernel[0] + 1, width + 2 * pads[1] - kernel[1] + 1
-    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=pads, group=c)],
-                       [("x", F, list(x.shape))], [("y", F, [1, c, oh, ow])],
+    oh, ow = height + 2 * pads[0] - kernel[0] + 1, width + 2 * pads[1] - kernel[1] + 1
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c" if relu else "y"], pads=pads, group=c)]
+    if relu:  # fused into the convolution's stores
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    model = make_model(nodes, [("x", F, list(x.shape))], [("y", F, [1, c, oh, ow])],
                        initializers=[("w", wt), ("b", b)], opset=20)
     got = _run_model(model, {"x": x})[0]
     with np.errstate(invalid="ignore", over="ignore"):

@@ -383,6 +383,55 @@ __attribute__((target("avx2,fma"))) void DepthwiseConvAvx2Impl(const DirectConvA
     for (int64_t c0 = 0; c0 < a.ow; c0 += 16) DepthwiseRowsAvx2<1, kKw>(a, r, c0);
 }
 
+// The depthwise rows with AVX-512: kR output rows x one 16-wide chunk, one accumulator each (the general AVX-512
+// block would spend 7 of its 8 channel accumulators on absent channels); the same additions in the same order.
+template <int kR, int kKw>
+__attribute__((target("avx512f"), always_inline)) inline void DepthwiseRowsAvx512(const DirectConvArgs &a, int64_t r,
+                                                                                   int64_t c0) {
+  const int64_t kw = kKw > 0 ? kKw : a.kw;
+  __m512 acc[kR];
+#pragma GCC unroll 8
+  for (int q = 0; q < kR; ++q) acc[q] = _mm512_set1_ps(a.bias[0]);
+  const float *w = a.wpack;  // tap t's weight at w[t * kConvMB]
+  for (int64_t i = 0; i < a.kh; ++i) {
+#pragma GCC unroll 4
+    for (int64_t j = 0; j < kw; ++j, w += kConvMB) {
+      const __m512 wt = _mm512_set1_ps(*w);
+      const float *base = a.xp + (r + i) * a.pw + c0 + j;
+#pragma GCC unroll 8
+      for (int q = 0; q < kR; ++q) acc[q] = _mm512_fmadd_ps(wt, _mm512_loadu_ps(base + q * a.pw), acc[q]);
+    }
+  }
+  const int64_t valid = std::min<int64_t>(kConvLanes, a.ow - c0);
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int q = 0; q < kR; ++q) {
+    __m512 v = acc[q];
+    if (a.relu) v = _mm512_mask_max_ps(v, static_cast<__mmask16>(0xFFFF), zero, v);  // as DirectConvAvx512
+    float *dst = a.y + (r + q) * a.ow + c0;
+    if (valid == kConvLanes) _mm512_storeu_ps(dst, v);
+    else _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << valid) - 1u), v);
+  }
+}
+template <int kKw>
+__attribute__((target("avx512f"))) void DepthwiseConvAvx512Impl(const DirectConvArgs &a) {
+  int64_t r = 0;
+  for (; r + 8 <= a.oh; r += 8)
+    for (int64_t c0 = 0; c0 < a.ow; c0 += kConvLanes) DepthwiseRowsAvx512<8, kKw>(a, r, c0);
+  for (; r + 4 <= a.oh; r += 4)
+    for (int64_t c0 = 0; c0 < a.ow; c0 += kConvLanes) DepthwiseRowsAvx512<4, kKw>(a, r, c0);
+  for (; r < a.oh; ++r)
+    for (int64_t c0 = 0; c0 < a.ow; c0 += kConvLanes) DepthwiseRowsAvx512<1, kKw>(a, r, c0);
+}
+void DirectConvAvx512Any(const DirectConvArgs &a) {
+  if (a.cg == 1 && a.mg == 1 && !a.s2) {
+    if (a.kw == 3) DepthwiseConvAvx512Impl<3>(a);
+    else DepthwiseConvAvx512Impl<0>(a);
+    return;
+  }
+  DirectConvAvx512(a);
+}
+
 __attribute__((target("avx2,fma"))) void DirectConvAvx2(const DirectConvArgs &a) {
   if (a.cg == 1 && a.mg == 1 && !a.s2) {
     if (a.kw == 3) DepthwiseConvAvx2Impl<3>(a);
@@ -738,7 +787,7 @@ class ConvKernel : public Kernel {
         a.y = Y + (n * M_ + g * mg_) * out_sp_;
         a.relu = relu_;
         a.s2 = s2_;
-        if (vmath::ActiveIsa() == vmath::Isa::kAvx512) DirectConvAvx512(a);
+        if (vmath::ActiveIsa() == vmath::Isa::kAvx512) DirectConvAvx512Any(a);
         else DirectConvAvx2(a);
       }
     }
