@@ -326,8 +326,8 @@ def test_direct_conv_matches_reference(shape, m, group, pads, relu):
 ])
 @pytest.mark.parametrize("relu", [False, True])
 def test_conv_stride2_matches_reference(c, m, kernel, pads, height, width, relu):
-    """Stride 2 (the direct kernel over column phases on AVX2, im2col with even-lane copies otherwise), bias, the
-    fused Relu, edge values in the input."""
+    """Stride 2 (the direct kernel over column phases on AVX-512 and AVX2, im2col with even-lane copies otherwise), the
+    bias, the fused Relu, edge values in the input."""
     rng = np.random.default_rng(c * 100 + width)
     x = rng.standard_normal((2, c, height, width)).astype(np.float32)
     x.reshape(-1)[rng.choice(x.size, 6, replace=False)] = [np.nan, np.inf, -np.inf, 1e-40, -0.0, 3e30]

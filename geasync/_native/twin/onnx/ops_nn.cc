@@ -207,6 +207,8 @@ __attribute__((target("avx2"))) void MaxPool2x2Avx2(const float *x, float *y, in
   }
 }
 
+// kS2: stride 2 over the two column phases of the padded input (DirectConvArgs::s2), as the AVX2 kernel.
+template <bool kS2>
 __attribute__((target("avx512f"))) void DirectConvAvx512(const DirectConvArgs &a) {
   const int64_t nch = (a.ow + kConvLanes - 1) / kConvLanes;
   const int64_t P = a.oh * nch, K = a.cg * a.kh * a.kw, plane = a.ph * a.pw, out_sp = a.oh * a.ow;
@@ -221,7 +223,7 @@ __attribute__((target("avx512f"))) void DirectConvAvx512(const DirectConvArgs &a
       for (int v = 0; v < kConvNV; ++v) {
         const int64_t p = std::min(p0 + v, P - 1);
         const int64_t r = p / nch, c0 = (p % nch) * kConvLanes;
-        base[v] = a.xp + r * a.pw + c0;
+        base[v] = a.xp + (kS2 ? 2 * r : r) * a.pw + c0;
         yoff[v] = r * a.ow + c0;
         valid[v] = std::min<int64_t>(kConvLanes, a.ow - c0);
       }
@@ -235,11 +237,12 @@ __attribute__((target("avx512f"))) void DirectConvAvx512(const DirectConvArgs &a
       const float *w = wb;
       for (int64_t c = 0; c < a.cg; ++c) {
         for (int64_t i = 0; i < a.kh; ++i) {
-          const int64_t roff = c * plane + i * a.pw;
+          const int64_t roff = (kS2 ? 2 * c : c) * plane + i * a.pw;
           for (int64_t j = 0; j < a.kw; ++j, w += kConvMB) {
+            const int64_t toff = roff + (kS2 ? (j & 1) * plane + (j >> 1) : j);
             __m512 x[kConvNV];
 #pragma GCC unroll 4
-            for (int v = 0; v < kConvNV; ++v) x[v] = _mm512_loadu_ps(base[v] + roff + j);
+            for (int v = 0; v < kConvNV; ++v) x[v] = _mm512_loadu_ps(base[v] + toff);
 #pragma GCC unroll 8
             for (int m = 0; m < kConvMB; ++m) {
               const __m512 s = _mm512_set1_ps(w[m]);
@@ -271,6 +274,10 @@ __attribute__((target("avx512f"))) void DirectConvAvx512(const DirectConvArgs &a
 // At stride 2 (over column phases, AVX2), measured against im2col + OpenBLAS: ~1.4x faster at K = 144 and 288, slower
 // at K = 576 (64 channels, 3x3, 128x128).
 constexpr int64_t kS2MaxK = 320;
+// AVX-512 at stride 2: 64x64 16->32 (K = 144) 1.7x -> 1.0x of onnxruntime against im2col + OpenBLAS; K = 576 no worse.
+bool S2Pays(vmath::Isa isa, int64_t k) {
+  return isa == vmath::Isa::kAvx512 || (isa == vmath::Isa::kAvx2 && k <= kS2MaxK);
+}
 bool DirectConvPays(vmath::Isa isa, int64_t k) {
   return isa == vmath::Isa::kAvx512 || (isa == vmath::Isa::kAvx2 && k <= 640);
 }
@@ -424,12 +431,13 @@ __attribute__((target("avx512f"))) void DepthwiseConvAvx512Impl(const DirectConv
     for (int64_t c0 = 0; c0 < a.ow; c0 += kConvLanes) DepthwiseRowsAvx512<1, kKw>(a, r, c0);
 }
 void DirectConvAvx512Any(const DirectConvArgs &a) {
-  if (a.cg == 1 && a.mg == 1 && !a.s2) {
+  if (a.s2) return DirectConvAvx512<true>(a);
+  if (a.cg == 1 && a.mg == 1) {
     if (a.kw == 3) DepthwiseConvAvx512Impl<3>(a);
     else DepthwiseConvAvx512Impl<0>(a);
     return;
   }
-  DirectConvAvx512(a);
+  DirectConvAvx512<false>(a);
 }
 
 __attribute__((target("avx2,fma"))) void DirectConvAvx2(const DirectConvArgs &a) {
@@ -566,8 +574,8 @@ class ConvKernel : public Kernel {
     if constexpr (std::is_same<T, float>::value) {
       dconv_ = !direct_ && kk_ > 1 && out_sp_ > 0 && w_.in[0] == 1 && w_.k[0] == 1 && w_.pb[0] == 0 &&
                w_.pe[0] == 0 && DirectConvPays(vmath::ActiveIsa(), cg_ * kk_);
-      // Stride 2 on AVX2: the same kernel over two column phases of the padded input (no im2col).
-      s2_ = dconv_ && vmath::ActiveIsa() == vmath::Isa::kAvx2 && cg_ * kk_ <= kS2MaxK && w_.s[0] == 1 &&
+      // Stride 2: the same kernels over two column phases of the padded input (no im2col).
+      s2_ = dconv_ && S2Pays(vmath::ActiveIsa(), cg_ * kk_) && w_.s[0] == 1 &&
             w_.s[1] == 2 && w_.s[2] == 2;
       for (size_t i = 0; i < kMaxSpatial; ++i) dconv_ = dconv_ && (s2_ || w_.s[i] == 1) && w_.d[i] == 1;
       s2_ = s2_ && dconv_;
@@ -825,7 +833,7 @@ class ConvKernel : public Kernel {
   bool direct_ = false;
   bool dconv_ = false;                 // AVX-512 / AVX2 direct convolution (float, stride 1, no dilation, 1-D/2-D)
   bool avx2_ = false;                  // Im2Col's stride-2 rows by CopyEvenAvx2
-  bool s2_ = false;                    // the direct convolution at stride 2 (AVX2), over column phases
+  bool s2_ = false;                    // the direct convolution at stride 2 (AVX2 / AVX-512), over column phases
   int64_t ph_ = 0, pw_ = 0, nmb_ = 0;  // its padded input rows/row length and channel blocks
   std::vector<T> wp_, bp_;             // its packed weights and bias (fused form)
   bool wino_ = false;                  // Winograd F(2x2, 3x3) (float), falling back to the paths above
