@@ -76,14 +76,16 @@ def refused(session, model, pattern):
         session.add_graph(fresh_graph_id(), ga.Graph.from_onnx(model))
 
 
-def rerun_file_with_instruction_set(test_file, isa):
-    """Runs ``test_file``'s other tests in a subprocess with the twin's vector kernels capped at ``isa``
-    (GEASYNC_TWIN_SIMD), so the fallback instruction sets pass the same checks as the CPU's best."""
+def rerun_file_with_instruction_set(test_file, isa, select=""):
+    """Runs ``test_file``'s other tests (those matching the ``-k`` expression ``select``, if given) in a subprocess
+    with the twin's vector kernels capped at ``isa`` (GEASYNC_TWIN_SIMD), so the fallback instruction sets pass the
+    same checks as the CPU's best."""
     env = {**os.environ, "GEASYNC_TWIN_SIMD": isa}
     tests_dir = pathlib.Path(test_file).resolve().parent
+    expr = "not fallback_instruction_sets" + (f" and ({select})" if select else "")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file), "-k",
-         "not fallback_instruction_sets"], capture_output=True, text=True, timeout=600, env=env,
+         expr], capture_output=True, text=True, timeout=600, env=env,
         cwd=str(tests_dir))  # not the root: its source tree is not built in place by a non-editable install
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout

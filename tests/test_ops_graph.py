@@ -18,7 +18,7 @@ import geasync as ga
 import onnx  # noqa: E402  (a test dependency)
 import onnx.numpy_helper  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
-from onnx_cases import assert_close, check_against_reference, fresh_graph_id  # noqa: E402
+from onnx_cases import assert_close, check_against_reference, fresh_graph_id, rerun_file_with_instruction_set  # noqa: E402
 from onnx_cases import run_once as _run  # noqa: E402
 
 OPS = ("Resize Upsample TopK QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger QLinearMatMul "
@@ -246,6 +246,13 @@ def test_quantize_vector_paths(session, qtype, n):
     m = _model("DynamicQuantizeLinear", [("x", np.float32, x.shape)],
                [("y", np.uint8, None), ("s", np.float32, None), ("z", np.uint8, None)], 11)
     _check(session, m, [finite])
+
+
+@pytest.mark.parametrize("isa", ["baseline", "avx2"])
+def test_quantize_fallback_instruction_sets(isa):
+    """The quantisation tests above with the twin capped at the fallback instruction sets (AVX-512 CPUs take
+    16-lane QuantizeLinear / DynamicQuantizeLinear kernels, AVX2 ones 32-value steps)."""
+    rerun_file_with_instruction_set(__file__, isa, select="quantize")
 
 
 @pytest.mark.parametrize("k", [1, 257, 600, 2100])  # 600 and 2100: several exact float slices of K

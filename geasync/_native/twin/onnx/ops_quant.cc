@@ -233,10 +233,30 @@ __attribute__((target("avx2"))) void QuantizeAvx2(const float *x, float s, float
   }
   QuantizeBody(x + i, s, zp, y + i, n - i);
 }
+
+// The same with 16 lanes (1M values: 1.8x -> 1.0x of onnxruntime on an AVX-512 EPYC; multiplying by 1 / s with a
+// division only near halves was slower there), clamped to [lo, hi] before narrowing, so vpmovdb's truncation is
+// exact. The masked forms with a full mask: GCC 12 warns -Wmaybe-uninitialized on the unmasked ones.
+template <class Y>
+__attribute__((target("avx512f"))) void QuantizeAvx512(const float *x, float s, float zp, Y *y, int64_t n) {
+  const float lo = std::numeric_limits<Y>::min(), hi = std::numeric_limits<Y>::max();
+  const __m512 vs = _mm512_set1_ps(s), vlo = _mm512_set1_ps(lo - zp), vhi = _mm512_set1_ps(hi - zp);
+  const __m512i vzp = _mm512_set1_epi32(static_cast<int32_t>(zp));
+  const __mmask16 all = 0xFFFF;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_div_ps(_mm512_loadu_ps(x + i), vs);
+    const __m512 c = _mm512_mask_min_ps(v, all, _mm512_mask_max_ps(v, all, v, vlo), vhi);  // NaN -> lo - zp
+    const __m512i q = _mm512_add_epi32(_mm512_mask_cvtps_epi32(vzp, all, c), vzp);
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(y + i), _mm512_mask_cvtepi32_epi8(_mm_setzero_si128(), all, q));
+  }
+  QuantizeBody(x + i, s, zp, y + i, n - i);
+}
 #endif
 template <class Y>
 void QuantizeFloats(const float *x, float s, float zp, Y *y, int64_t n) {
 #if defined(__x86_64__)
+  if (vmath::ActiveIsa() == vmath::Isa::kAvx512) return QuantizeAvx512(x, s, zp, y, n);
   if (vmath::ActiveIsa() != vmath::Isa::kBaseline) return QuantizeAvx2(x, s, zp, y, n);
 #endif
   QuantizeBaseline(x, s, zp, y, n);
@@ -402,9 +422,30 @@ __attribute__((target("avx2"))) void DynamicRangeAvx2(const float *x, int64_t n,
   DynamicRangeLoop(lanes + 8, 8, mn, mx);
   DynamicRangeLoop(x + i, n - i, mn, mx);
 }
+// 32 values a step in two accumulator pairs (one pair waits on the max / min latency); NaN skipped as above.
+__attribute__((target("avx512f"))) void DynamicRangeAvx512(const float *x, int64_t n, float *mn, float *mx) {
+  const __mmask16 all = 0xFFFF;
+  __m512 mx0 = _mm512_setzero_ps(), mx1 = mx0, mn0 = mx0, mn1 = mx0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
+    mx0 = _mm512_mask_max_ps(mx0, all, a, mx0);
+    mn0 = _mm512_mask_min_ps(mn0, all, a, mn0);
+    mx1 = _mm512_mask_max_ps(mx1, all, b, mx1);
+    mn1 = _mm512_mask_min_ps(mn1, all, b, mn1);
+  }
+  alignas(64) float lanes[64];
+  _mm512_store_ps(lanes, mn0);
+  _mm512_store_ps(lanes + 16, mn1);
+  _mm512_store_ps(lanes + 32, mx0);
+  _mm512_store_ps(lanes + 48, mx1);
+  DynamicRangeLoop(lanes, 64, mn, mx);  // every lane only ever holds 0 or an element of x
+  DynamicRangeLoop(x + i, n - i, mn, mx);
+}
 #endif
 void DynamicRange(const float *x, int64_t n, float *mn, float *mx) {
 #if defined(__x86_64__)
+  if (vmath::ActiveIsa() == vmath::Isa::kAvx512) return DynamicRangeAvx512(x, n, mn, mx);
   if (vmath::ActiveIsa() != vmath::Isa::kBaseline) return DynamicRangeAvx2(x, n, mn, mx);
 #endif
   DynamicRangeLoop(x, n, mn, mx);
