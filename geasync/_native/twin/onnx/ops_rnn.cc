@@ -197,19 +197,101 @@ void ApplyActivation(const Activation &f, const T *x, T *y, int64_t n) {
   for (int64_t j = 0; j < n; ++j) y[j] = static_cast<T>(f(static_cast<double>(x[j])));
 }
 
+// One LSTM row with the default activations (Sigmoid, Tanh, Tanh), no clip and no input_forget, in a single pass
+// over the hidden units: the gates' pre-activations (projection + recurrent term + folded bias sum, + peepholes),
+// their activations and the c and h updates stay in registers instead of going through four arrays and five
+// activation calls. Compiled per instruction set like vmath's array kernels (GCC vectorises the inline vmath
+// bodies); the clamp bounds arrive as arguments so that they stay run-time values (see vmath.cc's g_tanh_bound).
+// Gate blocks of xg, hg and bias (each [4H]): i o f c. P (i o f, [3H]) may be null.
+#define TWIN_LSTM_ROW_LOOP(PEEP)                                                                                   \
+  for (int64_t j = 0; j < H; ++j) {                                                                                \
+    const float cj = c[j];                                                                                         \
+    float pi = xg[j] + hg[j] + bias[j], pf = xg[2 * H + j] + hg[2 * H + j] + bias[2 * H + j];                      \
+    if (PEEP) {                                                                                                    \
+      pi += P[j] * cj;                                                                                             \
+      pf += P[2 * H + j] * cj;                                                                                     \
+    }                                                                                                              \
+    const float ig = vmath::SigmoidClamped(pi, lo, hi), fg = vmath::SigmoidClamped(pf, lo, hi);                    \
+    const float gg = vmath::TanhClamped(xg[3 * H + j] + hg[3 * H + j] + bias[3 * H + j], tb);                      \
+    const float cn = fg * cj + ig * gg;                                                                            \
+    float po = xg[H + j] + hg[H + j] + bias[H + j];                                                                \
+    if (PEEP) po += P[H + j] * cn;                                                                                 \
+    c[j] = cn;                                                                                                     \
+    h[j] = vmath::SigmoidClamped(po, lo, hi) * vmath::TanhClamped(cn, tb);                                         \
+  }
+// (Plain restrict parameters: with the pointers read from a struct GCC 12 leaves the loop scalar.)
+#define TWIN_LSTM_ROW_FN(Name)                                                                                     \
+  void Name(const float *__restrict xg, const float *__restrict hg, const float *__restrict bias,                  \
+            const float *__restrict P, float *__restrict c, float *__restrict h, int64_t H, float tb, float lo,    \
+            float hi) {                                                                                            \
+    if (P) {                                                                                                       \
+      TWIN_LSTM_ROW_LOOP(true)                                                                                     \
+    } else {                                                                                                       \
+      TWIN_LSTM_ROW_LOOP(false)                                                                                    \
+    }                                                                                                              \
+  }
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512dq"))) TWIN_LSTM_ROW_FN(LstmRowAvx512)
+__attribute__((target("avx2,fma"))) TWIN_LSTM_ROW_FN(LstmRowAvx2)
+#endif
+TWIN_LSTM_ROW_FN(LstmRowBaseline)
+#undef TWIN_LSTM_ROW_FN
+#undef TWIN_LSTM_ROW_LOOP
+using LstmRowFn = void (*)(const float *, const float *, const float *, const float *, float *, float *, int64_t,
+                           float, float, float);
+LstmRowFn PickLstmRow() {
+#if defined(__x86_64__)
+  switch (vmath::ActiveIsa()) {
+    case vmath::Isa::kAvx512: return LstmRowAvx512;
+    case vmath::Isa::kAvx2: return LstmRowAvx2;
+    default: break;
+  }
+#endif
+  return LstmRowBaseline;
+}
+// Never written: read at run time so that the compiler cannot fold the clamps (see above).
+volatile float g_lstm_tanh_bound = 9.0f, g_lstm_sig_lo = -104.0f, g_lstm_sig_hi = 20.0f;
+
+// dst[k, g] = src[g, k] for src [rows, cols], in tiles: a plain loop writes dst with a power-of-two stride that
+// keeps hitting the same cache sets.
+template <class T>
+void Transpose(const T *src, int64_t rows, int64_t cols, T *dst) {
+  constexpr int64_t kTile = 16;
+  for (int64_t g0 = 0; g0 < rows; g0 += kTile)
+    for (int64_t k0 = 0; k0 < cols; k0 += kTile) {
+      const int64_t g1 = std::min(rows, g0 + kTile), k1 = std::min(cols, k0 + kTile);
+      for (int64_t k = k0; k < k1; ++k)
+        for (int64_t g = g0; g < g1; ++g) dst[k * rows + g] = src[g * cols + k];
+    }
+}
+
 template <class T>
 class RnnKernel : public Kernel {
  public:
   RnnKernel(RnnAttrs r, int64_t seq, int64_t batch, int64_t in_size, int n_in, int n_out)
       : r_(std::move(r)), seq_(seq), batch_(batch), in_(in_size), H_(r_.hidden), G_(Gates(r_.kind)), n_in_(n_in),
-        n_out_(n_out) {}
+        n_out_(n_out) {
+    if constexpr (std::is_same<T, float>::value) {
+      const std::vector<Activation> &a = r_.acts;
+      bool defaults = r_.kind == Kind::kLstm && !r_.has_clip && !r_.input_forget;
+      for (int d = 0; defaults && d < r_.dirs; ++d)
+        defaults = a[3 * d].act == Act::kSigmoid && a[3 * d + 1].act == Act::kTanh && a[3 * d + 2].act == Act::kTanh;
+      if (defaults) lstm_row_ = PickLstmRow();
+    }
+  }
+  // R known when the graph is prepared (an initializer): its per-direction transposes are made once here.
+  void UseConstantR(const T *R) {
+    const int64_t GH = G_ * H_;
+    rt_const_.resize(static_cast<size_t>(r_.dirs * GH * H_));
+    for (int d = 0; d < r_.dirs; ++d) Transpose(R + d * GH * H_, GH, H_, rt_const_.data() + d * GH * H_);
+  }
   size_t scratch_bytes() const override {
     // x_dir [seq*batch, in], xw [seq*batch, GH], hr [batch, GH], h, c [batch, H], pre, act [batch, GH],
-    // rh, s [batch, H], rt [H, GH]
+    // rh, s [batch, H], rt [H, GH], bsum [GH]
     const int64_t GH = G_ * H_, BH = batch_ * H_;
     return sizeof(T) * static_cast<size_t>(seq_ * batch_ * in_ + seq_ * batch_ * GH + 3 * batch_ * GH + 4 * BH +
-                                           H_ * GH) +
-           10 * 64;
+                                           H_ * GH + GH) +
+           11 * 64;
   }
   bool Run(const void *const *in, void *const *out, std::string *reason) override {
     const T *X = static_cast<const T *>(in[0]);
@@ -236,14 +318,22 @@ class RnnKernel : public Kernel {
     buf_.rh = buf_.act + Pad(batch_ * GH);
     buf_.s = buf_.rh + Pad(batch_ * H_);
     buf_.rt = buf_.s + Pad(batch_ * H_);
+    buf_.bsum = buf_.rt + Pad(H_ * GH);
     std::fill(Y, Y + seq_ * r_.dirs * batch_ * H_, T(0));
     for (int d = 0; d < r_.dirs; ++d) {
-      // X in [seq, batch, in] order.
-      for (int64_t t = 0; t < seq_; ++t)
-        for (int64_t b = 0; b < batch_; ++b)
-          std::copy_n(X + (r_.layout == 0 ? (t * batch_ + b) : (b * seq_ + t)) * in_, in_, xs + (t * batch_ + b) * in_);
-      Gemm<T>(false, true, seq_ * batch_, GH, in_, T(1), xs, in_, W + d * GH * in_, in_, T(0), buf_.xw, GH);
-      if (B) FoldBiases(B + d * 2 * GH);
+      // X in [seq, batch, in] order (layout 0 already is).
+      const T *xrows = X;
+      if (r_.layout != 0) {
+        for (int64_t t = 0; t < seq_; ++t)
+          for (int64_t b = 0; b < batch_; ++b) std::copy_n(X + (b * seq_ + t) * in_, in_, xs + (t * batch_ + b) * in_);
+        xrows = xs;
+      }
+      Gemm<T>(false, true, seq_ * batch_, GH, in_, T(1), xrows, in_, W + d * GH * in_, in_, T(0), buf_.xw, GH);
+      if (lstm_row_) {  // the fused gate pass adds the biases itself
+        for (int64_t k = 0; k < GH; ++k) buf_.bsum[k] = B ? B[d * 2 * GH + k] + B[d * 2 * GH + GH + k] : T(0);
+      } else if (B) {
+        FoldBiases(B + d * 2 * GH);
+      }
       for (int64_t b = 0; b < batch_; ++b)
         for (int64_t j = 0; j < H_; ++j) {
           buf_.h[b * H_ + j] = H0 ? H0[StateIndex(d, b, j)] : T(0);
@@ -261,7 +351,7 @@ class RnnKernel : public Kernel {
 
  private:
   struct Buffers {  // views into scratch_, set by Run
-    T *xw, *hr, *h, *c, *pre, *act, *rh, *s, *rt;
+    T *xw, *hr, *h, *c, *pre, *act, *rh, *s, *rt, *bsum;
   };
   // Rows of one direction's time steps: each step's H R^T GEMM, then the gates of every batch row still inside
   // its sequence.
@@ -275,11 +365,13 @@ class RnnKernel : public Kernel {
     const Activation *acts = &r_.acts[d * ActsPerDir(r_.kind)];
     // GRU without linear_before_reset never reads the h gate's column block of H R^T: it multiplies (r . h) instead.
     const int64_t cols = r_.kind == Kind::kGru && !r_.linear_before_reset ? 2 * H_ : GH;
-    // R^T [H, GH] once per direction: each step's product then streams R's rows instead of repacking R.
-    for (int64_t g = 0; g < GH; ++g)
-      for (int64_t k = 0; k < H_; ++k) buf_.rt[k * GH + g] = Rd[g * H_ + k];
+    // R^T [H, GH] once per direction (or once for good when R is constant): each step's product then streams R's
+    // rows instead of repacking R.
+    const T *rt = buf_.rt;
+    if (!rt_const_.empty()) rt = rt_const_.data() + d * GH * H_;
+    else Transpose(Rd, GH, H_, buf_.rt);
     for (int64_t step = 0; step < seq_; ++step) {
-      RecurrentGemm(batch_, cols, buf_.h, buf_.rt, buf_.hr, GH);
+      RecurrentGemm(batch_, cols, buf_.h, rt, buf_.hr, GH);
       for (int64_t b = 0; b < batch_; ++b) {
         const int64_t len = lens ? lens[b] : seq_;
         // Reverse runs over each sequence's own valid steps, from its last one.
@@ -289,13 +381,13 @@ class RnnKernel : public Kernel {
           continue;
         }
         const T *xg = buf_.xw + (t * batch_ + b) * GH, *hg = buf_.hr + b * GH;
-        if (r_.kind == Kind::kLstm) LstmRow(xg, hg, P ? P + d * 3 * H_ : nullptr, acts, b);
+        if (r_.kind == Kind::kLstm) LstmRow(xg, hg, P ? P + d * 3 * H_ : nullptr, acts, b, buf_.bsum);
         else if (r_.kind == Kind::kRnn) RnnRow(xg, hg, acts, b);
         else GruGates(xg, hg, acts, b);
       }
       if (r_.kind == Kind::kGru) {
         if (!r_.linear_before_reset)  // s = (r . h) R_h^T for every row at once
-          RecurrentGemm(batch_, H_, buf_.rh, buf_.rt + 2 * H_, buf_.s, H_);
+          RecurrentGemm(batch_, H_, buf_.rh, rt + 2 * H_, buf_.s, H_);
         for (int64_t b = 0; b < batch_; ++b) {
           const int64_t len = lens ? lens[b] : seq_;
           if (step < len) GruOutput(buf_.xw + ((rev ? len - 1 - step : step) * batch_ + b) * GH, Rbh, acts, b);
@@ -338,12 +430,16 @@ class RnnKernel : public Kernel {
   void ClipRange(T *p, int64_t n) const {
     if (!r_.has_clip) return;
     const T lo = static_cast<T>(-r_.clip), hi = static_cast<T>(r_.clip);
-    for (int64_t j = 0; j < n; ++j) p[j] = std::max(lo, std::min(hi, p[j]));
+    for (int64_t j = 0; j < n; ++j) p[j] = p[j] < lo ? lo : p[j] > hi ? hi : p[j];  // NaN stays NaN
   }
 
   // LSTM, gates i o f c in that order, peepholes i o f; updates row b of h and c.
-  void LstmRow(const T *xg, const T *hg, const T *P, const Activation *acts, int64_t b) {
+  void LstmRow(const T *xg, const T *hg, const T *P, const Activation *acts, int64_t b, const T *bsum) {
     const int64_t H = H_;
+    if constexpr (std::is_same<T, float>::value)
+      if (lstm_row_)
+        return lstm_row_(xg, hg, bsum, P, buf_.c + b * H, buf_.h + b * H, H, g_lstm_tanh_bound, g_lstm_sig_lo,
+                         g_lstm_sig_hi);
     T *pre = buf_.pre + b * G_ * H, *act = buf_.act + b * G_ * H, *c = buf_.c + b * H, *h = buf_.h + b * H;
     for (int64_t k = 0; k < 4 * H; ++k) pre[k] = xg[k] + hg[k];
     if (P)
@@ -411,6 +507,8 @@ class RnnKernel : public Kernel {
   int64_t seq_, batch_, in_, H_, G_;
   int n_in_, n_out_;
   Buffers buf_{};
+  LstmRowFn lstm_row_ = nullptr;  // the fused LSTM row (float32, default activations), else null
+  std::vector<T> rt_const_;       // R^T per direction when R is constant, else empty
 };
 
 std::unique_ptr<Kernel> PrepareRnn(const KernelCtx &kc, std::string *reason) {
@@ -420,8 +518,15 @@ std::unique_ptr<Kernel> PrepareRnn(const KernelCtx &kc, std::string *reason) {
   if (r.hidden <= 0) r.hidden = kc.in[2]->dims[2];
   const int64_t seq = xd[r.layout == 0 ? 0 : 1], batch = xd[r.layout == 0 ? 1 : 0];
   const int n_in = static_cast<int>(kc.in.size()), n_out = static_cast<int>(kc.out.size());
-  if (kc.in[0]->dtype == ElemType::kFloat) return std::make_unique<RnnKernel<float>>(r, seq, batch, xd[2], n_in, n_out);
-  return std::make_unique<RnnKernel<double>>(r, seq, batch, xd[2], n_in, n_out);
+  const void *R = kc.in_data.size() > 2 ? kc.in_data[2] : nullptr;
+  if (kc.in[0]->dtype == ElemType::kFloat) {
+    auto k = std::make_unique<RnnKernel<float>>(r, seq, batch, xd[2], n_in, n_out);
+    if (R) k->UseConstantR(static_cast<const float *>(R));
+    return k;
+  }
+  auto k = std::make_unique<RnnKernel<double>>(r, seq, batch, xd[2], n_in, n_out);
+  if (R) k->UseConstantR(static_cast<const double *>(R));
+  return k;
 }
 
 }  // namespace
