@@ -1,9 +1,9 @@
-"""LSTM's fused float32 gate pass (default activations) and the recurrent layers' constant-R transpose against
-onnx.reference, and against ONNX's LSTM equations in float64 where onnx.reference ignores an attribute
-(sequence_lens, clip, input_forget, activations): hidden sizes off the vector widths (1, 7, 17, 37) and on them
-(16, 64), batch 1 and more, every direction, layout 1, peepholes, initial states, W / R / B as initializers (R^T made
-once) or as inputs, NaN / inf / huge values in X; the non-default attributes take the general path. Rerun under
-each instruction set."""
+"""LSTM's fused float32 gate pass (default activations) and the recurrent layers' panel kernel for h R^T (R packed
+once when constant) against onnx.reference, and against ONNX's LSTM equations in float64 where onnx.reference ignores
+an attribute (sequence_lens, clip, input_forget, activations): hidden sizes off the vector widths and panels (1, 7,
+13, 17, 37) and on them (16, 64), batch 1 to 40, every direction, layout 1, peepholes, initial states, W / R / B as
+initializers or as inputs, NaN / inf / huge values in X; the non-default attributes take the general path. Rerun
+under each instruction set."""
 
 from __future__ import annotations
 
@@ -121,8 +121,20 @@ def _check(session, model, feeds, want=None):
     assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
-# (seq, batch, input, hidden): hidden on and off the 8 / 16 lane widths, 1, batch 1 and past the small-GEMM rows
-SHAPES = [(3, 1, 4, 1), (5, 1, 6, 7), (4, 2, 5, 16), (6, 3, 9, 17), (3, 5, 8, 37), (4, 4, 16, 64), (2, 33, 5, 8)]
+# (seq, batch, input, hidden): hidden on and off the 8 / 16 lane widths and the 16 / 32 column panels, 1; batch 1,
+# partial 4 / 8-row blocks, and past the panel kernel's 32 rows
+SHAPES = [
+    (3, 1, 4, 1),
+    (5, 1, 6, 7),
+    (4, 2, 5, 16),
+    (6, 3, 9, 17),
+    (3, 5, 8, 37),
+    (4, 4, 16, 64),
+    (3, 9, 6, 13),
+    (2, 17, 4, 24),
+    (2, 32, 3, 5),
+    (2, 33, 5, 8),
+]
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"T{s}B{b}I{i}H{h}" for s, b, i, h in SHAPES])
@@ -209,12 +221,14 @@ def test_lstm_edge_values_in_x(session, hid, const):
 
 @pytest.mark.parametrize("op", ["GRU", "RNN"])
 @pytest.mark.parametrize("hid", [1, 16, 23])
+@pytest.mark.parametrize("batch", [3, 11, 40])
 @pytest.mark.parametrize("const", [True, False], ids=["const", "inputs"])
-def test_gru_rnn_transposed_r(session, op, hid, const):
-    """GRU / RNN through the same R^T (made once for a constant R, tiled at run time otherwise)."""
+def test_gru_rnn_transposed_r(session, op, hid, batch, const):
+    """GRU / RNN through the same recurrent products (R packed or transposed once for a constant R, at run time
+    otherwise; GRU's h block as its own product without linear_before_reset)."""
     for kw in (dict(dirs=2, direction="bidirectional", h0=True), dict(layout=1), dict(direction="reverse")):
         extra = dict(linear_before_reset=1) if op == "GRU" and kw.get("layout") else {}
-        model, feeds, _ = _case(op, 5, 3, 6, hid, const=const, seed=hid, **kw, **extra)
+        model, feeds, _ = _case(op, 5, batch, 6, hid, const=const, seed=hid, **kw, **extra)
         _check(session, model, feeds)
 
 
