@@ -661,7 +661,8 @@ class RnnKernel : public Kernel {
     T *pre = buf_.pre + b * G_ * H, *act = buf_.act + b * G_ * H, *h = buf_.h + b * H;
     const T *hg = buf_.hr + b * G_ * H, *s = buf_.s + b * H;
     if (r_.linear_before_reset)
-      for (int64_t j = 0; j < H; ++j) pre[2 * H + j] = xg[2 * H + j] + act[H + j] * (hg[2 * H + j] + (Rbh ? Rbh[j] : T(0)));
+      for (int64_t j = 0; j < H; ++j)
+        pre[2 * H + j] = xg[2 * H + j] + act[H + j] * (hg[2 * H + j] + (Rbh ? Rbh[j] : T(0)));
     else
       for (int64_t j = 0; j < H; ++j) pre[2 * H + j] = xg[2 * H + j] + s[j];
     ClipRange(pre + 2 * H, H);
