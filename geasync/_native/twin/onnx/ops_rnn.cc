@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "elem.h"
 #include "gemm.h"
@@ -197,19 +200,243 @@ void ApplyActivation(const Activation &f, const T *x, T *y, int64_t n) {
   for (int64_t j = 0; j < n; ++j) y[j] = static_cast<T>(f(static_cast<double>(x[j])));
 }
 
+// One LSTM row with the default activations (Sigmoid, Tanh, Tanh), no clip and no input_forget, in a single pass
+// over the hidden units: the gates' pre-activations (projection + recurrent term + folded bias sum, + peepholes),
+// their activations and the c and h updates stay in registers instead of going through four arrays and five
+// activation calls. Compiled per instruction set like vmath's array kernels (GCC vectorises the inline vmath
+// bodies); the clamp bounds arrive as arguments so that they stay run-time values (see vmath.cc's g_tanh_bound).
+// Gate blocks of xg, hg and bias (each [4H]): i o f c. P (i o f, [3H]) may be null.
+#define TWIN_LSTM_ROW_LOOP(PEEP)                                                                                   \
+  for (int64_t j = 0; j < H; ++j) {                                                                                \
+    const float cj = c[j];                                                                                         \
+    float pi = xg[j] + hg[j] + bias[j], pf = xg[2 * H + j] + hg[2 * H + j] + bias[2 * H + j];                      \
+    if (PEEP) {                                                                                                    \
+      pi += P[j] * cj;                                                                                             \
+      pf += P[2 * H + j] * cj;                                                                                     \
+    }                                                                                                              \
+    const float ig = vmath::SigmoidClamped(pi, lo, hi), fg = vmath::SigmoidClamped(pf, lo, hi);                    \
+    const float gg = vmath::TanhClamped(xg[3 * H + j] + hg[3 * H + j] + bias[3 * H + j], tb);                      \
+    const float cn = fg * cj + ig * gg;                                                                            \
+    float po = xg[H + j] + hg[H + j] + bias[H + j];                                                                \
+    if (PEEP) po += P[H + j] * cn;                                                                                 \
+    c[j] = cn;                                                                                                     \
+    h[j] = vmath::SigmoidClamped(po, lo, hi) * vmath::TanhClamped(cn, tb);                                         \
+  }
+// (Plain restrict parameters: with the pointers read from a struct GCC 12 leaves the loop scalar.)
+#define TWIN_LSTM_ROW_FN(Name)                                                                                     \
+  void Name(const float *__restrict xg, const float *__restrict hg, const float *__restrict bias,                  \
+            const float *__restrict P, float *__restrict c, float *__restrict h, int64_t H, float tb, float lo,    \
+            float hi) {                                                                                            \
+    if (P) {                                                                                                       \
+      TWIN_LSTM_ROW_LOOP(true)                                                                                     \
+    } else {                                                                                                       \
+      TWIN_LSTM_ROW_LOOP(false)                                                                                    \
+    }                                                                                                              \
+  }
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512dq"))) TWIN_LSTM_ROW_FN(LstmRowAvx512)
+__attribute__((target("avx2,fma"))) TWIN_LSTM_ROW_FN(LstmRowAvx2)
+#endif
+TWIN_LSTM_ROW_FN(LstmRowBaseline)
+#undef TWIN_LSTM_ROW_FN
+#undef TWIN_LSTM_ROW_LOOP
+using LstmRowFn = void (*)(const float *, const float *, const float *, const float *, float *, float *, int64_t,
+                           float, float, float);
+LstmRowFn PickLstmRow() {
+#if defined(__x86_64__)
+  switch (vmath::ActiveIsa()) {
+    case vmath::Isa::kAvx512: return LstmRowAvx512;
+    case vmath::Isa::kAvx2: return LstmRowAvx2;
+    default: break;
+  }
+#endif
+  return LstmRowBaseline;
+}
+// Never written: read at run time so that the compiler cannot fold the clamps (see above).
+volatile float g_lstm_tanh_bound = 9.0f, g_lstm_sig_lo = -104.0f, g_lstm_sig_hi = 20.0f;
+
+// dst[k, g] = src[g, k] for src [rows, cols], in tiles: a plain loop writes dst with a power-of-two stride that
+// keeps hitting the same cache sets.
+template <class T>
+void Transpose(const T *src, int64_t rows, int64_t cols, T *dst) {
+  constexpr int64_t kTile = 16;
+  for (int64_t g0 = 0; g0 < rows; g0 += kTile)
+    for (int64_t k0 = 0; k0 < cols; k0 += kTile) {
+      const int64_t g1 = std::min(rows, g0 + kTile), k1 = std::min(cols, k0 + kTile);
+      for (int64_t k = k0; k < k1; ++k)
+        for (int64_t g = g0; g < g1; ++g) dst[k * rows + g] = src[g * cols + k];
+    }
+}
+
+// Each step's h R^T for up to kPanelMaxRows rows, float32, AVX-512 / AVX2: R^T packed into panels of kPanel columns
+// (K x kPanel each, contiguous) so that one panel stays in L1 while every row block runs over it with its sums in
+// registers; the generic small-GEMM kernel keeps its sums in memory and streams all of R^T per block of 4 rows
+// (~1.8x slower at 16 x 128 x 512).
+struct PanelGemm {
+  const float *A;  // [rows, K], rows lda apart
+  int64_t lda, rows, K;
+  const float *pack;  // panels of kPanel columns: pack[(p * K + k) * kPanel + c]
+  int64_t N;          // columns of C
+  float *C;
+  int64_t ldc;
+};
+
+#if defined(__x86_64__)
+namespace avx512 {
+#define TWIN_RNN_TARGET __attribute__((target("avx512f")))
+constexpr int kPanel = 32, kRows = 8;
+template <int MR>
+TWIN_RNN_TARGET void PanelRows(const PanelGemm &g, int64_t i0, const float *panel, int64_t j0) {
+  __m512 acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const float *a = g.A + i0 * g.lda;
+  for (int64_t k = 0; k < g.K; ++k) {
+    const __m512 b0 = _mm512_loadu_ps(panel + k * kPanel), b1 = _mm512_loadu_ps(panel + k * kPanel + 16);
+    for (int r = 0; r < MR; ++r) {
+      const __m512 av = _mm512_set1_ps(a[r * g.lda + k]);
+      acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+    }
+  }
+  const int64_t n = g.N - j0 < kPanel ? g.N - j0 : kPanel;
+  const __mmask16 m0 = static_cast<__mmask16>(n >= 16 ? 0xffffu : (1u << n) - 1u);
+  const __mmask16 m1 = static_cast<__mmask16>(n >= 32 ? 0xffffu : n <= 16 ? 0u : (1u << (n - 16)) - 1u);
+  for (int r = 0; r < MR; ++r) {
+    float *c = g.C + (i0 + r) * g.ldc + j0;
+    _mm512_mask_storeu_ps(c, m0, acc[r][0]);
+    _mm512_mask_storeu_ps(c + 16, m1, acc[r][1]);
+  }
+}
+TWIN_RNN_TARGET void Run(const PanelGemm &g) {
+  for (int64_t j0 = 0; j0 < g.N; j0 += kPanel) {
+    const float *panel = g.pack + j0 * g.K;  // (j0 / kPanel) * K * kPanel
+    int64_t i = 0;
+    for (; i + kRows <= g.rows; i += kRows) PanelRows<kRows>(g, i, panel, j0);
+    switch (g.rows - i) {
+      case 7: PanelRows<7>(g, i, panel, j0); break;
+      case 6: PanelRows<6>(g, i, panel, j0); break;
+      case 5: PanelRows<5>(g, i, panel, j0); break;
+      case 4: PanelRows<4>(g, i, panel, j0); break;
+      case 3: PanelRows<3>(g, i, panel, j0); break;
+      case 2: PanelRows<2>(g, i, panel, j0); break;
+      case 1: PanelRows<1>(g, i, panel, j0); break;
+      default: break;
+    }
+  }
+}
+#undef TWIN_RNN_TARGET
+}  // namespace avx512
+
+namespace avx2 {
+#define TWIN_RNN_TARGET __attribute__((target("avx2,fma")))
+constexpr int kPanel = 16, kRows = 4;
+template <int MR>
+TWIN_RNN_TARGET void PanelRows(const PanelGemm &g, int64_t i0, const float *panel, int64_t j0) {
+  __m256 acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const float *a = g.A + i0 * g.lda;
+  for (int64_t k = 0; k < g.K; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(panel + k * kPanel), b1 = _mm256_loadu_ps(panel + k * kPanel + 8);
+    for (int r = 0; r < MR; ++r) {
+      const __m256 av = _mm256_broadcast_ss(a + r * g.lda + k);
+      acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+    }
+  }
+  const int64_t n = g.N - j0 < kPanel ? g.N - j0 : kPanel;
+  for (int r = 0; r < MR; ++r) {
+    float *c = g.C + (i0 + r) * g.ldc + j0;
+    if (n == kPanel) {
+      _mm256_storeu_ps(c, acc[r][0]);
+      _mm256_storeu_ps(c + 8, acc[r][1]);
+    } else {
+      alignas(32) float tmp[kPanel];
+      _mm256_store_ps(tmp, acc[r][0]);
+      _mm256_store_ps(tmp + 8, acc[r][1]);
+      for (int64_t q = 0; q < n; ++q) c[q] = tmp[q];
+    }
+  }
+}
+TWIN_RNN_TARGET void Run(const PanelGemm &g) {
+  for (int64_t j0 = 0; j0 < g.N; j0 += kPanel) {
+    const float *panel = g.pack + j0 * g.K;
+    int64_t i = 0;
+    for (; i + kRows <= g.rows; i += kRows) PanelRows<kRows>(g, i, panel, j0);
+    switch (g.rows - i) {
+      case 3: PanelRows<3>(g, i, panel, j0); break;
+      case 2: PanelRows<2>(g, i, panel, j0); break;
+      case 1: PanelRows<1>(g, i, panel, j0); break;
+      default: break;
+    }
+  }
+}
+#undef TWIN_RNN_TARGET
+}  // namespace avx2
+#endif
+
+// Panel width of the packed R^T for the active instruction set, 0 where no panel kernel runs.
+int PanelWidth() {
+#if defined(__x86_64__)
+  switch (vmath::ActiveIsa()) {
+    case vmath::Isa::kAvx512: return avx512::kPanel;
+    case vmath::Isa::kAvx2: return avx2::kPanel;
+    default: break;
+  }
+#endif
+  return 0;
+}
+// pack[(p * K + k) * width + c] = Rt[k, p * width + c] from R [N, K] (0 past N).
+void PackPanels(const float *R, int64_t N, int64_t K, int width, float *pack) {
+  for (int64_t j0 = 0; j0 < N; j0 += width)
+    for (int64_t k = 0; k < K; ++k)
+      for (int c = 0; c < width; ++c) pack[j0 * K + k * width + c] = j0 + c < N ? R[(j0 + c) * K + k] : 0.0f;
+}
+// Floats of the packed form of N columns.
+int64_t PackedSize(int64_t N, int64_t K, int width) { return (N + width - 1) / width * width * K; }
+constexpr int64_t kPanelMaxRows = 32;  // more rows: BLAS's own packing pays
+void RunPanels(const PanelGemm &g) {
+#if defined(__x86_64__)
+  if (vmath::ActiveIsa() == vmath::Isa::kAvx512) return avx512::Run(g);
+  avx2::Run(g);
+#else
+  (void)g;
+#endif
+}
+
 template <class T>
 class RnnKernel : public Kernel {
  public:
   RnnKernel(RnnAttrs r, int64_t seq, int64_t batch, int64_t in_size, int n_in, int n_out)
       : r_(std::move(r)), seq_(seq), batch_(batch), in_(in_size), H_(r_.hidden), G_(Gates(r_.kind)), n_in_(n_in),
-        n_out_(n_out) {}
+        n_out_(n_out) {
+    if constexpr (std::is_same<T, float>::value) {
+      const std::vector<Activation> &a = r_.acts;
+      bool defaults = r_.kind == Kind::kLstm && !r_.has_clip && !r_.input_forget;
+      for (int d = 0; defaults && d < r_.dirs; ++d)
+        defaults = a[3 * d].act == Act::kSigmoid && a[3 * d + 1].act == Act::kTanh && a[3 * d + 2].act == Act::kTanh;
+      if (defaults) lstm_row_ = PickLstmRow();
+      if (batch_ <= kPanelMaxRows) panel_w_ = PanelWidth();
+    }
+  }
+  // R known when the graph is prepared (an initializer): its per-direction transposes are made once here.
+  void UseConstantR(const T *R) {
+    const int64_t GH = G_ * H_;
+    if constexpr (std::is_same<T, float>::value)
+      if (panel_w_) {
+        packs_const_.resize(static_cast<size_t>(r_.dirs * PackSizePerDir()));
+        for (int d = 0; d < r_.dirs; ++d) Pack(R + d * GH * H_, packs_const_.data() + d * PackSizePerDir());
+        return;
+      }
+    rt_const_.resize(static_cast<size_t>(r_.dirs * GH * H_));
+    for (int d = 0; d < r_.dirs; ++d) Transpose(R + d * GH * H_, GH, H_, rt_const_.data() + d * GH * H_);
+  }
   size_t scratch_bytes() const override {
     // x_dir [seq*batch, in], xw [seq*batch, GH], hr [batch, GH], h, c [batch, H], pre, act [batch, GH],
-    // rh, s [batch, H], rt [H, GH]
+    // rh, s [batch, H], rt [H, GH], bsum [GH]
     const int64_t GH = G_ * H_, BH = batch_ * H_;
     return sizeof(T) * static_cast<size_t>(seq_ * batch_ * in_ + seq_ * batch_ * GH + 3 * batch_ * GH + 4 * BH +
-                                           H_ * GH) +
-           10 * 64;
+                                           H_ * GH + GH + PackSizePerDir()) +
+           12 * 64;
   }
   bool Run(const void *const *in, void *const *out, std::string *reason) override {
     const T *X = static_cast<const T *>(in[0]);
@@ -236,14 +463,23 @@ class RnnKernel : public Kernel {
     buf_.rh = buf_.act + Pad(batch_ * GH);
     buf_.s = buf_.rh + Pad(batch_ * H_);
     buf_.rt = buf_.s + Pad(batch_ * H_);
+    buf_.bsum = buf_.rt + Pad(H_ * GH);
+    buf_.pack = buf_.bsum + Pad(GH);
     std::fill(Y, Y + seq_ * r_.dirs * batch_ * H_, T(0));
     for (int d = 0; d < r_.dirs; ++d) {
-      // X in [seq, batch, in] order.
-      for (int64_t t = 0; t < seq_; ++t)
-        for (int64_t b = 0; b < batch_; ++b)
-          std::copy_n(X + (r_.layout == 0 ? (t * batch_ + b) : (b * seq_ + t)) * in_, in_, xs + (t * batch_ + b) * in_);
-      Gemm<T>(false, true, seq_ * batch_, GH, in_, T(1), xs, in_, W + d * GH * in_, in_, T(0), buf_.xw, GH);
-      if (B) FoldBiases(B + d * 2 * GH);
+      // X in [seq, batch, in] order (layout 0 already is).
+      const T *xrows = X;
+      if (r_.layout != 0) {
+        for (int64_t t = 0; t < seq_; ++t)
+          for (int64_t b = 0; b < batch_; ++b) std::copy_n(X + (b * seq_ + t) * in_, in_, xs + (t * batch_ + b) * in_);
+        xrows = xs;
+      }
+      Gemm<T>(false, true, seq_ * batch_, GH, in_, T(1), xrows, in_, W + d * GH * in_, in_, T(0), buf_.xw, GH);
+      if (lstm_row_) {  // the fused gate pass adds the biases itself
+        for (int64_t k = 0; k < GH; ++k) buf_.bsum[k] = B ? B[d * 2 * GH + k] + B[d * 2 * GH + GH + k] : T(0);
+      } else if (B) {
+        FoldBiases(B + d * 2 * GH);
+      }
       for (int64_t b = 0; b < batch_; ++b)
         for (int64_t j = 0; j < H_; ++j) {
           buf_.h[b * H_ + j] = H0 ? H0[StateIndex(d, b, j)] : T(0);
@@ -261,7 +497,7 @@ class RnnKernel : public Kernel {
 
  private:
   struct Buffers {  // views into scratch_, set by Run
-    T *xw, *hr, *h, *c, *pre, *act, *rh, *s, *rt;
+    T *xw, *hr, *h, *c, *pre, *act, *rh, *s, *rt, *bsum, *pack;
   };
   // Rows of one direction's time steps: each step's H R^T GEMM, then the gates of every batch row still inside
   // its sequence.
@@ -274,12 +510,24 @@ class RnnKernel : public Kernel {
     const T *P = r_.kind == Kind::kLstm ? Opt(in, 7) : nullptr;
     const Activation *acts = &r_.acts[d * ActsPerDir(r_.kind)];
     // GRU without linear_before_reset never reads the h gate's column block of H R^T: it multiplies (r . h) instead.
-    const int64_t cols = r_.kind == Kind::kGru && !r_.linear_before_reset ? 2 * H_ : GH;
-    // R^T [H, GH] once per direction: each step's product then streams R's rows instead of repacking R.
-    for (int64_t g = 0; g < GH; ++g)
-      for (int64_t k = 0; k < H_; ++k) buf_.rt[k * GH + g] = Rd[g * H_ + k];
+    const int64_t cols = RecurrentCols();
+    // R^T [H, GH] once per direction (or once for good when R is constant): each step's product then streams R's
+    // rows instead of repacking R.
+    // With the panel kernel, R packed into panels instead (the recurrent products' columns: all gates, or GRU's z, r
+    // and separately its h block).
+    const T *rt = buf_.rt, *pack = buf_.pack;
+    if (panel_w_) {
+      if (!packs_const_.empty()) pack = packs_const_.data() + d * PackSizePerDir();
+      else Pack(Rd, buf_.pack);
+    } else if (!rt_const_.empty()) {
+      rt = rt_const_.data() + d * GH * H_;
+    } else {
+      Transpose(Rd, GH, H_, buf_.rt);
+    }
+    const T *pack_h = panel_w_ ? pack + PackedSize(cols, H_, panel_w_) : nullptr;
     for (int64_t step = 0; step < seq_; ++step) {
-      RecurrentGemm(batch_, cols, buf_.h, buf_.rt, buf_.hr, GH);
+      if (panel_w_) RunPanelGemm(buf_.h, pack, cols, buf_.hr, GH);
+      else RecurrentGemm(batch_, cols, buf_.h, rt, buf_.hr, GH);
       for (int64_t b = 0; b < batch_; ++b) {
         const int64_t len = lens ? lens[b] : seq_;
         // Reverse runs over each sequence's own valid steps, from its last one.
@@ -289,13 +537,15 @@ class RnnKernel : public Kernel {
           continue;
         }
         const T *xg = buf_.xw + (t * batch_ + b) * GH, *hg = buf_.hr + b * GH;
-        if (r_.kind == Kind::kLstm) LstmRow(xg, hg, P ? P + d * 3 * H_ : nullptr, acts, b);
+        if (r_.kind == Kind::kLstm) LstmRow(xg, hg, P ? P + d * 3 * H_ : nullptr, acts, b, buf_.bsum);
         else if (r_.kind == Kind::kRnn) RnnRow(xg, hg, acts, b);
         else GruGates(xg, hg, acts, b);
       }
       if (r_.kind == Kind::kGru) {
-        if (!r_.linear_before_reset)  // s = (r . h) R_h^T for every row at once
-          RecurrentGemm(batch_, H_, buf_.rh, buf_.rt + 2 * H_, buf_.s, H_);
+        if (!r_.linear_before_reset) {  // s = (r . h) R_h^T for every row at once
+          if (panel_w_) RunPanelGemm(buf_.rh, pack_h, H_, buf_.s, H_);
+          else RecurrentGemm(batch_, H_, buf_.rh, rt + 2 * H_, buf_.s, H_);
+        }
         for (int64_t b = 0; b < batch_; ++b) {
           const int64_t len = lens ? lens[b] : seq_;
           if (step < len) GruOutput(buf_.xw + ((rev ? len - 1 - step : step) * batch_ + b) * GH, Rbh, acts, b);
@@ -323,6 +573,25 @@ class RnnKernel : public Kernel {
   }
   static constexpr int64_t kRecurrentSmallRows = 32;
 
+  // Columns of the first recurrent product: GRU without linear_before_reset leaves out the h block (see RunDirection).
+  int64_t RecurrentCols() const { return r_.kind == Kind::kGru && !r_.linear_before_reset ? 2 * H_ : G_ * H_; }
+  bool SeparateHBlock() const { return r_.kind == Kind::kGru && !r_.linear_before_reset; }
+  int64_t PackSizePerDir() const {
+    if (!panel_w_) return 0;
+    return PackedSize(RecurrentCols(), H_, panel_w_) + (SeparateHBlock() ? PackedSize(H_, H_, panel_w_) : 0);
+  }
+  // One direction's R [GH, H] into panels: the first product's columns, then GRU's h block.
+  void Pack(const T *Rd, T *pack) const {
+    if constexpr (std::is_same<T, float>::value) {
+      PackPanels(Rd, RecurrentCols(), H_, panel_w_, pack);
+      if (SeparateHBlock())
+        PackPanels(Rd + 2 * H_ * H_, H_, H_, panel_w_, pack + PackedSize(RecurrentCols(), H_, panel_w_));
+    }
+  }
+  void RunPanelGemm(const T *A, const T *pack, int64_t n, T *C, int64_t ldc) const {
+    if constexpr (std::is_same<T, float>::value) RunPanels({A, H_, batch_, H_, pack, n, C, ldc});
+  }
+
   // Every gate's W and R biases added to the input projection once, instead of at every step; the exception is
   // GRU's h gate with linear_before_reset, whose R bias is inside r . (h R_h^T + Rb_h) (GruOutput).
   void FoldBiases(const T *Bd) {
@@ -338,12 +607,16 @@ class RnnKernel : public Kernel {
   void ClipRange(T *p, int64_t n) const {
     if (!r_.has_clip) return;
     const T lo = static_cast<T>(-r_.clip), hi = static_cast<T>(r_.clip);
-    for (int64_t j = 0; j < n; ++j) p[j] = std::max(lo, std::min(hi, p[j]));
+    for (int64_t j = 0; j < n; ++j) p[j] = p[j] < lo ? lo : p[j] > hi ? hi : p[j];  // NaN stays NaN
   }
 
   // LSTM, gates i o f c in that order, peepholes i o f; updates row b of h and c.
-  void LstmRow(const T *xg, const T *hg, const T *P, const Activation *acts, int64_t b) {
+  void LstmRow(const T *xg, const T *hg, const T *P, const Activation *acts, int64_t b, const T *bsum) {
     const int64_t H = H_;
+    if constexpr (std::is_same<T, float>::value)
+      if (lstm_row_)
+        return lstm_row_(xg, hg, bsum, P, buf_.c + b * H, buf_.h + b * H, H, g_lstm_tanh_bound, g_lstm_sig_lo,
+                         g_lstm_sig_hi);
     T *pre = buf_.pre + b * G_ * H, *act = buf_.act + b * G_ * H, *c = buf_.c + b * H, *h = buf_.h + b * H;
     for (int64_t k = 0; k < 4 * H; ++k) pre[k] = xg[k] + hg[k];
     if (P)
@@ -388,7 +661,8 @@ class RnnKernel : public Kernel {
     T *pre = buf_.pre + b * G_ * H, *act = buf_.act + b * G_ * H, *h = buf_.h + b * H;
     const T *hg = buf_.hr + b * G_ * H, *s = buf_.s + b * H;
     if (r_.linear_before_reset)
-      for (int64_t j = 0; j < H; ++j) pre[2 * H + j] = xg[2 * H + j] + act[H + j] * (hg[2 * H + j] + (Rbh ? Rbh[j] : T(0)));
+      for (int64_t j = 0; j < H; ++j)
+        pre[2 * H + j] = xg[2 * H + j] + act[H + j] * (hg[2 * H + j] + (Rbh ? Rbh[j] : T(0)));
     else
       for (int64_t j = 0; j < H; ++j) pre[2 * H + j] = xg[2 * H + j] + s[j];
     ClipRange(pre + 2 * H, H);
@@ -411,6 +685,10 @@ class RnnKernel : public Kernel {
   int64_t seq_, batch_, in_, H_, G_;
   int n_in_, n_out_;
   Buffers buf_{};
+  LstmRowFn lstm_row_ = nullptr;  // the fused LSTM row (float32, default activations), else null
+  std::vector<T> rt_const_;       // R^T per direction when R is constant, else empty
+  int panel_w_ = 0;               // columns per panel of the panel kernel (float32), 0 without it
+  std::vector<T> packs_const_;    // R's panels per direction when R is constant, else empty
 };
 
 std::unique_ptr<Kernel> PrepareRnn(const KernelCtx &kc, std::string *reason) {
@@ -420,8 +698,15 @@ std::unique_ptr<Kernel> PrepareRnn(const KernelCtx &kc, std::string *reason) {
   if (r.hidden <= 0) r.hidden = kc.in[2]->dims[2];
   const int64_t seq = xd[r.layout == 0 ? 0 : 1], batch = xd[r.layout == 0 ? 1 : 0];
   const int n_in = static_cast<int>(kc.in.size()), n_out = static_cast<int>(kc.out.size());
-  if (kc.in[0]->dtype == ElemType::kFloat) return std::make_unique<RnnKernel<float>>(r, seq, batch, xd[2], n_in, n_out);
-  return std::make_unique<RnnKernel<double>>(r, seq, batch, xd[2], n_in, n_out);
+  const void *R = kc.in_data.size() > 2 ? kc.in_data[2] : nullptr;
+  if (kc.in[0]->dtype == ElemType::kFloat) {
+    auto k = std::make_unique<RnnKernel<float>>(r, seq, batch, xd[2], n_in, n_out);
+    if (R) k->UseConstantR(static_cast<const float *>(R));
+    return k;
+  }
+  auto k = std::make_unique<RnnKernel<double>>(r, seq, batch, xd[2], n_in, n_out);
+  if (R) k->UseConstantR(static_cast<const double *>(R));
+  return k;
 }
 
 }  // namespace
