@@ -13,6 +13,7 @@ import geasync as ga
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx_cases import rerun_file_with_instruction_set  # noqa: E402
 
 _TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.float16: TensorProto.FLOAT16,
           np.int32: TensorProto.INT32, np.int64: TensorProto.INT64, np.bool_: TensorProto.BOOL}
@@ -97,6 +98,28 @@ def test_attention_unmasked_rows_vectorised(skv, mode):
     q[1, 2, 1] = 1e3
     k[0, 1, 0] = 1e-40
     _check("Attention", [q, k, v], n_out=4, qk_matmul_output_mode=mode, rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("skv", [1, 9, 64])
+@pytest.mark.parametrize("rank3", [False, True])
+def test_attention_plain_output_only(skv, rank3):
+    """Y alone, no past: 4-D K and V are read in place and each head's PV product is written straight into Y (3-D
+    inputs are gathered per head first); NaN / inf queries in some rows, so the NaN rows are redone."""
+    b, h, sq, d = 2, 3, 17, 8
+    q = _f(b, h, sq, d) * 3
+    q[0, 1, 5, 2] = np.nan
+    q[1, 2, 16, 0] = np.inf
+    k, v = _f(b, h, skv, d), _f(b, h, skv, d)
+    attrs = {}
+    if rank3:
+        q, k, v = (x.transpose(0, 2, 1, 3).reshape(b, x.shape[2], h * d) for x in (q, k, v))
+        attrs = {"q_num_heads": h, "kv_num_heads": h}
+    _check("Attention", [q, k, v], rtol=2e-5, atol=1e-6, **attrs)
+
+
+@pytest.mark.parametrize("isa", ["baseline", "avx2"])
+def test_attention_fallback_instruction_sets(isa):
+    rerun_file_with_instruction_set(__file__, isa, select="test_attention")
 
 
 # ---- losses ----
