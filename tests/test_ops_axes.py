@@ -186,9 +186,11 @@ def test_transpose_every_4d_perm(session, shape, dtype):
 
 @pytest.mark.parametrize("shape,perm", [((33, 1000), (1, 0)), ((64, 64), (1, 0)), ((1024, 40), (1, 0)),
                                         ((2, 40, 9, 72), (0, 3, 1, 2)), ((1, 33, 17, 16), (0, 3, 1, 2)),
-                                        ((2, 16, 64, 64), (0, 3, 1, 2)), ((1, 64, 64, 16), (0, 2, 3, 1))])
+                                        ((2, 16, 64, 64), (0, 3, 1, 2)), ((1, 64, 64, 16), (0, 2, 3, 1)),
+                                        ((4100, 21), (1, 0)), ((1, 8, 64, 64), (0, 3, 1, 2))])
 def test_transpose_tiles_and_edges(session, shape, perm):
-    """Larger planes: whole 8x8 blocks, their ragged edges and power-of-two strides."""
+    """Larger planes: whole 8x8 blocks, their ragged edges, power-of-two strides and output rows past the 2048-column
+    blocks."""
     x = np.random.default_rng(50).standard_normal(shape).astype(np.float32)
     m = _model("Transpose", x, perm=list(perm))
     want = _want(m, [x])

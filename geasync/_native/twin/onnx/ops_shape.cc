@@ -211,18 +211,20 @@ __attribute__((target("avx2"), always_inline)) inline void Transpose8x8Avx2(cons
   _mm256_storeu_ps(dst + 6 * cols, _mm256_permute2f128_ps(u2, u6, 0x31));
   _mm256_storeu_ps(dst + 7 * cols, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
-// y[i][j] = x[i + j * is] for 4-byte elements: 8x8 blocks visited in 32x32 tiles; the ragged edges go element by
-// element.
+// y[i][j] = x[i + j * is] for 4-byte elements: 8x8 blocks, 8 output rows at a time across up to 2048 columns (the
+// 2048 source lines they read, 128 KB, stay in L2 for the next 8 rows); the ragged edges go element by element. Not
+// square tiles: with power-of-two row lengths, the 32 output rows of the earlier 32x32 tiles mapped to the same
+// cache sets (4x16x128x128 to [0, 3, 1, 2]: 1.9x of onnxruntime -> 0.6; 1024x1024: 0.8 -> 0.6).
 __attribute__((target("avx2"))) void TransposeTiled4Avx2(const void *xv, void *yv, int64_t rows, int64_t cols,
                                                            int64_t is) {
   const float *x = static_cast<const float *>(xv);
   float *y = static_cast<float *>(yv);
   const int64_t rows8 = rows & ~int64_t{7}, cols8 = cols & ~int64_t{7};
-  for (int64_t i0 = 0; i0 < rows8; i0 += 32)
-    for (int64_t j0 = 0; j0 < cols8; j0 += 32)
-      for (int64_t i = i0; i < std::min(rows8, i0 + 32); i += 8)
-        for (int64_t j = j0; j < std::min(cols8, j0 + 32); j += 8)
-          Transpose8x8Avx2(x + i + j * is, is, y + i * cols + j, cols);
+  constexpr int64_t kColBlock = 2048;
+  for (int64_t j0 = 0; j0 < cols8; j0 += kColBlock)
+    for (int64_t i = 0; i < rows8; i += 8)
+      for (int64_t j = j0; j < std::min(cols8, j0 + kColBlock); j += 8)
+        Transpose8x8Avx2(x + i + j * is, is, y + i * cols + j, cols);
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t j_begin = i < rows8 ? cols8 : 0;
     for (int64_t j = j_begin; j < cols; ++j) y[i * cols + j] = x[i + j * is];
