@@ -1089,13 +1089,15 @@ __attribute__((target("avx2"))) void AvgRowsAvx2(const PoolRows &r, double scale
 // pads (and ceil-mode overhang) stay at a constant written once. Outputs sit on a grid of the same pitch (position
 // p = oh * Wq + ow), so tap (kh, kw) of every output is one shifted load, xp at p + off[tap] (off in window order).
 // Strides 1 and 2 copy with vector loads (stride 2 splits even and odd columns with one permute), others scalar.
+// Small planes go B at a time, stacked in each phase (plane b's rows after plane b - 1's), so that one grid covers
+// them all and the per-plane work is only the copies in and out.
 struct FlatGrid {
   int64_t H, W, PH, PW, SH, SW;  // the plane, its leading pads, the strides
-  int64_t Hq, Wq, PS;            // one phase plane: rows, pitch, size
-  int64_t n, OH, OW;             // grid positions computed (a multiple of 8; columns >= OW are not outputs)
+  int64_t Hq, Wq, PB, B, PS;     // one plane in a phase: rows, pitch, size; planes per batch; a phase's size
+  int64_t n, OH, OW;             // grid positions of a full batch (a multiple of 8; columns >= OW are not outputs)
   const int64_t *off;            // tap offsets in window order
   int64_t taps;
-  const double *div;  // AveragePool: the divisor per grid position
+  const double *div;  // AveragePool: the divisor per position of one plane
 };
 // Four floats to dst, the first cnt of them (cnt < 4: masked), as T.
 template <class T>
@@ -1113,7 +1115,7 @@ __attribute__((target("avx2"), always_inline)) inline void FlatStore4(T *dst, __
   }
 }
 // The plane into xp (T = double: AveragePool's sums; float: MaxPool). Returns whether a copied value is NaN (only
-// for float). A row's last wn % 8 columns with masked loads and stores (no per-element index arithmetic).
+// for float).
 template <class T>
 __attribute__((target("avx2"), always_inline)) inline bool FlatFillAvx2(const FlatGrid &g, const float *x, T *xp) {
   constexpr bool kNan = std::is_same<T, float>::value;
@@ -1139,7 +1141,7 @@ __attribute__((target("avx2"), always_inline)) inline bool FlatFillAvx2(const Fl
     }
     T *de = base + (g.SW == 1 ? g.PW : (g.PW & 1) * g.PS + g.PW / 2);
     T *dodd = base + ((g.PW + 1) & 1) * g.PS + (g.PW + 1) / 2;
-    for (int64_t w = 0; w < wn; w += 8) {
+    for (int64_t w = 0; w < wn; w += 8) {  // the row's last wn % 8 columns masked (masked loads never fault)
       const int64_t r = std::min<int64_t>(8, wn - w);
       __m256 v = r == 8 ? _mm256_loadu_ps(src + w)
                         : _mm256_maskload_ps(src + w, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(r)), iota));
@@ -1156,34 +1158,69 @@ __attribute__((target("avx2"), always_inline)) inline bool FlatFillAvx2(const Fl
   }
   return _mm256_movemask_ps(bad) != 0;
 }
-// The grid's outputs z (pitch Wq) into y (pitch OW).
-__attribute__((target("avx2"), always_inline)) inline void FlatCopyOut(const FlatGrid &g, const float *z, float *y) {
+// One plane's outputs from the grid z (pitch Wq) into y (pitch OW). Whole vectors up to y_end: what they write past
+// a row's end is the following outputs, which are written after it.
+__attribute__((target("avx2"), always_inline)) inline void FlatCopyOut(const FlatGrid &g, const float *z, float *y,
+                                                                       const float *y_end) {
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     const float *zr = z + oh * g.Wq;
     float *yr = y + oh * g.OW;
     int64_t c = 0;
-    for (; c + 8 <= g.OW; c += 8) _mm256_storeu_ps(yr + c, _mm256_loadu_ps(zr + c));
+    for (; c < g.OW && yr + c + 8 <= y_end; c += 8) _mm256_storeu_ps(yr + c, _mm256_loadu_ps(zr + c));
     for (; c < g.OW; ++c) yr[c] = zr[c];
   }
+}
+// Grid positions of a batch of nb planes (a multiple of 8).
+inline int64_t FlatBatchN(const FlatGrid &g, int64_t nb) { return ((nb - 1) * g.PB + g.OH * g.Wq + 7) / 8 * 8; }
+// The window sums of grid positions o .. o + 4 kV - 1 (kV vectors of 4 doubles), taps in window order from +0.0.
+template <int kV>
+__attribute__((target("avx2"), always_inline)) inline void FlatSumBlock(const FlatGrid &g, const double *xp,
+                                                                        int64_t o, double *z) {
+  __m256d a[kV];
+  for (int k = 0; k < kV; ++k) a[k] = _mm256_setzero_pd();
+  for (int64_t t = 0; t < g.taps; ++t) {
+    const double *p = xp + o + g.off[t];
+    for (int k = 0; k < kV; ++k) a[k] = _mm256_add_pd(a[k], _mm256_loadu_pd(p + 4 * k));
+  }
+  for (int k = 0; k < kV; ++k) _mm256_storeu_pd(z + o + 4 * k, a[k]);
+}
+// The window maxima of grid positions o .. o + 8 kV - 1: the first tap, then max(v, m) = v > m ? v : m.
+template <int kV>
+__attribute__((target("avx2"), always_inline)) inline void FlatMaxBlock(const FlatGrid &g, const float *xp,
+                                                                        int64_t o, float *z) {
+  __m256 m[kV];
+  for (int k = 0; k < kV; ++k) m[k] = _mm256_loadu_ps(xp + o + g.off[0] + 8 * k);
+  for (int64_t t = 1; t < g.taps; ++t) {
+    const float *p = xp + o + g.off[t];
+    for (int k = 0; k < kV; ++k) m[k] = _mm256_max_ps(_mm256_loadu_ps(p + 8 * k), m[k]);
+  }
+  for (int k = 0; k < kV; ++k) _mm256_storeu_ps(z + o + 8 * k, m[k]);
 }
 // AveragePool: per output the general loop's arithmetic, the taps added in double in window order (a pad adds +0.0,
 // which leaves a sum that started at +0.0 unchanged), then one division by the table's divisor.
 __attribute__((target("avx2"))) void FlatAvgAvx2(const FlatGrid &g, const float *x, int64_t in_sp, float *y,
-                                                 int64_t out_sp, int64_t count, double *xp, float *z) {
-  for (int64_t i = 0; i < count; ++i) {
-    FlatFillAvx2<double>(g, x + i * in_sp, xp);
-    for (int64_t o = 0; o < g.n; o += 8) {
-      __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
-      for (int64_t t = 0; t < g.taps; ++t) {
-        const double *p = xp + o + g.off[t];
-        lo = _mm256_add_pd(lo, _mm256_loadu_pd(p));
-        hi = _mm256_add_pd(hi, _mm256_loadu_pd(p + 4));
+                                                 int64_t out_sp, int64_t count, double *xp, double *z) {
+  const float *y_end = y + count * out_sp;
+  for (int64_t i0 = 0; i0 < count; i0 += g.B) {
+    const int64_t nb = std::min(g.B, count - i0), n = FlatBatchN(g, nb);
+    for (int64_t b = 0; b < nb; ++b) FlatFillAvx2<double>(g, x + (i0 + b) * in_sp, xp + b * g.PB);
+    int64_t o = 0;
+    for (; o + 32 <= n; o += 32) FlatSumBlock<8>(g, xp, o, z);  // eight independent chains: the adds' latency hidden
+    for (; o < n; o += 8) FlatSumBlock<2>(g, xp, o, z);
+    // The divisions (the costliest step) only for the outputs, while copying them out.
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        const double *zr = z + b * g.PB + oh * g.Wq, *dr = g.div + oh * g.Wq;
+        float *yr = y + (i0 + b) * out_sp + oh * g.OW;
+        int64_t c = 0;
+        for (; c < g.OW && yr + c + 8 <= y_end; c += 8) {
+          const __m128 flo = _mm256_cvtpd_ps(_mm256_div_pd(_mm256_loadu_pd(zr + c), _mm256_loadu_pd(dr + c)));
+          const __m128 fhi = _mm256_cvtpd_ps(_mm256_div_pd(_mm256_loadu_pd(zr + c + 4), _mm256_loadu_pd(dr + c + 4)));
+          _mm256_storeu_ps(yr + c, _mm256_insertf128_ps(_mm256_castps128_ps256(flo), fhi, 1));
+        }
+        for (; c < g.OW; ++c) yr[c] = static_cast<float>(zr[c] / dr[c]);
       }
-      const __m128 flo = _mm256_cvtpd_ps(_mm256_div_pd(lo, _mm256_loadu_pd(g.div + o)));
-      const __m128 fhi = _mm256_cvtpd_ps(_mm256_div_pd(hi, _mm256_loadu_pd(g.div + o + 4)));
-      _mm256_storeu_ps(z + o, _mm256_insertf128_ps(_mm256_castps128_ps256(flo), fhi, 1));
     }
-    FlatCopyOut(g, z, y + i * out_sp);
   }
 }
 // MaxPool with the pads at -inf: the first tap, then v > m ? v : m over the later ones in window order. Without NaN
@@ -1192,15 +1229,14 @@ __attribute__((target("avx2"))) void FlatAvgAvx2(const FlatGrid &g, const float 
 // whose paths carry the NaN rules.
 __attribute__((target("avx2"))) void FlatMaxAvx2(const FlatGrid &g, const float *x, int64_t in_sp, float *y,
                                                  int64_t out_sp, int64_t count, float *xp, float *z, char *nan) {
-  for (int64_t i = 0; i < count; ++i) {
-    nan[i] = FlatFillAvx2<float>(g, x + i * in_sp, xp);
-    if (nan[i]) continue;
-    for (int64_t o = 0; o < g.n; o += 8) {
-      __m256 m = _mm256_loadu_ps(xp + o + g.off[0]);
-      for (int64_t t = 1; t < g.taps; ++t) m = _mm256_max_ps(_mm256_loadu_ps(xp + o + g.off[t]), m);
-      _mm256_storeu_ps(z + o, m);
-    }
-    FlatCopyOut(g, z, y + i * out_sp);
+  const float *y_end = y + count * out_sp;
+  for (int64_t i0 = 0; i0 < count; i0 += g.B) {
+    const int64_t nb = std::min(g.B, count - i0), n = FlatBatchN(g, nb);
+    for (int64_t b = 0; b < nb; ++b) nan[i0 + b] = FlatFillAvx2<float>(g, x + (i0 + b) * in_sp, xp + b * g.PB);
+    int64_t o = 0;
+    for (; o + 32 <= n; o += 32) FlatMaxBlock<4>(g, xp, o, z);
+    for (; o < n; o += 8) FlatMaxBlock<1>(g, xp, o, z);
+    for (int64_t b = 0; b < nb; ++b) FlatCopyOut(g, z + b * g.PB, y + (i0 + b) * out_sp, y_end);
   }
 }
 #else
@@ -1272,7 +1308,8 @@ bool AnyNanAvx2(const float *y, int64_t n) { return AnyNanBody(y, n); }
 #endif
 
 constexpr int64_t kFlatMaxW = 64;          // 2-D pools on rows up to this long: FlatAvgAvx2 / FlatMaxAvx2
-constexpr int64_t kFlatMaxGrid = 1 << 16;  // ... and grids up to this many positions
+constexpr int64_t kFlatMaxGrid = 1 << 16;  // ... and planes up to this many grid positions
+constexpr int64_t kFlatBatchGrid = 1024;   // ... smaller planes stacked up to this many (the buffer stays in L1)
 
 template <class S, bool kMax>
 class PoolKernel : public Kernel {
@@ -1324,22 +1361,25 @@ class PoolKernel : public Kernel {
     const int64_t W = w_.in[2], OH = w_.out[1], OW = w_.out[2], SH = w_.s[1], SW = w_.s[2];
     const int64_t KH = w_.k[1], KW = w_.k[2];
     const int64_t Hq = OH - 1 + (KH + SH - 1) / SH, Wq = OW - 1 + (KW + SW - 1) / SW;  // rows and columns read
-    const int64_t n = (OH * Wq + 7) / 8 * 8;
+    // Planes stacked only where the rows past OH (computed, not outputs) are few.
+    const int64_t PB = Hq * Wq;
+    const int64_t B = PB > 2 * OH * Wq ? 1 : std::max<int64_t>(1, std::min<int64_t>(NC_, kFlatBatchGrid / PB));
     const bool flat_max = SH == 1 && SW == 1;
-    if (plane2d_ && avx2_ && OH > 0 && OW > 0 && W <= kFlatMaxW && n <= kFlatMaxGrid && (!kMax || flat_max)) {
+    if (plane2d_ && avx2_ && OH > 0 && OW > 0 && W <= kFlatMaxW && PB <= kFlatMaxGrid && (!kMax || flat_max)) {
       flat_off_.clear();
       for (int64_t kh = 0; kh < KH; ++kh)
         for (int64_t kw = 0; kw < KW; ++kw)
-          flat_off_.push_back(((kh % SH) * SW + kw % SW) * Hq * Wq + (kh / SH) * Wq + kw / SW);
-      flat_ = FlatGrid{w_.in[1], W, w_.pb[1], w_.pb[2], SH, SW, Hq, Wq, Hq * Wq, n, OH, OW, flat_off_.data(),
+          flat_off_.push_back(((kh % SH) * SW + kw % SW) * B * PB + (kh / SH) * Wq + kw / SW);
+      flat_ = FlatGrid{w_.in[1], W, w_.pb[1], w_.pb[2], SH, SW, Hq, Wq, PB, B, B * PB, 0, OH, OW, flat_off_.data(),
                        KH * KW, nullptr};
+      const int64_t n = flat_.n = FlatBatchN(flat_, B);
       // Reads run to the last grid vector's last tap; the pads keep the constant written here.
-      const size_t size = static_cast<size_t>(std::max(SH * SW * Hq * Wq, n + flat_off_.back()));
+      const size_t size = static_cast<size_t>(std::max(SH * SW * B * PB, n + flat_off_.back()));
       if constexpr (kMax) {
         flat_xpf_.assign(size, -std::numeric_limits<float>::infinity());
         flat_nan_.resize(static_cast<size_t>(NC_));
       } else {
-        flat_div_.assign(static_cast<size_t>(n), 1.0);
+        flat_div_.assign(static_cast<size_t>(OH * Wq + 8), 1.0);  // one plane's, read 8 at a time
         for (int64_t oh = 0; oh < OH; ++oh)
           for (int64_t ow = 0; ow < OW; ++ow) {
             const Tap &t1 = taps_[1][oh], &t2 = taps_[2][ow];
@@ -1350,7 +1390,7 @@ class PoolKernel : public Kernel {
         flat_.div = flat_div_.data();
         flat_xp_.assign(size, 0.0);
       }
-      flat_z_.resize(static_cast<size_t>(n));
+      (kMax ? flat_z_.resize(static_cast<size_t>(n)) : flat_zd_.resize(static_cast<size_t>(n + 8)));
       flat_on_ = true;
     }
 #endif
@@ -1391,7 +1431,7 @@ class PoolKernel : public Kernel {
     if constexpr (!kMax && std::is_same<S, float>::value) {
 #ifdef TWIN_HAVE_X86
       if (flat_on_) {
-        FlatAvgAvx2(flat_, X, in_sp, Y, out_sp, NC_, flat_xp_.data(), flat_z_.data());
+        FlatAvgAvx2(flat_, X, in_sp, Y, out_sp, NC_, flat_xp_.data(), flat_zd_.data());
         return true;
       }
 #endif
@@ -1686,7 +1726,8 @@ class PoolKernel : public Kernel {
   std::vector<double> flat_div_;   // ... AveragePool's divisor per grid position
   std::vector<double> flat_xp_;    // ... AveragePool's plane inside its zero pads
   std::vector<float> flat_xpf_;    // ... MaxPool's plane inside its -inf pads
-  std::vector<float> flat_z_;      // ... the grid's outputs
+  std::vector<float> flat_z_;      // ... the grid's outputs (MaxPool)
+  std::vector<double> flat_zd_;    // ... the grid's sums (AveragePool)
   std::vector<char> flat_nan_;     // ... MaxPool: planes with a NaN, left to MaxPlane
   bool avx2_ = false;                    // RunPlane2d's row loops in their AVX2 build
   bool pool2x2_ = false;       // simple_ with a 2x2 window and stride 2: MaxPool2x2Avx512
