@@ -1374,7 +1374,8 @@ class PoolKernel : public Kernel {
                        KH * KW, nullptr};
       const int64_t n = flat_.n = FlatBatchN(flat_, B);
       // Reads run to the last grid vector's last tap; the pads keep the constant written here.
-      const size_t size = static_cast<size_t>(std::max(SH * SW * B * PB, n + flat_off_.back()));
+      const int64_t max_off = *std::max_element(flat_off_.begin(), flat_off_.end());  // not the last tap's
+      const size_t size = static_cast<size_t>(std::max(SH * SW * B * PB, n + max_off));
       if constexpr (kMax) {
         flat_xpf_.assign(size, -std::numeric_limits<float>::infinity());
         flat_nan_.resize(static_cast<size_t>(NC_));
