@@ -1391,7 +1391,9 @@ class PoolKernel : public Kernel {
         flat_.div = flat_div_.data();
         flat_xp_.assign(size, 0.0);
       }
-      (kMax ? flat_z_.resize(static_cast<size_t>(n)) : flat_zd_.resize(static_cast<size_t>(n + 8)));
+      // The copy out reads whole vectors: up to 7 past the last row.
+      if constexpr (kMax) flat_z_.resize(static_cast<size_t>(n + 8));
+      else flat_zd_.resize(static_cast<size_t>(n + 8));
       flat_on_ = true;
     }
 #endif
