@@ -1097,7 +1097,7 @@ struct FlatGrid {
   int64_t n, OH, OW;             // grid positions of a full batch (a multiple of 8; columns >= OW are not outputs)
   const int64_t *off;            // tap offsets in window order
   int64_t taps;
-  const double *div;  // AveragePool: the divisor per position of one plane
+  const double *div;  // AveragePool: the divisor per grid position of a batch
 };
 // Four floats to dst, the first cnt of them (cnt < 4: masked), as T.
 template <class T>
@@ -1172,17 +1172,22 @@ __attribute__((target("avx2"), always_inline)) inline void FlatCopyOut(const Fla
 }
 // Grid positions of a batch of nb planes (a multiple of 8).
 inline int64_t FlatBatchN(const FlatGrid &g, int64_t nb) { return ((nb - 1) * g.PB + g.OH * g.Wq + 7) / 8 * 8; }
-// The window sums of grid positions o .. o + 4 kV - 1 (kV vectors of 4 doubles), taps in window order from +0.0.
+// The window averages of grid positions o .. o + 4 kV - 1: the sums (taps in window order, from +0.0) divided by
+// the table's divisors.
 template <int kV>
-__attribute__((target("avx2"), always_inline)) inline void FlatSumBlock(const FlatGrid &g, const double *xp,
-                                                                        int64_t o, double *z) {
+__attribute__((target("avx2"), always_inline)) inline void FlatAvgBlock(const FlatGrid &g, const double *xp,
+                                                                        int64_t o, float *z) {
   __m256d a[kV];
   for (int k = 0; k < kV; ++k) a[k] = _mm256_setzero_pd();
   for (int64_t t = 0; t < g.taps; ++t) {
     const double *p = xp + o + g.off[t];
     for (int k = 0; k < kV; ++k) a[k] = _mm256_add_pd(a[k], _mm256_loadu_pd(p + 4 * k));
   }
-  for (int k = 0; k < kV; ++k) _mm256_storeu_pd(z + o + 4 * k, a[k]);
+  for (int k = 0; k < kV; k += 2) {
+    const __m128 flo = _mm256_cvtpd_ps(_mm256_div_pd(a[k], _mm256_loadu_pd(g.div + o + 4 * k)));
+    const __m128 fhi = _mm256_cvtpd_ps(_mm256_div_pd(a[k + 1], _mm256_loadu_pd(g.div + o + 4 * k + 4)));
+    _mm256_storeu_ps(z + o + 4 * k, _mm256_insertf128_ps(_mm256_castps128_ps256(flo), fhi, 1));
+  }
 }
 // The window maxima of grid positions o .. o + 8 kV - 1: the first tap, then max(v, m) = v > m ? v : m.
 template <int kV>
@@ -1199,28 +1204,15 @@ __attribute__((target("avx2"), always_inline)) inline void FlatMaxBlock(const Fl
 // AveragePool: per output the general loop's arithmetic, the taps added in double in window order (a pad adds +0.0,
 // which leaves a sum that started at +0.0 unchanged), then one division by the table's divisor.
 __attribute__((target("avx2"))) void FlatAvgAvx2(const FlatGrid &g, const float *x, int64_t in_sp, float *y,
-                                                 int64_t out_sp, int64_t count, double *xp, double *z) {
+                                                 int64_t out_sp, int64_t count, double *xp, float *z) {
   const float *y_end = y + count * out_sp;
   for (int64_t i0 = 0; i0 < count; i0 += g.B) {
     const int64_t nb = std::min(g.B, count - i0), n = FlatBatchN(g, nb);
     for (int64_t b = 0; b < nb; ++b) FlatFillAvx2<double>(g, x + (i0 + b) * in_sp, xp + b * g.PB);
     int64_t o = 0;
-    for (; o + 32 <= n; o += 32) FlatSumBlock<8>(g, xp, o, z);  // eight independent chains: the adds' latency hidden
-    for (; o < n; o += 8) FlatSumBlock<2>(g, xp, o, z);
-    // The divisions (the costliest step) only for the outputs, while copying them out.
-    for (int64_t b = 0; b < nb; ++b) {
-      for (int64_t oh = 0; oh < g.OH; ++oh) {
-        const double *zr = z + b * g.PB + oh * g.Wq, *dr = g.div + oh * g.Wq;
-        float *yr = y + (i0 + b) * out_sp + oh * g.OW;
-        int64_t c = 0;
-        for (; c < g.OW && yr + c + 8 <= y_end; c += 8) {
-          const __m128 flo = _mm256_cvtpd_ps(_mm256_div_pd(_mm256_loadu_pd(zr + c), _mm256_loadu_pd(dr + c)));
-          const __m128 fhi = _mm256_cvtpd_ps(_mm256_div_pd(_mm256_loadu_pd(zr + c + 4), _mm256_loadu_pd(dr + c + 4)));
-          _mm256_storeu_ps(yr + c, _mm256_insertf128_ps(_mm256_castps128_ps256(flo), fhi, 1));
-        }
-        for (; c < g.OW; ++c) yr[c] = static_cast<float>(zr[c] / dr[c]);
-      }
-    }
+    for (; o + 32 <= n; o += 32) FlatAvgBlock<8>(g, xp, o, z);  // eight independent chains: the adds' latency hidden
+    for (; o < n; o += 8) FlatAvgBlock<2>(g, xp, o, z);
+    for (int64_t b = 0; b < nb; ++b) FlatCopyOut(g, z + b * g.PB, y + (i0 + b) * out_sp, y_end);
   }
 }
 // MaxPool with the pads at -inf: the first tap, then v > m ? v : m over the later ones in window order. Without NaN
@@ -1380,20 +1372,20 @@ class PoolKernel : public Kernel {
         flat_xpf_.assign(size, -std::numeric_limits<float>::infinity());
         flat_nan_.resize(static_cast<size_t>(NC_));
       } else {
-        flat_div_.assign(static_cast<size_t>(OH * Wq + 8), 1.0);  // one plane's, read 8 at a time
+        flat_div_.assign(static_cast<size_t>(n), 1.0);
         for (int64_t oh = 0; oh < OH; ++oh)
           for (int64_t ow = 0; ow < OW; ++ow) {
             const Tap &t1 = taps_[1][oh], &t2 = taps_[2][ow];
             const int64_t d = count_pad_ ? t1.padded * t2.padded : (t1.hi - t1.lo) * (t2.hi - t2.lo);
             // A window wholly in the pads (no valid tap, not counting them) averages to 0, as the general loop's.
-            flat_div_[static_cast<size_t>(oh * Wq + ow)] = d ? static_cast<double>(d) : 1.0;
+            for (int64_t b = 0; b < B; ++b)  // every plane of a batch
+              flat_div_[static_cast<size_t>(b * PB + oh * Wq + ow)] = d ? static_cast<double>(d) : 1.0;
           }
         flat_.div = flat_div_.data();
         flat_xp_.assign(size, 0.0);
       }
       // The copy out reads whole vectors: up to 7 past the last row.
-      if constexpr (kMax) flat_z_.resize(static_cast<size_t>(n + 8));
-      else flat_zd_.resize(static_cast<size_t>(n + 8));
+      flat_z_.resize(static_cast<size_t>(n + 8));
       flat_on_ = true;
     }
 #endif
@@ -1434,7 +1426,7 @@ class PoolKernel : public Kernel {
     if constexpr (!kMax && std::is_same<S, float>::value) {
 #ifdef TWIN_HAVE_X86
       if (flat_on_) {
-        FlatAvgAvx2(flat_, X, in_sp, Y, out_sp, NC_, flat_xp_.data(), flat_zd_.data());
+        FlatAvgAvx2(flat_, X, in_sp, Y, out_sp, NC_, flat_xp_.data(), flat_z_.data());
         return true;
       }
 #endif
@@ -1729,8 +1721,7 @@ class PoolKernel : public Kernel {
   std::vector<double> flat_div_;   // ... AveragePool's divisor per grid position
   std::vector<double> flat_xp_;    // ... AveragePool's plane inside its zero pads
   std::vector<float> flat_xpf_;    // ... MaxPool's plane inside its -inf pads
-  std::vector<float> flat_z_;      // ... the grid's outputs (MaxPool)
-  std::vector<double> flat_zd_;    // ... the grid's sums (AveragePool)
+  std::vector<float> flat_z_;      // ... the grid's outputs
   std::vector<char> flat_nan_;     // ... MaxPool: planes with a NaN, left to MaxPlane
   bool avx2_ = false;                    // RunPlane2d's row loops in their AVX2 build
   bool pool2x2_ = false;       // simple_ with a 2x2 window and stride 2: MaxPool2x2Avx512
