@@ -1140,53 +1140,152 @@ __attribute__((target("avx2"))) void AvgRowsAvx2(const PoolRows &r, double scale
   SumRowsBody(r, acc);
   for (int64_t j = 0; j < r.n; ++j) y[j] = static_cast<float>(acc[j] * scale);
 }
-// AveragePool of one 2-D plane at stride 1 (no dilation), vectorised over the whole plane rather than per output
-// row, for planes whose rows are short. The plane is copied, as doubles (converted once, not once per tap), into a
-// zero-bordered buffer xp of row pitch Wp; the outputs sit on a grid of the same pitch (position p = oh * Wp + c), so
-// tap (kh, kw) of every output is xp read at p + kh * Wp + kw. Per output it is the general loop's arithmetic: the
-// taps added in double in window order (a border zero adds +0.0, which leaves a sum that started at +0.0
-// unchanged), then one division by the table's divisor. z: the grid's n floats (n a multiple of 8; columns
-// c >= OW are not outputs).
-struct FlatAvgGrid {
-  int64_t H, W, PH, PW;  // the plane and its leading pads
-  int64_t n, Wp, KH, KW, OH, OW;
-  const double *div;
+// One 2-D plane vectorised as a whole rather than per output row (per-row work dominates short rows), at any
+// stride (no dilation). The plane is copied once into a buffer xp that holds, per (row phase, column phase) of the
+// stride, the padded plane's rows R = SH * r + rp and columns C = SW * c + cp as a plane of Hq rows of pitch Wq; the
+// pads (and ceil-mode overhang) stay at a constant written once. Outputs sit on a grid of the same pitch (position
+// p = oh * Wq + ow), so tap (kh, kw) of every output is one shifted load, xp at p + off[tap] (off in window order).
+// Strides 1 and 2 copy with vector loads (stride 2 splits even and odd columns with one permute), others scalar.
+// Small planes go B at a time, stacked in each phase (plane b's rows after plane b - 1's), so that one grid covers
+// them all and the per-plane work is only the copies in and out.
+struct FlatGrid {
+  int64_t H, W, PH, PW, SH, SW;  // the plane, its leading pads, the strides
+  int64_t Hq, Wq, PB, B, PS;     // one plane in a phase: rows, pitch, size; planes per batch; a phase's size
+  int64_t n, OH, OW;             // grid positions of a full batch (a multiple of 8; columns >= OW are not outputs)
+  const int64_t *off;            // tap offsets in window order
+  int64_t taps;
+  const double *div;  // AveragePool: the divisor per grid position of a batch
 };
-__attribute__((target("avx2"))) void FlatAvgPlaneAvx2(const FlatAvgGrid &g, const float *x, double *xp, float *z) {
-  for (int64_t r = 0; r < g.H; ++r) {
-    const float *src = x + r * g.W;
-    double *dst = xp + (r + g.PH) * g.Wp + g.PW;
-    int64_t c = 0;
-    for (; c + 4 <= g.W; c += 4) _mm256_storeu_pd(dst + c, _mm256_cvtps_pd(_mm_loadu_ps(src + c)));
-    for (; c < g.W; ++c) dst[c] = static_cast<double>(src[c]);
-  }
-  for (int64_t o = 0; o < g.n; o += 8) {
-    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
-    for (int64_t kh = 0; kh < g.KH; ++kh) {
-      const double *row = xp + o + kh * g.Wp;
-      for (int64_t kw = 0; kw < g.KW; ++kw) {
-        lo = _mm256_add_pd(lo, _mm256_loadu_pd(row + kw));
-        hi = _mm256_add_pd(hi, _mm256_loadu_pd(row + kw + 4));
-      }
+// Four floats to dst, the first cnt of them (cnt < 4: masked), as T.
+template <class T>
+__attribute__((target("avx2"), always_inline)) inline void FlatStore4(T *dst, __m128 v, int64_t cnt = 4) {
+  if (cnt >= 4) {
+    if constexpr (std::is_same<T, double>::value) _mm256_storeu_pd(dst, _mm256_cvtps_pd(v));
+    else _mm_storeu_ps(dst, v);
+  } else if (cnt > 0) {
+    if constexpr (std::is_same<T, double>::value) {
+      const __m256i m = _mm256_cmpgt_epi64(_mm256_set1_epi64x(cnt), _mm256_setr_epi64x(0, 1, 2, 3));
+      _mm256_maskstore_pd(dst, m, _mm256_cvtps_pd(v));
+    } else {
+      _mm_maskstore_ps(dst, _mm_cmpgt_epi32(_mm_set1_epi32(static_cast<int>(cnt)), _mm_setr_epi32(0, 1, 2, 3)), v);
     }
-    const __m128 flo = _mm256_cvtpd_ps(_mm256_div_pd(lo, _mm256_loadu_pd(g.div + o)));
-    const __m128 fhi = _mm256_cvtpd_ps(_mm256_div_pd(hi, _mm256_loadu_pd(g.div + o + 4)));
-    _mm256_storeu_ps(z + o, _mm256_insertf128_ps(_mm256_castps128_ps256(flo), fhi, 1));
   }
 }
-// count planes of in_sp / out_sp elements, the grid's columns past OW dropped.
-__attribute__((target("avx2"))) void FlatAvgAvx2(const FlatAvgGrid &g, const float *x, int64_t in_sp, float *y,
-                                                 int64_t out_sp, int64_t count, double *xp, float *z) {
-  for (int64_t i = 0; i < count; ++i) {
-    FlatAvgPlaneAvx2(g, x + i * in_sp, xp, z);
-    float *yi = y + i * out_sp;
-    for (int64_t oh = 0; oh < g.OH; ++oh) {
-      const float *zr = z + oh * g.Wp;
-      float *yr = yi + oh * g.OW;
-      int64_t c = 0;
-      for (; c + 8 <= g.OW; c += 8) _mm256_storeu_ps(yr + c, _mm256_loadu_ps(zr + c));
-      for (; c < g.OW; ++c) yr[c] = zr[c];
+// The plane into xp (T = double: AveragePool's sums; float: MaxPool). Returns whether a copied value is NaN (only
+// for float).
+template <class T>
+__attribute__((target("avx2"), always_inline)) inline bool FlatFillAvx2(const FlatGrid &g, const float *x, T *xp) {
+  constexpr bool kNan = std::is_same<T, float>::value;
+  __m256 bad = _mm256_setzero_ps();
+  const int64_t wn = std::min(g.W, g.Wq * g.SW - g.PW);  // input columns some window reads
+  const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  int64_t rq = g.PH / g.SH, rp = g.PH % g.SH;  // R = h + PH as rq * SH + rp
+  for (int64_t h = 0; h < g.H && rq < g.Hq; ++h) {
+    const float *src = x + h * g.W;
+    T *base = xp + rp * g.SW * g.PS + rq * g.Wq;
+    if (++rp == g.SH) {
+      rp = 0;
+      ++rq;
     }
+    if (g.SW > 2) {
+      for (int64_t w = 0; w < wn; ++w) {
+        const int64_t C = w + g.PW;
+        base[(C % g.SW) * g.PS + C / g.SW] = static_cast<T>(src[w]);
+        if constexpr (kNan) bad = _mm256_or_ps(bad, _mm256_set1_ps(std::isnan(src[w]) ? -1.0f : 0.0f));
+      }
+      continue;
+    }
+    T *de = base + (g.SW == 1 ? g.PW : (g.PW & 1) * g.PS + g.PW / 2);
+    T *dodd = base + ((g.PW + 1) & 1) * g.PS + (g.PW + 1) / 2;
+    for (int64_t w = 0; w < wn; w += 8) {  // the row's last wn % 8 columns masked (masked loads never fault)
+      const int64_t r = std::min<int64_t>(8, wn - w);
+      __m256 v = r == 8 ? _mm256_loadu_ps(src + w)
+                        : _mm256_maskload_ps(src + w, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(r)), iota));
+      if constexpr (kNan) bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      if (g.SW == 1) {
+        FlatStore4(de + w, _mm256_castps256_ps128(v), r);
+        FlatStore4(de + w + 4, _mm256_extractf128_ps(v, 1), r - 4);
+      } else {
+        v = _mm256_permutevar8x32_ps(v, split);  // even columns, then odd
+        FlatStore4(de + w / 2, _mm256_castps256_ps128(v), (r + 1) / 2);
+        FlatStore4(dodd + w / 2, _mm256_extractf128_ps(v, 1), r / 2);
+      }
+    }
+  }
+  return _mm256_movemask_ps(bad) != 0;
+}
+// One plane's outputs from the grid z (pitch Wq) into y (pitch OW). Whole vectors up to y_end: what they write past
+// a row's end is the following outputs, which are written after it.
+__attribute__((target("avx2"), always_inline)) inline void FlatCopyOut(const FlatGrid &g, const float *z, float *y,
+                                                                       const float *y_end) {
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    const float *zr = z + oh * g.Wq;
+    float *yr = y + oh * g.OW;
+    int64_t c = 0;
+    for (; c < g.OW && yr + c + 8 <= y_end; c += 8) _mm256_storeu_ps(yr + c, _mm256_loadu_ps(zr + c));
+    for (; c < g.OW; ++c) yr[c] = zr[c];
+  }
+}
+// Grid positions of a batch of nb planes (a multiple of 8).
+inline int64_t FlatBatchN(const FlatGrid &g, int64_t nb) { return ((nb - 1) * g.PB + g.OH * g.Wq + 7) / 8 * 8; }
+// The window averages of grid positions o .. o + 4 kV - 1: the sums (taps in window order, from +0.0) divided by
+// the table's divisors.
+template <int kV>
+__attribute__((target("avx2"), always_inline)) inline void FlatAvgBlock(const FlatGrid &g, const double *xp,
+                                                                        int64_t o, float *z) {
+  __m256d a[kV];
+  for (int k = 0; k < kV; ++k) a[k] = _mm256_setzero_pd();
+  for (int64_t t = 0; t < g.taps; ++t) {
+    const double *p = xp + o + g.off[t];
+    for (int k = 0; k < kV; ++k) a[k] = _mm256_add_pd(a[k], _mm256_loadu_pd(p + 4 * k));
+  }
+  for (int k = 0; k < kV; k += 2) {
+    const __m128 flo = _mm256_cvtpd_ps(_mm256_div_pd(a[k], _mm256_loadu_pd(g.div + o + 4 * k)));
+    const __m128 fhi = _mm256_cvtpd_ps(_mm256_div_pd(a[k + 1], _mm256_loadu_pd(g.div + o + 4 * k + 4)));
+    _mm256_storeu_ps(z + o + 4 * k, _mm256_insertf128_ps(_mm256_castps128_ps256(flo), fhi, 1));
+  }
+}
+// The window maxima of grid positions o .. o + 8 kV - 1: the first tap, then max(v, m) = v > m ? v : m.
+template <int kV>
+__attribute__((target("avx2"), always_inline)) inline void FlatMaxBlock(const FlatGrid &g, const float *xp,
+                                                                        int64_t o, float *z) {
+  __m256 m[kV];
+  for (int k = 0; k < kV; ++k) m[k] = _mm256_loadu_ps(xp + o + g.off[0] + 8 * k);
+  for (int64_t t = 1; t < g.taps; ++t) {
+    const float *p = xp + o + g.off[t];
+    for (int k = 0; k < kV; ++k) m[k] = _mm256_max_ps(_mm256_loadu_ps(p + 8 * k), m[k]);
+  }
+  for (int k = 0; k < kV; ++k) _mm256_storeu_ps(z + o + 8 * k, m[k]);
+}
+// AveragePool: per output the general loop's arithmetic, the taps added in double in window order (a pad adds +0.0,
+// which leaves a sum that started at +0.0 unchanged), then one division by the table's divisor.
+__attribute__((target("avx2"))) void FlatAvgAvx2(const FlatGrid &g, const float *x, int64_t in_sp, float *y,
+                                                 int64_t out_sp, int64_t count, double *xp, float *z) {
+  const float *y_end = y + count * out_sp;
+  for (int64_t i0 = 0; i0 < count; i0 += g.B) {
+    const int64_t nb = std::min(g.B, count - i0), n = FlatBatchN(g, nb);
+    for (int64_t b = 0; b < nb; ++b) FlatFillAvx2<double>(g, x + (i0 + b) * in_sp, xp + b * g.PB);
+    int64_t o = 0;
+    for (; o + 32 <= n; o += 32) FlatAvgBlock<8>(g, xp, o, z);  // eight independent chains: the adds' latency hidden
+    for (; o < n; o += 8) FlatAvgBlock<2>(g, xp, o, z);
+    for (int64_t b = 0; b < nb; ++b) FlatCopyOut(g, z + b * g.PB, y + (i0 + b) * out_sp, y_end);
+  }
+}
+// MaxPool with the pads at -inf: the first tap, then v > m ? v : m over the later ones in window order. Without NaN
+// that is the general loop's result (the earliest of tied zeros; a pad never beats a valid tap, a window of pads
+// only gives -inf as the general loop). A plane with a NaN is left to the caller (returned false for it in nan[i]),
+// whose paths carry the NaN rules.
+__attribute__((target("avx2"))) void FlatMaxAvx2(const FlatGrid &g, const float *x, int64_t in_sp, float *y,
+                                                 int64_t out_sp, int64_t count, float *xp, float *z, char *nan) {
+  const float *y_end = y + count * out_sp;
+  for (int64_t i0 = 0; i0 < count; i0 += g.B) {
+    const int64_t nb = std::min(g.B, count - i0), n = FlatBatchN(g, nb);
+    for (int64_t b = 0; b < nb; ++b) nan[i0 + b] = FlatFillAvx2<float>(g, x + (i0 + b) * in_sp, xp + b * g.PB);
+    int64_t o = 0;
+    for (; o + 32 <= n; o += 32) FlatMaxBlock<4>(g, xp, o, z);
+    for (; o < n; o += 8) FlatMaxBlock<1>(g, xp, o, z);
+    for (int64_t b = 0; b < nb; ++b) FlatCopyOut(g, z + b * g.PB, y + (i0 + b) * out_sp, y_end);
   }
 }
 #else
@@ -1257,8 +1356,9 @@ void FoldMaxRowsAvx2(const float *const *rows, int64_t count, int64_t n, float *
 bool AnyNanAvx2(const float *y, int64_t n) { return AnyNanBody(y, n); }
 #endif
 
-constexpr int64_t kFlatAvgMaxW = 64;          // AveragePool rows up to this long: RunFlatAvg
-constexpr int64_t kFlatAvgMaxGrid = 1 << 16;  // ... and grids up to this many positions
+constexpr int64_t kFlatMaxW = 64;          // 2-D pools on rows up to this long: FlatAvgAvx2 / FlatMaxAvx2
+constexpr int64_t kFlatMaxGrid = 1 << 16;  // ... and planes up to this many grid positions
+constexpr int64_t kFlatBatchGrid = 1024;   // ... smaller planes stacked up to this many (the buffer stays in L1)
 
 template <class S, bool kMax>
 class PoolKernel : public Kernel {
@@ -1304,23 +1404,46 @@ class PoolKernel : public Kernel {
     sep_plane_ = kMax && plane2d_ && !simple_ && w_.s[1] == 1 && w_.s[2] == 1;
     if (sep_plane_) sep_max_ = true;
 #ifdef TWIN_HAVE_X86
-    // Short rows at stride 1: RunFlatAvg (RunPlane2d's per-row work dominates there: 2-4x slower on 7x7 to 64x64).
-    const int64_t H = w_.in[1], W = w_.in[2], OH = w_.out[1], OW = w_.out[2];
-    const int64_t Wp = OW + w_.k[2] - 1, Hp = OH + w_.k[1] - 1;  // the windows' extent, pads included
-    if (!kMax && plane2d_ && avx2_ && w_.s[1] == 1 && w_.s[2] == 1 && W <= kFlatAvgMaxW &&
-        OH * Wp <= kFlatAvgMaxGrid && Hp == H + w_.pb[1] + w_.pe[1] && Wp == W + w_.pb[2] + w_.pe[2]) {
-      const int64_t n = (OH * Wp + 7) / 8 * 8;
-      flat_div_.assign(static_cast<size_t>(n), 1.0);
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const Tap &t1 = taps_[1][oh], &t2 = taps_[2][ow];
-          const int64_t d = count_pad_ ? t1.padded * t2.padded : (t1.hi - t1.lo) * (t2.hi - t2.lo);
-          // A window wholly in the pads (no valid tap, not counting them) averages to 0, as the general loop's.
-          flat_div_[static_cast<size_t>(oh * Wp + ow)] = d ? static_cast<double>(d) : 1.0;
-        }
-      // Zero borders written once; reads run to the last grid vector's last tap.
-      flat_xp_.assign(static_cast<size_t>(std::max(Hp * Wp, n + (w_.k[1] - 1) * Wp + w_.k[2] - 1 + 8)), 0.0);
-      flat_z_.resize(static_cast<size_t>(n));
+    // Short rows: the whole-plane kernels (RunPlane2d's per-row work dominates there: 2-4x slower on 7x7 to 64x64
+    // at stride 1, 2-3x at stride 2 on 7x7 to 28x28). MaxPool at stride 2 keeps its row kernels (MaxRowsAvx2,
+    // MaxPool2x2Avx2/512), faster there, measured.
+    const int64_t W = w_.in[2], OH = w_.out[1], OW = w_.out[2], SH = w_.s[1], SW = w_.s[2];
+    const int64_t KH = w_.k[1], KW = w_.k[2];
+    const int64_t Hq = OH - 1 + (KH + SH - 1) / SH, Wq = OW - 1 + (KW + SW - 1) / SW;  // rows and columns read
+    // Planes stacked only where the rows past OH (computed, not outputs) are few.
+    const int64_t PB = Hq * Wq;
+    const int64_t B = PB > 2 * OH * Wq ? 1 : std::max<int64_t>(1, std::min<int64_t>(NC_, kFlatBatchGrid / PB));
+    const bool flat_max = SH == 1 && SW == 1;
+    if (plane2d_ && avx2_ && OH > 0 && OW > 0 && W <= kFlatMaxW && PB <= kFlatMaxGrid && (!kMax || flat_max)) {
+      flat_off_.clear();
+      for (int64_t kh = 0; kh < KH; ++kh)
+        for (int64_t kw = 0; kw < KW; ++kw)
+          flat_off_.push_back(((kh % SH) * SW + kw % SW) * B * PB + (kh / SH) * Wq + kw / SW);
+      flat_ = FlatGrid{w_.in[1], W, w_.pb[1], w_.pb[2], SH, SW, Hq, Wq, PB, B, B * PB, 0, OH, OW, flat_off_.data(),
+                       KH * KW, nullptr};
+      const int64_t n = flat_.n = FlatBatchN(flat_, B);
+      // Reads run to the last grid vector's last tap; the pads keep the constant written here.
+      const int64_t max_off = *std::max_element(flat_off_.begin(), flat_off_.end());  // not the last tap's
+      const size_t size = static_cast<size_t>(std::max(SH * SW * B * PB, n + max_off));
+      if constexpr (kMax) {
+        flat_xpf_.assign(size, -std::numeric_limits<float>::infinity());
+        flat_nan_.resize(static_cast<size_t>(NC_));
+      } else {
+        flat_div_.assign(static_cast<size_t>(n), 1.0);
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            const Tap &t1 = taps_[1][oh], &t2 = taps_[2][ow];
+            const int64_t d = count_pad_ ? t1.padded * t2.padded : (t1.hi - t1.lo) * (t2.hi - t2.lo);
+            // A window wholly in the pads (no valid tap, not counting them) averages to 0, as the general loop's.
+            for (int64_t b = 0; b < B; ++b)  // every plane of a batch
+              flat_div_[static_cast<size_t>(b * PB + oh * Wq + ow)] = d ? static_cast<double>(d) : 1.0;
+          }
+        flat_.div = flat_div_.data();
+        flat_xp_.assign(size, 0.0);
+      }
+      // The copy out reads whole vectors: up to 7 past the last row.
+      flat_z_.resize(static_cast<size_t>(n + 8));
+      flat_on_ = true;
     }
 #endif
   }
@@ -1333,6 +1456,12 @@ class PoolKernel : public Kernel {
     (void)C_;
     if constexpr (kMax && std::is_same<S, float>::value) {
 #ifdef TWIN_HAVE_X86
+      if (!I && flat_on_) {  // planes with a NaN: the paths below, which carry the NaN rules
+        FlatMaxAvx2(flat_, X, in_sp, Y, out_sp, NC_, flat_xpf_.data(), flat_z_.data(), flat_nan_.data());
+        for (int64_t nc = 0; nc < NC_; ++nc)
+          if (flat_nan_[static_cast<size_t>(nc)]) MaxPlane(X + nc * in_sp, Y + nc * out_sp);
+        return true;
+      }
       if (!I && pool2x2_) {
         for (int64_t nc = 0; nc < NC_; ++nc)
           MaxPool2x2Avx512(X + nc * in_sp, Y + nc * out_sp, w_.out[1], w_.out[2], w_.in[2], 2 * w_.in[2]);
@@ -1349,12 +1478,12 @@ class PoolKernel : public Kernel {
         return true;
       }
       // Strides > 1 take RunPlane2d: onnx.reference keeps a NaN first tap there, as the general loop does.
-      if (!I && simple_ && w_.s[1] == 1 && w_.s[2] == 1) return RunSimpleMax(X, Y, in_sp, out_sp);
+      if (!I && simple_ && w_.s[1] == 1 && w_.s[2] == 1) return RunSimpleMax(X, Y, in_sp, out_sp, NC_);
     }
     if constexpr (!kMax && std::is_same<S, float>::value) {
 #ifdef TWIN_HAVE_X86
-      if (!flat_div_.empty()) {
-        RunFlatAvg(X, Y, in_sp, out_sp);
+      if (flat_on_) {
+        FlatAvgAvx2(flat_, X, in_sp, Y, out_sp, NC_, flat_xp_.data(), flat_z_.data());
         return true;
       }
 #endif
@@ -1421,10 +1550,10 @@ class PoolKernel : public Kernel {
  private:
   // Windows always inside the input (no pads, no dilation, single leading dim), stride 1: row-wise running max from
   // -inf, so a NaN tap is skipped (onnx.reference ignores NaN at stride 1).
-  bool RunSimpleMax(const float *X, float *Y, int64_t in_sp, int64_t out_sp) {
+  bool RunSimpleMax(const float *X, float *Y, int64_t in_sp, int64_t out_sp, int64_t count) {
     const int64_t H = w_.in[1], W = w_.in[2], OH = w_.out[1], OW = w_.out[2];
     const int64_t KH = w_.k[1], KW = w_.k[2], SH = w_.s[1], SW = w_.s[2];
-    for (int64_t nc = 0; nc < NC_; ++nc) {
+    for (int64_t nc = 0; nc < count; ++nc) {
       const float *x = X + nc * in_sp;
       float *y = Y + nc * out_sp;
       for (int64_t oh = 0; oh < OH; ++oh) {
@@ -1598,13 +1727,19 @@ class PoolKernel : public Kernel {
   }
 
 #ifdef TWIN_HAVE_X86
-  // Every plane by FlatAvgAvx2 (see there).
-  void RunFlatAvg(const float *X, float *Y, int64_t in_sp, int64_t out_sp) {
-    const int64_t OH = w_.out[1], OW = w_.out[2], Wp = OW + w_.k[2] - 1;
-    const FlatAvgGrid g{w_.in[1], w_.in[2], w_.pb[1], w_.pb[2], static_cast<int64_t>(flat_z_.size()), Wp, w_.k[1],
-                        w_.k[2], OH, OW, flat_div_.data()};
-    FlatAvgAvx2(g, X, in_sp, Y, out_sp, NC_, flat_xp_.data(), flat_z_.data());
+#ifdef TWIN_HAVE_X86
+  // One float 2-D plane of MaxPool without Indices by the path Run takes when the whole-plane kernel is not on.
+  void MaxPlane(const float *x, float *y) {
+    if (pool2x2_) return MaxPool2x2Avx512(x, y, w_.out[1], w_.out[2], w_.in[2], 2 * w_.in[2]);
+    if (pool2x2_avx2_) return MaxPool2x2Avx2(x, y, w_.out[1], w_.out[2], w_.in[2], 2 * w_.in[2]);
+    if (sep_max_) return RunSeparableMax(x, y);
+    if (simple_ && w_.s[1] == 1 && w_.s[2] == 1) {
+      RunSimpleMax(x, y, 0, 0, 1);
+      return;
+    }
+    RunPlane2d(x, y);
   }
+#endif
 #endif
 
   // One output of a 2-D plane (the general loop's arithmetic for a single position).
@@ -1635,9 +1770,16 @@ class PoolKernel : public Kernel {
   bool plane2d_ = false;
   int64_t inner_lo_ = 0, inner_hi_ = 0;  // output columns whose windows lie inside the input's width
   std::vector<double> acc_;              // RunPlane2d's AveragePool sums of one output row
-  std::vector<double> flat_div_;  // RunFlatAvg's divisor per grid position (empty: not taken)
-  std::vector<double> flat_xp_;   // ... the plane inside its zero borders
-  std::vector<float> flat_z_;     // ... and the grid's outputs
+#ifdef TWIN_HAVE_X86
+  FlatGrid flat_{};                // the whole-plane kernels' grid (FlatAvgAvx2 / FlatMaxAvx2)
+#endif
+  bool flat_on_ = false;           // ... taken
+  std::vector<int64_t> flat_off_;  // ... tap offsets
+  std::vector<double> flat_div_;   // ... AveragePool's divisor per grid position
+  std::vector<double> flat_xp_;    // ... AveragePool's plane inside its zero pads
+  std::vector<float> flat_xpf_;    // ... MaxPool's plane inside its -inf pads
+  std::vector<float> flat_z_;      // ... the grid's outputs
+  std::vector<char> flat_nan_;     // ... MaxPool: planes with a NaN, left to MaxPlane
   bool avx2_ = false;                    // RunPlane2d's row loops in their AVX2 build
   bool pool2x2_ = false;       // simple_ with a 2x2 window and stride 2: MaxPool2x2Avx512
   bool pool2x2_avx2_ = false;  // the same on a CPU (or GEASYNC_TWIN_SIMD cap) without AVX-512: MaxPool2x2Avx2
