@@ -286,6 +286,24 @@ bool UseVnni() {
 #endif
 }
 
+// The blocking both layouts share: blocks of kKc steps (an int16 pair or a byte quad: 64 bytes of a panel each),
+// 16-column panels, 6-row tiles; a's rows lda int16 apart; panels of `steps` steps; the first block stores, the
+// later ones add. `half`: the tiles for a last panel of at most 8 columns.
+void RunTiles(int64_t M, int64_t N, int64_t steps, const int16_t *a, int64_t lda, const int16_t *b, int32_t *c,
+              int64_t ldc, const TileFn *tiles, const TileFn *half) {
+  for (int64_t k0 = 0; k0 < steps; k0 += kKc) {
+    const int64_t kc = std::min(kKc, steps - k0);
+    for (int64_t j0 = 0; j0 < N; j0 += kNr) {
+      const int64_t nr = std::min<int64_t>(kNr, N - j0);
+      const int16_t *bp = b + (j0 / kNr) * steps * 32 + k0 * 32;
+      for (int64_t i0 = 0; i0 < M; i0 += kMr) {
+        const int64_t mr = std::min<int64_t>(kMr, M - i0);
+        (nr <= kNr / 2 ? half : tiles)[mr - 1](kc, a + i0 * lda + 2 * k0, lda, bp, c + i0 * ldc + j0, ldc, nr, k0 > 0);
+      }
+    }
+  }
+}
+
 template <class S>
 void PackBAs(const S *src, int64_t ldb, int64_t K, int64_t N, const int32_t *zp, bool per, int16_t *dst) {
   const bool avx2 = UseAvx2();
@@ -461,17 +479,7 @@ void Gemm(int64_t M, int64_t N, int64_t K, const int16_t *a, const int16_t *b, i
   if (UseVnni()) tiles = kVnniTiles, half = kVnniHalfTiles;
   else if (UseAvx2()) tiles = kAvx2Tiles, half = kAvx2HalfTiles;
 #endif
-  for (int64_t k0 = 0; k0 < kpairs; k0 += kKc) {
-    const int64_t kc = std::min(kKc, kpairs - k0);
-    for (int64_t j0 = 0; j0 < N; j0 += kNr) {
-      const int64_t nr = std::min<int64_t>(kNr, N - j0);
-      const int16_t *bp = b + (j0 / kNr) * kpairs * 32 + k0 * 32;
-      for (int64_t i0 = 0; i0 < M; i0 += kMr) {
-        const int64_t mr = std::min<int64_t>(kMr, M - i0);
-        (nr <= kNr / 2 ? half : tiles)[mr - 1](kc, a + i0 * lda + 2 * k0, lda, bp, c + i0 * ldc + j0, ldc, nr, k0 > 0);
-      }
-    }
-  }
+  RunTiles(M, N, kpairs, a, lda, b, c, ldc, tiles, half);
 }
 
 
@@ -545,19 +553,8 @@ void QuadGemm(int64_t M, int64_t N, int64_t K, const uint8_t *a, const uint8_t *
   if (quads == 0) {
     for (int64_t i = 0; i < M; ++i) std::fill(c + i * ldc, c + i * ldc + N, 0);
   }
-  const int16_t *a16 = reinterpret_cast<const int16_t *>(a), *b16 = reinterpret_cast<const int16_t *>(b);
-  for (int64_t k0 = 0; k0 < quads; k0 += kKc) {
-    const int64_t kc = std::min(kKc, quads - k0);
-    for (int64_t j0 = 0; j0 < N; j0 += kNr) {
-      const int64_t nr = std::min<int64_t>(kNr, N - j0);
-      const int16_t *bp = b16 + (j0 / kNr) * quads * 32 + k0 * 32;
-      for (int64_t i0 = 0; i0 < M; i0 += kMr) {
-        const int64_t mr = std::min<int64_t>(kMr, M - i0);
-        (nr <= kNr / 2 ? kQuadHalfTiles : kQuadTiles)[mr - 1](kc, a16 + i0 * lda + 2 * k0, lda, bp,
-                                                              c + i0 * ldc + j0, ldc, nr, k0 > 0);
-      }
-    }
-  }
+  RunTiles(M, N, quads, reinterpret_cast<const int16_t *>(a), lda, reinterpret_cast<const int16_t *>(b), c, ldc,
+           kQuadTiles, kQuadHalfTiles);
   QuadCorrect(M, N, alpha, u, beta, v, c, ldc);
 #else
   (void)M, (void)N, (void)K, (void)a, (void)b, (void)c, (void)ldc;

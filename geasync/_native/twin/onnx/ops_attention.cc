@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -20,29 +19,6 @@
 namespace twin {
 namespace onnx {
 namespace {
-
-// Any NaN in x[0, n): the largest magnitude bit pattern is a NaN's. An integer maximum vectorises (a flag or'ed with
-// x != x compiled to a scalar loop that took half of a plain Attention's own time); AVX2 where the CPU has it.
-#define TWIN_ANY_NAN_BODY                                      \
-  int32_t m = 0;                                             \
-  for (int64_t j = 0; j < n; ++j) {                          \
-    int32_t b;                                               \
-    std::memcpy(&b, x + j, sizeof b);                        \
-    b &= 0x7fffffff;                                         \
-    m = b > m ? b : m;                                       \
-  }                                                          \
-  return m > 0x7f800000;
-bool AnyNanBase(const float *x, int64_t n) { TWIN_ANY_NAN_BODY }
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) bool AnyNanAvx2(const float *x, int64_t n) { TWIN_ANY_NAN_BODY }
-#endif
-#undef TWIN_ANY_NAN_BODY
-bool AnyNan(const float *x, int64_t n) {
-#if defined(__x86_64__)
-  if (vmath::ActiveIsa() != vmath::Isa::kBaseline) return AnyNanAvx2(x, n);
-#endif
-  return AnyNanBase(x, n);
-}
 
 struct AttnAttrs {
   float scale = 0.f;  // 0: 1/sqrt(head size)
@@ -354,9 +330,9 @@ class AttentionKernel : public Kernel {
       const int64_t n = total_;
       if (qk_bh && a_.mode <= 2) std::copy(s_.begin(), s_.end(), qk_bh);  // scores = scores after the (zero) bias
       vmath::SoftmaxRows(s_.data(), p_.data(), g_.sq, n, false);
-      for (int64_t i = 0; AnyNan(p_.data(), g_.sq * n) && i < g_.sq; ++i) {
+      for (int64_t i = 0; vmath::AnyNan(p_.data(), g_.sq * n) && i < g_.sq; ++i) {
         T *row = p_.data() + i * n;
-        if (!AnyNan(row, n)) continue;
+        if (!vmath::AnyNan(row, n)) continue;
         std::copy_n(s_.data() + i * n, n, row);
         Softmax(row, n, false);
       }

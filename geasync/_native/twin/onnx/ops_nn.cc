@@ -1315,13 +1315,6 @@ __attribute__((always_inline)) inline void FoldMaxBlockBody(const float *const *
 void FoldMaxRowsBase(const float *const *rows, int64_t count, int64_t n, float *y) {
   for (int64_t j = 0; j < n; j += 16) FoldMaxBlockBody(rows, count, j, std::min<int64_t>(16, n - j), y);
 }
-// Whether any of n floats is NaN (branch-free, so that it vectorises).
-__attribute__((always_inline)) inline bool AnyNanBody(const float *__restrict y, int64_t n) {
-  int bad = 0;
-  for (int64_t j = 0; j < n; ++j) bad |= y[j] != y[j];
-  return bad != 0;
-}
-bool AnyNanBase(const float *y, int64_t n) { return AnyNanBody(y, n); }
 #ifdef TWIN_HAVE_X86
 // The same with 32 outputs in four registers (max(v, m) is v > m ? v : m); the row tail scalar.
 __attribute__((target("avx2"))) void FoldMaxRowsAvx2(const float *const *rows, int64_t count, int64_t n, float *y) {
@@ -1348,12 +1341,10 @@ __attribute__((target("avx2"))) void FoldMaxRowsAvx2(const float *const *rows, i
   }
   if (j < n) FoldMaxBlockBody(rows, count, j, n - j, y);
 }
-__attribute__((target("avx2"))) bool AnyNanAvx2(const float *y, int64_t n) { return AnyNanBody(y, n); }
 #else
 void FoldMaxRowsAvx2(const float *const *rows, int64_t count, int64_t n, float *y) {
   FoldMaxRowsBase(rows, count, n, y);
 }
-bool AnyNanAvx2(const float *y, int64_t n) { return AnyNanBody(y, n); }
 #endif
 
 constexpr int64_t kFlatMaxW = 64;          // 2-D pools on rows up to this long: FlatAvgAvx2 / FlatMaxAvx2
@@ -1606,7 +1597,7 @@ class PoolKernel : public Kernel {
         float *a = rowmax_.data() + inner_lo_ + f0;
         const PoolRows pr{x + c0 + f0 * SW, W, 1, KW, SW, len, D * H * W - c0 - f0 * SW};
         avx2_ ? MaxRowsAvx2(pr, a) : MaxRowsBase(pr, a);
-        flat_nan = flat_nan || (avx2_ ? AnyNanAvx2(a, len) : AnyNanBase(a, len));
+        flat_nan = flat_nan || vmath::AnyNan(a, len);
       }
     }
     const bool row_loop = !flat || flat_nan || inner_lo_ > 0 || inner_hi_ < OW;
@@ -1630,7 +1621,7 @@ class PoolKernel : public Kernel {
       } else if (!flat_nan) {
         continue;
       }
-      if (!(avx2_ ? AnyNanAvx2(ai, n) : AnyNanBase(ai, n))) continue;
+      if (!vmath::AnyNan(ai, n)) continue;
       row_nan_[r] = 1;
       for (int64_t j = 0; j < n; ++j) {  // a NaN first tap: the max of the other taps
         if (!std::isnan(ai[j])) continue;

@@ -291,6 +291,20 @@ TWIN_VMATH_FUSED(Softmax, TWIN_SOFTMAX_PARAMS, (x, y, rows, n, log_softmax))
    float *mean, float *inv_std)
 TWIN_VMATH_FUSED(LayerNorm, TWIN_LAYERNORM_PARAMS, (x, y, rows, n, scale, bias, epsilon, mean, inv_std))
 
+// The largest magnitude bit pattern is a NaN's: an integer maximum vectorises (a bool or'ed with x != x did not).
+TWIN_VMATH_INLINE void AnyNanBody(const float *__restrict x, int64_t n, bool *out) {
+  int32_t m = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    int32_t b;
+    std::memcpy(&b, x + j, sizeof b);
+    b &= 0x7fffffff;
+    m = b > m ? b : m;
+  }
+  *out = m > 0x7f800000;
+}
+#define TWIN_ANY_NAN_PARAMS (const float *x, int64_t n, bool *out)
+TWIN_VMATH_FUSED(AnyNan, TWIN_ANY_NAN_PARAMS, (x, n, out))
+
 Isa DetectIsa() {
   Isa best = Isa::kBaseline;
 #if defined(__x86_64__)
@@ -364,6 +378,12 @@ TWIN_VMATH_ARRAY(Round)
 #endif
 
 void SoftmaxRows TWIN_SOFTMAX_PARAMS { TWIN_VMATH_CALL_FUSED(Softmax, (x, y, rows, n, log_softmax)) }
+void AnyNanInto TWIN_ANY_NAN_PARAMS { TWIN_VMATH_CALL_FUSED(AnyNan, (x, n, out)) }
+bool AnyNan(const float *x, int64_t n) {
+  bool out = false;
+  AnyNanInto(x, n, &out);
+  return out;
+}
 void LayerNormRows TWIN_LAYERNORM_PARAMS {
   TWIN_VMATH_CALL_FUSED(LayerNorm, (x, y, rows, n, scale, bias, epsilon, mean, inv_std))
 }

@@ -354,6 +354,9 @@ void SoftmaxRows(const float *x, float *y, int64_t rows, int64_t n, bool log_sof
 void LayerNormRows(const float *x, float *y, int64_t rows, int64_t n, const float *scale, const float *bias,
                    float epsilon, float *mean, float *inv_std);
 
+// Whether any of x[0, n) is NaN.
+bool AnyNan(const float *x, int64_t n);
+
 // Instruction set the array kernels run with: "avx512", "avx2" or "baseline". GEASYNC_TWIN_SIMD (read once) may
 // cap it at "avx2" or "baseline" (to test the fallbacks); it never enables what the CPU lacks.
 const char *IsaName();
