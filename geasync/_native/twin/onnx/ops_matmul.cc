@@ -1,9 +1,13 @@
 // MatMul (numpy matmul semantics: 1-D promotion, broadcast batch dims) and Gemm (alpha, beta, transA, transB,
 // optional unidirectionally broadcast C). Both run on OpenBLAS through gemm.cc; float16/bfloat16 through float32.
+// A constant float32 B (a weight initializer) with few rows of A runs on the panel kernel instead (gemm_panel.h),
+// B packed once here rather than by BLAS on every call.
 #include <algorithm>
+#include <type_traits>
 
 #include "broadcast.h"
 #include "gemm.h"
+#include "gemm_panel.h"
 #include "elem.h"
 
 namespace twin {
@@ -27,6 +31,30 @@ bool CheckSameFloatTypes(const InferCtx &c, size_t count, std::string *reason) {
   }
   return true;
 }
+
+// Rows of A up to which a constant B runs on the panel kernel. AVX-512 (measured on an AVX-512 EPYC, single thread,
+// K x N of 784 x 256 to 1024 x 1024): 0.7-1.0x of BLAS's time from 5 to 256 rows, about even at 1024, so the limit
+// is there to bound the second copy of B rather than for speed. AVX2 (4 rows per block): even at 16 rows, slower
+// beyond, so it keeps to the few rows just above the small-GEMM kernel's.
+int64_t PanelMaxRows(int width) { return width >= 32 ? 256 : 8; }
+// Largest packed copy of B kept per node (floats, 64 MB): beyond, BLAS's packing is small next to the product.
+constexpr int64_t kPanelMaxFloats = int64_t(1) << 24;
+
+// op(B) of a constant float32 B in panels, when the product's rows suit the panel kernel: more than the small-GEMM
+// kernel's rows (it reads B once without packing), at most PanelMaxRows. Otherwise empty (width 0).
+struct PanelB {
+  std::vector<float> pack;
+  int width = 0;
+
+  void Init(const void *b, bool b_transposed, int64_t rows, int64_t N, int64_t K) {
+    const int w = PanelWidth();
+    if (!b || !w || rows <= kSmallGemmMaxRows || rows > PanelMaxRows(w) || N <= 0 || K <= 0) return;
+    if (PackedSize(N, K, w) > kPanelMaxFloats) return;
+    width = w;
+    pack.resize(static_cast<size_t>(PackedSize(N, K, width)));
+    PackPanels(static_cast<const float *>(b), b_transposed, N, K, width, pack.data());
+  }
+};
 
 // ---- MatMul ----
 
@@ -85,11 +113,23 @@ class MatMulKernel : public Kernel {
     for (size_t bi = 0; fold_ && bi < a_off_.size(); ++bi)
       fold_ = a_off_[bi] == static_cast<int64_t>(bi) * M_ * K_ && b_off_[bi] == b_off_[0];
   }
+  // B known now: packed for the panel kernel where the (folded) rows suit it.
+  void UseConstantB(const void *b) {
+    if constexpr (std::is_same<T, float>::value)
+      if (fold_) panel_.Init(b, false, M_ * static_cast<int64_t>(a_off_.size()), N_, K_);
+  }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const T *A = static_cast<const T *>(in[0]);
     const T *B = static_cast<const T *>(in[1]);
     T *C = static_cast<T *>(out[0]);
     const int64_t mn = M_ * N_;
+    if constexpr (std::is_same<T, float>::value) {
+      if (panel_.width) {
+        const int64_t rows = M_ * static_cast<int64_t>(a_off_.size());
+        RunPanels({A, K_, rows, K_, panel_.pack.data(), N_, C, N_}, panel_.width);
+        return true;
+      }
+    }
     if (fold_) {
       Gemm<T>(false, false, M_ * static_cast<int64_t>(a_off_.size()), N_, K_, T(1), A, K_, B + b_off_[0], N_, T(0), C,
               N_);
@@ -104,6 +144,7 @@ class MatMulKernel : public Kernel {
   int64_t M_, N_, K_;
   std::vector<int64_t> a_off_, b_off_;  // element offset of each batch's matrices
   bool fold_ = false;
+  PanelB panel_;  // float32 only
 };
 
 std::unique_ptr<Kernel> PrepareMatMulFloat(const KernelCtx &c, std::string *reason) {
@@ -140,7 +181,11 @@ std::unique_ptr<Kernel> PrepareMatMulFloat(const KernelCtx &c, std::string *reas
     }
   }
   switch (c.out[0].dtype) {
-    case ElemType::kFloat: return std::make_unique<MatMulKernel<float>>(s.M, s.N, s.K, a_off, b_off);
+    case ElemType::kFloat: {
+      auto k = std::make_unique<MatMulKernel<float>>(s.M, s.N, s.K, a_off, b_off);
+      k->UseConstantB(c.in_data.size() > 1 ? c.in_data[1] : nullptr);
+      return k;
+    }
     case ElemType::kDouble: return std::make_unique<MatMulKernel<double>>(s.M, s.N, s.K, a_off, b_off);
     default: *reason = DtypeNotSupported(c.out[0].dtype); return nullptr;
   }
@@ -202,6 +247,12 @@ class GemmKernel : public Kernel {
  public:
   GemmKernel(const GemmAttrs &g, int64_t M, int64_t N, int64_t K, bool has_c, int64_t c_rows, int64_t c_cols)
       : g_(g), M_(M), N_(N), K_(K), has_c_(has_c), c_rows_(c_rows), c_cols_(c_cols) {}
+  // B known now: packed for the panel kernel where it applies. The kernel reads A's rows contiguously (no transA);
+  // alpha == 0 stays with GemmAccumulate, which then leaves A op(B) out entirely (NaNs in A or B included).
+  void UseConstantB(const void *b) {
+    if constexpr (std::is_same<T, float>::value)
+      if (!g_.trans_a && g_.alpha != 0.0f) panel_.Init(b, g_.trans_b != 0, M_, N_, K_);
+  }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     T *Y = static_cast<T *>(out[0]);
     if (has_c_) {
@@ -220,6 +271,13 @@ class GemmKernel : public Kernel {
     } else {
       std::fill(Y, Y + M_ * N_, T(0));
     }
+    if constexpr (std::is_same<T, float>::value) {
+      if (panel_.width) {  // Y = alpha * A op(B) + Y, as BLAS's beta == 1 below
+        RunPanels({static_cast<const float *>(in[0]), K_, M_, K_, panel_.pack.data(), N_, Y, N_, g_.alpha, true},
+                  panel_.width);
+        return true;
+      }
+    }
     GemmAccumulate<T>(g_.trans_a != 0, g_.trans_b != 0, M_, N_, K_, static_cast<T>(g_.alpha),
                       static_cast<const T *>(in[0]), static_cast<const T *>(in[1]), Y);
     return true;
@@ -230,6 +288,7 @@ class GemmKernel : public Kernel {
   int64_t M_, N_, K_;
   bool has_c_;
   int64_t c_rows_, c_cols_;
+  PanelB panel_;  // float32 only
 };
 
 std::unique_ptr<Kernel> PrepareGemmFloat(const KernelCtx &c, std::string *reason) {
@@ -250,7 +309,11 @@ std::unique_ptr<Kernel> PrepareGemmFloat(const KernelCtx &c, std::string *reason
     }
   }
   switch (c.out[0].dtype) {
-    case ElemType::kFloat: return std::make_unique<GemmKernel<float>>(g, M, N, K, has_c, c_rows, c_cols);
+    case ElemType::kFloat: {
+      auto k = std::make_unique<GemmKernel<float>>(g, M, N, K, has_c, c_rows, c_cols);
+      k->UseConstantB(c.in_data.size() > 1 ? c.in_data[1] : nullptr);
+      return k;
+    }
     case ElemType::kDouble: return std::make_unique<GemmKernel<double>>(g, M, N, K, has_c, c_rows, c_cols);
     default: *reason = DtypeNotSupported(c.out[0].dtype); return nullptr;
   }

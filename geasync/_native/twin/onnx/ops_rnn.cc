@@ -9,12 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "elem.h"
 #include "gemm.h"
+#include "gemm_panel.h"
 #include "vmath.h"
 
 namespace twin {
@@ -268,140 +266,10 @@ void Transpose(const T *src, int64_t rows, int64_t cols, T *dst) {
     }
 }
 
-// Each step's h R^T for up to kPanelMaxRows rows, float32, AVX-512 / AVX2: R^T packed into panels of kPanel columns
-// (K x kPanel each, contiguous) so that one panel stays in L1 while every row block runs over it with its sums in
-// registers; the generic small-GEMM kernel keeps its sums in memory and streams all of R^T per block of 4 rows
-// (~1.8x slower at 16 x 128 x 512).
-struct PanelGemm {
-  const float *A;  // [rows, K], rows lda apart
-  int64_t lda, rows, K;
-  const float *pack;  // panels of kPanel columns: pack[(p * K + k) * kPanel + c]
-  int64_t N;          // columns of C
-  float *C;
-  int64_t ldc;
-};
-
-#if defined(__x86_64__)
-namespace avx512 {
-#define TWIN_RNN_TARGET __attribute__((target("avx512f")))
-constexpr int kPanel = 32, kRows = 8;
-template <int MR>
-TWIN_RNN_TARGET void PanelRows(const PanelGemm &g, int64_t i0, const float *panel, int64_t j0) {
-  __m512 acc[MR][2];
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  const float *a = g.A + i0 * g.lda;
-  for (int64_t k = 0; k < g.K; ++k) {
-    const __m512 b0 = _mm512_loadu_ps(panel + k * kPanel), b1 = _mm512_loadu_ps(panel + k * kPanel + 16);
-    for (int r = 0; r < MR; ++r) {
-      const __m512 av = _mm512_set1_ps(a[r * g.lda + k]);
-      acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
-    }
-  }
-  const int64_t n = g.N - j0 < kPanel ? g.N - j0 : kPanel;
-  const __mmask16 m0 = static_cast<__mmask16>(n >= 16 ? 0xffffu : (1u << n) - 1u);
-  const __mmask16 m1 = static_cast<__mmask16>(n >= 32 ? 0xffffu : n <= 16 ? 0u : (1u << (n - 16)) - 1u);
-  for (int r = 0; r < MR; ++r) {
-    float *c = g.C + (i0 + r) * g.ldc + j0;
-    _mm512_mask_storeu_ps(c, m0, acc[r][0]);
-    _mm512_mask_storeu_ps(c + 16, m1, acc[r][1]);
-  }
-}
-TWIN_RNN_TARGET void Run(const PanelGemm &g) {
-  for (int64_t j0 = 0; j0 < g.N; j0 += kPanel) {
-    const float *panel = g.pack + j0 * g.K;  // (j0 / kPanel) * K * kPanel
-    int64_t i = 0;
-    for (; i + kRows <= g.rows; i += kRows) PanelRows<kRows>(g, i, panel, j0);
-    switch (g.rows - i) {
-      case 7: PanelRows<7>(g, i, panel, j0); break;
-      case 6: PanelRows<6>(g, i, panel, j0); break;
-      case 5: PanelRows<5>(g, i, panel, j0); break;
-      case 4: PanelRows<4>(g, i, panel, j0); break;
-      case 3: PanelRows<3>(g, i, panel, j0); break;
-      case 2: PanelRows<2>(g, i, panel, j0); break;
-      case 1: PanelRows<1>(g, i, panel, j0); break;
-      default: break;
-    }
-  }
-}
-#undef TWIN_RNN_TARGET
-}  // namespace avx512
-
-namespace avx2 {
-#define TWIN_RNN_TARGET __attribute__((target("avx2,fma")))
-constexpr int kPanel = 16, kRows = 4;
-template <int MR>
-TWIN_RNN_TARGET void PanelRows(const PanelGemm &g, int64_t i0, const float *panel, int64_t j0) {
-  __m256 acc[MR][2];
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  const float *a = g.A + i0 * g.lda;
-  for (int64_t k = 0; k < g.K; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(panel + k * kPanel), b1 = _mm256_loadu_ps(panel + k * kPanel + 8);
-    for (int r = 0; r < MR; ++r) {
-      const __m256 av = _mm256_broadcast_ss(a + r * g.lda + k);
-      acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
-    }
-  }
-  const int64_t n = g.N - j0 < kPanel ? g.N - j0 : kPanel;
-  for (int r = 0; r < MR; ++r) {
-    float *c = g.C + (i0 + r) * g.ldc + j0;
-    if (n == kPanel) {
-      _mm256_storeu_ps(c, acc[r][0]);
-      _mm256_storeu_ps(c + 8, acc[r][1]);
-    } else {
-      alignas(32) float tmp[kPanel];
-      _mm256_store_ps(tmp, acc[r][0]);
-      _mm256_store_ps(tmp + 8, acc[r][1]);
-      for (int64_t q = 0; q < n; ++q) c[q] = tmp[q];
-    }
-  }
-}
-TWIN_RNN_TARGET void Run(const PanelGemm &g) {
-  for (int64_t j0 = 0; j0 < g.N; j0 += kPanel) {
-    const float *panel = g.pack + j0 * g.K;
-    int64_t i = 0;
-    for (; i + kRows <= g.rows; i += kRows) PanelRows<kRows>(g, i, panel, j0);
-    switch (g.rows - i) {
-      case 3: PanelRows<3>(g, i, panel, j0); break;
-      case 2: PanelRows<2>(g, i, panel, j0); break;
-      case 1: PanelRows<1>(g, i, panel, j0); break;
-      default: break;
-    }
-  }
-}
-#undef TWIN_RNN_TARGET
-}  // namespace avx2
-#endif
-
-// Panel width of the packed R^T for the active instruction set, 0 where no panel kernel runs.
-int PanelWidth() {
-#if defined(__x86_64__)
-  switch (vmath::ActiveIsa()) {
-    case vmath::Isa::kAvx512: return avx512::kPanel;
-    case vmath::Isa::kAvx2: return avx2::kPanel;
-    default: break;
-  }
-#endif
-  return 0;
-}
-// pack[(p * K + k) * width + c] = Rt[k, p * width + c] from R [N, K] (0 past N).
-void PackPanels(const float *R, int64_t N, int64_t K, int width, float *pack) {
-  for (int64_t j0 = 0; j0 < N; j0 += width)
-    for (int64_t k = 0; k < K; ++k)
-      for (int c = 0; c < width; ++c) pack[j0 * K + k * width + c] = j0 + c < N ? R[(j0 + c) * K + k] : 0.0f;
-}
-// Floats of the packed form of N columns.
-int64_t PackedSize(int64_t N, int64_t K, int width) { return (N + width - 1) / width * width * K; }
+// Each step's h R^T for up to kPanelMaxRows rows, float32, AVX-512 / AVX2, runs on the panel kernel (gemm_panel.h)
+// with R packed once; the generic small-GEMM kernel keeps its sums in memory and streams all of R^T per block of 4
+// rows (~1.8x slower at 16 x 128 x 512).
 constexpr int64_t kPanelMaxRows = 32;  // more rows: BLAS's own packing pays
-void RunPanels(const PanelGemm &g) {
-#if defined(__x86_64__)
-  if (vmath::ActiveIsa() == vmath::Isa::kAvx512) return avx512::Run(g);
-  avx2::Run(g);
-#else
-  (void)g;
-#endif
-}
 
 template <class T>
 class RnnKernel : public Kernel {
@@ -583,13 +451,13 @@ class RnnKernel : public Kernel {
   // One direction's R [GH, H] into panels: the first product's columns, then GRU's h block.
   void Pack(const T *Rd, T *pack) const {
     if constexpr (std::is_same<T, float>::value) {
-      PackPanels(Rd, RecurrentCols(), H_, panel_w_, pack);
+      PackPanels(Rd, true, RecurrentCols(), H_, panel_w_, pack);
       if (SeparateHBlock())
-        PackPanels(Rd + 2 * H_ * H_, H_, H_, panel_w_, pack + PackedSize(RecurrentCols(), H_, panel_w_));
+        PackPanels(Rd + 2 * H_ * H_, true, H_, H_, panel_w_, pack + PackedSize(RecurrentCols(), H_, panel_w_));
     }
   }
   void RunPanelGemm(const T *A, const T *pack, int64_t n, T *C, int64_t ldc) const {
-    if constexpr (std::is_same<T, float>::value) RunPanels({A, H_, batch_, H_, pack, n, C, ldc});
+    if constexpr (std::is_same<T, float>::value) RunPanels({A, H_, batch_, H_, pack, n, C, ldc}, panel_w_);
   }
 
   // Every gate's W and R biases added to the input projection once, instead of at every step; the exception is
