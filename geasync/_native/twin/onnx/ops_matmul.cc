@@ -255,7 +255,9 @@ class GemmKernel : public Kernel {
   }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     T *Y = static_cast<T *>(out[0]);
-    if (has_c_) {
+    // beta == 0 leaves C out (NaN included), as the reference evaluator does.
+    const bool add_c = has_c_ && g_.beta != 0.0f;
+    if (add_c) {
       const T *C = static_cast<const T *>(in[2]);
       const T beta = static_cast<T>(g_.beta);
       for (int64_t i = 0; i < M_; ++i) {
@@ -268,16 +270,15 @@ class GemmKernel : public Kernel {
           for (int64_t j = 0; j < N_; ++j) y[j] = beta * crow[j];
         }
       }
-    } else {
-      std::fill(Y, Y + M_ * N_, T(0));
     }
     if constexpr (std::is_same<T, float>::value) {
-      if (panel_.width) {  // Y = alpha * A op(B) + Y, as BLAS's beta == 1 below
-        RunPanels({static_cast<const float *>(in[0]), K_, M_, K_, panel_.pack.data(), N_, Y, N_, g_.alpha, true},
+      if (panel_.width) {  // Y = alpha * A op(B) (+ Y: BLAS's beta == 1 below)
+        RunPanels({static_cast<const float *>(in[0]), K_, M_, K_, panel_.pack.data(), N_, Y, N_, g_.alpha, add_c},
                   panel_.width);
         return true;
       }
     }
+    if (!add_c) std::fill(Y, Y + M_ * N_, T(0));
     GemmAccumulate<T>(g_.trans_a != 0, g_.trans_b != 0, M_, N_, K_, static_cast<T>(g_.alpha),
                       static_cast<const T *>(in[0]), static_cast<const T *>(in[1]), Y);
     return true;
