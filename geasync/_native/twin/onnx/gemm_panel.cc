@@ -92,7 +92,7 @@ TWIN_PANEL_TARGET void PanelRows(const PanelGemm &g, int64_t i0, const float *pa
   const __m256 alpha = _mm256_set1_ps(g.alpha);
   for (int r = 0; r < MR; ++r) {
     float *c = g.C + (i0 + r) * g.ldc + j0;
-    alignas(32) float tmp[kPanel];  // the tail's columns, through a buffer (C ends before the panel does)
+    alignas(32) float tmp[kPanel] = {};  // the tail's columns, through a buffer (C ends before the panel does)
     float *dst = n == kPanel ? c : tmp;
     if (g.accumulate && dst == tmp)
       for (int64_t q = 0; q < n; ++q) tmp[q] = c[q];
