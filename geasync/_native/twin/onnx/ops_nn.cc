@@ -1332,7 +1332,7 @@ struct AvgInPlace {
   bool pairs;
   uint16_t pmask;          // the lanes of a row's load at column -PW inside the row
   const int32_t *pidx;     // per pair of taps (kw, kw + 1): 16 lanes into the two rows' loads (rows 2q | 2q + 1)
-  const double *pdiv;      // per pair of output rows, 8 divisors
+  const int64_t *pdidx;    // a pair's divisors: lanes [0, OW) of row 2q's, [OW, 2 OW) of row 2q + 1's (8 + lane)
 };
 // (Zero-masked forms with full masks throughout: GCC 12 warns on the plain ones' undefined sources.)
 __attribute__((target("avx512f"), always_inline)) inline __m256 Half512(__m512 v, int hi) {
@@ -1379,11 +1379,15 @@ __attribute__((target("avx512f"), always_inline)) inline void AvgInPlaceBlocks(c
     else _mm512_mask_storeu_ps(yo, static_cast<__mmask16>((1u << n) - 1u), _mm512_castps256_ps512(r));
   }
 }
-// Pairs of output rows q .. q + kB - 1 at once (AvgInPlace::pairs): per tap row one load of each of the two input
-// rows, each pair of taps one two-source permute (their columns 2 ow + kw of either row).
+// Pairs of output rows at once (AvgInPlace::pairs), the rows of all the planes taken as one sequence (a pair may
+// span two planes: no half-empty register at a plane's odd last row). Row i: plane start xs[i], row oh[i] (OH: no
+// row, the zero row read, not stored); rows 2k and 2k + 1 make pair k, stored at y + 2 k OW (the output rows of
+// consecutive planes are contiguous). Per tap row one load of each row, per pair of taps one two-source permute
+// (columns 2 ow + kw of either row).
 template <int kK, int kB>
-__attribute__((target("avx512f"), always_inline)) inline void AvgInPlacePairs(const AvgInPlace &g, const float *x,
-                                                                             const float *zero, int64_t q0,
+__attribute__((target("avx512f"), always_inline)) inline void AvgInPlacePairs(const AvgInPlace &g,
+                                                                             const float *const *xs,
+                                                                             const int64_t *oh, const float *zero,
                                                                              float *y) {
   const int64_t KH = kK ? kK : g.KH, KW = kK ? kK : g.KW;
   __m512d acc[kB];
@@ -1391,9 +1395,9 @@ __attribute__((target("avx512f"), always_inline)) inline void AvgInPlacePairs(co
   for (int64_t kh = 0; kh < KH; ++kh) {
     __m512 a[kB], c[kB];
     for (int k = 0; k < kB; ++k) {
-      const int64_t r = 2 * (q0 + k), oa = g.rowoff[r * KH + kh], oc = g.rowoff[(r + 1) * KH + kh];
-      a[k] = _mm512_maskz_loadu_ps(g.pmask, (oa >= 0 ? x + oa : zero) - g.PW);
-      c[k] = _mm512_maskz_loadu_ps(g.pmask, (oc >= 0 ? x + oc : zero) - g.PW);
+      const int64_t oa = g.rowoff[oh[2 * k] * KH + kh], oc = g.rowoff[oh[2 * k + 1] * KH + kh];
+      a[k] = _mm512_maskz_loadu_ps(g.pmask, (oa >= 0 ? xs[2 * k] + oa : zero) - g.PW);
+      c[k] = _mm512_maskz_loadu_ps(g.pmask, (oc >= 0 ? xs[2 * k + 1] + oc : zero) - g.PW);
     }
     for (int64_t kw = 0; kw < KW; kw += 2) {
       const __m512i idx = _mm512_loadu_si512(g.pidx + 8 * kw);  // (kw / 2) * 16
@@ -1404,33 +1408,59 @@ __attribute__((target("avx512f"), always_inline)) inline void AvgInPlacePairs(co
       }
     }
   }
+  const __m512i didx = _mm512_loadu_si512(g.pdidx);
   for (int k = 0; k < kB; ++k) {
-    const int64_t r = 2 * (q0 + k), n = std::min<int64_t>(2, g.OH - r) * g.OW;
-    const __m256 v = _mm512_maskz_cvtpd_ps(0xFF, _mm512_div_pd(acc[k], _mm512_loadu_pd(g.pdiv + 8 * (q0 + k))));
-    _mm512_mask_storeu_ps(y + r * g.OW, static_cast<__mmask16>((1u << n) - 1u), _mm512_castps256_ps512(v));
+    const __m512d d = _mm512_maskz_permutex2var_pd(0xFF, _mm512_loadu_pd(g.div + oh[2 * k] * g.OWp), didx,
+                                                   _mm512_loadu_pd(g.div + oh[2 * k + 1] * g.OWp));
+    const __m256 v = _mm512_maskz_cvtpd_ps(0xFF, _mm512_div_pd(acc[k], d));
+    const int64_t n = (oh[2 * k + 1] < g.OH ? 2 : 1) * g.OW;
+    _mm512_mask_storeu_ps(y + 2 * k * g.OW, static_cast<__mmask16>((1u << n) - 1u), _mm512_castps256_ps512(v));
+  }
+}
+template <int kK>
+__attribute__((target("avx512f"))) void AvgInPlacePairsAll(const AvgInPlace &g, const float *X, int64_t in_sp,
+                                                            int64_t count, const float *zero, float *Y) {
+  const int64_t rows = count * g.OH;
+  int64_t nc = 0, oh = 0;  // of row r
+  for (int64_t r = 0; r < rows;) {
+    const float *xs[8];
+    int64_t ohs[8];
+    const int64_t cnt = std::min<int64_t>(8, rows - r);
+    for (int64_t i = 0; i < 8; ++i) {
+      xs[i] = X, ohs[i] = g.OH;
+      if (i >= cnt) continue;
+      xs[i] = X + nc * in_sp, ohs[i] = oh;
+      if (++oh == g.OH) oh = 0, ++nc;
+    }
+    float *y = Y + r * g.OW;
+    if (cnt == 8) {
+      AvgInPlacePairs<kK, 4>(g, xs, ohs, zero, y);
+    } else {
+      for (int64_t k = 0; 2 * k < cnt; ++k) AvgInPlacePairs<kK, 1>(g, xs + 2 * k, ohs + 2 * k, zero, y + 2 * k * g.OW);
+    }
+    r += cnt;
   }
 }
 template <int kK>
 __attribute__((target("avx512f"))) void AvgInPlaceBlocksAll(const AvgInPlace &g, const float *x, const float *zero,
                                                              float *y) {
-  if (g.pairs) {
-    const int64_t nq = (g.OH + 1) / 2;
-    int64_t q = 0;
-    for (; q + 4 <= nq; q += 4) AvgInPlacePairs<kK, 4>(g, x, zero, q, y);
-    for (; q < nq; ++q) AvgInPlacePairs<kK, 1>(g, x, zero, q, y);
-    return;
-  }
   const int64_t nj = g.OH * (g.OWp / 8);
   int64_t j = 0;
   for (; j + 4 <= nj; j += 4) AvgInPlaceBlocks<kK, 4>(g, x, zero, j, y);
   for (; j < nj; ++j) AvgInPlaceBlocks<kK, 1>(g, x, zero, j, y);
 }
-// One plane: 2x2 and 3x3 windows with their tap loops unrolled (measured ~1.3x faster), others generic.
-__attribute__((target("avx512f"))) void AvgInPlaceAvx512(const AvgInPlace &g, const float *x, const float *zero,
-                                                          float *y) {
-  if (g.KH == 2 && g.KW == 2) return AvgInPlaceBlocksAll<2>(g, x, zero, y);
-  if (g.KH == 3 && g.KW == 3) return AvgInPlaceBlocksAll<3>(g, x, zero, y);
-  AvgInPlaceBlocksAll<0>(g, x, zero, y);
+template <int kK>
+__attribute__((target("avx512f"))) void AvgInPlaceAll(const AvgInPlace &g, const float *X, int64_t in_sp,
+                                                       int64_t out_sp, int64_t count, const float *zero, float *Y) {
+  if (g.pairs) return AvgInPlacePairsAll<kK>(g, X, in_sp, count, zero, Y);
+  for (int64_t nc = 0; nc < count; ++nc) AvgInPlaceBlocksAll<kK>(g, X + nc * in_sp, zero, Y + nc * out_sp);
+}
+// All the planes: 2x2 and 3x3 windows with their tap loops unrolled (measured ~1.3x faster), others generic.
+__attribute__((target("avx512f"))) void AvgInPlaceAvx512(const AvgInPlace &g, const float *X, int64_t in_sp,
+                                                          int64_t out_sp, int64_t count, const float *zero, float *Y) {
+  if (g.KH == 2 && g.KW == 2) return AvgInPlaceAll<2>(g, X, in_sp, out_sp, count, zero, Y);
+  if (g.KH == 3 && g.KW == 3) return AvgInPlaceAll<3>(g, X, in_sp, out_sp, count, zero, Y);
+  AvgInPlaceAll<0>(g, X, in_sp, out_sp, count, zero, Y);
 }
 #else
 void MaxRowsAvx2(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
@@ -1603,7 +1633,7 @@ class PoolKernel : public Kernel {
           const int64_t ih = oh * SH - w_.pb[1] + kh;
           in_rowoff_[static_cast<size_t>(oh * KH + kh)] = ih >= 0 && ih < w_.in[1] ? ih * W : -1;
         }
-      in_div_.assign(static_cast<size_t>(OH * OWp), 1.0);
+      in_div_.assign(static_cast<size_t>((OH + 1) * OWp), 1.0);  // row OH: a pair's missing second row
       for (int64_t oh = 0; oh < OH; ++oh)
         for (int64_t ow = 0; ow < OW; ++ow) {
           const Tap &t1 = taps_[1][oh], &t2 = taps_[2][ow];
@@ -1627,15 +1657,11 @@ class PoolKernel : public Kernel {
             in_pidx_[static_cast<size_t>(kw / 2 * 16 + l)] =
                 static_cast<int32_t>((lane >= OW ? 16 : 0) + 2 * (lane % OW) + std::min(tap, KW - 1));
           }
-        const int64_t nq = (OH + 1) / 2;
-        in_pdiv_.assign(static_cast<size_t>(nq * 8), 1.0);
-        for (int64_t q = 0; q < nq; ++q)
-          for (int64_t lane = 0; lane < 2 * OW; ++lane) {
-            const int64_t oh = 2 * q + lane / OW, ow = lane % OW;
-            if (oh < OH) in_pdiv_[static_cast<size_t>(q * 8 + lane)] = in_div_[static_cast<size_t>(oh * OWp + ow)];
-          }
+        in_pdidx_.assign(8, 0);
+        for (int64_t lane = 0; lane < 2 * OW; ++lane)
+          in_pdidx_[static_cast<size_t>(lane)] = lane < OW ? lane : 8 + lane - OW;
         in_.pidx = in_pidx_.data();
-        in_.pdiv = in_pdiv_.data();
+        in_.pdidx = in_pdidx_.data();
       }
       in_place_ = true;
       flat_on_ = false;
@@ -1681,7 +1707,7 @@ class PoolKernel : public Kernel {
     if constexpr (!kMax && std::is_same<S, float>::value) {
 #ifdef TWIN_HAVE_X86
       if (in_place_) {
-        for (int64_t nc = 0; nc < NC_; ++nc) AvgInPlaceAvx512(in_, X + nc * in_sp, in_zero_.data(), Y + nc * out_sp);
+        AvgInPlaceAvx512(in_, X, in_sp, out_sp, NC_, in_zero_.data(), Y);
         return true;
       }
       if (flat_on_ && flat512_) {
@@ -1996,7 +2022,7 @@ class PoolKernel : public Kernel {
   std::vector<int64_t> in_rowoff_; // ... its tap rows
   std::vector<float> in_zero_;     // ... the row read for a tap row outside the input
   std::vector<int32_t> in_pidx_;   // ... pairs of rows: permute indices
-  std::vector<double> in_pdiv_;    // ... pairs of rows: divisors
+  std::vector<int64_t> in_pdidx_;  // ... pairs of rows: divisor lanes
   bool avx2_ = false;                    // RunPlane2d's row loops in their AVX2 build
   bool pool2x2_ = false;       // simple_ with a 2x2 window and stride 2: MaxPool2x2Avx512
   bool pool2x2_avx2_ = false;  // the same on a CPU (or GEASYNC_TWIN_SIMD cap) without AVX-512: MaxPool2x2Avx2
