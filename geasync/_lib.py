@@ -449,20 +449,26 @@ def compiled_graph_summary(handle: Any, graph_id: int, context: str) -> dict[str
     }
 
 
-# GE's RunGraph takes a process-wide try-lock and fails a concurrent caller with GE_SESS_ALREADY_RUNNING;
-# geasync serialises synchronous runs instead (waiting with the GIL released costs nothing else).
-_run_graph_lock = threading.Lock()
+_sync = threading.local()  # a thread's out-parameters of synchronous runs: made on first use, read right after
 
 
 def run_graph(handle: Any, graph_id: int, inputs: PreparedInputs, context: str, make: OutputFactory[_T]) -> list[_T]:
+    """RunGraph. The shim serialises synchronous runs (GE's RunGraph fails a concurrent caller), waiting with the
+    GIL released, and describes the outputs in the same call."""
     try:
-        out = _scratch.out  # this thread's out-parameter, read right after the call (under the lock)
+        infos, cap, count, overflow = _sync.out
     except AttributeError:
-        out = _scratch.out = ffi.new("ga_outputs **")
-    with _run_graph_lock:
-        status = lib.ga_session_run_graph(handle, graph_id, inputs.array, inputs.count, out)
+        infos, cap, count, overflow = _sync.out = (ffi.new("ga_output_info[]", 8), 8, ffi.new("size_t *"),
+                                                   ffi.new("ga_outputs **"))
+    status = lib.ga_session_run_graph(handle, graph_id, inputs.array, inputs.count, infos, cap, count, overflow)
+    if status != 0:
         _check(status, "GeSession::RunGraph", context)
-    return _take_outputs(out[0], make)
+    n = count[0]
+    if n > cap:  # more outputs than ever before on this thread: grow, and take them from the list
+        infos = ffi.new("ga_output_info[]", n)
+        _sync.out = (infos, n, count, overflow)
+        lib.ga_outputs_take_all(overflow[0], infos, n)
+    return _wrap_outputs(infos, 0, n, make)
 
 
 def run_graph_with_stream_completion(handle: Any, graph_id: int, stream: int, inputs: PreparedInputs,

@@ -149,9 +149,14 @@ ga_status ga_session_get_compiled_graph_summary(ga_session *session, uint32_t gr
                                                 ga_tensor_desc *output_descs, size_t output_capacity);
 
 /* Runs. Inputs are borrowed: for run_graph until return, for the stream mode until the stream has passed the run,
- * for run_graph_async until its completion is drained. */
+ * for run_graph_async until its completion is drained.
+ * run_graph waits for any other thread's run_graph (GE fails concurrent RunGraph calls) and hands its outputs over
+ * in one call: *output_count is their number; when it is at most `capacity` they are described in infos[] (each
+ * handle the caller's, to ga_tensor_destroy), otherwise the whole list is left in *overflow for
+ * ga_outputs_take_all. */
 ga_status ga_session_run_graph(ga_session *session, uint32_t graph_id, const ga_tensor_desc *inputs,
-                               size_t input_count, ga_outputs **outputs);
+                               size_t input_count, ga_output_info *infos, size_t capacity, size_t *output_count,
+                               ga_outputs **overflow);
 ga_status ga_session_run_graph_with_stream_async(ga_session *session, uint32_t graph_id, void *stream,
                                                  const ga_tensor_desc *inputs, size_t input_count,
                                                  ga_outputs **outputs);

@@ -134,6 +134,18 @@ bool ToGertTensors(const ga_tensor_desc *descs, size_t count, std::vector<gert::
   return true;
 }
 
+void Describe(ga_tensor *handle, ga_output_info *info) {
+  info->handle = handle;
+  const gert::Tensor &t = handle->tensor;
+  info->address = reinterpret_cast<uintptr_t>(t.GetAddr());
+  info->size = t.GetSize();
+  info->dtype = static_cast<int32_t>(t.GetDataType());
+  info->placement = t.GetPlacement() == gert::kOnDeviceHbm ? GA_PLACEMENT_DEVICE : GA_PLACEMENT_HOST;
+  const gert::Shape &shape = t.GetStorageShape();
+  info->ndim = static_cast<uint32_t>(shape.GetDimNum());
+  for (size_t k = 0; k < info->ndim; ++k) info->dims[k] = shape.GetDim(k);
+}
+
 ga_outputs *MakeOutputs(std::vector<gert::Tensor> &&tensors) {
   auto *outs = new (std::nothrow) ga_outputs();
   if (outs == nullptr) return nullptr;
@@ -189,17 +201,8 @@ size_t ga_outputs_take_all(ga_outputs *outputs, ga_output_info *infos, size_t ca
   const size_t n = outputs->items.size();
   if (n > capacity) return n;  // the caller grows its buffer and calls again; the list is left intact
   for (size_t i = 0; i < n; ++i) {
-    ga_output_info &info = infos[i];
-    info.handle = outputs->items[i];
+    shim::Describe(outputs->items[i], &infos[i]);
     outputs->items[i] = nullptr;  // taken: the list's destruction below leaves it alone
-    const gert::Tensor &t = info.handle->tensor;
-    info.address = reinterpret_cast<uintptr_t>(t.GetAddr());
-    info.size = t.GetSize();
-    info.dtype = static_cast<int32_t>(t.GetDataType());
-    info.placement = t.GetPlacement() == gert::kOnDeviceHbm ? GA_PLACEMENT_DEVICE : GA_PLACEMENT_HOST;
-    const gert::Shape &shape = t.GetStorageShape();
-    info.ndim = static_cast<uint32_t>(shape.GetDimNum());
-    for (size_t k = 0; k < info.ndim; ++k) info.dims[k] = shape.GetDim(k);
   }
   ga_outputs_destroy(outputs);
   return n;

@@ -333,19 +333,44 @@ ga_status ga_session_get_compiled_graph_summary(ga_session *session, uint32_t gr
 }
 
 ga_status ga_session_run_graph(ga_session *session, uint32_t graph_id, const ga_tensor_desc *inputs,
-                               size_t input_count, ga_outputs **outputs) {
-  SHIM_SESSION("GeSession::RunGraph");
-  if (outputs == nullptr) return shim::FailWith("GeSession::RunGraph", shim::kParamInvalid, "outputs is null");
+                               size_t input_count, ga_output_info *infos, size_t capacity, size_t *output_count,
+                               ga_outputs **overflow) {
+  const char *api = "GeSession::RunGraph";
+  SHIM_SESSION(api);
+  if (output_count == nullptr || overflow == nullptr || (infos == nullptr && capacity != 0))
+    return shim::FailWith(api, shim::kParamInvalid, "output_count, overflow or infos is null");
+  *output_count = 0;
+  *overflow = nullptr;
   shim::InputScratch scratch;
   std::vector<gert::Tensor> &in = *scratch.get();
   std::vector<gert::Tensor> out;
   std::string error;
-  if (!shim::ToGertTensors(inputs, input_count, &in, &error))
-    return shim::FailWith("GeSession::RunGraph", shim::kParamInvalid, error);
-  const ge::Status st = session->session->RunGraph(graph_id, in, out);
-  if (st != ge::SUCCESS) return shim::Fail("GeSession::RunGraph", st);
-  *outputs = shim::MakeOutputs(std::move(out));
-  if (*outputs == nullptr) return shim::FailWith("GeSession::RunGraph", shim::kMemallocFailed, "out of memory");
+  if (!shim::ToGertTensors(inputs, input_count, &in, &error)) return shim::FailWith(api, shim::kParamInvalid, error);
+  ge::Status st;
+  {
+    // GE's RunGraph fails a concurrent caller (a process-wide try-lock): synchronous runs wait for each other here,
+    // with the GIL released, instead of failing.
+    static std::mutex sync_runs;
+    std::lock_guard<std::mutex> lock(sync_runs);
+    st = session->session->RunGraph(graph_id, in, out);
+  }
+  if (st != ge::SUCCESS) return shim::Fail(api, st);
+  if (out.size() > capacity) {  // more outputs than the caller's buffer: it grows it and takes the list
+    *overflow = shim::MakeOutputs(std::move(out));
+    if (*overflow == nullptr) return shim::FailWith(api, shim::kMemallocFailed, "out of memory");
+    *output_count = (*overflow)->items.size();
+    return 0;
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    auto *h = new (std::nothrow) ga_tensor{std::move(out[i])};
+    if (h == nullptr) {
+      for (size_t k = 0; k < i; ++k) ga_tensor_destroy(infos[k].handle);
+      return shim::FailWith(api, shim::kMemallocFailed, "out of memory");
+    }
+    shim::Live().tensors.fetch_add(1);
+    shim::Describe(h, &infos[i]);
+  }
+  *output_count = out.size();
   return 0;
 }
 

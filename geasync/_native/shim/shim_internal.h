@@ -92,6 +92,8 @@ class InputScratch {
   std::vector<gert::Tensor> own_;
   std::vector<gert::Tensor> *v_;
 };
+// Fills `info` with the handle and description of an output the caller takes over.
+void Describe(ga_tensor *handle, ga_output_info *info);
 // Moves runtime tensors into a new ga_outputs (nullptr on allocation failure).
 ga_outputs *MakeOutputs(std::vector<gert::Tensor> &&tensors);
 

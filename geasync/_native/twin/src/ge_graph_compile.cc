@@ -6,14 +6,13 @@ namespace ge {
 namespace {
 constexpr size_t kMaxPlansPerGraph = 16;  // shape-specialised plans kept per graph (dynamic shapes)
 
-std::string PlanKey(const std::vector<ODesc> &descs) {
-  std::string key;
-  for (const auto &d : descs) {
-    key += std::to_string(static_cast<int>(d.dtype)) + ":";
-    for (int64_t v : d.dims) key += std::to_string(v) + ",";
-    key += ";";
-  }
-  return key;
+// Whether a cached plan was specialised for these input descriptions (compared in place: a run looks its plan up
+// on every call, and a formatted key cost more than the rest of the lookup).
+bool SameDescs(const std::vector<ODesc> &a, const std::vector<ODesc> &b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].dtype != b[i].dtype || a[i].dims != b[i].dims) return false;
+  return true;
 }
 
 // Plans may be value-dependent (an output shape depends on an input's contents, e.g. a Reshape shape fed as a
@@ -57,7 +56,7 @@ Status CompileLocked(GraphNode &node, const char *api) {
       return FAILED;
     }
     node.plans.clear();
-    node.plans.emplace_front(PlanKey(node.data_descs), std::shared_ptr<Plan>(std::move(plan)));
+    node.plans.emplace_front(node.data_descs, std::shared_ptr<Plan>(std::move(plan)));
   }
   node.compiled_outputs = std::move(outs);
   node.dynamic = !is_static;
@@ -76,10 +75,9 @@ Status EnsureLoaded(GraphNode &node, const char *api) {
 }
 
 std::shared_ptr<Plan> GetPlan(GraphNode &node, const std::vector<ODesc> &descs, const char *api) {
-  const std::string key = PlanKey(descs);
   std::lock_guard<std::mutex> lk(node.mu);
   for (auto it = node.plans.begin(); it != node.plans.end(); ++it) {
-    if (it->first == key) {
+    if (SameDescs(it->first, descs)) {
       node.plans.splice(node.plans.begin(), node.plans, it);
       return node.plans.front().second;
     }
@@ -92,7 +90,7 @@ std::shared_ptr<Plan> GetPlan(GraphNode &node, const std::vector<ODesc> &descs, 
                       ") cannot run with these inputs: " + error);
     return nullptr;
   }
-  node.plans.emplace_front(key, std::shared_ptr<Plan>(std::move(plan)));
+  node.plans.emplace_front(descs, std::shared_ptr<Plan>(std::move(plan)));
   if (node.plans.size() > kMaxPlansPerGraph) node.plans.pop_back();
   return node.plans.front().second;
 }

@@ -53,7 +53,7 @@ struct GraphNode {
   bool loaded = false;
   bool need_rebuild = false;
   std::vector<ODesc> compiled_outputs;
-  std::list<std::pair<std::string, std::shared_ptr<Plan>>> plans;  // most recently used first
+  std::list<std::pair<std::vector<ODesc>, std::shared_ptr<Plan>>> plans;  // by input descs, most recently used first
   std::map<const void *, std::shared_ptr<BuiltinAllocator>> builtin_allocators;
   std::unique_ptr<twin::WorkQueue> model_queue;
   // Set (release) once compiled, loaded and the model queue exists; read (acquire) by RunGraphAsync's fast path.
