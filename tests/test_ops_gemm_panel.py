@@ -185,6 +185,36 @@ def test_gemm_constant_b_edge_values_follow_ieee(sess, m, trans_b):
     assert np.all(got == np.float32(2e-39))  # denormal in, denormal out: nothing flushed to zero
 
 
+@pytest.mark.parametrize("m", [3, 13, 300])
+@pytest.mark.parametrize("const_b", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gemm_alpha_zero_keeps_the_products_nans(sess, m, const_b, dtype):
+    """alpha == 0 is 0 * A op(B), not nothing: NaN wherever the product is NaN or infinite (BLAS itself would skip
+    the product), beta * C elsewhere, as onnx.reference computes it; with and without C."""
+    rng = np.random.default_rng(m + 7 * const_b)
+    k, n = 19, 23
+    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    a[1, 2] = np.nan  # row 1 all NaN
+    b[4, 5] = np.inf  # column 5 infinite (NaN once times 0)
+    c = rng.standard_normal((m, n)).astype(dtype)
+    for with_c in (True, False):
+        names = ["a", "b", "c"] if with_c else ["a", "b"]
+        inputs = [("a", elem, [m, k])] + ([] if const_b else [("b", elem, [k, n])])
+        inputs += [("c", elem, [m, n])] if with_c else []
+        model = make_model([helper.make_node("Gemm", names, ["y"], alpha=0.0, beta=0.5)], inputs,
+                           [("y", elem, [m, n])], initializers=[("b", b)] if const_b else [], opset=13)
+        feeds = [a] + ([] if const_b else [b]) + ([c] if with_c else [])
+        (got,) = run_once(sess, model, feeds)
+        with np.errstate(all="ignore"):
+            (ref,) = reference(model, feeds)
+        assert np.isnan(got[1]).all() and np.isnan(got[:, 5]).all()
+        assert np.array_equal(np.isnan(got), np.isnan(ref))
+        finite = np.isfinite(ref)
+        np.testing.assert_allclose(got[finite], ref[finite], rtol=1e-6, atol=0)
+
+
 def test_rows_alone_agree_with_the_batch(sess):
     """Rows computed in a batch of 64 (panel kernel) match the same rows computed 1 at a time (small-GEMM kernel)
     and 300 at a time (BLAS)."""

@@ -4,6 +4,7 @@
 // B packed once here rather than by BLAS on every call.
 #include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "broadcast.h"
 #include "gemm.h"
@@ -248,7 +249,7 @@ class GemmKernel : public Kernel {
   GemmKernel(const GemmAttrs &g, int64_t M, int64_t N, int64_t K, bool has_c, int64_t c_rows, int64_t c_cols)
       : g_(g), M_(M), N_(N), K_(K), has_c_(has_c), c_rows_(c_rows), c_cols_(c_cols) {}
   // B known now: packed for the panel kernel where it applies. The kernel reads A's rows contiguously (no transA);
-  // alpha == 0 stays with GemmAccumulate, which then leaves A op(B) out entirely (NaNs in A or B included).
+  // alpha == 0 takes the path of its own in Run.
   void UseConstantB(const void *b) {
     if constexpr (std::is_same<T, float>::value)
       if (!g_.trans_a && g_.alpha != 0.0f) panel_.Init(b, g_.trans_b != 0, M_, N_, K_);
@@ -279,6 +280,15 @@ class GemmKernel : public Kernel {
       }
     }
     if (!add_c) std::fill(Y, Y + M_ * N_, T(0));
+    if (g_.alpha == 0.0f) {
+      // BLAS skips the product when alpha == 0, but 0 * A op(B) is NaN wherever the product is NaN or infinite
+      // (the reference evaluator computes it): form the product, then add 0 times it. Rare: speed does not matter.
+      std::vector<T> product(static_cast<size_t>(M_ * N_), T(0));
+      GemmAccumulate<T>(g_.trans_a != 0, g_.trans_b != 0, M_, N_, K_, T(1), static_cast<const T *>(in[0]),
+                        static_cast<const T *>(in[1]), product.data());
+      for (size_t i = 0; i < product.size(); ++i) Y[i] += T(0) * product[i];
+      return true;
+    }
     GemmAccumulate<T>(g_.trans_a != 0, g_.trans_b != 0, M_, N_, K_, static_cast<T>(g_.alpha),
                       static_cast<const T *>(in[0]), static_cast<const T *>(in[1]), Y);
     return true;

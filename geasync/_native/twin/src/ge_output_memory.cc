@@ -153,6 +153,8 @@ int64_t LiveDeviceOutputBlocks() { return g_live_mem_blocks.load(); }
 Status MakeHostOutputs(const Plan &plan, std::vector<gert::Tensor> &outputs, std::vector<void *> *ptrs) {
   outputs.clear();
   ptrs->clear();
+  outputs.reserve(plan.output_descs().size());  // gert::Tensor is large: no re-moves as the vector grows
+  ptrs->reserve(plan.output_descs().size());
   for (const ODesc &d : plan.output_descs()) {
     const size_t bytes = d.Bytes();
     void *data = std::malloc(bytes == 0 ? 1 : bytes);
