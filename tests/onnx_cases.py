@@ -62,6 +62,32 @@ def assert_close(got, want, rtol, atol):
             np.testing.assert_array_equal(g, w)
 
 
+def gemm_edge_operands(m, k, n, seed):
+    """float32 A (m x k) and B (k x n), k >= 12 and n >= 21, whose product meets the IEEE edge cases at known places:
+    a NaN in A's first row, inf * 0 (column 7 of A's last row), inf - inf and -inf (column 11), denormal products
+    that must survive, and a float32 overflow (column 20)."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    a[0, 3] = np.nan
+    a[-1, 5] = np.inf
+    b[5, 7] = 0.0  # inf * 0: NaN in column 7 of A's last row
+    b[6, 11] = -np.inf  # -inf down column 11 of every row (NaN where inf meets it)
+    b[9, :] = 1e-40  # denormal products survive where the rest of the row is zero
+    b[9, 20] = 1e31
+    a[:, 10] = 1e-39
+    a[:, 9] = 3e8  # 3e8 * 1e31 overflows float32 in column 20, only there
+    return a, b
+
+
+def assert_same_ieee_pattern(got, ref, rtol=1e-5, atol=1e-5):
+    """The same NaN / +inf / -inf positions as ``ref``, and the finite values within tolerance."""
+    assert np.array_equal(np.isnan(got), np.isnan(ref))
+    assert np.array_equal(np.isposinf(got), np.isposinf(ref)) and np.array_equal(np.isneginf(got), np.isneginf(ref))
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(got[finite], ref[finite], rtol=rtol, atol=atol)
+
+
 def check_against_reference(session, model, feeds, rtol, atol, want=None):
     """Runs the model and compares it with onnx.reference (or ``want``); returns geasync's outputs."""
     want = reference(model, feeds) if want is None else want

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx.reference import ReferenceEvaluator
-from onnx_cases import rerun_file_with_instruction_set
+from onnx_cases import assert_same_ieee_pattern, gemm_edge_operands, rerun_file_with_instruction_set
 
 import geasync as ga
 from conftest import TensorProto, helper, make_model
@@ -100,27 +100,14 @@ def test_matmul_few_rows_matches_float64(a_shape, b_shape):
 def test_gemm_few_rows_edge_values_follow_ieee(m, trans_b):
     """NaN and infinities propagate (inf * 0 and inf - inf give NaN), denormals are not flushed, large magnitudes
     overflow only where the float32 products do: the same NaN / inf pattern and finite values as onnx.reference."""
-    rng = np.random.default_rng(m + 10 * trans_b)
     k, n = 37, 45
-    a = rng.standard_normal((m, k)).astype(np.float32)
-    b = rng.standard_normal((k, n)).astype(np.float32)
-    a[0, 3] = np.nan
-    a[-1, 5] = np.inf
-    b[5, 7] = 0.0  # inf * 0: NaN in column 7 of A's last row
-    b[6, 11] = -np.inf  # -inf down column 11 of every row (NaN where inf meets it)
-    b[9, :] = 1e-40  # denormal products survive where the rest of the row is zero
-    b[9, 20] = 1e31
-    a[:, 10] = 1e-39
-    a[:, 9] = 3e8  # 3e8 * 1e31 overflows float32 in column 20, only there
+    a, b = gemm_edge_operands(m, k, n, seed=m + 10 * trans_b)
     b_in = np.ascontiguousarray(b.T) if trans_b else b
     model = _gemm_model(a.shape, b_in.shape, (m, n), transB=trans_b)
     got = _run(model, [a, b_in])
     with np.errstate(all="ignore"):  # the reference's own inf * 0 and overflow
         ref = ReferenceEvaluator(model).run(None, {"a": a, "b": b_in})[0]
-    assert np.array_equal(np.isnan(got), np.isnan(ref))
-    assert np.array_equal(np.isposinf(got), np.isposinf(ref)) and np.array_equal(np.isneginf(got), np.isneginf(ref))
-    finite = np.isfinite(ref)
-    np.testing.assert_allclose(got[finite], ref[finite], rtol=1e-5, atol=1e-5)
+    assert_same_ieee_pattern(got, ref)
     tiny = np.zeros((1, k), np.float32)
     tiny[0, 10] = 1e-39
     only_denormal = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", F, [1, k]), ("b", F, [k, n])],

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx_cases import assert_close, reference, rerun_file_with_instruction_set, run_once
+from onnx_cases import (
+    assert_close,
+    assert_same_ieee_pattern,
+    gemm_edge_operands,
+    reference,
+    rerun_file_with_instruction_set,
+    run_once,
+)
 
 import geasync as ga
 from conftest import TensorProto, helper, make_model
@@ -155,19 +162,9 @@ def test_gemm_constant_b_edge_values_follow_ieee(sess, m, trans_b):
     """NaN and infinities propagate (inf * 0 and inf - inf give NaN), denormals are not flushed, large magnitudes
     overflow only where the float32 products do, and beta == 0 leaves C out, NaN included: the same NaN / inf pattern
     and finite values as onnx.reference (on the panel kernel, and with 3 / 300 rows on the small-GEMM kernel / BLAS)."""
-    rng = np.random.default_rng(m + 10 * trans_b)
     k, n = 37, 45
-    a = rng.standard_normal((m, k)).astype(np.float32)
-    b = rng.standard_normal((k, n)).astype(np.float32)
-    a[0, 3] = np.nan
-    a[-1, 5] = np.inf
-    b[5, 7] = 0.0  # inf * 0: NaN in column 7 of A's last row
-    b[6, 11] = -np.inf  # -inf down column 11 of every row (NaN where inf meets it)
-    b[9, :] = 1e-40  # denormal products survive where the rest of the row is zero
-    b[9, 20] = 1e31
-    a[:, 10] = 1e-39
-    a[:, 9] = 3e8  # 3e8 * 1e31 overflows float32 in column 20, only there
-    c = rng.standard_normal((m, n)).astype(np.float32)
+    a, b = gemm_edge_operands(m, k, n, seed=m + 10 * trans_b)
+    c = np.random.default_rng(m).standard_normal((m, n)).astype(np.float32)
     c[2, 30] = np.nan
     b_in = np.ascontiguousarray(b.T) if trans_b else b
     for beta in (1.0, 0.0):
@@ -175,10 +172,7 @@ def test_gemm_constant_b_edge_values_follow_ieee(sess, m, trans_b):
         (got,) = run_once(sess, model, [a, c])
         with np.errstate(all="ignore"):  # the reference's own inf * 0 and overflow
             (ref,) = reference(model, [a, c])
-        assert np.array_equal(np.isnan(got), np.isnan(ref))
-        assert np.array_equal(np.isposinf(got), np.isposinf(ref)) and np.array_equal(np.isneginf(got), np.isneginf(ref))
-        finite = np.isfinite(ref)
-        np.testing.assert_allclose(got[finite], ref[finite], rtol=1e-5, atol=1e-5)
+        assert_same_ieee_pattern(got, ref)
     tiny = np.zeros((m, k), np.float32)
     tiny[:, 10] = 1e-39
     (got,) = run_once(sess, _matmul((m, k), np.full((k, n), 2.0, np.float32)), [tiny])
