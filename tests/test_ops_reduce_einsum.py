@@ -262,7 +262,9 @@ def test_cumsum_axes(session, shape, axis, exclusive, reverse, edges):
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("shape,axis", [((3, 7, 5), 1), ((2, 9, 16), 1), ((2, 5, 37), 1), ((4, 3, 2, 9), 1),
-                                        ((5, 6), 0), ((2, 1, 19), 1)])
+                                        ((5, 6), 0), ((2, 1, 19), 1), ((3, 8, 3), 1), ((2, 6, 15), 1),
+                                        ((2, 4, 17), 1), ((2, 5, 64), 1), ((2, 3, 1000), 1), ((1, 5, 130), 1),
+                                        ((3, 6, 65), 1), ((7, 3, 4, 2), 0), ((2, 3, 5, 1), 1)])
 @pytest.mark.parametrize("edges", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_softmax_middle_axes(session, op, shape, axis, edges, dtype):
@@ -272,3 +274,33 @@ def test_softmax_middle_axes(session, op, shape, axis, edges, dtype):
         x[np.abs(x) > 1e3] = np.copysign(60, x[np.abs(x) > 1e3])
     m = _one_model(op, x, axis=axis)
     assert_close(run_once(session, m, [x]), _want(m, [x]), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("inner", [1, 3, 16, 17, 70])
+def test_softmax_middle_axis_edge_columns(session, op, inner):
+    """Whole columns of edge values (each column's softmax is independent of its neighbours in the lanes):
+    NaN anywhere, +inf, all -inf, signed zeros, denormals, huge spreads, one finite among -inf."""
+    rng = np.random.default_rng(12)
+    n = 9
+    x = (rng.standard_normal((2, n, inner)) * 5).astype(np.float32)
+    cols = [(3, np.nan), (0, np.inf), (n - 1, -np.inf), (4, 1e30), (2, -1e30), (5, 1e-40), (6, -0.0), (7, 88.0)]
+    for j in range(inner):
+        k, v = cols[j % len(cols)]
+        x[j % 2, k, j] = v
+    if inner > 8:
+        x[1, :, 8] = -np.inf
+        x[0, :, 8] = -np.inf
+        x[0, 6, 8] = 2.5
+        x[1, :, 1] = np.float32(1e-41) * np.arange(n)
+        x[0, :, 2] = -0.0
+    m = _one_model(op, x, axis=1)
+    got = run_once(session, m, [x])
+    want = _want(m, [x])
+    if op == "LogSoftmax":  # the reference takes log(softmax): -inf or few bits where softmax is (sub)denormal
+        with np.errstate(all="ignore"):
+            x64 = x.astype(np.float64)
+            shifted = x64 - x64.max(axis=1, keepdims=True)
+            want = [(shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))).astype(np.float32)]
+    np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
+    assert_close(got, want, rtol=1e-5, atol=1e-6)
