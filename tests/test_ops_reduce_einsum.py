@@ -71,7 +71,10 @@ REDUCES = [("ij->i", [(9, 1)]), ("ij->i", [(5, 3)]), ("ij->i", [(7, 17)]), ("ij-
            ("bij->bj", [(3, 7, 19)]), ("bij->bj", [(2, 4, 16)]), ("bij->b", [(3, 5, 9)]), ("bij->jb", [(3, 6, 10)]),
            ("bij->ib", [(4, 3, 21)]), ("ii->", [(17, 17)]), ("ii", [(6, 6)]), ("bii->b", [(3, 5, 5)]),
            ("...ij->...i", [(2, 3, 4, 19)]), ("i...->i", [(5, 3, 7)]), ("ij->i", [(0, 4)]), ("ij->j", [(0, 4)]),
-           ("ij->", [(4, 0)]), ("ijk->j", [(3, 1, 37)])]
+           ("ij->", [(4, 0)]), ("ijk->j", [(3, 1, 37)]),
+           # rows of 64 and more (8-double vectors on AVX-512): 16-wide steps, an 8-wide step, scalar tails
+           ("ij->i", [(9, 64)]), ("ij->i", [(5, 79)]), ("ij->i", [(8, 88)]), ("ij->i", [(6, 1000)]),
+           ("bij->bi", [(2, 7, 130)])]
 
 
 @pytest.mark.parametrize("eq,shapes", REDUCES)
@@ -90,7 +93,9 @@ PRODUCTS = [("ij,ij->i", [(5, 37), (5, 37)]), ("ij,ij->i", [(8, 16), (8, 16)]), 
             # matrix-vector, vector-matrix and outer products (BLAS or a direct loop), plain, transposed, batched
             ("ij,j->i", [(130, 257), (257,)]), ("ji,j->i", [(21, 6), (21,)]), ("i,ij->j", [(33,), (33, 65)]),
             ("bij,bj->bi", [(3, 17, 40), (3, 40)]), ("bk,bki->bi", [(2, 5), (2, 5, 9)]),
-            ("bi,bj->bij", [(3, 5), (3, 7)]), ("bi,bj->bji", [(2, 6), (2, 11)]), ("i,j->ij", [(1, ), (9,)])]
+            ("bi,bj->bij", [(3, 5), (3, 7)]), ("bi,bj->bji", [(2, 6), (2, 11)]), ("i,j->ij", [(1, ), (9,)]),
+            ("ij,ij->i", [(6, 95), (6, 95)]), ("ij,ij->i", [(4, 64), (4, 64)]), ("ij,j->i", [(7, 72), (72,)]),
+            ("ij,j->i", [(5, 203), (203,)])]
 
 
 @pytest.mark.parametrize("eq,shapes", PRODUCTS)
@@ -128,6 +133,20 @@ def test_einsum_integer_sums_wrap_like_the_reference(session, eq, shapes, dtype)
     want = reference(m, feeds)[0]
     got = run_once(session, m, feeds)[0]
     assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("cols", [16, 64, 79, 200])
+def test_einsum_row_sums_accumulate_in_double(session, cols):
+    """1e8 + 1 + ... + 1 - 1e8 (the large terms in different vector lanes and in the scalar tail): a float32
+    accumulator loses the ones, the double lanes keep them exactly."""
+    x = np.ones((6, cols), np.float32)
+    x[:, 0], x[:, cols // 2 + 1], x[1, -1], x[2, 3] = 1e8, -1e8, 3e8, -3e8
+    want = np.sum(x.astype(np.float64), axis=1).astype(np.float32)
+    got = run_once(session, _einsum_model("ij->i", [x]), [x])[0]
+    np.testing.assert_array_equal(got, want)
+    y = np.ones_like(x)
+    got = run_once(session, _einsum_model("ij,ij->i", [x, y]), [x, y])[0]
     np.testing.assert_array_equal(got, want)
 
 

@@ -167,7 +167,7 @@ def test_cast_float_to_float16_rounds_like_numpy():
     np.testing.assert_array_equal(got[~nan].view(np.uint16), ref[~nan].view(np.uint16))  # bit for bit, signs too
 
 
-@pytest.mark.parametrize("cols", [1, 3, 8, 17, 64, 1000])
+@pytest.mark.parametrize("cols", [1, 3, 8, 15, 16, 17, 31, 32, 33, 40, 47, 64, 100, 1000])
 def test_reduce_sum_last_axis_matches_float64(cols):
     rng = np.random.default_rng(cols)
     x = (rng.standard_normal((13, cols)) * 10).astype(np.float32)
@@ -187,6 +187,19 @@ def test_reduce_sum_last_axis_matches_float64(cols):
                      "ReduceL1": np.abs(x64).sum(1)}[op]
         np.testing.assert_array_equal(np.isnan(got), np.isnan(ref), err_msg=op)
         np.testing.assert_allclose(got, exact.astype(np.float32), rtol=1e-6, atol=1e-6, err_msg=op)
+
+
+@pytest.mark.parametrize("cols", [8, 33, 64, 100, 1000])
+def test_reduce_sum_last_axis_accumulates_in_double(cols):
+    """1e8 + 1 + ... + 1 - 1e8 with the large terms in different lanes (and the scalar tail): exact in double."""
+    x = np.ones((5, cols), np.float32)
+    x[:, 0], x[:, cols // 2 + 1], x[1, -1], x[2, 3] = 1e8, -1e8, 3e8, -3e8
+    x[3, 1] = -0.5
+    axes = np.array([-1], np.int64)
+    for op, terms in (("ReduceSum", x), ("ReduceL1", np.abs(x))):
+        got = run_graph_1([helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)], x, F, [5],
+                          initializers=[("axes", axes)])
+        np.testing.assert_array_equal(got, terms.astype(np.float64).sum(1).astype(np.float32), err_msg=op)
 
 
 @pytest.mark.parametrize("shape,perm", [((37, 53), (1, 0)), ((300, 70), (1, 0)), ((3, 33, 65), (0, 2, 1)),
