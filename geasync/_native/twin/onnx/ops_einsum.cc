@@ -351,6 +351,18 @@ bool EinsumAvx512() {
 __attribute__((target("avx512f"), always_inline)) inline __m512d Wide8(const float *p) {
   return _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(p));  // the unmasked form trips GCC 12's -Wmaybe-uninitialized
 }
+// Eight terms of row a (times row b, or the shared b's converted vb) from j. (A function, not a lambda: a lambda
+// does not take its enclosing function's target.)
+template <int NOps, bool kSharedB>
+__attribute__((target("avx512f"), always_inline)) inline __m512d RowTerm8(const float *a, const float *b, int64_t j,
+                                                                          __m512d vb) {
+  const __m512d va = Wide8(a + j);
+  if constexpr (kSharedB) return _mm512_mul_pd(va, vb);
+  else if constexpr (NOps == 2) return _mm512_mul_pd(va, Wide8(b + j));
+  else return va;
+}
+// Row i of b for a two-operand sum with a row stride (b is null for one operand).
+inline const float *RowB(const float *b, int64_t i, int64_t rb) { return b ? b + i * rb : b; }
 template <int NOps, bool kSharedB = false>
 __attribute__((target("avx512f"))) void SumRowsAvx512(const float *a, int64_t ra, const float *b, int64_t rb,
                                                       int64_t m, int64_t n, double *acc, int64_t so) {
@@ -360,22 +372,18 @@ __attribute__((target("avx512f"))) void SumRowsAvx512(const float *a, int64_t ra
   for (; i + 4 <= m; i += 4) {
     __m512d p[4][2];
     for (int r = 0; r < 4; ++r) p[r][0] = p[r][1] = _mm512_setzero_pd();
-    auto term = [&](int r, int64_t j, __m512d vb) __attribute__((always_inline)) {
-      __m512d va = Wide8(a + (i + r) * ra + j);
-      if constexpr (kSharedB) va = _mm512_mul_pd(va, vb);
-      else if constexpr (NOps == 2) va = _mm512_mul_pd(va, Wide8(b + (i + r) * rb + j));
-      return va;
-    };
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) {
       __m512d vb[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
       if constexpr (kSharedB) vb[0] = Wide8(b + j), vb[1] = Wide8(b + j + 8);
       for (int r = 0; r < 4; ++r)
-        for (int h = 0; h < 2; ++h) p[r][h] = _mm512_add_pd(p[r][h], term(r, j + 8 * h, vb[h]));
+        for (int h = 0; h < 2; ++h)
+          p[r][h] = _mm512_add_pd(p[r][h], RowTerm8<NOps, kSharedB>(a + (i + r) * ra, RowB(b, i + r, rb), j + 8 * h, vb[h]));
     }
     if (j + 8 <= n) {
       const __m512d vb = kSharedB ? Wide8(b + j) : _mm512_setzero_pd();
-      for (int r = 0; r < 4; ++r) p[r][0] = _mm512_add_pd(p[r][0], term(r, j, vb));
+      for (int r = 0; r < 4; ++r)
+        p[r][0] = _mm512_add_pd(p[r][0], RowTerm8<NOps, kSharedB>(a + (i + r) * ra, RowB(b, i + r, rb), j, vb));
       j += 8;
     }
     for (int r = 0; r < 4; ++r) {
