@@ -88,10 +88,10 @@ def test_averagepool_stride2_many_planes_and_batches():
 
 # ---- stride 1, 2x2 / 3x3 windows, one plane per grid: separable sums on planes whose sums are exact in double ----
 
-def _span_plane(shape, span, seed):
+def _span_plane(shape, span, stream):
     """Full-mantissa values of both signs whose magnitudes span `span` binades (2^-12 .. 2^(span - 12)), the
     extremes included."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(stream)
     e = rng.integers(-12, -12 + span, shape, endpoint=False)
     x = (rng.uniform(1.0, 2.0, shape) * np.exp2(e) * rng.choice([-1.0, 1.0], shape)).astype(np.float32)
     x.flat[0], x.flat[-1] = np.float32(2.0 ** -12), np.float32(-(2.0 ** (span - 12)) * 1.9999999)
@@ -111,7 +111,7 @@ _SEP_WINDOWS = [((3, 3), (1, 1, 1, 1)), ((3, 3), (0, 0, 0, 0)), ((2, 2), (0, 0, 
 def test_averagepool_stride1_separable_bits(shape, kernel, pads, count_pad, span):
     # Spans up to 25 binades take the separable sums (exact, so the window order's bits); wider ones the window
     # order itself: the same bits either way.
-    x = _span_plane(shape, span, seed=span + shape[3])
+    x = _span_plane(shape, span, stream=span + shape[3])
     _check(x, kernel, (1, 1), pads, 0, count_pad)
 
 
