@@ -86,6 +86,69 @@ def test_averagepool_stride2_many_planes_and_batches():
                 _check(x, kernel, (2, 2), pads, ceil, 0)
 
 
+# ---- stride 1, 2x2 / 3x3 windows, one plane per grid: separable sums on planes whose sums are exact in double ----
+
+def _span_plane(shape, span, stream):
+    """Full-mantissa values of both signs whose magnitudes span `span` binades (2^-12 .. 2^(span - 12)), the
+    extremes included."""
+    rng = np.random.default_rng(stream)
+    e = rng.integers(-12, -12 + span, shape, endpoint=False)
+    x = (rng.uniform(1.0, 2.0, shape) * np.exp2(e) * rng.choice([-1.0, 1.0], shape)).astype(np.float32)
+    x.flat[0], x.flat[-1] = np.float32(2.0 ** -12), np.float32(-(2.0 ** (span - 12)) * 1.9999999)
+    return x
+
+
+_SEP_SHAPES = [(1, 1, 64, 64), (1, 3, 28, 28), (1, 1, 7, 7), (2, 1, 5, 18), (1, 2, 40, 61), (1, 1, 33, 9),
+               (1, 1, 30, 64)]
+_SEP_WINDOWS = [((3, 3), (1, 1, 1, 1)), ((3, 3), (0, 0, 0, 0)), ((2, 2), (0, 0, 0, 0)), ((2, 2), (1, 1, 1, 1)),
+                ((3, 3), (0, 1, 1, 0)), ((2, 2), (1, 0, 0, 1)), ((3, 3), (1, 0, 1, 0))]
+
+
+@pytest.mark.parametrize("shape", _SEP_SHAPES)
+@pytest.mark.parametrize("kernel,pads", _SEP_WINDOWS)
+@pytest.mark.parametrize("count_pad", [0, 1])
+@pytest.mark.parametrize("span", [3, 25, 26, 40])
+def test_averagepool_stride1_separable_bits(shape, kernel, pads, count_pad, span):
+    # Spans up to 25 binades take the separable sums (exact, so the window order's bits); wider ones the window
+    # order itself: the same bits either way.
+    x = _span_plane(shape, span, stream=span + shape[3])
+    _check(x, kernel, (1, 1), pads, 0, count_pad)
+
+
+@pytest.mark.parametrize("kernel,pads", [((3, 3), (1, 1, 1, 1)), ((2, 2), (0, 0, 0, 0))])
+def test_averagepool_stride1_cancelling_planes_keep_window_order(kernel, pads):
+    # +-2^31 next to values near 1: windows where the large ones cancel keep only the small ones' sum, whose bits
+    # below 2^-21 depend on the order of the additions (a row sum -2^31 + s rounds s, the window order may not).
+    # These planes span ~40 binades, so they must take the window order.
+    shape = (1, 2, 40, 48)
+    big = RNG.choice(np.array([2.0 ** 31, -(2.0 ** 31)]), shape)
+    x = np.where(RNG.random(shape) < 0.5, big, RNG.uniform(0.5, 2.0, shape)).astype(np.float32)
+    for count_pad in (0, 1):
+        _check(x, kernel, (1, 1), pads, 0, count_pad)
+
+
+def test_averagepool_stride1_separable_edge_planes():
+    # Per plane: -0.0 only (+0.0 out: the window-order sum starts at +0.0), zeros mixed with -0.0, denormals only,
+    # denormals with values up to 2^-100, the largest magnitudes (sums of 9 still finite in double), one NaN, one
+    # inf, +-inf, exact cancellations (x and -x side by side), a single nonzero value.
+    h, w = 20, 23
+    planes = [np.full((h, w), -0.0), np.where(RNG.random((h, w)) < 0.5, 0.0, -0.0),
+              RNG.choice(np.array([1e-45, -1e-45, 3e-39, -1e-40, 0.0], np.float32), (h, w)),
+              RNG.choice(np.array([1e-40, 7e-31, -1e-31, -0.0], np.float32), (h, w)),
+              RNG.choice(np.array([3e38, -3e38, 2e38, 1e30], np.float32), (h, w)),
+              RNG.standard_normal((h, w)), RNG.standard_normal((h, w)), RNG.standard_normal((h, w)),
+              np.tile(np.array([1.5, -1.5], np.float32), (h, (w + 1) // 2))[:, :w], np.zeros((h, w))]
+    planes[5][3, 4] = np.nan
+    planes[6][h - 1, w - 1] = np.inf
+    planes[7][0, 0], planes[7][5, 5] = np.inf, -np.inf
+    planes[9][7, 11] = 1.25
+    x = np.stack(planes).astype(np.float32)[:, None]  # one plane per batch item: grids of one plane
+    for kernel, pads in [((3, 3), (1, 1, 1, 1)), ((2, 2), (0, 0, 0, 0)), ((3, 3), (0, 1, 1, 0))]:
+        for count_pad in (0, 1):
+            _, got = _check(x, kernel, (1, 1), pads, 0, count_pad)
+            assert not np.signbit(got[0]).any() and not np.signbit(got[1]).any()  # +0.0 from the zero planes
+
+
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
 def test_fallback_instruction_sets_pass_the_same_checks(isa):
     rerun_file_with_instruction_set(__file__, isa)

@@ -71,7 +71,10 @@ REDUCES = [("ij->i", [(9, 1)]), ("ij->i", [(5, 3)]), ("ij->i", [(7, 17)]), ("ij-
            ("bij->bj", [(3, 7, 19)]), ("bij->bj", [(2, 4, 16)]), ("bij->b", [(3, 5, 9)]), ("bij->jb", [(3, 6, 10)]),
            ("bij->ib", [(4, 3, 21)]), ("ii->", [(17, 17)]), ("ii", [(6, 6)]), ("bii->b", [(3, 5, 5)]),
            ("...ij->...i", [(2, 3, 4, 19)]), ("i...->i", [(5, 3, 7)]), ("ij->i", [(0, 4)]), ("ij->j", [(0, 4)]),
-           ("ij->", [(4, 0)]), ("ijk->j", [(3, 1, 37)])]
+           ("ij->", [(4, 0)]), ("ijk->j", [(3, 1, 37)]),
+           # rows of 64 and more (8-double vectors on AVX-512): 16-wide steps, an 8-wide step, scalar tails
+           ("ij->i", [(9, 64)]), ("ij->i", [(5, 79)]), ("ij->i", [(8, 88)]), ("ij->i", [(6, 1000)]),
+           ("bij->bi", [(2, 7, 130)])]
 
 
 @pytest.mark.parametrize("eq,shapes", REDUCES)
@@ -90,7 +93,9 @@ PRODUCTS = [("ij,ij->i", [(5, 37), (5, 37)]), ("ij,ij->i", [(8, 16), (8, 16)]), 
             # matrix-vector, vector-matrix and outer products (BLAS or a direct loop), plain, transposed, batched
             ("ij,j->i", [(130, 257), (257,)]), ("ji,j->i", [(21, 6), (21,)]), ("i,ij->j", [(33,), (33, 65)]),
             ("bij,bj->bi", [(3, 17, 40), (3, 40)]), ("bk,bki->bi", [(2, 5), (2, 5, 9)]),
-            ("bi,bj->bij", [(3, 5), (3, 7)]), ("bi,bj->bji", [(2, 6), (2, 11)]), ("i,j->ij", [(1, ), (9,)])]
+            ("bi,bj->bij", [(3, 5), (3, 7)]), ("bi,bj->bji", [(2, 6), (2, 11)]), ("i,j->ij", [(1, ), (9,)]),
+            ("ij,ij->i", [(6, 95), (6, 95)]), ("ij,ij->i", [(4, 64), (4, 64)]), ("ij,j->i", [(7, 72), (72,)]),
+            ("ij,j->i", [(5, 203), (203,)])]
 
 
 @pytest.mark.parametrize("eq,shapes", PRODUCTS)
@@ -128,6 +133,20 @@ def test_einsum_integer_sums_wrap_like_the_reference(session, eq, shapes, dtype)
     want = reference(m, feeds)[0]
     got = run_once(session, m, feeds)[0]
     assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("cols", [16, 64, 79, 200])
+def test_einsum_row_sums_accumulate_in_double(session, cols):
+    """1e8 + 1 + ... + 1 - 1e8 (the large terms in different vector lanes and in the scalar tail): a float32
+    accumulator loses the ones, the double lanes keep them exactly."""
+    x = np.ones((6, cols), np.float32)
+    x[:, 0], x[:, cols // 2 + 1], x[1, -1], x[2, 3] = 1e8, -1e8, 3e8, -3e8
+    want = np.sum(x.astype(np.float64), axis=1).astype(np.float32)
+    got = run_once(session, _einsum_model("ij->i", [x]), [x])[0]
+    np.testing.assert_array_equal(got, want)
+    y = np.ones_like(x)
+    got = run_once(session, _einsum_model("ij,ij->i", [x, y]), [x, y])[0]
     np.testing.assert_array_equal(got, want)
 
 
@@ -262,7 +281,9 @@ def test_cumsum_axes(session, shape, axis, exclusive, reverse, edges):
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("shape,axis", [((3, 7, 5), 1), ((2, 9, 16), 1), ((2, 5, 37), 1), ((4, 3, 2, 9), 1),
-                                        ((5, 6), 0), ((2, 1, 19), 1)])
+                                        ((5, 6), 0), ((2, 1, 19), 1), ((3, 8, 3), 1), ((2, 6, 15), 1),
+                                        ((2, 4, 17), 1), ((2, 5, 64), 1), ((2, 3, 1000), 1), ((1, 5, 130), 1),
+                                        ((3, 6, 65), 1), ((7, 3, 4, 2), 0), ((2, 3, 5, 1), 1)])
 @pytest.mark.parametrize("edges", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_softmax_middle_axes(session, op, shape, axis, edges, dtype):
@@ -272,3 +293,33 @@ def test_softmax_middle_axes(session, op, shape, axis, edges, dtype):
         x[np.abs(x) > 1e3] = np.copysign(60, x[np.abs(x) > 1e3])
     m = _one_model(op, x, axis=axis)
     assert_close(run_once(session, m, [x]), _want(m, [x]), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("inner", [1, 3, 16, 17, 70])
+def test_softmax_middle_axis_edge_columns(session, op, inner):
+    """Whole columns of edge values (each column's softmax is independent of its neighbours in the lanes):
+    NaN anywhere, +inf, all -inf, signed zeros, denormals, huge spreads, one finite among -inf."""
+    rng = np.random.default_rng(12)
+    n = 9
+    x = (rng.standard_normal((2, n, inner)) * 5).astype(np.float32)
+    cols = [(3, np.nan), (0, np.inf), (n - 1, -np.inf), (4, 1e30), (2, -1e30), (5, 1e-40), (6, -0.0), (7, 88.0)]
+    for j in range(inner):
+        k, v = cols[j % len(cols)]
+        x[j % 2, k, j] = v
+    if inner > 8:
+        x[1, :, 8] = -np.inf
+        x[0, :, 8] = -np.inf
+        x[0, 6, 8] = 2.5
+        x[1, :, 1] = np.float32(1e-41) * np.arange(n)
+        x[0, :, 2] = -0.0
+    m = _one_model(op, x, axis=1)
+    got = run_once(session, m, [x])
+    want = _want(m, [x])
+    if op == "LogSoftmax":  # the reference takes log(softmax): -inf or few bits where softmax is (sub)denormal
+        with np.errstate(all="ignore"):
+            x64 = x.astype(np.float64)
+            shifted = x64 - x64.max(axis=1, keepdims=True)
+            want = [(shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))).astype(np.float32)]
+    np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
+    assert_close(got, want, rtol=1e-5, atol=1e-6)

@@ -167,7 +167,7 @@ def test_cast_float_to_float16_rounds_like_numpy():
     np.testing.assert_array_equal(got[~nan].view(np.uint16), ref[~nan].view(np.uint16))  # bit for bit, signs too
 
 
-@pytest.mark.parametrize("cols", [1, 3, 8, 17, 64, 1000])
+@pytest.mark.parametrize("cols", [1, 3, 8, 15, 16, 17, 31, 32, 33, 40, 47, 64, 100, 1000])
 def test_reduce_sum_last_axis_matches_float64(cols):
     rng = np.random.default_rng(cols)
     x = (rng.standard_normal((13, cols)) * 10).astype(np.float32)
@@ -187,6 +187,19 @@ def test_reduce_sum_last_axis_matches_float64(cols):
                      "ReduceL1": np.abs(x64).sum(1)}[op]
         np.testing.assert_array_equal(np.isnan(got), np.isnan(ref), err_msg=op)
         np.testing.assert_allclose(got, exact.astype(np.float32), rtol=1e-6, atol=1e-6, err_msg=op)
+
+
+@pytest.mark.parametrize("cols", [8, 33, 64, 100, 1000])
+def test_reduce_sum_last_axis_accumulates_in_double(cols):
+    """1e8 + 1 + ... + 1 - 1e8 with the large terms in different lanes (and the scalar tail): exact in double."""
+    x = np.ones((5, cols), np.float32)
+    x[:, 0], x[:, cols // 2 + 1], x[1, -1], x[2, 3] = 1e8, -1e8, 3e8, -3e8
+    x[3, 1] = -0.5
+    axes = np.array([-1], np.int64)
+    for op, terms in (("ReduceSum", x), ("ReduceL1", np.abs(x))):
+        got = run_graph_1([helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)], x, F, [5],
+                          initializers=[("axes", axes)])
+        np.testing.assert_array_equal(got, terms.astype(np.float64).sum(1).astype(np.float32), err_msg=op)
 
 
 @pytest.mark.parametrize("shape,perm", [((37, 53), (1, 0)), ((300, 70), (1, 0)), ((3, 33, 65), (0, 2, 1)),
@@ -446,7 +459,8 @@ def _channel_norm64(x, scale, bias, groups, eps, per_group):
     return y * s.astype(np.float64).reshape(bshape) + b.astype(np.float64).reshape(bshape)
 
 
-# Spatial sizes hit every remainder of the 16-lane moment loop and the 8-wide affine loop.
+# Spatial sizes hit every remainder of the 16-lane moment loop (blocks of 32, then 16) and the 8- / 16-wide affine
+# loops.
 CHANNEL_NORM_CASES = [
     ("InstanceNormalization", (2, 3, 5), 17, {}),
     ("InstanceNormalization", (1, 4, 16), 17, {}),
@@ -454,6 +468,14 @@ CHANNEL_NORM_CASES = [
     ("InstanceNormalization", (1, 3, 7, 9), 17, {}),
     ("InstanceNormalization", (1, 2, 33, 31), 17, {}),
     ("InstanceNormalization", (3, 1, 1), 17, {}),
+    # AVX-512: blocks of 32 (pairs into 16 lanes), one block of 16, scalar tails; masked affine tails
+    ("InstanceNormalization", (1, 2, 32), 17, {}),
+    ("InstanceNormalization", (1, 2, 47), 17, {}),
+    ("InstanceNormalization", (1, 2, 48), 17, {}),
+    ("InstanceNormalization", (2, 2, 49), 17, {}),
+    ("InstanceNormalization", (1, 3, 100), 17, {}),
+    ("InstanceNormalization", (1, 2, 64, 64), 17, {}),
+    ("GroupNormalization", (1, 4, 97), 21, {"num_groups": 2}),
     ("GroupNormalization", (2, 6, 5, 3), 21, {"num_groups": 3}),
     ("GroupNormalization", (1, 8, 11), 21, {"num_groups": 2}),
     ("GroupNormalization", (2, 4, 7), 18, {"num_groups": 4}),
@@ -478,12 +500,13 @@ def test_channel_norms_match_reference(op, shape, opset, attrs, offset):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
 
 
-def test_channel_norm_edge_values():
-    x = np.random.default_rng(3).standard_normal((1, 6, 37)).astype(np.float32)
+@pytest.mark.parametrize("length", [37, 101])
+def test_channel_norm_edge_values(length):
+    x = np.random.default_rng(3).standard_normal((1, 6, length)).astype(np.float32)
     x[0, 0, 5] = np.nan  # channel 0: NaN everywhere
     x[0, 1, 30] = np.inf  # channel 1: inf makes every value NaN (inf - inf)
     x[0, 2] = x[0, 2] * 1e30  # channel 2: 1e30-ish magnitudes, whose float32 squares overflow
-    x[0, 3] = np.float32(1e-40) * np.arange(37, dtype=np.float32)  # channel 3: denormals
+    x[0, 3] = np.float32(1e-40) * np.arange(length, dtype=np.float32)  # channel 3: denormals
     x[0, 4] = 2.5  # channel 4: constant: (x - mean) is exactly 0, y is the bias
     x[0, 5, ::2] = -0.0
     model = _channel_norm_model("InstanceNormalization", x.shape, 17)
@@ -493,7 +516,41 @@ def test_channel_norm_edge_values():
         want = _channel_norm64(x, inits["s"], inits["b"], 6, 1e-5, False).astype(np.float32)
     assert np.isnan(got[0, :2]).all()
     np.testing.assert_allclose(got[0, 2:], want[0, 2:], rtol=1e-5, atol=2e-5)
-    np.testing.assert_array_equal(got[0, 4], np.full(37, inits["b"][4], np.float32))
+    np.testing.assert_array_equal(got[0, 4], np.full(length, inits["b"][4], np.float32))
+
+
+_CHANNEL_NORM_BITS = """
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from test_vmath import _channel_norm_model, _run_model
+out = []
+for op, shape, attrs in [("InstanceNormalization", (2, 3, 1000), {}), ("InstanceNormalization", (1, 2, 49), {}),
+                         ("GroupNormalization", (1, 4, 97), {"num_groups": 2})]:
+    x = (np.random.default_rng(7).standard_normal(shape) * 3 + 50).astype(np.float32)
+    x.reshape(-1)[::7] *= 1e4
+    y = _run_model(_channel_norm_model(op, shape, 21 if "num_groups" in attrs else 17, **attrs), {"x": x})[0]
+    out.append(y.tobytes().hex())
+print("|".join(out))
+"""
+
+
+def test_channel_norms_identical_bits_on_every_instruction_set():
+    """The moment lanes and the affine pass do the same operations in the same order with AVX-512, AVX2 and without
+    SIMD (no fused multiply-adds): the outputs agree bit for bit. (A fused multiply-add in the float32 affine pass
+    shows here; one in the double moments would rarely reach the float32 outputs.)"""
+    import os
+    import subprocess
+    import sys
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    outs = {}
+    for isa in ("avx512", "avx2", "baseline"):
+        env = {**os.environ, "GEASYNC_TWIN_SIMD": isa}
+        proc = subprocess.run([sys.executable, "-c", _CHANNEL_NORM_BITS, tests_dir], capture_output=True, text=True,
+                              env=env, timeout=300, cwd=tests_dir)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outs[isa] = proc.stdout.strip()
+    assert outs["avx512"] == outs["avx2"] == outs["baseline"]
 
 
 def test_channel_norm_empty_spatial():

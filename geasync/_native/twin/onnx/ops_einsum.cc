@@ -333,6 +333,72 @@ __attribute__((target("avx2"))) void SumRowsAvx2(const S *a, int64_t ra, const S
   for (; i < m; ++i)
     acc[i * so] += SumRunAvx2<S, NOps, 1, 1>(a + i * ra, NOps == 2 ? b + i * rb : nullptr, n);
 }
+// SumRowsAvx2 with 8-double vectors, for float32 rows when the CPU has AVX-512: the float -> double conversion
+// bounds the AVX2 loop (one port), and the 512-bit form converts twice as many floats per instruction. Four rows
+// at once, two accumulators per row, then 8-wide steps and a scalar tail (only the order of the double additions
+// differs from the AVX2 loop; the products of two floats are exact in double, so fusing them changes nothing).
+// Horizontal sum of 8 doubles through memory (GCC 12 warns, -Wmaybe-uninitialized, inside the reduce-add
+// intrinsic's upper-half extraction).
+__attribute__((target("avx512f"), always_inline)) inline double Lanes8(__m512d q) {
+  alignas(64) double l[8];
+  _mm512_store_pd(l, q);
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+bool EinsumAvx512() {
+  static const bool use = vmath::ActiveIsa() == vmath::Isa::kAvx512;
+  return use;
+}
+__attribute__((target("avx512f"), always_inline)) inline __m512d Wide8(const float *p) {
+  return _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(p));  // the unmasked form trips GCC 12's -Wmaybe-uninitialized
+}
+// Eight terms of row a (times row b, or the shared b's converted vb) from j. (A function, not a lambda: a lambda
+// does not take its enclosing function's target.)
+template <int NOps, bool kSharedB>
+__attribute__((target("avx512f"), always_inline)) inline __m512d RowTerm8(const float *a, const float *b, int64_t j,
+                                                                          __m512d vb) {
+  const __m512d va = Wide8(a + j);
+  if constexpr (kSharedB) return _mm512_mul_pd(va, vb);
+  else if constexpr (NOps == 2) return _mm512_mul_pd(va, Wide8(b + j));
+  else return va;
+}
+// Row i of b for a two-operand sum with a row stride (b is null for one operand).
+inline const float *RowB(const float *b, int64_t i, int64_t rb) { return b ? b + i * rb : b; }
+template <int NOps, bool kSharedB = false>
+__attribute__((target("avx512f"))) void SumRowsAvx512(const float *a, int64_t ra, const float *b, int64_t rb,
+                                                      int64_t m, int64_t n, double *acc, int64_t so) {
+  if constexpr (NOps == 2 && !kSharedB)
+    if (rb == 0) return SumRowsAvx512<2, true>(a, ra, b, 0, m, n, acc, so);  // "ij,j->i": convert b once
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) {
+    __m512d p[4][2];
+    for (int r = 0; r < 4; ++r) p[r][0] = p[r][1] = _mm512_setzero_pd();
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+      __m512d vb[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+      if constexpr (kSharedB) vb[0] = Wide8(b + j), vb[1] = Wide8(b + j + 8);
+      for (int r = 0; r < 4; ++r)
+        for (int h = 0; h < 2; ++h)
+          p[r][h] = _mm512_add_pd(p[r][h], RowTerm8<NOps, kSharedB>(a + (i + r) * ra, RowB(b, i + r, rb), j + 8 * h, vb[h]));
+    }
+    if (j + 8 <= n) {
+      const __m512d vb = kSharedB ? Wide8(b + j) : _mm512_setzero_pd();
+      for (int r = 0; r < 4; ++r)
+        p[r][0] = _mm512_add_pd(p[r][0], RowTerm8<NOps, kSharedB>(a + (i + r) * ra, RowB(b, i + r, rb), j, vb));
+      j += 8;
+    }
+    for (int r = 0; r < 4; ++r) {
+      double t = Lanes8(_mm512_add_pd(p[r][0], p[r][1]));
+      for (int64_t k = j; k < n; ++k) {
+        const double x = static_cast<double>(a[(i + r) * ra + k]);
+        if constexpr (NOps == 1) t += x;
+        else t += x * static_cast<double>(b[(i + r) * rb + k]);
+      }
+      acc[(i + r) * so] += t;
+    }
+  }
+  for (; i < m; ++i)
+    acc[i * so] += SumRunAvx2<float, NOps, 1, 1>(a + i * ra, NOps == 2 ? b + i * rb : nullptr, n);
+}
 // ColumnSum below for float32 / float64 rows, in the same order of additions (GCC leaves its loop scalar at -O2).
 template <class S>
 __attribute__((target("avx2"))) void ColumnSumAvx2(const S *a, int64_t sr, int64_t m, double *acc, int64_t n) {
@@ -423,6 +489,8 @@ template <class S, int NOps>
 EINSUM_INLINE void SumRows(const S *a, int64_t ra, const S *b, int64_t rb, int64_t m, int64_t n, double *acc,
                            int64_t so) {
 #if defined(__x86_64__)
+  if constexpr (std::is_same<S, float>::value)  // short rows: the 8-wide horizontal sums cost more than they save
+    if (n >= 64 && EinsumAvx512()) return SumRowsAvx512<NOps>(a, ra, b, rb, m, n, acc, so);
   if (EinsumAvx2()) return SumRowsAvx2<S, NOps>(a, ra, b, rb, m, n, acc, so);
 #endif
   int64_t i = 0;

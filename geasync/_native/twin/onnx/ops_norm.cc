@@ -185,9 +185,12 @@ bool InferGroupNorm(InferCtx *c, std::string *reason) {
 
 // float32 group statistics in double, one pass: sums of d = x - x[0] and of d^2. Shifting by one of the values
 // bounds the cancellation in E[d^2] - E[d]^2: (x[0] - mean)^2 <= n var, so var keeps ~n double ulps of relative
-// accuracy (large-magnitude inputs stay exact to float32 precision). 16 independent lanes (lane l takes the
-// elements j = l mod 16), combined in a fixed order, the same with AVX2 (4 x 4 doubles) and without, so results do
-// not depend on the instruction set.
+// accuracy (large-magnitude inputs stay exact to float32 precision). 16 independent lanes: blocks of 32 elements
+// add the pair (d[l] + d[16 + l]) (and d[l]^2 + d[16 + l]^2) into lane l, then one block of 16 adds d[l], then a
+// scalar tail; the lanes are combined in a fixed order. The same operations in the same order without SIMD, with
+// AVX2 (4 x 4 doubles) and AVX-512 (2 x 8; no fused multiply-adds), so results do not depend on the instruction
+// set. (The pairs halve the dependent additions per element: the AVX-512 loop converts 8 floats at a time and
+// would otherwise wait on the accumulators' latency.)
 constexpr int kSumLanes = 16;
 
 struct Moments {
@@ -216,12 +219,22 @@ Sums FinishSums(double s1, double s2, const float *x, int64_t j, int64_t n, doub
 Sums LanedSums(const float *x, int64_t n, double shift) {
   double l1[kSumLanes] = {}, l2[kSumLanes] = {};
   int64_t j = 0;
-  for (; j + kSumLanes <= n; j += kSumLanes)
+  for (; j + 2 * kSumLanes <= n; j += 2 * kSumLanes)
+    for (int k = 0; k < kSumLanes; ++k) {
+      const double d0 = static_cast<double>(x[j + k]) - shift;
+      const double d1 = static_cast<double>(x[j + kSumLanes + k]) - shift;
+      l1[k] += d0 + d1;
+      const double q0 = d0 * d0, q1 = d1 * d1;
+      l2[k] += q0 + q1;
+    }
+  if (j + kSumLanes <= n) {
     for (int k = 0; k < kSumLanes; ++k) {
       const double d = static_cast<double>(x[j + k]) - shift;
       l1[k] += d;
       l2[k] += d * d;
     }
+    j += kSumLanes;
+  }
   return FinishSums(CombineLanes(l1), CombineLanes(l2), x, j, n, shift);
 }
 
@@ -247,12 +260,21 @@ __attribute__((target("avx2"))) Sums LanedSumsAvx2(const float *x, int64_t n, do
   __m256d a1[4], a2[4];
   for (int k = 0; k < 4; ++k) a1[k] = a2[k] = _mm256_setzero_pd();
   int64_t j = 0;
-  for (; j + kSumLanes <= n; j += kSumLanes)
+  for (; j + 2 * kSumLanes <= n; j += 2 * kSumLanes)
+    for (int k = 0; k < 4; ++k) {
+      const __m256d d0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + j + 4 * k)), m);
+      const __m256d d1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + j + kSumLanes + 4 * k)), m);
+      a1[k] = _mm256_add_pd(a1[k], _mm256_add_pd(d0, d1));
+      a2[k] = _mm256_add_pd(a2[k], _mm256_add_pd(_mm256_mul_pd(d0, d0), _mm256_mul_pd(d1, d1)));
+    }
+  if (j + kSumLanes <= n) {
     for (int k = 0; k < 4; ++k) {
       const __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + j + 4 * k)), m);
       a1[k] = _mm256_add_pd(a1[k], d);
       a2[k] = _mm256_add_pd(a2[k], _mm256_mul_pd(d, d));
     }
+    j += kSumLanes;
+  }
   alignas(32) double l1[kSumLanes], l2[kSumLanes];
   for (int k = 0; k < 4; ++k) {
     _mm256_store_pd(l1 + 4 * k, a1[k]);
@@ -271,7 +293,70 @@ __attribute__((target("avx2"))) void AffineRowAvx2(const float *x, float *y, int
   }
   AffineRow(x + j, y + j, n - j, a);
 }
+
+// The AVX-512 forms. Products through the masked multiply, which the compiler never contracts into an FMA with the
+// following add (a fused d0 * d0 + d1 * d1 would round differently from the other instruction sets).
+__attribute__((target("avx512f"), always_inline)) inline __m512d Cvt8(const float *p) {
+  return _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(p));  // the unmasked form trips GCC 12's -Wmaybe-uninitialized
+}
+__attribute__((target("avx512f"), always_inline)) inline __m512d Sq8(__m512d d) {
+  return _mm512_maskz_mul_pd(0xff, d, d);
+}
+__attribute__((target("avx512f"))) Sums LanedSumsAvx512(const float *x, int64_t n, double shift) {
+  const __m512d m = _mm512_set1_pd(shift);
+  __m512d a1[2], a2[2];
+  for (int k = 0; k < 2; ++k) a1[k] = a2[k] = _mm512_setzero_pd();
+  int64_t j = 0;
+  for (; j + 2 * kSumLanes <= n; j += 2 * kSumLanes)
+    for (int k = 0; k < 2; ++k) {
+      const __m512d d0 = _mm512_sub_pd(Cvt8(x + j + 8 * k), m);
+      const __m512d d1 = _mm512_sub_pd(Cvt8(x + j + kSumLanes + 8 * k), m);
+      a1[k] = _mm512_add_pd(a1[k], _mm512_add_pd(d0, d1));
+      a2[k] = _mm512_add_pd(a2[k], _mm512_add_pd(Sq8(d0), Sq8(d1)));
+    }
+  if (j + kSumLanes <= n) {
+    for (int k = 0; k < 2; ++k) {
+      const __m512d d = _mm512_sub_pd(Cvt8(x + j + 8 * k), m);
+      a1[k] = _mm512_add_pd(a1[k], d);
+      a2[k] = _mm512_add_pd(a2[k], Sq8(d));
+    }
+    j += kSumLanes;
+  }
+  alignas(64) double l1[kSumLanes], l2[kSumLanes];
+  for (int k = 0; k < 2; ++k) {
+    _mm512_store_pd(l1 + 8 * k, a1[k]);
+    _mm512_store_pd(l2 + 8 * k, a2[k]);
+  }
+  return FinishSums(CombineLanes(l1), CombineLanes(l2), x, j, n, shift);
+}
+
+// AffineRow 16 floats at a time, the last n % 16 through a masked load and store; the product is not fused with
+// the add (see above), so every element gets AffineRow's two roundings.
+// (A function, not a lambda: a lambda does not take its enclosing function's target.)
+__attribute__((target("avx512f"), always_inline)) inline __m512 Affine16(__m512 v, __m512 hi, __m512 lo, __m512 sc,
+                                                                        __m512 b) {
+  return _mm512_add_ps(_mm512_maskz_mul_ps(0xffff, _mm512_sub_ps(_mm512_sub_ps(v, hi), lo), sc), b);
+}
+__attribute__((target("avx512f"))) void AffineRowAvx512(const float *x, float *y, int64_t n, const AffineConsts &a) {
+  const __m512 hi = _mm512_set1_ps(a.hi), lo = _mm512_set1_ps(a.lo), sc = _mm512_set1_ps(a.sc);
+  const __m512 b = _mm512_set1_ps(a.b);
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(y + j, Affine16(_mm512_loadu_ps(x + j), hi, lo, sc, b));
+  if (j < n) {
+    const __mmask16 k = static_cast<__mmask16>((1u << (n - j)) - 1);
+    _mm512_mask_storeu_ps(y + j, k, Affine16(_mm512_maskz_loadu_ps(k, x + j), hi, lo, sc, b));
+  }
+}
 #endif
+
+bool UseAvx512() {
+#if defined(__x86_64__)
+  static const bool use = vmath::ActiveIsa() == vmath::Isa::kAvx512;
+  return use;
+#else
+  return false;
+#endif
+}
 
 bool UseAvx2() {
 #if defined(__x86_64__)
@@ -284,6 +369,7 @@ bool UseAvx2() {
 
 Sums FloatSums(const float *x, int64_t n, double shift) {
 #if defined(__x86_64__)
+  if (UseAvx512()) return LanedSumsAvx512(x, n, shift);
   if (UseAvx2()) return LanedSumsAvx2(x, n, shift);
 #endif
   return LanedSums(x, n, shift);
@@ -298,6 +384,7 @@ Moments FloatMoments(const float *x, int64_t n) {
 
 void Affine(const float *x, float *y, int64_t n, const AffineConsts &a) {
 #if defined(__x86_64__)
+  if (UseAvx512()) return AffineRowAvx512(x, y, n, a);
   if (UseAvx2()) return AffineRowAvx2(x, y, n, a);
 #endif
   AffineRow(x, y, n, a);

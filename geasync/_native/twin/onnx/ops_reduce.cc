@@ -29,7 +29,8 @@ namespace onnx {
 namespace {
 
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) double SumFloatsAvx2(const float *x, int64_t n);  // below, with the sums
+template <int kTerm>
+double SumTermsWide(const float *x, int64_t n);  // below, with the sums
 // Four independent 8-wide max (min) chains; NaNs are only noted (maxps would drop them), the caller redoes them.
 template <bool kMax>
 __attribute__((target("avx2"), always_inline)) inline __m256 Pick(__m256 a, __m256 b) {
@@ -120,7 +121,7 @@ bool RowExtremum(const float *x, int64_t n, bool max, float *out) {
 
 double SumFloats(const float *x, int64_t n) {
 #if defined(__x86_64__)
-  if (vmath::ActiveIsa() != vmath::Isa::kBaseline) return SumFloatsAvx2(x, n);
+  if (vmath::ActiveIsa() != vmath::Isa::kBaseline) return SumTermsWide<0>(x, n);
 #endif
   constexpr int kLanes = 8;
   double lanes[kLanes] = {};
@@ -175,7 +176,43 @@ __attribute__((target("avx2"))) double SumTermsAvx2(const float *x, int64_t n) {
   }
   return sum;
 }
-__attribute__((target("avx2"))) double SumFloatsAvx2(const float *x, int64_t n) { return SumTermsAvx2<0>(x, n); }
+// The same sums with AVX-512: the float -> double conversion (one port on most cores) bounds these loops, and
+// the 512-bit form converts 8 floats per instruction instead of 4. Four 8-wide accumulators, then 8-wide steps,
+// then a scalar tail (only the order of the double additions differs from the AVX2 loop).
+// Horizontal sum of 8 doubles through memory (GCC 12 warns, -Wmaybe-uninitialized, inside the reduce-add
+// intrinsic's upper-half extraction).
+__attribute__((target("avx512f"), always_inline)) inline double Lanes8(__m512d q) {
+  alignas(64) double l[8];
+  _mm512_store_pd(l, q);
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+template <int kTerm>
+__attribute__((target("avx512f"), always_inline)) inline __m512d Term8(const float *p) {
+  __m256 v = _mm256_loadu_ps(p);
+  if (kTerm == 1) v = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+  const __m512d d = _mm512_maskz_cvtps_pd(0xff, v);  // the unmasked form trips GCC 12's -Wmaybe-uninitialized
+  return kTerm == 2 ? _mm512_mul_pd(d, d) : d;  // exact in double (24-bit mantissas), fused or not
+}
+template <int kTerm>
+__attribute__((target("avx512f"))) double SumTermsAvx512(const float *x, int64_t n) {
+  __m512d acc[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32)
+    for (int k = 0; k < 4; ++k) acc[k] = _mm512_add_pd(acc[k], Term8<kTerm>(x + j + 8 * k));
+  for (; j + 8 <= n; j += 8) acc[0] = _mm512_add_pd(acc[0], Term8<kTerm>(x + j));
+  double sum = Lanes8(_mm512_add_pd(_mm512_add_pd(acc[0], acc[1]), _mm512_add_pd(acc[2], acc[3])));
+  for (; j < n; ++j) {
+    const double v = kTerm == 1 ? std::fabs(static_cast<double>(x[j])) : static_cast<double>(x[j]);
+    sum += kTerm == 2 ? v * v : v;
+  }
+  return sum;
+}
+// The AVX-512 or AVX2 form of SumTerms, as the active instruction set allows (callers check for the baseline).
+template <int kTerm>
+double SumTermsWide(const float *x, int64_t n) {
+  static const bool avx512 = vmath::ActiveIsa() == vmath::Isa::kAvx512;
+  return avx512 ? SumTermsAvx512<kTerm>(x, n) : SumTermsAvx2<kTerm>(x, n);
+}
 
 // Max / Min of rows x[0..rows) (stride `stride`) into acc[0..inner), folded like Combine (acc's NaN stays, else a
 // new NaN wins, else the strict comparison keeps acc on ties, so signed zeros fold as in the ordered loop). The
@@ -492,11 +529,11 @@ class ReduceKernel : public Kernel {
   static A RunSum(const S *px, int64_t n) {
 #if defined(__x86_64__)
     if constexpr (std::is_same<S, float>::value && (kPass == kSum || kPass == kMean))
-      if (UseSumFloatsAvx2()) return SumTermsAvx2<0>(px, n);
+      if (UseSumFloatsAvx2()) return SumTermsWide<0>(px, n);
     if constexpr (std::is_same<S, float>::value && kPass == kL1)
-      if (UseSumFloatsAvx2()) return SumTermsAvx2<1>(px, n);
+      if (UseSumFloatsAvx2()) return SumTermsWide<1>(px, n);
     if constexpr (std::is_same<S, float>::value && (kPass == kSumSquare || kPass == kL2))
-      if (UseSumFloatsAvx2()) return SumTermsAvx2<2>(px, n);
+      if (UseSumFloatsAvx2()) return SumTermsWide<2>(px, n);
 #endif
     return LanedSum<kPass, A>(px, n);
   }

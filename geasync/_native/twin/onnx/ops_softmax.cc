@@ -52,9 +52,12 @@ class SoftmaxKernel : public Kernel {
     if constexpr (std::is_same<T, float>::value) {
       if (inner_ == 1) {
         vmath::SoftmaxRows(x, y, outer_, n_, kLog);  // contiguous rows: the vectorised fused kernel
-        return true;
+      } else {
+        vmath::SoftmaxStridedRows(x, y, outer_, n_, inner_, kLog);  // inner index in the vector lanes
       }
+      return true;
     }
+    // float64 (float rows returned above).
     for (int64_t o = 0; o < outer_; ++o) {
       const T *xo = x + o * n_ * inner_;
       T *yo = y + o * n_ * inner_;
@@ -66,18 +69,10 @@ class SoftmaxKernel : public Kernel {
       for (int64_t k = 0; k < n_; ++k) {
         const T *xr = xo + k * inner_;
         T *yr = yo + k * inner_;
-        if constexpr (std::is_same<T, float>::value) {
-          // Row by row through the dispatched array exp (AVX2 / AVX-512 where the CPU has them; this file's own
-          // loops are baseline-only).
-          for (int64_t j = 0; j < inner_; ++j) yr[j] = xr[j] - mx_[j];
-          vmath::ExpArray(yr, yr, inner_);
-          for (int64_t j = 0; j < inner_; ++j) sum_[j] += yr[j];
-        } else {
-          for (int64_t j = 0; j < inner_; ++j) {
-            const T e = std::exp(xr[j] - mx_[j]);
-            yr[j] = e;
-            sum_[j] += e;
-          }
+        for (int64_t j = 0; j < inner_; ++j) {
+          const T e = std::exp(xr[j] - mx_[j]);
+          yr[j] = e;
+          sum_[j] += e;
         }
       }
       if constexpr (kLog) {

@@ -235,6 +235,56 @@ TWIN_VMATH_INLINE void SoftmaxBody(const float *__restrict x, float *__restrict 
   }
 }
 
+// Softmax along a strided axis: x is [outer, n, inner] and each (o, j) column of n values is normalised. The
+// inner index runs in the vector lanes (blocks of kStrideBlock columns, the block's state on the stack), so every
+// pass reads contiguous rows of one outer slice (n * inner floats, usually cache resident) instead of transposing.
+// Per column the arithmetic is SoftmaxBody's: max skipping NaN, ExpNonPositive of x - max summed in order of k.
+constexpr int64_t kStrideBlock = 64;
+TWIN_VMATH_INLINE void SoftmaxStridedBody(const float *__restrict x, float *__restrict y, int64_t outer, int64_t n,
+                                          int64_t inner, bool log_softmax) {
+  for (int64_t o = 0; o < outer; ++o) {
+    const float *xo = x + o * n * inner;
+    float *yo = y + o * n * inner;
+    for (int64_t j0 = 0; j0 < inner; j0 += kStrideBlock) {
+      const int64_t w = inner - j0 < kStrideBlock ? inner - j0 : kStrideBlock;
+      const float *xb = xo + j0;
+      float *yb = yo + j0;
+      float mx[kStrideBlock], sum[kStrideBlock];
+      for (int64_t j = 0; j < w; ++j) {
+        mx[j] = -__builtin_inff();
+        sum[j] = 0.0f;
+      }
+      for (int64_t k = 0; k < n; ++k) {
+        const float *xr = xb + k * inner;
+        for (int64_t j = 0; j < w; ++j) mx[j] = xr[j] > mx[j] ? xr[j] : mx[j];
+      }
+      for (int64_t k = 0; k < n; ++k) {
+        const float *xr = xb + k * inner;
+        float *yr = yb + k * inner;
+        for (int64_t j = 0; j < w; ++j) {
+          const float e = ExpNonPositive(xr[j] - mx[j]);
+          yr[j] = e;
+          sum[j] += e;
+        }
+      }
+      if (log_softmax) {
+        for (int64_t j = 0; j < w; ++j) sum[j] = Log(sum[j]) + mx[j];
+        for (int64_t k = 0; k < n; ++k) {
+          const float *xr = xb + k * inner;
+          float *yr = yb + k * inner;
+          for (int64_t j = 0; j < w; ++j) yr[j] = xr[j] - sum[j];
+        }
+      } else {
+        for (int64_t j = 0; j < w; ++j) sum[j] = 1.0f / sum[j];
+        for (int64_t k = 0; k < n; ++k) {
+          float *yr = yb + k * inner;
+          for (int64_t j = 0; j < w; ++j) yr[j] *= sum[j];
+        }
+      }
+    }
+  }
+}
+
 TWIN_VMATH_INLINE void LayerNormBody(const float *__restrict x, float *__restrict y, int64_t rows, int64_t n,
                                      const float *__restrict scale, const float *__restrict bias, float epsilon,
                                      float *__restrict mean_out, float *__restrict inv_out) {
@@ -286,6 +336,9 @@ TWIN_VMATH_INLINE void LayerNormBody(const float *__restrict x, float *__restric
 
 #define TWIN_SOFTMAX_PARAMS (const float *x, float *y, int64_t rows, int64_t n, bool log_softmax)
 TWIN_VMATH_FUSED(Softmax, TWIN_SOFTMAX_PARAMS, (x, y, rows, n, log_softmax))
+#define TWIN_SOFTMAX_STRIDED_PARAMS \
+  (const float *x, float *y, int64_t outer, int64_t n, int64_t inner, bool log_softmax)
+TWIN_VMATH_FUSED(SoftmaxStrided, TWIN_SOFTMAX_STRIDED_PARAMS, (x, y, outer, n, inner, log_softmax))
 #define TWIN_LAYERNORM_PARAMS                                                                                     \
   (const float *x, float *y, int64_t rows, int64_t n, const float *scale, const float *bias, float epsilon, \
    float *mean, float *inv_std)
@@ -378,6 +431,9 @@ TWIN_VMATH_ARRAY(Round)
 #endif
 
 void SoftmaxRows TWIN_SOFTMAX_PARAMS { TWIN_VMATH_CALL_FUSED(Softmax, (x, y, rows, n, log_softmax)) }
+void SoftmaxStridedRows TWIN_SOFTMAX_STRIDED_PARAMS {
+  TWIN_VMATH_CALL_FUSED(SoftmaxStrided, (x, y, outer, n, inner, log_softmax))
+}
 void AnyNanInto TWIN_ANY_NAN_PARAMS { TWIN_VMATH_CALL_FUSED(AnyNan, (x, n, out)) }
 bool AnyNan(const float *x, int64_t n) {
   bool out = false;

@@ -349,6 +349,8 @@ void RoundArray(const float *x, float *y, int64_t n);  // half to even
 // Fused row kernels over contiguous float32 rows of length n.
 // Softmax (or LogSoftmax) of each row: max, exp and sum in one pass over lanes, then the scaling pass.
 void SoftmaxRows(const float *x, float *y, int64_t rows, int64_t n, bool log_softmax);
+// Softmax (or LogSoftmax) along the middle axis of a contiguous [outer, n, inner] array.
+void SoftmaxStridedRows(const float *x, float *y, int64_t outer, int64_t n, int64_t inner, bool log_softmax);
 // LayerNormalization of each row: mean and variance accumulated in double lanes, then
 // y = (x - mean) * inv_std * scale + bias (bias may be null); mean/inv_std outputs may be null.
 void LayerNormRows(const float *x, float *y, int64_t rows, int64_t n, const float *scale, const float *bias,
