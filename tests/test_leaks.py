@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import geasync as ga
-from conftest import add_model, live, make_mlp
+from conftest import TensorProto, add_model, helper, live, make_mlp, make_model
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -58,6 +58,24 @@ def test_10k_run_graph_counters_flat_while_session_open():
             s.run_graph(1, [A, A])
         after = live()
         assert not diff(before, after)
+
+
+@pytest.mark.parametrize("count", [1, 8, 9, 20])
+def test_run_graph_with_many_outputs_no_leak(no_leaks, count):
+    """A synchronous run hands its outputs over in the same native call when they fit the thread's buffer (8), and
+    through a list the buffer grows to take when they do not: every output right, in order, none leaked, on the
+    first run of the thread and on later ones."""
+    x = np.arange(16, dtype=np.float32).reshape(1, 16) - 8
+    nodes = [helper.make_node("Add", ["x", f"c{i}"], [f"y{i}"]) for i in range(count)]
+    inits = [(f"c{i}", np.full((1, 16), i, np.float32)) for i in range(count)]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 16])],
+                       [(f"y{i}", TensorProto.FLOAT, [1, 16]) for i in range(count)], initializers=inits)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        for _ in range(3):
+            outs = s.run_graph(1, [x])
+            assert [o.numpy().tolist() for o in outs] == [(x + i).tolist() for i in range(count)]
+        del outs
 
 
 def test_outputs_kept_alive_by_numpy_views():
