@@ -15,6 +15,7 @@
 
 #include "elem.h"
 #include "gemm.h"
+#include "simd_double.h"
 #include "vmath.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -337,28 +338,18 @@ __attribute__((target("avx2"))) void SumRowsAvx2(const S *a, int64_t ra, const S
 // bounds the AVX2 loop (one port), and the 512-bit form converts twice as many floats per instruction. Four rows
 // at once, two accumulators per row, then 8-wide steps and a scalar tail (only the order of the double additions
 // differs from the AVX2 loop; the products of two floats are exact in double, so fusing them changes nothing).
-// Horizontal sum of 8 doubles through memory (GCC 12 warns, -Wmaybe-uninitialized, inside the reduce-add
-// intrinsic's upper-half extraction).
-__attribute__((target("avx512f"), always_inline)) inline double Lanes8(__m512d q) {
-  alignas(64) double l[8];
-  _mm512_store_pd(l, q);
-  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-}
 bool EinsumAvx512() {
   static const bool use = vmath::ActiveIsa() == vmath::Isa::kAvx512;
   return use;
-}
-__attribute__((target("avx512f"), always_inline)) inline __m512d Wide8(const float *p) {
-  return _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(p));  // the unmasked form trips GCC 12's -Wmaybe-uninitialized
 }
 // Eight terms of row a (times row b, or the shared b's converted vb) from j. (A function, not a lambda: a lambda
 // does not take its enclosing function's target.)
 template <int NOps, bool kSharedB>
 __attribute__((target("avx512f"), always_inline)) inline __m512d RowTerm8(const float *a, const float *b, int64_t j,
                                                                           __m512d vb) {
-  const __m512d va = Wide8(a + j);
+  const __m512d va = WidenFloats8(a + j);
   if constexpr (kSharedB) return _mm512_mul_pd(va, vb);
-  else if constexpr (NOps == 2) return _mm512_mul_pd(va, Wide8(b + j));
+  else if constexpr (NOps == 2) return _mm512_mul_pd(va, WidenFloats8(b + j));
   else return va;
 }
 // Row i of b for a two-operand sum with a row stride (b is null for one operand).
@@ -375,19 +366,19 @@ __attribute__((target("avx512f"))) void SumRowsAvx512(const float *a, int64_t ra
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) {
       __m512d vb[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
-      if constexpr (kSharedB) vb[0] = Wide8(b + j), vb[1] = Wide8(b + j + 8);
+      if constexpr (kSharedB) vb[0] = WidenFloats8(b + j), vb[1] = WidenFloats8(b + j + 8);
       for (int r = 0; r < 4; ++r)
         for (int h = 0; h < 2; ++h)
           p[r][h] = _mm512_add_pd(p[r][h], RowTerm8<NOps, kSharedB>(a + (i + r) * ra, RowB(b, i + r, rb), j + 8 * h, vb[h]));
     }
     if (j + 8 <= n) {
-      const __m512d vb = kSharedB ? Wide8(b + j) : _mm512_setzero_pd();
+      const __m512d vb = kSharedB ? WidenFloats8(b + j) : _mm512_setzero_pd();
       for (int r = 0; r < 4; ++r)
         p[r][0] = _mm512_add_pd(p[r][0], RowTerm8<NOps, kSharedB>(a + (i + r) * ra, RowB(b, i + r, rb), j, vb));
       j += 8;
     }
     for (int r = 0; r < 4; ++r) {
-      double t = Lanes8(_mm512_add_pd(p[r][0], p[r][1]));
+      double t = SumLanes8(_mm512_add_pd(p[r][0], p[r][1]));
       for (int64_t k = j; k < n; ++k) {
         const double x = static_cast<double>(a[(i + r) * ra + k]);
         if constexpr (NOps == 1) t += x;

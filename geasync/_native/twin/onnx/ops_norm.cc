@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "elem.h"
+#include "simd_double.h"
 #include "vmath.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -296,9 +297,6 @@ __attribute__((target("avx2"))) void AffineRowAvx2(const float *x, float *y, int
 
 // The AVX-512 forms. Products through the masked multiply, which the compiler never contracts into an FMA with the
 // following add (a fused d0 * d0 + d1 * d1 would round differently from the other instruction sets).
-__attribute__((target("avx512f"), always_inline)) inline __m512d Cvt8(const float *p) {
-  return _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(p));  // the unmasked form trips GCC 12's -Wmaybe-uninitialized
-}
 __attribute__((target("avx512f"), always_inline)) inline __m512d Sq8(__m512d d) {
   return _mm512_maskz_mul_pd(0xff, d, d);
 }
@@ -309,14 +307,14 @@ __attribute__((target("avx512f"))) Sums LanedSumsAvx512(const float *x, int64_t 
   int64_t j = 0;
   for (; j + 2 * kSumLanes <= n; j += 2 * kSumLanes)
     for (int k = 0; k < 2; ++k) {
-      const __m512d d0 = _mm512_sub_pd(Cvt8(x + j + 8 * k), m);
-      const __m512d d1 = _mm512_sub_pd(Cvt8(x + j + kSumLanes + 8 * k), m);
+      const __m512d d0 = _mm512_sub_pd(WidenFloats8(x + j + 8 * k), m);
+      const __m512d d1 = _mm512_sub_pd(WidenFloats8(x + j + kSumLanes + 8 * k), m);
       a1[k] = _mm512_add_pd(a1[k], _mm512_add_pd(d0, d1));
       a2[k] = _mm512_add_pd(a2[k], _mm512_add_pd(Sq8(d0), Sq8(d1)));
     }
   if (j + kSumLanes <= n) {
     for (int k = 0; k < 2; ++k) {
-      const __m512d d = _mm512_sub_pd(Cvt8(x + j + 8 * k), m);
+      const __m512d d = _mm512_sub_pd(WidenFloats8(x + j + 8 * k), m);
       a1[k] = _mm512_add_pd(a1[k], d);
       a2[k] = _mm512_add_pd(a2[k], Sq8(d));
     }

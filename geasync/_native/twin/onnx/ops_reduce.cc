@@ -18,6 +18,7 @@
 #include "broadcast.h"
 #include "elem.h"
 #include "row_reduce.h"
+#include "simd_double.h"
 #include "vmath.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -179,13 +180,6 @@ __attribute__((target("avx2"))) double SumTermsAvx2(const float *x, int64_t n) {
 // The same sums with AVX-512: the float -> double conversion (one port on most cores) bounds these loops, and
 // the 512-bit form converts 8 floats per instruction instead of 4. Four 8-wide accumulators, then 8-wide steps,
 // then a scalar tail (only the order of the double additions differs from the AVX2 loop).
-// Horizontal sum of 8 doubles through memory (GCC 12 warns, -Wmaybe-uninitialized, inside the reduce-add
-// intrinsic's upper-half extraction).
-__attribute__((target("avx512f"), always_inline)) inline double Lanes8(__m512d q) {
-  alignas(64) double l[8];
-  _mm512_store_pd(l, q);
-  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-}
 template <int kTerm>
 __attribute__((target("avx512f"), always_inline)) inline __m512d Term8(const float *p) {
   __m256 v = _mm256_loadu_ps(p);
@@ -200,7 +194,7 @@ __attribute__((target("avx512f"))) double SumTermsAvx512(const float *x, int64_t
   for (; j + 32 <= n; j += 32)
     for (int k = 0; k < 4; ++k) acc[k] = _mm512_add_pd(acc[k], Term8<kTerm>(x + j + 8 * k));
   for (; j + 8 <= n; j += 8) acc[0] = _mm512_add_pd(acc[0], Term8<kTerm>(x + j));
-  double sum = Lanes8(_mm512_add_pd(_mm512_add_pd(acc[0], acc[1]), _mm512_add_pd(acc[2], acc[3])));
+  double sum = SumLanes8(_mm512_add_pd(_mm512_add_pd(acc[0], acc[1]), _mm512_add_pd(acc[2], acc[3])));
   for (; j < n; ++j) {
     const double v = kTerm == 1 ? std::fabs(static_cast<double>(x[j])) : static_cast<double>(x[j]);
     sum += kTerm == 2 ? v * v : v;
