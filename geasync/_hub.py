@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from . import _lib
 from ._loops import TrioWaiter, loop_flavour, running_loop as _running_loop, trio_token
 from .errors import FAILED
-from .tensor import Tensor
+from .tensor import TENSORS
 
 class Request:
     """A piece of native async work a hub waits for. Subclasses have a ``waiter`` (from ``Hub.new_waiter``) and a
@@ -103,7 +103,7 @@ class Hub:
     """Base hub: token allocation, the request table and draining. Subclasses attach the fd to their loop."""
 
     def __init__(self) -> None:
-        self.queue = _lib.CompletionQueue(Tensor._from_output)
+        self.queue = _lib.CompletionQueue(TENSORS)
         self._requests: dict[int, Request] = {}
         self._tokens = itertools.count(1)
         self._draining = threading.Lock()

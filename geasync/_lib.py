@@ -16,7 +16,7 @@ import math
 import os
 import threading
 from types import TracebackType
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -314,21 +314,41 @@ def from_buffer(obj: Any, require_writable: bool = False) -> Any:
 # --- native tensors ------------------------------------------------------------------------------------------
 
 # How a run's output becomes a Python object is the caller's: every function here that returns outputs takes an
-# output factory ``make``, called as make(owner, address, nbytes, ge_dtype, placement, shape) where ``owner`` is a
-# cdata whose collection destroys the ga_tensor (and so frees or returns its memory). The tensor layer passes
-# ``Tensor._from_output``.
+# OutputFactory. Its ``view(owner, address, nbytes, ge_dtype, placement, shape)`` wraps the runtime's memory, where
+# ``owner`` is a cdata whose collection destroys the ga_tensor (and so frees or returns its memory); its
+# ``copy(array)`` wraps a numpy array a small host output was copied into. The tensor layer passes ``TENSORS``.
 _T = TypeVar("_T")
-OutputFactory = Callable[[Any, int, int, int, int, "tuple[int, ...]"], _T]
+
+# Host outputs of at most this many bytes are copied into numpy memory when their data is final (synchronous runs and
+# RunGraphAsync completions) and their native tensors freed at once: creating a numpy array and copying a few KiB
+# costs less than keeping a native owner and making a view of it later (measured: a 4x4 output run and read with
+# .numpy() 2.1 -> 0.9 us; the crossover is near 64 KiB), and it is what a reader of the outputs pays anyway.
+OUTPUT_COPY_MAX = 16 * 1024
+
+
+class OutputFactory(Generic[_T]):
+    """How the caller wraps outputs: ``view`` for runtime memory kept alive by an owner, ``copy`` for a numpy array
+    a small host output was copied into."""
+
+    __slots__ = ("view", "copy")
+
+    def __init__(self, view: Callable[[Any, int, int, int, int, tuple[int, ...]], _T],
+                 copy: Callable[[np.ndarray], _T]) -> None:
+        self.view = view
+        self.copy = copy
 
 
 def host_view(owner: Any, address: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     """A numpy view of a host output. The view keeps ``owner`` (so the memory) alive for as long as it lives."""
-    count = math.prod(shape)
-    if count == 0 or nbytes == 0:
+    need = math.prod(shape) * dtype.itemsize
+    if need == 0 or nbytes == 0:
         return np.empty(shape, dtype=dtype)
+    if need > nbytes:
+        raise GeError(FAILED, f"the runtime described a host output of {nbytes} bytes as {list(shape)} {dtype} "
+                      f"({need} bytes)", "geasync")
     # the char* the buffer is made from holds the owner through its (no-op) destructor
     keeper = ffi.gc(ffi.cast("char *", address), functools.partial(_keep_alive, owner))
-    return np.frombuffer(ffi.buffer(keeper, count * dtype.itemsize), dtype=dtype).reshape(shape)
+    return np.ndarray(shape, dtype, ffi.buffer(keeper, need))
 
 
 def _keep_alive(owner: Any, _pointer: Any) -> None:
@@ -338,7 +358,7 @@ def _keep_alive(owner: Any, _pointer: Any) -> None:
 _scratch = threading.local()  # per-thread buffer for taking outputs (grown on demand)
 
 
-def _take_outputs(outs: Any, make: OutputFactory[_T]) -> list[_T]:
+def _take_outputs(outs: Any, make: OutputFactory[_T], copy: bool) -> list[_T]:
     """Owns the outputs of a run: one native call describes them all and frees the list."""
     try:
         infos, cap = _scratch.infos, _scratch.cap
@@ -350,26 +370,38 @@ def _take_outputs(outs: Any, make: OutputFactory[_T]) -> list[_T]:
         cap = _scratch.cap = n
         infos = _scratch.infos = ffi.new("ga_output_info[]", cap)
         lib.ga_outputs_take_all(outs, infos, cap)
-    return _wrap_outputs(infos, 0, n, make)
+    return _wrap_outputs(infos, 0, n, make, copy)
 
 
-def _wrap_outputs(infos: Any, start: int, n: int, make: OutputFactory[_T]) -> list[_T]:
-    """The output factory's objects for the taken tensors infos[start:start + n]: each owned by a cdata whose
-    collection destroys it. Should wrapping one fail, the ones not wrapped yet are destroyed, none leaks."""
-    destroy = lib.ga_tensor_destroy
+def _wrap_outputs(infos: Any, start: int, n: int, make: OutputFactory[_T], copy: bool) -> list[_T]:
+    """The output factory's objects for the taken tensors infos[start:start + n]. With ``copy`` (the data is final:
+    not a stream-mode run's), host outputs of at most OUTPUT_COPY_MAX bytes of a numpy dtype are copied into numpy
+    arrays; every other output is owned by a cdata whose collection destroys it. One native call at the end frees
+    the copied tensors, and, should wrapping one fail, the ones not wrapped yet: none leaks."""
+    view = make.view
     result = []
-    i = start
-    end = start + n
+    gc = ffi.gc
+    unpack = ffi.unpack
+    destroy = lib.ga_tensor_destroy
+    host = lib.GA_PLACEMENT_HOST
     try:
-        while i < end:
+        for i in range(start, start + n):
             o = infos[i]
-            owner = ffi.gc(o.handle, destroy)
-            i += 1
-            result.append(make(owner, o.address, o.size, o.dtype, o.placement, tuple(ffi.unpack(o.dims, o.ndim))))
-    except BaseException:
-        for k in range(i, end):
-            lib.ga_tensor_destroy(infos[k].handle)
-        raise
+            size = o.size
+            if copy and size <= OUTPUT_COPY_MAX and o.placement == host:
+                dt = _GE_TO_NP.get(o.dtype)
+                if dt is not None:
+                    arr = np.empty(unpack(o.dims, o.ndim), dt)
+                    if arr.nbytes == size:
+                        if size:
+                            ffi.memmove(arr, o.data, size)
+                        result.append(make.copy(arr))
+                        continue  # its tensor is freed below
+            owner = gc(o.handle, destroy)
+            o.handle = ffi.NULL
+            result.append(view(owner, o.address, size, o.dtype, o.placement, tuple(unpack(o.dims, o.ndim))))
+    finally:
+        lib.ga_output_infos_release(infos + start if start else infos, n)
     return result
 
 
@@ -449,26 +481,36 @@ def compiled_graph_summary(handle: Any, graph_id: int, context: str) -> dict[str
     }
 
 
-_sync = threading.local()  # a thread's out-parameters of synchronous runs: made on first use, read right after
+_sync = threading.local()  # a thread's input descriptors and out-parameters of synchronous runs: made on first use
 
 
-def run_graph(handle: Any, graph_id: int, inputs: PreparedInputs, context: str, make: OutputFactory[_T]) -> list[_T]:
-    """RunGraph. The shim serialises synchronous runs (GE's RunGraph fails a concurrent caller), waiting with the
-    GIL released, and describes the outputs in the same call."""
+def run_graph(handle: Any, graph_id: int, rows: Sequence[tuple[Any, int, int, int, int, tuple[int, ...]]],
+              context: str, make: OutputFactory[_T]) -> list[_T]:
+    """RunGraph of inputs described by ``rows`` (as PreparedInputs takes them; the caller keeps what they point to
+    alive). The descriptors go into a per-thread buffer: the runtime reads them only during the call, and filling
+    one costs less than a new array. The shim serialises synchronous runs (GE's RunGraph fails a concurrent caller),
+    waiting with the GIL released, and describes the outputs in the same call."""
     try:
-        infos, cap, count, overflow = _sync.out
+        descs, dcap, infos, cap, count, overflow = _sync.run
     except AttributeError:
-        infos, cap, count, overflow = _sync.out = (ffi.new("ga_output_info[]", 8), 8, ffi.new("size_t *"),
-                                                   ffi.new("ga_outputs **"))
-    status = lib.ga_session_run_graph(handle, graph_id, inputs.array, inputs.count, infos, cap, count, overflow)
+        descs, dcap, infos, cap, count, overflow = _sync.run = (
+            ffi.new("ga_tensor_desc[]", 4), 4, ffi.new("ga_output_info[]", 8), 8, ffi.new("size_t *"),
+            ffi.new("ga_outputs **"))
+    n_in = len(rows)
+    if n_in > dcap:  # more inputs than ever before on this thread
+        descs, dcap = ffi.new("ga_tensor_desc[]", n_in), n_in
+        _sync.run = (descs, dcap, infos, cap, count, overflow)
+    for i in range(n_in):
+        descs[i] = rows[i]
+    status = lib.ga_session_run_graph(handle, graph_id, descs, n_in, infos, cap, count, overflow)
     if status != 0:
         _check(status, "GeSession::RunGraph", context)
     n = count[0]
     if n > cap:  # more outputs than ever before on this thread: grow, and take them from the list
-        infos = ffi.new("ga_output_info[]", n)
-        _sync.out = (infos, n, count, overflow)
+        infos, cap = ffi.new("ga_output_info[]", n), n
+        _sync.run = (descs, dcap, infos, cap, count, overflow)
         lib.ga_outputs_take_all(overflow[0], infos, n)
-    return _wrap_outputs(infos, 0, n, make)
+    return _wrap_outputs(infos, 0, n, make, True)
 
 
 def run_graph_with_stream_completion(handle: Any, graph_id: int, stream: int, inputs: PreparedInputs,
@@ -484,7 +526,7 @@ def run_graph_with_stream_completion(handle: Any, graph_id: int, stream: int, in
         message, api = _last_error("GeSession::RunGraphWithStreamAsync")
         err = GeError(status, message, api, context)
         raise err from _callback_errors.pop()
-    return _take_outputs(out[0], make)
+    return _take_outputs(out[0], make, False)  # the stream has not passed the run yet: no copies
 
 
 # --- allocators --------------------------------------------------------------------------------------------
@@ -641,10 +683,10 @@ class CompletionQueue:
                 else:
                     try:
                         if k >= 0:
-                            outs = _wrap_outputs(infos, pos, k, self._make)
+                            outs = _wrap_outputs(infos, pos, k, self._make, True)
                         else:  # more outputs than the batch buffer had room for: still a list to take
                             handle, c.outputs = c.outputs, ffi.NULL
-                            outs = _take_outputs(handle, self._make)
+                            outs = _take_outputs(handle, self._make, True)
                     except Exception as exc:
                         outs = exc
                     if k > 0:

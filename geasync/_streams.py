@@ -27,7 +27,7 @@ class StreamRuns:
         self._tokens = itertools.count(1)
 
     def run(self, handle: Any, graph_id: int, stream: int, prepared: _lib.PreparedInputs, context: str,
-            make: Callable[..., Any], passed: Callable[[], None]) -> list[Any]:
+            make: _lib.OutputFactory[Any], passed: Callable[[], None]) -> list[Any]:
         """Enqueues the run and its completion; ``passed`` is called (from a later ``reap``) once the stream has
         passed the run. On failure nothing is enqueued any more and ``passed`` is never called."""
         with self._lock:

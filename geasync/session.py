@@ -34,7 +34,7 @@ from .errors import FAILED, GeError, SessionBrokenError, SessionClosedError
 from .graph import Graph
 from ._streams import has_allocator, mark_allocator, release_default_allocator, unmark_allocator
 from .stream import stream_address
-from .tensor import PreparedInputs, Tensor, prepare_inputs
+from .tensor import TENSORS, PreparedInputs, Tensor, input_rows, prepare_inputs
 from ._types import Inputs, Options, StreamLike, TensorLike, TensorLikeList
 
 _T = TypeVar("_T")
@@ -406,7 +406,8 @@ class Session:
         graph's output order (``graph_outputs``; ``output_dict`` keys them by name)."""
         if type(graph_id) is not int or not 0 <= graph_id <= 0xFFFFFFFF:
             _check_graph_id(graph_id)  # raises with the reason
-        prepared = prepare_inputs(inputs, spec=self._specs.get(graph_id), api="run_graph", graph_id=graph_id)
+        # rows describe the inputs; keep (Tensors and their owners) and the rows' buffers stay alive until return
+        rows, keep, _, _ = input_rows(inputs, "inputs", False, self._specs.get(graph_id), "run_graph", graph_id)
         context = f"Session.run_graph(graph_id={graph_id})"
         # This is the path whose per-call cost users measure against other runtimes, so the common case is inlined:
         # a live session (else _live raises the reason), a graph already in this mode (else claim decides), and
@@ -424,7 +425,7 @@ class Session:
             counters.submitted += 1
             live[key] = start = now()
         try:
-            outputs = _lib.run_graph(handle, graph_id, prepared, context, Tensor._from_output)
+            outputs = _lib.run_graph(handle, graph_id, rows, context, TENSORS)
         except BaseException:
             with stats_lock:
                 counters.finish(key, "failed")
@@ -469,7 +470,7 @@ class Session:
             self._count_finish(graph_id, key, "completed")
 
         try:
-            outs = _streams.runs.run(handle, graph_id, address, prepared, context, Tensor._from_output, passed)
+            outs = _streams.runs.run(handle, graph_id, address, prepared, context, TENSORS, passed)
         except BaseException:
             pins.unpin()
             self._count_finish(graph_id, key, "failed")

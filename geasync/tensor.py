@@ -109,6 +109,20 @@ class Tensor:
         t._placement = "host" if placement == _lib.PLACEMENT_HOST else "device"
         return t
 
+    @classmethod
+    def _from_host_copy(cls, array: NDArray[Any]) -> "Tensor":
+        """A small host output copied into ``array`` (the output factory's ``copy``): a numpy-backed Tensor."""
+        t = object.__new__(cls)
+        t._array = array
+        t._output = False
+        t._owner = None
+        t._address = 0
+        t._nbytes = array.nbytes
+        t._shape = array.shape
+        t._dtype = array.dtype
+        t._placement = "host"
+        return t
+
     def _host_array(self) -> NDArray[Any] | None:
         if self._array is None and self._output and self._placement == "host":
             self._array = _lib.host_view(self._owner, self._address, self._nbytes, self._dtype, self._shape)
@@ -186,6 +200,8 @@ _GE_DTYPES = _lib._NP_TO_GE
 _GE_TO_NP = _lib._GE_TO_NP
 _MAX_DIMS = _lib.MAX_DIMS
 
+# how runs hand their outputs to this layer (see geasync._lib.OutputFactory)
+TENSORS: "_lib.OutputFactory[Tensor]" = _lib.OutputFactory(Tensor._from_output, Tensor._from_host_copy)
 
 PreparedInputs = _lib.PreparedInputs  # a run's inputs as native descriptors, with what keeps them alive
 
@@ -198,6 +214,17 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
     ``spec`` (a ``geasync._inputs.GraphSpec``): the graph's declared inputs. With it, a ``{name: array}`` mapping is
     taken too (unless ``require_list``), and each input is checked against the declaration (InputError, naming
     ``api``). On the hot path that costs a comparison and a set lookup per input."""
+    return PreparedInputs(*input_rows(inputs, what, require_list, spec, api, graph_id))
+
+
+InputRow = tuple[Any, int, int, int, int, tuple[int, ...]]  # (data, nbytes, ge dtype, placement, ndim, shape)
+
+
+def input_rows(inputs: Any, what: str, require_list: bool, spec: Any, api: str,
+               graph_id: int) -> tuple[list[InputRow], list[Any] | None, tuple[NDArray[Any], ...], int]:
+    """prepare_inputs' check, without the descriptor array: (rows, keep, arrays, nbytes) as PreparedInputs takes
+    them. A synchronous run describes its rows in a per-thread buffer instead (``_lib.run_graph``); the caller
+    keeps ``keep`` alive until the run returns."""
     if require_list and type(inputs) is not list:
         raise TypeError(f"{what} must be a list, got {type(inputs).__name__}" +
                         (" (GE's contract for this API; turn a {name: array} mapping into the list with "
@@ -218,7 +245,7 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
         want_dtypes = spec.want_dtypes
         usual_shapes = spec.usual_shapes
         ok_shapes = spec.ok_shapes
-    rows: list[tuple[Any, int, int, int, int, tuple[int, ...]]] = []
+    rows: list[InputRow] = []
     keep: list[Any] | None = None  # Tensor inputs and their memory's owners (numpy inputs are kept by `arrays`)
     arrays: list[NDArray[Any]] = []
     nbytes = 0
@@ -263,5 +290,5 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
         keep.append(x)
         nbytes += x._nbytes
     # a tuple of arrays (not GC-tracked) stops being traversed by the collector once it has seen it
-    return PreparedInputs(rows, keep, tuple(arrays), nbytes)
+    return rows, keep, tuple(arrays), nbytes
 

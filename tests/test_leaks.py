@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import geasync as ga
+from geasync import _lib
 from conftest import TensorProto, add_model, helper, live, make_mlp, make_model
 
 pytestmark = pytest.mark.timeout(120)
@@ -25,15 +26,23 @@ def test_counters_are_ints_and_known():
 
 
 def test_counters_track_live_objects():
-    """The counters must actually move, or the leak tests below would prove nothing."""
+    """The counters must actually move, or the leak tests below would prove nothing. A host output larger than
+    the copy threshold stays in runtime memory (a native tensor while its Tensor lives); a small one is copied
+    into numpy memory as its run returns, its native tensor freed at once."""
+    big = np.ones((1, _lib.OUTPUT_COPY_MAX // 4 + 16), np.float32)
     before = live()
     s = ga.Session()
-    s.add_graph(1, ga.Graph.from_onnx(add_model()))
-    outs = s.run_graph(1, [A, A])
+    s.add_graph(1, ga.Graph.from_onnx(add_model(big.shape)))
+    s.add_graph(2, ga.Graph.from_onnx(add_model()))
+    outs = s.run_graph(1, [big, big])
+    small = s.run_graph(2, [A, A])
     mid = live()
     assert mid["sessions"] == before["sessions"] + 1
     assert mid["tensors"] == before["tensors"] + 1
+    np.testing.assert_array_equal(outs[0].numpy(), big + big)
+    np.testing.assert_array_equal(small[0].numpy(), A + A)
     del outs
+    assert live()["tensors"] == before["tensors"]
     s.close()
     assert not diff(before, live())
 
@@ -60,16 +69,18 @@ def test_10k_run_graph_counters_flat_while_session_open():
         assert not diff(before, after)
 
 
+@pytest.mark.parametrize("width", [16, _lib.OUTPUT_COPY_MAX // 4 + 16], ids=["copied", "runtime-memory"])
 @pytest.mark.parametrize("count", [1, 8, 9, 20])
-def test_run_graph_with_many_outputs_no_leak(no_leaks, count):
+def test_run_graph_with_many_outputs_no_leak(no_leaks, count, width):
     """A synchronous run hands its outputs over in the same native call when they fit the thread's buffer (8), and
     through a list the buffer grows to take when they do not: every output right, in order, none leaked, on the
-    first run of the thread and on later ones."""
-    x = np.arange(16, dtype=np.float32).reshape(1, 16) - 8
+    first run of the thread and on later ones, whether copied into numpy memory (small) or kept where the runtime
+    wrote them."""
+    x = np.arange(width, dtype=np.float32).reshape(1, width) - 8
     nodes = [helper.make_node("Add", ["x", f"c{i}"], [f"y{i}"]) for i in range(count)]
-    inits = [(f"c{i}", np.full((1, 16), i, np.float32)) for i in range(count)]
-    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 16])],
-                       [(f"y{i}", TensorProto.FLOAT, [1, 16]) for i in range(count)], initializers=inits)
+    inits = [(f"c{i}", np.full((1, width), i, np.float32)) for i in range(count)]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, width])],
+                       [(f"y{i}", TensorProto.FLOAT, [1, width]) for i in range(count)], initializers=inits)
     with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(model))
         for _ in range(3):
@@ -79,17 +90,19 @@ def test_run_graph_with_many_outputs_no_leak(no_leaks, count):
 
 
 def test_outputs_kept_alive_by_numpy_views():
+    """A numpy view of an output in runtime memory keeps that memory after its Tensor is gone."""
+    big = np.ones((1, _lib.OUTPUT_COPY_MAX // 4 + 16), np.float32)
     with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        s.add_graph(1, ga.Graph.from_onnx(add_model(big.shape)))
         before = live()
         views = []
-        for _ in range(100):
-            (c,) = s.run_graph(1, [A, A])
+        for i in range(100):
+            (c,) = s.run_graph(1, [big, np.full_like(big, i)])
             views.append(c.numpy())
             del c
         assert live()["tensors"] == before["tensors"] + 100
-        for v in views:
-            np.testing.assert_array_equal(v, 2 * A)
+        for i, v in enumerate(views):
+            np.testing.assert_array_equal(v, big + i)
         del views, v
         assert not diff(before, live())
 

@@ -55,10 +55,12 @@ typedef struct ga_tensor_desc {
   int64_t dims[25];
 } ga_tensor_desc;
 
-/* An output the caller takes over (ga_outputs_take_all): its handle, to destroy with ga_tensor_destroy, and its
- * description, with the data address as an integer (one field read per value on the binding's hot path). */
+/* An output the caller takes over (ga_outputs_take_all): its handle, to destroy with ga_tensor_destroy (or
+ * ga_output_infos_release), and its description, with the data address both as an integer (one field read per value
+ * on the binding's hot path) and as a pointer (the source of a copy, without a cast). */
 typedef struct ga_output_info {
   ga_tensor *handle;
+  const void *data;
   uintptr_t address;
   size_t size;
   int32_t dtype;
@@ -186,6 +188,9 @@ ga_status ga_session_unregister_external_allocator(ga_session *session, void *st
 size_t ga_outputs_take_all(ga_outputs *outputs, ga_output_info *infos, size_t capacity);
 void ga_outputs_destroy(ga_outputs *outputs);
 void ga_tensor_destroy(ga_tensor *tensor);
+/* Destroys infos[i].handle for each i < count whose handle is not NULL (and sets it NULL): the outputs the caller
+ * copied out, or did not get to, in one call. */
+void ga_output_infos_release(ga_output_info *infos, size_t count);
 
 /* Completion queue: multi-producer (runtime threads), single consumer; fd becomes readable when records wait. */
 ga_status ga_cq_create(ga_completion_queue **out);

@@ -137,7 +137,8 @@ bool ToGertTensors(const ga_tensor_desc *descs, size_t count, std::vector<gert::
 void Describe(ga_tensor *handle, ga_output_info *info) {
   info->handle = handle;
   const gert::Tensor &t = handle->tensor;
-  info->address = reinterpret_cast<uintptr_t>(t.GetAddr());
+  info->data = t.GetAddr();
+  info->address = reinterpret_cast<uintptr_t>(info->data);
   info->size = t.GetSize();
   info->dtype = static_cast<int32_t>(t.GetDataType());
   info->placement = t.GetPlacement() == gert::kOnDeviceHbm ? GA_PLACEMENT_DEVICE : GA_PLACEMENT_HOST;
@@ -219,6 +220,14 @@ void ga_tensor_destroy(ga_tensor *tensor) {
   if (tensor == nullptr) return;
   delete tensor;  // the TensorData manager returns the memory to its owner (GE block or allocator)
   shim::Live().tensors.fetch_sub(1);
+}
+
+void ga_output_infos_release(ga_output_info *infos, size_t count) {
+  if (infos == nullptr) return;
+  for (size_t i = 0; i < count; ++i) {
+    ga_tensor_destroy(infos[i].handle);
+    infos[i].handle = nullptr;
+  }
 }
 
 }  // extern "C"

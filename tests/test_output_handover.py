@@ -1,0 +1,127 @@
+"""How a run's outputs reach the caller: host outputs up to the copy threshold are copied into numpy memory when
+their data is final (synchronous runs, RunGraphAsync completions) and their native tensors freed at once; larger
+ones, and stream-mode outputs (not final until the stream passes the run), stay in runtime memory. Either way the
+values, dtypes and shapes are the runtime's, the arrays are writable and nothing leaks."""
+
+from __future__ import annotations
+
+import anyio
+import numpy as np
+import pytest
+
+import geasync as ga
+from geasync import _lib
+from conftest import TensorProto, gc_collect_harder, helper, live, make_model
+
+pytestmark = pytest.mark.timeout(120)
+
+COPY_MAX = _lib.OUTPUT_COPY_MAX
+
+DTYPES = [
+    (np.float32, TensorProto.FLOAT), (np.float16, TensorProto.FLOAT16), (np.float64, TensorProto.DOUBLE),
+    (np.int8, TensorProto.INT8), (np.uint8, TensorProto.UINT8), (np.int16, TensorProto.INT16),
+    (np.int32, TensorProto.INT32), (np.int64, TensorProto.INT64), (np.bool_, TensorProto.BOOL),
+]
+
+
+def identity_model(shape, elem_type):
+    """y = Identity(x) and z = Identity(x): two outputs of one input."""
+    return make_model([helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Identity", ["x"], ["z"])],
+                      [("x", elem_type, list(shape))], [("y", elem_type, list(shape)), ("z", elem_type, list(shape))])
+
+
+def sample(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    if dtype == np.bool_:
+        return np.asarray(rng.random(shape) < 0.5)
+    return np.asarray(rng.standard_normal(shape) * 50).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype,elem", DTYPES, ids=[np.dtype(d).name for d, _ in DTYPES])
+@pytest.mark.parametrize("shape", [(), (0,), (3, 0, 2), (1,), (4, 4), (2, 3, 1, 2, 5)], ids=str)
+def test_small_outputs_are_exact_writable_and_own_their_memory(dtype, elem, shape):
+    x = sample(shape, dtype)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(identity_model(shape, elem)))
+        before = live()["tensors"]
+        y, z = s.run_graph(1, [x])
+        assert live()["tensors"] == before  # copied: no native tensor is held for them
+        for t in (y, z):
+            a = t.numpy()
+            assert a.dtype == np.dtype(dtype) and a.shape == shape == t.shape and t.dtype == np.dtype(dtype)
+            np.testing.assert_array_equal(a, x)
+            assert a.flags.writeable and a.flags.c_contiguous
+        assert not np.shares_memory(y.numpy(), x) and not np.shares_memory(y.numpy(), z.numpy())
+        if x.size:
+            y.numpy().flat[0] = z.numpy().flat[0]  # writable, and each output its own memory
+            np.testing.assert_array_equal(z.numpy(), x)
+
+
+@pytest.mark.parametrize("nbytes,copied", [(COPY_MAX, True), (COPY_MAX + 4, False)], ids=["at-threshold", "above"])
+def test_threshold_decides_copy_or_runtime_memory(nbytes, copied):
+    shape = (nbytes // 4,)
+    x = sample(shape, np.float32)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(identity_model(shape, TensorProto.FLOAT)))
+        before = live()["tensors"]
+        y, z = s.run_graph(1, [x])
+        assert live()["tensors"] == before + (0 if copied else 2)
+        np.testing.assert_array_equal(y.numpy(), x)
+        np.testing.assert_array_equal(z.numpy(), x)
+        del y, z
+        assert live()["tensors"] == before
+
+
+def test_mixed_small_and_large_outputs_of_one_run():
+    """One run with outputs on both sides of the threshold: each handed over its own way, in order."""
+    big, small = (COPY_MAX // 4 + 64,), (5,)
+    model = make_model([helper.make_node("Identity", ["a"], ["p"]), helper.make_node("Identity", ["b"], ["q"]),
+                        helper.make_node("Neg", ["a"], ["r"])],
+                       [("a", TensorProto.FLOAT, list(big)), ("b", TensorProto.FLOAT, list(small))],
+                       [("p", TensorProto.FLOAT, list(big)), ("q", TensorProto.FLOAT, list(small)),
+                        ("r", TensorProto.FLOAT, list(big))])
+    a, b = sample(big, np.float32, 1), sample(small, np.float32, 2)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        before = live()["tensors"]
+        for _ in range(3):
+            p, q, r = s.run_graph(1, [a, b])
+            assert live()["tensors"] == before + 2
+            np.testing.assert_array_equal(p.numpy(), a)
+            np.testing.assert_array_equal(q.numpy(), b)
+            np.testing.assert_array_equal(r.numpy(), -a)
+            del p, q, r
+        assert live()["tensors"] == before
+
+
+def test_output_fed_back_as_input_either_way():
+    """Outputs of both kinds are ordinary Tensors for a later run."""
+    for n in (16, COPY_MAX // 4 + 16):
+        x = sample((n,), np.float32)
+        with ga.Session() as s:
+            s.add_graph(1, ga.Graph.from_onnx(identity_model((n,), TensorProto.FLOAT)))
+            y, _ = s.run_graph(1, [x])
+            y2, _ = s.run_graph(1, [y])
+            np.testing.assert_array_equal(y2.numpy(), x)
+            assert y.address and y.nbytes == x.nbytes
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("n", [16, COPY_MAX // 4 + 16], ids=["copied", "runtime-memory"])
+async def test_async_outputs_either_way(n):
+    x = sample((n,), np.float32, 3)
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(identity_model((n,), TensorProto.FLOAT)))
+        before = live()["tensors"]
+        for _ in range(3):
+            y, z = await s.run_graph_async(1, [x])
+            np.testing.assert_array_equal(y.numpy(), x)
+            np.testing.assert_array_equal(z.numpy(), x)
+            if n == 16:
+                assert live()["tensors"] == before  # copied as the completion was drained
+            else:
+                assert live()["tensors"] >= before + 2
+            del y, z
+        await anyio.sleep(0.01)  # the loop may hold the last completed future until its next turn
+        gc_collect_harder()
+        assert live()["tensors"] == before
