@@ -6,10 +6,12 @@
 
 Each case is a small graph per operator family (element-wise ops as a chain of 8 nodes, so that per-call overhead
 does not hide the kernel), at "small" (16 elements), "64k" (256x256) and "1M" (1024x1024) sizes, or the
-equivalent GEMM / Conv shapes. Both runtimes are driven from Python with one synchronous call per inference (twin:
-Session.run_graph; onnxruntime: InferenceSession.run with 1 intra-op and 1 inter-op thread, sequential), inputs
-prepared once; the twin's BLAS runs on GEASYNC_BLAS_THREADS threads (default 1). The two are timed interleaved
-(--rounds), keeping each side's best median. The ratio is twin / onnxruntime (lower is better; target <= 1.5).
+equivalent GEMM / Conv shapes. Both runtimes are driven from Python with one synchronous call per inference, each
+returning its outputs as numpy arrays (twin: Session.run_graph and .numpy() of every output, the same work a caller
+of onnxruntime's run gets done; --run-only times run_graph alone; onnxruntime: InferenceSession.run with 1
+intra-op and 1 inter-op thread, sequential), inputs prepared once; the twin's BLAS runs on GEASYNC_BLAS_THREADS
+threads (default 1). The two are timed interleaved (--rounds), keeping each side's best median. The ratio is
+twin / onnxruntime (lower is better; target <= 1.5).
 Outputs are checked against each other before timing (the correctness tests compare with onnx.reference).
 OPENBLAS_CORETYPE is read by OpenBLAS when it loads: the header states what this run had.
 """
@@ -487,6 +489,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="small,64k,1M", help="comma-separated subset of: " + ", ".join(SIZES))
     ap.add_argument("--only", default="", help="only cases whose name contains one of these (comma-separated)")
     ap.add_argument("--out", type=pathlib.Path, default=None, help="also write the table (markdown) here")
+    ap.add_argument("--run-only", action="store_true",
+                    help="time Session.run_graph alone (by default every output is also read with .numpy(), as "
+                         "onnxruntime's run returns numpy arrays)")
     args = ap.parse_args(argv)
 
     import onnxruntime as ort
@@ -499,6 +504,11 @@ def main(argv=None) -> int:
     only = [s for s in args.only.split(",") if s]
     rows = []
     with ga.Session() as session:
+        if args.run_only:
+            twin_call = session.run_graph
+        else:
+            def twin_call(g, f):
+                return [t.numpy() for t in session.run_graph(g, f)]
         gid = 0
         for family, cases in FAMILIES.items():
             for size in sizes:
@@ -517,8 +527,7 @@ def main(argv=None) -> int:
                     agree = outputs_agree(twin_out, ort_out)
                     best_twin = best_ort = float("inf")
                     for _ in range(args.rounds):
-                        best_twin = min(best_twin, time_calls(lambda g=gid, f=feeds: session.run_graph(g, f),
-                                                              args.seconds))
+                        best_twin = min(best_twin, time_calls(lambda g=gid, f=feeds: twin_call(g, f), args.seconds))
                         best_ort = min(best_ort, time_calls(lambda o=sess, f=ort_feeds: o.run(None, f),
                                                             args.seconds))
                     session.remove_graph(gid)
@@ -529,8 +538,10 @@ def main(argv=None) -> int:
                           flush=True)
 
     coretype = os.environ.get("OPENBLAS_CORETYPE")
+    reading = "run_graph alone" if args.run_only else "run_graph and .numpy() of every output"
     header = (f"Twin vs onnxruntime {ort.__version__}, per operator (median microseconds per synchronous call from "
-              f"Python), 1 intra-op thread / {os.environ.get('GEASYNC_BLAS_THREADS', '1')} BLAS thread, "
+              f"Python; twin: {reading}), 1 intra-op thread / "
+              f"{os.environ.get('GEASYNC_BLAS_THREADS', '1')} BLAS thread, "
               f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}; "
               f"OPENBLAS_CORETYPE {'=' + coretype if coretype else 'unset'} (OpenBLAS core: {blas_core()}), "
               f"twin vector kernels: {vector_isa()}.")

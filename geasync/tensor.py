@@ -1,8 +1,9 @@
 """``Tensor``: a host or device tensor with numpy interop.
 
-A Tensor is backed by one of three owners: a numpy array (host, zero-copy), a runtime output (host or device memory
-owned by the shim, freed when the Tensor and every numpy view of it are gone), or device memory geasync allocated
-(``to_device``). Wherever an input Tensor is accepted, a numpy array is accepted too.
+A Tensor is backed by one of three owners: a numpy array (host, zero-copy; also a small host output, copied out of
+the runtime as its run returned), a runtime output (host or device memory owned by the shim, freed when the Tensor
+and every numpy view of it are gone), or device memory geasync allocated (``to_device``). Wherever an input Tensor
+is accepted, a numpy array is accepted too.
 """
 
 from __future__ import annotations
