@@ -508,7 +508,7 @@ def main(argv=None) -> int:
             twin_call = session.run_graph
         else:
             def twin_call(g, f):
-                return [t.numpy() for t in session.run_graph(g, f)]
+                return list(map(ga.Tensor.numpy, session.run_graph(g, f)))
         gid = 0
         for family, cases in FAMILIES.items():
             for size in sizes:

@@ -378,31 +378,35 @@ def _wrap_outputs(infos: Any, start: int, n: int, make: OutputFactory[_T], copy:
     not a stream-mode run's), host outputs of at most OUTPUT_COPY_MAX bytes of a numpy dtype are copied into numpy
     arrays; every other output is owned by a cdata whose collection destroys it. One native call at the end frees
     the copied tensors, and, should wrapping one fail, the ones not wrapped yet: none leaks."""
-    view = make.view
     result = []
-    gc = ffi.gc
-    unpack = ffi.unpack
-    destroy = lib.ga_tensor_destroy
+    limit = OUTPUT_COPY_MAX if copy else -1
     host = lib.GA_PLACEMENT_HOST
+    unpack, memmove, empty, wrap = ffi.unpack, ffi.memmove, np.empty, make.copy  # per output below: read once
     try:
         for i in range(start, start + n):
             o = infos[i]
             size = o.size
-            if copy and size <= OUTPUT_COPY_MAX and o.placement == host:
+            if size <= limit and o.placement == host:
                 dt = _GE_TO_NP.get(o.dtype)
                 if dt is not None:
-                    arr = np.empty(unpack(o.dims, o.ndim), dt)
+                    nd = o.ndim
+                    arr = empty(unpack(o.dims, nd) if nd else (), dt)
                     if arr.nbytes == size:
                         if size:
-                            ffi.memmove(arr, o.data, size)
-                        result.append(make.copy(arr))
+                            memmove(arr, o.data, size)
+                        result.append(wrap(arr))
                         continue  # its tensor is freed below
-            owner = gc(o.handle, destroy)
-            o.handle = ffi.NULL
-            result.append(view(owner, o.address, size, o.dtype, o.placement, tuple(unpack(o.dims, o.ndim))))
+            result.append(_wrap_runtime_memory(o, make))
     finally:
         lib.ga_output_infos_release(infos + start if start else infos, n)
     return result
+
+
+def _wrap_runtime_memory(o: Any, make: OutputFactory[_T]) -> _T:
+    """An output left in runtime memory: a cdata whose collection destroys its tensor owns it from here on."""
+    owner = ffi.gc(o.handle, lib.ga_tensor_destroy)
+    o.handle = ffi.NULL
+    return make.view(owner, o.address, o.size, o.dtype, o.placement, tuple(ffi.unpack(o.dims, o.ndim)))
 
 
 # --- sessions and graphs -------------------------------------------------------------------------------------

@@ -156,6 +156,9 @@ class Tensor:
 
     def numpy(self) -> NDArray[Any]:
         """The data as a numpy array: a zero-copy view, valid while it lives. Device tensors: use to_host()."""
+        arr = self._array  # numpy-backed, copied out of the runtime, or viewed before
+        if arr is not None:
+            return arr
         if self._placement != "host":
             raise ValueError("this Tensor lives in device memory; call .to_host() first (after the stream that "
                              "produced it is synchronized)")
