@@ -10,7 +10,8 @@ InferenceSession.run from a thread pool), on the same cores.
 Threading: the twin's GEMMs use OpenBLAS with GEASYNC_BLAS_THREADS threads (default 1: every loaded graph has its
 own model thread, so one BLAS thread per graph never oversubscribes the cores); onnxruntime gets the same number
 of intra-op threads and one inter-op thread (sequential execution). Both are driven from Python with one
-synchronous call per inference (twin: Session.run_graph; onnxruntime: InferenceSession.run), inputs prepared once.
+synchronous call per inference that hands back numpy arrays (twin: Session.run_graph and .numpy() of its outputs;
+onnxruntime: InferenceSession.run), inputs prepared once.
 Latency is the median over repeated calls after warm-up; the ratio column is twin / onnxruntime (lower is better,
 the target is <= 1.5). Throughput: the model is added to the twin once per core (each graph has its own model
 thread) and requests go round-robin; onnxruntime gets a thread pool with one worker per core, one shared session
@@ -202,8 +203,8 @@ def main() -> int:
                 err_ort = float(np.abs(ort_out - ref).max()) / scale
                 best_twin = best_ort = float("inf")
                 for _ in range(args.rounds):
-                    best_twin = min(best_twin, time_calls(lambda gid=gid, x=x: session.run_graph(gid, [x]),
-                                                          args.seconds))
+                    best_twin = min(best_twin, time_calls(
+                        lambda gid=gid, x=x: list(map(ga.Tensor.numpy, session.run_graph(gid, [x]))), args.seconds))
                     best_ort = min(best_ort, time_calls(lambda o=ort_sess, n=in_name, x=x: o.run(None, {n: x}),
                                                         args.seconds))
                 rows.append((name, batch, best_twin, best_ort, best_twin / best_ort, err_twin, err_ort))
@@ -212,7 +213,8 @@ def main() -> int:
     throughput = [] if args.in_flight <= 0 else measure_throughput(models, so, args)
 
     header = (f"Twin vs onnxruntime {ort.__version__} latency (median, microseconds per inference, one synchronous "
-              f"call from Python), {threads} BLAS / intra-op thread(s), {os.cpu_count()} cores, "
+              f"call from Python; twin: run_graph and .numpy() of its outputs), {threads} BLAS / intra-op "
+              f"thread(s), {os.cpu_count()} cores, "
               f"{platform.machine()}, Python {platform.python_version()}.")
     lines = [header, "", "| model | batch | twin (us) | onnxruntime (us) | twin / onnxruntime | max rel. error twin | "
              "max rel. error ort |", "|---|---:|---:|---:|---:|---:|---:|"]
