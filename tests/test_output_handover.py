@@ -125,3 +125,36 @@ async def test_async_outputs_either_way(n):
         await anyio.sleep(0.01)  # the loop may hold the last completed future until its next turn
         gc_collect_harder()
         assert live()["tensors"] == before
+
+
+@pytest.mark.parametrize("fail_in", ["view", "copy"])
+def test_a_failure_while_handing_outputs_over_leaks_nothing(monkeypatch, fail_in):
+    """Should wrapping one output fail, the run raises that error and every output's native tensor is freed: the
+    ones wrapped before it with their objects, the copied ones and the ones not reached at once."""
+    import geasync.tensor
+
+    factory = geasync.tensor.TENSORS
+    original = getattr(factory, fail_in)
+
+    def failing(*args):
+        raise RuntimeError(f"injected failure in {fail_in}")
+
+    big, small = (COPY_MAX // 4 + 64,), (5,)
+    model = make_model([helper.make_node("Identity", ["a"], ["p"]), helper.make_node("Identity", ["b"], ["q"]),
+                        helper.make_node("Neg", ["a"], ["r"]), helper.make_node("Neg", ["b"], ["t"])],
+                       [("a", TensorProto.FLOAT, list(big)), ("b", TensorProto.FLOAT, list(small))],
+                       [("p", TensorProto.FLOAT, list(big)), ("q", TensorProto.FLOAT, list(small)),
+                        ("r", TensorProto.FLOAT, list(big)), ("t", TensorProto.FLOAT, list(small))])
+    a, b = sample(big, np.float32, 1), sample(small, np.float32, 2)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        before = live()["tensors"]
+        monkeypatch.setattr(factory, fail_in, failing)
+        with pytest.raises(RuntimeError, match=f"injected failure in {fail_in}"):
+            s.run_graph(1, [a, b])
+        gc_collect_harder()
+        assert live()["tensors"] == before
+        monkeypatch.setattr(factory, fail_in, original)
+        p, q, r, t = s.run_graph(1, [a, b])  # the session is unharmed
+        np.testing.assert_array_equal(r.numpy(), -a)
+        np.testing.assert_array_equal(t.numpy(), -b)
