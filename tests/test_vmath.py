@@ -240,7 +240,10 @@ def _run_model(model, feeds):
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
-@pytest.mark.parametrize("shape", [(1, 1), (3, 15), (4, 16), (2, 17), (5, 1000), (2, 3, 33)])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 15), (4, 16), (2, 17), (5, 1000), (2, 3, 33),
+                                   # rows go in blocks (16 rows, fewer from 1024 floats a row, 1 from 16384):
+                                   # partial and whole blocks, and every block size
+                                   (37, 3), (2, 16, 8), (33, 1024), (5, 3000), (3, 16384), (2, 17000)])
 def test_softmax_rows_match_reference(op, shape):
     rng = np.random.default_rng(11)
     x = (rng.standard_normal(shape) * 20).astype(np.float32)
