@@ -65,7 +65,7 @@ def select_backend(requested: str | None = None) -> str:
         _register_callbacks(module.ffi)
         ffi, lib = module.ffi, module.lib
         _bind_abi_constants(lib)
-        globals()["from_buffer"] = ffi.from_buffer  # see from_buffer()
+        _bind_hot_calls(ffi, lib)
         BACKEND = ffi.string(lib.ga_backend_name()).decode()
         return BACKEND
 
@@ -108,6 +108,21 @@ COMPLETION_REFUSED: int
 def _bind_abi_constants(native_lib: Any) -> None:
     for name, c_name in _ABI_CONSTANTS.items():
         globals()[name] = int(getattr(native_lib, c_name))
+
+
+# What a synchronous run calls, bound once the backend is loaded (only code holding a live handle uses them): an
+# attribute of the cffi lib costs ~0.1 us a lookup, as much as a small native call.
+_run_graph_call: Any = None
+_release_infos_call: Any = None
+_unpack: Any = None
+_memmove: Any = None
+
+
+def _bind_hot_calls(native_ffi: Any, native_lib: Any) -> None:
+    global _run_graph_call, _release_infos_call, _unpack, _memmove
+    globals()["from_buffer"] = native_ffi.from_buffer  # see from_buffer()
+    _run_graph_call, _release_infos_call = native_lib.ga_session_run_graph, native_lib.ga_output_infos_release
+    _unpack, _memmove = native_ffi.unpack, native_ffi.memmove
 
 
 def __getattr__(name: str) -> int:
@@ -380,8 +395,8 @@ def _wrap_outputs(infos: Any, start: int, n: int, make: OutputFactory[_T], copy:
     the copied tensors, and, should wrapping one fail, the ones not wrapped yet: none leaks."""
     result = []
     limit = OUTPUT_COPY_MAX if copy else -1
-    host = lib.GA_PLACEMENT_HOST
-    unpack, memmove, empty, wrap = ffi.unpack, ffi.memmove, np.empty, make.copy  # per output below: read once
+    host = PLACEMENT_HOST  # noqa: F821 (bound with the backend, _bind_abi_constants)
+    unpack, memmove, empty, wrap = _unpack, _memmove, np.empty, make.copy  # per output below: read once
     try:
         for i in range(start, start + n):
             o = infos[i]
@@ -398,7 +413,7 @@ def _wrap_outputs(infos: Any, start: int, n: int, make: OutputFactory[_T], copy:
                         continue  # its tensor is freed below
             result.append(_wrap_runtime_memory(o, make))
     finally:
-        lib.ga_output_infos_release(infos + start if start else infos, n)
+        _release_infos_call(infos + start if start else infos, n)
     return result
 
 
@@ -493,7 +508,8 @@ def run_graph(handle: Any, graph_id: int, rows: Sequence[tuple[Any, int, int, in
     """RunGraph of inputs described by ``rows`` (as PreparedInputs takes them; the caller keeps what they point to
     alive). The descriptors go into a per-thread buffer: the runtime reads them only during the call, and filling
     one costs less than a new array. The shim serialises synchronous runs (GE's RunGraph fails a concurrent caller),
-    waiting with the GIL released, and describes the outputs in the same call."""
+    waiting with the GIL released, and describes the outputs in the same call. ``context`` is formatted with
+    ``graph_id`` only if the run fails (this is the per-call path users time)."""
     try:
         descs, dcap, infos, cap, count, overflow = _sync.run
     except AttributeError:
@@ -504,11 +520,11 @@ def run_graph(handle: Any, graph_id: int, rows: Sequence[tuple[Any, int, int, in
     if n_in > dcap:  # more inputs than ever before on this thread
         descs, dcap = ffi.new("ga_tensor_desc[]", n_in), n_in
         _sync.run = (descs, dcap, infos, cap, count, overflow)
-    for i in range(n_in):
-        descs[i] = rows[i]
-    status = lib.ga_session_run_graph(handle, graph_id, descs, n_in, infos, cap, count, overflow)
+    for i, row in enumerate(rows):
+        descs[i] = row
+    status = _run_graph_call(handle, graph_id, descs, n_in, infos, cap, count, overflow)
     if status != 0:
-        _check(status, "GeSession::RunGraph", context)
+        _check(status, "GeSession::RunGraph", context.format(graph_id=graph_id))
     n = count[0]
     if n > cap:  # more outputs than ever before on this thread: grow, and take them from the list
         infos, cap = ffi.new("ga_output_info[]", n), n
