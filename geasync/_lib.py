@@ -354,20 +354,15 @@ class OutputFactory(Generic[_T]):
 
 
 def host_view(owner: Any, address: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    """A numpy view of a host output. The view keeps ``owner`` (so the memory) alive for as long as it lives."""
+    """A numpy view of a host output. ``owner`` is the ``char *`` to its data that _wrap_runtime_memory made (its
+    collection destroys the tensor); the view's buffer holds it, so the memory lives as long as the view."""
     need = math.prod(shape) * dtype.itemsize
     if need == 0 or nbytes == 0:
         return np.empty(shape, dtype=dtype)
     if need > nbytes:
         raise GeError(FAILED, f"the runtime described a host output of {nbytes} bytes as {list(shape)} {dtype} "
                       f"({need} bytes)", "geasync")
-    # the char* the buffer is made from holds the owner through its (no-op) destructor
-    keeper = ffi.gc(ffi.cast("char *", address), functools.partial(_keep_alive, owner))
-    return np.ndarray(shape, dtype, ffi.buffer(keeper, need))
-
-
-def _keep_alive(owner: Any, _pointer: Any) -> None:
-    pass
+    return np.ndarray(shape, dtype, ffi.buffer(owner, need))
 
 
 _scratch = threading.local()  # per-thread buffer for taking outputs (grown on demand)
@@ -418,10 +413,19 @@ def _wrap_outputs(infos: Any, start: int, n: int, make: OutputFactory[_T], copy:
 
 
 def _wrap_runtime_memory(o: Any, make: OutputFactory[_T]) -> _T:
-    """An output left in runtime memory: a cdata whose collection destroys its tensor owns it from here on."""
+    """An output left in runtime memory: a cdata whose collection destroys its tensor owns it from here on. For a
+    host output that cdata is a ``char *`` to the data, so its numpy view (host_view) is a buffer of the owner
+    itself: one native object per output, not a second one to keep the first alive."""
     handle, o.handle = o.handle, ffi.NULL  # first: an interruption between the two steps leaks, never frees twice
-    owner = ffi.gc(handle, lib.ga_tensor_destroy)
-    return make.view(owner, o.address, o.size, o.dtype, o.placement, tuple(ffi.unpack(o.dims, o.ndim)))
+    if o.placement == PLACEMENT_HOST:  # noqa: F821 (bound with the backend, _bind_abi_constants)
+        owner = ffi.gc(ffi.cast("char *", o.address), functools.partial(_destroy_tensor, handle))
+    else:
+        owner = ffi.gc(handle, lib.ga_tensor_destroy)
+    return make.view(owner, o.address, o.size, o.dtype, o.placement, tuple(_unpack(o.dims, o.ndim)))
+
+
+def _destroy_tensor(handle: Any, _data: Any) -> None:
+    lib.ga_tensor_destroy(handle)
 
 
 # --- sessions and graphs -------------------------------------------------------------------------------------

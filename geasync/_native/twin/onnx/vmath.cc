@@ -49,7 +49,51 @@ namespace {
   ArrayFn Pick##Name() { return Name##Baseline; }
 #endif
 
+// exp over the whole float range. The AVX-512 variant applies 2^n with vscalefps, which rounds once into the
+// denormal range and overflows to inf by itself: the inline Exp's integer clamp, two-step scaling and two selects
+// (10 of its ~25 instructions a vector) become a clamp of x and one instruction (Exp x8 of 64k floats: 1.4x of
+// onnxruntime -> ~1.0x). Same reduction and polynomial; the clamp keeps NaN (vmaxps returns its second operand).
+#if defined(__x86_64__)
+__attribute__((target("avx512f"), always_inline)) inline __m512 ExpScalef16(__m512 v) {
+  // (maskz forms throughout, as for sqrt below)
+  v = _mm512_maskz_min_ps(0xffff, _mm512_set1_ps(88.8f), _mm512_maskz_max_ps(0xffff, _mm512_set1_ps(-104.0f), v));
+  const __m512 magic = _mm512_set1_ps(12582912.0f);
+  const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(v, _mm512_set1_ps(1.44269504088896341f), magic), magic);
+  const __m512 r =
+      _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), v));
+  __m512 p = _mm512_set1_ps(1.3836828293278813e-3f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.374814875423908e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.166822507977486e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666419804096222e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.9999991059303284e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(0xffff, p, n);
+}
+__attribute__((target("avx512f"))) void ExpAvx512(const float *x, float *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, ExpScalef16(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(y + i, m, ExpScalef16(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+__attribute__((target("avx2,fma"))) void ExpAvx2(const float *__restrict x, float *__restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = Exp(x[i]);
+}
+void ExpBaseline(const float *__restrict x, float *__restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = Exp(x[i]);
+}
+ArrayFn PickExp() {
+  switch (ActiveIsa()) {
+    case Isa::kAvx512: return ExpAvx512;
+    case Isa::kAvx2: return ExpAvx2;
+    default: return ExpBaseline;
+  }
+}
+#else
 TWIN_VMATH_VARIANTS(Exp, Exp)
+#endif
 TWIN_VMATH_VARIANTS(Log, Log)
 TWIN_VMATH_VARIANTS(Erf, Erf)
 
