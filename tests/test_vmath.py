@@ -293,6 +293,31 @@ def test_layer_norm_rows_match_reference(shape, axis, with_bias):
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
 
 
+# ---- IsNaN / IsInf on the bits of float32 ----
+
+@pytest.mark.parametrize("length", [1, 15, 16, 17, 63, 64, 65, 1000])
+@pytest.mark.parametrize("op,attrs", [("IsNaN", {}), ("IsInf", {}), ("IsInf", {"detect_negative": 0}),
+                                      ("IsInf", {"detect_positive": 0}),
+                                      ("IsInf", {"detect_positive": 0, "detect_negative": 0})])
+def test_float_class_matches_numpy(length, op, attrs):
+    rng = np.random.default_rng(length)
+    specials = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, 3.4028235e38, -3.4028235e38],
+                        np.float32)
+    x = rng.standard_normal(length).astype(np.float32)
+    x[rng.integers(0, length, length // 2 + 1)] = rng.choice(specials, length // 2 + 1)
+    bits = x.view(np.uint32)
+    bits[rng.integers(0, length, 2)] = [0xFFFFFFFF, 0x7F800001]  # NaNs with other payloads
+    model = make_model([helper.make_node(op, ["x"], ["y"], **attrs)], [("x", F, [length])],
+                       [("y", TensorProto.BOOL, [length])], opset=20)
+    got = _run_model(model, {"x": x})[0]
+    if op == "IsNaN":
+        ref = np.isnan(x)
+    else:
+        ref = (np.isposinf(x) & bool(attrs.get("detect_positive", 1))) | (
+            np.isneginf(x) & bool(attrs.get("detect_negative", 1)))
+    np.testing.assert_array_equal(got, ref)
+
+
 # ---- the fallback instruction sets run the same checks ----
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])

@@ -790,21 +790,8 @@ class IsClassKernel : public Kernel {
   }
 
  private:
-  // float32 on the bits, one loop per mode (integer compares and a narrowing store: the loops vectorise).
-  void RunFloat32(const float *__restrict x, uint8_t *__restrict y) const {
-    const auto bits = [x](int64_t i) {
-      uint32_t b;
-      std::memcpy(&b, x + i, 4);
-      return b;
-    };
-    const uint8_t pos = pos_ ? 1 : 0, neg = neg_ ? 1 : 0;
-    if (nan_) {
-      for (int64_t i = 0; i < n_; ++i) y[i] = static_cast<uint8_t>((bits(i) & 0x7fffffffu) > 0x7f800000u);
-    } else {
-      for (int64_t i = 0; i < n_; ++i)
-        y[i] = static_cast<uint8_t>(((bits(i) == 0x7f800000u) & pos) | ((bits(i) == 0xff800000u) & neg));
-    }
-  }
+  // float32: on the bits, per instruction set (vmath)
+  void RunFloat32(const float *x, uint8_t *y) const { vmath::FloatClassInto(x, y, n_, nan_, pos_, neg_); }
 
   int64_t n_;
   bool nan_, pos_, neg_;

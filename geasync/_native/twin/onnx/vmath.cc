@@ -422,6 +422,26 @@ TWIN_VMATH_INLINE void AnyNanBody(const float *__restrict x, int64_t n, bool *ou
 #define TWIN_ANY_NAN_PARAMS (const float *x, int64_t n, bool *out)
 TWIN_VMATH_FUSED(AnyNan, TWIN_ANY_NAN_PARAMS, (x, n, out))
 
+// IsNaN / IsInf on the bits: one loop per mode, integer compares and a narrowing store. Per instruction set, as the
+// baseline's SSE2 has no single narrowing from 32 to 8 bits (2.6 instructions an element there).
+TWIN_VMATH_INLINE void FloatClassBody(const float *__restrict x, uint8_t *__restrict y, int64_t n, bool nan,
+                                      bool pos_inf, bool neg_inf) {
+  const auto bits = [x](int64_t i) {
+    uint32_t b;
+    std::memcpy(&b, x + i, 4);
+    return b;
+  };
+  if (nan) {
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<uint8_t>((bits(i) & 0x7fffffffu) > 0x7f800000u);
+    return;
+  }
+  const uint8_t pos = pos_inf ? 1 : 0, neg = neg_inf ? 1 : 0;
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = static_cast<uint8_t>(((bits(i) == 0x7f800000u) & pos) | ((bits(i) == 0xff800000u) & neg));
+}
+#define TWIN_FLOAT_CLASS_PARAMS (const float *x, uint8_t *y, int64_t n, bool nan, bool pos_inf, bool neg_inf)
+TWIN_VMATH_FUSED(FloatClass, TWIN_FLOAT_CLASS_PARAMS, (x, y, n, nan, pos_inf, neg_inf))
+
 Isa DetectIsa() {
   Isa best = Isa::kBaseline;
 #if defined(__x86_64__)
@@ -499,6 +519,7 @@ void SoftmaxStridedRows TWIN_SOFTMAX_STRIDED_PARAMS {
   TWIN_VMATH_CALL_FUSED(SoftmaxStrided, (x, y, outer, n, inner, log_softmax))
 }
 void AnyNanInto TWIN_ANY_NAN_PARAMS { TWIN_VMATH_CALL_FUSED(AnyNan, (x, n, out)) }
+void FloatClassInto TWIN_FLOAT_CLASS_PARAMS { TWIN_VMATH_CALL_FUSED(FloatClass, (x, y, n, nan, pos_inf, neg_inf)) }
 bool AnyNan(const float *x, int64_t n) {
   bool out = false;
   AnyNanInto(x, n, &out);

@@ -358,6 +358,8 @@ void LayerNormRows(const float *x, float *y, int64_t rows, int64_t n, const floa
 
 // Whether any of x[0, n) is NaN.
 bool AnyNan(const float *x, int64_t n);
+// IsNaN (nan) or IsInf (pos_inf / neg_inf) of float32s as 0/1 bytes.
+void FloatClassInto(const float *x, uint8_t *y, int64_t n, bool nan, bool pos_inf, bool neg_inf);
 
 // Instruction set the array kernels run with: "avx512", "avx2" or "baseline". GEASYNC_TWIN_SIMD (read once) may
 // cap it at "avx2" or "baseline" (to test the fallbacks); it never enables what the CPU lacks.
