@@ -526,17 +526,16 @@ def main(argv=None) -> int:
                     # Paired rounds: on a shared machine a slow spell can cover one side's whole measurement
                     # (seen here: one side 1.5x slower for a second), and it then skews that side's best time; the
                     # two halves of one round see about the same machine, so their ratio stays fair.
-                    twin_times, ort_times, ratios = [], [], []
+                    twin_times, ort_times = [], []
                     for _ in range(args.rounds):
                         # one lambda frame per call on both sides, as onnxruntime's below
                         twin_call = ((lambda g=gid, f=feeds: run(g, f)) if args.run_only else
                                      (lambda g=gid, f=feeds: list(map(numpy, run(g, f)))))
                         twin_times.append(time_calls(twin_call, args.seconds))
                         ort_times.append(time_calls(lambda o=sess, f=ort_feeds: o.run(None, f), args.seconds))
-                        ratios.append(twin_times[-1] / ort_times[-1])
                     session.remove_graph(gid)
                     twin_us, ort_us = statistics.median(twin_times), statistics.median(ort_times)
-                    ratio = statistics.median(ratios)
+                    ratio = statistics.median(t / o for t, o in zip(twin_times, ort_times, strict=True))
                     rows.append((family, name, size, twin_us, ort_us, ratio, agree))
                     print(f"{family:<26} {name:<36} {size:>5}: twin {twin_us:10.1f} us  onnxruntime "
                           f"{ort_us:10.1f} us  ratio {ratio:5.2f}{'' if agree else '  OUTPUTS DIFFER'}",

@@ -250,10 +250,11 @@ TWIN_VMATH_INLINE float RowMax(const float *__restrict xr, int64_t n) {
 // reciprocals, vectorised across the rows), then each row's final pass. Row by row, every row's final pass waited
 // for its own horizontal sum and scalar log (~100 cycles of latency): LogSoftmax of 256-float rows ran 1.45x
 // slower than Softmax. A block stays within ~64 KiB so its rows are still cached for the final pass.
-constexpr int64_t kSoftmaxBlockRows = 16;
+constexpr int64_t kSoftmaxBlockRows = 16, kSoftmaxBlockFloats = 16384;
 TWIN_VMATH_INLINE void SoftmaxBody(const float *__restrict x, float *__restrict y, int64_t rows, int64_t n,
                                    bool log_softmax) {
-  const int64_t per_block = n >= 16384 / kSoftmaxBlockRows ? (n >= 16384 ? 1 : 16384 / n) : kSoftmaxBlockRows;
+  const int64_t fit = n > 0 ? kSoftmaxBlockFloats / n : kSoftmaxBlockRows;
+  const int64_t per_block = fit < 1 ? 1 : fit < kSoftmaxBlockRows ? fit : kSoftmaxBlockRows;
   float mxs[kSoftmaxBlockRows], sums[kSoftmaxBlockRows];
   for (int64_t r0 = 0; r0 < rows; r0 += per_block) {
     const int64_t nb = rows - r0 < per_block ? rows - r0 : per_block;
