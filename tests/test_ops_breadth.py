@@ -466,6 +466,23 @@ def test_tile_rows(dtype, repeats):
     _check("Tile", [x[:, :1], np.array(repeats, np.int64)])  # one-element rows: the per-element lookup
 
 
+# Trailing dims copied whole fold into the dim before them: a Tile or Pad of outer dims copies long runs across
+# rows (and the fill of padded outer rows), up to 65,536 output elements a folded row.
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.float64])
+@pytest.mark.parametrize("shape, repeats", [((3, 4, 5), [2, 1, 1]), ((2, 3, 5), [1, 3, 1]), ((2, 3, 5), [2, 2, 1]),
+                                            ((300, 260), [2, 1]), ((1, 70000), [3, 1]), ((4, 1, 1), [1, 2, 1])])
+def test_tile_outer_dims_copy_whole_rows(dtype, shape, repeats):
+    x = (RNG.standard_normal(shape) * 50).astype(dtype)
+    _check("Tile", [x, np.array(repeats, np.int64)])
+
+
+@pytest.mark.parametrize("pads", [[1, 0, 0, 0, 2, 0], [0, 2, 0, 1, 3, 0], [2, 0, 0, 0, 0, 0], [0, 0, 0, 1, 0, 0]])
+def test_pad_outer_dims_copy_whole_rows(pads):
+    x = (RNG.standard_normal((3, 4, 21)) * 50).astype(np.float32)
+    _check("Pad", [x, np.array(pads, np.int64), np.array(-3.5, np.float32)], mode="constant")
+    _check("Pad", [x, np.array(pads, np.int64)], mode="edge")
+
+
 @pytest.mark.parametrize("op", ["Max", "Min"])
 @pytest.mark.parametrize("n", [1, 7, 64, 1001])
 def test_binary_max_min_edge_values(op, n):

@@ -8,7 +8,12 @@
 #include <algorithm>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "elem.h"
+#include "vmath.h"
 
 namespace twin {
 namespace onnx {
@@ -25,15 +30,77 @@ bool VisitWidth(ElemType t, F &&f) {
   }
 }
 
+using CopyFn = void (*)(void *, const void *, size_t);
+
+void CopyPlain(void *dst, const void *src, size_t n) { std::memcpy(dst, src, n); }
+
+#if defined(__x86_64__)
+// Runs of a few hundred bytes to a few KiB, one after another: glibc's memcpy pays its size dispatch and
+// overlap checks on every call (~3x this loop for Tile's 512-byte rows). The last 64 bytes are one overlapping
+// store, so there is no scalar tail; short runs keep memcpy.
+__attribute__((target("avx512f"))) void CopyAvx512(void *dst, const void *src, size_t n) {
+  if (n < 64) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  char *d = static_cast<char *>(dst);
+  const char *s = static_cast<const char *>(src);
+  size_t i = 0;
+  for (; i + 256 <= n; i += 256) {
+    const __m512i a = _mm512_loadu_si512(s + i), b = _mm512_loadu_si512(s + i + 64);
+    const __m512i c = _mm512_loadu_si512(s + i + 128), e = _mm512_loadu_si512(s + i + 192);
+    _mm512_storeu_si512(d + i, a);
+    _mm512_storeu_si512(d + i + 64, b);
+    _mm512_storeu_si512(d + i + 128, c);
+    _mm512_storeu_si512(d + i + 192, e);
+  }
+  for (; i + 64 <= n; i += 64) _mm512_storeu_si512(d + i, _mm512_loadu_si512(s + i));
+  if (i < n) _mm512_storeu_si512(d + n - 64, _mm512_loadu_si512(s + n - 64));
+}
+#endif
+
+CopyFn PickCopy() {
+#if defined(__x86_64__)
+  if (vmath::ActiveIsa() == vmath::Isa::kAvx512) return CopyAvx512;
+#endif
+  return CopyPlain;
+}
+
+// Trailing dims that copy whole input rows in order fold into the dim before them (up to kFoldMax output
+// elements a row), so a Tile or Pad over outer dims copies long runs instead of one short run per row.
+constexpr size_t kFoldMax = size_t{1} << 16;
+
+void FoldIdentityTail(std::vector<int64_t> *in_dims, std::vector<std::vector<int64_t>> *maps) {
+  while (maps->size() >= 2) {
+    const std::vector<int64_t> &last = maps->back(), &prev = (*maps)[maps->size() - 2];
+    const int64_t n = in_dims->back();
+    bool identity = n > 0 && static_cast<int64_t>(last.size()) == n;
+    for (int64_t j = 0; identity && j < n; ++j) identity = last[j] == j;
+    if (!identity || prev.size() * static_cast<size_t>(n) > kFoldMax) return;
+    std::vector<int64_t> merged;
+    merged.reserve(prev.size() * static_cast<size_t>(n));
+    for (int64_t src : prev)
+      for (int64_t t = 0; t < n; ++t) merged.push_back(src < 0 ? -1 : src * n + t);
+    maps->pop_back();
+    maps->back() = std::move(merged);
+    in_dims->pop_back();
+    in_dims->back() *= n;
+  }
+}
+
 // out[o] = in[src(o)] with src given per dim by maps (-1 anywhere = the fill value, read from in[fill_input]).
 template <class U>
 class GatherMapKernel : public Kernel {
  public:
   GatherMapKernel(std::vector<int64_t> in_dims, std::vector<std::vector<int64_t>> maps, int fill_input)
-      : in_strides_(Strides(in_dims)), maps_(std::move(maps)), fill_input_(fill_input), ctr_(maps_.size()) {
+      : maps_(std::move(maps)), fill_input_(fill_input) {
+    FoldIdentityTail(&in_dims, &maps_);
+    in_strides_ = Strides(in_dims);
+    ctr_.assign(maps_.size(), 0);
     total_ = 1;
     for (const auto &m : maps_) total_ *= static_cast<int64_t>(m.size());
     if (!maps_.empty()) SplitRuns(maps_.back());
+    TabulateRows();
   }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const U *x = static_cast<const U *>(in[0]);
@@ -46,31 +113,15 @@ class GatherMapKernel : public Kernel {
       y[0] = x[0];
       return true;
     }
-    const std::vector<int64_t> &last = maps_[r - 1];
-    const int64_t inner = static_cast<int64_t>(last.size());
+    const int64_t inner = static_cast<int64_t>(maps_[r - 1].size());
+    if (!row_base_.empty()) {
+      const int64_t *base = row_base_.data(), *end = base + row_base_.size();
+      for (U *py = y; base != end; ++base, py += inner) EmitRow(py, x, *base, fill);
+      return true;
+    }
     std::fill(ctr_.begin(), ctr_.end(), 0);
     for (int64_t o = 0; o < total_; o += inner) {
-      int64_t base = 0;
-      bool outside = false;
-      for (size_t d = 0; d + 1 < r; ++d) {
-        const int64_t s = maps_[d][ctr_[d]];
-        outside |= s < 0;
-        base += s * in_strides_[d];
-      }
-      U *__restrict py = y + o;
-      if (outside) {
-        std::fill(py, py + inner, fill);
-      } else {
-        const U *__restrict px = x + base;
-        if (!runs_.empty()) {
-          for (const Stretch &run : runs_) {
-            if (run.src < 0) std::fill(py + run.out, py + run.out + run.len, fill);
-            else std::memcpy(py + run.out, px + run.src, static_cast<size_t>(run.len) * sizeof(U));
-          }
-        } else {
-          for (int64_t j = 0; j < inner; ++j) py[j] = last[j] < 0 ? fill : px[last[j]];
-        }
-      }
+      EmitRow(y + o, x, RowBase(), fill);
       for (size_t d = r - 1; d-- > 0;) {
         if (++ctr_[d] < static_cast<int64_t>(maps_[d].size())) break;
         ctr_[d] = 0;
@@ -80,6 +131,57 @@ class GatherMapKernel : public Kernel {
   }
 
  private:
+  // Where the output row at ctr_ starts in the input, or -1 when any outer dim maps it to the fill value.
+  int64_t RowBase() const {
+    int64_t base = 0;
+    for (size_t d = 0; d + 1 < maps_.size(); ++d) {
+      const int64_t s = maps_[d][ctr_[d]];
+      if (s < 0) return -1;
+      base += s * in_strides_[d];
+    }
+    return base;
+  }
+
+  // Runs are read through locals: the copy is an indirect call, after which members would be reloaded.
+  void EmitRow(U *__restrict py, const U *x, int64_t base, U fill) const {
+    const int64_t *last = maps_.back().data();
+    const int64_t inner = static_cast<int64_t>(maps_.back().size());
+    if (base < 0) {
+      std::fill(py, py + inner, fill);
+      return;
+    }
+    const U *__restrict px = x + base;
+    const Stretch *run = runs_.data(), *end = run + runs_.size();
+    if (run == end) {
+      for (int64_t j = 0; j < inner; ++j) py[j] = last[j] < 0 ? fill : px[last[j]];
+      return;
+    }
+    const CopyFn copy = copy_;
+    for (; run != end; ++run) {
+      if (run->src < 0) std::fill(py + run->out, py + run->out + run->len, fill);
+      else copy(py + run->out, px + run->src, static_cast<size_t>(run->len) * sizeof(U));
+    }
+  }
+
+  // Each output row's source offset, computed once when there are few enough rows: Run then walks a table
+  // instead of re-deriving the offset from every outer dim's map per row.
+  void TabulateRows() {
+    if (total_ == 0 || maps_.empty() || maps_.back().empty()) return;
+    const int64_t rows = total_ / static_cast<int64_t>(maps_.back().size());
+    if (rows > kRowTableMax) return;
+    row_base_.resize(static_cast<size_t>(rows));
+    std::fill(ctr_.begin(), ctr_.end(), 0);
+    for (int64_t row = 0; row < rows; ++row) {
+      row_base_[static_cast<size_t>(row)] = RowBase();
+      for (size_t d = maps_.size() - 1; d-- > 0;) {
+        if (++ctr_[d] < static_cast<int64_t>(maps_[d].size())) break;
+        ctr_[d] = 0;
+      }
+    }
+  }
+
+  static constexpr int64_t kRowTableMax = int64_t{1} << 16;
+
   // A stretch of an output row that copies consecutive source elements (src >= 0) or is all fill (src = -1).
   struct Stretch {
     int64_t out, len, src;
@@ -103,7 +205,9 @@ class GatherMapKernel : public Kernel {
   std::vector<std::vector<int64_t>> maps_;
   int fill_input_;
   std::vector<int64_t> ctr_;
+  std::vector<int64_t> row_base_;  // empty: derive each row's offset from ctr_
   int64_t total_ = 0;
+  CopyFn copy_ = PickCopy();
 };
 
 std::unique_ptr<Kernel> MakeGatherMap(ElemType t, const std::vector<int64_t> &in_dims,
