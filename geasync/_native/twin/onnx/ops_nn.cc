@@ -1559,6 +1559,87 @@ __attribute__((target("avx512f"))) void AvgInPlaceAvx512(const AvgInPlace &g, co
   if (g.KH == 3 && g.KW == 3) return AvgInPlaceAll<3>(g, X, in_sp, out_sp, count, zero, Y);
   AvgInPlaceAll<0>(g, X, in_sp, out_sp, count, zero, Y);
 }
+// AveragePool at stride 1 with a kK x kK window on one plane read in place (AVX-512), separable: per input row the
+// kK-tap row sums of 8 outputs (one masked 16-float load at the block's first input column, lanes outside the row
+// zero, two conversions to double, the taps as shifts of those), kept in registers for the next kK - 1 output rows;
+// then the kK row sums, +0.0, and one division. Only on planes SepExactPlane accepts (kK * kK <= 16 taps): every
+// sum is exact there, so these are the window order's bits. No copy into FlatAvgAvx2's padded grid, which cost as
+// much as the sums on 64-wide rows, and any row length (the row-by-row path took ~1.5x onnxruntime on 128 x 128).
+struct SepInPlace {
+  int64_t H, W, OH, OW, PT, PL;
+  const uint16_t *mask;   // per block of 8 outputs: the lanes of its load inside the row (and needed by a tap)
+  const int64_t *drow;    // per output row: the offset of its divisor row in div
+  const double *div;      // divisor rows, ceil8(OW) each (1 where nothing is counted: the sum is +0.0 there)
+};
+template <int kS>
+__attribute__((target("avx512f"), always_inline)) inline __m512d SepShift(__m512d lo, __m512d hi) {
+  return _mm512_castsi512_pd(_mm512_maskz_alignr_epi64(0xFF, _mm512_castpd_si512(hi), _mm512_castpd_si512(lo), kS));
+}
+// Lanes i of the sum: v[i] + v[i + 1] + ... + v[i + kK - 1], v the 16 doubles lo | hi.
+template <int kK>
+__attribute__((target("avx512f"), always_inline)) inline __m512d SepInRowSum(__m512d lo, __m512d hi) {
+  __m512d s = lo;
+  if constexpr (kK > 1) s = _mm512_add_pd(s, SepShift<1>(lo, hi));
+  if constexpr (kK > 2) s = _mm512_add_pd(s, SepShift<2>(lo, hi));
+  if constexpr (kK > 3) s = _mm512_add_pd(s, SepShift<3>(lo, hi));
+  return s;
+}
+// The row sums of input row ih (zero outside the plane) for blocks c0 + 8 j, j < kB.
+template <int kK, int kB>
+__attribute__((target("avx512f"), always_inline)) inline void SepInRow(const SepInPlace &g, const float *x,
+                                                                      int64_t ih, int64_t c0, __m512d *h) {
+  if (ih < 0 || ih >= g.H) {
+    for (int j = 0; j < kB; ++j) h[j] = _mm512_setzero_pd();
+    return;
+  }
+  // Column c0 + 8 j - PL of the row: masked-off lanes are never read, so the start may lie before it.
+  const float *xr = x + ih * g.W + c0 - g.PL;
+  for (int j = 0; j < kB; ++j) {
+    const __m512 v = _mm512_maskz_loadu_ps(g.mask[c0 / 8 + j], xr + 8 * j);
+    const __m512d lo = _mm512_maskz_cvtps_pd(0xFF, Half512(v, 0)), hi = _mm512_maskz_cvtps_pd(0xFF, Half512(v, 1));
+    h[j] = SepInRowSum<kK>(lo, hi);
+  }
+}
+template <int kK, int kB>
+__attribute__((target("avx512f"), always_inline)) inline void SepInColumns(const SepInPlace &g, const float *x,
+                                                                          int64_t c0, float *y) {
+  __m512d h[kK][kB];  // the row sums of the window's rows, oldest first
+  for (int k = 0; k + 1 < kK; ++k) SepInRow<kK, kB>(g, x, k - g.PT, c0, h[k]);
+  __mmask16 mask[kB];
+  for (int j = 0; j < kB; ++j) {
+    const int64_t left = g.OW - (c0 + 8 * j);
+    mask[j] = static_cast<__mmask16>(left >= 8 ? 0xFF : (left > 0 ? (1u << left) - 1 : 0));
+  }
+  const __m512d zero = _mm512_setzero_pd();
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    SepInRow<kK, kB>(g, x, oh - g.PT + kK - 1, c0, h[kK - 1]);
+    const double *d = g.div + g.drow[oh] + c0;
+    for (int j = 0; j < kB; ++j) {
+      __m512d sum = h[0][j];
+      for (int k = 1; k < kK; ++k) sum = _mm512_add_pd(sum, h[k][j]);
+      sum = _mm512_add_pd(sum, zero);  // the window order starts from +0.0: a sum of -0.0 only is +0.0
+      const __m512d q = _mm512_div_pd(sum, _mm512_loadu_pd(d + 8 * j));
+      const __m512 f = _mm512_castps256_ps512(_mm512_maskz_cvtpd_ps(0xFF, q));
+      _mm512_mask_storeu_ps(y + oh * g.OW + c0 + 8 * j, mask[j], f);
+    }
+    for (int k = 0; k + 1 < kK; ++k)
+      for (int j = 0; j < kB; ++j) h[k][j] = h[k + 1][j];
+  }
+}
+template <int kK>
+__attribute__((target("avx512f"))) void SepInPlaneAvx512(const SepInPlace &g, const float *x, float *y) {
+  int64_t c0 = 0;
+  for (; c0 + 32 <= g.OW; c0 += 32) SepInColumns<kK, 4>(g, x, c0, y);
+  for (; c0 < g.OW; c0 += 8) SepInColumns<kK, 1>(g, x, c0, y);
+}
+// One plane if SepExactPlane accepts it (returns whether it did).
+__attribute__((target("avx512f"))) bool SepInAvx512(const SepInPlace &g, int64_t k, const float *x, float *y) {
+  if (!SepExactPlane(x, g.H * g.W)) return false;
+  if (k == 2) SepInPlaneAvx512<2>(g, x, y);
+  else if (k == 3) SepInPlaneAvx512<3>(g, x, y);
+  else SepInPlaneAvx512<4>(g, x, y);
+  return true;
+}
 #else
 void MaxRowsAvx2(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
 void AvgRowsAvx2(const PoolRows &, double, double *, float *) {}
@@ -1726,6 +1807,38 @@ class PoolKernel : public Kernel {
           sep_div_[static_cast<size_t>(oh * OW8 + ow)] = flat_div_[static_cast<size_t>(oh * Wq + ow)];
       sep_k_ = KH;
     }
+    // Stride 1, square 2x2 to 4x4 windows on AVX-512: the plane read in place, separable where the sums are exact
+    // (SepInAvx512; its divisors per distinct row factor, ceil8(OW) each).
+    if (!kMax && plane2d_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && SH == 1 && SW == 1 && KH == KW &&
+        KH >= 2 && KH <= 4 && OH > 0 && OW > 0) {
+      const int64_t OW8 = (OW + 7) / 8 * 8;
+      sin_mask_.assign(static_cast<size_t>(OW8 / 8), 0);
+      for (int64_t b = 0; b < OW8 / 8; ++b)
+        for (int64_t l = 0; l < 8 + KW - 1; ++l) {
+          const int64_t col = 8 * b - w_.pb[2] + l;
+          if (col >= 0 && col < W) sin_mask_[static_cast<size_t>(b)] |= static_cast<uint16_t>(1u << l);
+        }
+      std::vector<int64_t> factors;  // the distinct row factors, each one divisor row
+      sin_drow_.assign(static_cast<size_t>(OH), 0);
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const Tap &t1 = taps_[1][oh];
+        const int64_t f = count_pad_ ? t1.padded : t1.hi - t1.lo;
+        const auto it = std::find(factors.begin(), factors.end(), f);
+        const int64_t i = it - factors.begin();
+        if (it == factors.end()) factors.push_back(f);
+        sin_drow_[static_cast<size_t>(oh)] = i * OW8;
+      }
+      sin_div_.assign(factors.size() * static_cast<size_t>(OW8), 1.0);
+      for (size_t i = 0; i < factors.size(); ++i)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const Tap &t2 = taps_[2][ow];
+          const int64_t d = factors[i] * (count_pad_ ? t2.padded : t2.hi - t2.lo);
+          if (d) sin_div_[i * static_cast<size_t>(OW8) + static_cast<size_t>(ow)] = static_cast<double>(d);
+        }
+      sin_ = SepInPlace{w_.in[1], W, OH, OW, w_.pb[1], w_.pb[2], sin_mask_.data(), sin_drow_.data(),
+                        sin_div_.data()};
+      sin_k_ = KH;
+    }
     if (flat512_ && SW == 2) {
       const int64_t OWp = (OW + 7) / 8 * 8;
       in_mask_.assign(static_cast<size_t>(OWp / 8 * KW), 0);
@@ -1818,6 +1931,16 @@ class PoolKernel : public Kernel {
 #ifdef TWIN_HAVE_X86
       if (in_place_) {
         AvgInPlaceAvx512(in_, X, in_sp, out_sp, NC_, in_zero_.data(), Y);
+        return true;
+      }
+      if (sin_k_) {  // planes the separable sums do not take: the path below would take for them
+        for (int64_t nc = 0; nc < NC_; ++nc) {
+          const float *x = X + nc * in_sp;
+          float *y = Y + nc * out_sp;
+          if (SepInAvx512(sin_, sin_k_, x, y)) continue;
+          if (flat_on_) FlatAvgAvx512(flat_, x, in_sp, y, out_sp, 1, flat_xp_.data(), flat_z_.data());
+          else RunPlane2d(x, y);
+        }
         return true;
       }
       if (flat_on_ && sep_k_) {
@@ -2131,7 +2254,12 @@ class PoolKernel : public Kernel {
   std::vector<char> flat_nan_;     // ... MaxPool: planes with a NaN, left to MaxPlane
 #ifdef TWIN_HAVE_X86
   AvgInPlace in_{};                // AvgInPlaceAvx512's geometry
+  SepInPlace sin_{};               // SepInAvx512's geometry
 #endif
+  int64_t sin_k_ = 0;              // ... its window size (0: not taken)
+  std::vector<uint16_t> sin_mask_; // ... its load masks
+  std::vector<int64_t> sin_drow_;  // ... its divisor row per output row
+  std::vector<double> sin_div_;    // ... its divisor rows
   int64_t sep_k_ = 0;              // SepAvgAvx512's window size (0: not taken)
   std::vector<double> sep_div_;    // ... its divisors, OH rows of ceil8(OW)
   bool flat512_ = false;           // AveragePool's whole-plane kernel in its AVX-512 build (FlatAvgAvx512) ...
