@@ -1655,18 +1655,18 @@ struct SepMaxInPlace {
 __attribute__((target("avx512f"), always_inline)) inline __m512 SepMax512(__m512 v, __m512 m) {
   return _mm512_maskz_max_ps(0xFFFF, v, m);
 }
+// Lanes i .. i + 15 of the 32 floats a | b.
+template <int kS>
+__attribute__((target("avx512f"), always_inline)) inline __m512 SepShift32(__m512 a, __m512 b) {
+  return _mm512_castsi512_ps(_mm512_maskz_alignr_epi32(0xFFFF, _mm512_castps_si512(b), _mm512_castps_si512(a), kS));
+}
 template <int kK>
 __attribute__((target("avx512f"), always_inline)) inline __m512 SepMaxRow(__m512 a, __m512 b) {
   __m512 m = a;
-  const auto shift = [&](auto s) {
-    constexpr int kS = decltype(s)::value;
-    return _mm512_castsi512_ps(
-        _mm512_maskz_alignr_epi32(0xFFFF, _mm512_castps_si512(b), _mm512_castps_si512(a), kS));
-  };
-  if constexpr (kK > 1) m = SepMax512(shift(std::integral_constant<int, 1>()), m);
-  if constexpr (kK > 2) m = SepMax512(shift(std::integral_constant<int, 2>()), m);
-  if constexpr (kK > 3) m = SepMax512(shift(std::integral_constant<int, 3>()), m);
-  if constexpr (kK > 4) m = SepMax512(shift(std::integral_constant<int, 4>()), m);
+  if constexpr (kK > 1) m = SepMax512(SepShift32<1>(a, b), m);
+  if constexpr (kK > 2) m = SepMax512(SepShift32<2>(a, b), m);
+  if constexpr (kK > 3) m = SepMax512(SepShift32<3>(a, b), m);
+  if constexpr (kK > 4) m = SepMax512(SepShift32<4>(a, b), m);
   return m;
 }
 template <int kK, int kB>
