@@ -1,5 +1,5 @@
 """Pooling at stride 1 on AVX-512 with the plane read in place, separable (a row's window columns first, then the
-window's rows): AveragePool 2x2 to 4x4 on planes whose float64 sums are exact (others: the window-order paths),
+window's rows): AveragePool up to 9 columns wide on planes whose float64 sums are exact (others: the other paths),
 MaxPool 2x2 to 5x5 on planes without NaN (others: the paths with the NaN rules). Checked bit for bit against the
 general loop's arithmetic and against onnx.reference, on rows of any width (one output block's tail, whole blocks,
 several blocks, the longer rows the whole-plane kernels do not take) and on the AVX2 / baseline fallbacks."""
@@ -21,7 +21,11 @@ _SHAPES = [(1, 2, 1, 1), (1, 2, 1, 7), (1, 2, 2, 17), (1, 3, 3, 33), (1, 1, 3, 2
 # (kernel, pads top, left, bottom, right): symmetric, none, one-sided, up to kernel - 1.
 _AVG = [((3, 3), (1, 1, 1, 1)), ((3, 3), (0, 0, 0, 0)), ((2, 2), (0, 0, 0, 0)), ((2, 2), (1, 0, 0, 1)),
         ((3, 3), (2, 0, 1, 2)), ((4, 4), (1, 2, 2, 1)), ((4, 4), (3, 3, 0, 0)), ((4, 4), (0, 0, 0, 0))]
-_MAX = _AVG + [((5, 5), (2, 2, 2, 2)), ((5, 5), (0, 4, 3, 1)), ((5, 5), (0, 0, 0, 0))]
+_SQUARE5 = [((5, 5), (2, 2, 2, 2)), ((5, 5), (0, 4, 3, 1)), ((5, 5), (0, 0, 0, 0))]
+_MAX = _AVG + _SQUARE5
+# Other windows up to 9 columns wide (a running sum down the rows), and wider ones (the other paths).
+_AVG += _SQUARE5 + [((3, 5), (1, 2, 1, 2)), ((1, 3), (0, 1, 0, 1)), ((3, 1), (1, 0, 1, 0)), ((7, 7), (3, 3, 3, 3)),
+                    ((2, 9), (1, 4, 0, 4)), ((9, 2), (0, 0, 0, 0)), ((2, 3), (0, 2, 1, 0)), ((3, 10), (1, 5, 1, 4))]
 
 
 def _fits(shape, kernel, pads):
@@ -63,17 +67,19 @@ def test_averagepool_in_place_bits(shape, kernel, pads, count_pad):
         np.testing.assert_allclose(_twin(m, plain)[0], _reference(m, plain), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("kernel,pads", [((3, 3), (1, 1, 1, 1)), ((2, 2), (0, 0, 0, 0)), ((4, 4), (1, 2, 2, 1))])
+@pytest.mark.parametrize("kernel,pads", [((3, 3), (1, 1, 1, 1)), ((2, 2), (0, 0, 0, 0)), ((4, 4), (1, 2, 2, 1)),
+                                         ((5, 5), (2, 2, 2, 2)), ((7, 2), (3, 0, 3, 1))])
 def test_averagepool_in_place_edge_planes(kernel, pads):
     # Per plane: -0.0 only (+0.0 out: the window-order sum starts at +0.0), +-0.0 mixed, denormals only, exact
-    # cancellations, a single nonzero value, the largest magnitudes, random values at the separable limit: 25
-    # binades (the separable sums) and 26 (not).
+    # cancellations, a single nonzero value, the largest magnitudes, random values at and past the separable
+    # limits (25 binades for 2x2 to 4x4, 24 for up to 32 taps, 23 for up to 64).
     h, w = 13, 37
     planes = [np.full((h, w), -0.0), np.where(RNG.random((h, w)) < 0.5, 0.0, -0.0),
               RNG.choice(np.array([1e-45, -1e-45, 3e-39, -1e-40, 0.0], np.float32), (h, w)),
               np.tile(np.array([1.5, -1.5], np.float32), (h, (w + 1) // 2))[:, :w], np.zeros((h, w)),
               RNG.choice(np.array([3e38, -3e38, 2e38, 1e30], np.float32), (h, w)),
-              _span_plane((h, w), 25, stream=1), _span_plane((h, w), 26, stream=2)]
+              _span_plane((h, w), 25, stream=1), _span_plane((h, w), 26, stream=2), _span_plane((h, w), 24, stream=3),
+              _span_plane((h, w), 23, stream=4)]
     planes[4][7, 11] = 1.25
     x = np.stack(planes).astype(np.float32)[None]
     for count_pad in (0, 1):
