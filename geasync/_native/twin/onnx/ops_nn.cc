@@ -1316,9 +1316,9 @@ __attribute__((target("avx512f"))) void FlatAvgAvx512(const FlatGrid &g, const f
     for (int64_t b = 0; b < nb; ++b) FlatCopyOut(g, z + b * g.PB, y + (i0 + b) * out_sp, y_end);
   }
 }
-// AveragePool at stride 1 with a kK x kK window, separable, on planes whose sums are exact in double: every tap
-// sum of such a plane is exact in any order, so summing each row's kK taps once and then kK of those row sums
-// gives the bits of the window-order sums (FlatAvgAvx2). A plane qualifies when it holds no inf / NaN and its
+// AveragePool at stride 1, separable, on planes whose sums are exact in double (SepInAvx512): every tap sum of
+// such a plane is exact in any order, so summing each row's taps once and then the window's row sums gives the
+// bits of the window-order sums (FlatAvgAvx2). A plane qualifies when it holds no inf / NaN and its
 // nonzero magnitudes span at most kSepMaxSpan binades: every value is then an integer multiple of the smallest
 // one's quantum 2^(emin - 150) (emin its biased exponent, 1 for denormals) and every partial sum of <= 16 of them
 // is below 2^(emax - 122), which needs at most emax - emin + 28 <= 53 significant bits. The window-order sum
@@ -1352,66 +1352,6 @@ __attribute__((target("avx512f"))) bool SepExactPlane(const float *x, int64_t n,
   if (hmax == 0) return true;            // zeros only
   const int32_t emax = hmax >> 23, emin = std::max(lmin >> 23, 1);
   return emax - emin <= max_span;
-}
-// The kK taps of a grid row from p, 8 positions: ((p[0] + p[1]) + ...) + p[kK - 1].
-template <int kK>
-__attribute__((target("avx512f"), always_inline)) inline __m512d SepRowSum(const double *p) {
-  __m512d s = _mm512_loadu_pd(p);
-  for (int k = 1; k < kK; ++k) s = _mm512_add_pd(s, _mm512_loadu_pd(p + k));
-  return s;
-}
-// kB column blocks of 8 outputs (columns c0 + 8 j, j < kB) down all OH rows of one plane's grid xp (pitch Wq):
-// per grid row the kK-tap row sums, kept in registers for the next kK - 1 output rows. Outputs to y (pitch OW),
-// the lanes past OW masked off; div: the divisors, OH rows of pitch dp.
-template <int kK, int kB>
-__attribute__((target("avx512f"), always_inline)) inline void SepAvgColumns(const double *xp, int64_t Wq, int64_t OH,
-                                                                            int64_t OW, int64_t c0, const double *div,
-                                                                            int64_t dp, float *y) {
-  __m512d h[kB][kK];
-  for (int j = 0; j < kB; ++j)
-    for (int k = 0; k + 1 < kK; ++k) h[j][k] = SepRowSum<kK>(xp + k * Wq + c0 + 8 * j);
-  __mmask16 mask[kB];
-  for (int j = 0; j < kB; ++j) {
-    const int64_t left = OW - (c0 + 8 * j);
-    mask[j] = static_cast<__mmask16>(left >= 8 ? 0xFF : (left > 0 ? (1u << left) - 1 : 0));
-  }
-  const __m512d zero = _mm512_setzero_pd();
-  for (int64_t r = 0; r < OH; ++r) {
-    for (int j = 0; j < kB; ++j) {
-      h[j][kK - 1] = SepRowSum<kK>(xp + (r + kK - 1) * Wq + c0 + 8 * j);
-      __m512d sum = h[j][0];
-      for (int k = 1; k < kK; ++k) sum = _mm512_add_pd(sum, h[j][k]);
-      sum = _mm512_add_pd(sum, zero);
-      const __m512d q = _mm512_div_pd(sum, _mm512_loadu_pd(div + r * dp + c0 + 8 * j));
-      const __m512 f = _mm512_castps256_ps512(_mm512_maskz_cvtpd_ps(0xFF, q));
-      _mm512_mask_storeu_ps(y + r * OW + c0 + 8 * j, mask[j], f);
-      for (int k = 0; k + 1 < kK; ++k) h[j][k] = h[j][k + 1];
-    }
-  }
-}
-// One plane (B == 1 grids): filled into xp as FlatAvgAvx512 does, then the separable sums when the plane
-// qualifies, else FlatAvgAvx512's window-order blocks.
-template <int kK>
-__attribute__((target("avx512f"))) void SepAvgAvx512(const FlatGrid &g, const float *x, int64_t in_sp, float *y,
-                                                     int64_t out_sp, int64_t count, double *xp, float *z,
-                                                     const double *div, int64_t dp) {
-  const float *y_end = y + count * out_sp;
-  const int64_t n = FlatBatchN(g, 1);
-  for (int64_t i = 0; i < count; ++i) {
-    const float *xi = x + i * in_sp;
-    float *yi = y + i * out_sp;
-    FlatFillAvx2<double>(g, xi, xp);
-    if (SepExactPlane(xi, g.H * g.W)) {
-      int64_t c0 = 0;
-      for (; c0 + 32 <= g.OW; c0 += 32) SepAvgColumns<kK, 4>(xp, g.Wq, g.OH, g.OW, c0, div, dp, yi);
-      for (; c0 < g.OW; c0 += 8) SepAvgColumns<kK, 1>(xp, g.Wq, g.OH, g.OW, c0, div, dp, yi);
-      continue;
-    }
-    int64_t o = 0;
-    for (; o + 64 <= n; o += 64) FlatAvgBlock512<8>(g, xp, o, z);
-    for (; o < n; o += 8) FlatAvgBlock512<1>(g, xp, o, z);
-    FlatCopyOut(g, z, yi, y_end);
-  }
 }
 // AveragePool at stride 2 on a 2-D plane read in place (AVX-512): no copy into FlatAvgAvx2's phase buffers, which
 // took ~2/3 of its time on small planes. Per block of 8 outputs of a row, the taps in window order: a tap row outside
@@ -1944,22 +1884,10 @@ class PoolKernel : public Kernel {
     // AveragePool on AVX-512 where the whole-plane kernel is taken: at stride 2 the plane read in place
     // (AvgInPlaceAvx512, 1.2-2.0x faster than FlatAvgAvx2 on 7x7 to 28x28 planes, measured), otherwise the same
     // grid with 8-double blocks (FlatAvgAvx512, ~10% faster at 3x3 stride 1 on 64x64). Same sums in the same order
-    // and the same divisions, so the same bits. (At stride 1 reading in place measured ~1.4x slower: every tap's
-    // conversion to double is redone per window.)
+    // and the same divisions, so the same bits. (At stride 1 reading in place tap by tap measured ~1.4x slower:
+    // every tap's conversion to double is redone per window. SepInAvx512 below reads in place separably, each value
+    // converted once per row sum; FlatAvgAvx512 stays for the planes it does not take.)
     if (!kMax && flat_on_ && vmath::ActiveIsa() == vmath::Isa::kAvx512) flat512_ = true;
-    // Stride 1, square 2x2 / 3x3 windows, one plane per grid: the separable sums where they are exact
-    // (SepAvgAvx512, 1.6-1.7x faster than FlatAvgAvx512 on 16x64x64 at 3x3, measured). Its reads reach column
-    // ceil8(OW) + K - 2 of grid row OH + K - 2; its divisors are per output row of pitch ceil8(OW).
-    if (flat512_ && SH == 1 && SW == 1 && KH == KW && (KH == 2 || KH == 3) && B == 1) {
-      const int64_t OW8 = (OW + 7) / 8 * 8;
-      const size_t need = static_cast<size_t>((OH + KH - 2) * Wq + OW8 + KW - 1);
-      if (flat_xp_.size() < need) flat_xp_.resize(need, 0.0);
-      sep_div_.assign(static_cast<size_t>(OH * OW8), 1.0);
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow)
-          sep_div_[static_cast<size_t>(oh * OW8 + ow)] = flat_div_[static_cast<size_t>(oh * Wq + ow)];
-      sep_k_ = KH;
-    }
     // Stride 1, windows up to 9 columns wide on AVX-512: the plane read in place, separable where the sums are
     // exact (SepInAvx512; its divisors per distinct row factor, ceil8(OW) each). 2.3-3x faster than the row loop
     // on 128 x 128 planes, 1.1-2.5x than FlatAvgAvx512 on 32 x 32 to 64 x 64 (3x3 to 7x7), measured.
@@ -2117,13 +2045,6 @@ class PoolKernel : public Kernel {
           if (flat_on_) FlatAvgAvx512(flat_, x, in_sp, y, out_sp, 1, flat_xp_.data(), flat_z_.data());
           else RunPlane2d(x, y);
         }
-        return true;
-      }
-      if (flat_on_ && sep_k_) {
-        const int64_t OW8 = (w_.out[2] + 7) / 8 * 8;
-        double *xp = flat_xp_.data();
-        if (sep_k_ == 3) SepAvgAvx512<3>(flat_, X, in_sp, Y, out_sp, NC_, xp, flat_z_.data(), sep_div_.data(), OW8);
-        else SepAvgAvx512<2>(flat_, X, in_sp, Y, out_sp, NC_, xp, flat_z_.data(), sep_div_.data(), OW8);
         return true;
       }
       if (flat_on_ && flat512_) {
@@ -2440,8 +2361,6 @@ class PoolKernel : public Kernel {
   std::vector<uint16_t> sin_mask_; // ... its load masks
   std::vector<int64_t> sin_drow_;  // ... its divisor row per output row
   std::vector<double> sin_div_;    // ... its divisor rows
-  int64_t sep_k_ = 0;              // SepAvgAvx512's window size (0: not taken)
-  std::vector<double> sep_div_;    // ... its divisors, OH rows of ceil8(OW)
   bool flat512_ = false;           // AveragePool's whole-plane kernel in its AVX-512 build (FlatAvgAvx512) ...
   bool in_place_ = false;          // ... or at stride 2 AvgInPlaceAvx512
   std::vector<uint16_t> in_mask_;  // ... its load masks
