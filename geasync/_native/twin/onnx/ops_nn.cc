@@ -1890,9 +1890,12 @@ class PoolKernel : public Kernel {
     if (!kMax && flat_on_ && vmath::ActiveIsa() == vmath::Isa::kAvx512) flat512_ = true;
     // Stride 1, windows up to 9 columns wide on AVX-512: the plane read in place, separable where the sums are
     // exact (SepInAvx512; its divisors per distinct row factor, ceil8(OW) each). 2.3-3x faster than the row loop
-    // on 128 x 128 planes, 1.1-2.5x than FlatAvgAvx512 on 32 x 32 to 64 x 64 (3x3 to 7x7), measured.
+    // on 128 x 128 planes at 3x3, 1.1-2.5x than FlatAvgAvx512 on 32 x 32 to 64 x 64 (3x3 to 7x7), measured. Other
+    // windows than square 2x2 to 4x4 (the running sums) only on rows the whole-plane grid takes: on 128 x 128 at
+    // 3x5 / 5x5 they measured ~1.2x slower than the row loop (open).
+    const bool sin_square = KH == KW && KH >= 2 && KH <= 4;
     if (!kMax && plane2d_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && SH == 1 && SW == 1 && KW <= 9 &&
-        KH * KW >= 2 && OH > 0 && OW > 0) {
+        KH * KW >= 2 && OH > 0 && OW > 0 && (sin_square || W <= kFlatMaxW)) {
       const int64_t OW8 = (OW + 7) / 8 * 8;
       sin_mask_.assign(static_cast<size_t>(OW8 / 8), 0);
       for (int64_t b = 0; b < OW8 / 8; ++b)
