@@ -225,6 +225,7 @@ __attribute__((target("avx2"), always_inline)) inline __m256 FoldPick(__m256 a, 
 template <bool kMax, bool kPlain>
 __attribute__((target("avx2"), always_inline)) inline __m256 Fold(__m256 a, __m256 b, __m256 *sum) {
   if (!kPlain) return FoldPick<kMax>(a, b);
+  __asm__("" : "+x"(b));  // b in a register: GCC would otherwise load it again for the add (loads bound this loop)
   *sum = _mm256_add_ps(*sum, b);
   return kMax ? _mm256_max_ps(b, a) : _mm256_min_ps(b, a);
 }
