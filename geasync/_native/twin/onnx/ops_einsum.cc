@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "elem.h"
@@ -865,6 +866,45 @@ bool PlanEinsumGemm(const Einsum &e, const std::vector<const TensorDesc *> &in, 
   return true;
 }
 
+#if defined(__x86_64__)
+// y[i] = sum over k < K of a[i*K + k] * b[k] for i < M ("ij,j->i"): float32 FMAs, accumulated in float like the
+// GEMM this replaces. Eight rows at a time share each loaded vector of b; their eight sums are reduced together
+// (hadd tree) and stored as one vector. The last K % 8 columns go through masked loads (zeros past the row).
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 RowsTail(const float *p, __m256i mask) {
+  return _mm256_maskload_ps(p, mask);
+}
+__attribute__((target("avx2,fma"))) void GemvRowsAvx2(const float *a, const float *b, int64_t M, int64_t K, float *y) {
+  const int64_t kfull = K / 8 * 8;
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(K - kfull)),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256 btail = RowsTail(b + kfull, mask);
+  int64_t i = 0;
+  for (; i + 8 <= M; i += 8) {
+    const float *r = a + i * K;
+    __m256 acc[8];
+    for (int u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < kfull; j += 8) {
+      const __m256 vb = _mm256_loadu_ps(b + j);
+      for (int u = 0; u < 8; ++u) acc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(r + u * K + j), vb, acc[u]);
+    }
+    if (kfull < K)
+      for (int u = 0; u < 8; ++u) acc[u] = _mm256_fmadd_ps(RowsTail(r + u * K + kfull, mask), btail, acc[u]);
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)));
+  }
+  for (; i < M; ++i) {
+    const float *r = a + i * K;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t j = 0; j < kfull; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(r + j), _mm256_loadu_ps(b + j), acc);
+    if (kfull < K) acc = _mm256_fmadd_ps(RowsTail(r + kfull, mask), btail, acc);
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    y[i] = _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+  }
+}
+#endif
+
 template <class T>
 class EinsumGemmKernel : public Kernel {
  public:
@@ -890,6 +930,7 @@ class EinsumGemmKernel : public Kernel {
           for (int64_t j = 0; j < N; ++j) cr[j] = ar * b[j];
         }
       } else if (N == 1) {
+        if (Gemv(a, b, M, K, c)) continue;
         // A matrix-vector product as the row vector b^T a^T: BLAS is much faster with one row than one column.
         Gemm<T>(false, !p_.a.trans, 1, M, K, T(1), b, K, a, lda, T(0), c, M);
       } else {
@@ -901,6 +942,19 @@ class EinsumGemmKernel : public Kernel {
   }
 
  private:
+  // float32 "ij,j->i" with A's rows contiguous: the twin's own loop (BLAS's one-row GEMM costs more per call at
+  // these sizes); false where it does not apply.
+  bool Gemv([[maybe_unused]] const T *a, [[maybe_unused]] const T *b, [[maybe_unused]] int64_t M,
+            [[maybe_unused]] int64_t K, [[maybe_unused]] T *c) const {
+#if defined(__x86_64__)
+    if constexpr (std::is_same<T, float>::value)
+      if (!p_.a.trans && K <= std::numeric_limits<int32_t>::max() && EinsumAvx2()) {
+        GemvRowsAvx2(a, b, M, K, c);
+        return true;
+      }
+#endif
+    return false;
+  }
   // Elements of scratch a copied operand takes (a multiple of 64 bytes).
   static int64_t Copied(const EinsumGemmPlan::View &v) {
     if (v.in_place) return 0;
