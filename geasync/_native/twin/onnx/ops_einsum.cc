@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <map>
 
 #include "elem.h"
@@ -990,7 +989,7 @@ class EinsumGemmKernel : public Kernel {
             [[maybe_unused]] int64_t K, [[maybe_unused]] T *c) const {
 #if defined(__x86_64__)
     if constexpr (std::is_same<T, float>::value)
-      if (!p_.a.trans && K <= std::numeric_limits<int32_t>::max() && EinsumAvx2()) {
+      if (!p_.a.trans && EinsumAvx2()) {
         GemvRowsAvx2(a, b, M, K, c);
         return true;
       }
