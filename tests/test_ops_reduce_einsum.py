@@ -107,6 +107,20 @@ def test_einsum_products(session, eq, shapes, dtype):
     _check(session, eq, _feeds(shapes, dtype, seed=3), rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("rows", [1, 7, 8, 9, 17, 64])
+@pytest.mark.parametrize("cols", [1, 3, 8, 9, 16, 31, 32, 33, 130])
+def test_einsum_matrix_vector_rows_and_tails(session, rows, cols):
+    """"ij,j->i" in float32 on the twin's FMA loop: eight rows at a time and single rows, whole 8-column steps and
+    masked tails; edge values (infinities, NaN, signed zeros, denormals) in both operands."""
+    a, v = _feeds([(rows, cols), (cols,)], np.float32, seed=rows * 100 + cols, edges=True)
+    for f in (a, v):
+        f[np.abs(f) > 1e3] = np.copysign(np.inf, f[np.abs(f) > 1e3])
+    _check(session, "ij,j->i", [a, v], rtol=2e-4, atol=2e-4)
+    a, v = _feeds([(rows, cols), (cols,)], np.float32, seed=rows * 100 + cols)
+    _check(session, "ij,j->i", [a, v], rtol=2e-4, atol=2e-4)
+    _check(session, "ji,j->i", [a.T.copy(), v], rtol=2e-4, atol=2e-4)  # A stored transposed: BLAS
+
+
 @pytest.mark.parametrize("eq,shapes", [(eq, s) for eq, s in REDUCES + PRODUCTS if "0" not in str(s)])
 def test_einsum_edge_values(session, eq, shapes):
     """NaN, infinities, signed zeros, denormals: sums of products that overflow float32 in the reference's own
@@ -147,6 +161,21 @@ def test_einsum_row_sums_accumulate_in_double(session, cols):
     np.testing.assert_array_equal(got, want)
     y = np.ones_like(x)
     got = run_once(session, _einsum_model("ij,ij->i", [x, y]), [x, y])[0]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("eq,shape", [("bij->bj", (3, 9, 19)), ("bij->bj", (2, 8, 64)), ("ij->j", (7, 37)),
+                                       ("ij->j", (5, 8)), ("ij->i", (9, 128)), ("ij->i", (13, 72))])
+def test_einsum_sums_accumulate_in_double_on_every_path(session, eq, shape):
+    """Column sums (four rows a pass, 8- and 4-wide steps, scalar tails) and row sums (four rows' lanes reduced
+    together): +-1e8 around ones in various rows and columns; only double accumulators keep the ones."""
+    x = np.ones(shape, np.float32)
+    axes = tuple(i for i, ch in enumerate(eq.split("->")[0]) if ch not in eq.split("->")[1])
+    s = np.moveaxis(x, axes[0], 0)  # a view: the summed axis first
+    s[0], s[-1] = 1e8, -1e8
+    s[1][..., ::3], s[2][..., ::3] = 3e8, -3e8
+    want = np.sum(x.astype(np.float64), axis=axes).astype(np.float32)
+    got = run_once(session, _einsum_model(eq, [x]), [x])[0]
     np.testing.assert_array_equal(got, want)
 
 
@@ -222,6 +251,32 @@ def test_reduce_extremum_nan_in_a_column_wins_whatever_follows(session):
         assert_close([got], _want(m, [x]), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("shape,axes", [((3, 11, 32), [1]), ((2, 9, 64), [1]), ((2, 7, 8), [1]), ((2, 13, 56), [1]),
+                                        ((3, 4, 6, 40), [0, 2]), ((2, 5, 3, 32), [0, 2])])
+def test_reduce_extremum_columns_nan_and_infinities(session, op, shape, axes):
+    """Middle-axis Max / Min folded with a bare max / min and redone exactly for blocks holding a NaN: NaNs in
+    the first, a middle and the last row and in each column block (also in an earlier pass over the same
+    outputs, the [0, 2] cases), infinities of both signs in a column without NaN, signed zeros."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(shape).astype(np.float32)
+    r = x.reshape(-1, shape[-1])
+    n, w = r.shape
+    r[0, 1] = np.nan
+    r[n // 2, w // 2] = np.nan
+    r[n - 1, w - 1] = np.nan
+    r[n // 3, w // 2] = np.nan  # a second NaN in a column may come first
+    r[:, 2] = np.where(np.arange(n) % 2, np.inf, -np.inf)
+    r[:, 3] = np.where(np.arange(n) % 3, 0.0, -0.0)
+    r[:, 5] = np.inf
+    r[1, 6] = -np.inf
+    m = _reduce_model(op, x, axes, 1)
+    got = run_once(session, m, [x])[0]
+    want = _want(m, [x])[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert_close([got], [want], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("op", ["ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceSum", "ReduceMean"])
 @pytest.mark.parametrize("shape", [(1,), (7,), (16,), (33,), (1000,), (3, 5, 67), (0,)])
 @pytest.mark.parametrize("edges", [False, True])
@@ -263,6 +318,32 @@ def test_hardmax_ties_nan_and_zeros(session):
     m = _one_model("Hardmax", x, axis=-1)
     got = run_once(session, m, [x])[0]
     assert got.argmax(axis=1).tolist() == [1, 1, 0, 0, 4, 3]
+    assert_close([got], _want(m, [x]), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("n", [8, 9, 15, 16, 31, 32, 33, 40, 63, 64, 65, 100])
+def test_hardmax_rows_every_position(session, n):
+    """float32 rows on the vectorised path: the maximum at every position, tied with a later copy (the first
+    wins), rows with one or two NaNs (the first wins), signed-zero and all -inf rows."""
+    rng = np.random.default_rng(n)
+    x = rng.uniform(-5, 5, (n + 5, n)).astype(np.float32)
+    want = []
+    for i in range(n):
+        x[i, i] = 7.0
+        if i + 3 < n:
+            x[i, i + 3] = 7.0
+        want.append(i)
+    x[n, :] = -np.inf
+    x[n + 1, :] = 0.0
+    x[n + 1, n // 2] = -0.0
+    x[n + 1, 1:] = np.minimum(x[n + 1, 1:], -0.0)
+    x[n + 2, n - 1] = np.nan
+    x[n + 3, [n // 3, n - 2]] = np.nan
+    x[n + 4, 0] = np.nan
+    m = _one_model("Hardmax", x, axis=-1)
+    got = run_once(session, m, [x])[0]
+    assert got.sum(axis=1).tolist() == [1.0] * (n + 5)
+    assert got.argmax(axis=1).tolist() == want + [0, 0, n - 1, n // 3, 0]
     assert_close([got], _want(m, [x]), rtol=0, atol=0)
 
 

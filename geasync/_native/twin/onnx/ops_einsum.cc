@@ -352,6 +352,21 @@ __attribute__((target("avx512f"), always_inline)) inline __m512d RowTerm8(const 
   else if constexpr (NOps == 2) return _mm512_mul_pd(va, WidenFloats8(b + j));
   else return va;
 }
+// The lane sums of four 8-double vectors as one 4-double vector, reduced together (halves, then hadd) rather than
+// each through scalar loads: short rows ("ij->i" with 128 columns) otherwise spend a good part of their time
+// there. (The halves go through memory: GCC 12's 512-bit extract / shuffle intrinsics trip -Wmaybe-uninitialized.)
+__attribute__((target("avx512f"), always_inline)) inline __m256d SumLanes4x8(__m512d q0, __m512d q1, __m512d q2,
+                                                                            __m512d q3) {
+  alignas(64) double l[32];
+  _mm512_store_pd(l, q0);
+  _mm512_store_pd(l + 8, q1);
+  _mm512_store_pd(l + 16, q2);
+  _mm512_store_pd(l + 24, q3);
+  __m256d h[4];
+  for (int r = 0; r < 4; ++r) h[r] = _mm256_add_pd(_mm256_load_pd(l + 8 * r), _mm256_load_pd(l + 8 * r + 4));
+  const __m256d s01 = _mm256_hadd_pd(h[0], h[1]), s23 = _mm256_hadd_pd(h[2], h[3]);  // [0a 1a 0b 1b], [2a 3a 2b 3b]
+  return _mm256_add_pd(_mm256_permute2f128_pd(s01, s23, 0x20), _mm256_permute2f128_pd(s01, s23, 0x31));
+}
 // Row i of b for a two-operand sum with a row stride (b is null for one operand).
 inline const float *RowB(const float *b, int64_t i, int64_t rb) { return b ? b + i * rb : b; }
 template <int NOps, bool kSharedB = false>
@@ -377,18 +392,43 @@ __attribute__((target("avx512f"))) void SumRowsAvx512(const float *a, int64_t ra
         p[r][0] = _mm512_add_pd(p[r][0], RowTerm8<NOps, kSharedB>(a + (i + r) * ra, RowB(b, i + r, rb), j, vb));
       j += 8;
     }
+    alignas(32) double t[4];
+    _mm256_store_pd(t, SumLanes4x8(_mm512_add_pd(p[0][0], p[0][1]), _mm512_add_pd(p[1][0], p[1][1]),
+                                   _mm512_add_pd(p[2][0], p[2][1]), _mm512_add_pd(p[3][0], p[3][1])));
     for (int r = 0; r < 4; ++r) {
-      double t = SumLanes8(_mm512_add_pd(p[r][0], p[r][1]));
       for (int64_t k = j; k < n; ++k) {
         const double x = static_cast<double>(a[(i + r) * ra + k]);
-        if constexpr (NOps == 1) t += x;
-        else t += x * static_cast<double>(b[(i + r) * rb + k]);
+        if constexpr (NOps == 1) t[r] += x;
+        else t[r] += x * static_cast<double>(b[(i + r) * rb + k]);
       }
-      acc[(i + r) * so] += t;
+      acc[(i + r) * so] += t[r];
     }
   }
   for (; i < m; ++i)
     acc[i * so] += SumRunAvx2<float, NOps, 1, 1>(a + i * ra, NOps == 2 ? b + i * rb : nullptr, n);
+}
+// ColumnSumAvx2 below for float32 rows with AVX-512 (the float -> double conversion bounds the loop, and the
+// 512-bit form converts twice as many per instruction): the same additions in the same order, 8 columns a step.
+__attribute__((target("avx512f"))) void ColumnSumAvx512(const float *a, int64_t sr, int64_t m, double *acc, int64_t n) {
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) {
+    const float *r0 = a + i * sr, *r1 = r0 + sr, *r2 = r1 + sr, *r3 = r2 + sr;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+      const __m512d lo = _mm512_add_pd(WidenFloats8(r0 + j), WidenFloats8(r1 + j));
+      const __m512d hi = _mm512_add_pd(WidenFloats8(r2 + j), WidenFloats8(r3 + j));
+      _mm512_storeu_pd(acc + j, _mm512_add_pd(_mm512_loadu_pd(acc + j), _mm512_add_pd(lo, hi)));
+    }
+    for (; j < n; ++j)
+      acc[j] += (static_cast<double>(r0[j]) + static_cast<double>(r1[j])) +
+                (static_cast<double>(r2[j]) + static_cast<double>(r3[j]));
+  }
+  for (; i < m; ++i) {
+    const float *r0 = a + i * sr;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) _mm512_storeu_pd(acc + j, _mm512_add_pd(_mm512_loadu_pd(acc + j), WidenFloats8(r0 + j)));
+    for (; j < n; ++j) acc[j] += static_cast<double>(r0[j]);
+  }
 }
 // ColumnSum below for float32 / float64 rows, in the same order of additions (GCC leaves its loop scalar at -O2).
 template <class S>
@@ -520,6 +560,8 @@ EINSUM_INLINE void SumRows(const S *a, int64_t ra, const S *b, int64_t rb, int64
 template <class S>
 EINSUM_INLINE void ColumnSum(const S *a, int64_t sr, int64_t m, AccOf<S> *acc, int64_t n) {
 #if defined(__x86_64__)
+  if constexpr (std::is_same<S, float>::value)
+    if (EinsumAvx512()) return ColumnSumAvx512(a, sr, m, acc, n);
   if constexpr (std::is_same<S, float>::value || std::is_same<S, double>::value)
     if (EinsumAvx2()) return ColumnSumAvx2<S>(a, sr, m, acc, n);
 #endif
@@ -865,6 +907,45 @@ bool PlanEinsumGemm(const Einsum &e, const std::vector<const TensorDesc *> &in, 
   return true;
 }
 
+#if defined(__x86_64__)
+// y[i] = sum over k < K of a[i*K + k] * b[k] for i < M ("ij,j->i"): float32 FMAs, accumulated in float like the
+// GEMM this replaces. Eight rows at a time share each loaded vector of b; their eight sums are reduced together
+// (hadd tree) and stored as one vector. The last K % 8 columns go through masked loads (zeros past the row).
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 RowsTail(const float *p, __m256i mask) {
+  return _mm256_maskload_ps(p, mask);
+}
+__attribute__((target("avx2,fma"))) void GemvRowsAvx2(const float *a, const float *b, int64_t M, int64_t K, float *y) {
+  const int64_t kfull = K / 8 * 8;
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(K - kfull)),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256 btail = RowsTail(b + kfull, mask);
+  int64_t i = 0;
+  for (; i + 8 <= M; i += 8) {
+    const float *r = a + i * K;
+    __m256 acc[8];
+    for (int u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < kfull; j += 8) {
+      const __m256 vb = _mm256_loadu_ps(b + j);
+      for (int u = 0; u < 8; ++u) acc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(r + u * K + j), vb, acc[u]);
+    }
+    if (kfull < K)
+      for (int u = 0; u < 8; ++u) acc[u] = _mm256_fmadd_ps(RowsTail(r + u * K + kfull, mask), btail, acc[u]);
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)));
+  }
+  for (; i < M; ++i) {
+    const float *r = a + i * K;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t j = 0; j < kfull; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(r + j), _mm256_loadu_ps(b + j), acc);
+    if (kfull < K) acc = _mm256_fmadd_ps(RowsTail(r + kfull, mask), btail, acc);
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    y[i] = _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+  }
+}
+#endif
+
 template <class T>
 class EinsumGemmKernel : public Kernel {
  public:
@@ -890,6 +971,7 @@ class EinsumGemmKernel : public Kernel {
           for (int64_t j = 0; j < N; ++j) cr[j] = ar * b[j];
         }
       } else if (N == 1) {
+        if (Gemv(a, b, M, K, c)) continue;
         // A matrix-vector product as the row vector b^T a^T: BLAS is much faster with one row than one column.
         Gemm<T>(false, !p_.a.trans, 1, M, K, T(1), b, K, a, lda, T(0), c, M);
       } else {
@@ -901,6 +983,19 @@ class EinsumGemmKernel : public Kernel {
   }
 
  private:
+  // float32 "ij,j->i" with A's rows contiguous: the twin's own loop (BLAS's one-row GEMM costs more per call at
+  // these sizes); false where it does not apply.
+  bool Gemv([[maybe_unused]] const T *a, [[maybe_unused]] const T *b, [[maybe_unused]] int64_t M,
+            [[maybe_unused]] int64_t K, [[maybe_unused]] T *c) const {
+#if defined(__x86_64__)
+    if constexpr (std::is_same<T, float>::value)
+      if (!p_.a.trans && EinsumAvx2()) {
+        GemvRowsAvx2(a, b, M, K, c);
+        return true;
+      }
+#endif
+    return false;
+  }
   // Elements of scratch a copied operand takes (a multiple of 64 bytes).
   static int64_t Copied(const EinsumGemmPlan::View &v) {
     if (v.in_place) return 0;

@@ -267,6 +267,66 @@ std::unique_ptr<Kernel> PrepareArg(const KernelCtx &c, std::string *reason) {
 // ---- Hardmax: 1 at the first maximum (the first NaN, like the reference's argmax) along axis, else 0 ----
 // (opset < 13: over the flattened [axis:] block)
 
+#if defined(__x86_64__)
+// Hardmax of float32 rows of n >= 8 along the last axis: one pass for the maximum (and whether a NaN is present),
+// a second for its first position, the row zeroed with vector stores and its one stored. The position search
+// compares four vectors at a time and joins their masks, so short rows take no data-dependent branch. A row's
+// last partial vector is read overlapping the one before (a max, a NaN test and a first match are unaffected).
+__attribute__((target("avx2"), always_inline)) inline int64_t FirstMatch4(const float *p, __m256 m) {
+  const uint32_t k0 = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(p), m, _CMP_EQ_OQ)));
+  const uint32_t k1 = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(p + 8), m, _CMP_EQ_OQ)));
+  const uint32_t k2 = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(p + 16), m, _CMP_EQ_OQ)));
+  const uint32_t k3 = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(p + 24), m, _CMP_EQ_OQ)));
+  const uint32_t k = k0 | (k1 << 8) | (k2 << 16) | (k3 << 24);
+  return k ? __builtin_ctz(k) : -1;
+}
+__attribute__((target("avx2"))) void HardmaxRowsAvx2(const float *x, int64_t rows, int64_t n, float *y) {
+  const __m256 ninf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps();
+  for (int64_t r = 0; r < rows; ++r, x += n, y += n) {
+    __m256 acc[4] = {ninf, ninf, ninf, ninf}, nan = zero;
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32)
+      for (int k = 0; k < 4; ++k) {
+        const __m256 v = _mm256_loadu_ps(x + j + 8 * k);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        acc[k] = _mm256_max_ps(acc[k], v);
+      }
+    for (; j + 8 <= n; j += 8) {
+      const __m256 v = _mm256_loadu_ps(x + j);
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      acc[0] = _mm256_max_ps(acc[0], v);
+    }
+    if (j < n) {
+      const __m256 v = _mm256_loadu_ps(x + n - 8);
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      acc[1] = _mm256_max_ps(acc[1], v);
+    }
+    int64_t best = 0;
+    if (_mm256_movemask_ps(nan)) {  // the first NaN wins, as in the reference's argmax
+      while (x[best] == x[best]) ++best;
+    } else {
+      __m256 m = _mm256_max_ps(_mm256_max_ps(acc[0], acc[1]), _mm256_max_ps(acc[2], acc[3]));
+      m = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 1));
+      m = _mm256_max_ps(m, _mm256_permute_ps(m, 0x4e));
+      m = _mm256_max_ps(m, _mm256_permute_ps(m, 0xb1));  // the maximum in every lane (== finds +0 and -0 alike)
+      int64_t at = -1;
+      for (j = 0; at < 0 && j + 32 <= n; j += 32) at = FirstMatch4(x + j, m), best = j + at;
+      for (; at < 0 && j + 8 <= n; j += 8) {
+        const int k = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + j), m, _CMP_EQ_OQ));
+        if (k) at = __builtin_ctz(static_cast<unsigned>(k)), best = j + at;
+      }
+      if (at < 0) {  // in the last partial vector: the overlapped part before j holds no match
+        const int k = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + n - 8), m, _CMP_EQ_OQ));
+        best = n - 8 + __builtin_ctz(static_cast<unsigned>(k));
+      }
+    }
+    for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(y + j, zero);
+    if (j < n) _mm256_storeu_ps(y + n - 8, zero);
+    y[best] = 1.0f;
+  }
+}
+#endif
+
 template <class S>
 class HardmaxKernel : public Kernel {
   using C = typename Num<S>::C;
@@ -277,6 +337,13 @@ class HardmaxKernel : public Kernel {
     const S *x = static_cast<const S *>(in[0]);
     S *y = static_cast<S *>(out[0]);
     if (v_.n == 0) return true;
+#if defined(__x86_64__)
+    if constexpr (std::is_same<S, float>::value)
+      if (v_.inner == 1 && v_.n >= 8 && vmath::ActiveIsa() != vmath::Isa::kBaseline) {
+        HardmaxRowsAvx2(x, v_.outer, v_.n, y);
+        return true;
+      }
+#endif
     const S zero = Num<S>::Store(C(0)), one = Num<S>::Store(C(1));
     std::fill(y, y + v_.outer * v_.n * v_.inner, zero);
     for (int64_t o = 0; o < v_.outer; ++o) {

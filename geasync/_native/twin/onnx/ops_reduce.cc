@@ -219,22 +219,41 @@ __attribute__((target("avx2"), always_inline)) inline __m256 FoldPick(__m256 a, 
   const __m256 take_b = _mm256_andnot_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q), _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
   return _mm256_blendv_ps(r, b, take_b);
 }
+// One fold step of ColumnExtremumBlock: FoldPick, or (kPlain) a bare max / min that adds the new value b into
+// *sum: a NaN b leaves a NaN there (infinities of both signs do too, only costing the exact redo). One add, on
+// other ports than max / min, instead of FoldPick's four extra operations.
+template <bool kMax, bool kPlain>
+__attribute__((target("avx2"), always_inline)) inline __m256 Fold(__m256 a, __m256 b, __m256 *sum) {
+  if (!kPlain) return FoldPick<kMax>(a, b);
+  __asm__("" : "+x"(b));  // b in a register: GCC would otherwise load it again for the add (loads bound this loop)
+  *sum = _mm256_add_ps(*sum, b);
+  return kMax ? _mm256_max_ps(b, a) : _mm256_min_ps(b, a);
+}
 // kVecs * 8 columns from acc (converted to float), folded over all rows in registers, back to acc; a masked block
 // (kMasked, 1 vector) takes the last inner % 8 columns: full loads (the extra lanes read the next row's values,
 // unused) while they stay inside the input (before end), masked loads (slow on some cores) only after. Narrow blocks split the rows
 // into kSplit consecutive runs folded side by side (more independent chains), then fold the runs' results in
 // order: the fold picks the first NaN, else the first of the extreme values, so runs give the ordered result.
-template <bool kMax, int kVecs, int kSplit, bool kMasked>
-__attribute__((target("avx2"), always_inline)) inline void ColumnExtremumBlock(const float *p, int64_t rows,
+// kPlain folds with a bare max / min (which on ties keeps the accumulator, like FoldPick) and only notes NaNs,
+// in acc or in the rows (per vector, so the notes form no long chain): it then returns false with acc untouched,
+// and the caller redoes the block with FoldPick.
+template <bool kMax, int kVecs, int kSplit, bool kMasked, bool kPlain>
+__attribute__((target("avx2"), always_inline)) inline bool ColumnExtremumBlock(const float *p, int64_t rows,
                                                                                int64_t stride, int64_t cols,
                                                                                double *acc, const float *end) {
   alignas(32) float buf[8 * kVecs];
-  for (int64_t k = 0; k < 8 * kVecs; ++k) buf[k] = k < cols ? static_cast<float>(acc[k]) : 0.0f;
+  if (kMasked)  // (full blocks convert in registers: a vector load of scalar stores would stall on forwarding)
+    for (int64_t k = 0; k < 8 * kVecs; ++k) buf[k] = k < cols ? static_cast<float>(acc[k]) : 0.0f;
   __m256i mask = _mm256_setzero_si256();
   if (kMasked) mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(cols)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   __m256 a[kSplit][kVecs];
+  __m256 nan[kVecs], init_nan = _mm256_setzero_ps();
   for (int v = 0; v < kVecs; ++v) {
-    a[0][v] = _mm256_load_ps(buf + 8 * v);
+    nan[v] = _mm256_setzero_ps();
+    a[0][v] = kMasked ? _mm256_load_ps(buf + 8 * v)
+                      : _mm256_set_m128(_mm256_cvtpd_ps(_mm256_loadu_pd(acc + 8 * v + 4)),
+                                        _mm256_cvtpd_ps(_mm256_loadu_pd(acc + 8 * v)));
+    if (kPlain) init_nan = _mm256_or_ps(init_nan, _mm256_cmp_ps(a[0][v], a[0][v], _CMP_UNORD_Q));
     for (int s = 1; s < kSplit; ++s) a[s][v] = _mm256_set1_ps(kMax ? -INFINITY : INFINITY);
   }
   const int64_t run = rows / kSplit, run_stride = run * stride;
@@ -242,27 +261,51 @@ __attribute__((target("avx2"), always_inline)) inline void ColumnExtremumBlock(c
     for (int s = 0; s < kSplit; ++s)
       for (int v = 0; v < kVecs; ++v) {
         const float *q = p + s * run_stride + 8 * v;
-        a[s][v] = FoldPick<kMax>(a[s][v], kMasked && end - q < 8 ? _mm256_maskload_ps(q, mask) : _mm256_loadu_ps(q));
+        a[s][v] = Fold<kMax, kPlain>(a[s][v], kMasked && end - q < 8 ? _mm256_maskload_ps(q, mask) : _mm256_loadu_ps(q), &nan[v]);
       }
   p += (kSplit - 1) * run_stride;
   for (int64_t row = kSplit * run; row < rows; ++row, p += stride)  // the last run's remaining rows
     for (int v = 0; v < kVecs; ++v)
       a[kSplit - 1][v] =
-          FoldPick<kMax>(a[kSplit - 1][v], kMasked && end - p < 8 ? _mm256_maskload_ps(p, mask) : _mm256_loadu_ps(p + 8 * v));
-  for (int v = 0; v < kVecs; ++v) {
-    for (int s = 1; s < kSplit; ++s) a[0][v] = FoldPick<kMax>(a[0][v], a[s][v]);
-    _mm256_store_ps(buf + 8 * v, a[0][v]);
+          Fold<kMax, kPlain>(a[kSplit - 1][v], kMasked && end - p < 8 ? _mm256_maskload_ps(p, mask) : _mm256_loadu_ps(p + 8 * v), &nan[v]);
+  for (int v = 0; v < kVecs; ++v)
+    for (int s = 1; s < kSplit; ++s)  // (the runs' NaNs are noted already)
+      a[0][v] = kPlain ? (kMax ? _mm256_max_ps(a[s][v], a[0][v]) : _mm256_min_ps(a[s][v], a[0][v]))
+                       : FoldPick<kMax>(a[0][v], a[s][v]);
+  if (kPlain) {
+    // A masked block's lanes past cols read other columns (or zeros): a NaN there is not this block's.
+    const int lanes = kMasked ? (1 << static_cast<int>(cols)) - 1 : 0xff;
+    __m256 any = init_nan;
+    for (int v = 0; v < kVecs; ++v) any = _mm256_or_ps(any, _mm256_cmp_ps(nan[v], nan[v], _CMP_UNORD_Q));
+    if (_mm256_movemask_ps(any) & lanes) return false;
   }
-  for (int64_t k = 0; k < cols; ++k) acc[k] = buf[k];
+  for (int v = 0; v < kVecs; ++v) {
+    if (kMasked) {
+      _mm256_store_ps(buf + 8 * v, a[0][v]);
+    } else {
+      _mm256_storeu_pd(acc + 8 * v, _mm256_cvtps_pd(_mm256_castps256_ps128(a[0][v])));
+      _mm256_storeu_pd(acc + 8 * v + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(a[0][v], 1)));
+    }
+  }
+  if (kMasked)
+    for (int64_t k = 0; k < cols; ++k) acc[k] = buf[k];
+  return true;
+}
+template <bool kMax, int kVecs, int kSplit, bool kMasked>
+__attribute__((target("avx2"), always_inline)) inline void ColumnExtremumFold(const float *p, int64_t rows,
+                                                                              int64_t stride, int64_t cols,
+                                                                              double *acc, const float *end) {
+  if (!ColumnExtremumBlock<kMax, kVecs, kSplit, kMasked, true>(p, rows, stride, cols, acc, end))
+    ColumnExtremumBlock<kMax, kVecs, kSplit, kMasked, false>(p, rows, stride, cols, acc, end);
 }
 template <bool kMax>
 __attribute__((target("avx2"))) void ColumnExtremumAvx2(const float *x, int64_t rows, int64_t stride, int64_t inner,
                                                         double *acc, const float *end) {
   int64_t j = 0;
-  for (; j + 32 <= inner; j += 32) ColumnExtremumBlock<kMax, 4, 1, false>(x + j, rows, stride, 32, acc + j, end);
-  for (; j + 16 <= inner; j += 16) ColumnExtremumBlock<kMax, 2, 2, false>(x + j, rows, stride, 16, acc + j, end);
-  for (; j + 8 <= inner; j += 8) ColumnExtremumBlock<kMax, 1, 4, false>(x + j, rows, stride, 8, acc + j, end);
-  if (j < inner) ColumnExtremumBlock<kMax, 1, 4, true>(x + j, rows, stride, inner - j, acc + j, end);
+  for (; j + 32 <= inner; j += 32) ColumnExtremumFold<kMax, 4, 1, false>(x + j, rows, stride, 32, acc + j, end);
+  for (; j + 16 <= inner; j += 16) ColumnExtremumFold<kMax, 2, 2, false>(x + j, rows, stride, 16, acc + j, end);
+  for (; j + 8 <= inner; j += 8) ColumnExtremumFold<kMax, 1, 4, false>(x + j, rows, stride, 8, acc + j, end);
+  if (j < inner) ColumnExtremumFold<kMax, 1, 4, true>(x + j, rows, stride, inner - j, acc + j, end);
 }
 // ColumnSums below for float Sum / Mean in 4-wide double vectors (the baseline build's loop gets 2-wide SSE2): the
 // same additions in the same order, so the result does not depend on the instruction set.
