@@ -36,8 +36,9 @@ void CopyPlain(void *dst, const void *src, size_t n) { std::memcpy(dst, src, n);
 
 #if defined(__x86_64__)
 // Runs of a few hundred bytes to a few KiB, one after another: glibc's memcpy pays its size dispatch and
-// overlap checks on every call (~3x this loop for Tile's 512-byte rows). The last 64 bytes are one overlapping
-// store, so there is no scalar tail; short runs keep memcpy.
+// overlap checks on every call (up to ~3x this loop on Tile's 512-byte rows in a microbenchmark, though not at
+// every size and alignment). The last 64 bytes are one overlapping store, so there is no scalar tail; short runs
+// keep memcpy.
 __attribute__((target("avx512f"))) void CopyAvx512(void *dst, const void *src, size_t n) {
   if (n < 64) {
     std::memcpy(dst, src, n);
