@@ -1,4 +1,4 @@
-// Panel GEMM (see gemm_panel.h). Per instruction set: panels of 32 columns and blocks of 8 rows on AVX-512, 16 and 4
+// Panel GEMM (see gemm_panel.h). Per instruction set: panels of 32 columns and blocks of 8 rows on AVX-512, 16 and 6
 // on AVX2 (the sums of a block, 2 vectors per row, stay in registers over all of K).
 // O3: the fixed-size accumulator arrays must be fully unrolled (at O2 GCC keeps them on the stack).
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
@@ -74,40 +74,62 @@ TWIN_PANEL_TARGET void Run(const PanelGemm &g) {
 
 namespace avx2 {
 #define TWIN_PANEL_TARGET __attribute__((target("avx2,fma")))
-constexpr int kPanel = 16, kRows = 4;
+constexpr int kPanel = 16, kRows = 6;
+// One row of a block's sums into C (alpha, accumulate); a row ending before the panel does (n < kPanel) goes through
+// a buffer. Kept out of PanelRows: with it inline GCC would not unroll the rows' loop there, and the sums would be
+// written to the stack at every step of K (measured: the recurrent product of an LSTM at batch 16 ran ~2x slower).
+TWIN_PANEL_TARGET __attribute__((noinline)) void StoreRowTail(const PanelGemm &g, float *c, int64_t n, __m256 v0,
+                                                              __m256 v1) {
+  alignas(32) float tmp[kPanel] = {};
+  if (g.accumulate)
+    for (int64_t q = 0; q < n; ++q) tmp[q] = c[q];
+  const __m256 alpha = _mm256_set1_ps(g.alpha);
+  if (g.accumulate) {
+    v0 = _mm256_fmadd_ps(alpha, v0, _mm256_load_ps(tmp));
+    v1 = _mm256_fmadd_ps(alpha, v1, _mm256_load_ps(tmp + 8));
+  } else if (g.alpha != 1.0f) {
+    v0 = _mm256_mul_ps(alpha, v0);
+    v1 = _mm256_mul_ps(alpha, v1);
+  }
+  _mm256_store_ps(tmp, v0);
+  _mm256_store_ps(tmp + 8, v1);
+  for (int64_t q = 0; q < n; ++q) c[q] = tmp[q];
+}
 template <int MR>
 TWIN_PANEL_TARGET void PanelRows(const PanelGemm &g, int64_t i0, const float *panel, int64_t j0) {
   __m256 acc[MR][2];
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  const float *a = g.A + i0 * g.lda;
-  for (int64_t k = 0; k < g.K; ++k) {
+  const int64_t K = g.K, lda = g.lda;
+  const float *a = g.A + i0 * lda;
+  for (int64_t k = 0; k < K; ++k) {
     const __m256 b0 = _mm256_loadu_ps(panel + k * kPanel), b1 = _mm256_loadu_ps(panel + k * kPanel + 8);
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
-      const __m256 av = _mm256_broadcast_ss(a + r * g.lda + k);
+      const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
       acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
     }
   }
   const int64_t n = g.N - j0 < kPanel ? g.N - j0 : kPanel;
   const __m256 alpha = _mm256_set1_ps(g.alpha);
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
     float *c = g.C + (i0 + r) * g.ldc + j0;
-    alignas(32) float tmp[kPanel] = {};  // the tail's columns, through a buffer (C ends before the panel does)
-    float *dst = n == kPanel ? c : tmp;
-    if (g.accumulate && dst == tmp)
-      for (int64_t q = 0; q < n; ++q) tmp[q] = c[q];
     __m256 v0 = acc[r][0], v1 = acc[r][1];
+    if (n < kPanel) {
+      StoreRowTail(g, c, n, v0, v1);
+      continue;
+    }
     if (g.accumulate) {
-      v0 = _mm256_fmadd_ps(alpha, v0, _mm256_loadu_ps(dst));
-      v1 = _mm256_fmadd_ps(alpha, v1, _mm256_loadu_ps(dst + 8));
+      v0 = _mm256_fmadd_ps(alpha, v0, _mm256_loadu_ps(c));
+      v1 = _mm256_fmadd_ps(alpha, v1, _mm256_loadu_ps(c + 8));
     } else if (g.alpha != 1.0f) {
       v0 = _mm256_mul_ps(alpha, v0);
       v1 = _mm256_mul_ps(alpha, v1);
     }
-    _mm256_storeu_ps(dst, v0);
-    _mm256_storeu_ps(dst + 8, v1);
-    if (dst == tmp)
-      for (int64_t q = 0; q < n; ++q) c[q] = tmp[q];
+    _mm256_storeu_ps(c, v0);
+    _mm256_storeu_ps(c + 8, v1);
   }
 }
 TWIN_PANEL_TARGET void Run(const PanelGemm &g) {
@@ -116,6 +138,8 @@ TWIN_PANEL_TARGET void Run(const PanelGemm &g) {
     int64_t i = 0;
     for (; i + kRows <= g.rows; i += kRows) PanelRows<kRows>(g, i, panel, j0);
     switch (g.rows - i) {
+      case 5: PanelRows<5>(g, i, panel, j0); break;
+      case 4: PanelRows<4>(g, i, panel, j0); break;
       case 3: PanelRows<3>(g, i, panel, j0); break;
       case 2: PanelRows<2>(g, i, panel, j0); break;
       case 1: PanelRows<1>(g, i, panel, j0); break;

@@ -33,23 +33,23 @@ bool CheckSameFloatTypes(const InferCtx &c, size_t count, std::string *reason) {
   return true;
 }
 
-// Rows of A up to which a constant B runs on the panel kernel. AVX-512 (measured on an AVX-512 EPYC, single thread,
-// K x N of 784 x 256 to 1024 x 1024): 0.7-1.0x of BLAS's time from 5 to 256 rows, about even at 1024, so the limit
-// is there to bound the second copy of B rather than for speed. AVX2 (4 rows per block): even at 16 rows, slower
-// beyond, so it keeps to the few rows just above the small-GEMM kernel's.
-int64_t PanelMaxRows(int width) { return width >= 32 ? 256 : 8; }
+// Rows of A up to which a constant B runs on the panel kernel. Measured single-threaded against BLAS (K x N of 64 x 256
+// to 1024 x 1024): on an AVX-512 EPYC 0.7-1.0x of BLAS's time from 5 to 256 rows, about even at 1024; on an AVX2-only
+// EPYC (Zen 3) 0.6-0.9x from 9 to 256 rows (BLAS's packing dominates at a few dozen rows). The limit bounds the
+// second copy of B rather than speed.
+constexpr int64_t kPanelMaxRows = 256;
 // Largest packed copy of B kept per node (floats, 64 MB): beyond, BLAS's packing is small next to the product.
 constexpr int64_t kPanelMaxFloats = int64_t(1) << 24;
 
 // op(B) of a constant float32 B in panels, when the product's rows suit the panel kernel: more than the small-GEMM
-// kernel's rows (it reads B once without packing), at most PanelMaxRows. Otherwise empty (width 0).
+// kernel's rows (it reads B once without packing), at most kPanelMaxRows. Otherwise empty (width 0).
 struct PanelB {
   std::vector<float> pack;
   int width = 0;
 
   void Init(const void *b, bool b_transposed, int64_t rows, int64_t N, int64_t K) {
     const int w = PanelWidth();
-    if (!b || !w || rows <= kSmallGemmMaxRows || rows > PanelMaxRows(w) || N <= 0 || K <= 0) return;
+    if (!b || !w || rows <= kSmallGemmMaxRows || rows > kPanelMaxRows || N <= 0 || K <= 0) return;
     if (PackedSize(N, K, w) > kPanelMaxFloats) return;
     width = w;
     pack.resize(static_cast<size_t>(PackedSize(N, K, width)));
