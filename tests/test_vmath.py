@@ -338,6 +338,11 @@ def test_fallback_instruction_sets_pass_the_same_checks(isa):
     ((1, 5, 9, 19), 5, 5, [1, 1, 1, 1], False),  # depthwise: blocks of 4 output rows, then single rows
     ((2, 3, 6, 33), 3, 3, [1, 0, 2, 1], True),
     ((1, 4, 3, 7), 4, 4, [0, 0, 0, 0], False),
+    # AVX2 channel blocks of 6 (straddling the weight pack's blocks of 8), 7 and 8 left as 4 + 3 and 4 + 4
+    ((1, 3, 6, 20), 1, 1, [1, 1, 1, 1], True),
+    ((1, 5, 6, 9), 14, 1, [1, 1, 1, 1], False),
+    ((1, 4, 5, 17), 7, 1, [0, 1, 0, 1], True),
+    ((1, 6, 4, 12), 20, 1, [1, 1, 1, 1], False),
 ])
 def test_direct_conv_matches_reference(shape, m, group, pads, relu):
     rng = np.random.default_rng(sum(shape) + m)
@@ -364,6 +369,9 @@ def test_direct_conv_matches_reference(shape, m, group, pads, relu):
     (2, 4, (2, 1), [0, 0, 1, 0], 6, 5),
     (1, 2, (3, 3), [1, 1, 1, 1], 5, 70),
     (40, 3, (3, 3), [1, 1, 1, 1], 6, 10),  # K = 360: im2col + BLAS
+    (3, 14, (3, 3), [1, 1, 1, 1], 10, 21),  # AVX2 channel blocks 6 + 4 + 4
+    (2, 1, (3, 3), [1, 1, 1, 1], 7, 9),
+    (5, 11, (3, 3), [0, 0, 1, 1], 12, 34),  # 6 + 5
 ])
 @pytest.mark.parametrize("relu", [False, True])
 def test_conv_stride2_matches_reference(c, m, kernel, pads, height, width, relu):

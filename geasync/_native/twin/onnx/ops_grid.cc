@@ -8,8 +8,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include "elem.h"
+#include "vmath.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace twin {
 namespace onnx {
@@ -119,6 +126,27 @@ void CubicCoeffs(T t, T *w) {
   w[3] = ((a * x3 - 5 * a) * x3 + 8 * a) * x3 - 4 * a;
 }
 
+#if defined(__x86_64__)
+// Bilinear 2-D float32 sampling of one channel plane, eight points at a time: each of the four taps' pixels by a
+// gather, summed in the scalar loop's order without FMA (0 + w0 x0 + w1 x1 + w2 x2 + w3 x3), so the bits are the
+// same. o and w are tap-major ([4][stride]); a tap dropped at a zero-padded border has offset -1 and leaves the sum
+// as it was (skipped, as the scalar loop skips it). Points [0, 8 * groups).
+__attribute__((target("avx2"))) void Bilinear8Avx2(const float *plane, const int32_t *o, const float *w,
+                                                   int64_t groups, int64_t stride, float *y) {
+  const __m256i none = _mm256_set1_epi32(-1);
+  for (int64_t i = 0; i < 8 * groups; i += 8) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      const __m256i idx = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(o + k * stride + i));
+      const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, none));
+      const __m256 x = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), plane, idx, keep, 4);
+      acc = _mm256_blendv_ps(acc, _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(w + k * stride + i), x)), keep);
+    }
+    _mm256_storeu_ps(y + i, acc);
+  }
+}
+#endif
+
 // Compute type T (float for float/16-bit inputs, double for double), storage S of X / Y, G of the grid.
 template <class T>
 class GridSampleKernel : public Kernel {
@@ -129,6 +157,10 @@ class GridSampleKernel : public Kernel {
     in_strides_ = Strides(std::vector<int64_t>(x.dims.begin() + 2, x.dims.end()));
     in_plane_ = DimsProduct(x.dims, 2, x.dims.size());
     out_plane_ = DimsProduct(y.dims, 2, y.dims.size());
+#if defined(__x86_64__)
+    gather_ = std::is_same<T, float>::value && x.dtype == ElemType::kFloat && sd_ == 2 &&
+              a.mode == Interp::kLinear && in_plane_ <= INT32_MAX && vmath::ActiveIsa() != vmath::Isa::kBaseline;
+#endif
   }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     bool ok = true;
@@ -250,6 +282,7 @@ class GridSampleKernel : public Kernel {
             AxisTaps(static_cast<T>(Num<G>::Load(g[sd_ - 1 - d])), x_.dims[2 + d], &taps[d]);
           if (sd_ == 2) {
             block_n_[i] = Combine2(taps, block_offs_.data() + i * width, block_ws_.data() + i * width);
+            if (gather_ && width == 4) GatherSlots(taps, i, block);
             continue;
           }
           Combine(taps);
@@ -257,6 +290,12 @@ class GridSampleKernel : public Kernel {
           std::copy(offs_.begin(), offs_.end(), block_offs_.begin() + i * width);
           std::copy(ws_.begin(), ws_.end(), block_ws_.begin() + i * width);
         }
+        if constexpr (std::is_same<S, float>::value && std::is_same<T, float>::value)
+          if (gather_ && width == 4 && np >= 8) {
+            for (int64_t c = 0; c < ch; ++c)
+              GatherPlane(x + (n * ch + c) * in_plane_, np, block, y + (n * ch + c) * out_plane_ + p0);
+            continue;
+          }
         for (int64_t c = 0; c < ch; ++c) {
           const S *plane = x + (n * ch + c) * in_plane_;
           S *yr = y + (n * ch + c) * out_plane_ + p0;
@@ -287,6 +326,34 @@ class GridSampleKernel : public Kernel {
     }
   }
 
+  // Point i's four taps (rows outer, as Combine2) tap-major for Bilinear8Avx2: 32-bit offsets (the plane is under
+  // 2^31 elements), -1 for a tap dropped at a zero-padded border, and the weights Combine2 computes.
+  void GatherSlots(const Taps *taps, int64_t i, int64_t block) {
+    gather_offs_.resize(static_cast<size_t>(4 * block));
+    gather_ws_.resize(static_cast<size_t>(4 * block));
+    const Taps &ty = taps[0], &tx = taps[1];
+    for (int a = 0; a < 2; ++a)
+      for (int b = 0; b < 2; ++b) {
+        const int64_t slot = (2 * a + b) * block + i;
+        const bool kept = ty.idx[a] >= 0 && tx.idx[b] >= 0;
+        gather_offs_[slot] = kept ? static_cast<int32_t>(ty.idx[a] * in_strides_[0] + tx.idx[b] * in_strides_[1]) : -1;
+        gather_ws_[slot] = static_cast<float>(ty.w[a] * tx.w[b]);
+      }
+  }
+  // One plane over the block: groups of eight points by gathers, the last np % 8 points by BlockPlane's loop.
+  void GatherPlane(const float *plane, int64_t np, int64_t block, float *yr) const {
+#if defined(__x86_64__)
+    Bilinear8Avx2(plane, gather_offs_.data(), gather_ws_.data(), np / 8, block, yr);
+#endif
+    for (int64_t i = np / 8 * 8; i < np; ++i) {
+      const int64_t *o = block_offs_.data() + i * 4;
+      const T *w = block_ws_.data() + i * 4;
+      T acc = 0;
+      for (int k = 0; k < block_n_[i]; ++k) acc += w[k] * plane[o[k]];
+      yr[i] = acc;
+    }
+  }
+
   static constexpr int64_t kBlockTaps = 16384;  // (offset, weight) pairs held per block of points
   GridAttrs a_;
   TensorDesc x_, grid_, y_;
@@ -298,6 +365,9 @@ class GridSampleKernel : public Kernel {
   std::vector<int64_t> block_offs_;  // RunTyped's taps of a block of points, width slots per point
   std::vector<T> block_ws_;
   std::vector<int> block_n_;  // taps used per point
+  bool gather_ = false;       // float32 bilinear 2-D on AVX2 or better: GatherSlots / GatherPlane
+  std::vector<int32_t> gather_offs_;
+  std::vector<float> gather_ws_;
 };
 
 std::unique_ptr<Kernel> PrepareGridSample(const KernelCtx &c, std::string *reason) {
