@@ -819,3 +819,65 @@ def _check_cast(x: np.ndarray, to: int) -> np.ndarray:
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
     return got
+
+
+# ---- BatchNormalization (inference): y = x a + b per channel, a and b folded in double ----
+
+def _batch_norm_model(shape):
+    c = shape[1]
+    rng = np.random.default_rng(sum(shape))
+    inits = [("s", rng.uniform(0.5, 2, c).astype(np.float32)), ("b", rng.standard_normal(c).astype(np.float32)),
+             ("m", rng.standard_normal(c).astype(np.float32)), ("v", rng.uniform(0.1, 3, c).astype(np.float32))]
+    return make_model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3)],
+                      [("x", F, list(shape))], [("y", F, list(shape))], initializers=inits, opset=15)
+
+
+_BN_SHAPES = [(1, 3, 5, 7), (2, 4, 16), (1, 2, 33, 3), (2, 5, 1), (1, 1, 8, 8)]
+
+
+def _bn_input(shape):
+    x = np.random.default_rng(len(shape) + shape[-1]).standard_normal(shape).astype(np.float32)
+    # (3e30, not near float32's limit: the reference's (x - mean) / sqrt(var + eps) can overflow where x a + b does not)
+    x.reshape(-1)[: min(6, x.size)] = [np.nan, np.inf, -np.inf, 1e-41, -0.0, 3e30][: min(6, x.size)]
+    return x
+
+
+@pytest.mark.parametrize("shape", _BN_SHAPES)
+def test_batch_norm_matches_reference(shape):
+    """Plane lengths with and without a vector tail, edge values in the input."""
+    model = _batch_norm_model(shape)
+    x = _bn_input(shape)
+    got = _run_model(model, {"x": x})[0]
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+_BN_BITS = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import test_vmath as t
+out = []
+for shape in t._BN_SHAPES:
+    y = t._run_model(t._batch_norm_model(shape), {"x": t._bn_input(shape)})[0]
+    out.append(y.tobytes().hex())
+print("|".join(out))
+"""
+
+
+def test_batch_norm_identical_bits_on_every_instruction_set():
+    """The per-channel pass is one multiply and one add per element with every instruction set (no fused
+    multiply-add): the outputs agree bit for bit."""
+    import os
+    import subprocess
+    import sys
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    outs = {}
+    for isa in ("avx512", "avx2", "baseline"):
+        env = {**os.environ, "GEASYNC_TWIN_SIMD": isa}
+        proc = subprocess.run([sys.executable, "-c", _BN_BITS, tests_dir], capture_output=True, text=True,
+                              env=env, timeout=300, cwd=tests_dir)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outs[isa] = proc.stdout.strip()
+    assert outs["avx512"] == outs["avx2"] == outs["baseline"]
