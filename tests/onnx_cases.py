@@ -102,6 +102,20 @@ def refused(session, model, pattern):
         session.add_graph(fresh_graph_id(), ga.Graph.from_onnx(model))
 
 
+def script_output_per_instruction_set(script, test_file, isas=("avx512", "avx2", "baseline")):
+    """Runs ``script`` (python -c, with the tests directory as argv[1]) once per instruction set the twin's vector
+    kernels are capped at (GEASYNC_TWIN_SIMD), in subprocesses; returns {isa: its stripped stdout}."""
+    tests_dir = str(pathlib.Path(test_file).resolve().parent)
+    outs = {}
+    for isa in isas:
+        env = {**os.environ, "GEASYNC_TWIN_SIMD": isa}
+        proc = subprocess.run([sys.executable, "-c", script, tests_dir], capture_output=True, text=True, env=env,
+                              timeout=300, cwd=tests_dir)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outs[isa] = proc.stdout.strip()
+    return outs
+
+
 def rerun_file_with_instruction_set(test_file, isa, select=""):
     """Runs ``test_file``'s other tests (those matching the ``-k`` expression ``select``, if given) in a subprocess
     with the twin's vector kernels capped at ``isa`` (GEASYNC_TWIN_SIMD), so the fallback instruction sets pass the

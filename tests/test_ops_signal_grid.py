@@ -16,6 +16,7 @@ from onnx_cases import check_against_reference, graph_model  # noqa: E402
 from onnx_cases import reference as _reference  # noqa: E402
 from onnx_cases import refused as _refused  # noqa: E402
 from onnx_cases import run_once as _run  # noqa: E402
+from onnx_cases import script_output_per_instruction_set  # noqa: E402
 from onnx_cases import value_info as _vi  # noqa: E402
 
 F = TensorProto.FLOAT
@@ -652,17 +653,7 @@ def test_grid_sample_bilinear_identical_bits_on_every_instruction_set():
     a zero-padded border drops, in the scalar loop's order: the outputs agree bit for bit with the scalar build's
     (NaN's sign aside), for every padding, with edge values in the input and point counts that leave a tail of fewer
     than eight."""
-    import os
-    import subprocess
-    import sys
-    tests_dir = os.path.dirname(os.path.abspath(__file__))
-    outs = {}
-    for isa in ("avx512", "avx2", "baseline"):
-        env = {**os.environ, "GEASYNC_TWIN_SIMD": isa}
-        proc = subprocess.run([sys.executable, "-c", _GRID_BITS, tests_dir], capture_output=True, text=True,
-                              env=env, timeout=300, cwd=tests_dir)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        outs[isa] = proc.stdout.strip()
+    outs = script_output_per_instruction_set(_GRID_BITS, __file__)
     assert outs["avx512"] == outs["avx2"] == outs["baseline"]
     assert outs["baseline"].count("|") == 17
 

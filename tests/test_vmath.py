@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 from onnx.reference import ReferenceEvaluator
-from onnx_cases import rerun_file_with_instruction_set
+from onnx_cases import rerun_file_with_instruction_set, script_output_per_instruction_set
 
 import geasync as ga
 from conftest import TensorProto, helper, make_model
@@ -575,17 +575,7 @@ def test_channel_norms_identical_bits_on_every_instruction_set():
     """The moment lanes and the affine pass do the same operations in the same order with AVX-512, AVX2 and without
     SIMD (no fused multiply-adds): the outputs agree bit for bit. (A fused multiply-add in the float32 affine pass
     shows here; one in the double moments would rarely reach the float32 outputs.)"""
-    import os
-    import subprocess
-    import sys
-    tests_dir = os.path.dirname(os.path.abspath(__file__))
-    outs = {}
-    for isa in ("avx512", "avx2", "baseline"):
-        env = {**os.environ, "GEASYNC_TWIN_SIMD": isa}
-        proc = subprocess.run([sys.executable, "-c", _CHANNEL_NORM_BITS, tests_dir], capture_output=True, text=True,
-                              env=env, timeout=300, cwd=tests_dir)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        outs[isa] = proc.stdout.strip()
+    outs = script_output_per_instruction_set(_CHANNEL_NORM_BITS, __file__)
     assert outs["avx512"] == outs["avx2"] == outs["baseline"]
 
 
@@ -869,15 +859,5 @@ print("|".join(out))
 def test_batch_norm_identical_bits_on_every_instruction_set():
     """The per-channel pass is one multiply and one add per element with every instruction set (no fused
     multiply-add): the outputs agree bit for bit."""
-    import os
-    import subprocess
-    import sys
-    tests_dir = os.path.dirname(os.path.abspath(__file__))
-    outs = {}
-    for isa in ("avx512", "avx2", "baseline"):
-        env = {**os.environ, "GEASYNC_TWIN_SIMD": isa}
-        proc = subprocess.run([sys.executable, "-c", _BN_BITS, tests_dir], capture_output=True, text=True,
-                              env=env, timeout=300, cwd=tests_dir)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        outs[isa] = proc.stdout.strip()
+    outs = script_output_per_instruction_set(_BN_BITS, __file__)
     assert outs["avx512"] == outs["avx2"] == outs["baseline"]
