@@ -39,6 +39,10 @@ class Kernel {
   // arena, live only during this step, and binds them with set_scratch before the first Run (64-byte aligned).
   virtual size_t scratch_bytes() const { return 0; }
   void set_scratch(void *p) { scratch_ = p; }
+  // Whether output 0 may share input i's buffer: output 0 has that input's size, and element j of the input is read
+  // before element j of the output is written and never after (an element-wise step). The plan then writes an
+  // intermediate that dies at this step in place, halving a chain's memory traffic.
+  virtual bool InPlaceOver(size_t /*input*/) const { return false; }
 
  protected:
   void *scratch_ = nullptr;

@@ -11,6 +11,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -96,9 +97,9 @@ template <class SA, class SB, class SO, class F>
 void BinaryLoop(const BroadcastN &bc, int64_t *ctr, const SA *a, const SB *b, SO *o, F f) {
   const int64_t ia = bc.strides[0].back(), ib = bc.strides[1].back();
   ForEachRunN(bc, ctr, [&](const int64_t *off, int64_t oo, int64_t n) {
-    const SA *__restrict pa = a + off[0];
-    const SB *__restrict pb = b + off[1];
-    SO *__restrict po = o + oo;
+    const SA *pa = a + off[0];  // (no __restrict: o may share a's or b's buffer, see ArithKernel)
+    const SB *pb = b + off[1];
+    SO *po = o + oo;
     if (ia && ib) {
       for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
     } else if (ia) {
@@ -140,7 +141,8 @@ BroadcastN MakeBc(const std::vector<const std::vector<int64_t> *> &ins, const st
 template <class S, class Op>
 class ArithKernel : public Kernel {
  public:
-  explicit ArithKernel(BroadcastN bc) : bc_(std::move(bc)), ctr_(bc_.dims.size()) {}
+  ArithKernel(BroadcastN bc, std::array<bool, 2> full) : bc_(std::move(bc)), ctr_(bc_.dims.size()), full_(full) {}
+  bool InPlaceOver(size_t i) const override { return i < 2 && full_[i]; }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     BinaryLoop(bc_, ctr_.data(), static_cast<const S *>(in[0]), static_cast<const S *>(in[1]), static_cast<S *>(out[0]),
                [](S a, S b) { return Num<S>::Store(Op::Apply(Num<S>::Load(a), Num<S>::Load(b))); });
@@ -150,6 +152,8 @@ class ArithKernel : public Kernel {
  private:
   BroadcastN bc_;
   std::vector<int64_t> ctr_;
+  std::array<bool, 2> full_;  // per input, has the output's shape and type: BinaryLoop reads its element i just
+                              // before writing o[i]
 };
 
 bool SameTypes(const InferCtx &c, size_t from, size_t to, std::string *reason) {
@@ -190,10 +194,12 @@ bool InferBroadcast(InferCtx *c, std::string *reason) {
 template <class Op>
 std::unique_ptr<Kernel> PrepareArith(const KernelCtx &c, std::string *reason) {
   BroadcastN bc = MakeBc({&c.in[0]->dims, &c.in[1]->dims}, c.out[0].dims);
+  std::array<bool, 2> full{};
+  for (size_t i = 0; i < 2; ++i) full[i] = c.in[i]->dtype == c.out[0].dtype && c.in[i]->dims == c.out[0].dims;
   std::unique_ptr<Kernel> k;
   VisitType(c.out[0].dtype, [&](auto tag) {
     using S = decltype(tag);
-    if constexpr (!std::is_same<S, Bool>::value) k = std::make_unique<ArithKernel<S, Op>>(bc);
+    if constexpr (!std::is_same<S, Bool>::value) k = std::make_unique<ArithKernel<S, Op>>(bc, full);
   });
   if (!k) *reason = DtypeNotSupported(c.out[0].dtype);
   return k;
@@ -601,9 +607,10 @@ template <class S, class Op>
 class UnaryKernel : public Kernel {
  public:
   UnaryKernel(int64_t n, UnaryParams p) : n_(n), p_(p) {}
+  bool InPlaceOver(size_t i) const override { return i == 0; }  // (so the loops below take no __restrict)
   bool Run(const void *const *in, void *const *out, std::string *) override {
-    const S *__restrict x = static_cast<const S *>(in[0]);
-    S *__restrict y = static_cast<S *>(out[0]);
+    const S *x = static_cast<const S *>(in[0]);
+    S *y = static_cast<S *>(out[0]);
     const UnaryParams p = p_;
     for (int64_t i = 0; i < n_; ++i) y[i] = Num<S>::Store(Op::Apply(Num<S>::Load(x[i]), p));
     return true;
@@ -617,18 +624,16 @@ class UnaryKernel : public Kernel {
 // float32 element loop of an op without an array kernel, compiled per instruction set like vmath's (the loops
 // vectorise when Op::Apply is branch-free; libm calls stay calls).
 template <class Op>
-void FloatLoop(const float *__restrict x, float *__restrict y, int64_t n, UnaryParams p) {
+void FloatLoop(const float *x, float *y, int64_t n, UnaryParams p) {
   for (int64_t i = 0; i < n; ++i) y[i] = Op::Apply(x[i], p);
 }
 #if defined(__x86_64__)
 template <class Op>
-__attribute__((target("avx512f,avx512dq"))) void FloatLoopAvx512(const float *__restrict x, float *__restrict y,
-                                                                  int64_t n, UnaryParams p) {
+__attribute__((target("avx512f,avx512dq"))) void FloatLoopAvx512(const float *x, float *y, int64_t n, UnaryParams p) {
   for (int64_t i = 0; i < n; ++i) y[i] = Op::Apply(x[i], p);
 }
 template <class Op>
-__attribute__((target("avx2,fma"))) void FloatLoopAvx2(const float *__restrict x, float *__restrict y, int64_t n,
-                                                        UnaryParams p) {
+__attribute__((target("avx2,fma"))) void FloatLoopAvx2(const float *x, float *y, int64_t n, UnaryParams p) {
   for (int64_t i = 0; i < n; ++i) y[i] = Op::Apply(x[i], p);
 }
 #endif
@@ -637,6 +642,7 @@ template <class Op>
 class FloatUnaryKernel : public Kernel {
  public:
   FloatUnaryKernel(int64_t n, UnaryParams p) : n_(n), p_(p) {}
+  bool InPlaceOver(size_t i) const override { return i == 0; }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const float *x = static_cast<const float *>(in[0]);
     float *y = static_cast<float *>(out[0]);
@@ -660,6 +666,7 @@ class FloatUnaryKernel : public Kernel {
 class ArrayKernel : public Kernel {
  public:
   ArrayKernel(int64_t n, vmath::ArrayFn fn) : n_(n), fn_(fn) {}
+  bool InPlaceOver(size_t i) const override { return i == 0; }  // vmath's array kernels allow x == y
   bool Run(const void *const *in, void *const *out, std::string *) override {
     fn_(static_cast<const float *>(in[0]), static_cast<float *>(out[0]), n_);
     return true;
@@ -870,19 +877,17 @@ bool InferClip(InferCtx *c, std::string *reason) {
 
 // One min/max pass (NaN stays NaN: both compares are false for it); float32 per instruction set like FloatLoop.
 template <class C>
-void ClipLoop(const C *__restrict x, C *__restrict y, int64_t n, C lo, C hi) {
+void ClipLoop(const C *x, C *y, int64_t n, C lo, C hi) {
   for (int64_t i = 0; i < n; ++i) {
     const C v = x[i] < lo ? lo : x[i];
     y[i] = v > hi ? hi : v;
   }
 }
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) void ClipFloatAvx512(const float *__restrict x, float *__restrict y, int64_t n,
-                                                         float lo, float hi) {
+__attribute__((target("avx512f"))) void ClipFloatAvx512(const float *x, float *y, int64_t n, float lo, float hi) {
   ClipLoop(x, y, n, lo, hi);
 }
-__attribute__((target("avx2"))) void ClipFloatAvx2(const float *__restrict x, float *__restrict y, int64_t n, float lo,
-                                                    float hi) {
+__attribute__((target("avx2"))) void ClipFloatAvx2(const float *x, float *y, int64_t n, float lo, float hi) {
   ClipLoop(x, y, n, lo, hi);
 }
 #endif
@@ -892,6 +897,7 @@ class ClipKernel : public Kernel {
  public:
   ClipKernel(int64_t n, bool has_lo, bool has_hi, float attr_lo, float attr_hi, bool attrs)
       : n_(n), has_lo_(has_lo), has_hi_(has_hi), attr_lo_(attr_lo), attr_hi_(attr_hi), attrs_(attrs) {}
+  bool InPlaceOver(size_t i) const override { return i == 0; }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     using C = typename Num<S>::C;
     C lo = std::numeric_limits<C>::lowest(), hi = std::numeric_limits<C>::max();

@@ -119,6 +119,7 @@ class PlanImpl : public Plan {
   bool PrepareStep(size_t k, BuildState *b, std::string *err);
   void AssignOutputSlots(const std::vector<int> &node_outputs, const KernelCtx &kc, Step *s, BuildState *b);
   std::vector<size_t> LayOutArena(const BuildState &b);
+  int InPlaceSource(size_t st, const BuildState &b, const std::vector<int> &last_use) const;
   bool WithinArenaLimits(const std::vector<TensorDesc> &inputs, uint64_t memory_limit, std::string *err) const;
   void BindArenaSlots(const BuildState &b, const std::vector<size_t> &offset);
   void PlanFinalCopies();
@@ -325,8 +326,9 @@ void PlanImpl::AssignOutputSlots(const std::vector<int> &node_outputs, const Ker
   }
 }
 
-// Lifetimes and arena offsets: allocate a step's outputs before freeing what it consumed last, so an output
-// never aliases one of its own inputs. Returns each slot's offset and sets workspace_bytes_.
+// Lifetimes and arena offsets: allocate a step's outputs before freeing what it consumed last, so an output never
+// aliases one of its own inputs, except an element-wise step's output 0 written in place over an input that dies
+// there (InPlaceSource). Returns each slot's offset and sets workspace_bytes_.
 std::vector<size_t> PlanImpl::LayOutArena(const BuildState &b) {
   const size_t ns = ptr_.size();
   std::vector<int> last_use(ns, -1);
@@ -341,16 +343,35 @@ std::vector<size_t> PlanImpl::LayOutArena(const BuildState &b) {
   for (size_t v = 0; v < ns; ++v)
     if (b.in_arena[v] && b.slot_bytes[v] > 0) frees[last_use[v]].push_back(static_cast<int>(v));
   for (size_t st = 0; st < steps_.size(); ++st) {
-    for (int v : steps_[st].out_vals)
-      if (b.in_arena[v] && b.slot_bytes[v] > 0) offset[v] = alloc.Alloc(b.slot_bytes[v]);
+    const int shared = InPlaceSource(st, b, last_use);
+    for (int v : steps_[st].out_vals) {
+      if (!b.in_arena[v] || b.slot_bytes[v] == 0) continue;
+      offset[v] = v == steps_[st].out_vals[0] && shared >= 0 ? offset[shared] : alloc.Alloc(b.slot_bytes[v]);
+    }
     if (steps_[st].scratch_bytes) {  // live during this step only
       steps_[st].scratch_off = alloc.Alloc(steps_[st].scratch_bytes);
       alloc.Free(steps_[st].scratch_off, steps_[st].scratch_bytes);
     }
-    for (int v : frees[st]) alloc.Free(offset[v], b.slot_bytes[v]);
+    for (int v : frees[st])
+      if (v != shared) alloc.Free(offset[v], b.slot_bytes[v]);  // a shared input's bytes live on as the output
   }
   workspace_bytes_ = alloc.top();
   return offset;
+}
+
+// The arena input step st's output 0 takes over (-1: none): one the kernel may write in place (InPlaceOver), of
+// the output's size, that no later step reads. Graph inputs and constants are the caller's or the model's.
+int PlanImpl::InPlaceSource(size_t st, const BuildState &b, const std::vector<int> &last_use) const {
+  const Step &s = steps_[st];
+  if (s.out_vals.empty() || !b.in_arena[s.out_vals[0]]) return -1;
+  const size_t bytes = b.slot_bytes[s.out_vals[0]];
+  for (size_t i = 0; i < s.in_vals.size(); ++i) {
+    const int in = s.in_vals[i];
+    if (in >= 0 && b.in_arena[in] && bytes > 0 && b.slot_bytes[in] == bytes &&
+        last_use[in] == static_cast<int>(st) && s.kernel->InPlaceOver(i))
+      return in;
+  }
+  return -1;
 }
 
 // What a run needs: the arena, the folded constants and the outputs each run allocates.

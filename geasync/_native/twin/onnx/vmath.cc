@@ -9,6 +9,7 @@
 
 #include "vmath.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -23,15 +24,14 @@ namespace {
 
 
 #if defined(__x86_64__)
-#define TWIN_VMATH_VARIANTS(Name, F)                                                                              \
-  __attribute__((target("avx512f,avx512dq"))) void Name##Avx512(const float *__restrict x, float *__restrict y, \
-                                                                int64_t n) {                                    \
+#define TWIN_VMATH_VARIANTS(Name, F)                                                                            \
+  __attribute__((target("avx512f,avx512dq"))) void Name##Avx512(const float *x, float *y, int64_t n) {          \
     for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                                             \
   }                                                                                                             \
-  __attribute__((target("avx2,fma"))) void Name##Avx2(const float *__restrict x, float *__restrict y, int64_t n) { \
+  __attribute__((target("avx2,fma"))) void Name##Avx2(const float *x, float *y, int64_t n) {                    \
     for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                                             \
   }                                                                                                             \
-  void Name##Baseline(const float *__restrict x, float *__restrict y, int64_t n) {                              \
+  void Name##Baseline(const float *x, float *y, int64_t n) {                                                    \
     for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                                             \
   }                                                                                                             \
   ArrayFn Pick##Name() {                                                                                        \
@@ -42,8 +42,8 @@ namespace {
     }                                                                                                           \
   }
 #else
-#define TWIN_VMATH_VARIANTS(Name, F)                                                         \
-  void Name##Baseline(const float *__restrict x, float *__restrict y, int64_t n) {         \
+#define TWIN_VMATH_VARIANTS(Name, F)                                                       \
+  void Name##Baseline(const float *x, float *y, int64_t n) {                               \
     for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                        \
   }                                                                                        \
   ArrayFn Pick##Name() { return Name##Baseline; }
@@ -78,10 +78,10 @@ __attribute__((target("avx512f"))) void ExpAvx512(const float *x, float *y, int6
     _mm512_mask_storeu_ps(y + i, m, ExpScalef16(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }
-__attribute__((target("avx2,fma"))) void ExpAvx2(const float *__restrict x, float *__restrict y, int64_t n) {
+__attribute__((target("avx2,fma"))) void ExpAvx2(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = Exp(x[i]);
 }
-void ExpBaseline(const float *__restrict x, float *__restrict y, int64_t n) {
+void ExpBaseline(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = Exp(x[i]);
 }
 ArrayFn PickExp() {
@@ -114,12 +114,12 @@ TWIN_VMATH_INLINE float SigmoidRt(float x, float a, float b) { return SigmoidCla
     for (int64_t i = 0; i < n; ++i) y[i] = F(x[i], a, b); \
   }
 #if defined(__x86_64__)
-#define TWIN_VMATH_BOUNDED_VARIANTS(Name, F, A, B)                                                                  \
-  __attribute__((target("avx512f,avx512dq"))) void Name##Avx512(const float *__restrict x, float *__restrict y,   \
-                                                                int64_t n) TWIN_VMATH_BOUNDED_LOOP(F, A, B)      \
-  __attribute__((target("avx2,fma"))) void Name##Avx2(const float *__restrict x, float *__restrict y, int64_t n)  \
+#define TWIN_VMATH_BOUNDED_VARIANTS(Name, F, A, B)                                                                \
+  __attribute__((target("avx512f,avx512dq"))) void Name##Avx512(const float *x, float *y, int64_t n)              \
       TWIN_VMATH_BOUNDED_LOOP(F, A, B)                                                                            \
-  void Name##Baseline(const float *__restrict x, float *__restrict y, int64_t n) TWIN_VMATH_BOUNDED_LOOP(F, A, B) \
+  __attribute__((target("avx2,fma"))) void Name##Avx2(const float *x, float *y, int64_t n)                        \
+      TWIN_VMATH_BOUNDED_LOOP(F, A, B)                                                                            \
+  void Name##Baseline(const float *x, float *y, int64_t n) TWIN_VMATH_BOUNDED_LOOP(F, A, B)                       \
   ArrayFn Pick##Name() {                                                                                          \
     switch (ActiveIsa()) {                                                                                        \
       case Isa::kAvx512: return Name##Avx512;                                                                     \
@@ -129,7 +129,7 @@ TWIN_VMATH_INLINE float SigmoidRt(float x, float a, float b) { return SigmoidCla
   }
 #else
 #define TWIN_VMATH_BOUNDED_VARIANTS(Name, F, A, B)                                                                  \
-  void Name##Baseline(const float *__restrict x, float *__restrict y, int64_t n) TWIN_VMATH_BOUNDED_LOOP(F, A, B) \
+  void Name##Baseline(const float *x, float *y, int64_t n) TWIN_VMATH_BOUNDED_LOOP(F, A, B)                         \
   ArrayFn Pick##Name() { return Name##Baseline; }
 #endif
 TWIN_VMATH_BOUNDED_VARIANTS(Tanh, TanhRt, g_tanh_bound, 0.0f)
@@ -187,12 +187,12 @@ constexpr int64_t kRootBlock = 256;
     }                                                                                        \
   }
 #if defined(__x86_64__)
-#define TWIN_VMATH_ROOT_VARIANTS(Name, F)                                                                           \
-  __attribute__((target("avx512f,avx512dq"))) void Name##Avx512(const float *__restrict x, float *__restrict y,   \
-                                                                int64_t n) TWIN_VMATH_ROOT_LOOP(F, SqrtAvx512)   \
-  __attribute__((target("avx2,fma"))) void Name##Avx2(const float *__restrict x, float *__restrict y, int64_t n)  \
+#define TWIN_VMATH_ROOT_VARIANTS(Name, F)                                                                         \
+  __attribute__((target("avx512f,avx512dq"))) void Name##Avx512(const float *x, float *y, int64_t n)              \
+      TWIN_VMATH_ROOT_LOOP(F, SqrtAvx512)                                                                         \
+  __attribute__((target("avx2,fma"))) void Name##Avx2(const float *x, float *y, int64_t n)                        \
       TWIN_VMATH_ROOT_LOOP(F, SqrtAvx2)                                                                           \
-  void Name##Baseline(const float *__restrict x, float *__restrict y, int64_t n) TWIN_VMATH_ROOT_LOOP(F, SqrtBaseline) \
+  void Name##Baseline(const float *x, float *y, int64_t n) TWIN_VMATH_ROOT_LOOP(F, SqrtBaseline)                  \
   ArrayFn Pick##Name() {                                                                                          \
     switch (ActiveIsa()) {                                                                                        \
       case Isa::kAvx512: return Name##Avx512;                                                                     \
@@ -202,7 +202,7 @@ constexpr int64_t kRootBlock = 256;
   }
 #else
 #define TWIN_VMATH_ROOT_VARIANTS(Name, F)                                                                           \
-  void Name##Baseline(const float *__restrict x, float *__restrict y, int64_t n) TWIN_VMATH_ROOT_LOOP(F, SqrtBaseline) \
+  void Name##Baseline(const float *x, float *y, int64_t n) TWIN_VMATH_ROOT_LOOP(F, SqrtBaseline)                    \
   ArrayFn Pick##Name() { return Name##Baseline; }
 #endif
 TWIN_VMATH_ROOT_VARIANTS(Asin, AsinOfRoot)
@@ -391,8 +391,8 @@ TWIN_VMATH_INLINE void LayerNormBody(const float *__restrict x, float *__restric
 
 #if defined(__x86_64__)
 #define TWIN_VMATH_FUSED(Name, Params, Args)                                                   \
-  __attribute__((target("avx512f,avx512dq"))) void Name##Avx512 Params { Name##Body Args; } \
-  __attribute__((target("avx2,fma"))) void Name##Avx2 Params { Name##Body Args; }            \
+  __attribute__((target("avx512f,avx512dq"))) void Name##Avx512 Params { Name##Body Args; }    \
+  __attribute__((target("avx2,fma"))) void Name##Avx2 Params { Name##Body Args; }              \
   void Name##Baseline Params { Name##Body Args; }
 #else
 #define TWIN_VMATH_FUSED(Name, Params, Args) \
@@ -405,7 +405,7 @@ TWIN_VMATH_FUSED(Softmax, TWIN_SOFTMAX_PARAMS, (x, y, rows, n, log_softmax))
   (const float *x, float *y, int64_t outer, int64_t n, int64_t inner, bool log_softmax)
 TWIN_VMATH_FUSED(SoftmaxStrided, TWIN_SOFTMAX_STRIDED_PARAMS, (x, y, outer, n, inner, log_softmax))
 #define TWIN_LAYERNORM_PARAMS                                                                                     \
-  (const float *x, float *y, int64_t rows, int64_t n, const float *scale, const float *bias, float epsilon, \
+  (const float *x, float *y, int64_t rows, int64_t n, const float *scale, const float *bias, float epsilon,       \
    float *mean, float *inv_std)
 TWIN_VMATH_FUSED(LayerNorm, TWIN_LAYERNORM_PARAMS, (x, y, rows, n, scale, bias, epsilon, mean, inv_std))
 
@@ -485,13 +485,26 @@ TWIN_VMATH_ARRAY(Sigmoid)
 TWIN_VMATH_ARRAY(Sqrt)
 TWIN_VMATH_ARRAY(Gelu)
 
-// Sin/Cos: the vector loop, then libm for the lanes outside its reduction's range (|x| > kTrigMax, inf, NaN).
-#define TWIN_VMATH_TRIG_ARRAY(Name, libm)                          \
-  void Name##Array(const float *x, float *y, int64_t n) {          \
-    static const ArrayFn fn = Pick##Name();                        \
-    fn(x, y, n);                                                   \
-    for (int64_t i = 0; i < n; ++i)                                \
-      if (!(AbsOf(x[i]) <= kTrigMax)) y[i] = libm(x[i]);           \
+// Sin/Cos: the vector loop, then libm for the lanes outside its reduction's range (|x| > kTrigMax, inf, NaN). By
+// blocks, a block with such lanes from a copy of its x: y may be x (element-wise steps run in place).
+constexpr int64_t kTrigBlock = 256;
+#define TWIN_VMATH_TRIG_ARRAY(Name, libm)                                        \
+  void Name##Array(const float *x, float *y, int64_t n) {                        \
+    static const ArrayFn fn = Pick##Name();                                      \
+    for (int64_t i = 0; i < n; i += kTrigBlock) {                                \
+      const int64_t m = n - i < kTrigBlock ? n - i : kTrigBlock;                 \
+      bool wide = false;                                                         \
+      for (int64_t j = 0; j < m; ++j) wide |= !(AbsOf(x[i + j]) <= kTrigMax);    \
+      if (!wide) {                                                               \
+        fn(x + i, y + i, m);                                                     \
+        continue;                                                                \
+      }                                                                          \
+      float keep[kTrigBlock];                                                    \
+      std::copy(x + i, x + i + m, keep);                                         \
+      fn(keep, y + i, m);                                                        \
+      for (int64_t j = 0; j < m; ++j)                                            \
+        if (!(AbsOf(keep[j]) <= kTrigMax)) y[i + j] = libm(keep[j]);             \
+    }                                                                            \
   }
 TWIN_VMATH_TRIG_ARRAY(Sin, std::sin)
 TWIN_VMATH_TRIG_ARRAY(Cos, std::cos)

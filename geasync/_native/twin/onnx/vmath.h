@@ -325,6 +325,7 @@ TWIN_VMATH_INLINE float AcosOfRoot(float x, float root) {
 }
 
 // ---- array kernels, dispatched at run time (vmath.cc) ----
+// y[i] = f(x[i]); y may be x (the plan runs element-wise steps in place), so none of them takes __restrict.
 
 using ArrayFn = void (*)(const float *x, float *y, int64_t n);
 
