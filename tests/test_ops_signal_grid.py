@@ -641,6 +641,9 @@ with ga.Session() as s:
                 x = rng.standard_normal((2, c, h, w)).astype(np.float32)
                 x.reshape(-1)[:6] = [np.nan, np.inf, -np.inf, 1e-41, -0.0, 3e38]
                 g = rng.uniform(-1.3, 1.3, (2, gh, gw, 2)).astype(np.float32)  # a share of taps outside
+                # edge coordinates in the first eight-point group (and the rest of the lanes of the next)
+                g.reshape(-1)[:18] = [np.nan, 0.0, np.inf, -np.inf, -1.0, 1.0, 1e30, -1e30, -0.0, 0.5, 1.3, -1.3,
+                                      2.0, -2.0, 3e38, 1e-41, -1.0 - 2 ** -23, 1.0 - 2 ** -24]
                 y = run_once(s, m, [x, g])[0]
                 y[np.isnan(y)] = np.nan  # one NaN: which operand's NaN a sum keeps is the compiler's choice
                 out.append(y.tobytes().hex())
@@ -650,9 +653,10 @@ print("|".join(out))
 
 def test_grid_sample_bilinear_identical_bits_on_every_instruction_set():
     """Bilinear 2-D float32 sampling gathers eight points' taps at a time on AVX2 / AVX-512 CPUs, skipping the taps
-    a zero-padded border drops, in the scalar loop's order: the outputs agree bit for bit with the scalar build's
-    (NaN's sign aside), for every padding, with edge values in the input and point counts that leave a tail of fewer
-    than eight."""
+    a zero-padded border drops, in the scalar loop's order, and computes the taps of eight points at a time from a
+    float grid (zeros and border padding): the outputs agree bit for bit with the scalar build's (NaN's sign aside),
+    for every padding, with edge values in the input and the grid (NaN, infinities, -0, the borders, far points) and
+    point counts that leave a tail of fewer than eight."""
     outs = script_output_per_instruction_set(_GRID_BITS, __file__)
     assert outs["avx512"] == outs["avx2"] == outs["baseline"]
     assert outs["baseline"].count("|") == 17

@@ -145,6 +145,78 @@ __attribute__((target("avx2"))) void Bilinear8Avx2(const float *plane, const int
     _mm256_storeu_ps(y + i, acc);
   }
 }
+
+// One axis of eight points for Bilinear8Avx2's setup: GridSampleKernel::AxisTaps's linear-mode arithmetic for float
+// (zeros or border padding) lane by lane, the same operations in the same order, so the same bits. std::max(x, c)
+// is (x < c ? c : x) and std::min(x, c) is (c < x ? c : x) by blends, as maxps / minps differ on the sign of zero.
+struct Axis8 {
+  __m256i i0, i1;  // the two taps' pixel indices, -1 for a zero-padded tap
+  __m256 w0, w1;
+};
+__attribute__((target("avx2"))) inline __m256 Max8(__m256 x, __m256 c) {
+  return _mm256_blendv_ps(x, c, _mm256_cmp_ps(x, c, _CMP_LT_OQ));
+}
+__attribute__((target("avx2"))) inline __m256 Min8(__m256 x, __m256 c) {
+  return _mm256_blendv_ps(x, c, _mm256_cmp_ps(c, x, _CMP_LT_OQ));
+}
+__attribute__((target("avx2"))) Axis8 LinearAxis8(__m256 g, int64_t dim, bool align, bool border) {
+  const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
+  const __m256 x_raw = align ? _mm256_mul_ps(_mm256_div_ps(_mm256_add_ps(g, one), two),
+                                             _mm256_set1_ps(static_cast<float>(dim - 1)))
+                             : _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(_mm256_add_ps(g, one),
+                                                                         _mm256_set1_ps(static_cast<float>(dim))),
+                                                           one),
+                                             two);
+  __m256 x = x_raw;
+  if (border) {
+    const float lo = align ? 0.0f : -0.5f, hi = align ? static_cast<float>(dim - 1) : static_cast<float>(dim) - 0.5f;
+    const __m256 out = _mm256_or_ps(_mm256_cmp_ps(x, _mm256_set1_ps(lo), _CMP_LT_OQ),
+                                    _mm256_cmp_ps(x, _mm256_set1_ps(hi), _CMP_GT_OQ));
+    const __m256 clamped = Min8(Max8(x, _mm256_setzero_ps()), _mm256_set1_ps(static_cast<float>(dim - 1)));
+    x = _mm256_blendv_ps(x, clamped, out);
+  }
+  x = _mm256_blendv_ps(x, _mm256_set1_ps(-2.0f - static_cast<float>(dim)), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  x = Min8(Max8(x, _mm256_set1_ps(-4.0f - static_cast<float>(dim))), _mm256_set1_ps(static_cast<float>(2 * dim + 4)));
+  __m256i i0 = _mm256_cvttps_epi32(x);  // floor: truncate, then one less where that rounded up
+  i0 = _mm256_add_epi32(i0, _mm256_castps_si256(_mm256_cmp_ps(_mm256_cvtepi32_ps(i0), x, _CMP_GT_OQ)));
+  const __m256 frac = _mm256_sub_ps(x, _mm256_cvtepi32_ps(i0));
+  Axis8 a;
+  a.w0 = _mm256_sub_ps(one, frac);
+  a.w1 = frac;
+  const __m256i i1 = _mm256_add_epi32(i0, _mm256_set1_epi32(1));
+  const __m256i zero = _mm256_setzero_si256(), last = _mm256_set1_epi32(static_cast<int32_t>(dim - 1));
+  if (border) {
+    a.i0 = _mm256_min_epi32(_mm256_max_epi32(i0, zero), last);
+    a.i1 = _mm256_min_epi32(_mm256_max_epi32(i1, zero), last);
+  } else {  // outside [0, dim): -1
+    const __m256i none = _mm256_set1_epi32(-1), dim8 = _mm256_set1_epi32(static_cast<int32_t>(dim));
+    const __m256i in0 = _mm256_and_si256(_mm256_cmpgt_epi32(i0, none), _mm256_cmpgt_epi32(dim8, i0));
+    const __m256i in1 = _mm256_and_si256(_mm256_cmpgt_epi32(i1, none), _mm256_cmpgt_epi32(dim8, i1));
+    a.i0 = _mm256_blendv_epi8(none, i0, in0);
+    a.i1 = _mm256_blendv_epi8(none, i1, in1);
+  }
+  return a;
+}
+
+// GatherSlots for points [i, i + 8) from their float grid pairs (x, y): taps rows outer, offsets y * width + x (-1
+// when either tap is a zero pixel), weights wy * wx; tap-major with the given stride, as Bilinear8Avx2 reads them.
+__attribute__((target("avx2"))) void BilinearSetup8Avx2(const float *grid, int64_t height, int64_t width, bool align,
+                                                        bool border, int32_t *o, float *w, int64_t stride) {
+  alignas(32) float gx[8], gy[8];
+  for (int k = 0; k < 8; ++k) gx[k] = grid[2 * k], gy[k] = grid[2 * k + 1];
+  const Axis8 ay = LinearAxis8(_mm256_load_ps(gy), height, align, border);
+  const Axis8 ax = LinearAxis8(_mm256_load_ps(gx), width, align, border);
+  const __m256i width8 = _mm256_set1_epi32(static_cast<int32_t>(width)), none = _mm256_set1_epi32(-1);
+  const __m256i rows[2] = {ay.i0, ay.i1}, cols[2] = {ax.i0, ax.i1};
+  const __m256 wys[2] = {ay.w0, ay.w1}, wxs[2] = {ax.w0, ax.w1};
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 2; ++b) {
+      const __m256i dropped = _mm256_or_si256(_mm256_cmpeq_epi32(rows[a], none), _mm256_cmpeq_epi32(cols[b], none));
+      const __m256i off = _mm256_add_epi32(_mm256_mullo_epi32(rows[a], width8), cols[b]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(o + (2 * a + b) * stride), _mm256_or_si256(off, dropped));
+      _mm256_storeu_ps(w + (2 * a + b) * stride, _mm256_mul_ps(wys[a], wxs[b]));
+    }
+}
 #endif
 
 // Compute type T (float for float/16-bit inputs, double for double), storage S of X / Y, G of the grid.
@@ -160,6 +232,10 @@ class GridSampleKernel : public Kernel {
 #if defined(__x86_64__)
     gather_ = std::is_same<T, float>::value && x.dtype == ElemType::kFloat && sd_ == 2 &&
               a.mode == Interp::kLinear && in_plane_ <= INT32_MAX && vmath::ActiveIsa() != vmath::Isa::kBaseline;
+    // and the taps of eight points at a time from a float grid (reflection keeps the per-point path); dims small
+    // enough that the clamped coordinates (up to 2 dim + 4) fit int32
+    setup8_ = gather_ && grid.dtype == ElemType::kFloat && a.padding != Padding::kReflection &&
+              x.dims[2] < (int64_t{1} << 29) && x.dims[3] < (int64_t{1} << 29);
 #endif
   }
   bool Run(const void *const *in, void *const *out, std::string *) override {
@@ -276,7 +352,19 @@ class GridSampleKernel : public Kernel {
     for (int64_t n = 0; n < batch; ++n)
       for (int64_t p0 = 0; p0 < out_plane_; p0 += block) {
         const int64_t np = std::min(block, out_plane_ - p0);
-        for (int64_t i = 0; i < np; ++i) {
+        int64_t first = 0;  // points before it have their taps from BilinearSetup8
+        if constexpr (std::is_same<G, float>::value)
+          if (setup8_ && np >= 8) {
+            gather_offs_.resize(static_cast<size_t>(4 * block));
+            gather_ws_.resize(static_cast<size_t>(4 * block));
+            first = np / 8 * 8;
+#if defined(__x86_64__)
+            for (int64_t i = 0; i < first; i += 8)
+              BilinearSetup8Avx2(grid + (n * out_plane_ + p0 + i) * 2, x_.dims[2], x_.dims[3], a_.align,
+                                 a_.padding == Padding::kBorder, gather_offs_.data() + i, gather_ws_.data() + i, block);
+#endif
+          }
+        for (int64_t i = first; i < np; ++i) {
           const G *g = grid + (n * out_plane_ + p0 + i) * static_cast<int64_t>(sd_);
           for (size_t d = 0; d < sd_; ++d)  // grid's last dim lists coordinates innermost spatial dim first
             AxisTaps(static_cast<T>(Num<G>::Load(g[sd_ - 1 - d])), x_.dims[2 + d], &taps[d]);
@@ -366,6 +454,7 @@ class GridSampleKernel : public Kernel {
   std::vector<T> block_ws_;
   std::vector<int> block_n_;  // taps used per point
   bool gather_ = false;       // float32 bilinear 2-D on AVX2 or better: GatherSlots / GatherPlane
+  bool setup8_ = false;       // and the taps of a float grid eight points at a time (BilinearSetup8Avx2)
   std::vector<int32_t> gather_offs_;
   std::vector<float> gather_ws_;
 };
