@@ -1,8 +1,8 @@
-"""Element-wise steps written in place: when an intermediate dies at an element-wise step (a unary op, Clip, an
-arithmetic op whose operand has the output's shape), the twin writes the step's output over it. Checked through the
-public API: results against onnx.reference on random and edge values (every in-place kernel: unary math, Clip,
-Add/Sub/Mul/Div/PRelu with and without broadcasting, x op x), and the compiled graph's feature memory, which shows
-whether the intermediate's buffer was shared."""
+"""Steps written in place: when an intermediate dies at an element-wise step (a unary op, Clip, an arithmetic op
+whose operand has the output's shape, BatchNormalization) or a row-wise normalisation (Softmax, LayerNormalization),
+the twin writes the step's output over it. Checked through the public API: results against onnx.reference on random
+and edge values (every in-place kernel: unary math, Clip, Add/Sub/Mul/Div/PRelu with and without broadcasting,
+x op x), and the compiled graph's feature memory, which shows whether the intermediate's buffer was shared."""
 
 from __future__ import annotations
 
@@ -176,3 +176,62 @@ def test_batch_normalization_in_place(dtype, elem):
     with np.errstate(all="ignore"):
         assert_close([got], [want], rtol=1e-5, atol=1e-6)
     assert feature == _aligned(np.dtype(dtype).itemsize * 210)
+
+
+def _norm_chain(op: str, shape, elem, opset: int, attrs: dict, inits=()):
+    # x -> Neg -> op -> op -> Neg -> y, the op's extra inputs (scale, bias) constants
+    extra = [name for name, _ in inits]
+    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node(op, ["a", *extra], ["b"], **attrs),
+             helper.make_node(op, ["b", *extra], ["c"], **attrs), helper.make_node("Neg", ["c"], ["y"])]
+    return make_model(nodes, [("x", elem, shape)], [("y", elem, shape)], opset=opset, initializers=list(inits))
+
+
+@pytest.mark.parametrize("dtype, elem", [(np.float32, TensorProto.FLOAT), (np.float64, TensorProto.DOUBLE)])
+@pytest.mark.parametrize("axis", [-1, 1, 0])
+def test_softmax_in_place(dtype, elem, axis):
+    # contiguous rows (axis -1) and a strided axis (1, 0: the inner index in the vector lanes)
+    shape = [6, 37, 70]
+    x = _values(6 * 37 * 70, dtype).reshape(shape)
+    model = _norm_chain("Softmax", shape, elem, 13, {"axis": axis})
+    (got,), feature = _run(model, {"x": x})
+    (want,) = reference(model, {"x": x})
+    with np.errstate(all="ignore"):
+        assert_close([got], [want], rtol=1e-5, atol=1e-7)
+    assert feature == _aligned(np.dtype(dtype).itemsize * x.size)
+
+
+@pytest.mark.parametrize("dtype, elem", [(np.float32, TensorProto.FLOAT), (np.float64, TensorProto.DOUBLE)])
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_log_softmax_is_not_in_place_and_stays_right(dtype, elem, axis):
+    # LogSoftmax reads x again after storing the exps: it gets its own buffer (two, ping-pong), and its results
+    # stay those of the reference
+    shape = [5, 33, 40]
+    x = _values(5 * 33 * 40, dtype).reshape(shape)
+    # not +-3e38 in one row: there the reference's log(exp(x - max) / sum) is -inf where the twin's x - max - log(sum)
+    # keeps the finite x - max (-3e38); both are LogSoftmax, one more exact
+    x[np.abs(x) > 1e30] = 50
+    model = _norm_chain("LogSoftmax", shape, elem, 13, {"axis": axis})
+    (got,), feature = _run(model, {"x": x})
+    (want,) = reference(model, {"x": x})
+    with np.errstate(all="ignore"):
+        assert_close([got], [want], rtol=1e-5, atol=1e-5)
+    assert feature == 2 * _aligned(np.dtype(dtype).itemsize * x.size)
+
+
+@pytest.mark.parametrize("dtype, elem", [(np.float32, TensorProto.FLOAT), (np.float64, TensorProto.DOUBLE)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_layer_normalization_in_place(dtype, elem, with_bias):
+    shape = [4, 9, 130]
+    x = _values(4 * 9 * 130, dtype).reshape(shape)
+    x[0, 0] = 7.0  # a constant row: variance 0
+    x[1, 1, 0] = np.nan  # a row with NaN stays NaN, the others stay finite
+    inits = [("scale", RNG.standard_normal(130).astype(dtype))]
+    if with_bias:
+        inits.append(("bias", RNG.standard_normal(130).astype(dtype)))
+    model = _norm_chain("LayerNormalization", shape, elem, 17, {"axis": -1, "epsilon": 1e-5}, inits)
+    (got,), feature = _run(model, {"x": x})
+    (want,) = reference(model, {"x": x})
+    with np.errstate(all="ignore"):
+        assert_close([got], [want], rtol=1e-4, atol=1e-5)
+    assert feature == _aligned(np.dtype(dtype).itemsize * x.size)
+

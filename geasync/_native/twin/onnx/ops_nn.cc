@@ -2631,6 +2631,9 @@ class LayerNormKernel : public Kernel {
   LayerNormKernel(int64_t outer, int64_t inner, float eps, std::vector<int64_t> sidx, std::vector<int64_t> bidx)
       : outer_(outer), inner_(inner), eps_(eps), sidx_(std::move(sidx)), bidx_(std::move(bidx)),
         scale_(inner), bias_(inner) {}
+  // Each row's x is read (mean, variance) before its y is written, then x[j] before y[j]; scale and bias are
+  // copied before any write: Y may be written over X.
+  bool InPlaceOver(size_t i) const override { return i == 0; }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const T *x = static_cast<const T *>(in[0]);
     const T *s = static_cast<const T *>(in[1]);

@@ -45,6 +45,9 @@ class SoftmaxKernel : public Kernel {
  public:
   SoftmaxKernel(int64_t outer, int64_t n, int64_t inner)
       : outer_(outer), n_(n), inner_(inner), mx_(inner), sum_(inner) {}
+  // Softmax reads a row's x (its max) before writing it, then x[k] before y[k] (the exps) and only y after that:
+  // in place is safe. LogSoftmax's last pass reads x again after the exps were stored in y.
+  bool InPlaceOver(size_t i) const override { return i == 0 && !kLog; }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     if (n_ == 0) return true;
     const T *x = static_cast<const T *>(in[0]);

@@ -251,7 +251,12 @@ TWIN_VMATH_INLINE float RowMax(const float *__restrict xr, int64_t n) {
 // for its own horizontal sum and scalar log (~100 cycles of latency): LogSoftmax of 256-float rows ran 1.45x
 // slower than Softmax. A block stays within ~64 KiB so its rows are still cached for the final pass.
 constexpr int64_t kSoftmaxBlockRows = 16, kSoftmaxBlockFloats = 16384;
-TWIN_VMATH_INLINE void SoftmaxBody(const float *__restrict x, float *__restrict y, int64_t rows, int64_t n,
+// Softmax and LayerNormalization may run in place (y == x: their kernels' InPlaceOver). Their loops are compiled
+// twice, as kSame = false for distinct buffers and kSame = true for y == x, where x is never dereferenced and the
+// rows are read through y: __restrict stays true either way (without it GCC versions the loops with overlap checks,
+// and they ran ~1.2x slower).
+template <bool kSame>
+TWIN_VMATH_INLINE void SoftmaxImpl(const float *__restrict x, float *__restrict y, int64_t rows, int64_t n,
                                    bool log_softmax) {
   const int64_t fit = n > 0 ? kSoftmaxBlockFloats / n : kSoftmaxBlockRows;
   const int64_t per_block = fit < 1 ? 1 : fit < kSoftmaxBlockRows ? fit : kSoftmaxBlockRows;
@@ -259,7 +264,7 @@ TWIN_VMATH_INLINE void SoftmaxBody(const float *__restrict x, float *__restrict 
   for (int64_t r0 = 0; r0 < rows; r0 += per_block) {
     const int64_t nb = rows - r0 < per_block ? rows - r0 : per_block;
     for (int64_t b = 0; b < nb; ++b) {
-      const float *xr = x + (r0 + b) * n;
+      const float *xr = (kSame ? y : x) + (r0 + b) * n;
       float *yr = y + (r0 + b) * n;
       const float mx = RowMax(xr, n);
       float acc[kLanes] = {};
@@ -284,7 +289,7 @@ TWIN_VMATH_INLINE void SoftmaxBody(const float *__restrict x, float *__restrict 
     if (log_softmax) {
       for (int64_t b = 0; b < nb; ++b) sums[b] = Log(sums[b]) + mxs[b];
       for (int64_t b = 0; b < nb; ++b) {
-        const float *xr = x + (r0 + b) * n;
+        const float *xr = (kSame ? y : x) + (r0 + b) * n;
         float *yr = y + (r0 + b) * n;
         const float lse = sums[b];
         for (int64_t k = 0; k < n; ++k) yr[k] = xr[k] - lse;
@@ -305,10 +310,11 @@ TWIN_VMATH_INLINE void SoftmaxBody(const float *__restrict x, float *__restrict 
 // pass reads contiguous rows of one outer slice (n * inner floats, usually cache resident) instead of transposing.
 // Per column the arithmetic is SoftmaxBody's: max skipping NaN, ExpNonPositive of x - max summed in order of k.
 constexpr int64_t kStrideBlock = 64;
-TWIN_VMATH_INLINE void SoftmaxStridedBody(const float *__restrict x, float *__restrict y, int64_t outer, int64_t n,
+template <bool kSame>
+TWIN_VMATH_INLINE void SoftmaxStridedImpl(const float *__restrict x, float *__restrict y, int64_t outer, int64_t n,
                                           int64_t inner, bool log_softmax) {
   for (int64_t o = 0; o < outer; ++o) {
-    const float *xo = x + o * n * inner;
+    const float *xo = (kSame ? y : x) + o * n * inner;
     float *yo = y + o * n * inner;
     for (int64_t j0 = 0; j0 < inner; j0 += kStrideBlock) {
       const int64_t w = inner - j0 < kStrideBlock ? inner - j0 : kStrideBlock;
@@ -350,11 +356,12 @@ TWIN_VMATH_INLINE void SoftmaxStridedBody(const float *__restrict x, float *__re
   }
 }
 
-TWIN_VMATH_INLINE void LayerNormBody(const float *__restrict x, float *__restrict y, int64_t rows, int64_t n,
+template <bool kSame>
+TWIN_VMATH_INLINE void LayerNormImpl(const float *__restrict x, float *__restrict y, int64_t rows, int64_t n,
                                      const float *__restrict scale, const float *__restrict bias, float epsilon,
                                      float *__restrict mean_out, float *__restrict inv_out) {
   for (int64_t r = 0; r < rows; ++r) {
-    const float *xr = x + r * n;
+    const float *xr = (kSame ? y : x) + r * n;
     float *yr = y + r * n;
     double acc[kLanes] = {};
     int64_t i = 0;
@@ -387,6 +394,21 @@ TWIN_VMATH_INLINE void LayerNormBody(const float *__restrict x, float *__restric
     if (mean_out) mean_out[r] = m;
     if (inv_out) inv_out[r] = iv;
   }
+}
+
+TWIN_VMATH_INLINE void SoftmaxBody(const float *x, float *y, int64_t rows, int64_t n, bool log_softmax) {
+  if (x == y) return SoftmaxImpl<true>(x, y, rows, n, log_softmax);
+  SoftmaxImpl<false>(x, y, rows, n, log_softmax);
+}
+TWIN_VMATH_INLINE void SoftmaxStridedBody(const float *x, float *y, int64_t outer, int64_t n, int64_t inner,
+                                          bool log_softmax) {
+  if (x == y) return SoftmaxStridedImpl<true>(x, y, outer, n, inner, log_softmax);
+  SoftmaxStridedImpl<false>(x, y, outer, n, inner, log_softmax);
+}
+TWIN_VMATH_INLINE void LayerNormBody(const float *x, float *y, int64_t rows, int64_t n, const float *scale,
+                                     const float *bias, float epsilon, float *mean_out, float *inv_out) {
+  if (x == y) return LayerNormImpl<true>(x, y, rows, n, scale, bias, epsilon, mean_out, inv_out);
+  LayerNormImpl<false>(x, y, rows, n, scale, bias, epsilon, mean_out, inv_out);
 }
 
 #if defined(__x86_64__)
