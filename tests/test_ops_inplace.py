@@ -47,12 +47,14 @@ def _run(model, feeds):
         return [o.numpy().copy() for o in outs], s.get_compiled_graph_summary(1).feature_memory_size
 
 
-def _chain_model(op: str, elem=TensorProto.FLOAT, n: int = 1000, *, opset: int = 20, **attrs):
-    # x -> Neg -> op -> op -> Neg -> y: both op steps read an intermediate that dies there
-    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node(op, ["a"], ["b"], **attrs),
-             helper.make_node(op, ["b"], ["c"], **attrs), helper.make_node("Neg", ["c"], ["y"])]
-    return make_model(nodes, [("x", elem, [n])],
-                      [("y", elem, [n])], opset=opset)
+def _chain_model(op: str, elem=TensorProto.FLOAT, shape=(1000,), *, opset: int = 20, attrs=None, inits=()):
+    # x -> Neg -> op -> op -> Neg -> y: both op steps read an intermediate that dies there (the op's extra inputs,
+    # such as scale and bias, are the constants inits)
+    extra = [name for name, _ in inits]
+    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node(op, ["a", *extra], ["b"], **(attrs or {})),
+             helper.make_node(op, ["b", *extra], ["c"], **(attrs or {})), helper.make_node("Neg", ["c"], ["y"])]
+    return make_model(nodes, [("x", elem, list(shape))], [("y", elem, list(shape))], opset=opset,
+                      initializers=list(inits))
 
 
 @pytest.mark.parametrize("op", UNARY_FLOAT)
@@ -70,7 +72,7 @@ def test_unary_chain_in_place_matches_reference(op):
                                           (np.int32, TensorProto.INT32), (np.int8, TensorProto.INT8)])
 def test_unary_chain_in_place_other_dtypes(dtype, elem):
     x = _values(777, dtype) if np.issubdtype(dtype, np.floating) else RNG.integers(-100, 100, 777).astype(dtype)
-    model = _chain_model("Relu", elem, 777)
+    model = _chain_model("Relu", elem, (777,))
     (got,), feature = _run(model, {"x": x})
     (want,) = reference(model, {"x": x})
     np.testing.assert_array_equal(got, want)
@@ -178,21 +180,13 @@ def test_batch_normalization_in_place(dtype, elem):
     assert feature == _aligned(np.dtype(dtype).itemsize * 210)
 
 
-def _norm_chain(op: str, shape, elem, opset: int, attrs: dict, inits=()):
-    # x -> Neg -> op -> op -> Neg -> y, the op's extra inputs (scale, bias) constants
-    extra = [name for name, _ in inits]
-    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node(op, ["a", *extra], ["b"], **attrs),
-             helper.make_node(op, ["b", *extra], ["c"], **attrs), helper.make_node("Neg", ["c"], ["y"])]
-    return make_model(nodes, [("x", elem, shape)], [("y", elem, shape)], opset=opset, initializers=list(inits))
-
-
 @pytest.mark.parametrize("dtype, elem", [(np.float32, TensorProto.FLOAT), (np.float64, TensorProto.DOUBLE)])
 @pytest.mark.parametrize("axis", [-1, 1, 0])
 def test_softmax_in_place(dtype, elem, axis):
     # contiguous rows (axis -1) and a strided axis (1, 0: the inner index in the vector lanes)
     shape = [6, 37, 70]
     x = _values(6 * 37 * 70, dtype).reshape(shape)
-    model = _norm_chain("Softmax", shape, elem, 13, {"axis": axis})
+    model = _chain_model("Softmax", elem, shape, opset=13, attrs={"axis": axis})
     (got,), feature = _run(model, {"x": x})
     (want,) = reference(model, {"x": x})
     with np.errstate(all="ignore"):
@@ -210,7 +204,7 @@ def test_log_softmax_is_not_in_place_and_stays_right(dtype, elem, axis):
     # not +-3e38 in one row: there the reference's log(exp(x - max) / sum) is -inf where the twin's x - max - log(sum)
     # keeps the finite x - max (-3e38); both are LogSoftmax, one more exact
     x[np.abs(x) > 1e30] = 50
-    model = _norm_chain("LogSoftmax", shape, elem, 13, {"axis": axis})
+    model = _chain_model("LogSoftmax", elem, shape, opset=13, attrs={"axis": axis})
     (got,), feature = _run(model, {"x": x})
     (want,) = reference(model, {"x": x})
     with np.errstate(all="ignore"):
@@ -228,7 +222,8 @@ def test_layer_normalization_in_place(dtype, elem, with_bias):
     inits = [("scale", RNG.standard_normal(130).astype(dtype))]
     if with_bias:
         inits.append(("bias", RNG.standard_normal(130).astype(dtype)))
-    model = _norm_chain("LayerNormalization", shape, elem, 17, {"axis": -1, "epsilon": 1e-5}, inits)
+    model = _chain_model("LayerNormalization", elem, shape, opset=17, attrs={"axis": -1, "epsilon": 1e-5},
+                         inits=inits)
     (got,), feature = _run(model, {"x": x})
     (want,) = reference(model, {"x": x})
     with np.errstate(all="ignore"):
