@@ -8,9 +8,11 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -1667,6 +1669,108 @@ __attribute__((target("avx512f"))) bool SepInAvx512(const SepInPlace &g, int64_t
   }
   return true;
 }
+// SepExactPlane on AVX2 (the same test: no inf / NaN, nonzero magnitudes within max_span binades).
+__attribute__((target("avx2"))) bool SepExactPlaneAvx2(const float *x, int64_t n, int32_t max_span) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), zero = _mm256_setzero_si256();
+  __m256i hi = zero, lo = abs_mask;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i b = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(x + i)), abs_mask);
+    hi = _mm256_max_epi32(hi, b);
+    lo = _mm256_min_epi32(lo, _mm256_blendv_epi8(b, abs_mask, _mm256_cmpeq_epi32(b, zero)));  // zeros skipped
+  }
+  alignas(32) int32_t h[8], l[8];
+  _mm256_store_si256(reinterpret_cast<__m256i *>(h), hi);
+  _mm256_store_si256(reinterpret_cast<__m256i *>(l), lo);
+  int32_t hmax = 0, lmin = 0x7fffffff;
+  for (int j = 0; j < 8; ++j) hmax = std::max(hmax, h[j]), lmin = std::min(lmin, l[j]);
+  for (; i < n; ++i) {
+    int32_t b;
+    std::memcpy(&b, x + i, sizeof b);
+    b &= 0x7fffffff;
+    hmax = std::max(hmax, b);
+    if (b) lmin = std::min(lmin, b);
+  }
+  if (hmax >= 0x7f800000) return false;  // inf or NaN
+  if (hmax == 0) return true;            // zeros only
+  const int32_t emax = hmax >> 23, emin = std::max(lmin >> 23, 1);
+  return emax - emin <= max_span;
+}
+// The doubles SepInAvx2 needs for a plane's output rows of `ow` with a kh x kw window.
+inline size_t SepInAvx2Doubles(int64_t kh, int64_t kw, int64_t ow) {
+  return static_cast<size_t>(kh * ow + ow + kw - 1);
+}
+// SepInAvx2's two passes, one per window size (kw, kh in 1..9) so that each is one pass over the row (GCC
+// vectorises them 4 doubles wide; a pass per tap measured store-bound, ~1.7x onnxruntime at 3x3).
+// The kKW-tap row sums of a zero-padded row.
+template <int kKW>
+__attribute__((target("avx2"))) void SepRowSums(const double *__restrict pad, double *__restrict dst, int64_t n) {
+  for (int64_t o = 0; o < n; ++o) {
+    double s = pad[o];
+    for (int k = 1; k < kKW; ++k) s += pad[o + k];
+    dst[o] = s;
+  }
+}
+// One output row: the kKH row sums (ring rows r[0..kKH)), +0.0 (as SepInColumns), divided by the divisor row d.
+template <int kKH>
+__attribute__((target("avx2"))) void SepColumnRow(const double *const *r, const double *__restrict d,
+                                                  float *__restrict y, int64_t n) {
+  const double *__restrict r0 = r[0];
+  for (int64_t o = 0; o < n; ++o) {
+    double s = r0[o];
+    for (int k = 1; k < kKH; ++k) s += r[k][o];
+    y[o] = static_cast<float>((s + 0.0) / d[o]);
+  }
+}
+using SepRowSumsFn = void (*)(const double *, double *, int64_t);
+using SepColumnRowFn = void (*)(const double *const *, const double *, float *, int64_t);
+template <int... kK>
+constexpr std::array<SepRowSumsFn, sizeof...(kK)> SepRowSumsTable(std::integer_sequence<int, kK...>) {
+  return {SepRowSums<kK + 1>...};
+}
+template <int... kK>
+constexpr std::array<SepColumnRowFn, sizeof...(kK)> SepColumnRowTable(std::integer_sequence<int, kK...>) {
+  return {SepColumnRow<kK + 1>...};
+}
+// AveragePool at stride 1 on AVX2 with SepInAvx512's plan (same planes, same geometry and divisors): per input row
+// its values in double in a zero-padded row (pad) and each output column's kw-tap row sum into a ring of kh rows,
+// then per output row the kh row sums, +0.0, and one division. Every sum is exact on the planes SepExactPlaneAvx2
+// accepts, so any order gives the window order's bits. kh, kw <= 9. buf: SepInAvx2Doubles. Returns whether it took
+// the plane.
+__attribute__((target("avx2"))) bool SepInAvx2(const SepInPlace &g, int64_t kh, int64_t kw, const float *x,
+                                               double *buf, float *y) {
+  if (kh < 1 || kh > 9 || kw < 1 || kw > 9) return false;
+  if (!SepExactPlaneAvx2(x, g.H * g.W, SepRunSpan(kh * kw))) return false;
+  static constexpr auto row_table = SepRowSumsTable(std::make_integer_sequence<int, 9>());
+  static constexpr auto col_table = SepColumnRowTable(std::make_integer_sequence<int, 9>());
+  const SepRowSumsFn row_fn = row_table[kw - 1];
+  const SepColumnRowFn col_fn = col_table[kh - 1];
+  const int64_t OW = g.OW, PW = OW + kw - 1;
+  double *ring = buf, *pad = buf + kh * OW;
+  // columns [c0, c1) of pad hold the row's columns [c0 - PL, c1 - PL); the rest are zero
+  const int64_t c0 = std::min(std::max<int64_t>(g.PL, 0), PW), c1 = std::max(c0, std::min(g.PL + g.W, PW));
+  std::fill(pad, pad + c0, 0.0);
+  std::fill(pad + c1, pad + PW, 0.0);
+  auto row_sums = [&](int64_t ih, double *dst) {
+    if (ih < 0 || ih >= g.H) {
+      std::fill(dst, dst + OW, 0.0);
+      return;
+    }
+    const float *xr = x + ih * g.W;
+    for (int64_t c = c0; c < c1; ++c) pad[c] = xr[c - g.PL];
+    row_fn(pad, dst, OW);
+  };
+  for (int64_t k = 0; k + 1 < kh; ++k) row_sums(k - g.PT, ring + k * OW);
+  const double *rows[9];
+  int64_t in = kh - 1;  // the ring's slot of the entering row
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    row_sums(oh - g.PT + kh - 1, ring + in * OW);
+    for (int64_t k = 0; k < kh; ++k) rows[k] = ring + k * OW;  // (any order: the sums are exact)
+    col_fn(rows, g.div + g.drow[oh], y + oh * OW, OW);
+    in = in + 1 == kh ? 0 : in + 1;
+  }
+  return true;
+}
 // MaxPool at stride 1 with a kK x kK window on one plane read in place (AVX-512), separable: per input row the
 // maxima of kK adjacent columns for 16 outputs (two masked loads, lanes outside the row -inf as pads, the taps as
 // shifts of those), kept in registers for the next kK - 1 output rows; then the maximum of the kK rows'. Each
@@ -1908,7 +2012,8 @@ class PoolKernel : public Kernel {
     // windows than square 2x2 to 4x4 (the running sums) only on rows the whole-plane grid takes: on 128 x 128 at
     // 3x5 / 5x5 they measured ~1.2x slower than the row loop (open).
     const bool sin_square = KH == KW && KH >= 2 && KH <= 4;
-    if (!kMax && plane2d_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && SH == 1 && SW == 1 && KW <= 9 &&
+    // (AVX2: SepInAvx2 on the same plan.)
+    if (!kMax && plane2d_ && vmath::ActiveIsa() != vmath::Isa::kBaseline && SH == 1 && SW == 1 && KW <= 9 &&
         KH * KW >= 2 && OH > 0 && OW > 0 && (sin_square || W <= kFlatMaxW)) {
       const int64_t OW8 = (OW + 7) / 8 * 8;
       sin_mask_.assign(static_cast<size_t>(OW8 / 8), 0);
@@ -1937,7 +2042,7 @@ class PoolKernel : public Kernel {
       sin_ = SepInPlace{w_.in[1], W, OH, OW, w_.pb[1], w_.pb[2], sin_mask_.data(), sin_drow_.data(),
                         sin_div_.data()};
       sin_kh_ = KH, sin_kw_ = KW;
-      sin_ring_.assign(static_cast<size_t>(32 * KH), 0.0);
+      sin_ring_.assign(std::max<size_t>(static_cast<size_t>(32 * KH), SepInAvx2Doubles(KH, KW, OW)), 0.0);
     }
     // MaxPool, stride 1, square 2x2 to 5x5 windows on AVX-512: the plane read in place, separable (SepMaxInAvx512).
     if (kMax && plane2d_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && SH == 1 && SW == 1 && KH == KW &&
@@ -2058,8 +2163,14 @@ class PoolKernel : public Kernel {
         for (int64_t nc = 0; nc < NC_; ++nc) {
           const float *x = X + nc * in_sp;
           float *y = Y + nc * out_sp;
-          if (SepInAvx512(sin_, sin_kh_, sin_kw_, x, sin_ring_.data(), y)) continue;
-          if (flat_on_) FlatAvgAvx512(flat_, x, in_sp, y, out_sp, 1, flat_xp_.data(), flat_z_.data());
+          if (vmath::ActiveIsa() == vmath::Isa::kAvx512) {
+            if (SepInAvx512(sin_, sin_kh_, sin_kw_, x, sin_ring_.data(), y)) continue;
+            if (flat_on_) FlatAvgAvx512(flat_, x, in_sp, y, out_sp, 1, flat_xp_.data(), flat_z_.data());
+            else RunPlane2d(x, y);
+            continue;
+          }
+          if (SepInAvx2(sin_, sin_kh_, sin_kw_, x, sin_ring_.data(), y)) continue;
+          if (flat_on_) FlatAvgAvx2(flat_, x, in_sp, y, out_sp, 1, flat_xp_.data(), flat_z_.data());
           else RunPlane2d(x, y);
         }
         return true;
