@@ -158,3 +158,75 @@ def test_a_failure_while_handing_outputs_over_leaks_nothing(monkeypatch, fail_in
         p, q, r, t = s.run_graph(1, [a, b])  # the session is unharmed
         np.testing.assert_array_equal(r.numpy(), -a)
         np.testing.assert_array_equal(t.numpy(), -b)
+
+
+def layouts_model():
+    """Outputs of one symbolic-shape input x[n, m]: itself (float32), as int32 and as uint8 viewed as bytes of the
+    same count, and flattened: pairs with the same byte count and different dtypes or shapes."""
+    return make_model([helper.make_node("Identity", ["x"], ["f"]),
+                       helper.make_node("Cast", ["x"], ["i"], to=TensorProto.INT32),
+                       helper.make_node("Cast", ["x"], ["u"], to=TensorProto.UINT8),
+                       helper.make_node("Flatten", ["x"], ["flat"], axis=0)],
+                      [("x", TensorProto.FLOAT, ["n", "m"])],
+                      [("f", TensorProto.FLOAT, ["n", "m"]), ("i", TensorProto.INT32, ["n", "m"]),
+                       ("u", TensorProto.UINT8, ["n", "m"]), ("flat", TensorProto.FLOAT, [1, "nm"])])
+
+
+def check_layouts_run(s, shape, seed):
+    x = np.asarray(np.random.default_rng(seed).integers(0, 100, shape), np.float32)
+    f, i, u, flat = s.run_graph(1, [x])
+    for t, want in ((f, x), (i, x.astype(np.int32)), (u, x.astype(np.uint8)), (flat, x.reshape(1, -1))):
+        a = t.numpy()
+        assert a.dtype == want.dtype and a.shape == want.shape == t.shape and t.nbytes == want.nbytes
+        np.testing.assert_array_equal(a, want)
+
+
+@pytest.mark.anyio
+async def test_outputs_of_changing_shapes_keep_their_own_dtype_and_shape():
+    """The binding keeps what it derived from each output layout (dtype, shape, size) the runtime names: outputs
+    whose shapes change from run to run, and outputs of equal byte counts but other dtypes or shapes, must never
+    come back described as another one (synchronous and RunGraphAsync runs, either side of the copy threshold)."""
+    shapes = [(2, 6), (3, 4), (12, 1), (1, 12), (2, 6), (4, 3), (0, 5), (5, 0), (1, 1),
+              (64, COPY_MAX // 256 + 8), (2, 6), (64, COPY_MAX // 256)]
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(layouts_model()))
+        s.add_graph(2, ga.Graph.from_onnx(layouts_model()))  # (a graph's first run fixes its mode)
+        before = live()["tensors"]
+        for k, shape in enumerate(shapes * 2):
+            check_layouts_run(s, shape, k)
+            x = np.full(shape, 7, np.float32)
+            f, i, u, flat = await s.run_graph_async(2, [x])
+            assert (f.shape, i.dtype, u.dtype, flat.shape) == (shape, np.int32, np.uint8, (1, x.size))
+            np.testing.assert_array_equal(i.numpy(), x.astype(np.int32))
+            del f, i, u, flat
+        gc_collect_harder()
+        assert live()["tensors"] == before
+
+
+def test_outputs_stay_right_once_the_runtime_stops_naming_new_layouts():
+    """The shim names at most GA_MAX_OUTPUT_LAYOUTS layouts per process; past that, outputs of new layouts come
+    without a name and the binding reads their fields every time. Run in a fresh interpreter: it uses up the table."""
+    code = """
+        import numpy as np
+        import geasync as ga
+        from geasync import _lib
+        from test_output_handover import check_layouts_run, layouts_model
+
+        with ga.Session() as s:
+            s.add_graph(1, ga.Graph.from_onnx(layouts_model()))
+            check_layouts_run(s, (2, 3), 0)
+            limit = int(_lib.lib.GA_MAX_OUTPUT_LAYOUTS)
+            n = 1
+            while len(_lib._layouts) < limit:  # four new layouts a run (two of them equal at n = 1)
+                x = np.full((1, n), n % 97, np.float32)
+                f, i, u, flat = s.run_graph(1, [x])
+                assert f.shape == (1, n) and int(i.numpy()[0, -1]) == n % 97
+                n += 1
+            assert len(_lib._layouts) == limit
+            for k, shape in enumerate([(2, 3), (n + 1, 1), (1, n + 2), (3, 2), (n + 1, 1)]):  # seen and new ones
+                check_layouts_run(s, shape, k)
+            assert len(_lib._layouts) == limit
+        print("ok", n)
+    """
+    from test_adversarial import run_isolated
+    assert run_isolated(code, timeout=110).stdout.startswith("ok")

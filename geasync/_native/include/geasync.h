@@ -57,7 +57,10 @@ typedef struct ga_tensor_desc {
 
 /* An output the caller takes over (ga_outputs_take_all): its handle, to destroy with ga_tensor_destroy (or
  * ga_output_infos_release), and its description, with the data address both as an integer (one field read per value
- * on the binding's hot path) and as a pointer (the source of a copy, without a cast). */
+ * on the binding's hot path) and as a pointer (the source of a copy, without a cast). `layout` names the description
+ * (size, dtype, placement, ndim, dims): outputs described alike get the same nonzero id for the life of the process,
+ * so a binding can keep what it derives from one instead of reading every field of every output; 0 when the
+ * process has seen too many different layouts to name another (GA_MAX_OUTPUT_LAYOUTS). */
 typedef struct ga_output_info {
   ga_tensor *handle;
   const void *data;
@@ -66,8 +69,12 @@ typedef struct ga_output_info {
   int32_t dtype;
   int32_t placement;
   uint32_t ndim;
+  uint32_t layout;
   int64_t dims[25];
 } ga_output_info;
+
+/* How many output layouts get an id (ga_output_info.layout). */
+#define GA_MAX_OUTPUT_LAYOUTS 16384
 
 /* String maps (GE options) as parallel arrays. */
 typedef struct ga_options {

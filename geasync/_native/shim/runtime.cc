@@ -4,7 +4,10 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
+#include <string>
 #include <thread>
+#include <unordered_map>
 
 #include "shim_internal.h"
 
@@ -134,6 +137,37 @@ bool ToGertTensors(const ga_tensor_desc *descs, size_t count, std::vector<gert::
   return true;
 }
 
+namespace {
+// The output layouts named so far (ga_output_info.layout): the key is the description's words (size, dtype,
+// placement, ndim, dims), the value its id. Ids are never reused, so a binding may keep what it derived from one.
+struct Layouts {
+  std::mutex mu;
+  std::unordered_map<std::string, uint32_t> ids;
+};
+Layouts &KnownLayouts() {
+  static Layouts *l = new Layouts();  // leaked: outputs may be described while the process exits
+  return *l;
+}
+uint32_t LayoutId(const ga_output_info &info) {
+  thread_local std::string key;  // reused: no allocation for a layout seen before
+  const int64_t head[4] = {static_cast<int64_t>(info.size), info.dtype, info.placement, info.ndim};
+  try {
+    key.assign(reinterpret_cast<const char *>(head), sizeof head);
+    key.append(reinterpret_cast<const char *>(info.dims), info.ndim * sizeof(int64_t));
+    Layouts &l = KnownLayouts();
+    std::lock_guard<std::mutex> lock(l.mu);
+    const auto it = l.ids.find(key);
+    if (it != l.ids.end()) return it->second;
+    if (l.ids.size() >= GA_MAX_OUTPUT_LAYOUTS) return 0;  // unnamed: the binding reads the fields
+    const auto id = static_cast<uint32_t>(l.ids.size() + 1);
+    l.ids.emplace(key, id);
+    return id;
+  } catch (...) {  // out of memory: unnamed
+    return 0;
+  }
+}
+}  // namespace
+
 void Describe(ga_tensor *handle, ga_output_info *info) {
   info->handle = handle;
   const gert::Tensor &t = handle->tensor;
@@ -145,6 +179,7 @@ void Describe(ga_tensor *handle, ga_output_info *info) {
   const gert::Shape &shape = t.GetStorageShape();
   info->ndim = static_cast<uint32_t>(shape.GetDimNum());
   for (size_t k = 0; k < info->ndim; ++k) info->dims[k] = shape.GetDim(k);
+  info->layout = LayoutId(*info);
 }
 
 ga_outputs *MakeOutputs(std::vector<gert::Tensor> &&tensors) {
