@@ -366,6 +366,9 @@ bool UseAvx2() {
 }
 
 Sums FloatSums(const float *x, int64_t n, double shift) {
+  // Fewer values than lanes: every form adds them to zero lanes in FinishSums' order; skip the lanes (a channel of
+  // a few values, as in small instance norms, spent more on them than on its values).
+  if (n < kSumLanes) return FinishSums(0.0, 0.0, x, 0, n, shift);
 #if defined(__x86_64__)
   if (UseAvx512()) return LanedSumsAvx512(x, n, shift);
   if (UseAvx2()) return LanedSumsAvx2(x, n, shift);
