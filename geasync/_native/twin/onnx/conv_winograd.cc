@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #endif
 
+#include "common.h"
 #include "gemm.h"
 
 namespace twin {
@@ -87,7 +88,7 @@ TWIN_WG_INLINE void SplitRow(const WinogradShape &s, const Blocking &b, const fl
   }
   const int64_t lo = std::min(s.pl, len), hi = std::min(len, s.pl + s.W);
   std::fill(pad, pad + lo, 0.0f);
-  if (hi > lo) std::memcpy(pad + lo, xc + ir * s.W, static_cast<size_t>(hi - lo) * sizeof(float));
+  if (hi > lo) CopyBytes(pad + lo, xc + ir * s.W, static_cast<size_t>(hi - lo) * sizeof(float));
   std::fill(pad + std::max(lo, hi), pad + len, 0.0f);
   const float *__restrict p = pad;
   for (int64_t j = 0; j <= b.tw; ++j) {

@@ -700,7 +700,7 @@ class GatherNDKernel : public Kernel {
       for (int64_t t = 0; t < g_.tuples; ++t) {
         int64_t off;
         if (!TupleOffset(g_, idx + (b * g_.tuples + t) * g_.k, &off, reason)) return false;
-        std::memcpy(y + (b * g_.tuples + t) * g_.slice, x + b * g_.block + off, g_.slice * sizeof(U));
+        CopyBytes(y + (b * g_.tuples + t) * g_.slice, x + b * g_.block + off, g_.slice * sizeof(U));
       }
     }
     return true;
@@ -918,7 +918,7 @@ class TriluKernel : public Kernel {
         // two runs per row: a copy and zeros (U is an unsigned type of the element width: zero bits are 0)
         const int64_t copy_from = upper_ ? edge : 0, copy_to = upper_ ? cols_ : edge;
         std::memset(py, 0, static_cast<size_t>(cols_) * sizeof(U));
-        std::memcpy(py + copy_from, px + copy_from, static_cast<size_t>(copy_to - copy_from) * sizeof(U));
+        CopyBytes(py + copy_from, px + copy_from, static_cast<size_t>(copy_to - copy_from) * sizeof(U));
       }
     }
     return true;
@@ -992,10 +992,10 @@ void CumSumRows(const float *x, float *y, int64_t n, int64_t inner, bool exclusi
   if (exclusive) {
     std::memset(py, 0, bytes);
     if (n == 1) return;
-    std::memcpy(py + step, px, bytes);
+    CopyBytes(py + step, px, bytes);
     for (int64_t t = 2; t < n; ++t) AddRows(py + (t - 1) * step, px + (t - 1) * step, py + t * step, inner);
   } else {
-    std::memcpy(py, px, bytes);
+    CopyBytes(py, px, bytes);
     for (int64_t t = 1; t < n; ++t) AddRows(py + (t - 1) * step, px + t * step, py + t * step, inner);
   }
 }

@@ -792,7 +792,7 @@ class ConvKernel : public Kernel {
               continue;
             }
             std::fill(dst, dst + pl, T(0));
-            std::memcpy(dst + pl, xg + (c * H + ir) * Wd, static_cast<size_t>(Wd) * sizeof(T));
+            CopyBytes(dst + pl, xg + (c * H + ir) * Wd, static_cast<size_t>(Wd) * sizeof(T));
             std::fill(dst + pl + Wd, dst + pw_, T(0));
           }
         }

@@ -32,7 +32,7 @@ bool VisitWidth(ElemType t, F &&f) {
 
 using CopyFn = void (*)(void *, const void *, size_t);
 
-void CopyPlain(void *dst, const void *src, size_t n) { std::memcpy(dst, src, n); }
+void CopyPlain(void *dst, const void *src, size_t n) { CopyBytes(dst, src, n); }
 
 #if defined(__x86_64__)
 // Runs of a few hundred bytes to a few KiB, one after another: glibc's memcpy pays its size dispatch and

@@ -1000,7 +1000,7 @@ class ConvViaGemm : public Kernel {
             continue;
           }
           std::memset(row, zbyte, static_cast<size_t>(lo2));
-          std::memcpy(row + lo2, x + ((c * s_.in[0] + i0) * s_.in[1] + i1) * s_.in[2], static_cast<size_t>(hi2 - lo2));
+          CopyBytes(row + lo2, x + ((c * s_.in[0] + i0) * s_.in[1] + i1) * s_.in[2], static_cast<size_t>(hi2 - lo2));
           std::memset(row + hi2, zbyte, static_cast<size_t>(e_[2] - hi2));
         }
   }

@@ -256,7 +256,7 @@ class TransposeKernel : public Kernel {
     }
     if (is == 1) {  // the last axis kept: runs of contiguous elements (is a run-time 1: no vectorised loop)
       for (int64_t o = 0; o < total_; o += inner) {
-        std::memcpy(y + o, x + off, static_cast<size_t>(inner) * sizeof(T));
+        CopyBytes(y + o, x + off, static_cast<size_t>(inner) * sizeof(T));
         NextOffset(r - 1, &off);
       }
       return true;
