@@ -337,8 +337,10 @@ _T = TypeVar("_T")
 # Host outputs of at most this many bytes are copied into numpy memory when their data is final (synchronous runs and
 # RunGraphAsync completions) and their native tensors freed at once: creating a numpy array and copying a few KiB
 # costs less than keeping a native owner and making a view of it when the output is read (measured: a 4x4 Relu run
-# and its output read with .numpy() 6.6 -> 5.3 us; a view wins above ~64 KiB).
-OUTPUT_COPY_MAX = 16 * 1024
+# and its output read with .numpy() 6.6 -> 5.3 us; Relu on 16-32 KiB, run and read, 1.35x -> 1.05x onnxruntime with
+# a copy instead of a view; even at 64 KiB, a view wins above). The twin pads its host output blocks so the copy
+# does not meet glibc's slow `rep movsb` case on AMD CPUs (see CopyBytes in the twin).
+OUTPUT_COPY_MAX = 64 * 1024
 
 
 class OutputFactory(Generic[_T]):
