@@ -34,11 +34,11 @@ bool OnnxTypeToElemType(int64_t onnx_type, ElemType *out);
 const char *OnnxTypeName(int64_t onnx_type);
 
 // memcpy for kernels: tolerates nullptr when n == 0 (memcpy itself does not), and steps around glibc bug 30994.
-// glibc before 2.39 copies from ~2 KiB up to about the L2 size with `rep movsb`, which AMD Zen 3 and 4 run 6-40x
-// slower when the destination lies less than 64 bytes past the source modulo 4 KiB. Two malloc'd blocks of a
-// power-of-two size sit 16 bytes past each other that way, so numpy arrays hit it often (measured here: a 16 KiB
-// copy 1.06 -> 6.5 us, a 256 KiB one 8 -> 90 us). Such copies go in 2 KiB pieces, below the size where glibc
-// switches to `rep movsb`, which memcpy moves with its vector loop at full speed.
+// glibc releases without that bug's fix (Debian 12's 2.36, for one) copy from ~2 KiB up to about the L2 size with
+// `rep movsb`, which AMD Zen 3 and 4 run 6-40x slower when the destination lies less than 64 bytes past the source
+// modulo 4 KiB. Two malloc'd blocks of a power-of-two size sit 16 bytes past each other that way, so numpy arrays
+// hit it often (measured: a 16 KiB copy 1.06 -> 6.5 us, a 256 KiB one 8 -> 90 us). Such copies go in 2 KiB pieces,
+// below the size where glibc switches to `rep movsb`: memcpy moves those with its vector loop at full speed.
 inline void CopyBytes(void *dst, const void *src, size_t n) {
   constexpr size_t kPiece = 2048;
   if (n > kPiece && ((reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(src)) & 4095) < 64) {
