@@ -30,7 +30,7 @@ import anyio
 import numpy as np
 from numpy.typing import NDArray
 
-from ._loops import TrioWaiter, running_loop, trio_token
+from ._loops import TrioWaiter, fail_after, running_loop, trio_token
 from ._metadata import TensorInfo
 from ._stats import Histogram, HistogramSnapshot, logger, now
 from ._types import Inputs
@@ -215,7 +215,7 @@ class Batcher:
         return self._run_with_timeout(arrays, rows, key, timeout)
 
     async def _run_with_timeout(self, arrays: _Arrays, rows: int, key: _Key, timeout: float) -> list[Tensor]:
-        with anyio.fail_after(timeout):
+        async with fail_after(timeout):
             return await self._run(arrays, rows, key)
 
     def statistics(self) -> BatcherStatistics:

@@ -27,6 +27,7 @@ from ._metadata import ModelFormatError, TensorInfo
 from ._options import GRAPH_OPTIONS, LOAD_OPTIONS, SESSION_OPTIONS, split_options
 from ._stats import GraphCounters, SessionStatistics, logger, merged_histogram, now
 from ._inflight import InFlightBound
+from ._loops import fail_after
 from ._modes import RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry
 from ._pins import FREEZER, PinnedBytes, Pins
 from .allocator import Allocator
@@ -512,7 +513,7 @@ class Session:
         return self._run_async_with_timeout(graph_id, prepared, timeout)
 
     async def _run_async_with_timeout(self, graph_id: int, prepared: PreparedInputs, timeout: float) -> List[Tensor]:
-        with anyio.fail_after(timeout):
+        async with fail_after(timeout):
             return await self._run_async(graph_id, prepared)
 
     def _graph_cap(self, graph_id: int) -> Optional[InFlightBound]:

@@ -245,6 +245,32 @@ async def test_timeout_raises_timeouterror_and_the_run_still_completes():
         assert raised_after < 5.0
 
 
+async def test_a_timeout_tells_its_expiry_from_other_cancellations(anyio_backend):
+    """A run's timeout raises TimeoutError only when it expires first: an enclosing cancel scope that expires
+    first cancels the run as any cancellation does (the scope catches it), and a timeout that expires inside a
+    longer scope raises TimeoutError without cancelling the scope. Either way the run completes in the runtime
+    once its callback comes."""
+    x = np.random.default_rng(8).standard_normal((1, 784)).astype(np.float32)
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        await s.run_graph_async(1, [x])
+        ga.twin.inject_fault(s, 1, "stall_callback", nth=1)
+        with anyio.move_on_after(0.05) as outer:
+            await s.run_graph_async(1, [x], timeout=30.0)
+        assert outer.cancelled_caught
+        ga.twin.inject_fault(s, 1, "stall_callback", nth=1)
+        with anyio.move_on_after(30.0) as outer:
+            with pytest.raises(TimeoutError):
+                await s.run_graph_async(1, [x], timeout=0.05)
+        assert not outer.cancelled_caught
+        ga.twin.clear_faults(s, 1)
+        await wait_until(lambda: s.statistics().in_flight == 0, "the stalled runs to complete")
+        st = s.statistics()
+        assert st.cancelled == 2 and st.completed == 1, st
+        (y,) = await s.run_graph_async(1, [x], timeout=float("inf"))
+        np.testing.assert_allclose(y.numpy(), mlp_reference(x), rtol=1e-5, atol=1e-6)
+
+
 async def test_timeout_while_waiting_for_a_slot():
     model, n = slow_chain(0.1)
     x = np.random.default_rng(4).standard_normal((n, n)).astype(np.float32)
