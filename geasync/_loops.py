@@ -9,6 +9,7 @@ itself, so supporting another loop means changing this module only.
 from __future__ import annotations
 
 import asyncio
+import numbers
 import sys
 import threading
 from typing import Any, AsyncContextManager, Callable, Generator, Literal, Optional, Protocol
@@ -60,6 +61,19 @@ class _AnyioFailAfter:
 
     async def __aexit__(self, *exc: Any) -> Optional[bool]:
         return self._scope.__exit__(*exc)
+
+
+def check_timeout(timeout: Any, api: str) -> float:
+    """``timeout`` as a float number of seconds (inf: none), or TypeError / ValueError naming ``api``. NaN is
+    refused (it would never expire on one loop and at once on another), and numpy scalars become floats: trio's
+    own deadline arithmetic fails on them inside its run loop."""
+    if type(timeout) is not float:
+        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+            raise TypeError(f"{api}: timeout must be a number of seconds or None, got {timeout!r}")
+        timeout = float(timeout)
+    if timeout != timeout:
+        raise ValueError(f"{api}: timeout must be a number of seconds or None, got NaN")
+    return timeout
 
 
 def fail_after(seconds: float) -> AsyncContextManager[Any]:

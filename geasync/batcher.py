@@ -30,7 +30,7 @@ import anyio
 import numpy as np
 from numpy.typing import NDArray
 
-from ._loops import TrioWaiter, fail_after, running_loop, trio_token
+from ._loops import TrioWaiter, check_timeout, fail_after, running_loop, trio_token
 from ._metadata import TensorInfo
 from ._stats import Histogram, HistogramSnapshot, logger, now
 from ._types import Inputs
@@ -164,7 +164,7 @@ class Batcher:
         self.max_delay = float(max_delay)
         self._batch_axis = batch_axis
         self.max_concurrent_batches = max_concurrent_batches
-        self.timeout = timeout
+        self._timeout = None if timeout is None else check_timeout(timeout, "Batcher")
         self._queue: collections.deque[_Request] = collections.deque()
         self._mixed = False  # requests of several signatures may be queued
         self._queued_rows = 0
@@ -190,6 +190,15 @@ class Batcher:
     def batch_axis(self) -> int:
         return self._batch_axis
 
+    @property
+    def timeout(self) -> Optional[float]:
+        """The timeout (seconds) of a request that gives none; None: requests wait for their batch however long."""
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, value: Optional[float]) -> None:
+        self._timeout = None if value is None else check_timeout(value, "Batcher.timeout")
+
     def run(self, inputs: Inputs, *, timeout: Optional[float] = None) -> Coroutine[Any, Any, list[Tensor]]:
         """This request's outputs (rows of the batch run it joined): ``outputs = await batcher.run(inputs)``.
         ``inputs`` as for ``run_graph_async`` (a list, or a ``{name: array}`` mapping), each with the same batch dim
@@ -209,9 +218,11 @@ class Batcher:
         if loop is None or loop is not self._loop:  # (trio has no asyncio loop: checked by _bind)
             self._bind()
         if timeout is None:
-            timeout = self.timeout
-        if timeout is None:
-            return self._run(arrays, rows, key)  # awaited directly: one coroutine per request
+            timeout = self._timeout
+            if timeout is None:
+                return self._run(arrays, rows, key)  # awaited directly: one coroutine per request
+        else:
+            timeout = check_timeout(timeout, "Batcher.run")
         return self._run_with_timeout(arrays, rows, key, timeout)
 
     async def _run_with_timeout(self, arrays: _Arrays, rows: int, key: _Key, timeout: float) -> list[Tensor]:

@@ -27,7 +27,7 @@ from ._metadata import ModelFormatError, TensorInfo
 from ._options import GRAPH_OPTIONS, LOAD_OPTIONS, SESSION_OPTIONS, split_options
 from ._stats import GraphCounters, SessionStatistics, logger, merged_histogram, now
 from ._inflight import InFlightBound
-from ._loops import fail_after
+from ._loops import check_timeout, fail_after
 from ._modes import RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry
 from ._pins import FREEZER, PinnedBytes, Pins
 from .allocator import Allocator
@@ -500,6 +500,8 @@ class Session:
         # every run takes this path: the checks are inlined and the context string is made only for an error
         if type(graph_id) is not int or not 0 <= graph_id <= 0xFFFFFFFF:
             _check_graph_id(graph_id)
+        if timeout is not None:
+            timeout = check_timeout(timeout, "Session.run_graph_async")
         spec = self._specs.get(graph_id)
         prepared = prepare_inputs(inputs, spec=spec, api="run_graph_async", graph_id=graph_id)
         if spec is not None and not spec.async_seen:

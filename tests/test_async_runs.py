@@ -249,7 +249,7 @@ async def test_a_timeout_tells_its_expiry_from_other_cancellations(anyio_backend
     """A run's timeout raises TimeoutError only when it expires first: an enclosing cancel scope that expires
     first cancels the run as any cancellation does (the scope catches it), and a timeout that expires inside a
     longer scope raises TimeoutError without cancelling the scope. Either way the run completes in the runtime
-    once its callback comes."""
+    once its callback comes. inf means no timeout; a timeout that is not a number is refused."""
     x = np.random.default_rng(8).standard_normal((1, 784)).astype(np.float32)
     async with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
@@ -269,6 +269,11 @@ async def test_a_timeout_tells_its_expiry_from_other_cancellations(anyio_backend
         assert st.cancelled == 2 and st.completed == 1, st
         (y,) = await s.run_graph_async(1, [x], timeout=float("inf"))
         np.testing.assert_allclose(y.numpy(), mlp_reference(x), rtol=1e-5, atol=1e-6)
+        (y,) = await s.run_graph_async(1, [x], timeout=np.float32(30))
+        for bad, error in (("1", TypeError), (False, TypeError), (float("nan"), ValueError)):
+            with pytest.raises(error, match="run_graph_async: timeout must be a number of seconds"):
+                s.run_graph_async(1, [x], timeout=bad)  # refused by the call itself, before anything runs
+        assert s.statistics().submitted == 5
 
 
 async def test_timeout_while_waiting_for_a_slot():

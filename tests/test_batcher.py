@@ -127,6 +127,15 @@ async def test_arguments_are_checked_when_run_is_called(anyio_backend):
             b.run([rows(5, 0)])
         with pytest.raises(ga.InputTypeError, match="float64"):
             b.run([np.zeros((1, 784))])
+        for bad, error in (("1", TypeError), (True, TypeError), (float("nan"), ValueError)):
+            with pytest.raises(error, match="Batcher.run: timeout must be a number of seconds"):
+                b.run([rows(1, 0)], timeout=bad)
+            with pytest.raises(error, match="Batcher: timeout must be a number of seconds"):
+                ga.Batcher(s, 1, timeout=bad)
+            with pytest.raises(error, match="Batcher.timeout: timeout must be a number of seconds"):
+                b.timeout = bad
+        b.timeout = np.float32(30)  # numpy scalars become floats (trio's deadlines fail on them)
+        assert type(b.timeout) is float and b.timeout == 30.0
         (probs,) = await b.run([rows(1, 0)])
         assert probs.shape == (1, 10)
         assert b.statistics().submitted == 1
