@@ -338,8 +338,8 @@ _T = TypeVar("_T")
 # RunGraphAsync completions) and their native tensors freed at once: creating a numpy array and copying a few KiB
 # costs less than keeping a native owner and making a view of it when the output is read (measured: a 4x4 Relu run
 # and its output read with .numpy() 6.6 -> 5.3 us; Relu on 16-32 KiB, run and read, 1.35x -> 1.05x onnxruntime with
-# a copy instead of a view; even at 64 KiB, a view wins above). The twin pads its host output blocks so the copy
-# does not meet glibc's slow `rep movsb` case on AMD CPUs (see CopyBytes in the twin).
+# a copy instead of a view; at 64 KiB the two cost the same, above it a view wins). The twin pads its host output
+# blocks so the copy does not meet glibc's slow `rep movsb` case on AMD CPUs (see CopyBytes in the twin).
 OUTPUT_COPY_MAX = 64 * 1024
 
 
