@@ -63,17 +63,19 @@ class _AnyioFailAfter:
         return self._scope.__exit__(*exc)
 
 
-def check_timeout(timeout: Any, api: str) -> float:
+def check_timeout(timeout: object, api: str) -> float:
     """``timeout`` as a float number of seconds (inf: none), or TypeError / ValueError naming ``api``. NaN is
     refused (it would never expire on one loop and at once on another), and numpy scalars become floats: trio's
     own deadline arithmetic fails on them inside its run loop."""
-    if type(timeout) is not float:
-        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
-            raise TypeError(f"{api}: timeout must be a number of seconds or None, got {timeout!r}")
-        timeout = float(timeout)
-    if timeout != timeout:
+    if type(timeout) is float:
+        seconds = timeout
+    elif isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"{api}: timeout must be a number of seconds or None, got {timeout!r}")
+    else:
+        seconds = float(timeout)
+    if seconds != seconds:
         raise ValueError(f"{api}: timeout must be a number of seconds or None, got NaN")
-    return timeout
+    return seconds
 
 
 def fail_after(seconds: float) -> AsyncContextManager[Any]:
