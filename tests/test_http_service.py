@@ -175,6 +175,22 @@ async def test_metrics_and_instances(anyio_backend):
         assert "geasync_runs_completed_total" in text and "geasync_batch_size_rows_bucket" in text, text
 
 
+async def test_freeze_gc_freezes_what_startup_made_and_thaws_at_shutdown(anyio_backend):
+    """``freeze_gc=True`` (what ``python app.py`` passes): full collections skip the objects alive once the service
+    has started, and shutdown hands them back to the collector; the default leaves the collector alone."""
+    import gc
+
+    before = gc.get_freeze_count()
+    async with service() as (app, client):
+        assert gc.get_freeze_count() == before
+    async with service(freeze_gc=True) as (app, client):
+        assert gc.get_freeze_count() > before
+        assert not any(o is app for o in gc.get_objects())  # frozen: in no generation the collector walks
+        r = await client.post("/predict", json={"inputs": rows(1, 0).tolist()})
+        assert r.status_code == 200
+    assert gc.get_freeze_count() == 0
+    assert any(o is app for o in gc.get_objects())
+
 @pytest.mark.timeout(120, method="thread")
 def test_the_service_runs_with_one_command():
     """The README's command (uvicorn, uvloop when installed) serves /health and /predict, and stops cleanly."""
