@@ -12,7 +12,7 @@ import asyncio
 import numbers
 import sys
 import threading
-from typing import Any, AsyncContextManager, Callable, Generator, Literal, Optional, Protocol
+from typing import Any, Callable, Generator, Literal, Optional, Protocol
 
 import anyio
 
@@ -45,22 +45,37 @@ def loop_flavour() -> Flavour:
 # asyncio's own timeout (Python 3.11+): on asyncio and uvloop it costs a third of anyio's fail_after (whose cancel
 # scope keeps per-task state), measured 6-11 us against 20-28 us a call; both raise TimeoutError and let other
 # cancellations through. Services pass a timeout with every request, so this is per-request work.
-_asyncio_timeout: Optional[Callable[[Optional[float]], AsyncContextManager[Any]]] = getattr(asyncio, "timeout", None)
+class Deadline(Protocol):
+    """What fail_after returns: an async context manager that knows whether it expired (so a TimeoutError it
+    raised can be told from one raised inside it)."""
+
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Optional[bool]: ...
+
+    def expired(self) -> bool: ...
+
+
+_asyncio_timeout: Optional[Callable[[Optional[float]], Deadline]] = getattr(asyncio, "timeout", None)
 
 
 class _AnyioFailAfter:
     """anyio's fail_after as an async context manager (trio, and asyncio before Python 3.11)."""
 
-    __slots__ = ("_scope",)
+    __slots__ = ("_manager", "_scope")
 
     def __init__(self, seconds: float) -> None:
-        self._scope = anyio.fail_after(seconds)
+        self._manager = anyio.fail_after(seconds)
+        self._scope: Optional[anyio.CancelScope] = None
 
     async def __aenter__(self) -> None:
-        self._scope.__enter__()
+        self._scope = self._manager.__enter__()
 
-    async def __aexit__(self, *exc: Any) -> Optional[bool]:
-        return self._scope.__exit__(*exc)
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Optional[bool]:
+        return self._manager.__exit__(exc_type, exc, tb)
+
+    def expired(self) -> bool:
+        return self._scope is not None and self._scope.cancel_called
 
 
 def check_timeout(timeout: object, api: str) -> float:
@@ -78,7 +93,7 @@ def check_timeout(timeout: object, api: str) -> float:
     return seconds
 
 
-def fail_after(seconds: float) -> AsyncContextManager[Any]:
+def fail_after(seconds: float) -> Deadline:
     """``async with fail_after(seconds):`` raises TimeoutError in the calling task when its body has not finished
     within ``seconds`` (a real number of seconds; inf: never, <= 0: at its first await)."""
     if _asyncio_timeout is not None and running_loop() is not None:

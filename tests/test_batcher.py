@@ -250,6 +250,63 @@ async def test_timeout_raises_and_is_counted(anyio_backend):
         assert probs.shape == (1, 10)
 
 
+async def test_queued_and_running_requests_time_out_alone(anyio_backend):
+    """Requests that wait behind a busy graph time out on their own deadlines (a later, shorter timeout first),
+    in the queue or in a running batch; the others, in the same batches, get their rows; nothing is kept alive
+    once they are done."""
+    import weakref
+
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        b = ga.Batcher(s, 1, max_batch_size=64, max_delay=1.0)
+        ga.twin.inject_fault(s, 1, "delay_run", nth=1, delay=0.4)  # the first run holds the graph: others queue
+        ga.twin.inject_fault(s, 1, "delay_run", nth=2, delay=0.4)  # and the batch after it runs long
+        inputs = [rows(1, seed=i) for i in range(6)]
+        timeouts = [None, 30.0, 0.6, 0.1, None, 0.2]  # 3 and 5 expire queued (3 first), 2 in the running batch
+        results: dict = {}
+        ended: dict = {}
+        start = anyio.current_time()
+
+        async def one(i):
+            try:
+                results[i] = await b.run([inputs[i]], timeout=timeouts[i])
+            except TimeoutError as exc:
+                results[i] = exc
+            ended[i] = anyio.current_time() - start
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, 0)  # runs alone (the graph is idle) and holds it for 0.4 s
+            await wait_until(lambda: b.statistics().running == 1, "the first request running", interval=0.001)
+            for i in range(1, 6):
+                tg.start_soon(one, i)
+        for i in (0, 1, 4):
+            np.testing.assert_allclose(results[i][0].numpy(), mlp_reference(inputs[i]), rtol=1e-4, atol=1e-6)
+        for i in (2, 3, 5):
+            assert isinstance(results[i], TimeoutError), (i, results[i])
+            assert f"no result within {timeouts[i]} s" in str(results[i])
+        assert ended[3] < ended[5] < 0.4 < ended[2] < 0.8, ended  # queued ones before the first run ended
+        st = b.statistics()
+        assert st.cancelled == 3 and st.completed == 3, st
+        assert st.batches == 2 and st.queued == 0 and st.running == 0, st
+        assert_adds_up(st)
+        # timed requests that completed, queued ones included, are not held by the batcher
+        alive = []
+
+        async def timed(seed):
+            x = rows(1, seed=seed)
+            alive.append(weakref.ref(x))
+            await b.run([x], timeout=30.0)
+
+        ga.twin.inject_fault(s, 1, "delay_run", nth=1, delay=0.1)  # the first holds the graph: the others queue
+        async with anyio.create_task_group() as tg:
+            for i in range(6):
+                tg.start_soon(timed, 10 + i)
+        assert b.statistics().batches == 4  # one alone, then 1 + 4 rows in batches of 1 and 4 (padded sizes)
+        assert len(alive) == 6
+        # (the last batch's task lets its woken callers run before it ends, so give it that turn)
+        await wait_until(lambda: all(r() is None for r in alive), "the requests' inputs to be released", timeout=5.0)
+
+
 async def test_a_failing_batch_is_retried_in_halves(anyio_backend):
     async with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
