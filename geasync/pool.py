@@ -37,7 +37,7 @@ class GraphPool:
         self.session = session
         self.graph_ids = tuple(ids)
         self._busy = [0] * len(ids)  # requests in flight per instance
-        self._next = 0
+        self._last = 0  # the instance picked last
 
     @classmethod
     def add(cls, session: Session, graph: Graph, *, graph_ids: Sequence[int], options: Optional[Options] = None,
@@ -52,16 +52,19 @@ class GraphPool:
         return cls(session, graph_ids)
 
     def _pick(self) -> int:
-        """The instance with the fewest requests in flight; ties go round robin."""
+        """The instance with the fewest requests in flight; of those, the one picked last, then the next ones in
+        turn. At low load requests keep to one warm instance: on the twin its model thread watches for the next
+        job after each run, and on 2 cores only one thread may, so taking turns between idle instances made every
+        other request wake a sleeping thread (1 in flight, 2 instances: p50 42 us against 27 us for one)."""
         busy = self._busy
         n = len(busy)
-        start = self._next
+        start = self._last
         best = start
-        for k in range(n):
+        for k in range(1, n):
             i = (start + k) % n
             if busy[i] < busy[best]:
                 best = i
-        self._next = (best + 1) % n
+        self._last = best
         return best
 
     async def run_graph_async(self, inputs: Inputs, *, timeout: Optional[float] = None) -> list[Tensor]:

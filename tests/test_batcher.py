@@ -433,6 +433,24 @@ async def test_pool_spreads_batches_over_instances(anyio_backend):
         assert ga.twin.fault_runs(s, 1) > 0 and ga.twin.fault_runs(s, 2) > 0  # both instances ran batches
 
 
+async def test_pool_keeps_to_one_instance_at_low_load_and_spreads_under_load(anyio_backend):
+    """One request at a time stays on the instance used last (its model thread is the one awake); requests that
+    overlap go to the least busy instance."""
+    async with ga.Session() as s:
+        pool = ga.GraphPool.add(s, ga.Graph.from_onnx(make_mlp()), graph_ids=[4, 5])
+        for _ in range(10):
+            await pool.run_graph_async([rows(1, 0)])
+        graphs = s.statistics().graphs  # (a graph that never ran has no entry)
+        per_graph = {g: graphs[g].completed if g in graphs else 0 for g in pool.graph_ids}
+        assert sorted(per_graph.values()) == [0, 10], per_graph
+        for gid in pool.graph_ids:
+            ga.twin.inject_fault(s, gid, "delay_run", nth=0, delay=0.05)
+        async with anyio.create_task_group() as tg:
+            for i in range(4):
+                tg.start_soon(pool.run_graph_async, [rows(1, i)])
+        assert [ga.twin.fault_runs(s, g) for g in pool.graph_ids] == [2, 2]
+
+
 async def test_pool_runs_instances_side_by_side(anyio_backend):
     async with ga.Session() as s:
         pool = ga.GraphPool.add(s, ga.Graph.from_onnx(make_mlp()), graph_ids=[7, 8, 9])
