@@ -42,9 +42,6 @@ def loop_flavour() -> Flavour:
     raise RuntimeError("geasync's async API must be awaited inside an asyncio (or uvloop) or trio event loop")
 
 
-# asyncio's own timeout (Python 3.11+): on asyncio and uvloop it costs a third of anyio's fail_after (whose cancel
-# scope keeps per-task state), measured 6-11 us against 20-28 us a call; both raise TimeoutError and let other
-# cancellations through. Services pass a timeout with every request, so this is per-request work.
 class Deadline(Protocol):
     """What fail_after returns: an async context manager that knows whether it expired (so a TimeoutError it
     raised can be told from one raised inside it)."""
@@ -56,6 +53,9 @@ class Deadline(Protocol):
     def expired(self) -> bool: ...
 
 
+# asyncio's own timeout (Python 3.11+): on asyncio and uvloop it costs a third of anyio's fail_after (whose cancel
+# scope keeps per-task state), measured 6-11 us against 20-28 us a call; both raise TimeoutError and let other
+# cancellations through. Services pass a timeout with every request, so this is per-request work.
 _asyncio_timeout: Optional[Callable[[Optional[float]], Deadline]] = getattr(asyncio, "timeout", None)
 
 

@@ -244,8 +244,7 @@ class Batcher:
             raise
 
     def _timed_out(self, timeout: float) -> TimeoutError:
-        return TimeoutError(f"Batcher.run(graph={self.graph}): no result within {timeout} s (the request's timeout); "
-                            "its rows were dropped from its batch")
+        return TimeoutError(f"Batcher.run(graph={self.graph}): no result within {timeout} s (the request's timeout)")
 
     def statistics(self) -> BatcherStatistics:
         return BatcherStatistics(self._submitted, self._completed, self._failed, self._cancelled, len(self._queue),

@@ -240,8 +240,8 @@ async def test_timeout_raises_and_is_counted(anyio_backend):
         s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
         b = ga.Batcher(s, 1)
         ga.twin.inject_fault(s, 1, "stall_callback", nth=1)
-        with pytest.raises(TimeoutError):
-            await b.run([rows(1, 0)], timeout=0.1)
+        with pytest.raises(TimeoutError, match=r"Batcher.run\(graph=1\): no result within 0.1 s"):
+            await b.run([rows(1, 0)], timeout=0.1)  # the graph is idle: it runs at once, alone
         st = b.statistics()
         assert st.cancelled == 1 and st.completed == 0
         assert_adds_up(st)
