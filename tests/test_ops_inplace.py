@@ -57,9 +57,18 @@ def _chain_model(op: str, elem=TensorProto.FLOAT, shape=(1000,), *, opset: int =
                       initializers=list(inits))
 
 
+# Inputs for which op(op(-x)) is well conditioned. Tan of a large intermediate (Acos, Asin, Atanh, Acosh of one
+# near the edge of their domain) turns a legitimate 1-ulp difference in the first step into a relative difference
+# of 1e-4 to 1e-3 in the second (seen on AVX-512: tan(tan(x)) -30.143 against -30.115); each op's own accuracy over
+# its whole range is tested in test_vmath.py and test_ops_unary.py.
+_CHAIN_DOMAIN = {"Tan": (-0.9, 0.9), "Acos": (-0.99, -0.6), "Asin": (-0.8, 0.8), "Atanh": (-0.7, 0.7),
+                 "Acosh": (-10.0, -2.0)}
+
+
 @pytest.mark.parametrize("op", UNARY_FLOAT)
 def test_unary_chain_in_place_matches_reference(op):
-    x = _values(1000) if op not in ("Asin", "Acos", "Atanh") else RNG.uniform(-1, 1, 1000).astype(np.float32)
+    domain = _CHAIN_DOMAIN.get(op)
+    x = _values(1000) if domain is None else RNG.uniform(*domain, 1000).astype(np.float32)
     model = _chain_model(op)
     (got,), feature = _run(model, {"x": x})
     (want,) = reference(model, {"x": x})
