@@ -234,10 +234,14 @@ class Batcher:
         return self._run(arrays, rows, key, timeout)
 
     async def _run_with_timeout(self, arrays: _Arrays, rows: int, key: _Key, timeout: float) -> list[Tensor]:
+        return await self._within(self._run(arrays, rows, key), timeout)
+
+    async def _within(self, run: Awaitable[list[Tensor]], timeout: float) -> list[Tensor]:
+        """``run`` under a cancel scope of ``timeout`` seconds; its expiry raises the batcher's TimeoutError."""
         deadline = fail_after(timeout)
         try:
             async with deadline:
-                return await self._run(arrays, rows, key)
+                return await run
         except TimeoutError:
             if deadline.expired():
                 raise self._timed_out(timeout) from None
@@ -371,14 +375,7 @@ class Batcher:
         if self._in_flight < self.max_concurrent_batches and not self._queue:
             if timeout is None:
                 return await self._run_alone(arrays, rows)
-            deadline = fail_after(timeout)
-            try:
-                async with deadline:
-                    return await self._run_alone(arrays, rows)
-            except TimeoutError:
-                if deadline.expired():
-                    raise self._timed_out(timeout) from None
-                raise
+            return await self._within(self._run_alone(arrays, rows), timeout)
         waiter = self._new_waiter()
         request = _new_request(_Request)  # _Request(arrays, rows, key, waiter) without an __init__ call
         request.arrays, request.rows, request.key, request.waiter = arrays, rows, key, waiter
@@ -397,12 +394,8 @@ class Batcher:
             self._dispatch()  # else the armed max_delay timer or a batch's completion dispatches it
         try:
             outputs: list[Tensor] = await waiter
-            if timeout is not None:
-                self._deadlines.pop(request, None)
             return outputs
         except BaseException:
-            if timeout is not None:
-                self._deadlines.pop(request, None)
             if request.state == _QUEUED:  # it never runs
                 self._queue.remove(request)
                 self._queued_rows -= request.rows
@@ -414,6 +407,9 @@ class Batcher:
                 self._completed -= 1
                 self._cancelled += 1
             raise
+        finally:
+            if timeout is not None:
+                self._deadlines.pop(request, None)  # done: it no longer needs expiring
 
     async def _run_alone(self, arrays: _Arrays, rows: int) -> list[Tensor]:
         """The graph is idle: this request runs now, in its caller's task (a cancellation affects it alone)."""
