@@ -98,6 +98,12 @@ class RunRequest(Request):
     def inputs(self) -> _lib.PreparedInputs:
         raise NotImplementedError
 
+    def guard(self) -> None:
+        """Other code of the loop is about to run while this request is in flight (it waits for a batched submit,
+        or its submit returned without its completion): protect what the runtime reads from here on. Called at
+        most once, on the loop's thread; not at all for a run that completed during its submit's poll, when the
+        loop's thread never left geasync (as in a synchronous run)."""
+
 
 class Hub:
     """Base hub: token allocation, the request table and draining. Subclasses attach the fd to their loop."""
@@ -172,18 +178,27 @@ class Hub:
         refused submit, raises with nothing registered."""
         token = next(self._tokens)
         self._requests[token] = request
-        if self._defer(token, request):
-            return
         try:
+            if self._defer(token, request):
+                return
             _lib.run_graph_async_submit(request.handle, request.graph_id, request.inputs, self.queue, token,
                                         request.context)
         except BaseException:
-            del self._requests[token]  # refused: no completion will come for it
+            del self._requests[token]  # refused (or never queued): no completion will come for it
             raise
-        self._submitted_alone()
+        try:
+            self._submitted_alone()
+        finally:
+            if token in self._requests:  # still in flight (even if interrupted): guarded before the loop goes on
+                request.guard()
+
+    def holds(self, request: Request) -> bool:
+        """``request`` was submitted and its completion has not been handled (for error paths: a linear search)."""
+        return any(r is request for r in self._requests.values())
 
     def _defer(self, token: int, request: RunRequest) -> bool:
-        """True if the subclass takes the request for a later batched submit."""
+        """True if the subclass takes the request for a later batched submit (guarded first, see
+        ``RunRequest.guard``; a guard that raises leaves it out of the batch)."""
         return False
 
     def _submitted_alone(self) -> None:
@@ -254,11 +269,13 @@ class AsyncioHub(Hub):
             _reaper.watch(self)  # so a loop closed with this request in flight is noticed
         batch = self._batch
         if batch:
+            request.guard()
             batch.append((token, request))
             return True
         if len(self._requests) > 1:
             loop = self._loop_ref()
             assert loop is not None
+            request.guard()
             loop.call_soon(self._flush)
             batch.append((token, request))
             return True

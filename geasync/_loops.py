@@ -127,6 +127,10 @@ class TrioWaiter:
         self.error = error
         self.event.set()
 
+    def cancel(self) -> None:
+        """Nobody will await it (as asyncio.Future.cancel() for a future never awaited)."""
+        self.abandoned = True
+
     async def _wait(self) -> Any:
         try:
             await self.event.wait()

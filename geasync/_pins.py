@@ -1,7 +1,8 @@
 """Input pins: GE borrows input memory until it reports completion (RunGraphAsync: its callback; stream mode: the
 stream passing the run). A request's pins hold every input object until then, even when the awaiting task was
 cancelled; numpy inputs are made read-only for the flight (so a write mid-flight raises instead of racing the
-runtime), and their bytes count in the session's pinned-bytes ledger."""
+runtime), and their bytes count in the session's pinned-bytes ledger. A RunGraphAsync request freezes its inputs only
+once the loop may run other code (``RunRequest.guard``): one that completes during its submit's poll never is."""
 
 from __future__ import annotations
 

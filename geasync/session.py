@@ -596,22 +596,31 @@ class Session:
             raise
         try:
             hub.start(request)
-        except GeError as exc:
+        except BaseException as exc:
+            if hub.holds(request):  # submitted, then interrupted (e.g. KeyboardInterrupt during the submit's poll)
+                request.waiter.cancel()  # never awaited (no callbacks to schedule): its completion is unwanted
+                self._give_up(request)  # the hub releases it at its completion, as a cancelled request
+                raise
+            if request.objects is None:  # completed and released during the poll, then interrupted
+                raise
             counters.finish(request, "failed")  # refused at submit
             request.release(True)
-            raise (await self._refused(exc)) from None
-        except BaseException:
-            counters.finish(request, "failed")
-            request.release(True)
+            if isinstance(exc, GeError):
+                raise (await self._refused(exc)) from None
             raise
         try:
             outputs: List[Tensor] = await request.waiter  # the future itself on asyncio: no extra frame
             return outputs
         except BaseException:
-            if request.objects is not None:  # still in flight, but nobody waits for it any more
-                request.unawaited = True
-                self._unawaited += 1
+            self._give_up(request)
             raise
+
+    def _give_up(self, request: _RunRequest) -> None:
+        """Nobody waits for ``request`` any more (its waiter is done, or was never awaited); if still in flight,
+        its completion is only released."""
+        if request.objects is not None:
+            request.unawaited = True
+            self._unawaited += 1
 
     @staticmethod
     async def _wait_for(slots: InFlightBound, counters: GraphCounters) -> None:
@@ -718,7 +727,9 @@ class _RunRequest(Pins, _hub.RunRequest):
 
     def __init__(self, session: Session, prepared: PreparedInputs, graph_id: int, waiter: Any,
                  cap: Optional[InFlightBound], counters: GraphCounters) -> None:
-        Pins.__init__(self, prepared, prepared.arrays, prepared.nbytes, session._freeze_inputs, session._pinned)
+        # frozen by guard(), only if the loop runs other code while the run is in flight (not for one that completes
+        # during its submit's poll: a freeze and a thaw would double a tiny run's latency)
+        Pins.__init__(self, prepared, prepared.arrays, prepared.nbytes, False, session._pinned)
         self.session = session
         self.graph_id = graph_id
         self.waiter = waiter
@@ -738,6 +749,13 @@ class _RunRequest(Pins, _hub.RunRequest):
     @property
     def inputs(self) -> PreparedInputs:
         return cast(PreparedInputs, self.objects)  # what the request pins (until it is released)
+
+    def guard(self) -> None:
+        prepared = self.objects
+        if prepared is not None and self.frozen is None and self.session._freeze_inputs:
+            arrays = cast(PreparedInputs, prepared).arrays
+            if arrays:
+                self.frozen = FREEZER.freeze(arrays)
 
     def complete(self, status: int, kind: int, outputs: Any, text: str, orphaned: bool) -> bool:
         waiter = self.waiter

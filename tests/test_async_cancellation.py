@@ -142,6 +142,41 @@ async def test_freeze_inputs_false_keeps_arrays_writable():
         assert s.statistics().pinned_bytes == 0
 
 
+class _Interrupt(BaseException):
+    """What a signal handler (Ctrl-C's KeyboardInterrupt) may raise at any point of the loop's thread."""
+
+
+async def test_request_interrupted_right_after_its_submit_stays_pinned_until_completion(monkeypatch):
+    """An exception between the submit and the await (here: where the loop polls for a lone run's completion)
+    must not release the inputs of a run GE is executing: the request is given up like a cancelled one."""
+    from geasync import _hub
+
+    model, n = slow_chain(0.05)
+    w = np.eye(n, dtype=np.float32)
+    x = np.ones((n, n), np.float32)
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        await s.run_graph_async(1, [x, w])  # compiled and loaded: the next submit goes straight to GE
+
+        def interrupted(hub):
+            raise _Interrupt
+
+        for cls in (_hub.Hub, _hub.AsyncioHub):
+            monkeypatch.setattr(cls, "_submitted_alone", interrupted)
+        with pytest.raises(_Interrupt):
+            await s.run_graph_async(1, [x, w])
+        monkeypatch.undo()
+        st = s.statistics()
+        assert (st.in_flight, st.pinned_bytes) == (1, 2 * x.nbytes), st
+        assert not x.flags.writeable and not w.flags.writeable  # guarded: the loop runs other code meanwhile
+        await wait_until(lambda: s.statistics().in_flight == 0, "the interrupted run to complete")
+        st = s.statistics()
+        assert (st.cancelled, st.failed, st.pinned_bytes) == (1, 0, 0), st
+        assert x.flags.writeable and w.flags.writeable
+        (y,) = await s.run_graph_async(1, [x, w])  # the session goes on
+        np.testing.assert_array_equal(y.numpy(), x)
+
+
 @pytest.mark.parametrize("seed", [1])
 async def test_cancellation_storm(anyio_backend_name, seed):
     """Many requests cancelled at random moments by every mechanism; inputs must outlive their native use."""
