@@ -240,6 +240,9 @@ def _report_unraisable(exc: BaseException) -> None:
 # Seconds a lone RunGraphAsync submit polls for its completion before the loop waits on the eventfd
 # ($GEASYNC_SPIN_US, in microseconds; 0 turns it off).
 SPIN_BUDGET = float(os.environ.get("GEASYNC_SPIN_US", "50")) * 1e-6
+# A task whose runs complete during their submit's poll never suspends (it awaits a done future): after this many
+# seconds of such runs without a turn of the loop, the next one waits for the eventfd, so other tasks run.
+HOLD_LIMIT = 0.0005
 _perf_counter = time.perf_counter
 
 
@@ -257,6 +260,7 @@ class AsyncioHub(Hub):
         self.watched = False  # known to the reaper, which notices a loop closed with work in flight
         self._spin_misses = 0
         self._spin_skip = 0 if SPIN_BUDGET > 0 else -1
+        self._held_since = 0.0  # when runs completed in their poll started holding the loop (0.0: it turned since)
         # asyncio's own create_future is a Python method around Future(loop=loop): call that directly (once per
         # run); any other loop (uvloop) makes its futures its own way
         self._plain_futures = type(loop).create_future is asyncio.BaseEventLoop.create_future
@@ -284,25 +288,38 @@ class AsyncioHub(Hub):
     def _submitted_alone(self) -> None:
         if self._spin_skip:
             self._spin_skip -= 1
-        else:
+        elif not self._held_since or _perf_counter() - self._held_since < HOLD_LIMIT:
             self._spin()
+        # else: this run's task waits for the eventfd like any other, and the loop runs its other tasks meanwhile
 
     def _spin(self) -> None:
         """Polls the queue for a short while after a lone submit: a run that completes within the budget is
         settled before its task awaits it, which saves the eventfd wake-up of the loop and a loop iteration
-        (most of one tiny run's latency). Runs that keep outlasting the budget turn spinning off for a while."""
+        (most of one tiny run's latency). Runs that keep outlasting the budget turn spinning off for a while.
+
+        Its task does not suspend then; a callback on the loop notes the loop's next turn, and a task that
+        kept the loop for HOLD_LIMIT without one waits for its next run's eventfd instead, letting others run."""
         queue = self.queue
         clock = _perf_counter
-        deadline = clock() + SPIN_BUDGET
+        start = clock()
+        deadline = start + SPIN_BUDGET
         while clock() < deadline:
             if queue.pending():
                 self._spin_misses = 0
+                if not self._held_since:
+                    loop = self._loop_ref()
+                    if loop is not None:
+                        self._held_since = start
+                        loop.call_soon(self._loop_turned)
                 self.drain()
                 return
         self._spin_misses += 1
         if self._spin_misses >= 4:
             self._spin_misses = 0
             self._spin_skip = 256  # a slow graph: wait for the eventfd as usual for the next lone submits
+
+    def _loop_turned(self) -> None:
+        self._held_since = 0.0
 
     def _flush(self) -> None:
         batch, self._batch = self._batch, []

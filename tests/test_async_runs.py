@@ -137,6 +137,29 @@ async def test_loop_never_blocked_while_1000_requests_run():
         assert ticker.ticks >= 3
 
 
+async def test_a_task_running_tiny_graphs_back_to_back_lets_the_loop_run_other_tasks():
+    """A lone run that completes while its submit polls for it returns to its task without suspending it; a task
+    that keeps doing that (a loop of awaited tiny runs) must still let the loop run its other tasks, about every
+    half millisecond, not only when it stops."""
+    ticker = Ticker(0.002)
+    a = np.ones((1, 16), np.float32)
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model((1, 16))))
+        for _ in range(100):
+            await s.run_graph_async(1, [a, a])  # compiled, loaded, the model thread awake
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker.run)
+            await anyio.sleep(0.01)
+            runs, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < 1.0:
+                (c,) = await s.run_graph_async(1, [a, a])
+                runs += 1
+            ticker.stop()
+        np.testing.assert_array_equal(c.numpy(), a + a)
+    assert ticker.max_gap < 0.2, f"the loop ran no other task for {ticker.max_gap:.3f} s of {runs} runs in 1 s"
+    assert ticker.ticks >= 20, (ticker.ticks, runs)
+
+
 async def test_run_graph_in_thread_is_correct_and_does_not_block_the_loop():
     model, n = slow_chain(0.03)
     x = np.random.default_rng(2).standard_normal((n, n)).astype(np.float32)
