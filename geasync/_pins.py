@@ -27,6 +27,7 @@ class _Freezer:
         Not reachable, so not frozen: other views of the same memory made before the run, and memory owned by a
         non-numpy object (a bytearray, an mmap) written through that object."""
         entries: list[list[Any]] = []
+        frozen = self._frozen
         with self._lock:
             for a in arrays:
                 if isinstance(a.base, np.ndarray):
@@ -35,8 +36,18 @@ class _Freezer:
                         chain.append(chain[-1].base)
                     for array in reversed(chain):  # the owner first
                         entries.append(self._pin(array))
+                    continue
+                # an array owning its memory (or viewing a non-numpy buffer): _pin inlined, on every run's path
+                entry = frozen.get(id(a))
+                if entry is None:
+                    if a.flags.writeable:
+                        a.setflags(write=False)
+                        entry = frozen[id(a)] = [a, 1, True, None]
+                    else:
+                        entry = frozen[id(a)] = [a, 1, False, None]
                 else:
-                    entries.append(self._pin(a))
+                    entry[1] += 1
+                entries.append(entry)
         return entries
 
     def _pin(self, a: np.ndarray) -> list[Any]:
@@ -67,14 +78,19 @@ class _Freezer:
 
     def thaw_batch(self, groups: Sequence[list[list[Any]]]) -> None:
         """Thaws the entries of several requests under one lock."""
+        frozen = self._frozen
         with self._lock:
             for entries in groups:
                 for entry in entries:
                     entry[1] -= 1
                     if entry[1] == 0:
-                        del self._frozen[id(entry[0])]
+                        a = entry[0]
+                        del frozen[id(a)]
                         if entry[2]:
-                            self._make_writeable(entry)
+                            if a.base is None and entry[3] is None:  # an owner no view waits for: the usual case
+                                a.setflags(write=True)
+                            else:
+                                self._make_writeable(entry)
 
     def _make_writeable(self, entry: list[Any]) -> None:
         a = entry[0]
