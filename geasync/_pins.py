@@ -88,7 +88,10 @@ class _Freezer:
                         del frozen[id(a)]
                         if entry[2]:
                             if a.base is None and entry[3] is None:  # an owner no view waits for: the usual case
-                                a.setflags(write=True)
+                                try:
+                                    a.setflags(write=True)
+                                except ValueError:  # as _make_writeable: it stays as numpy allows
+                                    pass
                             else:
                                 self._make_writeable(entry)
 
