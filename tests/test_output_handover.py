@@ -199,6 +199,9 @@ async def test_outputs_of_changing_shapes_keep_their_own_dtype_and_shape():
             assert (f.shape, i.dtype, u.dtype, flat.shape) == (shape, np.int32, np.uint8, (1, x.size))
             np.testing.assert_array_equal(i.numpy(), x.astype(np.int32))
             del f, i, u, flat
+        # asyncio's handle that last resumed this task holds the future it waited for (and that run's outputs) until
+        # the task yields again; runs that complete during their submit's poll never yield: let the loop turn once
+        await anyio.sleep(0)
         gc_collect_harder()
         assert live()["tensors"] == before
 
