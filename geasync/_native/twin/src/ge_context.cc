@@ -95,9 +95,21 @@ GlobalState &Global() {
 std::atomic<bool> g_initialized{false};
 }  // namespace
 
+namespace {
+// The thread's own stream id, computed once per thread: getpid and gettid are system calls, and RunGraphAsync
+// reads the id on every submit. A forked child's thread starts over (its pid and tid differ).
+thread_local uint64_t t_own_stream = 0;
+void ForgetOwnStreamInChild() { t_own_stream = 0; }
+}  // namespace
+
 uint64_t CurrentWorkStream() {
   if (t_work_stream != 0) return t_work_stream;
-  return static_cast<uint64_t>(getpid()) * 100000U + static_cast<uint64_t>(gettid());
+  if (t_own_stream == 0) {
+    static const int at_fork = pthread_atfork(nullptr, nullptr, ForgetOwnStreamInChild);
+    (void)at_fork;
+    t_own_stream = static_cast<uint64_t>(getpid()) * 100000U + static_cast<uint64_t>(gettid());
+  }
+  return t_own_stream;
 }
 WorkStreamScope::WorkStreamScope(uint64_t work_stream) : saved_(t_work_stream) { t_work_stream = work_stream; }
 WorkStreamScope::~WorkStreamScope() { t_work_stream = saved_; }

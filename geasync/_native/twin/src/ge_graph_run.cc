@@ -150,14 +150,16 @@ Status ApplyFault(const twin::FaultDecision &f, const GraphNode &node, const cha
 }
 
 bool ClaimMode(GraphNode &node, RunMode mode, bool record) {
+  if (node.mode.load(std::memory_order_acquire) == mode) return true;  // a graph's mode never changes once set
   std::lock_guard<std::mutex> lk(node.mu);
-  if (node.mode == RunMode::kNone) {
-    if (record) node.mode = mode;
+  const RunMode established = node.mode.load(std::memory_order_relaxed);
+  if (established == RunMode::kNone) {
+    if (record) node.mode.store(mode, std::memory_order_release);
     return true;
   }
-  if (node.mode == mode) return true;
+  if (established == mode) return true;
   const std::string api = ModeApi(mode);
-  const std::string prev = ModeApi(node.mode);
+  const std::string prev = ModeApi(established);
   twin::ReportError(twin::E10062("call " + api, prev + " was already called for the graph (graph_id=" +
                                                     std::to_string(node.id) + "). " + api + " and " + prev +
                                                     " are mutually exclusive and cannot be used together"));

@@ -47,7 +47,9 @@ struct GraphNode {
   std::map<std::string, std::string> options;
 
   std::mutex mu;  // guards everything below except the atomics
-  RunMode mode = RunMode::kNone;
+  // Set once (kNone -> a mode) under `mu`; read without it by ClaimMode's fast path, which every submit takes
+  // while the model thread holds `mu` for its own reads.
+  std::atomic<RunMode> mode{RunMode::kNone};
   std::vector<ODesc> data_descs;  // the Data nodes' descs (CompileGraph with inputs updates them)
   bool compiled = false;
   bool loaded = false;
