@@ -116,13 +116,16 @@ _run_graph_call: Any = None
 _release_infos_call: Any = None
 _unpack: Any = None
 _memmove: Any = None
+_new: Any = None
+_desc_array: Any = None  # the ctype "ga_tensor_desc[]", resolved once (not parsed from its name on every run)
 
 
 def _bind_hot_calls(native_ffi: Any, native_lib: Any) -> None:
-    global _run_graph_call, _release_infos_call, _unpack, _memmove
+    global _run_graph_call, _release_infos_call, _unpack, _memmove, _new, _desc_array
     globals()["from_buffer"] = native_ffi.from_buffer  # see from_buffer()
     _run_graph_call, _release_infos_call = native_lib.ga_session_run_graph, native_lib.ga_output_infos_release
     _unpack, _memmove = native_ffi.unpack, native_ffi.memmove
+    _new, _desc_array = native_ffi.new, native_ffi.typeof("ga_tensor_desc[]")
 
 
 def __getattr__(name: str) -> int:
@@ -308,7 +311,9 @@ class PreparedInputs:
                  arrays: tuple[np.ndarray, ...] = (), nbytes: int = 0) -> None:
         self.count = len(rows)
         # one initializer call: several times faster than filling the fields one by one
-        self.array = ffi.new("ga_tensor_desc[]", rows) if rows else ffi.new("ga_tensor_desc[]", 1)
+        if _new is None:  # no backend loaded yet (no input array was described)
+            select_backend(None)
+        self.array = _new(_desc_array, rows if rows else 1)
         self.keep = keep
         self.arrays = arrays
         self.nbytes = nbytes
@@ -406,11 +411,13 @@ def _learn_layout(o: Any) -> tuple[np.dtype, tuple[int, ...], int] | None:
     return entry
 
 
-def _wrap_outputs(infos: Any, start: int, n: int, make: OutputFactory[_T], copy: bool) -> list[_T]:
+def _wrap_outputs(infos: Any, start: int, n: int, make: OutputFactory[_T], copy: bool,
+                  release: bool = True) -> list[_T]:
     """The output factory's objects for the taken tensors infos[start:start + n]. With ``copy`` (the data is final:
     not a stream-mode run's), host outputs of at most OUTPUT_COPY_MAX bytes of a numpy dtype are copied into numpy
     arrays; every other output is owned by a cdata whose collection destroys it. One native call at the end frees
-    the copied tensors, and, should wrapping one fail, the ones not wrapped yet: none leaks."""
+    the copied tensors, and, should wrapping one fail, the ones not wrapped yet: none leaks. Without ``release``,
+    the caller makes that call (CompletionQueue.drain: once for a whole drained batch)."""
     result = []
     layouts, learn, memmove, empty, wrap = _layouts, _learn_layout, _memmove, np.empty, make.copy  # read once
     try:
@@ -430,7 +437,8 @@ def _wrap_outputs(infos: Any, start: int, n: int, make: OutputFactory[_T], copy:
                     continue  # its tensor is freed below
             result.append(_wrap_runtime_memory(o, make))
     finally:
-        _release_infos_call(infos + start if start else infos, n)
+        if release:
+            _release_infos_call(infos + start if start else infos, n)
     return result
 
 
@@ -716,32 +724,42 @@ class CompletionQueue:
         ``outputs`` is None, the outputs made by the output factory, or the exception raised making them (it
         belongs to that record alone: the rest of the batch is unaffected)."""
         records = []
-        buf, infos, cap = self._buf, self._infos, self._cap
+        buf, infos, cap, make = self._buf, self._infos, self._cap, self._make
         while True:
             n = lib.ga_cq_drain_outputs(self._cq, buf, cap, infos, cap)  # one call takes the batch's outputs too
             pos = 0
-            for i in range(n):
-                c = buf[i]
-                k = c.output_count
-                outs: Any
-                if k == -1:
-                    outs = None
-                else:
-                    try:
-                        if k >= 0:
-                            outs = _wrap_outputs(infos, pos, k, self._make, True)
-                        else:  # more outputs than the batch buffer had room for: still a list to take
-                            handle, c.outputs = c.outputs, ffi.NULL
-                            outs = _take_outputs(handle, self._make, True)
-                    except Exception as exc:
-                        outs = exc
-                    if k > 0:
-                        pos += k
-                text = ""
-                if c.error_message:  # only failures carry text to free
-                    text = ffi.string(c.error_message).decode("utf-8", "replace")
-                    lib.ga_completion_release(ffi.addressof(buf, i))
-                records.append((c.token, c.status, c.kind, outs, text))
+            done = False
+            try:
+                for i in range(n):
+                    c = buf[i]
+                    k = c.output_count
+                    outs: Any
+                    if k == -1:
+                        outs = None
+                    else:
+                        try:
+                            if k >= 0:
+                                outs = _wrap_outputs(infos, pos, k, make, True, False)
+                            else:  # more outputs than the batch buffer had room for: still a list to take
+                                handle, c.outputs = c.outputs, ffi.NULL
+                                outs = _take_outputs(handle, make, True)
+                        except Exception as exc:
+                            outs = exc
+                        if k > 0:
+                            pos += k
+                    text = ""
+                    if c.error_message:  # only failures carry text to free
+                        text = ffi.string(c.error_message).decode("utf-8", "replace")
+                        lib.ga_completion_release(ffi.addressof(buf, i))
+                    records.append((c.token, c.status, c.kind, outs, text))
+                done = True
+            finally:
+                # One native call frees the batch's copied outputs (and any a failure left unwrapped). Interrupted
+                # (KeyboardInterrupt), it frees every output the batch described: the records not reached are lost
+                # either way, their tensors are not.
+                if not done:
+                    pos = sum(max(buf[j].output_count, 0) for j in range(n))
+                _release_infos_call(infos, pos)
             if n < cap:
                 return records
 

@@ -30,7 +30,8 @@ class _Freezer:
         frozen = self._frozen
         with self._lock:
             for a in arrays:
-                if isinstance(a.base, np.ndarray):
+                base = a.base
+                if base is not None and isinstance(base, np.ndarray):
                     chain = [a]
                     while isinstance(chain[-1].base, np.ndarray):
                         chain.append(chain[-1].base)
