@@ -98,6 +98,10 @@ class RunRequest(Request):
     def inputs(self) -> _lib.PreparedInputs:
         raise NotImplementedError
 
+    def submission(self) -> tuple[Any, int, _lib.PreparedInputs]:
+        """(handle, graph_id, inputs) in one call: what a batched submit reads of every request."""
+        return self.handle, self.graph_id, self.inputs
+
     def guard(self) -> None:
         """Other code of the loop is about to run while this request is in flight (it waits for a batched submit,
         or its submit returned without its completion): protect what the runtime reads from here on. Called at
@@ -327,7 +331,7 @@ class AsyncioHub(Hub):
         for token, request in batch:
             if token not in self._requests:
                 continue
-            handle = request.handle
+            handle, graph_id, inputs = request.submission()
             if handle is None or request.waiter.done():
                 # closed before submission, or nobody waits any more: never reaches the runtime
                 self._requests.pop(token, None)
@@ -337,8 +341,7 @@ class AsyncioHub(Hub):
                 except Exception as exc:
                     self._report(exc)
                 continue
-            inputs = request.inputs
-            items.append((handle, request.graph_id, inputs.array, inputs.count, token))
+            items.append((handle, graph_id, inputs.array, inputs.count, token))
         if items:
             _lib.run_graph_async_batch(items, self.queue)
 

@@ -758,6 +758,9 @@ class _RunRequest(Pins, _hub.RunRequest):
     def inputs(self) -> PreparedInputs:
         return self.objects  # type: ignore[no-any-return]  # what it pins (until released); no cast() call per run
 
+    def submission(self) -> tuple[Any, int, PreparedInputs]:
+        return self.session._handle, self.graph_id, self.objects  # type: ignore[return-value]
+
     def guard(self) -> None:
         prepared = self.objects
         if prepared is not None and self.frozen is None and self.session._freeze_inputs:
