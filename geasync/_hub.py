@@ -276,18 +276,15 @@ class AsyncioHub(Hub):
         if _reaper.idle or not self.watched:
             _reaper.watch(self)  # so a loop closed with this request in flight is noticed
         batch = self._batch
-        if batch:
-            request.guard()
-            batch.append((token, request))
-            return True
-        if len(self._requests) > 1:
+        if not batch and len(self._requests) <= 1:
+            return False  # the only request in flight: submitted now
+        request.guard()  # raising, it stays out of the batch
+        if not batch:  # the first of this iteration's batch
             loop = self._loop_ref()
             assert loop is not None
-            request.guard()
             loop.call_soon(self._flush)
-            batch.append((token, request))
-            return True
-        return False
+        batch.append((token, request))
+        return True
 
     def _submitted_alone(self) -> None:
         if self._spin_skip:

@@ -759,7 +759,7 @@ class _RunRequest(Pins, _hub.RunRequest):
         return self.objects  # type: ignore[no-any-return]  # what it pins (until released); no cast() call per run
 
     def submission(self) -> tuple[Any, int, PreparedInputs]:
-        return self.session._handle, self.graph_id, self.objects  # type: ignore[return-value]
+        return self.session._handle, self.graph_id, self.objects
 
     def guard(self) -> None:
         prepared = self.objects
