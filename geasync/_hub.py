@@ -21,7 +21,7 @@ import threading
 import time
 import weakref
 from asyncio import AbstractEventLoop, Future
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import _lib
 from ._loops import TrioWaiter, loop_flavour, running_loop as _running_loop, trio_token
@@ -85,7 +85,8 @@ class Request:
 
 class RunRequest(Request):
     """A RunGraphAsync request: it says what to submit (``handle``: its session's handle, None once the session is
-    closed; ``graph_id``; ``inputs``: the PreparedInputs), so a hub submits it without knowing sessions."""
+    closed; ``graph_id``; ``rows``: its inputs' descriptor rows, see ``_lib.PreparedInputs``; the request keeps what
+    they point to alive until its completion), so a hub submits it without knowing sessions."""
 
     __slots__ = ()
     graph_id: int
@@ -95,12 +96,12 @@ class RunRequest(Request):
         raise NotImplementedError
 
     @property
-    def inputs(self) -> _lib.PreparedInputs:
+    def rows(self) -> Sequence[_lib.InputRow]:
         raise NotImplementedError
 
-    def submission(self) -> tuple[Any, int, _lib.PreparedInputs]:
-        """(handle, graph_id, inputs) in one call: what a batched submit reads of every request."""
-        return self.handle, self.graph_id, self.inputs
+    def submission(self) -> tuple[Any, int, Sequence[_lib.InputRow]]:
+        """(handle, graph_id, rows) in one call: what a batched submit reads of every request."""
+        return self.handle, self.graph_id, self.rows
 
     def guard(self) -> None:
         """Other code of the loop is about to run while this request is in flight (it waits for a batched submit,
@@ -185,7 +186,7 @@ class Hub:
         try:
             if self._defer(token, request):
                 return
-            _lib.run_graph_async_submit(request.handle, request.graph_id, request.inputs, self.queue, token,
+            _lib.run_graph_async_submit(request.handle, request.graph_id, request.rows, self.queue, token,
                                         request.context)
         except BaseException:
             del self._requests[token]  # refused (or never queued): no completion will come for it
@@ -328,7 +329,7 @@ class AsyncioHub(Hub):
         for token, request in batch:
             if token not in self._requests:
                 continue
-            handle, graph_id, inputs = request.submission()
+            handle, graph_id, rows = request.submission()
             if handle is None or request.waiter.done():
                 # closed before submission, or nobody waits any more: never reaches the runtime
                 self._requests.pop(token, None)
@@ -338,7 +339,7 @@ class AsyncioHub(Hub):
                 except Exception as exc:
                     self._report(exc)
                 continue
-            items.append((handle, graph_id, inputs.array, inputs.count, token))
+            items.append((handle, graph_id, rows, token))
         if items:
             _lib.run_graph_async_batch(items, self.queue)
 

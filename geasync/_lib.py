@@ -297,6 +297,9 @@ def pointer(address: int) -> Any:
     return ffi.cast("void *", address)
 
 
+InputRow = tuple[Any, int, int, int, int, tuple[int, ...]]  # (data, nbytes, ge dtype, placement, ndim, shape)
+
+
 class PreparedInputs:
     """ga_tensor_desc[] for a run (``array``, ``count``), built from (data, nbytes, ge dtype, placement, ndim, shape)
     rows, with what keeps the described memory alive while the runtime reads it: ``arrays``, the host numpy arrays
@@ -307,7 +310,7 @@ class PreparedInputs:
 
     __slots__ = ("array", "count", "keep", "arrays", "nbytes")
 
-    def __init__(self, rows: Sequence[tuple[Any, int, int, int, int, tuple[int, ...]]], keep: Any = None,
+    def __init__(self, rows: Sequence[InputRow], keep: Any = None,
                  arrays: tuple[np.ndarray, ...] = (), nbytes: int = 0) -> None:
         self.count = len(rows)
         # one initializer call: several times faster than filling the fields one by one
@@ -776,17 +779,42 @@ class CompletionQueue:
         return self._cq
 
 
-def run_graph_async_submit(handle: Any, graph_id: int, inputs: PreparedInputs, queue: CompletionQueue, token: int,
+# RunGraphAsync reads its input descriptors only while it is called (the shim turns them into GE's tensors, which
+# point at the data, before it returns): a submit describes its rows in a per-thread buffer, a batch in one array
+# for all its requests, instead of an array per request that lives as long as the run.
+
+def run_graph_async_submit(handle: Any, graph_id: int, rows: Sequence[InputRow], queue: CompletionQueue, token: int,
                            context: str) -> None:
-    """RunGraphAsync: submits and returns at once; the completion arrives on ``queue`` under ``token``."""
-    status = lib.ga_session_run_graph_async(handle, graph_id, inputs.array, inputs.count, queue.handle, token)
+    """RunGraphAsync of inputs described by ``rows`` (as PreparedInputs takes them; the caller keeps what they point
+    to alive until the completion): submits and returns at once; the completion arrives on ``queue`` under
+    ``token``."""
+    try:
+        descs, dcap = _sync.submit
+    except AttributeError:
+        descs, dcap = _sync.submit = (ffi.new("ga_tensor_desc[]", 4), 4)
+    n = len(rows)
+    if n > dcap:  # more inputs than ever before on this thread
+        descs, dcap = _sync.submit = (ffi.new("ga_tensor_desc[]", n), n)
+    for i, row in enumerate(rows):
+        descs[i] = row
+    status = lib.ga_session_run_graph_async(handle, graph_id, descs, n, queue.handle, token)
     _check(status, "GeSession::RunGraphAsync", context)
 
 
-def run_graph_async_batch(items: list[tuple[Any, int, Any, int, int]], queue: CompletionQueue) -> None:
-    """Submits (session handle, graph id, inputs.array, inputs.count, token) requests in one call; refused ones
-    complete on ``queue``."""
-    lib.ga_run_graph_async_batch(ffi.new("ga_async_submit[]", items), len(items), queue.handle)
+def run_graph_async_batch(items: list[tuple[Any, int, Sequence[InputRow], int]], queue: CompletionQueue) -> None:
+    """Submits (session handle, graph id, input rows, token) requests in one call; refused ones complete on
+    ``queue``."""
+    all_rows: list[InputRow] = []
+    for item in items:
+        all_rows += item[2]
+    descs = _new(_desc_array, all_rows) if all_rows else _new(_desc_array, 1)  # one conversion call for the batch
+    submits = []
+    at = 0
+    for handle, graph_id, rows, token in items:
+        n = len(rows)
+        submits.append((handle, graph_id, descs + at, n, token))
+        at += n
+    lib.ga_run_graph_async_batch(ffi.new("ga_async_submit[]", submits), len(submits), queue.handle)
 
 
 def stream_launch_completion(stream: int, queue: CompletionQueue, token: int, context: str) -> None:

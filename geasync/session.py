@@ -36,7 +36,7 @@ from .errors import FAILED, GeError, SessionBrokenError, SessionClosedError
 from .graph import Graph
 from ._streams import has_allocator, mark_allocator, release_default_allocator, unmark_allocator
 from .stream import stream_address
-from .tensor import TENSORS, PreparedInputs, Tensor, input_rows, prepare_inputs
+from .tensor import TENSORS, InputRow, PreparedInputs, Tensor, input_rows, prepare_inputs
 from ._types import Inputs, Options, StreamLike, TensorLike, TensorLikeList
 
 _T = TypeVar("_T")
@@ -95,6 +95,8 @@ def _check_options(options: Any, what: str) -> Dict[str, str]:
 DEFAULT_MAX_IN_FLIGHT = 512  # below GE's per-model queue (1024), so RunGraphAsync never fails or blocks for space
 DYNAMIC_GRAPH_PENDING_LIMIT = 32  # GE's executor thread waits beyond 32 pending callbacks of a dynamic-shape graph
 _UNKNOWN: Any = object()
+# A RunGraphAsync request's inputs as tensor.input_rows returns them: (rows, keep, arrays, nbytes)
+AsyncInputs = Tuple[List[InputRow], Optional[List[Any]], Tuple[Any, ...], int]
 
 
 class Session:
@@ -504,8 +506,9 @@ class Session:
         if timeout is not None:
             timeout = check_timeout(timeout, "Session.run_graph_async")
         spec = self._specs.get(graph_id)
-        # prepare_inputs(inputs, spec=spec, ...), without its frame and keyword arguments
-        prepared = PreparedInputs(*input_rows(inputs, "inputs", False, spec, "run_graph_async", graph_id))
+        # (rows, keep, arrays, nbytes): the request holds them until its completion; the descriptors are made from the
+        # rows when it is submitted (RunGraphAsync reads them only then)
+        prepared = input_rows(inputs, "inputs", False, spec, "run_graph_async", graph_id)
         if spec is not None and not spec.async_seen:
             self._first_async(graph_id, spec, inputs)
         if self._handle is None or self._closing or self._generation != _lib.generation or _lib.forked:
@@ -516,7 +519,7 @@ class Session:
             return self._run_async(graph_id, prepared)  # awaited directly: one coroutine per request
         return self._run_async_with_timeout(graph_id, prepared, timeout)
 
-    async def _run_async_with_timeout(self, graph_id: int, prepared: PreparedInputs, timeout: float) -> List[Tensor]:
+    async def _run_async_with_timeout(self, graph_id: int, prepared: AsyncInputs, timeout: float) -> List[Tensor]:
         async with fail_after(timeout):
             return await self._run_async(graph_id, prepared)
 
@@ -560,7 +563,7 @@ class Session:
                 self._compiling -= 1
         return self._graph_cap(graph_id)
 
-    async def _run_async(self, graph_id: int, prepared: PreparedInputs) -> List[Tensor]:
+    async def _run_async(self, graph_id: int, prepared: AsyncInputs) -> List[Tensor]:
         counters = self._graph_stats.get(graph_id)
         if counters is None:
             counters = self._counters(graph_id)
@@ -728,13 +731,14 @@ class _RunRequest(Pins, _hub.RunRequest):
 
     __slots__ = ("session", "graph_id", "waiter", "unawaited", "cap", "counters")
 
-    def __init__(self, session: Session, prepared: PreparedInputs, graph_id: int, waiter: Any,
+    def __init__(self, session: Session, prepared: AsyncInputs, graph_id: int, waiter: Any,
                  cap: Optional[InFlightBound], counters: GraphCounters) -> None:
-        # Pins.__init__(self, prepared, prepared.arrays, prepared.nbytes, False, session._pinned), inlined: frozen by
-        # guard(), only if the loop runs other code while the run is in flight (not for one that completes during
-        # its submit's poll: a freeze and a thaw are a fifth of a tiny run's latency)
+        # Pins.__init__(self, prepared, arrays, nbytes, False, session._pinned), inlined: frozen by guard(), only if
+        # the loop runs other code while the run is in flight (not for one that completes during its submit's poll:
+        # a freeze and a thaw are a fifth of a tiny run's latency). ``prepared`` (rows, keep, arrays, nbytes) holds
+        # everything the rows point into.
         self.objects = prepared
-        self.nbytes = nbytes = prepared.nbytes
+        self.nbytes = nbytes = prepared[3]
         self.ledger = ledger = session._pinned
         ledger.total += nbytes
         self.frozen = None
@@ -755,16 +759,16 @@ class _RunRequest(Pins, _hub.RunRequest):
         return self.session._handle
 
     @property
-    def inputs(self) -> PreparedInputs:
-        return self.objects  # type: ignore[no-any-return]  # what it pins (until released); no cast() call per run
+    def rows(self) -> Sequence[InputRow]:
+        return self.objects[0]  # type: ignore[no-any-return]  # (the request is pinned until it completes)
 
-    def submission(self) -> tuple[Any, int, PreparedInputs]:
-        return self.session._handle, self.graph_id, self.objects
+    def submission(self) -> tuple[Any, int, Sequence[InputRow]]:
+        return self.session._handle, self.graph_id, self.objects[0]
 
     def guard(self) -> None:
         prepared = self.objects
         if prepared is not None and self.frozen is None and self.session._freeze_inputs:
-            arrays = cast(PreparedInputs, prepared).arrays
+            arrays = prepared[2]
             if arrays:
                 self.frozen = FREEZER.freeze(arrays)
 

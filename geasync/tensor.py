@@ -223,7 +223,7 @@ def prepare_inputs(inputs: Any, what: str = "inputs", *, require_list: bool = Fa
     return PreparedInputs(*input_rows(inputs, what, require_list, spec, api, graph_id))
 
 
-InputRow = tuple[Any, int, int, int, int, tuple[int, ...]]  # (data, nbytes, ge dtype, placement, ndim, shape)
+InputRow = _lib.InputRow  # (data, nbytes, ge dtype, placement, ndim, shape)
 
 
 def input_rows(inputs: Any, what: str, require_list: bool, spec: Any, api: str,
