@@ -10,7 +10,6 @@ from ``_inflight``), ``run_graph_in_thread``, ``statistics()``, ``async with`` /
 
 from __future__ import annotations
 
-import bisect
 import threading
 import time
 import warnings
@@ -780,12 +779,8 @@ class _RunRequest(Pins, _hub.RunRequest):
             counters = self.counters
             counters.completed += 1
             started = counters.live.pop(self, None)
-            if started is not None:  # Histogram.observe, inlined (a method call is a tenth of this path)
-                latency = counters.latency
-                value = now() - started
-                latency.counts[bisect.bisect_left(latency.bounds, value)] += 1
-                latency.total += value
-                latency.count += 1
+            if started is not None:
+                counters.latency.observe(now() - started)
             waiter.set_result(outputs)
             return True
         return super().complete(status, kind, outputs, text, orphaned)
