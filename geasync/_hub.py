@@ -3,7 +3,9 @@
 One hub per event loop owns a native completion queue. Runtime threads (GE's model threads, ACL's callback thread)
 push records there and write its eventfd once per batch; they never enter Python. The hub drains the queue on the
 loop's thread -- ``loop.add_reader`` on asyncio and uvloop, a system task on ``trio.lowlevel.wait_readable`` on
-trio -- and settles each request's waiter there, after checking it is still wanted.
+trio -- and settles each request's waiter there, after checking it is still wanted. A lone request is submitted at
+once and its completion polled for briefly; requests made while others are in flight are sent together, in one
+native call, once the loop has run its other ready tasks.
 
 When a loop goes away with requests in flight, its hub becomes an orphan: a Python reaper thread drains it until the
 runtime has delivered every completion, releasing pins and outputs, and only then closes the queue (so a late
@@ -110,8 +112,18 @@ class RunRequest(Request):
         loop's thread never left geasync (as in a synchronous run)."""
 
 
+# Seconds a lone RunGraphAsync submit polls for its completion before the loop waits on the eventfd
+# ($GEASYNC_SPIN_US, in microseconds; 0 turns it off).
+SPIN_BUDGET_NS = int(float(os.environ.get("GEASYNC_SPIN_US", "50")) * 1000)
+# A task whose runs complete during their submit's poll never suspends (it awaits a done future): after this many
+# seconds of such runs without a turn of the loop, the next one waits for the eventfd, so other tasks run.
+HOLD_LIMIT = 0.0005
+_perf_counter = time.perf_counter
+
+
 class Hub:
-    """Base hub: token allocation, the request table and draining. Subclasses attach the fd to their loop."""
+    """Base hub: token allocation, the request table, draining, the batched submit and the lone submit's poll.
+    Subclasses attach the fd to their loop and decide when a batch goes out."""
 
     def __init__(self) -> None:
         self.queue = _lib.CompletionQueue(TENSORS)
@@ -119,6 +131,9 @@ class Hub:
         self._tokens = itertools.count(1)
         self._draining = threading.Lock()
         self.orphaned = False
+        self._batch: list[tuple[int, RunRequest]] = []  # deferred requests, sent together by _flush
+        self._spin_misses = 0
+        self._spin_skip = 0 if SPIN_BUDGET_NS > 0 else -1
 
     # --- used by the session / stream layer, on the loop thread ---
     def new_token(self) -> int:
@@ -169,6 +184,52 @@ class Hub:
     def _abandon_unsubmitted(self) -> None:
         """The loop went away before sending requests it held for a batched submit: they never reach the runtime,
         so no completion will come; release them now (their pins and slots), as abandoned."""
+        batch, self._batch = self._batch, []
+        text = "the event loop was closed before this RunGraphAsync job was submitted"
+        for token, _request in batch:
+            request = self._requests.pop(token, None)
+            if request is None:
+                continue
+            try:
+                request.complete(FAILED, _lib.COMPLETION_ABANDONED, None, text, True)
+            except Exception as exc:
+                self._report(exc)
+
+    def _flush(self) -> None:
+        """Sends the requests deferred since the last flush in one native call (see ``_defer``)."""
+        batch, self._batch = self._batch, []
+        items = []
+        for token, request in batch:
+            if token not in self._requests:
+                continue
+            handle, graph_id, rows = request.submission()
+            if handle is None or request.waiter.done():
+                # closed before submission, or nobody waits any more: never reaches the runtime
+                self._requests.pop(token, None)
+                text = "the session was closed before this RunGraphAsync job was submitted"
+                try:
+                    request.complete(FAILED, _lib.COMPLETION_ABANDONED, None, text, False)
+                except Exception as exc:
+                    self._report(exc)
+                continue
+            items.append((handle, graph_id, rows, token))
+        if items:
+            _lib.run_graph_async_batch(items, self.queue)
+
+    def _poll(self) -> float:
+        """Watches the queue for at most SPIN_BUDGET_NS after a lone submit (natively: no eventfd write or read
+        when the run completes meanwhile); returns when it started if a completion arrived, which the caller drains
+        at once (its task finds its result without waiting for the eventfd and a turn of the loop, most of a tiny
+        run's latency), else 0.0. Runs that keep outlasting the budget turn polling off for a while."""
+        start = _perf_counter()
+        if self.queue.poll(SPIN_BUDGET_NS):
+            self._spin_misses = 0
+            return start
+        self._spin_misses += 1
+        if self._spin_misses >= 4:
+            self._spin_misses = 0
+            self._spin_skip = 256  # a slow graph: wait for the eventfd as usual for the next lone submits
+        return 0.0
 
     def _report(self, exc: BaseException) -> None:
         """An exception nobody awaits (e.g. releasing a request whose task gave up): the loop's handler shows it."""
@@ -193,6 +254,10 @@ class Hub:
             raise
         try:
             self._submitted_alone()
+        except BaseException:
+            # interrupted between a poll that found completions and their drain: the fd's reader takes them
+            self.queue.signal()
+            raise
         finally:
             if token in self._requests:  # still in flight (even if interrupted): guarded before the loop goes on
                 request.guard()
@@ -242,13 +307,6 @@ def _report_unraisable(exc: BaseException) -> None:
         pass
 
 
-# Seconds a lone RunGraphAsync submit polls for its completion before the loop waits on the eventfd
-# ($GEASYNC_SPIN_US, in microseconds; 0 turns it off).
-SPIN_BUDGET = float(os.environ.get("GEASYNC_SPIN_US", "50")) * 1e-6
-# A task whose runs complete during their submit's poll never suspends (it awaits a done future): after this many
-# seconds of such runs without a turn of the loop, the next one waits for the eventfd, so other tasks run.
-HOLD_LIMIT = 0.0005
-_perf_counter = time.perf_counter
 
 
 class AsyncioHub(Hub):
@@ -261,10 +319,7 @@ class AsyncioHub(Hub):
     def __init__(self, loop: AbstractEventLoop) -> None:
         super().__init__()
         self._loop_ref = weakref.ref(loop)  # weak: the loop owns the reader that owns this hub
-        self._batch: list[tuple[int, RunRequest]] = []
         self.watched = False  # known to the reaper, which notices a loop closed with work in flight
-        self._spin_misses = 0
-        self._spin_skip = 0 if SPIN_BUDGET > 0 else -1
         self._held_since = 0.0  # when runs completed in their poll started holding the loop (0.0: it turned since)
         # asyncio's own create_future is a Python method around Future(loop=loop): call that directly (once per
         # run); any other loop (uvloop) makes its futures its own way
@@ -295,65 +350,22 @@ class AsyncioHub(Hub):
         # else: this run's task waits for the eventfd like any other, and the loop runs its other tasks meanwhile
 
     def _spin(self) -> None:
-        """Polls the queue for a short while after a lone submit: a run that completes within the budget is
-        settled before its task awaits it, which saves the eventfd wake-up of the loop and a loop iteration
-        (most of one tiny run's latency). Runs that keep outlasting the budget turn spinning off for a while.
+        """Polls for the lone run's completion (``_poll``) and settles it before its task awaits it.
 
-        Its task does not suspend then; a callback on the loop notes the loop's next turn, and a task that
-        kept the loop for HOLD_LIMIT without one waits for its next run's eventfd instead, letting others run."""
-        queue = self.queue
-        clock = _perf_counter
-        start = clock()
-        deadline = start + SPIN_BUDGET
-        while clock() < deadline:
-            if queue.pending():
-                self._spin_misses = 0
-                if not self._held_since:
-                    loop = self._loop_ref()
-                    if loop is not None:
-                        self._held_since = start
-                        loop.call_soon(self._loop_turned)
-                self.drain()
-                return
-        self._spin_misses += 1
-        if self._spin_misses >= 4:
-            self._spin_misses = 0
-            self._spin_skip = 256  # a slow graph: wait for the eventfd as usual for the next lone submits
+        Its task does not suspend then (it awaits a done future); a callback on the loop notes the loop's next
+        turn, and a task that kept the loop for HOLD_LIMIT without one waits for its next run's eventfd instead,
+        letting others run."""
+        start = self._poll()
+        if start:
+            if not self._held_since:
+                loop = self._loop_ref()
+                if loop is not None:
+                    self._held_since = start
+                    loop.call_soon(self._loop_turned)
+            self.drain()
 
     def _loop_turned(self) -> None:
         self._held_since = 0.0
-
-    def _flush(self) -> None:
-        batch, self._batch = self._batch, []
-        items = []
-        for token, request in batch:
-            if token not in self._requests:
-                continue
-            handle, graph_id, rows = request.submission()
-            if handle is None or request.waiter.done():
-                # closed before submission, or nobody waits any more: never reaches the runtime
-                self._requests.pop(token, None)
-                text = "the session was closed before this RunGraphAsync job was submitted"
-                try:
-                    request.complete(FAILED, _lib.COMPLETION_ABANDONED, None, text, False)
-                except Exception as exc:
-                    self._report(exc)
-                continue
-            items.append((handle, graph_id, rows, token))
-        if items:
-            _lib.run_graph_async_batch(items, self.queue)
-
-    def _abandon_unsubmitted(self) -> None:
-        batch, self._batch = self._batch, []
-        text = "the event loop was closed before this RunGraphAsync job was submitted"
-        for token, _request in batch:
-            request = self._requests.pop(token, None)
-            if request is None:
-                continue
-            try:
-                request.complete(FAILED, _lib.COMPLETION_ABANDONED, None, text, True)
-            except Exception as exc:
-                self._report(exc)
 
     @property
     def loop_gone(self) -> bool:
@@ -383,14 +395,25 @@ class AsyncioHub(Hub):
 
 
 class TrioHub(Hub):
-    """trio: one system task waiting on the queue's eventfd for the lifetime of the run."""
+    """trio: one system task waiting on the queue's eventfd for the lifetime of the run, another sending batched
+    submits.
+
+    As on asyncio, a lone request is submitted at once and its completion polled for; requests made while others
+    are in flight are sent together, once every task made runnable meanwhile has run its step.
+    """
 
     def __init__(self) -> None:
         import trio
 
         super().__init__()
         self.token = trio.lowlevel.current_trio_token()
+        self._flush_wanted = trio.Event()
+        # The last eventfd drain settled several requests. trio runs the tasks it woke one after another, and each
+        # would find nothing else in flight (all completed) and take the lone path: a serial submit-and-poll per
+        # task. While this holds, their resubmits are batched instead.
+        self._burst = False
         trio.lowlevel.spawn_system_task(self._dispatch, name="geasync-completion-hub")
+        trio.lowlevel.spawn_system_task(self._flusher, name="geasync-batched-submit")
 
     async def _dispatch(self) -> None:
         import trio
@@ -398,10 +421,43 @@ class TrioHub(Hub):
         try:
             while True:
                 await trio.lowlevel.wait_readable(self.queue.fd)
+                before = len(self._requests)
                 self.drain()
+                self._burst = before - len(self._requests) > 1
         finally:
             _trio_hubs.pop(self.token, None)
             self.orphan()
+
+    async def _flusher(self) -> None:
+        import trio
+
+        while True:
+            # a task woken during trio's current batch of steps runs in the next one: after every task runnable
+            # now has had its turn to add to the batch
+            await self._flush_wanted.wait()
+            self._flush_wanted = trio.Event()
+            try:
+                self._flush()
+            except Exception as exc:  # raising, a system task would end the whole trio run
+                self._report(exc)
+
+    def _defer(self, token: int, request: RunRequest) -> bool:
+        """As AsyncioHub._defer: now when idle, else with the batch the flusher sends."""
+        batch = self._batch
+        if not batch and len(self._requests) <= 1 and not self._burst:
+            return False
+        request.guard()  # raising, it stays out of the batch
+        if not batch:
+            self._flush_wanted.set()
+        batch.append((token, request))
+        return True
+
+    def _submitted_alone(self) -> None:
+        # No hold limit as on asyncio: awaiting its (already set) waiter is a checkpoint, where trio runs other tasks.
+        if self._spin_skip:
+            self._spin_skip -= 1
+        elif self._poll():
+            self.drain()
 
     def new_waiter(self) -> TrioWaiter:
         return TrioWaiter()

@@ -769,6 +769,14 @@ class CompletionQueue:
     def pending(self) -> int:
         return int(lib.ga_cq_pending(self._cq))
 
+    def poll(self, budget_ns: int) -> int:
+        """Watches for records for at most ``budget_ns`` (their producers skip the eventfd meanwhile); returns how
+        many wait. The caller drains them, or ``signal()``s if it cannot: nothing else would wake the reader."""
+        return int(lib.ga_cq_poll(self._cq, budget_ns))
+
+    def signal(self) -> None:
+        lib.ga_cq_signal(self._cq)
+
     def close(self) -> None:
         cq, self._cq = self._cq, ffi.NULL
         if cq != ffi.NULL:

@@ -64,6 +64,53 @@ async def test_cancelled_request_keeps_its_input_alive_and_frozen_until_completi
         assert w.flags.writeable
 
 
+async def test_request_cancelled_before_its_batched_submit_is_released_without_running(anyio_backend_name):
+    """A request made while another is in flight waits for the loop's batched submit. Cancelled first, it is
+    released then (input writeable, slot free, counted cancelled) and the one in flight is unaffected."""
+    model, n = slow_chain(0.05)
+    w = np.eye(n, dtype=np.float32)
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        await s.run_graph_async(1, [np.zeros((n, n), np.float32), w])  # compile
+        results = []
+
+        async def ahead() -> None:
+            (y,) = await s.run_graph_async(1, [np.full((n, n), 3.0, np.float32), w])
+            results.append(float(y.numpy()[1, 1]))
+
+        x = np.ones((n, n), np.float32)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ahead)  # alone: submitted at once
+            await wait_until(lambda: s.statistics().in_flight == 1, "the request ahead", interval=0.001)
+            with anyio.move_on_after(0) as scope:  # cancelled at its first await: before the batch goes out
+                await s.run_graph_async(1, [x, w])
+            assert scope.cancelled_caught
+            await anyio.sleep(0)
+            await anyio.sleep(0)
+            if anyio_backend_name == "trio":
+                # trio delivers the cancellation at the task's first checkpoint, before the flusher's turn: the
+                # request never reached the runtime, so nothing holds it while the one ahead still runs
+                st = s.statistics()
+                assert (st.in_flight, st.cancelled) == (1, 1), st
+                assert x.flags.writeable
+        await wait_until(lambda: s.statistics().in_flight == 0, "the run ahead to complete")
+        st = s.statistics()
+        assert (st.cancelled, st.failed, st.pinned_bytes) == (1, 0, 0), st
+        assert results == [3.0]
+        assert x.flags.writeable and w.flags.writeable
+        # the session goes on: the batch path and the lone path both still work
+        outs = []
+
+        async def one(v: float) -> None:
+            (y,) = await s.run_graph_async(1, [np.full((n, n), v, np.float32), w])
+            outs.append(float(y.numpy()[0, 0]))
+
+        async with anyio.create_task_group() as tg:
+            for v in range(4):
+                tg.start_soon(one, float(v))
+        assert sorted(outs) == [0.0, 1.0, 2.0, 3.0]
+
+
 async def test_writeable_flag_restored_after_completion_and_after_cancellation():
     model, n = slow_chain(0.05)
     w = np.eye(n, dtype=np.float32)
@@ -163,7 +210,7 @@ async def test_request_interrupted_right_after_its_submit_stays_pinned_until_com
         def interrupted(hub):
             raise _Interrupt
 
-        for cls in (_hub.Hub, _hub.AsyncioHub):
+        for cls in (_hub.Hub, _hub.AsyncioHub, _hub.TrioHub):
             monkeypatch.setattr(cls, "_submitted_alone", interrupted)
         with pytest.raises(_Interrupt):
             await s.run_graph_async(1, [x, w])

@@ -1,7 +1,7 @@
 // Native stress test of the event-loop plumbing, for ThreadSanitizer (tools/tsan_stress.sh): completion queues
 // fed by GE's runtime threads (RunGraphAsync, single and batched submits) and by ACL host functions on streams,
-// drained by consumer threads the way hubs drain them, with sessions created and destroyed under load and
-// stream-mode runs alongside. Written against geasync.h (the shim's C ABI) only.
+// drained by consumer threads the way hubs drain them (waiting on the fd, or watching the queue after a submit),
+// with sessions created and destroyed under load and stream-mode runs alongside. Written against geasync.h (the shim's C ABI) only.
 //   completion_stress_test <add.onnx> [seconds]
 // Prints "PASS ..." and exits 0 when every submitted token completed exactly once and the live counters return
 // to zero; TSan reports (halt_on_error) fail it.
@@ -206,8 +206,49 @@ int main(int argc, char **argv) {
     ga_session_destroy(s);
   };
 
+  // A hub's submit path on one thread: submit 1-48 runs, watch the queue for a while (ga_cq_poll: producers
+  // skip the fd meanwhile), else wait on the fd alone. A wake-up lost between the two ways of waiting shows as a
+  // wait on the fd that never ends.
+  std::atomic<uint64_t> polled_done{0};
+  auto poller = [&] {
+    ga_status st;
+    Consumer consumer;
+    if ((st = ga_cq_create(&consumer.queue)) != 0) return Fail("ga_cq_create", st);
+    ga_session *s = NewSession(model);
+    if (!s) return;
+    Input input;
+    uint64_t token = 0;
+    unsigned budget_us = 0;
+    while (Clock::now() < deadline && !g_failed) {
+      const int burst = 1 + static_cast<int>(token % 48);  // completions keep arriving while it drains
+      for (int k = 0; k < burst; ++k) {
+        consumer.submitted.fetch_add(1);
+        if ((st = ga_session_run_graph_async(s, 1, input.descs, 2, consumer.queue, ++token)) != 0) {
+          consumer.submitted.fetch_sub(1);
+          Fail("RunGraphAsync", st);
+        }
+      }
+      while (consumer.completed < consumer.submitted.load() && !g_failed) {
+        budget_us = (budget_us * 7 + 3) % 41;  // 0-40 us: runs found by the watch and runs that outlast it
+        if (ga_cq_poll(consumer.queue, budget_us * 1000ull) == 0) {
+          pollfd p{ga_cq_fd(consumer.queue), POLLIN, 0};
+          if (poll(&p, 1, 10000) == 0) {
+            std::fprintf(stderr, "FAIL lost wake-up: %llu completions outstanding and the fd stayed silent 10 s\n",
+                         static_cast<unsigned long long>(consumer.submitted.load() - consumer.completed));
+            g_failed = true;
+          }
+        }
+        consumer.Drain();
+      }
+    }
+    polled_done += consumer.completed;
+    ga_session_destroy(s);
+    ga_cq_destroy(consumer.queue);
+  };
+
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i) threads.emplace_back(async_pair, i);
+  threads.emplace_back(poller);
   threads.emplace_back(stream_worker);
   for (auto &t : threads) t.join();
 
@@ -223,8 +264,10 @@ int main(int argc, char **argv) {
   }
   ga_finalize();
   if (g_failed) return 1;
-  std::printf("PASS completion stress: %llu async completions, %llu host functions, %llu stream runs, %llu sessions\n",
-              (unsigned long long)async_done.load(), (unsigned long long)host_done.load(),
-              (unsigned long long)stream_runs.load(), (unsigned long long)sessions.load());
+  std::printf("PASS completion stress: %llu async completions (%llu of them polled for), %llu host functions, "
+              "%llu stream runs, %llu sessions\n",
+              (unsigned long long)(async_done.load() + polled_done.load()), (unsigned long long)polled_done.load(),
+              (unsigned long long)host_done.load(), (unsigned long long)stream_runs.load(),
+              (unsigned long long)sessions.load());
   return 0;
 }

@@ -209,6 +209,12 @@ int ga_cq_fd(const ga_completion_queue *queue);
 size_t ga_cq_drain_outputs(ga_completion_queue *queue, ga_completion *out, size_t capacity, ga_output_info *infos,
                            size_t info_capacity);
 size_t ga_cq_pending(const ga_completion_queue *queue);
+/* Watches for a record for at most budget_ns (the eventfd is not written meanwhile: the caller is not waiting on
+ * it) and returns how many wait; 0 after the budget. The caller drains them (ga_cq_drain_outputs). */
+size_t ga_cq_poll(ga_completion_queue *queue, uint64_t budget_ns);
+/* Writes the fd unless it is written already: a consumer that polled records but may not drain them (interrupted)
+ * hands them back to the fd's reader. */
+void ga_cq_signal(ga_completion_queue *queue);
 void ga_cq_destroy(ga_completion_queue *queue);
 void ga_completion_release(ga_completion *completion);
 ga_status ga_stream_launch_completion(void *stream, ga_completion_queue *queue, uint64_t token);

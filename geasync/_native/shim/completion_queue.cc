@@ -1,21 +1,33 @@
 // Shim: the completion queue through which runtime threads hand finished work to the event loop without
 // ever entering Python. Multi-producer (GE model threads, ACL callback threads), single consumer (the loop),
-// an eventfd written at most once per batch (the "armed" flag), shared ownership so it outlives late callbacks.
+// an eventfd written at most once per batch (the signal state), shared ownership so it outlives late callbacks.
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <thread>
 
 #include "shim_internal.h"
+
+namespace {
+// Who writes the eventfd next. kArmed: the first producer to push (it moves the state to kFired and writes);
+// kFired: written (or being written), the consumer clears it and re-arms when it drains; kPolling: nobody, the
+// consumer is watching the record count itself (ga_cq_poll), so a run that completes meanwhile costs no system
+// call on either side. Producers only move kArmed -> kFired, so the fd holds a write only in kFired.
+enum : int { kFired = 0, kArmed = 1, kPolling = 2 };
+}  // namespace
 
 struct ga_completion_queue {
   std::mutex mu;
   std::deque<ga_completion> records;
-  std::atomic<bool> armed{true};
+  // records.size(), read without the lock: a consumer polling through the mutex would contend with every push
+  std::atomic<size_t> count{0};
+  std::atomic<int> signal{kArmed};
   std::atomic<int> refs{1};
   int fd = -1;
 };
@@ -31,7 +43,8 @@ char *CopyText(const std::string &s) {
 
 void Signal(ga_completion_queue *q) {
   // Only the producer that finds the queue armed writes: one wake-up per batch, however many records.
-  if (q->armed.exchange(false, std::memory_order_acq_rel)) {
+  int armed = kArmed;
+  if (q->signal.compare_exchange_strong(armed, kFired)) {
     const uint64_t one = 1;
     ssize_t n;
     do {
@@ -43,18 +56,24 @@ void Signal(ga_completion_queue *q) {
 // Moves up to `capacity` records into `out`.
 size_t DrainRecords(ga_completion_queue *queue, ga_completion *out, size_t capacity) {
   if (queue == nullptr || out == nullptr || capacity == 0) return 0;
-  // Clear the fd, then re-arm, then pop: a record pushed after the pop finds the queue armed and signals,
-  // a record pushed before it is popped here, so no wake-up is lost.
-  uint64_t value;
-  while (read(queue->fd, &value, sizeof(value)) < 0 && errno == EINTR) {
+  // Clear the fd if a producer wrote it and re-arm, then pop: a record pushed after the re-arm signals again, one
+  // pushed before it is popped here, so no wake-up is lost. Only the producer that moved kArmed to kFired writes,
+  // so re-arming waits until its write has been read: if it has not written yet, its write wakes the reader later
+  // (re-armed now, that late write would stay readable while a drain saw kArmed and never read it).
+  if (queue->signal.load() == kFired) {
+    uint64_t value;
+    ssize_t got;
+    while ((got = read(queue->fd, &value, sizeof(value))) < 0 && errno == EINTR) {
+    }
+    if (got == static_cast<ssize_t>(sizeof(value))) queue->signal.store(kArmed);
   }
-  queue->armed.store(true, std::memory_order_release);
   size_t n = 0;
   std::lock_guard<std::mutex> lk(queue->mu);
   while (n < capacity && !queue->records.empty()) {
     out[n++] = queue->records.front();
     queue->records.pop_front();
   }
+  queue->count.store(queue->records.size());
   Live().pending_completions.fetch_sub(static_cast<int64_t>(n));
   return n;
 }
@@ -87,6 +106,7 @@ void CqPush(ga_completion_queue *q, uint64_t token, ga_status status, int32_t ki
   {
     std::lock_guard<std::mutex> lk(q->mu);
     q->records.push_back(c);
+    q->count.store(q->records.size());
   }
   Signal(q);
 }
@@ -138,9 +158,34 @@ size_t ga_cq_drain_outputs(ga_completion_queue *queue, ga_completion *out, size_
 
 size_t ga_cq_pending(const ga_completion_queue *queue) {
   if (queue == nullptr) return 0;
-  auto *q = const_cast<ga_completion_queue *>(queue);
-  std::lock_guard<std::mutex> lk(q->mu);
-  return q->records.size();
+  return queue->count.load();
+}
+
+void ga_cq_signal(ga_completion_queue *queue) {
+  if (queue != nullptr) shim::Signal(queue);
+}
+
+size_t ga_cq_poll(ga_completion_queue *queue, uint64_t budget_ns) {
+  if (queue == nullptr) return 0;
+  // Producers stop writing the fd while this watches (unless one already has: then records wait already).
+  int armed = kArmed;
+  queue->signal.compare_exchange_strong(armed, kPolling);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(budget_ns);
+  size_t n = queue->count.load();
+  for (unsigned i = 1; n == 0; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    std::this_thread::yield();
+#endif
+    if ((i & 31) == 0 && std::chrono::steady_clock::now() >= until) break;
+    n = queue->count.load();
+  }
+  // Re-arm, then look once more: a record pushed between the last look and the re-arm did not write the fd
+  // (sequentially consistent: either its producer sees kArmed and writes, or this load sees its record).
+  int polling = kPolling;
+  queue->signal.compare_exchange_strong(polling, kArmed);
+  return n != 0 ? n : queue->count.load();
 }
 
 void ga_cq_destroy(ga_completion_queue *queue) {

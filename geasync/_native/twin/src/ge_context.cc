@@ -160,6 +160,15 @@ int SpinBudgetUs() {
   }();
   return us;
 }
+// One step of a spin-wait: lets the sibling hardware thread run (x86), else the scheduler.
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
 std::atomic<int> g_spinners{0};
 // Leaves a core to the threads that submit: on one core, a spinning worker would only delay them.
 bool TakeSpinSlot() {
@@ -207,11 +216,7 @@ struct WorkQueue::State {
     unsigned n = 0;
     bool hit = true;
     while (queued.load(std::memory_order_relaxed) == 0 && !stopped.load(std::memory_order_relaxed)) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#else
-      std::this_thread::yield();
-#endif
+      CpuRelax();
       if ((++n & 63) == 0 && std::chrono::steady_clock::now() >= until) {
         hit = false;
         break;
@@ -234,7 +239,14 @@ struct WorkQueue::State {
     for (;;) {
       SpinForJobs();
       {
-        std::unique_lock<std::mutex> l(mu);
+        // After a spin that saw a job, its submitter may still be inside Push: wait for it with a few pauses
+        // rather than sleeping on the mutex (a futex round trip for both threads).
+        std::unique_lock<std::mutex> l(mu, std::try_to_lock);
+        for (int i = 0; i < 256 && !l.owns_lock(); ++i) {
+          CpuRelax();
+          l.try_lock();
+        }
+        if (!l.owns_lock()) l.lock();
         worker_waiting = true;
         cv.wait(l, [&] { return stopped.load() || !jobs.empty(); });
         worker_waiting = false;
@@ -284,7 +296,9 @@ WorkQueue::PushResult WorkQueue::Push(Job job, bool block_when_full) {
     // Started lazily: most queues (one per loaded model) never see a job.
     st->thread = std::thread([st] { st->Loop(); });
   }
-  if (st->worker_waiting) st->cv.notify_one();  // a busy worker takes the job with its next batch
+  const bool wake = st->worker_waiting;  // a busy worker takes the job with its next batch
+  lk.unlock();
+  if (wake) st->cv.notify_one();  // after unlocking: woken under the lock, the worker would block on it at once
   return PushResult::kOk;
 }
 
