@@ -112,7 +112,7 @@ class RunRequest(Request):
         loop's thread never left geasync (as in a synchronous run)."""
 
 
-# Seconds a lone RunGraphAsync submit polls for its completion before the loop waits on the eventfd
+# Nanoseconds a lone RunGraphAsync submit polls for its completion before the loop waits on the eventfd
 # ($GEASYNC_SPIN_US, in microseconds; 0 turns it off).
 SPIN_BUDGET_NS = int(float(os.environ.get("GEASYNC_SPIN_US", "50")) * 1000)
 # A task whose runs complete during their submit's poll never suspends (it awaits a done future): after this many
@@ -305,8 +305,6 @@ def _report_unraisable(exc: BaseException) -> None:
         _RaiseWhenCollected(exc)
     except Exception:
         pass
-
-
 
 
 class AsyncioHub(Hub):
