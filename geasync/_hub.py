@@ -22,6 +22,7 @@ import select
 import threading
 import time
 import weakref
+from _thread import get_ident as _get_ident
 from asyncio import AbstractEventLoop, Future
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -467,16 +468,25 @@ _hubs_lock = threading.Lock()
 
 
 # (weakref to loop, hub) of the last lookup: most programs have one loop
-_last: tuple[Callable[[], object], Hub | None] = (lambda: None, None)
+# the thread, loop and hub of the last asyncio call: every run asks for its hub
+_last: tuple[int, Callable[[], Any], Hub | None] = (0, lambda: None, None)
 
 
 def current_hub() -> Hub:
     """The hub of the running event loop, created on first use."""
     global _last
+    thread, last_loop, hub = _last
+    if thread == _get_ident() and hub is not None and not hub.orphaned:
+        loop = last_loop()
+        # One asyncio loop runs in a thread at a time: if this thread's last loop runs, it is the running loop (known
+        # without asyncio's accessor, whose fork check is a getpid system call on CPython 3.11; a forked child
+        # starts afresh, see _after_fork_in_child)
+        if loop is not None and loop.is_running():
+            return hub
     loop = _running_loop()
     if loop is not None:
-        last_loop, hub = _last
         if last_loop() is loop and hub is not None and not hub.orphaned:
+            _last = (_get_ident(), last_loop, hub)  # the loop runs in another thread than before
             return hub
         hub = _asyncio_hubs.get(loop)
         if hub is None or hub.orphaned:
@@ -484,7 +494,7 @@ def current_hub() -> Hub:
                 hub = AsyncioHub(loop)
                 _asyncio_hubs[loop] = hub
             weakref.finalize(loop, hub.orphan)
-        _last = (weakref.ref(loop), hub)
+        _last = (_get_ident(), weakref.ref(loop), hub)
         return hub
     loop_flavour()  # raises a clear error outside any event loop
     token = trio_token()
@@ -638,7 +648,7 @@ _reaper = _Reaper()
 
 def _after_fork_in_child() -> None:
     global _last
-    _last = (lambda: None, None)
+    _last = (0, lambda: None, None)
     _asyncio_hubs.clear()
     _trio_hubs.clear()
     _reaper.after_fork_in_child()

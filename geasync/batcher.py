@@ -23,6 +23,7 @@ import collections
 import functools
 import itertools
 import math
+from _thread import get_ident
 from dataclasses import asdict, dataclass
 from typing import Any, Awaitable, Callable, Coroutine, Literal, Mapping, Optional, Sequence, Union
 
@@ -172,6 +173,7 @@ class Batcher:
         self._in_flight = 0  # batches (incl. a request running alone)
         self._closed = False
         self._loop: Any = None  # the asyncio loop or trio token it belongs to
+        self._thread = -1  # the thread of its asyncio loop
         self._trio = False
         self._timer: Any = None
         # queued requests with a timeout (asyncio / uvloop) -> their deadline on the loop's clock, and the one loop
@@ -183,6 +185,12 @@ class Batcher:
         self._tasks: set[Any] = set()  # batch tasks of an asyncio loop, kept until done
         self._submitted = self._completed = self._failed = self._cancelled = self._running = 0
         self._batches = self._retries = 0
+        # Requests that found the graph idle and ran at once, alone (each a batch of its own, with no queueing delay):
+        # counted apart, with the fewest updates on their path, and merged into statistics() (see _run)
+        self._alone = 0  # started
+        self._alone_done = 0  # finished, however
+        self._alone_bad = 0  # of which failed or cancelled
+        self._alone_ones = 0  # started with one row (other sizes go to _sizes_hist at once)
         self._sizes_hist = Histogram(_SIZE_BUCKETS)
         self._delay_hist = Histogram(_DELAY_BUCKETS)
 
@@ -220,8 +228,9 @@ class Batcher:
             arrays, rows, key = [a], shape[0], self._last_key
         else:
             arrays, rows, key = self._check(inputs)
-        loop = running_loop()
-        if loop is None or loop is not self._loop:  # (trio has no asyncio loop: checked by _bind)
+        # bound to the loop running in this thread (the check current_hub makes; asyncio's accessor costs a system
+        # call), else bound now or refused (trio has no asyncio loop: checked by _bind every time)
+        if self._thread != get_ident() or not self._loop.is_running():
             self._bind()
         if timeout is None:
             timeout = self._timeout
@@ -251,9 +260,15 @@ class Batcher:
         return TimeoutError(f"Batcher.run(graph={self.graph}): no result within {timeout} s (the request's timeout)")
 
     def statistics(self) -> BatcherStatistics:
-        return BatcherStatistics(self._submitted, self._completed, self._failed, self._cancelled, len(self._queue),
-                                 self._running, self._batches, self._in_flight, self._retries,
-                                 self._sizes_hist.snapshot(), self._delay_hist.snapshot())
+        alone, done, ones = self._alone, self._alone_done, self._alone_ones
+        sizes, delays = self._sizes_hist.snapshot(), self._delay_hist.snapshot()
+        sizes = HistogramSnapshot(sizes.bounds, (sizes.counts[0] + ones, *sizes.counts[1:]), sizes.sum + ones,
+                                  sizes.count + ones)
+        delays = HistogramSnapshot(delays.bounds, (delays.counts[0] + alone, *delays.counts[1:]), delays.sum,
+                                   delays.count + alone)
+        return BatcherStatistics(self._submitted + alone, self._completed + done - self._alone_bad, self._failed,
+                                 self._cancelled, len(self._queue), self._running + alone - done,
+                                 self._batches + alone, self._in_flight, self._retries, sizes, delays)
 
     async def aclose(self) -> None:
         """Refuse new requests, run the queued ones now and wait for every batch in flight. Idempotent."""
@@ -361,7 +376,9 @@ class Batcher:
             self._loop, self._trio = owner, trio
             if trio:
                 self._new_waiter = TrioWaiter
-            elif type(owner).create_future is asyncio.BaseEventLoop.create_future:
+                return
+            self._thread = get_ident()
+            if type(owner).create_future is asyncio.BaseEventLoop.create_future:
                 self._new_waiter = functools.partial(asyncio.Future, loop=owner)  # what create_future does, directly
             else:
                 self._new_waiter = owner.create_future  # uvloop makes its futures its own way
@@ -371,11 +388,33 @@ class Batcher:
 
     async def _run(self, arrays: _Arrays, rows: int, key: _Key, timeout: Optional[float] = None) -> list[Tensor]:
         """One request; ``timeout`` only on asyncio / uvloop (trio's requests are timed by _run_with_timeout)."""
-        self._submitted += 1
         if self._in_flight < self.max_concurrent_batches and not self._queue:
-            if timeout is None:
-                return await self._run_alone(arrays, rows)
-            return await self._within(self._run_alone(arrays, rows), timeout)
+            if timeout is not None or (self._sizes is not None and rows not in self._size_set):
+                run = self._run_alone(arrays, rows)
+                return await (run if timeout is None else self._within(run, timeout))
+            # _run_alone inlined: most requests at low load take this path, and it is the whole of the batcher's cost
+            # over an unbatched run (one coroutine and the counters of _run_alone; statistics() merges them)
+            self._in_flight += 1
+            self._alone += 1
+            if rows == 1:
+                self._alone_ones += 1
+            else:
+                self._sizes_hist.observe(rows)
+            try:
+                return await self._runner(arrays)  # no padding needed: the caller's own arrays and outputs
+            except BaseException as exc:
+                self._alone_bad += 1
+                if isinstance(exc, Exception):
+                    self._failed += 1
+                else:
+                    self._cancelled += 1
+                raise
+            finally:
+                self._in_flight -= 1
+                self._alone_done += 1
+                if self._queue:
+                    self._dispatch()
+        self._submitted += 1
         waiter = self._new_waiter()
         request = _new_request(_Request)  # _Request(arrays, rows, key, waiter) without an __init__ call
         request.arrays, request.rows, request.key, request.waiter = arrays, rows, key, waiter
@@ -412,33 +451,31 @@ class Batcher:
                 self._deadlines.pop(request, None)  # done: it no longer needs expiring
 
     async def _run_alone(self, arrays: _Arrays, rows: int) -> list[Tensor]:
-        """The graph is idle: this request runs now, in its caller's task (a cancellation affects it alone)."""
+        """The graph is idle: this request runs now, in its caller's task (a cancellation affects it alone); with a
+        timeout, or padded to a batch size (the common request takes the same path inlined in _run)."""
         self._in_flight += 1
-        self._running += 1
-        self._batches += 1
-        self._sizes_hist.observe(rows)
-        delays = self._delay_hist
-        delays.counts[0] += 1  # no queueing delay (what observe(0.0) counts, without its search)
-        delays.count += 1
+        self._alone += 1
+        if rows == 1:
+            self._alone_ones += 1
+        else:
+            self._sizes_hist.observe(rows)
         try:
             if self._sizes is None or rows in self._size_set:
-                outputs = await self._runner(arrays)  # no padding needed: the caller's own arrays and outputs
-            else:
-                alone = [_Request(arrays, rows, (), None)]
-                inputs, total = self._concatenate(alone)
-                outputs = self._split(alone, await self._runner(inputs), total)[0]
+                return await self._runner(arrays)  # no padding needed: the caller's own arrays and outputs
+            alone = [_Request(arrays, rows, (), None)]
+            inputs, total = self._concatenate(alone)
+            return self._split(alone, await self._runner(inputs), total)[0]
         except BaseException as exc:
+            self._alone_bad += 1
             if isinstance(exc, Exception):
                 self._failed += 1
             else:
                 self._cancelled += 1
             raise
         finally:
-            self._running -= 1
             self._in_flight -= 1
+            self._alone_done += 1
             self._dispatch()
-        self._completed += 1
-        return outputs
 
     # --- batches ---
     def _dispatch(self) -> None:

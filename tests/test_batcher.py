@@ -161,6 +161,36 @@ async def test_idle_graph_runs_a_request_at_once(anyio_backend):
         assert st.batches == 5 and st.queue_delay.counts[0] == 5  # each ran alone, with no queueing delay
 
 
+async def test_requests_run_alone_are_counted_however_they_end(anyio_backend):
+    """Requests that find the graph idle run alone on a path of their own: completed, failed and cancelled ones,
+    of one row and of several, show in every statistic, and the graph is idle again after each."""
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        b = ga.Batcher(s, 1, max_batch_size=8, max_delay=5.0)
+        ga.twin.inject_fault(s, 1, "fail_run", nth=2)
+        ga.twin.inject_fault(s, 1, "delay_run", nth=3, delay=5.0)
+        (probs,) = await b.run([rows(1, 0)])
+        np.testing.assert_allclose(probs.numpy(), mlp_reference(rows(1, 0)), rtol=1e-4, atol=1e-6)
+        with pytest.raises(ga.GeError):
+            await b.run([rows(3, 1)])
+        st = b.statistics()
+        assert (st.submitted, st.completed, st.failed, st.running, st.batches_in_flight) == (2, 1, 1, 0, 0), st
+        with anyio.move_on_after(0.2):
+            await b.run([rows(2, 2)])  # runs alone, for 5 s: cancelled in its run
+        st = b.statistics()
+        assert (st.submitted, st.cancelled, st.running, st.batches_in_flight) == (3, 1, 0, 0), st
+        (probs,) = await b.run([rows(4, 3)])  # the cancelled run left no batch in flight: this one runs alone too
+        np.testing.assert_allclose(probs.numpy(), mlp_reference(rows(4, 3)), rtol=1e-4, atol=1e-6)
+        st = b.statistics()
+        assert (st.submitted, st.completed, st.batches, st.queued) == (4, 2, 4, 0), st
+        assert st.queue_delay.count == st.queue_delay.counts[0] == 4 and st.queue_delay.sum == 0.0
+        sizes = dict(zip(st.batch_size.bounds, st.batch_size.counts, strict=False))
+        assert (sizes[1], sizes[2], sizes[4]) == (1, 1, 2) and st.batch_size.count == 4, st.batch_size  # 3, 4: <= 4
+        assert st.batch_size.sum == 1 + 3 + 2 + 4
+        assert_adds_up(st)
+        await b.aclose()
+
+
 async def test_queueing_delays_are_counted_per_request(anyio_backend):
     """A request that runs at once counts no delay; requests queued behind a slow run count the time they waited."""
     async with ga.Session() as s:
