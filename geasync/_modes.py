@@ -29,8 +29,16 @@ class ModeRegistry:
 
     def claim(self, graph_id: int, mode: str, context: str) -> None:
         established = self.established.setdefault(graph_id, mode)  # atomic: the first caller's mode wins
-        if established == mode:
-            return
+        if established != mode:
+            self._conflict(graph_id, mode, established, context)
+
+    def check(self, graph_id: int, mode: str, context: str) -> None:
+        """Raises as ``claim`` would, without fixing the mode (for what will run in ``mode`` later)."""
+        established = self.established.get(graph_id, mode)
+        if established != mode:
+            self._conflict(graph_id, mode, established, context)
+
+    def _conflict(self, graph_id: int, mode: str, established: str, context: str) -> None:
         ge_text = (f"E10062: Failed to call {mode}. Reason: {established} was already called for the graph "
                    f"(graph_id={graph_id}). {mode} and {established} are mutually exclusive and cannot be used "
                    "together.")

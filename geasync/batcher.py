@@ -10,10 +10,13 @@ requests), when it holds ``max_batch_size`` rows, or when its oldest request has
 then into the runtime's queue behind the running batch, at most one such batch at a time: while the graph is
 saturated, flushing on a timer would only split batches and lengthen the queue.
 
-Requests are concatenated along ``batch_axis`` (0) only with requests of the same dtypes and other dims. A batch
-that fails is split in halves and retried, so one bad request fails alone (a broken or closed session fails every
-request at once). A cancelled request leaves its batch running; its rows are dropped. Works under asyncio, uvloop
-and trio; one batcher belongs to one event loop.
+Requests are concatenated along ``batch_axis`` (0) only with requests of the same dtypes and other dims; each gets
+its rows of every output, split where the output declares the batch dim. A graph whose declared inputs or outputs
+do not all carry the batch dim is refused when the Batcher is made: its requests would get values computed from
+other requests' rows (rows must be independent, as for any dynamic batcher). A batch that fails is split in
+halves and retried, so one bad request fails alone (a broken or closed session fails every request at once). A
+cancelled request leaves its batch running; its rows are dropped. Works under asyncio, uvloop and trio; one
+batcher belongs to one event loop.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from ._loops import TrioWaiter, check_timeout, fail_after, running_loop, trio_to
 from ._metadata import TensorInfo
 from ._stats import Histogram, HistogramSnapshot, logger, now
 from ._types import Inputs
-from .errors import PARAM_INVALID, GeError, InputError, InputTypeError, SessionBrokenError, SessionClosedError
+from ._modes import RUN_GRAPH_ASYNC
+from .errors import FAILED, PARAM_INVALID, GeError, InputError, InputTypeError, SessionBrokenError, SessionClosedError
 from .pool import GraphPool
 from .session import Session
 from .tensor import Tensor
@@ -150,10 +154,17 @@ class Batcher:
         else:
             self._sizes = None
         self._size_set = frozenset(self._sizes or ())
+        if type(batch_axis) is not int or batch_axis < 0:
+            raise ValueError(f"Batcher: batch_axis must be an int >= 0 (the axis of every input that counts its "
+                             f"rows), got {batch_axis!r}")
+        for graph_id in graph_ids:
+            session._modes.check(graph_id, RUN_GRAPH_ASYNC, f"Batcher(graph={graph_id})")
+        self._graph_id = graph_ids[0]
+        self._inputs, self._output_axes = _layout(session, graph_ids[0], batch_axis, self._sizes, explicit_sizes)
         for graph_id in graph_ids:
             _compile_for_batches(session, graph_id, explicit_sizes)
-        self._graph_id = graph_ids[0]
-        self._inputs = _declared_inputs(session, graph_ids[0], batch_axis, explicit_sizes)
+        # every output's rows are along axis 0: a batch's results are handed out in one pass (_deliver_rows)
+        self._rows_first = batch_axis == 0 and all(axis == 0 for axis in self._output_axes or ())
         # request signatures (dtypes, non-batch dims) known to fit the declared inputs, each to its one key object
         self._fitting: dict[_Key, _Key] = {}
         # a one-input request's signature as last seen (batch axis 0): its dtype, other dims and key
@@ -224,7 +235,7 @@ class Batcher:
         # keys by identity), most often of the last shape too
         shape = a.shape if type(a) is np.ndarray and a.dtype is self._last_dtype and not self._closed else None
         if shape is not None and (shape == self._last_shape or
-                                  (shape[1:] == self._last_tail and 0 < shape[0] <= self._max_batch_size)):
+                                  (shape[1:] == self._last_tail and shape and 0 < shape[0] <= self._max_batch_size)):
             arrays, rows, key = [a], shape[0], self._last_key
         else:
             arrays, rows, key = self._check(inputs)
@@ -276,6 +287,10 @@ class Batcher:
             self._closed = True
             logger.debug("batcher of graph %s closing: %d queued, %d batches in flight", self.graph,
                          len(self._queue), self._in_flight)
+        if not self._trio and self._loop is not None and self._loop.is_closed():
+            # its loop was closed with requests in it, never to run: their tasks are gone (the garbage collector
+            # finishes their coroutines, which settles the statistics), and so is any batch they were in
+            return
         self._dispatch()
         while self._in_flight or self._queue:
             self._dispatch()
@@ -291,7 +306,7 @@ class Batcher:
     def _check(self, inputs: Any) -> tuple[_Arrays, int, _Key]:
         if type(inputs) is not list:
             if isinstance(inputs, Mapping):
-                inputs = self.session.input_list(self._graph_id, inputs)
+                inputs = self.session._spec(self._graph_id, "Batcher.run").order(inputs, "Batcher.run")
             elif isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes, bytearray)):
                 inputs = list(inputs)  # any other sequence (what the type hints say runs take)
         if not isinstance(inputs, (list, tuple)) or not inputs:
@@ -303,7 +318,13 @@ class Batcher:
         arrays = []
         rows = -1
         for i, x in enumerate(inputs):
-            a = x if type(x) is np.ndarray else x.numpy() if isinstance(x, Tensor) else x
+            if isinstance(x, Tensor):
+                if x.placement != "host":
+                    raise ValueError(f"Batcher.run(graph={self.graph}): inputs[{i}] is a device Tensor; a batch is "
+                                     "joined from the requests' rows in host memory: pass a host array (after "
+                                     "the stream that produced it is synchronized, tensor.to_host())")
+                x = x.numpy()
+            a = x
             if type(a) is not np.ndarray:
                 raise TypeError(f"Batcher.run: inputs[{i}] must be a numpy.ndarray or a geasync.Tensor, got "
                                 f"{type(x).__name__}")
@@ -667,9 +688,7 @@ class Batcher:
 
     def _concatenate(self, batch: list[_Request]) -> tuple[_Arrays, int]:
         total = sum([r.rows for r in batch])
-        padded = total
-        if self._sizes is not None:
-            padded = next(n for n in self._sizes if n >= total)
+        padded = self._padded(total)
         axis = self._batch_axis
         if len(batch) == 1 and padded == total:
             return batch[0].arrays, total
@@ -684,13 +703,14 @@ class Batcher:
         return inputs, total
 
     def _deliver_rows(self, batch: list[_Request], outputs: list[Tensor], total: int) -> bool:
-        """The common case in one pass: batch axis 0, every output batched, several requests. Each request still
+        """The common case in one pass: every output batched along axis 0, several requests. Each request still
         waiting gets views of its rows."""
-        if self._batch_axis != 0 or len(batch) < 2:
+        if not self._rows_first or len(batch) < 2:
             return False
         arrays = [o.numpy() for o in outputs]
-        if any(a.ndim == 0 or a.shape[0] < total for a in arrays):
-            return False
+        padded = self._padded(total)
+        if any(a.ndim == 0 or a.shape[0] != padded for a in arrays):
+            return False  # _split says which output
         per_output = [_row_tensors(batch, a, total) for a in arrays]
         results: Any = map(list, zip(*per_output, strict=True))
         if len(per_output) == 1:
@@ -706,17 +726,25 @@ class Batcher:
         self._completed += delivered
         return True
 
+    def _padded(self, total: int) -> int:
+        """The rows a batch of ``total`` rows runs with."""
+        sizes = self._sizes
+        return total if sizes is None else next(n for n in sizes if n >= total)
+
     def _split(self, batch: list[_Request], outputs: list[Tensor], total: int) -> list[list[Tensor]]:
-        if len(batch) == 1 and (self._sizes is None or total == next(n for n in self._sizes if n >= total)):
-            return [outputs]
-        axis = self._batch_axis
-        arrays = [o.numpy() for o in outputs]
+        padded = self._padded(total)
+        if len(batch) == 1 and total == padded:
+            return [outputs]  # the caller's own run
+        axes = self._output_axes
         results: list[list[Tensor]] = [[] for _ in batch]
-        for t, a in zip(outputs, arrays, strict=True):
-            if a.ndim <= axis or a.shape[axis] < total:
-                for result in results:  # not batched along the axis: every request gets the whole output
-                    result.append(t)
-                continue
+        for k, t in enumerate(outputs):
+            a = t.numpy()
+            axis = self._batch_axis if axes is None or k >= len(axes) else axes[k]
+            if a.ndim <= axis or a.shape[axis] != padded:
+                raise GeError(FAILED, f"output {k} has shape {list(a.shape)}, not the batch's {padded} rows on "
+                              f"axis {axis}: it cannot be split per request (its values may mix the rows of the "
+                              "batch's requests); run such a graph with session.run_graph_async",
+                              "Batcher.run", f"Batcher.run(graph={self.graph})")
             start = 0
             if axis == 0:  # rows of a C-contiguous array are C-contiguous views: wrap them without checks
                 make = Tensor._make
@@ -739,7 +767,10 @@ class Batcher:
     def _fail(self, batch: list[_Request], exc: BaseException) -> None:
         for request in batch:
             if request.state == _RUNNING and not request.waiter.done():
-                request.waiter.set_exception(exc)
+                try:
+                    request.waiter.set_exception(exc)
+                except RuntimeError:  # its loop is closed (this runs as the garbage collector finishes the batch)
+                    pass
                 self._finish(request, "failed")
 
 
@@ -789,20 +820,73 @@ def _row_tensors(batch: list[_Request], a: NDArray[Any], total: int) -> list[Ten
     return tensors
 
 
-def _declared_inputs(session: Session, graph_id: int, axis: int,
-                     explicit_sizes: bool) -> Optional[tuple[TensorInfo, ...]]:
-    """The graph's declared inputs (None if geasync cannot read them); a fixed batch dim needs explicit sizes."""
+def _layout(session: Session, graph_id: int, axis: int, sizes: Optional[list[int]], explicit_sizes: bool
+            ) -> tuple[Optional[tuple[TensorInfo, ...]], Optional[tuple[int, ...]]]:
+    """The graph's declared inputs and, per output, the axis its rows are split along (each None if geasync cannot
+    read them). Refuses graphs whose inputs and outputs do not all carry the batch dim: joining requests there would
+    hand each one results computed from the others' rows."""
+    where = f"Batcher(graph={graph_id})"
     try:
-        declared = session.graph_inputs(graph_id)
+        inputs = session.graph_inputs(graph_id)
+        outputs = session.graph_outputs(graph_id)
     except GeError:
-        return None
-    for info in declared:
-        if info.shape is not None and len(info.shape) > axis and type(info.shape[axis]) is int and \
-                not explicit_sizes:
-            raise ValueError(f"Batcher: input '{info.name}' of graph {graph_id} has a fixed batch dim "
-                             f"({list(info.shape)}); give the model a symbolic batch dim, or pass "
-                             f"batch_sizes=[{info.shape[axis]}] to pad every batch to it")
-    return declared
+        return None, None
+    known = [i for i in inputs if i.shape is not None]
+    for info in known:
+        assert info.shape is not None
+        if len(info.shape) <= axis:
+            raise ValueError(f"{where}: input '{info.name}' is declared {list(info.shape)}, with no axis {axis} to "
+                             f"batch along (batch_axis={axis}); a Batcher needs every input to carry the batch dim")
+    at_axis = [info.shape[axis] for info in known if info.shape is not None]
+    fixed = {d for d in at_axis if type(d) is int}
+    if fixed and len(fixed) == len(set(at_axis)) == 1 and len(at_axis) == len(known):  # a fixed batch dim
+        (batch,) = fixed
+        if not explicit_sizes:
+            raise ValueError(f"{where}: the graph's inputs have a fixed batch dim of {batch} on axis {axis} "
+                             f"({_declared(known)}); give the model a symbolic batch dim, or pass "
+                             f"batch_sizes=[{batch}] to pad every batch to it{_other_axis(known, axis)}")
+        if sizes != [batch]:
+            raise ValueError(f"{where}: the graph's inputs have a fixed batch dim of {batch} on axis {axis}, so "
+                             f"every batch runs with {batch} rows: batch_sizes must be [{batch}], got {sizes}")
+        symbols: set[Any] = {batch}
+    elif fixed:
+        info = next(i for i in known if i.shape is not None and type(i.shape[axis]) is int)
+        raise ValueError(f"{where}: input '{info.name}' is declared {list(info.shape or ())}: its axis {axis} is "
+                         f"not a batch dim ({_declared(known)}); a Batcher joins requests along batch_axis={axis}, "
+                         f"so every input must carry the batch dim there{_other_axis(known, axis)}")
+    else:
+        symbols = {d for d in at_axis if type(d) is str}
+    axes = []
+    for out in outputs:
+        if out.shape is None:  # any rank: split along the batch axis, checked when a batch completes
+            axes.append(axis)
+            continue
+        named = [k for k, d in enumerate(out.shape) if d in symbols]
+        if len(named) == 1:
+            axes.append(named[0])
+            continue
+        if not named and len(out.shape) > axis and type(out.shape[axis]) is not int and not fixed:
+            axes.append(axis)  # a dim of its own name (or none) where the rows should be: checked at run time
+            continue
+        why = ("the batch dim on several axes" if named else "no batch dim")
+        raise ValueError(f"{where}: output '{out.name}' is declared {list(out.shape)}, with {why} "
+                         f"({_declared(known)}): its values would mix the rows of every request of a batch (e.g. a "
+                         "sum over the batch), so it cannot be split per request. Run such a graph with "
+                         "session.run_graph_async, or give every output the batch dim")
+    return inputs, tuple(axes)
+
+
+def _declared(inputs: Sequence[TensorInfo]) -> str:
+    return ", ".join(f"'{i.name}': {list(i.shape or ())}" for i in inputs)
+
+
+def _other_axis(inputs: Sequence[TensorInfo], axis: int) -> str:
+    """A hint: the axis where every input has a symbolic dim, if not ``axis``."""
+    ranks = [len(i.shape) for i in inputs if i.shape is not None]
+    for k in range(min(ranks, default=0)):
+        if k != axis and all(type(i.shape[k]) is not int for i in inputs if i.shape is not None):
+            return f"; or, if axis {k} counts the rows, pass batch_axis={k}"
+    return ""
 
 
 def _compile_for_batches(session: Session, graph_id: int, explicit_sizes: bool) -> None:

@@ -4,14 +4,17 @@ refusals, graph pools, and statistics that add up."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import time
+import warnings
 
 import anyio
 import numpy as np
 import pytest
 
 import geasync as ga
-from conftest import add_model, helper, make_mlp, make_model, numpy_helper
+from conftest import TensorProto, add_model, gc_collect_harder, helper, make_mlp, make_model, numpy_helper
 from asynctools import wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120, method="thread")]
@@ -386,8 +389,17 @@ async def test_refusals(anyio_backend):
         with pytest.raises(TypeError, match=r"inputs\[0\]"):
             await b.run([[1.0, 2.0]])
         s.add_graph(2, ga.Graph.from_onnx(add_model((4, 16))))
-        with pytest.raises(ValueError, match="static"):
+        with pytest.raises(ValueError, match=r"fixed batch dim of 4 .* pass batch_sizes=\[4\]"):
             ga.Batcher(s, 2)
+        with pytest.raises(ValueError, match=r"batch_sizes must be \[4\], got \[2, 4\]"):
+            ga.Batcher(s, 2, batch_sizes=[2, 4])  # a static graph runs one batch size only
+        for axis in (-1, 2, 1.0):
+            with pytest.raises(ValueError, match="batch_axis"):
+                ga.Batcher(s, 1, batch_axis=axis)
+        with pytest.raises(ValueError, match=r"batch axis 0"):
+            b.run([np.zeros((), np.float32)])  # after a request of the usual shape, too (its fast path)
+        with pytest.raises(ga.InputError, match=r"Batcher.run.*'y'"):
+            b.run({"x": rows(1, 0), "y": rows(1, 0)})  # the feed's problem, named for the call that was made
         with pytest.raises(ValueError, match="max_delay"):
             ga.Batcher(s, 1, max_delay=-1)
         with pytest.raises(TypeError, match="graph"):
@@ -402,6 +414,135 @@ async def test_refusals(anyio_backend):
         (probs,) = await b.run(collections.UserList([x]))  # any sequence, as the type hints say
         np.testing.assert_allclose(probs.numpy(), mlp_reference(x), rtol=1e-4, atol=1e-6)
         assert b.statistics().submitted == 2  # refused requests never joined a batch
+
+
+def reduce_over_batch(declared_output_shape):
+    """s = ReduceSum(x, axis 0): every request's answer would depend on every other request's rows."""
+    axes = ("axes", np.array([0], np.int64))
+    return make_model([helper.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=0)],
+                      [("x", TensorProto.FLOAT, ["N", 3])], [("s", TensorProto.FLOAT, declared_output_shape)],
+                      initializers=[axes])
+
+
+async def test_graphs_that_mix_the_rows_of_a_batch_are_refused(anyio_backend):
+    """A Batcher needs every input and output to carry the batch dim: otherwise joining requests would hand each
+    one results computed from the others' rows. Such graphs are refused when the Batcher is made, naming the input
+    or output and what to do."""
+    relu_bias = make_model([helper.make_node("Add", ["x", "bias"], ["y"])],
+                           [("x", TensorProto.FLOAT, ["N", 4]), ("bias", TensorProto.FLOAT, [4])],
+                           [("y", TensorProto.FLOAT, ["N", 4])])
+    const = make_model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Identity", ["t"], ["table"])],
+                       [("x", TensorProto.FLOAT, ["N", 4])],
+                       [("y", TensorProto.FLOAT, ["N", 4]), ("table", TensorProto.FLOAT, [8, 4])],
+                       initializers=[("t", np.ones((8, 4), np.float32))])
+    square = make_model([helper.make_node("MatMul", ["x", "xt"], ["g"]),
+                         helper.make_node("Transpose", ["x"], ["xt"])],
+                        [("x", TensorProto.FLOAT, ["N", 4])], [("g", TensorProto.FLOAT, ["N", "N"])])
+    middle = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [2, "N", 3])],
+                        [("y", TensorProto.FLOAT, [2, "N", 3])])
+    async with ga.Session() as s:
+        for gid, model in enumerate((relu_bias, const, square, reduce_over_batch([3]), middle), start=1):
+            s.add_graph(gid, ga.Graph.from_onnx(model))
+        with pytest.raises(ValueError, match=r"input 'bias' is declared \[4\]: its axis 0 is not a batch dim"):
+            ga.Batcher(s, 1)
+        with pytest.raises(ValueError, match=r"output 'table' is declared \[8, 4\], with no batch dim"):
+            ga.Batcher(s, 2)
+        with pytest.raises(ValueError, match=r"output 'g' is declared \['N', 'N'\], with the batch dim on several"):
+            ga.Batcher(s, 3)
+        with pytest.raises(ValueError, match=r"output 's' is declared \[3\].*session.run_graph_async"):
+            ga.Batcher(s, 4)
+        with pytest.raises(ValueError, match=r"fixed batch dim of 2 .* pass batch_axis=1"):
+            ga.Batcher(s, 5)  # the symbolic dim is elsewhere: the message says where
+        b = ga.Batcher(s, 5, batch_axis=1)
+        x = np.arange(2 * 3 * 3, dtype=np.float32).reshape(2, 3, 3) - 8
+        (y,) = await b.run([x])
+        np.testing.assert_array_equal(y.numpy(), np.maximum(x, 0))
+        await b.aclose()
+        await s.run_graph_async(4, [np.ones((2, 3), np.float32)])  # the refused graphs still run unbatched
+
+
+async def test_an_output_whose_shape_is_not_declared_is_checked_when_it_is_split(anyio_backend):
+    """An output declared without a shape is split along the batch axis if it has the batch's rows there; if not
+    (here a sum over the batch), every request of the batch fails with an error that says why, never with another
+    request's values. A request that runs alone, unpadded, gets its own run's outputs."""
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(reduce_over_batch(None)))
+        b = ga.Batcher(s, 1, max_batch_size=8, max_delay=5.0)
+        (alone,) = await b.run([np.full((2, 3), 5.0, np.float32)])  # the graph is idle: runs at once, as it is
+        np.testing.assert_array_equal(alone.numpy(), np.full(3, 10.0, np.float32))
+        ga.twin.inject_fault(s, 1, "delay_run", nth=1, delay=0.2)  # holds the graph: the next ones form a batch
+        outs = await gather(*(lambda i=i: b.run([np.full((1, 3), i, np.float32)]) for i in range(5)))
+        failed = [out for out in outs if isinstance(out, Exception)]
+        assert len(failed) == 4, outs  # the first to start ran alone (which one is the loop's choice on trio)
+        for out in failed:
+            assert isinstance(out, ga.GeError) and "cannot be split per request" in str(out), out
+        assert_adds_up(b.statistics())
+
+
+async def test_outputs_batched_on_another_axis_are_split_along_it(anyio_backend):
+    """An output that carries the batch dim on another axis than the inputs (a Transpose) is split along that
+    axis: each request gets its own columns, also when its batch was padded."""
+    model = make_model([helper.make_node("Transpose", ["x"], ["xt"]), helper.make_node("Neg", ["x"], ["n"])],
+                       [("x", TensorProto.FLOAT, ["rows", 4])],
+                       [("xt", TensorProto.FLOAT, [4, "rows"]), ("n", TensorProto.FLOAT, ["rows", 4])])
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        b = ga.Batcher(s, 1, max_batch_size=8, max_delay=5.0)
+        ga.twin.inject_fault(s, 1, "delay_run", nth=1, delay=0.1)
+        inputs = [np.random.default_rng(i).standard_normal((1 + i % 3, 4), dtype=np.float32) for i in range(9)]
+        outs = await gather(*(lambda x=x: b.run([x]) for x in inputs))
+        for x, out in zip(inputs, outs, strict=True):
+            assert not isinstance(out, Exception), out
+            xt, n = out
+            np.testing.assert_array_equal(xt.numpy(), x.T)
+            np.testing.assert_array_equal(n.numpy(), -x)
+        st = b.statistics()
+        assert st.batches < 9 and st.completed == 9, st
+        (xt, _n) = await b.run([inputs[0][:1].repeat(3, axis=0)])  # alone, padded from 3 rows to 4
+        assert xt.shape == (4, 3)
+        await b.aclose()
+
+
+async def test_a_graph_in_another_run_mode_is_refused(anyio_backend):
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        s.run_graph(1, [rows(1, 0)])  # RunGraph mode, fixed by its first run
+        with pytest.raises(ga.ExecutionModeError, match=r"Batcher\(graph=1\).*RunGraph was already called"):
+            ga.Batcher(s, 1)
+
+
+def test_aclose_returns_when_the_batchers_loop_was_closed_with_requests_in_it():
+    """Its requests' tasks are gone with their loop: aclose() on another loop returns instead of waiting for them."""
+
+    def close_the_loop_then_the_batcher(s):
+        b = ga.Batcher(s, 1)
+        loop = asyncio.new_event_loop()
+
+        async def start():
+            for i in range(3):
+                loop.create_task(b.run([rows(1, i)]))
+            await asyncio.sleep(0.02)
+
+        loop.run_until_complete(start())
+        assert b.statistics().batches_in_flight >= 1
+        loop.close()
+
+        async def close():
+            with anyio.fail_after(5):
+                await b.aclose()
+
+        asyncio.run(close())
+
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+        ga.twin.inject_fault(s, 1, "delay_run", nth=0, delay=0.1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Task was destroyed but it is pending": what this test does
+            close_the_loop_then_the_batcher(s)
+            deadline = time.monotonic() + 5
+            while s.statistics().in_flight and time.monotonic() < deadline:  # the runs its tasks were waiting for
+                time.sleep(0.01)
+            gc_collect_harder()  # its tasks (and their reports) go now, not at exit
 
 
 async def test_static_graph_batches_are_padded(anyio_backend):
