@@ -467,7 +467,6 @@ _trio_hubs: dict[Any, TrioHub] = {}
 _hubs_lock = threading.Lock()
 
 
-# (weakref to loop, hub) of the last lookup: most programs have one loop
 # the thread, loop and hub of the last asyncio call: every run asks for its hub
 _last: tuple[int, Callable[[], Any], Hub | None] = (0, lambda: None, None)
 
