@@ -9,15 +9,21 @@ side by side:
     outputs = await pool.run_graph_async([x])
     batcher = ga.Batcher(session, pool)         # batches run on both instances
 
-Each instance holds its own weights and working memory.
+Each instance holds its own weights and working memory. A pool built from graph ids (``GraphPool(session, ids)``)
+checks that every id is added to the session and that all declare the same inputs and outputs (names, dtypes,
+shapes): instances of different models would give different answers to the same request. Two models that
+declare the same inputs and outputs pass that check, so add a pool's instances from one Graph (as ``add`` does).
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
+from ._inputs import GRAPH_NOT_EXIST
+from ._metadata import ModelFormatError, TensorInfo
 from ._stats import logger
 from ._types import Inputs, Options
+from .errors import GeError
 from .graph import Graph
 from .session import Session, _check_graph_id
 from .tensor import Tensor
@@ -29,11 +35,11 @@ class GraphPool:
     """Instances of one graph already added to ``session`` under ``graph_ids``; see the module docstring."""
 
     def __init__(self, session: Session, graph_ids: Sequence[int]) -> None:
-        if not isinstance(session, Session):
-            raise TypeError(f"GraphPool: session must be a geasync.Session, got {type(session).__name__}")
-        ids = [_check_graph_id(g) for g in graph_ids]
-        if not ids or len(set(ids)) != len(ids):
-            raise ValueError(f"GraphPool: graph_ids must be distinct graph ids, at least one, got {graph_ids!r}")
+        ids = _check_ids(session, graph_ids, "GraphPool")
+        _check_same_model(session, ids)
+        self._setup(session, ids)
+
+    def _setup(self, session: Session, ids: Sequence[int]) -> None:
         self.session = session
         self.graph_ids = tuple(ids)
         self._busy = [0] * len(ids)  # requests in flight per instance
@@ -43,13 +49,33 @@ class GraphPool:
     def add(cls, session: Session, graph: Graph, *, graph_ids: Sequence[int], options: Optional[Options] = None,
             load: bool = False) -> "GraphPool":
         """Adds ``graph`` once per id of ``graph_ids`` (``add_graph_clone``: one Graph object serves them all)
-        and returns the pool; ``load=True`` also loads every instance now."""
-        for graph_id in graph_ids:
-            session.add_graph_clone(graph_id, graph, options)
-            if load:
-                session.load_graph(graph_id)
-        logger.debug("graph pool of %d instances added: ids %s", len(graph_ids), list(graph_ids))
-        return cls(session, graph_ids)
+        and returns the pool; ``load=True`` also loads every instance now. The ids must be distinct and not in use
+        in the session; a call that fails adds nothing (instances added before the failure are removed)."""
+        ids = _check_ids(session, graph_ids, "GraphPool.add")
+        if not isinstance(graph, Graph):
+            raise TypeError(f"GraphPool.add: graph must be a geasync.Graph, got {type(graph).__name__}")
+        used = [g for g in ids if _is_added(session, g)]
+        if used:
+            raise ValueError(f"GraphPool.add: graph id(s) {_ids_text(used)} already in use in this session; pick "
+                             "unused ids, or build the pool from graphs already added with GraphPool(session, ids)")
+        added: list[int] = []
+        try:
+            for graph_id in ids:
+                session.add_graph_clone(graph_id, graph, options)
+                added.append(graph_id)
+                if load:
+                    session.load_graph(graph_id)
+        except BaseException:
+            for graph_id in reversed(added):  # the caller's error is the one worth seeing: the rollback stays quiet
+                try:
+                    session.remove_graph(graph_id)
+                except GeError:
+                    logger.debug("graph pool rollback: graph %d could not be removed", graph_id, exc_info=True)
+            raise
+        logger.debug("graph pool of %d instances added: ids %s", len(ids), ids)
+        pool = cls.__new__(cls)  # one Graph under every id: the instances are the same model by construction
+        pool._setup(session, ids)
+        return pool
 
     def _pick(self) -> int:
         """The instance with the fewest requests in flight; of those, the one picked last, then the next ones in
@@ -86,3 +112,83 @@ class GraphPool:
 
     def __repr__(self) -> str:
         return f"GraphPool(graph_ids={list(self.graph_ids)})"
+
+
+def _ids_text(ids: Sequence[int]) -> str:
+    return ", ".join(map(str, ids))
+
+
+def _check_ids(session: Any, graph_ids: Any, api: str) -> list[int]:
+    if not isinstance(session, Session):
+        raise TypeError(f"{api}: session must be a geasync.Session, got {type(session).__name__}")
+    if isinstance(graph_ids, (str, bytes)):
+        raise TypeError(f"{api}: graph_ids must be a sequence of graph ids (ints), got {type(graph_ids).__name__}")
+    try:
+        given = list(graph_ids)
+    except TypeError:
+        raise TypeError(f"{api}: graph_ids must be a sequence of graph ids (ints), got "
+                        f"{type(graph_ids).__name__}") from None
+    ids = [_check_graph_id(g) for g in given]
+    if not ids or len(set(ids)) != len(ids):
+        raise ValueError(f"{api}: graph_ids must be distinct graph ids, at least one, got {given!r}")
+    return ids
+
+
+def _is_added(session: Session, graph_id: int) -> bool:
+    try:
+        session.graph_inputs(graph_id)
+    except ModelFormatError:  # added; geasync only cannot read its declaration
+        return True
+    except GeError as exc:
+        if exc.status == GRAPH_NOT_EXIST:
+            return False
+        raise
+    return True
+
+
+def _io(session: Session, graph_id: int) -> tuple[tuple[TensorInfo, ...], tuple[TensorInfo, ...]]:
+    return session.graph_inputs(graph_id), session.graph_outputs(graph_id)
+
+
+def _check_same_model(session: Session, ids: Sequence[int]) -> None:
+    """ValueError unless every id is added and all declare the same inputs and outputs."""
+    missing = [g for g in ids if not _is_added(session, g)]
+    if missing:
+        raise ValueError(f"GraphPool: graph id(s) {_ids_text(missing)} not added to this session; add each instance "
+                         "first (session.add_graph_clone), or let GraphPool.add(session, graph, graph_ids=...) add "
+                         "them")
+    unread = []
+    for g in ids:
+        try:
+            _io(session, g)
+        except ModelFormatError:
+            unread.append(g)
+    if unread:
+        raise ValueError(f"GraphPool: geasync cannot read the declared inputs and outputs of graph id(s) "
+                         f"{_ids_text(unread)}, so it cannot check that the instances are one model; build the pool "
+                         "with GraphPool.add(session, graph, graph_ids=...), which adds one Graph under every id")
+    first = ids[0]
+    want = _io(session, first)
+    for g in ids[1:]:
+        got = _io(session, g)
+        if got != want:
+            raise ValueError(f"GraphPool: graph {g} is not the model of graph {first}: "
+                             f"{_difference(want, got, first, g)}; a pool's instances must be one model (the same "
+                             "requests must give the same answers), so pool only ids added from one Graph")
+
+
+def _difference(want: tuple[tuple[TensorInfo, ...], tuple[TensorInfo, ...]],
+                got: tuple[tuple[TensorInfo, ...], tuple[TensorInfo, ...]], a: int, b: int) -> str:
+    for kind, ws, gs in (("inputs", want[0], got[0]), ("outputs", want[1], got[1])):
+        if len(ws) != len(gs):
+            return f"graph {a} has {len(ws)} {kind}, graph {b} has {len(gs)}"
+        for k, (w, g) in enumerate(zip(ws, gs, strict=True)):
+            if w != g:
+                return (f"{kind[:-1]} {k} is {_info_text(w)} in graph {a}, {_info_text(g)} in graph {b}")
+    return "their declarations differ"  # (unreachable: the tuples differ in some field above)
+
+
+def _info_text(info: TensorInfo) -> str:
+    shape = "any shape" if info.shape is None else "[" + ", ".join("?" if d is None else str(d)
+                                                                   for d in info.shape) + "]"
+    return f"{info.name!r} ({shape} {info.dtype})"
