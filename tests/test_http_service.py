@@ -96,6 +96,67 @@ async def test_bad_input_is_400(anyio_backend):
         assert r.status_code == 200  # still serving
 
 
+@pytest.mark.parametrize("raw", [False, True], ids=["json", "raw"])
+async def test_more_rows_than_a_batch_takes_is_400(anyio_backend, raw):
+    async with service(max_batch_size=4) as (app, client):
+        for n, code in ((4, 200), (5, 400)):
+            x = rows(n, n)
+            if raw:
+                r = await client.post("/predict", content=x.tobytes(),
+                                      headers={"content-type": "application/octet-stream"})
+            else:
+                r = await client.post("/predict", json={"inputs": x.tolist()})
+            assert r.status_code == code, r.text
+        assert r.json()["error"] == ("5 rows in one request, at most 4 are taken (the batcher's max_batch_size): "
+                                     "split the request")
+        assert app.state.batcher.statistics().submitted == 1  # the refused request never reached the batcher
+
+
+async def test_rows_the_batcher_refuses_are_400(anyio_backend):
+    """A ValueError of Batcher.run (here: a batcher taking fewer rows than the body check allows) is the client's
+    to fix: 400 with the batcher's message, not 500."""
+    async with service(max_batch_size=8) as (app, client):
+        serving = app.state.batcher
+        app.state.batcher = ga.Batcher(app.state.session, 1, max_batch_size=2)
+        try:
+            r = await client.post("/predict", json={"inputs": rows(3, 0).tolist()})
+            assert r.status_code == 400, r.text
+            assert "max_batch_size" in r.json()["error"]
+        finally:
+            await app.state.batcher.aclose()
+            app.state.batcher = serving
+
+
+@pytest.mark.parametrize("value, shown", [("0.5", '"0.5"'), (True, "true"), (None, "null"), ({"v": 1}, '{"v": 1}')],
+                         ids=["string", "bool", "null", "object"])
+async def test_json_values_must_be_numbers(anyio_backend, value, shown):
+    async with service() as (app, client):
+        row = rows(1, 0)[0].tolist()
+        row[7] = value
+        for inputs in ([row], row):  # rows, or one bare row
+            r = await client.post("/predict", json={"inputs": inputs})
+            assert r.status_code == 400, r.text
+            assert f"row 0 holds {shown}, which is not a JSON number" in r.json()["error"]
+        assert app.state.batcher.statistics().submitted == 0
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ([], "got no rows"),
+    ([[0.5] * 783], "row 0 has 783 values, expected 784 numbers"),
+    ([[0.5] * 784, 0.5], "row 1 has float, expected 784 numbers"),
+    ([[[0.5] * 784]], "row 0 has 1 values, expected 784 numbers"),
+    ([[10 ** 400] * 784], "inputs must be finite numbers"),
+], ids=["empty", "short-row", "ragged", "too-deep", "huge-int"])
+async def test_json_rows_must_have_the_right_shape(anyio_backend, inputs, message):
+    async with service() as (app, client):
+        r = await client.post("/predict", json={"inputs": inputs})
+        assert r.status_code == 400, r.text
+        assert message in r.json()["error"]
+        x = rows(1, 0)
+        r = await client.post("/predict", json={"inputs": [int(v) for v in (x[0] > 0.5)]})  # ints are numbers
+        assert r.status_code == 200, r.text
+
+
 async def test_the_third_request_fails_with_503(anyio_backend):
     faults = {"geasync.twin.faults": "graph_id=1,kind=fail_run,nth=3"}
     async with service(session_options=faults) as (app, client):

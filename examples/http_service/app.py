@@ -9,9 +9,10 @@
 
 POST /predict takes a JSON body ``{"inputs": [[784 floats], ...]}`` (one row per sample) or raw float32 bytes
 (``content-type: application/octet-stream``, rows of 784 values, shape in an optional ``x-shape: 2,784`` header)
-and answers in kind. Bad input gets 400, a failed or broken runtime 503, a run that takes longer than the request
-timeout 504. A request whose client disconnects is cancelled (its rows are dropped from the batch). The session is
-opened and closed (``aclose``: in-flight requests finish first) by the application's lifespan.
+and answers in kind, at most ``max_batch_size`` rows a request. Bad input gets 400 (JSON values must be numbers:
+strings and booleans are refused, not converted), a failed or broken runtime 503, a run that takes longer than the
+request timeout 504. A request whose client disconnects is cancelled (its rows are dropped from the batch). The
+session is opened and closed (``aclose``: in-flight requests finish first) by the application's lifespan.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def create_app(model: Any = MODEL, *, features: int = 784, instances: int = 1, m
     async def predict(request: Request) -> Response:
         raw = request.headers.get("content-type", "").startswith("application/octet-stream")
         try:
-            x = await (read_raw(request, features) if raw else read_json(request, features))
+            x = await (read_raw(request, features, max_batch_size) if raw else
+                       read_json(request, features, max_batch_size))
         except BadInput as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         batcher: ga.Batcher = request.app.state.batcher
@@ -97,6 +99,8 @@ def create_app(model: Any = MODEL, *, features: int = 784, instances: int = 1, m
             if exc.status == PARAM_INVALID:
                 return JSONResponse({"error": str(exc)}, status_code=400)
             return JSONResponse({"error": f"the model run failed: {exc}"}, status_code=503)
+        except ValueError as exc:  # the batcher refused the rows (e.g. more than max_batch_size): the client's to fix
+            return JSONResponse({"error": str(exc)}, status_code=400)
         if outputs is None:  # the client went away: nobody reads this
             request.app.state.disconnects += 1
             return Response(status_code=499)
@@ -136,19 +140,44 @@ def create_app(model: Any = MODEL, *, features: int = 784, instances: int = 1, m
     return Starlette(routes=routes, lifespan=lifespan)
 
 
-async def read_json(request: Request, features: int) -> np.ndarray:
+_NUMBERS = frozenset((int, float))  # what json.loads makes of a JSON number (bool, a subclass of int, is not one)
+
+
+async def read_json(request: Request, features: int, max_rows: int) -> np.ndarray:
+    expected = f'expected a JSON body {{"inputs": [[{features} numbers], ...]}}'
     try:
         body = json.loads(await request.body())
-        x = np.asarray(body["inputs"], dtype=np.float32)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise BadInput(f'expected a JSON body {{"inputs": [[{features} numbers], ...]}}: {exc}') from None
+    except ValueError as exc:
+        raise BadInput(f"{expected}: {exc}") from None
+    inputs = body.get("inputs") if isinstance(body, dict) else None
+    if not isinstance(inputs, list) or not inputs:
+        got = ("no rows" if inputs == [] else f'"inputs": {type(inputs).__name__}' if isinstance(body, dict) and
+               "inputs" in body else f"a {type(body).__name__} with no \"inputs\"")
+        raise BadInput(f"{expected}, got {got}")
+    rows = inputs if isinstance(inputs[0], list) else [inputs]  # one row may come bare: [784 numbers]
+    check_row_count(len(rows), max_rows)
+    for k, row in enumerate(rows):
+        # numpy would turn "0.5" and true into numbers: a client sending them has a bug worth telling it about
+        if type(row) is not list or len(row) != features:
+            got = f"{len(row)} values" if type(row) is list else type(row).__name__
+            raise BadInput(f"{expected}: row {k} has {got}, expected {features} numbers")
+        if not _NUMBERS.issuperset(map(type, row)):
+            bad = next(v for v in row if type(v) not in _NUMBERS)
+            raise BadInput(f"{expected}: row {k} holds {json.dumps(bad)[:40]}, which is not a JSON number "
+                           "(strings and booleans are not converted)")
+    try:
+        x = np.array(rows, dtype=np.float32)
+    except OverflowError:  # an integer beyond any float
+        raise BadInput("inputs must be finite numbers") from None
     return check_rows(x, features)
 
 
-async def read_raw(request: Request, features: int) -> np.ndarray:
+async def read_raw(request: Request, features: int, max_rows: int) -> np.ndarray:
     body = await request.body()
     if len(body) % 4:
         raise BadInput(f"raw bodies are float32 values: {len(body)} bytes is not a multiple of 4")
+    if features:
+        check_row_count(len(body) // (4 * features), max_rows)
     x = np.frombuffer(body, dtype=np.float32)
     shape = request.headers.get("x-shape")
     try:
@@ -156,6 +185,12 @@ async def read_raw(request: Request, features: int) -> np.ndarray:
     except ValueError as exc:
         raise BadInput(f"x-shape {shape!r} does not fit {x.size} float32 values: {exc}") from None
     return check_rows(x, features)
+
+
+def check_row_count(rows: int, max_rows: int) -> None:
+    if rows > max_rows:
+        raise BadInput(f"{rows} rows in one request, at most {max_rows} are taken (the batcher's max_batch_size): "
+                       "split the request")
 
 
 def check_rows(x: np.ndarray, features: int) -> np.ndarray:
