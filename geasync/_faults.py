@@ -29,15 +29,40 @@ def apply_option(session_id: int, spec: str) -> None:
     """Arms the faults of a ``"geasync.twin.faults"`` session option:
     ``"graph_id=1,kind=fail_run,nth=3,status=1343225860;graph_id=2,kind=delay_run,delay=0.05"``."""
     for item in filter(None, (part.strip() for part in spec.split(";"))):
-        fields = dict(kv.split("=", 1) for kv in item.split(",") if "=" in kv)
         try:
-            graph_id = int(fields.pop("graph_id"))
-            kind = fields.pop("kind")
-            nth = int(fields.pop("nth", "1"))
-            status = int(fields.pop("status", str(INTERNAL_ERROR)), 0)
-            delay = float(fields.pop("delay", "0"))
-        except (KeyError, ValueError) as exc:
-            raise ValueError(f"bad geasync.twin.faults entry {item!r}: {exc}") from None
-        if fields:
-            raise ValueError(f"bad geasync.twin.faults entry {item!r}: unknown keys {sorted(fields)}")
-        arm(session_id, graph_id, kind, nth=nth, status=status, delay=delay)
+            graph_id, kind, nth, status, delay = _entry(item)
+            arm(session_id, graph_id, kind, nth=nth, status=status, delay=delay)
+        except ValueError as exc:
+            raise ValueError(f"bad geasync.twin.faults entry {item!r}: {exc}. {_FORMAT}") from None
+
+
+_FORMAT = ("Expected entries separated by ';', each comma-separated key=value pairs: graph_id=<int>,kind=<kind>, "
+           "optionally nth=<int>, status=<int>, delay=<seconds>; e.g. "
+           "'graph_id=1,kind=fail_run,nth=3;graph_id=2,kind=delay_run,delay=0.05'. Kinds: " + ", ".join(KINDS))
+
+
+def _entry(item: str) -> tuple[int, str, int, int, float]:
+    """(graph_id, kind, nth, status, delay) of one entry; ValueError saying what is wrong with it."""
+    pairs = [kv.strip() for kv in item.split(",") if kv.strip()]
+    loose = [kv for kv in pairs if "=" not in kv]
+    if loose:
+        raise ValueError(f"{', '.join(map(repr, loose))} is not key=value")
+    fields = {k.strip(): v.strip() for k, v in (kv.split("=", 1) for kv in pairs)}
+    missing = [k for k in ("graph_id", "kind") if k not in fields]
+    if missing:
+        raise ValueError(f"{' and '.join(missing)} missing")
+    unknown = sorted(set(fields) - {"graph_id", "kind", "nth", "status", "delay"})
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}")
+    key = "graph_id"
+    try:  # (key names the field being read, for the message)
+        graph_id = int(fields[key])
+        key = "nth"
+        nth = int(fields.get(key, "1"))
+        key = "status"
+        status = int(fields.get(key, str(INTERNAL_ERROR)), 0)
+        key = "delay"
+        delay = float(fields.get(key, "0"))
+    except ValueError:
+        raise ValueError(f"{key}={fields[key]!r} is not a number") from None
+    return graph_id, fields["kind"], nth, status, delay

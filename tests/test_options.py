@@ -60,8 +60,8 @@ def test_unknown_load_graph_option_is_refused(session):
 
 
 def test_ge_options_go_to_ge_unchanged():
-    """GE options are GE's to judge: an unknown one is accepted (GE ignores what it does not use), a bad device id
-    is refused by GE itself, with its message."""
+    """GE options are GE's to judge: an unknown one is accepted (GE ignores what it does not use); a bad device id
+    is refused (see the device id tests below)."""
     with ga.Session({"ge.someOptionGeasyncDoesNotKnow": "1", "ge.graphRunMode": "1"}) as s:
         s.add_graph(1, add_graph(), {"ge.exec.precision_mode": "force_fp16", "ge.anyOther": "x"})
         (c,) = s.run_graph(1, [A, A])
@@ -69,6 +69,65 @@ def test_ge_options_go_to_ge_unchanged():
     with pytest.raises(ga.GeError, match="ge.session_device_id") as ei:
         ga.Session({"ge.session_device_id": "4096"})
     assert not isinstance(ei.value, ValueError)
+
+
+BAD_DEVICE_OPTIONS = [{"ge.exec.deviceId": "99"}, {"ge.exec.deviceId": "abc"}, {"ge.exec.deviceId": ""},
+                      {"ge.exec.deviceId": "-2"}, {"ge.session_device_id": "99"}, {"ge.session_device_id": "1x"}]
+
+
+@pytest.mark.parametrize("options", BAD_DEVICE_OPTIONS, ids=lambda o: "=".join(*o.items()) or "empty")
+def test_a_bad_device_id_is_param_invalid_for_every_session(options):
+    """GE is initialised by a process's first session only, and GeSession's constructor has no status of its own:
+    the refusal is PARAM_INVALID however many sessions came first (this process has made many by now)."""
+    ga.Session().close()
+    for _ in range(2):
+        with pytest.raises(ga.GeError, match=r"option ge\.[\w.]+='[^']*' is not a device id of this machine") as ei:
+            ga.Session(options)
+        assert ei.value.status == ga.errors.PARAM_INVALID, ei.value
+    with ga.Session({"ge.exec.deviceId": "0", "ge.session_device_id": "-1"}):
+        pass
+
+
+def test_a_bad_device_id_of_the_first_session_is_param_invalid_too():
+    """The first session passes ge.exec.deviceId to GEInitializeV2: a fresh process sees the same status, and GE
+    stays usable (the refused device is not left as the process's default)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import geasync as ga\n"
+        "for options in OPTIONS:\n"
+        "    try:\n"
+        "        ga.Session(options)\n"
+        "    except ga.GeError as exc:\n"
+        "        print(exc.status, 'is not a device id of this machine' in str(exc))\n"
+        "with ga.Session() as s:\n"
+        "    s.add_graph(1, ga.samples.mlp())\n"
+        "stream = ga.Stream()\n"
+        "stream.close()\n"
+        "print('ok')\n"
+    ).replace("OPTIONS", repr(BAD_DEVICE_OPTIONS[:2]))
+    done = subprocess.run([sys.executable, "-W", "error", "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n") == [f"{ga.errors.PARAM_INVALID} True"] * 2 + ["ok", ""], done.stdout
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("garbage", "'garbage' is not key=value"),
+    ("graph_id=1", "kind missing"),
+    ("kind=fail_run", "graph_id missing"),
+    ("graph_id=one,kind=fail_run", "graph_id='one' is not a number"),
+    ("graph_id=1,kind=fail_run,delay=soon", "delay='soon' is not a number"),
+    ("graph_id=1,kind=fail_run,when=later", "unknown key(s) 'when'"),
+    ("graph_id=1,kind=explode", "kind must be one of fail_run"),
+    ("graph_id=1,kind=fail_run;graph_id=2", "kind missing"),
+])
+def test_a_bad_faults_option_says_what_the_format_is(value, problem):
+    with pytest.raises(ValueError) as ei:
+        ga.Session({"geasync.twin.faults": value})
+    text = str(ei.value)
+    assert problem in text, text
+    assert "Expected entries separated by ';'" in text and "graph_id=<int>,kind=<kind>" in text, text
 
 
 @pytest.mark.parametrize("options", [{1: "a"}, {"geasync.twin.faults": 3}])

@@ -105,6 +105,23 @@ aclError EnsureDevice(int32_t device) {
   return e;
 }
 
+std::string BadDeviceOption(const std::map<ge::AscendString, ge::AscendString> &options) {
+  for (const char *key : {"ge.exec.deviceId", "ge.session_device_id"}) {
+    auto it = options.find(ge::AscendString(key));
+    if (it == options.end()) continue;
+    const char *text = it->second.GetString();
+    char *end = nullptr;
+    const long v = std::strtol(text, &end, 10);
+    uint32_t count = 0;
+    const bool counted = aclrtGetDeviceCount(&count) == ACL_SUCCESS;
+    if (*text == '\0' || *end != '\0' || v < -1 || (counted && v >= static_cast<long>(count))) {
+      const std::string range = counted ? " (0.." + std::to_string(count == 0 ? 0 : count - 1) + ")" : "";
+      return std::string("option ") + key + "='" + text + "' is not a device id of this machine" + range;
+    }
+  }
+  return std::string();
+}
+
 int32_t DefaultDevice() { return g_default_device.load(); }
 void SetDefaultDevice(int32_t device) { g_default_device.store(device); }
 
@@ -205,14 +222,17 @@ extern "C" {
 ga_status ga_initialize(const ga_options *options) {
   shim::ClearErrors();
   const auto opts = shim::ToMap(options);
-  for (const auto &kv : opts) {
+  // The same check as every session's (ga_session_create), so the first session's bad device id fails alike.
+  const std::string bad_device = shim::BadDeviceOption(opts);
+  if (!bad_device.empty()) return shim::FailWith("GEInitializeV2", shim::kParamInvalid, bad_device);
+  const ge::Status st = ge::GEInitializeV2(opts);
+  if (st != ge::SUCCESS) return shim::Fail("GEInitializeV2", st);
+  for (const auto &kv : opts) {  // only once GE took it: a refused device id must not stay the process's default
     if (std::strcmp(kv.first.GetString(), "ge.exec.deviceId") == 0) {
       const long v = std::strtol(kv.second.GetString(), nullptr, 10);
       shim::SetDefaultDevice(v < 0 ? 0 : static_cast<int32_t>(v));
     }
   }
-  const ge::Status st = ge::GEInitializeV2(opts);
-  if (st != ge::SUCCESS) return shim::Fail("GEInitializeV2", st);
   return 0;
 }
 

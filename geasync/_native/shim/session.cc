@@ -179,9 +179,14 @@ ga_status ga_finalize(void) {
 ga_status ga_session_create(const ga_options *options, ga_session **out) {
   if (out == nullptr) return shim::FailWith("GeSession", shim::kParamInvalid, "out is null");
   shim::ClearErrors();
+  const auto opts = shim::ToMap(options);
+  // GeSession's constructor has no status (it reports a failure only as text): a bad device id would be a bare
+  // FAILED here, where GEInitializeV2 refuses it with PARAM_INVALID, so the shim checks it for every session.
+  const std::string bad_device = shim::BadDeviceOption(opts);
+  if (!bad_device.empty()) return shim::FailWith("GeSession", shim::kParamInvalid, bad_device);
   auto *s = new (std::nothrow) ga_session();
   if (s == nullptr) return shim::FailWith("GeSession", shim::kMemallocFailed, "out of memory");
-  s->session.reset(new (std::nothrow) ge::GeSession(shim::ToMap(options)));
+  s->session.reset(new (std::nothrow) ge::GeSession(opts));
   // GeSession reports construction failures only through the error context.
   std::string error = s->session ? ge::GEGetErrorMsgV3().GetString() : "out of memory";
   if (!error.empty()) {

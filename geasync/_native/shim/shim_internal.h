@@ -61,6 +61,9 @@ std::map<ge::AscendString, ge::AscendString> ToMap(const ga_options *options);
 
 // Makes `device` the calling thread's current ACL device (threads touching streams need a context).
 aclError EnsureDevice(int32_t device);
+// Why a ge.exec.deviceId / ge.session_device_id option names no device of this machine ("" if both are valid, or
+// when ACL cannot count the devices: GE then has the last word). GE reports it with PARAM_INVALID.
+std::string BadDeviceOption(const std::map<ge::AscendString, ge::AscendString> &options);
 int32_t DefaultDevice();  // from GEInitializeV2's ge.exec.deviceId, else 0
 // Makes the device of `stream` (one created by ga_stream_create) current on the calling thread.
 aclError EnterStreamDevice(void *stream);
