@@ -8,8 +8,8 @@ other field is skipped by its length. Reads are bounds-checked: corrupt or hosti
 What GE's ONNX parser does, and so what the metadata says:
 - the inputs are ``graph.input`` in declaration order, minus those that also have an initializer: GE turns those
   into constants holding the initializer (they cannot be fed; onnxruntime, unlike GE, lets them be overridden);
-- a dim is an int (``dim_value``), its name (``dim_param``) or None (neither); a ValueInfo with no ``shape`` field
-  has shape None: any rank, any dims.
+- a dim is an int (``dim_value``), its name (``dim_param``) or None (neither, or an empty name); a ValueInfo with no
+  ``shape`` field has shape None: any rank, any dims.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def _dim(buf: _Buffer, start: int, end: int) -> Dim:
             v = _int64(wire, value, start)
             dim = v if v >= 0 else None
         elif field == 2:
-            dim = _text(buf, _span(wire, value, start))
+            dim = _text(buf, _span(wire, value, start)) or None  # an empty name names nothing: an unnamed dim
     return dim
 
 

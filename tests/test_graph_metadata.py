@@ -49,6 +49,21 @@ def test_fixed_named_unnamed_and_missing_dims():
     assert g.outputs[0].shape is None and g.outputs[1].shape == (5,)
 
 
+def test_a_dim_with_an_empty_name_is_unnamed(session):
+    """dim_param "" names nothing: the dim is reported as None, like one with neither field, and takes any size."""
+    x = helper.make_tensor_value_info("x", F, ["N", 3])
+    x.type.tensor_type.shape.dim[1].dim_param = ""  # (replaces dim_value: the two are a oneof)
+    assert x.type.tensor_type.shape.dim[1].HasField("dim_param")
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x],
+                              [helper.make_tensor_value_info("y", F, ["", None])])
+    g = ga.Graph.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert g.inputs[0].shape == ("N", None) and g.outputs[0].shape == (None, None)
+    session.add_graph(1, g)
+    assert session.graph_inputs(1)[0].shape == ("N", None)
+    (y,) = session.run_graph(1, {"x": -np.ones((2, 7), np.float32)})
+    np.testing.assert_array_equal(y.numpy(), np.zeros((2, 7), np.float32))
+
+
 def test_initializer_backed_inputs_are_not_inputs():
     """GE makes a graph input that has an initializer a constant holding it: it is not fed."""
     model = make_model([helper.make_node("Add", ["x", "bias"], ["y"])], [("x", F, [2]), ("bias", F, [2])],
