@@ -57,10 +57,15 @@ class Tensor:
 
     @classmethod
     def from_numpy(cls, array: "Tensor | ArrayLike") -> "Tensor":
-        """A host tensor over ``array`` (no copy when it is a C-contiguous numpy array, else a contiguous copy)."""
+        """A host tensor over ``array`` (no copy when it is a C-contiguous numpy array in this machine's byte order,
+        else a contiguous copy in it)."""
         if isinstance(array, Tensor):
             return array
         arr = np.asarray(array)
+        if not arr.dtype.isnative:  # e.g. ">f4" read from a file: GE takes only the machine's own byte order
+            native = arr.dtype.newbyteorder("=")
+            if native in _lib._NP_TO_GE:
+                arr = arr.astype(native)
         _lib.ge_dtype(arr.dtype)  # TypeError for dtypes GE cannot take
         if arr.ndim > _lib.MAX_DIMS:
             raise ValueError(f"GE tensors have at most {_lib.MAX_DIMS} dims, got {arr.ndim}")
@@ -275,7 +280,10 @@ def input_rows(inputs: Any, what: str, require_list: bool, spec: Any, api: str,
                     nbytes += n
                     continue
         if isinstance(x, np.ndarray):
-            x = Tensor.from_numpy(x)  # copies non-contiguous arrays; TypeError for dtypes GE lacks
+            try:  # copies non-contiguous and byte-swapped arrays
+                x = Tensor.from_numpy(x)
+            except (TypeError, ValueError) as exc:  # a dtype GE lacks, too many dims: say which input of which call
+                raise _unusable_input(exc, x, i, what, spec, api, graph_id) from None
         elif not isinstance(x, Tensor):
             raise TypeError(f"{what}[{i}] must be a geasync.Tensor or a numpy.ndarray, got {type(x).__name__}")
         if keep is None:
@@ -298,3 +306,16 @@ def input_rows(inputs: Any, what: str, require_list: bool, spec: Any, api: str,
     # a tuple of arrays (not GC-tracked) stops being traversed by the collector once it has seen it
     return rows, keep, tuple(arrays), nbytes
 
+
+
+def _unusable_input(exc: Exception, x: NDArray[Any], i: int, what: str, spec: Any, api: str,
+                    graph_id: int) -> Exception:
+    """``exc`` (from Tensor.from_numpy) as the same exception type, naming the run API, the graph and the input."""
+    name = f" ({spec.names[i]!r})" if spec is not None and i < spec.count else ""
+    where = f"Session.{api}(graph_id={graph_id}): {what}[{i}]{name}"
+    hint = ""
+    if isinstance(exc, TypeError):
+        want = spec.inputs[i].dtype if spec is not None and i < spec.count else None
+        hint = (f" (convert it: array.astype(np.{want}))" if want is not None else
+                " (convert it to one of those: array.astype(...))")
+    return type(exc)(f"{where}: {exc}{hint}")

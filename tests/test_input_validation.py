@@ -112,6 +112,47 @@ def test_each_api_refuses_before_the_runtime(api, inputs, cls, index, needles):
         np.testing.assert_array_equal(c.numpy(), 2 * A)
 
 
+def run_on(api, s, st, inputs):
+    if api == "run_graph_async":
+        return anyio.run(lambda: s.run_graph_async(1, inputs))
+    if api == "run_graph":
+        return s.run_graph(1, inputs)
+    (c,) = s.run_graph_with_stream_async(1, st, inputs)
+    st.synchronize()
+    return [c.to_host()]
+
+
+@pytest.mark.parametrize("api", ["run_graph", "run_graph_async", "run_graph_with_stream_async"])
+def test_big_endian_inputs_are_taken_in_native_byte_order(api):
+    """An array of a dtype GE takes, in the other byte order (">f4" read from a file), is copied to the machine's
+    order on the copying path: the right answer, not a TypeError."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    swapped = a.astype(a.dtype.newbyteorder(">" if np.little_endian else "<"))
+    assert not swapped.dtype.isnative
+    with ga.Session() as s, ga.Stream() as st:
+        s.add_graph(1, add34())
+        (c,) = run_on(api, s, st, [swapped, A])
+        np.testing.assert_array_equal(c.numpy(), a + 1)
+    t = ga.Tensor.from_numpy(swapped)
+    assert t.dtype == np.float32 and t.dtype.isnative
+    np.testing.assert_array_equal(t.numpy(), a)
+
+
+@pytest.mark.parametrize("api", ["run_graph", "run_graph_async", "run_graph_with_stream_async"])
+@pytest.mark.parametrize("bad, dtype", [(np.zeros((3, 4), object), "object"), (np.zeros((3, 4), "U1"), "<U1"),
+                                        (np.zeros((3, 4), ">c8"), ">c8")], ids=["object", "str", "complex-swapped"])
+def test_an_input_of_a_dtype_ge_lacks_names_the_call_and_the_input(api, bad, dtype):
+    with ga.Session() as s, ga.Stream() as st:
+        s.add_graph(1, add34())
+        with pytest.raises(TypeError) as ei:
+            run_on(api, s, st, [A, bad])
+        text = str(ei.value)
+        assert text.startswith(f"Session.{api}(graph_id=1): inputs[1] ('b'): dtype {dtype} has no GE equivalent")
+        assert text.endswith("(convert it: array.astype(np.float32))"), text
+        (c,) = run_on(api, s, st, [A, A])  # the session keeps serving
+        np.testing.assert_array_equal(c.numpy(), 2 * A)
+
+
 def test_symbolic_dims_take_any_size_fixed_dims_do_not():
     with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
