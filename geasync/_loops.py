@@ -1,6 +1,6 @@
 """Event-loop differences, in one place: which loop runs the calling task (asyncio -- uvloop included -- or trio),
-what a task awaits for a result delivered on its loop's thread, how another thread wakes a waiting task, and how
-a task's await is bounded by a timeout.
+what a task awaits for a result delivered on its loop's thread, how another thread wakes a waiting task, how
+a task's await is bounded by a timeout, and how a check repeats on a loop (``call_repeatedly``).
 
 Everything above (the completion hubs, the in-flight bound, the batcher) asks here instead of testing for trio
 itself, so supporting another loop means changing this module only.
@@ -9,6 +9,7 @@ itself, so supporting another loop means changing this module only.
 from __future__ import annotations
 
 import asyncio
+import logging
 import numbers
 import sys
 import threading
@@ -251,3 +252,113 @@ class _TrioWakeUp:
         with self._lock:
             self._abandoned = not self._granted
             return self._granted
+
+
+class Timer(Protocol):
+    """A repeating check on one loop, from ``call_repeatedly``."""
+
+    def cancel(self) -> None:
+        """From any thread: no further calls (one already under way on the loop's thread finishes)."""
+
+    @property
+    def active(self) -> bool:
+        """Not stopped or cancelled, and its loop still runs."""
+
+
+def call_repeatedly(delay: float, callback: Callable[[], Optional[float]]) -> Timer:
+    """Calls ``callback()`` on the calling task's loop after ``delay`` seconds, then again after each delay it
+    returns, until it returns None, the timer is cancelled or the loop ends (a trio run, or a closed asyncio loop,
+    takes the timer with it). ``callback`` must not raise: on trio the timer is a system task, whose exception
+    would end the whole run, so one that raises stops the timer and is logged."""
+    loop = running_loop()
+    if loop is not None:
+        return _AsyncioTimer(loop, delay, callback)
+    loop_flavour()
+    return _TrioTimer(delay, callback)
+
+
+def _report(callback: Callable[..., Any]) -> None:
+    # the loops' layer has no logger of its own; geasync's is the one services configure
+    logging.getLogger("geasync").exception("geasync: timer callback %r failed; it is not called again", callback)
+
+
+class _AsyncioTimer:
+    __slots__ = ("_loop", "_callback", "_handle")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, delay: float, callback: Callable[[], Optional[float]]) -> None:
+        self._loop = loop
+        self._callback = callback
+        self._handle: Optional[asyncio.TimerHandle] = loop.call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        if self._handle is None:  # cancelled from another thread while this call was already due
+            return
+        try:
+            delay = self._callback()
+        except Exception:
+            _report(self._callback)
+            delay = None
+        # _handle is None if the callback cancelled the timer
+        self._handle = None if delay is None or self._handle is None else self._loop.call_later(delay, self._fire)
+
+    def cancel(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is None:
+            return
+        if running_loop() is self._loop:
+            handle.cancel()
+            return
+        try:
+            self._loop.call_soon_threadsafe(handle.cancel)  # a TimerHandle is cancelled on its loop's thread
+        except RuntimeError:  # the loop is closed: its timers went with it
+            pass
+
+    @property
+    def active(self) -> bool:
+        return self._handle is not None and not self._loop.is_closed()
+
+
+class _TrioTimer:
+    __slots__ = ("_callback", "_scope", "_token", "_thread", "_done")
+
+    def __init__(self, delay: float, callback: Callable[[], Optional[float]]) -> None:
+        import trio
+
+        self._callback = callback
+        self._scope = trio.CancelScope()
+        self._token = trio.lowlevel.current_trio_token()
+        self._thread = threading.get_ident()
+        self._done = False
+        # a system task: trio has no call_later, and a system task cannot keep the run from ending
+        trio.lowlevel.spawn_system_task(self._run, delay, name="geasync-timer")
+
+    async def _run(self, delay: Optional[float]) -> None:
+        import trio
+
+        try:
+            with self._scope:
+                while delay is not None:
+                    await trio.sleep(delay)
+                    try:
+                        delay = self._callback()
+                    except Exception:
+                        _report(self._callback)
+                        delay = None
+        finally:
+            self._done = True
+
+    def cancel(self) -> None:
+        import trio
+
+        self._done = True
+        if threading.get_ident() == self._thread:
+            self._scope.cancel()
+            return
+        try:
+            self._token.run_sync_soon(self._scope.cancel)
+        except trio.RunFinishedError:  # the run is over: its system tasks went with it
+            pass
+
+    @property
+    def active(self) -> bool:
+        return not self._done
