@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Sequence
 
 logger = logging.getLogger("geasync")
-"""geasync's logger: session and graph lifecycle (DEBUG), stopped queues, slow and abandoned requests (WARNING).
-Nothing is logged on a run's hot path; enable with ``logging.getLogger("geasync").setLevel(logging.DEBUG)``."""
+"""geasync's logger: session and graph lifecycle (DEBUG), slow and abandoned runs (WARNING), a stopped async queue
+(ERROR). Nothing is logged on a run's hot path; enable with ``logging.getLogger("geasync").setLevel(logging.DEBUG)``."""
+
+# A graph's slow runs (over the session's ``slow_after``) are logged at most once per this many seconds: when every
+# run turns slow (an overload), a line per run would add to the load it reports.
+SLOW_LOG_INTERVAL = 1.0
 
 # Latency buckets (seconds): 25 us .. 10 s, roughly x2 apart, as Prometheus histograms expect (upper bounds).
 LATENCY_BUCKETS: tuple[float, ...] = (25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
@@ -91,48 +96,86 @@ class HistogramSnapshot:
 class GraphCounters:
     """One graph's runs in every mode (the session keeps one per graph id). A run is counted ``submitted`` when
     geasync takes it, then ends in exactly one of completed / failed / cancelled; meanwhile it is waiting (for a
-    slot) or in flight (with the runtime, tracked with its start time for the oldest age and ``abandoned``)."""
+    slot, tracked with when it began to wait) or in flight (with the runtime, tracked with its start time for the
+    oldest age and ``abandoned``). ``label`` names the session and graph in log lines; a completed run slower than
+    ``slow_after`` seconds (inf: never) is reported with ``report_slow``."""
 
-    __slots__ = ("submitted", "completed", "failed", "cancelled", "waiting", "live", "latency")
+    __slots__ = ("submitted", "completed", "failed", "cancelled", "waiters", "live", "latency", "label",
+                 "slow_after", "slow_quiet_until", "slow_unreported")
 
-    def __init__(self) -> None:
+    def __init__(self, label: str = "", slow_after: float = math.inf) -> None:
         self.submitted = 0
         self.completed = 0
         self.failed = 0
         self.cancelled = 0
-        self.waiting = 0
+        self.waiters: dict[Any, float] = {}  # waiting request key -> when it began to wait
         self.live: dict[Any, float] = {}  # run key -> start time; insertion order is start order
         self.latency = Histogram()
+        self.label = label
+        self.slow_after = slow_after
+        self.slow_quiet_until = 0.0  # no slow-run line before then (SLOW_LOG_INTERVAL)
+        self.slow_unreported = 0  # slow runs since the last line
+
+    @property
+    def waiting(self) -> int:
+        return len(self.waiters)
 
     def start(self, key: Any) -> None:
         self.live[key] = now()
 
-    def finish(self, key: Any, outcome: str) -> None:
-        """``outcome``: "completed", "failed" or "cancelled"."""
+    def finish(self, key: Any, outcome: str) -> Optional[float]:
+        """``outcome``: "completed", "failed" or "cancelled". Returns a completed run's latency (else None), for
+        the caller to compare with ``slow_after`` once it holds no lock."""
         started = self.live.pop(key, None)
         if outcome == "completed":
             self.completed += 1
             if started is not None:
-                self.latency.observe(now() - started)
+                latency = now() - started
+                self.latency.observe(latency)
+                return latency
         elif outcome == "failed":
             self.failed += 1
         else:
             self.cancelled += 1
+        return None
+
+    def check_slow(self, latency: Optional[float]) -> None:
+        if latency is not None and latency > self.slow_after:
+            self.report_slow(latency)
+
+    def report_slow(self, latency: float) -> None:
+        """A completed run took ``latency`` seconds, over ``slow_after``: a WARNING, at most one per
+        SLOW_LOG_INTERVAL for the graph; the next line counts the slow runs left out meanwhile."""
+        t = now()
+        if t < self.slow_quiet_until:
+            self.slow_unreported += 1
+            return
+        more, self.slow_unreported = self.slow_unreported, 0
+        self.slow_quiet_until = t + SLOW_LOG_INTERVAL
+        if more:
+            logger.warning("%s: a run took %.3f s, over slow_after (%g s); %d more slow runs in the %g s before it",
+                           self.label, latency, self.slow_after, more, SLOW_LOG_INTERVAL)
+        else:
+            logger.warning("%s: a run took %.3f s, over slow_after (%g s)", self.label, latency, self.slow_after)
 
     def snapshot(self, graph_id: int, abandon_after: float) -> "GraphStatistics":
         t = now()
         starts = list(self.live.values())
+        waits = list(self.waiters.values())
         oldest = t - min(starts) if starts else None
+        oldest_waiting = t - min(waits) if waits else None
         abandoned = sum(1 for s in starts if t - s >= abandon_after)
         return GraphStatistics(graph_id, self.submitted, self.completed, self.failed, self.cancelled, len(starts),
-                               self.waiting, abandoned, oldest, self.latency.snapshot())
+                               len(waits), abandoned, oldest, self.latency.snapshot(), oldest_waiting)
 
 
 @dataclass(frozen=True)
 class GraphStatistics:
     """One graph's runs (all modes). ``submitted == completed + failed + cancelled + in_flight + waiting``;
     ``abandoned`` counts the runs in flight for longer than the session's ``abandon_after`` (their completion never
-    came: a lost callback), and ``oldest_age`` is the age in seconds of the oldest run in flight."""
+    came: a lost callback), ``oldest_age`` is the age in seconds of the oldest run in flight (since it reached the
+    runtime) and ``oldest_waiting_age`` how long the longest-waiting request has waited for a slot so far (None:
+    none in flight, none waiting)."""
 
     graph_id: int
     submitted: int
@@ -144,6 +187,7 @@ class GraphStatistics:
     abandoned: int
     oldest_age: Optional[float]
     latency: HistogramSnapshot
+    oldest_waiting_age: Optional[float] = None  # last, with a default: GraphStatistics was positional before it
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -178,7 +222,10 @@ class SessionStatistics:
     refused at submit; ``cancelled`` counts runs whose caller gave up (cancelled, timed out) before they ran or
     before their completion arrived. ``abandoned`` counts runs in flight for longer than the session's
     ``abandon_after`` seconds (a callback that never came); they stay in ``in_flight``. ``oldest_age`` is the
-    age in seconds of the oldest run in flight, ``latency`` the histogram of completed runs' latencies.
+    age in seconds of the oldest run in flight (since it reached the runtime), ``oldest_waiting_age`` how long the
+    longest-waiting request has waited for a slot so far (None when there is none: a stuck runtime shows in the
+    first, starved requests in the second), ``latency`` the histogram of completed runs' latencies (from reaching
+    the runtime).
     """
 
     in_flight: int
@@ -193,6 +240,7 @@ class SessionStatistics:
     oldest_age: Optional[float] = None
     latency: HistogramSnapshot = field(default_factory=empty_histogram)
     graphs: dict[int, GraphStatistics] = field(default_factory=dict)  # graph id -> GraphStatistics
+    oldest_waiting_age: Optional[float] = None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data (JSON-serialisable): histograms as bounds and counts, graphs keyed by their id."""

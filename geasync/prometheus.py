@@ -5,8 +5,9 @@
     REGISTRY.register(GeasyncCollector(session, batchers={"mlp": batcher}))
 
 Every scrape reads ``session.statistics()`` (and each batcher's) afresh: per graph, counters of submitted,
-completed, failed and cancelled runs, gauges of runs in flight, waiting and abandoned and of the oldest run's age,
-and the run latency histogram; per batcher, the batch-size and queueing-delay histograms.
+completed, failed and cancelled runs, gauges of runs in flight, waiting and abandoned, of the oldest run's age and
+of the longest wait for a slot, and the run latency histogram; per batcher, the batch-size and queueing-delay
+histograms.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class GeasyncCollector(Collector):
         gauges = {k: GaugeMetricFamily(f"{p}_runs_{k}", f"runs {k.replace('_', ' ')} now", labels=names)
                   for k in ("in_flight", "waiting", "abandoned")}
         oldest = GaugeMetricFamily(f"{p}_oldest_run_age_seconds", "age of the oldest run in flight", labels=names)
+        waited = GaugeMetricFamily(f"{p}_oldest_waiting_age_seconds",
+                                   "how long the longest-waiting request has waited for a slot", labels=names)
         latency = HistogramMetricFamily(f"{p}_run_latency_seconds", "latency of completed runs", labels=names)
         for gid, g in sorted(st.graphs.items()):
             values = [str(gid), *extra]
@@ -62,10 +65,12 @@ class GeasyncCollector(Collector):
             for k, gauge in gauges.items():
                 gauge.add_metric(values, getattr(g, k))
             oldest.add_metric(values, g.oldest_age if g.oldest_age is not None else 0.0)
+            waited.add_metric(values, g.oldest_waiting_age if g.oldest_waiting_age is not None else 0.0)
             latency.add_metric(values, _buckets(g.latency), g.latency.sum)
         yield from counters.values()
         yield from gauges.values()
         yield oldest
+        yield waited
         yield latency
         pinned = GaugeMetricFamily(f"{p}_pinned_input_bytes", "input bytes pinned by runs in flight",
                                    labels=list(self.labels))

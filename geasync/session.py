@@ -10,6 +10,7 @@ from ``_inflight``), ``run_graph_in_thread``, ``statistics()``, ``async with`` /
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import warnings
@@ -27,7 +28,7 @@ from ._metadata import ModelFormatError, TensorInfo
 from ._options import GRAPH_OPTIONS, LOAD_OPTIONS, SESSION_OPTIONS, split_options
 from ._stats import GraphCounters, SessionStatistics, logger, merged_histogram, now
 from ._inflight import InFlightBound
-from ._loops import check_timeout, fail_after
+from ._loops import Timer, call_repeatedly, check_timeout, fail_after
 from ._modes import RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry
 from ._pins import FREEZER, PinnedBytes, Pins
 from .allocator import Allocator
@@ -104,14 +105,19 @@ class Session:
     Keyword-only, beyond GE's Python package: ``backend`` is "auto" (default: $GEASYNC_BACKEND, else CANN if this
     install has it, else the twin), "twin" or "cann" -- one backend per process; ``max_in_flight`` bounds the session's
     concurrent async requests (further ones wait without blocking the loop); ``freeze_inputs=False`` leaves numpy
-    inputs writable while pinned; a run in flight for ``abandon_after`` seconds is counted (and logged) as
-    abandoned by ``statistics()``.
+    inputs writable while pinned; a run in flight for ``abandon_after`` seconds is counted as abandoned by
+    ``statistics()`` and logged once (WARNING, logger "geasync"): while async runs are in flight, the loop checks
+    for such runs about every ``abandon_after`` seconds, so nobody needs to call ``statistics()`` for the warning;
+    a completed run (any mode) that took longer than ``slow_after`` seconds is logged at WARNING (at most one line
+    a second per graph, counting the ones left out); None, the default, logs none.
     """
 
     def __init__(self, options: Optional[Options] = None, *, backend: Optional[str] = None,
                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, freeze_inputs: bool = True,
-                 abandon_after: float = 60.0) -> None:
+                 abandon_after: float = 60.0, slow_after: Optional[float] = None) -> None:
         self._handle: Any = None
+        self._watchdog: Optional[Timer] = None  # the abandoned-run check, on the loop of _watch_hub (close cancels)
+        self._watch_hub: Any = None
         self._default_allocators: set[int] = set()  # streams given geasync's device allocator by this session
         opts = _check_options(options, "options")
         # geasync's own options ("geasync.*") are checked here and never reach the runtime
@@ -120,10 +126,18 @@ class Session:
             raise ValueError(f"max_in_flight must be a positive int, got {max_in_flight!r}")
         if not isinstance(abandon_after, (int, float)) or isinstance(abandon_after, bool) or not abandon_after > 0:
             raise ValueError(f"abandon_after must be a positive number of seconds, got {abandon_after!r}")
+        if slow_after is not None and (not isinstance(slow_after, (int, float)) or isinstance(slow_after, bool)
+                                       or not slow_after > 0 or slow_after == math.inf):
+            raise ValueError(f"slow_after must be a positive number of seconds or None, got {slow_after!r}")
         self._abandon_after = float(abandon_after)
+        self._slow_after = math.inf if slow_after is None else float(slow_after)  # inf: one float compare per run
         self._graph_stats: dict[int, GraphCounters] = {}  # per graph id, every run mode
         self._stats_lock = threading.Lock()  # for runs counted off the loop's thread (sync, in-thread, stream)
-        self._abandoned_logged = 0
+        # Runs in flight that started at or before this time were logged abandoned already: a run turns abandoned
+        # in start order, so one mark logs each once, without a set of the logged ones
+        self._abandon_mark = -math.inf
+        self._queue_stop_logged = False
+        self._first_async_failure: Optional[str] = None  # what the first failed RunGraphAsync said, for that log
         # GE is initialised once per process, by the first session: its device becomes the process's default
         init_opts = {k: opts[k] for k in ("ge.exec.deviceId",) if k in opts}
         _lib.ensure_initialized(init_opts, backend=backend)
@@ -179,6 +193,11 @@ class Session:
                    "inputs)")
         else:
             return error
+        if not self._queue_stop_logged:  # once: every later request of the session fails the same way
+            self._queue_stop_logged = True
+            logger.error("session %s: the RunGraphAsync queue is stopped, every further run_graph_async fails "
+                         "(SessionBrokenError): %s. GE refused %s with: %s. The first failed request: %s",
+                         self._id, why, error.context, error.error_message, self._first_async_failure or "none")
         broken = SessionBrokenError(error.status, f"{error.error_message} -- {why}", error.api_name, error.context)
         broken.__cause__ = error
         return broken
@@ -212,6 +231,9 @@ class Session:
                     pass  # best effort: the session is going away anyway
         with self._lock:
             handle, self._handle = self._handle, None
+        watchdog, self._watchdog, self._watch_hub = self._watchdog, None, None
+        if watchdog is not None:
+            watchdog.cancel()
         if handle is not None and _lib.same_process():
             in_flight = sum(len(c.live) for c in self._graph_stats.values())
             logger.debug("session closing with %d runs in flight", in_flight)
@@ -436,13 +458,17 @@ class Session:
             with stats_lock:
                 counters.finish(key, "failed")
             raise
+        latency = 0.0
         stats_lock.acquire()
         try:
             counters.completed += 1
             if live.pop(key, None) is not None:
-                counters.latency.observe(now() - start)
+                latency = now() - start
+                counters.latency.observe(latency)
         finally:
             stats_lock.release()
+        if latency > counters.slow_after:  # logged without the lock (a handler may read statistics())
+            counters.report_slow(latency)
         return outputs
 
     def run_graph_with_stream_async(self, graph_id: int, stream: StreamLike,
@@ -547,6 +573,55 @@ class Session:
             if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
                 _lib.compile_graph(handle, graph_id, None, context)
 
+    def _watch(self, hub: _hub.Hub) -> None:
+        """An async run starts on ``hub``'s loop, and the abandoned-run check runs on no loop of it (the last check
+        found nothing in flight, or that loop is gone): arms it here. A check that finds nothing in flight stops,
+        so an idle session has no timer, and a busy one arms it once."""
+        watchdog = self._watchdog
+        if watchdog is not None and watchdog.active:
+            return  # another loop's check covers this session's runs
+        ref = weakref.ref(self)  # the timer must not keep the session alive
+
+        def tick() -> Optional[float]:
+            session = ref()
+            if session is None or session._watch_hub is not hub:  # gone, closed, or another loop's check took over
+                return None
+            delay = session._check_abandoned()
+            if delay is None:
+                session._watchdog = session._watch_hub = None
+            return delay
+
+        self._watch_hub = hub
+        self._watchdog = call_repeatedly(self._abandon_after, tick)
+
+    def _check_abandoned(self) -> Optional[float]:
+        """Logs (WARNING) the runs in flight that turned abandoned since the last check, each once, per graph.
+        Returns when to check next (when the next run could turn abandoned; at most every abandon_after / 8
+        seconds), or None if nothing is in flight. Off the hot path: the loop's timer and statistics() call it."""
+        after = self._abandon_after
+        found = []
+        due = math.inf
+        in_flight = False
+        with self._stats_lock:
+            t = now()
+            mark = self._abandon_mark
+            for graph_id, counters in list(self._graph_stats.items()):
+                starts = list(counters.live.values())
+                in_flight = in_flight or bool(starts)
+                fresh = [s for s in starts if mark < s <= t - after]
+                if fresh:
+                    found.append((graph_id, len(fresh), t - min(fresh)))
+                    self._abandon_mark = max(self._abandon_mark, max(fresh))
+                due = min([due, *(s + after - t for s in starts if s > t - after)])
+        for graph_id, count, age in found:
+            logger.warning("session %s, graph %d: %d run(s) abandoned, in flight with no completion for %.3g s "
+                           "(oldest) and over abandon_after (%g s): the runtime's completion callback was probably "
+                           "lost; they stay counted in flight (and abandoned) until it comes",
+                           self._id, graph_id, count, age, after)
+        if not in_flight:
+            return None
+        return max(min(due, after), after / 8)
+
     async def _first_async_run(self, graph_id: int) -> Optional[InFlightBound]:
         """GE's RunGraphAsync compiles a graph from its first request's shapes (a static model: a later request of
         another size fails) and any pre-run failure stops the session's async queue for good. So before the first
@@ -577,11 +652,14 @@ class Session:
             try:
                 if cap is _UNKNOWN:
                     cap = await self._first_async_run(graph_id)
+                since = 0.0  # when it began to wait, for the oldest waiting age (across both waits)
                 if cap is not None and not cap.try_acquire():
-                    await self._wait_for(cap, counters)
+                    since = now()
+                    await self._wait_for(cap, counters, since)
                 try:
                     if not slots.try_acquire():
-                        await self._wait_for(slots, counters)  # backpressure: wait without blocking the loop
+                        # backpressure: wait without blocking the loop
+                        await self._wait_for(slots, counters, since or now())
                 except BaseException:
                     if cap is not None:
                         cap.release()
@@ -592,6 +670,8 @@ class Session:
             if self._handle is None or (self._closing and not started_open):  # closed while it waited for a slot
                 self._live(_async_context(graph_id))
             hub = _hub.current_hub()
+            if self._watch_hub is not hub:  # one compare per run: the check is armed on this loop already
+                self._watch(hub)
             request = _RunRequest(self, prepared, graph_id, hub.new_waiter(), cap, counters)
         except BaseException:
             counters.failed += 1
@@ -628,16 +708,18 @@ class Session:
             self._unawaited += 1
 
     @staticmethod
-    async def _wait_for(slots: InFlightBound, counters: GraphCounters) -> None:
-        """Waits for one of ``slots``, counted as waiting; a caller that gives up meanwhile is counted cancelled."""
-        counters.waiting += 1
+    async def _wait_for(slots: InFlightBound, counters: GraphCounters, since: float) -> None:
+        """Waits for one of ``slots``, counted as waiting since ``since``; a caller that gives up meanwhile is
+        counted cancelled."""
+        key = object()
+        counters.waiters[key] = since
         try:
             await slots.acquire()
         except BaseException:
             counters.cancelled += 1
             raise
         finally:
-            counters.waiting -= 1
+            del counters.waiters[key]
 
     async def run_graph_in_thread(self, graph_id: int, inputs: Inputs) -> List[Tensor]:
         """``run_graph`` (RunGraph mode) in a worker thread, for async code that wants RunGraph semantics.
@@ -648,37 +730,33 @@ class Session:
 
     def statistics(self) -> SessionStatistics:
         """The session's runs in every mode, in total and per graph (see SessionStatistics): in flight, waiting
-        for a slot, completed, failed, cancelled, abandoned, the oldest run's age, latencies; pinned input bytes
-        and the in-flight bound."""
+        for a slot, completed, failed, cancelled, abandoned, the oldest run's age and the longest wait, latencies;
+        pinned input bytes and the in-flight bound. Runs newly abandoned are logged, as the loop's check does."""
         _hub.reap_orphans()
         _streams.reap()
+        self._check_abandoned()
         with self._stats_lock:
             graphs = {gid: c.snapshot(gid, self._abandon_after) for gid, c in list(self._graph_stats.items())}
         per = graphs.values()
         ages = [g.oldest_age for g in per if g.oldest_age is not None]
-        abandoned = sum(g.abandoned for g in per)
-        if abandoned > self._abandoned_logged:
-            logger.warning("%d runs of session %s have had no completion for over %.3g s (abandoned: a lost "
-                           "callback?); graphs %s", abandoned, self._id_for_log(), self._abandon_after,
-                           sorted(g.graph_id for g in per if g.abandoned))
-        self._abandoned_logged = abandoned
+        waits = [g.oldest_waiting_age for g in per if g.oldest_waiting_age is not None]
         return SessionStatistics(
             in_flight=sum(g.in_flight for g in per), waiting=sum(g.waiting for g in per),
             completed=sum(g.completed for g in per), failed=sum(g.failed for g in per),
             cancelled=sum(g.cancelled for g in per), pinned_bytes=self._pinned.total,
-            max_in_flight=self._slots.limit, submitted=sum(g.submitted for g in per), abandoned=abandoned,
-            oldest_age=max(ages) if ages else None, latency=merged_histogram([g.latency for g in per]),
-            graphs=graphs)
-
-    def _id_for_log(self) -> str:
-        handle = self._handle
-        return str(_lib.session_id(handle)) if handle is not None else "(closed)"
+            max_in_flight=self._slots.limit, submitted=sum(g.submitted for g in per),
+            abandoned=sum(g.abandoned for g in per), oldest_age=max(ages) if ages else None,
+            latency=merged_histogram([g.latency for g in per]), graphs=graphs,
+            oldest_waiting_age=max(waits) if waits else None)
 
     def _counters(self, graph_id: int) -> GraphCounters:
         counters = self._graph_stats.get(graph_id)
         if counters is None:
             with self._stats_lock:
-                counters = self._graph_stats.setdefault(graph_id, GraphCounters())
+                counters = self._graph_stats.get(graph_id)
+                if counters is None:
+                    counters = self._graph_stats[graph_id] = GraphCounters(
+                        f"session {self._id}, graph {graph_id}", self._slow_after)
         return counters
 
     def _count_start(self, graph_id: int) -> object:
@@ -693,7 +771,8 @@ class Session:
     def _count_finish(self, graph_id: int, key: object, outcome: str) -> None:
         counters = self._counters(graph_id)
         with self._stats_lock:
-            counters.finish(key, outcome)
+            latency = counters.finish(key, outcome)
+        counters.check_slow(latency)  # logged without the lock (a handler may read statistics())
 
     def _pin(self, prepared: PreparedInputs) -> Pins:
         return Pins(prepared, prepared.arrays, prepared.nbytes, self._freeze_inputs, self._pinned)
@@ -780,7 +859,10 @@ class _RunRequest(Pins, _hub.RunRequest):
             counters.completed += 1
             started = counters.live.pop(self, None)
             if started is not None:
-                counters.latency.observe(now() - started)
+                latency = now() - started
+                counters.latency.observe(latency)
+                if latency > counters.slow_after:
+                    counters.report_slow(latency)
             waiter.set_result(outputs)
             return True
         return super().complete(status, kind, outputs, text, orphaned)
@@ -813,7 +895,7 @@ class _RunRequest(Pins, _hub.RunRequest):
 
     def settle(self, status: int, kind: int, outputs: Any, text: str) -> tuple[Any, Optional[BaseException]]:
         if status == 0 and type(outputs) is list:
-            self.counters.finish(self, "completed")
+            self.counters.check_slow(self.counters.finish(self, "completed"))
             return outputs, None
         self.counters.finish(self, "failed")
         if isinstance(outputs, BaseException):  # the outputs could not be made into Tensors (a dtype numpy lacks)
@@ -824,7 +906,10 @@ class _RunRequest(Pins, _hub.RunRequest):
         error = GeError(status, text, "GeSession::RunGraphAsync", self.context)
         if kind == _lib.COMPLETION_REFUSED:  # a batched submit GE refused
             return None, self.session._broken_queue(error)
-        self.session._async_failures += 1
+        session = self.session
+        if not session._async_failures:
+            session._first_async_failure = f"{self.context}: {text}"
+        session._async_failures += 1
         return None, error
 
     def release(self, wanted: bool) -> None:

@@ -1,12 +1,17 @@
 """Session.statistics() on asyncio, uvloop and trio: it adds up (submitted = completed + failed + cancelled + in
 flight + waiting) over every run mode and every way a run ends; requests parked on a dynamic graph's bound are
-waiting; lost callbacks are counted abandoned (and logged); per-graph counts, latency histogram, as_dict; the
-Prometheus collector."""
+waiting, with the longest wait; lost callbacks are counted abandoned and logged by the loop's own check, once each;
+slow runs and a stopped async queue are logged; per-graph counts, latency histogram, as_dict; the Prometheus
+collector."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import logging
+import time
+import weakref
 
 import anyio
 import numpy as np
@@ -191,4 +196,217 @@ def test_prometheus_collector_exposes_the_statistics():
         assert 'geasync_runs_completed_total{graph="5",model="add"} 3.0' in text, text
         assert 'geasync_run_latency_seconds_count{graph="5",model="add"} 3.0' in text, text
         assert "geasync_runs_in_flight" in text and "geasync_runs_abandoned" in text
+        assert registry.get_sample_value("geasync_oldest_waiting_age_seconds", {"graph": "5", "model": "add"}) == 0
         assert registry.get_sample_value("geasync_runs_submitted_total", {"graph": "5", "model": "add"}) == 3
+
+
+def geasync_records(caplog, level=logging.WARNING, text=""):
+    return [r for r in caplog.records if r.name == "geasync" and r.levelno == level and text in r.getMessage()]
+
+
+def geasync_timers():
+    """The geasync timers pending on the running loop: asyncio's scheduled handles (uvloop does not expose its
+    own: None), or trio's system tasks."""
+    try:
+        import trio
+
+        root = trio.lowlevel.current_root_task()
+    except (ImportError, RuntimeError):
+        loop = asyncio.get_running_loop()
+        scheduled = getattr(loop, "_scheduled", None)
+        if scheduled is None:
+            return None
+        return [h for h in scheduled if not h.cancelled() and "Timer._fire" in repr(h)]
+    return [t for n in root.child_nurseries for t in n.child_tasks if t.name == "geasync-timer"]
+
+
+async def test_abandoned_runs_are_logged_once_without_anyone_reading_statistics(anyio_backend, caplog):
+    caplog.set_level(logging.WARNING, logger="geasync")
+    async with ga.Session(abandon_after=0.05) as s:
+        s.add_graph(7, ga.Graph.from_onnx(add_model()))
+        ga.twin.inject_fault(s, 7, "drop_callback", nth=1)
+        with pytest.raises(TimeoutError):
+            await s.run_graph_async(7, [A, A], timeout=0.01)
+        await wait_until(lambda: geasync_records(caplog, text="abandoned"), "the loop's check to log the run")
+        (record,) = geasync_records(caplog, text="abandoned")
+        message = record.getMessage()
+        assert f"session {s.session_id}, graph 7: 1 run(s) abandoned" in message, message
+        assert "callback was probably lost" in message, message
+        age = float(message.split("no completion for ")[1].split(" s")[0])
+        assert age >= 0.05, message
+        await anyio.sleep(0.3)  # several more checks, the run still in flight: not logged again
+        assert len(geasync_records(caplog, text="abandoned")) == 1, caplog.records
+        (y,) = await s.run_graph_async(7, [A, A])  # the graph still runs; the lost run stays abandoned
+        np.testing.assert_array_equal(y.numpy(), A + A)
+        ga.twin.inject_fault(s, 7, "drop_callback", nth=1)
+        with pytest.raises(TimeoutError):
+            await s.run_graph_async(7, [A, A], timeout=0.01)
+        await wait_until(lambda: len(geasync_records(caplog, text="abandoned")) == 2, "the second lost run logged")
+        assert ": 1 run(s) abandoned" in geasync_records(caplog, text="abandoned")[1].getMessage()
+        st = s.statistics()  # counts them, logs nothing new
+        assert (st.abandoned, st.in_flight, st.graphs[7].abandoned) == (2, 2, 2), st
+        assert len(geasync_records(caplog, text="abandoned")) == 2, caplog.records
+        timers = geasync_timers()
+        assert timers is None or len(timers) == 1, timers  # the check, armed while runs are in flight
+    for _ in range(3):  # a cancelled trio task ends when next scheduled (its check would be due in 50 ms)
+        await anyio.sleep(0)
+    timers = geasync_timers()
+    assert not timers, timers  # closing the session cancelled it
+
+
+async def test_the_abandoned_check_runs_only_while_runs_are_in_flight(anyio_backend, caplog):
+    caplog.set_level(logging.WARNING, logger="geasync")
+    async with ga.Session(abandon_after=0.02) as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        with ga.twin.fault(s, 1, "delay_run", nth=1, delay=0.1):
+            await s.run_graph_async(1, [A, A])  # in flight for 0.1 s: abandoned meanwhile, then completes
+        await wait_until(lambda: geasync_timers() in (None, []), "the check to stop once nothing is in flight")
+        assert len(geasync_records(caplog, text="abandoned")) == 1, caplog.records
+        for _ in range(3):  # it is armed again by the next run
+            await s.run_graph_async(1, [A, A])
+        await wait_until(lambda: geasync_timers() in (None, []), "the check to stop again")
+        assert s.statistics().abandoned == 0
+        assert len(geasync_records(caplog, text="abandoned")) == 1, caplog.records
+
+
+def test_the_abandoned_check_follows_the_session_to_a_new_loop(caplog):
+    caplog.set_level(logging.WARNING, logger="geasync")
+    with ga.Session(abandon_after=0.03) as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+
+        async def lose_one(expected: int) -> None:
+            ga.twin.inject_fault(s, 1, "drop_callback", nth=1)
+            with pytest.raises(TimeoutError):
+                await s.run_graph_async(1, [A, A], timeout=0.005)
+            await wait_until(lambda: len(geasync_records(caplog, text="abandoned")) == expected, "the lost run")
+
+        # each loop ends with the check armed (a lost run stays in flight); the next loop's run arms its own
+        anyio.run(lose_one, 1, backend="asyncio")
+        anyio.run(lose_one, 2, backend="trio")
+        anyio.run(lose_one, 3, backend="asyncio")
+        assert s.statistics().abandoned == 3
+
+
+def test_the_abandoned_check_does_not_keep_the_session_alive():
+    async def main() -> None:
+        s = ga.Session(abandon_after=30)
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        await s.run_graph_async(1, [A, A])  # arms the check (due in 30 s)
+        ref = weakref.ref(s)
+        with pytest.warns(ResourceWarning, match="unclosed"):
+            del s
+            gc.collect()
+        assert ref() is None
+        assert not geasync_timers()  # the session's close cancelled it
+
+    anyio.run(main, backend="asyncio")
+
+
+async def test_slow_runs_are_logged(anyio_backend, caplog):
+    caplog.set_level(logging.WARNING, logger="geasync")
+    async with ga.Session(slow_after=0.05) as s:
+        s.add_graph(3, ga.Graph.from_onnx(add_model()))
+        s.add_graph(4, ga.Graph.from_onnx(add_model()))
+        await s.run_graph_async(3, [A, A])
+        assert not geasync_records(caplog), caplog.records  # a fast run
+        with ga.twin.fault(s, 3, "delay_run", nth=1, delay=0.1):
+            await s.run_graph_async(3, [A, A])
+        (record,) = geasync_records(caplog, text="slow_after")
+        message = record.getMessage()
+        assert message.startswith(f"session {s.session_id}, graph 3: a run took "), message
+        assert float(message.split("took ")[1].split(" s")[0]) >= 0.1, message
+        with ga.twin.fault(s, 4, "delay_run", nth=1, delay=0.1):  # every mode, each graph its own line
+            await s.run_graph_in_thread(4, [A, A])
+        assert "graph 4: a run took" in geasync_records(caplog, text="slow_after")[-1].getMessage(), caplog.records
+        assert s.statistics().graphs[3].latency.count == 2
+
+
+async def test_slow_runs_are_not_logged_by_default(anyio_backend, caplog):
+    caplog.set_level(logging.DEBUG, logger="geasync")
+    async with ga.Session() as s:
+        s.add_graph(3, ga.Graph.from_onnx(add_model()))
+        with ga.twin.fault(s, 3, "delay_run", nth=1, delay=0.05):
+            await s.run_graph_async(3, [A, A])
+        assert not geasync_records(caplog, text="slow"), caplog.records
+
+
+def test_slow_runs_are_logged_at_most_once_a_second_per_graph(caplog):
+    caplog.set_level(logging.WARNING, logger="geasync")
+    with ga.Session(slow_after=0.01) as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        ga.twin.inject_fault(s, 1, "delay_run", nth=0, delay=0.02)  # every run
+        for _ in range(3):
+            s.run_graph(1, [A, A])
+        assert len(geasync_records(caplog, text="slow_after")) == 1, caplog.records
+        time.sleep(1.0)
+        s.run_graph(1, [A, A])
+        records = geasync_records(caplog, text="slow_after")
+        assert len(records) == 2 and "; 2 more slow runs" in records[1].getMessage(), records
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("nan"), float("inf"), "1", True])
+def test_slow_after_must_be_a_positive_number(value):
+    with pytest.raises(ValueError, match="slow_after must be a positive number of seconds or None"):
+        ga.Session(slow_after=value)
+
+
+async def test_a_stopped_async_queue_is_logged_once(anyio_backend, caplog):
+    caplog.set_level(logging.WARNING, logger="geasync")
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(dyn_add()))
+        s.add_graph(2, ga.Graph.from_onnx(add_model()))
+        ga.twin.inject_fault(s, 1, "fail_prerun")  # stops the session's async queue
+        with pytest.raises(ga.GeError):
+            await s.run_graph_async(1, [np.ones((2, 16), np.float32), np.ones((2, 16), np.float32)])
+        assert not geasync_records(caplog, logging.ERROR), caplog.records  # a failed run is the caller's to see
+        for _ in range(3):
+            with pytest.raises(ga.SessionBrokenError):
+                await s.run_graph_async(2, [A, A])
+        (record,) = geasync_records(caplog, logging.ERROR)
+        message = record.getMessage()
+        assert f"session {s.session_id}: the RunGraphAsync queue is stopped" in message, message
+        assert "The first failed request: Session.run_graph_async(graph_id=1)" in message, message
+
+
+async def test_the_oldest_waiting_age_covers_requests_waiting_for_a_slot(anyio_backend):
+    model, n = slow_chain(0.3)
+    x = np.ones((n, n), np.float32)
+    w = np.eye(n, dtype=np.float32)
+    async with ga.Session(max_in_flight=1) as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        s.add_graph(2, ga.Graph.from_onnx(add_model()))
+        await s.run_graph_async(2, [A, A])
+        assert s.statistics().oldest_waiting_age is None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(s.run_graph_async, 1, [x, w])
+            await wait_until(lambda: s.statistics().in_flight == 1, "the first run in flight")
+            tg.start_soon(s.run_graph_async, 1, [x, w])
+            await wait_until(lambda: s.statistics().waiting == 1, "one waiting")
+            await anyio.sleep(0.05)
+            st = s.statistics()
+            assert st.waiting == 1 and st.oldest_waiting_age >= 0.05, st
+            assert st.graphs[1].oldest_waiting_age == st.oldest_waiting_age, st
+            assert st.graphs[2].oldest_waiting_age is None and st.graphs[2].waiting == 0, st
+            assert st.as_dict()["oldest_waiting_age"] == st.oldest_waiting_age
+            assert st.as_dict()["graphs"][1]["oldest_waiting_age"] == st.oldest_waiting_age
+            later = s.statistics().oldest_waiting_age
+            assert later >= st.oldest_waiting_age  # the same request, still waiting
+        st = s.statistics()
+        assert (st.waiting, st.oldest_waiting_age, st.graphs[1].oldest_waiting_age) == (0, None, None), st
+
+
+async def test_the_oldest_waiting_age_covers_the_dynamic_graph_bound(anyio_backend):
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(dyn_add()))
+        s.compile_graph(1)
+        ga.twin.inject_fault(s, 1, "stall_callback", nth=0)
+        async with anyio.create_task_group() as tg:
+            for _ in range(33):
+                tg.start_soon(s.run_graph_async, 1, [A, A])
+            await wait_until(lambda: s.statistics().waiting == 1, "1 waiting")
+            await anyio.sleep(0.05)
+            st = s.statistics()
+            assert st.graphs[1].oldest_waiting_age >= 0.05, st
+            assert st.oldest_age >= st.oldest_waiting_age, st  # the in-flight ones were there first
+            ga.twin.clear_faults(s, 1)
+        assert s.statistics().oldest_waiting_age is None
