@@ -133,6 +133,7 @@ class Hub:
         self._draining = threading.Lock()
         self.orphaned = False
         self._batch: list[tuple[int, RunRequest]] = []  # deferred requests, sent together by _flush
+        self._sent_since_drain = False  # a request was submitted at once since the last drain (AsyncioHub._defer)
         self._spin_misses = 0
         self._spin_skip = 0 if SPIN_BUDGET_NS > 0 else -1
 
@@ -180,6 +181,7 @@ class Hub:
                 except Exception as exc:
                     self._report(exc)
         finally:
+            self._sent_since_drain = False
             self._draining.release()
 
     def _abandon_unsubmitted(self) -> None:
@@ -331,8 +333,15 @@ class AsyncioHub(Hub):
         if _reaper.idle or not self.watched:
             _reaper.watch(self)  # so a loop closed with this request in flight is noticed
         batch = self._batch
-        if not batch and len(self._requests) <= 1:
-            return False  # the only request in flight: submitted now
+        if not batch:
+            if len(self._requests) <= 1:
+                return False  # the only request in flight: submitted now
+            if not self._sent_since_drain:
+                # The first request since completions were last drained goes now, without its completion polled
+                # for: at a few requests in flight each one is the only submit of its loop iteration, and batching
+                # it would only cost a callback and an iteration more. The others of this iteration are batched.
+                self._sent_since_drain = True
+                return False
         request.guard()  # raising, it stays out of the batch
         if not batch:  # the first of this iteration's batch
             loop = self._loop_ref()
@@ -342,6 +351,8 @@ class AsyncioHub(Hub):
         return True
 
     def _submitted_alone(self) -> None:
+        if len(self._requests) > 1:
+            return  # others are in flight (see _defer): this one's completion comes with theirs, through the eventfd
         if self._spin_skip:
             self._spin_skip -= 1
         elif not self._held_since or _perf_counter() - self._held_since < HOLD_LIMIT:
