@@ -88,7 +88,7 @@ def test_a_bad_device_id_is_param_invalid_for_every_session(options):
         pass
 
 
-def test_a_bad_device_id_of_the_first_session_is_param_invalid_too():
+def test_a_bad_device_id_of_the_first_session_is_param_invalid_too(tmp_path):
     """The first session passes ge.exec.deviceId to GEInitializeV2: a fresh process sees the same status, and GE
     stays usable (the refused device is not left as the process's default)."""
     import subprocess
@@ -107,7 +107,9 @@ def test_a_bad_device_id_of_the_first_session_is_param_invalid_too():
         "stream.close()\n"
         "print('ok')\n"
     ).replace("OPTIONS", repr(BAD_DEVICE_OPTIONS[:2]))
-    done = subprocess.run([sys.executable, "-W", "error", "-c", script], capture_output=True, text=True, timeout=60)
+    # run outside the source tree: `python -c` puts the working directory first on sys.path
+    done = subprocess.run([sys.executable, "-W", "error", "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n") == [f"{ga.errors.PARAM_INVALID} True"] * 2 + ["ok", ""], done.stdout
 
