@@ -96,9 +96,9 @@ class HistogramSnapshot:
 class GraphCounters:
     """One graph's runs in every mode (the session keeps one per graph id). A run is counted ``submitted`` when
     geasync takes it, then ends in exactly one of completed / failed / cancelled; meanwhile it is waiting (for a
-    slot, tracked with when it began to wait) or in flight (with the runtime, tracked with its start time for the
-    oldest age and ``abandoned``). ``label`` names the session and graph in log lines; a completed run slower than
-    ``slow_after`` seconds (inf: never) is reported with ``report_slow``."""
+    slot, or the graph's first compile; tracked with when it began to wait) or in flight (with the runtime, tracked
+    with its start time for the oldest age and ``abandoned``). ``label`` names the session and graph in log lines;
+    a completed run slower than ``slow_after`` seconds (inf: never) is reported with ``report_slow``."""
 
     __slots__ = ("submitted", "completed", "failed", "cancelled", "waiters", "live", "latency", "label",
                  "slow_after", "slow_quiet_until", "slow_unreported")

@@ -622,7 +622,8 @@ class Session:
             return None
         return max(min(due, after), after / 8)
 
-    async def _first_async_run(self, graph_id: int) -> Optional[InFlightBound]:
+    async def _first_async_run(self, graph_id: int, counters: GraphCounters,
+                               since: float) -> Optional[InFlightBound]:
         """GE's RunGraphAsync compiles a graph from its first request's shapes (a static model: a later request of
         another size fails) and any pre-run failure stops the session's async queue for good. So before the first
         RunGraphAsync of a graph nobody compiled, geasync compiles it from its declared inputs (CompileGraph), off
@@ -631,9 +632,18 @@ class Session:
         handle = self._handle
         if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
             self._compiling += 1  # aclose() waits for these requests too
+            key = object()
+            counters.waiters[key] = since  # counted waiting meanwhile, and failed or cancelled if it ends here
             try:
                 await anyio.to_thread.run_sync(self._compile_declared, graph_id, _async_context(graph_id))
+            except BaseException as exc:
+                if isinstance(exc, Exception):
+                    counters.failed += 1
+                else:
+                    counters.cancelled += 1
+                raise
             finally:
+                del counters.waiters[key]
                 self._compiling -= 1
         return self._graph_cap(graph_id)
 
@@ -650,11 +660,12 @@ class Session:
             # aclose() also waits for one that was just granted a place under the graph's bound and has not resumed.
             self._starting += started_open
             try:
+                since = 0.0  # when it began to wait, for the oldest waiting age (across every wait)
                 if cap is _UNKNOWN:
-                    cap = await self._first_async_run(graph_id)
-                since = 0.0  # when it began to wait, for the oldest waiting age (across both waits)
-                if cap is not None and not cap.try_acquire():
                     since = now()
+                    cap = await self._first_async_run(graph_id, counters, since)
+                if cap is not None and not cap.try_acquire():
+                    since = since or now()
                     await self._wait_for(cap, counters, since)
                 try:
                     if not slots.try_acquire():

@@ -82,6 +82,22 @@ async def test_runs_the_runtime_refuses_at_submit_are_failed(anyio_backend):
         assert_adds_up(st)
 
 
+async def test_requests_whose_first_compile_fails_are_failed(anyio_backend):
+    """Before its first run_graph_async a graph is compiled from its declaration; requests that wait for that
+    compile are counted waiting, and failed when it fails (here: the MatMul's declared dims do not match)."""
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, ["N", 4])],
+                       [("y", TensorProto.FLOAT, ["N", 3])], initializers=[("w", np.ones((5, 3), np.float32))])
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        for _ in range(2):
+            with pytest.raises(ga.GeError, match="CompileGraph"):
+                await s.run_graph_async(1, [np.ones((1, 4), np.float32)])
+        st = s.statistics()
+        assert (st.submitted, st.failed, st.waiting, st.in_flight) == (2, 2, 0, 0), st
+        assert st.oldest_waiting_age is None
+        assert_adds_up(st)
+
+
 async def test_waiting_for_a_slot_and_giving_up_there_add_up(anyio_backend):
     model, n = slow_chain(0.2)
     x = np.ones((n, n), np.float32)
