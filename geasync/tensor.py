@@ -307,7 +307,6 @@ def input_rows(inputs: Any, what: str, require_list: bool, spec: Any, api: str,
     return rows, keep, tuple(arrays), nbytes
 
 
-
 def _unusable_input(exc: Exception, x: NDArray[Any], i: int, what: str, spec: Any, api: str,
                     graph_id: int) -> Exception:
     """``exc`` (from Tensor.from_numpy) as the same exception type, naming the run API, the graph and the input."""
