@@ -328,6 +328,8 @@ class Batcher:
             if type(a) is not np.ndarray:
                 raise TypeError(f"Batcher.run: inputs[{i}] must be a numpy.ndarray or a geasync.Tensor, got "
                                 f"{type(x).__name__}")
+            if not a.dtype.isnative:  # e.g. ">f4" read from a file: rows join in the machine's byte order, as runs take
+                a = a.astype(a.dtype.newbyteorder("="))
             if a.ndim <= axis:
                 raise ValueError(f"Batcher.run(graph={self.graph}): inputs[{i}] has shape {a.shape}, no batch axis "
                                  f"{axis}; give every input a batch dim (e.g. x[None])")

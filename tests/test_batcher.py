@@ -93,8 +93,9 @@ async def test_requests_of_other_dims_form_their_own_batches(anyio_backend):
 
 
 async def test_strided_requests_and_several_outputs(anyio_backend):
-    """Requests given as C-contiguous, Fortran-ordered or strided arrays, to a graph with two batched outputs and
-    two inputs: each request gets its own rows of both outputs, whatever its inputs' memory layout."""
+    """Requests given as C-contiguous, Fortran-ordered, strided or other-byte-order arrays (">f4" read from a
+    file), to a graph with two batched outputs and two inputs: each request gets its own rows of both outputs,
+    whatever its inputs' memory layout."""
     model = make_model([helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Neg", ["a"], ["n"])],
                        [("a", 1, ["N", 6]), ("b", 1, ["N", 6])], [("s", 1, ["N", 6]), ("n", 1, ["N", 6])])
     rng = np.random.default_rng(7)
@@ -108,6 +109,8 @@ async def test_strided_requests_and_several_outputs(anyio_backend):
             bb = rng.standard_normal((n, 6), dtype=np.float32)
             if i % 2:
                 bb = np.asfortranarray(bb)
+            if i % 5 == 1:
+                bb = bb.astype(bb.dtype.newbyteorder(">" if np.little_endian else "<"))
             requests.append((a if i % 4 else np.ascontiguousarray(a), bb))
         outs = await gather(*(lambda a=a, bb=bb: b.run([a, bb]) for a, bb in requests))
         for (a, bb), out in zip(requests, outs, strict=True):
