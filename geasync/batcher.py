@@ -426,11 +426,7 @@ class Batcher:
             try:
                 return await self._runner(arrays)  # no padding needed: the caller's own arrays and outputs
             except BaseException as exc:
-                self._alone_bad += 1
-                if isinstance(exc, Exception):
-                    self._failed += 1
-                else:
-                    self._cancelled += 1
+                self._alone_failed(exc)
                 raise
             finally:
                 self._in_flight -= 1
@@ -489,16 +485,20 @@ class Batcher:
             inputs, total = self._concatenate(alone)
             return self._split(alone, await self._runner(inputs), total)[0]
         except BaseException as exc:
-            self._alone_bad += 1
-            if isinstance(exc, Exception):
-                self._failed += 1
-            else:
-                self._cancelled += 1
+            self._alone_failed(exc)
             raise
         finally:
             self._in_flight -= 1
             self._alone_done += 1
             self._dispatch()
+
+    def _alone_failed(self, exc: BaseException) -> None:
+        """A request run alone ended with ``exc``: an error fails it, anything else (a cancellation) cancels it."""
+        self._alone_bad += 1
+        if isinstance(exc, Exception):
+            self._failed += 1
+        else:
+            self._cancelled += 1
 
     # --- batches ---
     def _dispatch(self) -> None:
