@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import _lib
 from ._loops import TrioWaiter, loop_flavour, running_loop as _running_loop, trio_token
-from .errors import FAILED
+from .errors import FAILED, SessionClosedError
 from .tensor import TENSORS
 
 class Request:
@@ -102,9 +102,13 @@ class RunRequest(Request):
     def rows(self) -> Sequence[_lib.InputRow]:
         raise NotImplementedError
 
-    def submission(self) -> tuple[Any, int, Sequence[_lib.InputRow]]:
-        """(handle, graph_id, rows) in one call: what a batched submit reads of every request."""
-        return self.handle, self.graph_id, self.rows
+    def enter(self) -> Any:
+        """The handle to submit with (None once the session is closed), kept from the session's close() (which
+        another thread may call) until ``leave``: called around every native submit."""
+        return self.handle
+
+    def leave(self) -> None:
+        """The native submit that ``enter`` was for has returned."""
 
     def guard(self) -> None:
         """Other code of the loop is about to run while this request is in flight (it waits for a batched submit,
@@ -202,22 +206,28 @@ class Hub:
         """Sends the requests deferred since the last flush in one native call (see ``_defer``)."""
         batch, self._batch = self._batch, []
         items = []
-        for token, request in batch:
-            if token not in self._requests:
-                continue
-            handle, graph_id, rows = request.submission()
-            if handle is None or request.waiter.done():
-                # closed before submission, or nobody waits any more: never reaches the runtime
-                self._requests.pop(token, None)
-                text = "the session was closed before this RunGraphAsync job was submitted"
-                try:
-                    request.complete(FAILED, _lib.COMPLETION_ABANDONED, None, text, False)
-                except Exception as exc:
-                    self._report(exc)
-                continue
-            items.append((handle, graph_id, rows, token))
-        if items:
-            _lib.run_graph_async_batch(items, self.queue)
+        entered: list[RunRequest] = []
+        try:
+            for token, request in batch:
+                if token not in self._requests:
+                    continue
+                handle = request.enter()
+                entered.append(request)
+                if handle is None or request.waiter.done():
+                    # closed before submission, or nobody waits any more: never reaches the runtime
+                    self._requests.pop(token, None)
+                    text = "the session was closed before this RunGraphAsync job was submitted"
+                    try:
+                        request.complete(FAILED, _lib.COMPLETION_ABANDONED, None, text, False)
+                    except Exception as exc:
+                        self._report(exc)
+                    continue
+                items.append((handle, request.graph_id, request.rows, token))
+            if items:
+                _lib.run_graph_async_batch(items, self.queue)
+        finally:
+            for request in entered:
+                request.leave()
 
     def _poll(self) -> float:
         """Watches the queue for at most SPIN_BUDGET_NS after a lone submit (natively: no eventfd write or read
@@ -250,8 +260,15 @@ class Hub:
         try:
             if self._defer(token, request):
                 return
-            _lib.run_graph_async_submit(request.handle, request.graph_id, request.rows, self.queue, token,
-                                        request.context)
+            handle = request.enter()
+            try:
+                if handle is None:  # closed by another thread since its task checked
+                    raise SessionClosedError(FAILED, "the session is closed; create a new Session", "geasync",
+                                             request.context)
+                _lib.run_graph_async_submit(handle, request.graph_id, request.rows, self.queue, token,
+                                            request.context)
+            finally:
+                request.leave()
         except BaseException:
             del self._requests[token]  # refused (or never queued): no completion will come for it
             raise

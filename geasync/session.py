@@ -15,8 +15,11 @@ import threading
 import time
 import warnings
 import weakref
+from _thread import get_ident
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Coroutine, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, cast
+from typing import (Any, Callable, Coroutine, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar,
+                    cast)
 
 import numpy as np
 
@@ -116,6 +119,10 @@ class Session:
                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, freeze_inputs: bool = True,
                  abandon_after: float = 60.0, slow_after: Optional[float] = None) -> None:
         self._handle: Any = None
+        # The threads inside a native call on the handle, one entry per call: close() destroys the handle only once
+        # they have returned (another thread's submit or RunGraph would use a destroyed session). An entry is added
+        # before the handle is read, so close() (which clears the handle first) sees every call that could use it.
+        self._native_users: list[int] = []
         self._watchdog: Optional[Timer] = None  # the abandoned-run check, on the loop of _watch_hub (close cancels)
         self._watch_hub: Any = None
         self._default_allocators: set[int] = set()  # streams given geasync's device allocator by this session
@@ -180,10 +187,38 @@ class Session:
         _lib.check_process(context)
         return handle
 
+    @contextmanager
+    def _native(self, context: str) -> Iterator[Any]:
+        """The live handle, kept from close() until the block ends (for every native call on it)."""
+        users = self._native_users
+        me = get_ident()
+        users.append(me)
+        try:
+            yield self._live(context)
+        finally:
+            users.remove(me)
+
+    def _ask(self, call: Callable[..., _T], *args: Any) -> Optional[_T]:
+        """``call(handle, *args)``, the handle kept from close() meanwhile; None if the session is closed."""
+        users = self._native_users
+        me = get_ident()
+        users.append(me)
+        try:
+            handle = self._handle
+            return None if handle is None else call(handle, *args)
+        finally:
+            users.remove(me)
+
+    def _wait_for_native_calls(self) -> None:
+        """close(): until the native calls other threads make on the handle have returned."""
+        users = self._native_users
+        while users:
+            time.sleep(0.0005)
+
     def _broken_queue(self, error: GeError) -> GeError:
         """GE answers every RunGraphAsync with FAILED once a compile failure stopped the session's async queue, or
         once GE was finalised: say so, rather than leave the caller to guess from a bare FAILED."""
-        if isinstance(error, SessionBrokenError) or error.status != FAILED:
+        if isinstance(error, (SessionBrokenError, SessionClosedError)) or error.status != FAILED:
             return error
         if self._generation != _lib.generation:
             why = "GE was finalized (GEFinalizeV2) after this session was created; create a new Session"
@@ -206,7 +241,8 @@ class Session:
         """A refused submit. GE stops the async queue before it calls back the request whose compile failed, so a
         submit can be refused before that failure reaches this loop: give it a moment to arrive (bounded), so the
         caller learns the session is broken rather than a bare FAILED."""
-        if error.status == FAILED and not self._async_failures and self._generation == _lib.generation:
+        if (error.status == FAILED and not self._async_failures and self._generation == _lib.generation
+                and not isinstance(error, SessionClosedError)):
             deadline = time.monotonic() + 0.5
             while not self._async_failures and self._slots.in_flight and time.monotonic() < deadline:
                 _hub.drain_current()
@@ -223,6 +259,9 @@ class Session:
         Async requests still queued in GE are dropped by it; their awaiting tasks get SessionBrokenError.
         Use ``await aclose()`` (or ``async with``) to let in-flight work finish first.
         """
+        if get_ident() in self._native_users:  # an allocator callback of one of its runs: the run needs the session
+            raise RuntimeError("Session.close() was called from inside a native call of the same session (an "
+                               "allocator callback?); close it after that call has returned")
         if self._handle is not None and _lib.same_process():
             for address in list(self._default_allocators):  # they would outlive the session in GE's map
                 try:
@@ -237,6 +276,7 @@ class Session:
         if handle is not None and _lib.same_process():
             in_flight = sum(len(c.live) for c in self._graph_stats.values())
             logger.debug("session closing with %d runs in flight", in_flight)
+            self._wait_for_native_calls()  # another thread's submit, RunGraph, compile... still uses the handle
             _lib.session_destroy(handle)  # GE's threads are joined; jobs it dropped are reported abandoned
             _hub.drain_current()
         _hub.reap_orphans()
@@ -286,7 +326,8 @@ class Session:
 
     @property
     def session_id(self) -> int:
-        return _lib.session_id(self._live("Session.session_id"))
+        with self._native("Session.session_id") as handle:
+            return _lib.session_id(handle)
 
     def __repr__(self) -> str:
         if self._handle is None:
@@ -312,8 +353,8 @@ class Session:
         api = "add_graph_clone" if clone else "add_graph"
         opts, _ = split_options(_check_options(options, "options"), GRAPH_OPTIONS, f"Session.{api}() options")
         context = f"Session.{api}(graph_id={graph_id})"
-        handle = self._live(context)
-        _lib.add_graph(handle, graph_id, graph._handle(context), opts, clone, context)
+        with self._native(context) as handle:
+            _lib.add_graph(handle, graph_id, graph._handle(context), opts, clone, context)
         logger.debug("graph %d added (%s)", graph_id, graph.name or "unnamed")
         self._modes.reset(graph_id)  # a fresh graph under this id has no run mode yet
         self._graph_caps.pop(graph_id, None)
@@ -323,7 +364,8 @@ class Session:
         """Remove a graph; a running graph is removed once its runs finish (GE defers it)."""
         _check_graph_id(graph_id)
         context = f"Session.remove_graph(graph_id={graph_id})"
-        _lib.remove_graph(self._live(context), graph_id, context)
+        with self._native(context) as handle:
+            _lib.remove_graph(handle, graph_id, context)
         logger.debug("graph %d removed", graph_id)
         self._modes.reset(graph_id)
         self._graph_caps.pop(graph_id, None)
@@ -335,14 +377,16 @@ class Session:
         set the Data nodes' shapes and dtypes: later runs must then match them (GE fixes the Data nodes)."""
         _check_graph_id(graph_id)
         context = f"Session.compile_graph(graph_id={graph_id})"
-        handle = self._live(context)
+        self._live(context)
         spec = self._specs.get(graph_id)
         if inputs is not None and spec is not None and isinstance(inputs, Mapping):
             inputs = spec.order(inputs, "compile_graph")
         prepared = None if inputs is None else prepare_inputs(inputs, spec=spec, api="compile_graph",
                                                               graph_id=graph_id)
-        fixes_inputs = prepared is not None and spec is not None and _lib.is_graph_need_rebuild(handle, graph_id)
-        _lib.compile_graph(handle, graph_id, prepared, context)
+        with self._native(context) as handle:
+            fixes_inputs = (prepared is not None and spec is not None
+                            and _lib.is_graph_need_rebuild(handle, graph_id))
+            _lib.compile_graph(handle, graph_id, prepared, context)
         self._graph_caps.pop(graph_id, None)
         if fixes_inputs:  # GE ignores the inputs of a graph already compiled
             assert spec is not None
@@ -355,17 +399,20 @@ class Session:
         opts, _ = split_options(_check_options(options, "options"), LOAD_OPTIONS, "Session.load_graph() options")
         address = 0 if stream is None else stream_address(stream, "stream")
         context = f"Session.load_graph(graph_id={graph_id})"
-        _lib.load_graph(self._live(context), graph_id, opts, address, context)
+        with self._native(context) as handle:
+            _lib.load_graph(handle, graph_id, opts, address, context)
 
     def is_graph_need_rebuild(self, graph_id: int) -> bool:
         _check_graph_id(graph_id)
-        return _lib.is_graph_need_rebuild(self._live("Session.is_graph_need_rebuild()"), graph_id)
+        with self._native("Session.is_graph_need_rebuild()") as handle:
+            return _lib.is_graph_need_rebuild(handle, graph_id)
 
     def get_compiled_graph_summary(self, graph_id: int) -> CompiledGraphSummary:
         """GE's summary of a compiled graph; GeError (GE_GRAPH_NOT_BUILT) if it is not compiled yet."""
         _check_graph_id(graph_id)
         context = f"Session.get_compiled_graph_summary(graph_id={graph_id})"
-        s = _lib.compiled_graph_summary(self._live(context), graph_id, context)
+        with self._native(context) as handle:
+            s = _lib.compiled_graph_summary(handle, graph_id, context)
         return CompiledGraphSummary(
             is_static=s["is_static"], const_memory_size=s["const_memory_size"],
             feature_memory_size=s["feature_memory_size"], stream_num=s["stream_num"], event_num=s["event_num"],
@@ -436,28 +483,34 @@ class Session:
         context = "Session.run_graph(graph_id={graph_id})"  # formatted only where it is raised with
         # This is the path whose per-call cost users measure against other runtimes, so the common case is inlined:
         # a live session (else _live raises the reason), a graph already in this mode (else claim decides), and
-        # _count_start / _count_finish.
-        handle = self._handle
-        if handle is None or self._closing or self._generation != _lib.generation or _lib.forked:
-            handle = self._live(context.format(graph_id=graph_id))
-        if self._modes.established.get(graph_id) != RUN_GRAPH:
-            self._modes.claim(graph_id, RUN_GRAPH, context.format(graph_id=graph_id))
-        counters = self._graph_stats.get(graph_id) or self._counters(graph_id)
-        live = counters.live
-        key = object()
-        stats_lock = self._stats_lock
-        stats_lock.acquire()  # acquire/release in try/finally: ~0.7k instructions fewer than `with`
+        # _count_start / _count_finish, and _native (close() from another thread waits for the run to return).
+        users = self._native_users
+        me = get_ident()
+        users.append(me)
         try:
-            counters.submitted += 1
-            live[key] = start = now()
+            handle = self._handle
+            if handle is None or self._closing or self._generation != _lib.generation or _lib.forked:
+                handle = self._live(context.format(graph_id=graph_id))
+            if self._modes.established.get(graph_id) != RUN_GRAPH:
+                self._modes.claim(graph_id, RUN_GRAPH, context.format(graph_id=graph_id))
+            counters = self._graph_stats.get(graph_id) or self._counters(graph_id)
+            live = counters.live
+            key = object()
+            stats_lock = self._stats_lock
+            stats_lock.acquire()  # acquire/release in try/finally: ~0.7k instructions fewer than `with`
+            try:
+                counters.submitted += 1
+                live[key] = start = now()
+            finally:
+                stats_lock.release()
+            try:
+                outputs = _lib.run_graph(handle, graph_id, rows, context, TENSORS)
+            except BaseException:
+                with stats_lock:
+                    counters.finish(key, "failed")
+                raise
         finally:
-            stats_lock.release()
-        try:
-            outputs = _lib.run_graph(handle, graph_id, rows, context, TENSORS)
-        except BaseException:
-            with stats_lock:
-                counters.finish(key, "failed")
-            raise
+            users.remove(me)
         latency = 0.0
         stats_lock.acquire()
         try:
@@ -486,30 +539,31 @@ class Session:
         prepared = prepare_inputs(inputs, require_list=True, spec=self._specs.get(graph_id),
                                   api="run_graph_with_stream_async", graph_id=graph_id)
         context = f"Session.run_graph_with_stream_async(graph_id={graph_id})"
-        handle = self._live(context)
+        self._live(context)
         self._modes.claim(graph_id, RUN_GRAPH_WITH_STREAM_ASYNC, context)
         _streams.reap()
-        if not has_allocator(address):
-            _lib.register_default_allocator(handle, address, context)
-            self._default_allocators.add(address)
-            mark_allocator(address, _allocator_release(self, address))
-        pins = self._pin(prepared)
-        key = self._count_start(graph_id)
         # The stream no longer uses the inputs, nor the outputs' memory, once it has passed the run: output memory
         # dropped by the caller before then is freed only at that point, on a Python thread.
         owners: list[Any] = []
+        with self._native(context) as handle:
+            if not has_allocator(address):
+                _lib.register_default_allocator(handle, address, context)
+                self._default_allocators.add(address)
+                mark_allocator(address, _allocator_release(self, address))
+            pins = self._pin(prepared)
+            key = self._count_start(graph_id)
 
-        def passed() -> None:
-            pins.unpin()
-            owners.clear()
-            self._count_finish(graph_id, key, "completed")
+            def passed() -> None:
+                pins.unpin()
+                owners.clear()
+                self._count_finish(graph_id, key, "completed")
 
-        try:
-            outs = _streams.runs.run(handle, graph_id, address, prepared, context, TENSORS, passed)
-        except BaseException:
-            pins.unpin()
-            self._count_finish(graph_id, key, "failed")
-            raise
+            try:
+                outs = _streams.runs.run(handle, graph_id, address, prepared, context, TENSORS, passed)
+            except BaseException:
+                pins.unpin()
+                self._count_finish(graph_id, key, "failed")
+                raise
         owners.extend(t._owner for t in outs)
         return outs
 
@@ -555,12 +609,13 @@ class Session:
         cap: Optional[InFlightBound] = self._graph_caps.get(graph_id, _UNKNOWN)
         if cap is not _UNKNOWN:
             return cap
-        handle = self._handle
-        if handle is None or _lib.is_graph_need_rebuild(handle, graph_id):
-            return None  # not compiled (the first async run compiles it): asked again next time
+        if self._ask(_lib.is_graph_need_rebuild, graph_id) is not False:
+            return None  # not compiled (the first async run compiles it), or closed: asked again next time
         try:
-            summary = _lib.compiled_graph_summary(handle, graph_id, "Session.run_graph_async")
+            summary = self._ask(_lib.compiled_graph_summary, graph_id, "Session.run_graph_async")
         except GeError:
+            return None
+        if summary is None:
             return None
         cap = None if summary["is_static"] else InFlightBound(DYNAMIC_GRAPH_PENDING_LIMIT)
         self._graph_caps[graph_id] = cap
@@ -629,8 +684,7 @@ class Session:
         RunGraphAsync of a graph nobody compiled, geasync compiles it from its declared inputs (CompileGraph), off
         the event loop: symbolic dims give a dynamic-shape model that takes any size, and a request that does not
         fit the graph fails alone at run time instead of stopping the session."""
-        handle = self._handle
-        if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
+        if self._ask(_lib.is_graph_need_rebuild, graph_id):
             self._compiling += 1  # aclose() waits for these requests too
             key = object()
             counters.waiters[key] = since  # counted waiting meanwhile, and failed or cancelled if it ends here
@@ -795,23 +849,31 @@ class Session:
         if not isinstance(allocator, Allocator):
             raise TypeError(f"allocator must be a geasync.Allocator instance, got {type(allocator).__name__}")
         context = "Session.register_external_allocator()"
-        _lib.register_external_allocator(self._live(context), address, allocator, context)
+        with self._native(context) as handle:
+            _lib.register_external_allocator(handle, address, allocator, context)
         self._default_allocators.discard(address)
         mark_allocator(address, None)
 
     def unregister_external_allocator(self, stream: StreamLike) -> None:
         address = stream_address(stream, "stream")
         context = "Session.unregister_external_allocator()"
-        _lib.unregister_external_allocator(self._live(context), address, context)
+        with self._native(context) as handle:
+            _lib.unregister_external_allocator(handle, address, context)
         self._default_allocators.discard(address)
         unmark_allocator(address)
 
     def _release_default_allocator(self, address: int) -> None:
         # the stream (or this session) closes: drop the device allocator geasync registered for it
         self._default_allocators.discard(address)
-        handle = self._handle
-        if handle is not None:
-            _lib.unregister_external_allocator(handle, address, "Stream.close()")
+        users = self._native_users
+        me = get_ident()
+        users.append(me)
+        try:
+            handle = self._handle
+            if handle is not None:
+                _lib.unregister_external_allocator(handle, address, "Stream.close()")
+        finally:
+            users.remove(me)
 
 
 class _RunRequest(Pins, _hub.RunRequest):
@@ -851,8 +913,13 @@ class _RunRequest(Pins, _hub.RunRequest):
     def rows(self) -> Sequence[InputRow]:
         return self.objects[0]  # type: ignore[no-any-return]  # (the request is pinned until it completes)
 
-    def submission(self) -> tuple[Any, int, Sequence[InputRow]]:
-        return self.session._handle, self.graph_id, self.objects[0]
+    def enter(self) -> Any:
+        session = self.session
+        session._native_users.append(get_ident())
+        return session._handle
+
+    def leave(self) -> None:
+        self.session._native_users.remove(get_ident())
 
     def guard(self) -> None:
         prepared = self.objects

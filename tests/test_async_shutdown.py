@@ -9,6 +9,8 @@ import functools
 import gc
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -160,6 +162,92 @@ async def test_sync_close_with_work_in_flight_breaks_awaiting_tasks_without_hang
     gc.collect()
     assert sum(r() is not None for r in refs) == 0, "inputs outlived the session's completions"
     await wait_for_counters(baseline)
+
+
+_CLOSE_RACE = """
+import sys, threading, time
+import anyio, numpy as np, geasync as ga
+
+backend, options = sys.argv[1], ({"use_uvloop": True} if sys.argv[2] == "uvloop" else {})
+model = open(sys.argv[3], "rb").read()
+x = np.ones((1, 16), np.float32)
+errors = set()
+for _ in range(20):
+    s = ga.Session()
+    s.add_graph(1, ga.Graph.from_onnx(model))
+    s.compile_graph(1)
+    busy = threading.Event()
+
+    def serve():
+        async def client():
+            while True:
+                try:
+                    await s.run_graph_async(1, [x, x])
+                except ga.GeError as exc:
+                    errors.add(type(exc).__name__)
+                    return
+                busy.set()
+
+        async def main():
+            async with anyio.create_task_group() as tg:
+                for _ in range(4):
+                    tg.start_soon(client)
+
+        anyio.run(main, backend=backend, backend_options=options)
+
+    t = threading.Thread(target=serve)
+    t.start()
+    busy.wait()
+    time.sleep(0.002)
+    s.close()  # while the loop's thread submits: the handle must outlive every native call on it
+    t.join()
+print(sorted(errors))
+"""
+
+
+@pytest.mark.parametrize("kind", ["asyncio", "uvloop", "trio"])
+def test_close_from_another_thread_while_its_loop_submits_does_not_crash(kind, tmp_path):
+    """Session.close() in one thread while another thread's loop keeps submitting: the submits in progress finish
+    before the session is destroyed (it crashed in the native submit), the later ones raise SessionClosedError."""
+    path = tmp_path / "add.onnx"
+    path.write_bytes(add_model().SerializeToString())
+    backend = "trio" if kind == "trio" else "asyncio"
+    try:
+        r = subprocess.run([sys.executable, "-c", _CLOSE_RACE, backend, kind, str(path)], capture_output=True,
+                           text=True, timeout=60, cwd=tmp_path)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"hung; output so far:\n{exc.stdout}\n{exc.stderr}")
+    assert r.returncode == 0, f"exit status {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    assert "SessionClosedError" in r.stdout, r.stdout
+
+
+def test_close_from_another_thread_waits_for_a_synchronous_run_in_progress():
+    """A run_graph in progress in another thread keeps the session's handle in use: close() returns once it has
+    returned (GE's session must not be destroyed under a RunGraph), and the run itself completes."""
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        a = np.ones((1, 16), np.float32)
+        s.run_graph(1, [a, a])
+        ga.twin.inject_fault(s, 1, "delay_run", nth=1, delay=0.3)
+        events = []
+
+        def run():
+            try:
+                (y,) = s.run_graph(1, [a, a])
+                events.append(("run returned", float(y.numpy()[0, 0])))
+            except BaseException as exc:  # noqa: BLE001
+                events.append(("run raised", repr(exc)))
+
+        t = threading.Thread(target=run)
+        t.start()
+        poll_sync(lambda: s.statistics().in_flight == 1, "the run to start")
+        time.sleep(0.02)
+        s.close()
+        events.append(("closed", None))
+        t.join(10)
+    assert events == [("run returned", 2.0), ("closed", None)], events
+    with pytest.raises(ga.SessionClosedError, match="run_graph"):
+        s.run_graph(1, [a, a])
 
 
 # --- a loop that goes away with work in flight -------------------------------------------------------------------
