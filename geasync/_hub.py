@@ -689,6 +689,21 @@ def reap_orphans() -> None:
     _reaper.reap_now()
 
 
+def drain_idle_loops() -> None:
+    """Settles what was delivered to the hubs of asyncio loops that are not running: one that is paused (between two
+    ``run_until_complete`` calls) is drained here, one closed since is handed to the reaper at once rather than when
+    the reaper next looks. A session closed outside its loop (a test runner's fixture teardown) completes its
+    dropped requests there; for leak checks (``live_counters``), which would otherwise count them. A loop that is
+    not running touches none of its hub's state meanwhile."""
+    for loop, hub in list(_asyncio_hubs.items()):
+        if hub.orphaned or loop.is_running():
+            continue
+        if loop.is_closed():
+            hub.orphan()  # drained by reap_orphans
+        else:
+            hub.drain()
+
+
 def drain_current() -> None:
     """Settles what has already been delivered to the running loop's hub (no-op outside a loop or without a hub).
     Used after a session close, so the requests it abandoned fail in their tasks now, not one loop turn later."""
@@ -704,4 +719,4 @@ def drain_current() -> None:
         hub.drain()
 
 
-__all__ = ["Request", "RunRequest", "Hub", "current_hub", "reap_orphans"]
+__all__ = ["Request", "RunRequest", "Hub", "current_hub", "drain_idle_loops", "reap_orphans"]
