@@ -599,8 +599,15 @@ class Session:
         return self._run_async_with_timeout(graph_id, prepared, timeout)
 
     async def _run_async_with_timeout(self, graph_id: int, prepared: AsyncInputs, timeout: float) -> List[Tensor]:
-        async with fail_after(timeout):
-            return await self._run_async(graph_id, prepared)
+        deadline = fail_after(timeout)
+        try:
+            async with deadline:
+                return await self._run_async(graph_id, prepared)
+        except TimeoutError:
+            if deadline.expired():  # this request's own timeout, not a caller's deadline around it
+                raise TimeoutError(f"{_async_context(graph_id)}: no result within {timeout} s (the request's "
+                                   "timeout; its inputs stay pinned until the runtime completes the run)") from None
+            raise
 
     def _graph_cap(self, graph_id: int) -> Optional[InFlightBound]:
         """GE keeps at most 32 RunGraphAsync callbacks pending for a dynamic-shape graph; beyond that its session

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import geasync as ga
-from conftest import live
+from conftest import add_model, live
 from asynctools import slow_chain, wait_for_counters, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120, method="thread")]
@@ -373,6 +373,26 @@ async def test_cancel_storm_while_waiting_for_slots():
                 for _ in range(10):
                     tg.start_soon(s.run_graph_async, 1, [x, w])
         assert s.statistics().in_flight == 0
+
+
+async def test_a_request_timeout_names_the_call_the_graph_and_the_timeout():
+    """run_graph_async(timeout=) raises a TimeoutError that says what timed out (it was a bare TimeoutError with no
+    message); a deadline of the caller's own around the call stays the caller's."""
+    a = np.ones((1, 16), np.float32)
+    async with ga.Session() as s:
+        s.add_graph(3, ga.Graph.from_onnx(add_model()))
+        await s.run_graph_async(3, [a, a])
+        ga.twin.inject_fault(s, 3, "delay_run", nth=0, delay=0.1)  # every run 100 ms late
+        with pytest.raises(TimeoutError, match=r"Session\.run_graph_async\(graph_id=3\): no result within 0\.02 s"):
+            await s.run_graph_async(3, [a, a], timeout=0.02)
+        with pytest.raises(TimeoutError) as outer:
+            with anyio.fail_after(0.02):
+                await s.run_graph_async(3, [a, a], timeout=10)
+        ga.twin.clear_faults(s, 3)
+        assert "run_graph_async" not in str(outer.value)
+        await wait_until(lambda: s.statistics().in_flight == 0, "the timed-out runs to complete")
+        st = s.statistics()
+        assert (st.cancelled, st.failed, st.pinned_bytes) == (2, 0, 0), st
 
 
 async def test_duplicated_and_tensor_wrapped_inputs_are_frozen_and_restored():
