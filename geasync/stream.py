@@ -9,7 +9,9 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from typing import Any
+from _thread import get_ident
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional
 
 import anyio
 
@@ -29,6 +31,9 @@ class Stream:
         _lib.ensure_initialized()
         self._lock = threading.Lock()
         self._address = 0
+        # Threads inside a native call on the stream, one entry per call: close() destroys it once they have
+        # returned (added before the address is read, so close(), which clears it first, sees every such call).
+        self._users: list[int] = []
         self._address = _lib.stream_create(device_id, "Stream()")
         self._device_id = device_id
 
@@ -49,29 +54,55 @@ class Stream:
     def closed(self) -> bool:
         return not self._address
 
+    @contextmanager
+    def _using(self) -> Iterator[int]:
+        """The stream's address, kept from close() (in any thread) until the block ends."""
+        users = self._users
+        me = get_ident()
+        users.append(me)
+        try:
+            yield self.address
+        finally:
+            users.remove(me)
+
+    def _query_if_open(self, address: int, context: str) -> Optional[bool]:
+        """aclrtStreamQuery of ``address`` if it is still this open stream's; None once it was closed."""
+        users = self._users
+        me = get_ident()
+        users.append(me)
+        try:
+            if self._address != address:
+                return None
+            return _lib.stream_query(address, context)
+        finally:
+            users.remove(me)
+
     def synchronize(self, timeout: float | None = None) -> None:
         """Block until every task enqueued so far has finished (aclrtSynchronizeStream, GIL released).
 
         ``timeout`` in seconds; on expiry a GeError with ACL_ERROR_RT_STREAM_SYNC_TIMEOUT is raised.
         """
         ms = -1 if timeout is None else max(1, int(timeout * 1000))
-        _lib.stream_synchronize(self.address, ms, "Stream.synchronize()")
+        with self._using() as address:
+            _lib.stream_synchronize(address, ms, "Stream.synchronize()")
         _streams.reap()
 
     async def synchronize_async(self) -> None:
         """Wait until every task enqueued so far has finished, without blocking any thread: a host function
         enqueued on the stream (aclrtLaunchHostFunc) completes an awaitable on this event loop.
 
-        Works under asyncio, uvloop and trio. Cancelling stops the wait only; the stream is unaffected.
+        Works under asyncio, uvloop and trio. Cancelling stops the wait only; the stream is unaffected. A stream
+        closed meanwhile (close() waits for its queued work) ends the wait normally.
         """
-        address = self.address
         context = "Stream.synchronize_async()"
+        self.address  # noqa: B018  (raises for a closed stream before a hub is made)
         hub = _hub.current_hub()
         token = hub.new_token()
         request = _SyncRequest(context, hub.new_waiter())
         hub.register(token, request)
         try:
-            _lib.stream_launch_completion(address, hub.queue, token, context)
+            with self._using() as address:
+                _lib.stream_launch_completion(address, hub.queue, token, context)
         except BaseException:
             hub.forget(token)
             raise
@@ -79,13 +110,14 @@ class Stream:
         # The host function has run, so everything enqueued before it is done; the stream counts the host function
         # itself as finished a moment after it returns: give it a few loop turns, so query() agrees with us.
         deadline = time.monotonic() + 0.02  # bounded: work enqueued after ours keeps query() False, rightly
-        while not _lib.stream_query(address, context) and time.monotonic() < deadline:
+        while self._query_if_open(address, context) is False and time.monotonic() < deadline:
             await anyio.sleep(0.0001)
         _streams.reap()
 
     def query(self) -> bool:
         """True when every task enqueued so far has finished (aclrtStreamQuery; never blocks)."""
-        done = _lib.stream_query(self.address, "Stream.query()")
+        with self._using() as address:
+            done = _lib.stream_query(address, "Stream.query()")
         if done:
             _streams.reap()
         return done
@@ -95,6 +127,8 @@ class Stream:
         with self._lock:
             address, self._address = self._address, 0
         if address and _lib.same_process():
+            while self._users:  # another thread's synchronize(), query() or launch on the stream returns first
+                time.sleep(0.0005)
             try:
                 release_default_allocator(address)
             finally:

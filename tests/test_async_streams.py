@@ -221,6 +221,34 @@ async def test_synchronize_async_on_closed_stream_is_a_clear_error():
         await stream.synchronize_async()
 
 
+async def test_synchronize_async_returns_when_another_task_closes_the_stream_meanwhile():
+    """close() waits for the queued work, so a task awaiting synchronize_async meanwhile has its wait fulfilled: it
+    returns normally (it queried the destroyed stream and raised ACL_ERROR_INVALID_PARAM, a use of a destroyed
+    handle on ACL)."""
+    a = np.ones((1, 16), np.float32)
+    outcome = []
+    with ga.Session() as s:
+        s.add_graph(2, ga.Graph.from_onnx(add_model()))
+        stream = ga.Stream()
+        ga.twin.inject_fault(s, 2, "delay_run", nth=1, delay=0.05)
+        outs = s.run_graph_with_stream_async(2, stream, [a, a])
+
+        async def waiter():
+            try:
+                await stream.synchronize_async()
+                outcome.append("returned")
+            except Exception as exc:  # noqa: BLE001
+                outcome.append(repr(exc))
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter)
+                await anyio.sleep(0.01)
+                stream.close()  # blocks the loop until the stream's work is done: fine here
+        assert outcome == ["returned"], outcome
+        assert float(outs[0].to_host().numpy()[0, 0]) == 2.0
+
+
 async def test_two_streams_independent():
     model, n = slow_chain(0.03)
     x = np.ones((n, n), np.float32)
