@@ -24,7 +24,9 @@ _V = TypeVar("_V")
 
 
 def run_context(api: str, graph_id: int) -> str:
-    return f"Session.{api}(graph_id={graph_id})"
+    """The call an input error names: a Session method by its name ("run_graph"), another API by its own
+    ("Batcher.run")."""
+    return f"{api}(graph_id={graph_id})" if "." in api else f"Session.{api}(graph_id={graph_id})"
 
 
 def _dim_text(d: Any) -> str:

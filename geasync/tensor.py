@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 
 from . import _lib
-from ._inputs import unknown_graph_feeds_error
+from ._inputs import run_context, unknown_graph_feeds_error
 
 __all__ = ["Tensor"]
 
@@ -237,7 +237,7 @@ def input_rows(inputs: Any, what: str, require_list: bool, spec: Any, api: str,
     them. A synchronous run describes its rows in a per-thread buffer instead (``_lib.run_graph``); the caller
     keeps ``keep`` alive until the run returns."""
     if require_list and type(inputs) is not list:
-        raise TypeError(f"{what} must be a list, got {type(inputs).__name__}" +
+        raise TypeError(f"{run_context(api, graph_id)}: {what} must be a list, got {type(inputs).__name__}" +
                         (" (GE's contract for this API; turn a {name: array} mapping into the list with "
                          "session.input_list(graph_id, feeds))" if isinstance(inputs, Mapping) else ""))
     if not isinstance(inputs, (list, tuple)):
@@ -248,8 +248,8 @@ def input_rows(inputs: Any, what: str, require_list: bool, spec: Any, api: str,
         elif isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes, bytearray)):
             inputs = list(inputs)  # any other sequence (what the type hints say runs take)
         else:
-            raise TypeError(f"{what} must be a list of Tensor (or a {{name: Tensor}} mapping), got "
-                            f"{type(inputs).__name__}")
+            raise TypeError(f"{run_context(api, graph_id)}: {what} must be a list of Tensor (or a {{name: Tensor}} "
+                            f"mapping), got {type(inputs).__name__}")
     if spec is not None:
         if len(inputs) != spec.count:
             raise spec.count_error(len(inputs), api)
@@ -285,7 +285,7 @@ def input_rows(inputs: Any, what: str, require_list: bool, spec: Any, api: str,
             except (TypeError, ValueError) as exc:  # a dtype GE lacks, too many dims: say which input of which call
                 raise _unusable_input(exc, x, i, what, spec, api, graph_id) from None
         elif not isinstance(x, Tensor):
-            raise TypeError(f"{what}[{i}] must be a geasync.Tensor or a numpy.ndarray, got {type(x).__name__}")
+            raise _not_an_array(x, i, what, spec, api, graph_id)
         if keep is None:
             keep = []
         dt = _lib.ge_dtype(x._dtype)
@@ -305,6 +305,15 @@ def input_rows(inputs: Any, what: str, require_list: bool, spec: Any, api: str,
         nbytes += x._nbytes
     # a tuple of arrays (not GC-tracked) stops being traversed by the collector once it has seen it
     return rows, keep, tuple(arrays), nbytes
+
+
+def _not_an_array(x: Any, i: int, what: str, spec: Any, api: str, graph_id: int) -> TypeError:
+    """The TypeError for an input that is neither a Tensor nor an array, naming the call, the graph and the input."""
+    name = f" ({spec.names[i]!r})" if spec is not None and i < spec.count else ""
+    want = spec.inputs[i].dtype if spec is not None and i < spec.count else None
+    convert = f"np.asarray(value, dtype=np.{want})" if want is not None else "np.asarray(value)"
+    return TypeError(f"{run_context(api, graph_id)}: {what}[{i}]{name} must be a geasync.Tensor or a numpy.ndarray, "
+                     f"got {type(x).__name__} (pass {convert})")
 
 
 def _unusable_input(exc: Exception, x: NDArray[Any], i: int, what: str, spec: Any, api: str,

@@ -153,6 +153,37 @@ def test_an_input_of_a_dtype_ge_lacks_names_the_call_and_the_input(api, bad, dty
         np.testing.assert_array_equal(c.numpy(), 2 * A)
 
 
+@pytest.mark.parametrize("api", ["run_graph", "run_graph_async", "run_graph_with_stream_async"])
+@pytest.mark.parametrize("bad, what", [([[1.0] * 4] * 3, "list"), (2.5, "float"), (None, "NoneType"),
+                                       (np.float32(1), "float32")], ids=["nested-list", "float", "None", "np-scalar"])
+def test_an_input_that_is_no_array_names_the_call_and_the_input(api, bad, what):
+    """Something else than a Tensor or an array (a nested list, a Python or numpy scalar, None) is a TypeError naming
+    the call, the graph and the input, with what to pass instead (it named none of them)."""
+    with ga.Session() as s, ga.Stream() as st:
+        s.add_graph(1, add34())
+        with pytest.raises(TypeError) as ei:
+            run_on(api, s, st, [A, bad])
+        text = str(ei.value)
+        assert text.startswith(f"Session.{api}(graph_id=1): inputs[1] ('b') must be a geasync.Tensor or a "
+                               f"numpy.ndarray, got {what}"), text
+        assert "np.asarray" in text, text
+        with pytest.raises(TypeError, match=rf"^Session\.{api}\(graph_id=1\): inputs must be a list"):
+            run_on(api, s, st, None)
+        (c,) = run_on(api, s, st, [A, A])  # the session keeps serving
+        np.testing.assert_array_equal(c.numpy(), 2 * A)
+
+
+def test_a_batcher_request_by_unknown_names_names_batcher_run():
+    async def main():
+        with ga.Session() as s:
+            s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
+            async with ga.Batcher(s, 1) as b:
+                with pytest.raises(ga.InputError, match=r"^Batcher\.run\(graph_id=1\): unknown input name"):
+                    await b.run({"y": np.zeros((1, 784), np.float32)})
+
+    anyio.run(main)
+
+
 def test_symbolic_dims_take_any_size_fixed_dims_do_not():
     with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
