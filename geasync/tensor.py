@@ -8,6 +8,7 @@ is accepted, a numpy array is accepted too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Mapping
 
@@ -92,7 +93,10 @@ class Tensor:
             raise ValueError(f"shape must have at most {_lib.MAX_DIMS} non-negative dims, got {shape}")
         dt = np.dtype(dtype)
         _lib.ge_dtype(dt)
-        nbytes = (int(np.prod(shape, dtype=np.int64)) if shape else 1) * dt.itemsize
+        nbytes = math.prod(shape) * dt.itemsize  # exact (an int64 product wraps: 2^64 elements made 0 bytes)
+        if nbytes > 2**63:
+            raise ValueError(f"Tensor.from_device: shape {shape} of {dt} is {nbytes} bytes, more than any device "
+                             "memory; check the shape")
         return cls._make(array=None, owner=owner, address=address, nbytes=nbytes, shape=shape, dtype=dt,
                          placement="device")
 

@@ -341,6 +341,15 @@ def test_unaligned_user_device_buffer_is_refused_before_the_runtime():
         alloc.free(address)
 
 
+def test_a_device_tensor_whose_size_overflows_is_refused():
+    """A shape whose byte count passes 2^63 is refused by Tensor.from_device (its nbytes wrapped to 0 in int64:
+    a tensor of 2^64 elements that claimed 0 bytes), and a large valid one keeps its exact size."""
+    t = ga.Tensor.from_numpy(np.ones(8, np.float32)).to_device()
+    with pytest.raises(ValueError, match=r"Tensor\.from_device: shape \(4294967296, 4294967296\) of float32"):
+        ga.Tensor.from_device(t.address, (2**32, 2**32), np.float32, owner=t)
+    assert ga.Tensor.from_device(t.address, (2**31, 2**30), np.float32, owner=t).nbytes == 2**63
+
+
 # --- the fault controls themselves ------------------------------------------------------------------------------------
 
 def test_fail_run_hits_exactly_the_nth_run():
