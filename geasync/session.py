@@ -11,6 +11,7 @@ from ``_inflight``), ``run_graph_in_thread``, ``statistics()``, ``async with`` /
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 import warnings
@@ -209,11 +210,15 @@ class Session:
         finally:
             users.remove(me)
 
-    def _wait_for_native_calls(self) -> None:
-        """close(): until the native calls other threads make on the handle have returned."""
+    def _wait_for_native_calls(self) -> bool:
+        """close(): until the native calls other threads make on the handle have returned. False if some still run
+        while the interpreter exits (a daemon thread's call, whose thread never takes the GIL back to say so)."""
         users = self._native_users
         while users:
+            if sys.is_finalizing():
+                return False
             time.sleep(0.0005)
+        return True
 
     def _broken_queue(self, error: GeError) -> GeError:
         """GE answers every RunGraphAsync with FAILED once a compile failure stopped the session's async queue, or
@@ -254,7 +259,8 @@ class Session:
         return self._handle is None
 
     def close(self) -> None:
-        """Release the session now: its graphs are unloaded and GE's threads joined. Idempotent.
+        """Release the session now: its graphs are unloaded and GE's threads joined. Idempotent, and callable from any
+        thread: calls other threads have in progress on the session (a ``run_graph``, a submit) return first.
 
         Async requests still queued in GE are dropped by it; their awaiting tasks get SessionBrokenError.
         Use ``await aclose()`` (or ``async with``) to let in-flight work finish first.
@@ -276,8 +282,9 @@ class Session:
         if handle is not None and _lib.same_process():
             in_flight = sum(len(c.live) for c in self._graph_stats.values())
             logger.debug("session closing with %d runs in flight", in_flight)
-            self._wait_for_native_calls()  # another thread's submit, RunGraph, compile... still uses the handle
-            _lib.session_destroy(handle)  # GE's threads are joined; jobs it dropped are reported abandoned
+            # another thread's submit, RunGraph, compile... still uses the handle; at exit, left to the process's end
+            if self._wait_for_native_calls():
+                _lib.session_destroy(handle)  # GE's threads are joined; jobs it dropped are reported abandoned
             _hub.drain_current()
         _hub.reap_orphans()
         _streams.reap()

@@ -6,6 +6,7 @@ allocator methods take; geasync also accepts the Stream itself there.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import warnings
@@ -123,11 +124,14 @@ class Stream:
         return done
 
     def close(self) -> None:
-        """Wait for queued work, then destroy the stream. Idempotent."""
+        """Wait for queued work, then destroy the stream. Idempotent; calls other threads have in progress on the
+        stream (``synchronize()``) return first."""
         with self._lock:
             address, self._address = self._address, 0
         if address and _lib.same_process():
             while self._users:  # another thread's synchronize(), query() or launch on the stream returns first
+                if sys.is_finalizing():
+                    return  # a daemon thread's call at exit, which never says it returned: left to the process's end
                 time.sleep(0.0005)
             try:
                 release_default_allocator(address)
