@@ -53,13 +53,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _loop_params(marker: pytest.Mark) -> list[Any]:
-    names = marker.args or tuple(LOOPS)
-    unknown = [name for name in names if name not in LOOPS]
+    args: tuple[Any, ...] = marker.args
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):  # geasync_loops(["asyncio", "trio"])
+        args = tuple(args[0])
+    unknown = [name for name in args if not isinstance(name, str) or name not in LOOPS]
     if unknown:
         raise pytest.UsageError(f"@pytest.mark.{MARKER}: unknown event loop(s) {unknown}; "
                                 f"choose from {', '.join(LOOPS)}")
     params = []
-    for name in names:
+    for name in dict.fromkeys(args or LOOPS):  # a loop named twice runs once
         backend, package = LOOPS[name]
         marks: tuple[pytest.MarkDecorator, ...] = ()
         if importlib.util.find_spec(package) is None:

@@ -265,3 +265,34 @@ def test_a_fault_on_a_closed_session_is_refused():
     s.close()
     with pytest.raises(ga.SessionClosedError):
         ga.twin.inject_fault(s, 1, "fail_run")
+
+
+# --- the marker's arguments ---------------------------------------------------------------------------------------
+
+MARKER_SUITE = '''
+import pytest
+
+
+@pytest.mark.geasync_loops("trio", "trio", "asyncio")
+async def test_named_twice():
+    pass
+
+
+@pytest.mark.geasync_loops(["asyncio", "trio"])
+async def test_given_a_list():
+    pass
+'''
+
+
+def test_the_marker_runs_a_loop_named_twice_once_and_takes_a_list_of_names(tmp_path):
+    """Loops named twice run once each (they ran twice, as trio0 / trio1); a list of names is taken as the names
+    (it failed the whole collection with "unhashable type: 'list'")."""
+    (tmp_path / "pytest.ini").write_text(INI)
+    (tmp_path / "test_marker.py").write_text(MARKER_SUITE)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--collect-only"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60, env=_env())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    collected = sorted(line.strip() for line in r.stdout.splitlines() if "::" in line)
+    assert collected == ["test_marker.py::test_given_a_list[asyncio]", "test_marker.py::test_given_a_list[trio]",
+                         "test_marker.py::test_named_twice[asyncio]", "test_marker.py::test_named_twice[trio]"], \
+        r.stdout
