@@ -93,6 +93,9 @@ class HistogramSnapshot:
         return {"bounds": list(self.bounds), "counts": list(self.counts), "sum": self.sum, "count": self.count}
 
 
+_SNAPSHOT_TRIES = 100  # readings of a graph's counters before statistics() gives the last one as it is
+
+
 class GraphCounters:
     """One graph's runs in every mode (the session keeps one per graph id). A run is counted ``submitted`` when
     geasync takes it, then ends in exactly one of completed / failed / cancelled; meanwhile it is waiting (for a
@@ -159,14 +162,24 @@ class GraphCounters:
             logger.warning("%s: a run took %.3f s, over slow_after (%g s)", self.label, latency, self.slow_after)
 
     def snapshot(self, graph_id: int, abandon_after: float) -> "GraphStatistics":
+        # An event loop's thread counts its runs without a lock, and one step of a run changes two counters
+        # (submitted, then waiting or in flight; completed, then no longer in flight). Read from another thread (a
+        # metrics scrape), the counters may be caught between the two: read again, letting that thread finish its
+        # step (sleep(0) releases the GIL), until they add up. On the loop's own thread they always do.
+        for _ in range(_SNAPSHOT_TRIES):
+            submitted = self.submitted
+            starts = list(self.live.values())
+            waits = list(self.waiters.values())
+            completed, failed, cancelled = self.completed, self.failed, self.cancelled
+            if submitted == self.submitted and submitted == completed + failed + cancelled + len(starts) + len(waits):
+                break
+            time.sleep(0)
         t = now()
-        starts = list(self.live.values())
-        waits = list(self.waiters.values())
         oldest = t - min(starts) if starts else None
         oldest_waiting = t - min(waits) if waits else None
         abandoned = sum(1 for s in starts if t - s >= abandon_after)
-        return GraphStatistics(graph_id, self.submitted, self.completed, self.failed, self.cancelled, len(starts),
-                               len(waits), abandoned, oldest, self.latency.snapshot(), oldest_waiting)
+        return GraphStatistics(graph_id, submitted, completed, failed, cancelled, len(starts), len(waits), abandoned,
+                               oldest, self.latency.snapshot(), oldest_waiting)
 
 
 @dataclass(frozen=True)

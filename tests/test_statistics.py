@@ -68,6 +68,39 @@ async def test_every_mode_and_outcome_adds_up(anyio_backend):
         assert st.oldest_age is None
 
 
+async def test_statistics_read_from_another_thread_add_up(anyio_backend):
+    """A metrics thread (a Prometheus scrape, a health check) reads statistics() while the loop runs requests: every
+    reading adds up. The loop counts its runs without a lock, one step changing two counters (submitted, then in
+    flight; completed, then no longer in flight): a reading taken between the two did not add up."""
+    import threading
+
+    async with ga.Session(max_in_flight=4) as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        await s.run_graph_async(1, [A, A])
+        readings, bad = [0], []
+        stop = threading.Event()
+
+        def scrape() -> None:
+            while not stop.is_set():
+                st = s.statistics()
+                readings[0] += 1
+                if st.submitted != st.completed + st.failed + st.cancelled + st.in_flight + st.waiting:
+                    bad.append(st)
+
+        thread = threading.Thread(target=scrape)
+        thread.start()
+        try:
+            for _ in range(60):
+                async with anyio.create_task_group() as tg:
+                    for _ in range(50):
+                        tg.start_soon(s.run_graph_async, 1, [A, A])
+        finally:
+            stop.set()
+            thread.join()
+        assert readings[0] > 100
+        assert not bad, f"{len(bad)} of {readings[0]} readings did not add up, e.g. {bad[0]}"
+
+
 async def test_runs_the_runtime_refuses_at_submit_are_failed(anyio_backend):
     async with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(dyn_add()))
