@@ -4,6 +4,7 @@ runtime is called, so the error can name both modes, the Python calls behind the
 from __future__ import annotations
 
 import threading
+from typing import Container, Sequence
 
 from .errors import FAILED, ExecutionModeError
 
@@ -23,20 +24,30 @@ _CONFLICT_STATUS = {RUN_GRAPH: 1343225956, RUN_GRAPH_ASYNC: 1343225956, RUN_GRAP
 class ModeRegistry:
     """GE's per-graph run-mode exclusivity, checked before the runtime is called so the error can say more."""
 
-    def __init__(self) -> None:
+    def __init__(self, added: Sequence[Container[int]] = ()) -> None:
         self.established: dict[int, str] = {}  # graph id -> its mode (read without the lock on the hot path)
         self._lock = threading.Lock()
+        self._added = added  # a graph id in any of these is added to the session (empty: every id counts as added)
 
     def claim(self, graph_id: int, mode: str, context: str) -> None:
         established = self.established.setdefault(graph_id, mode)  # atomic: the first caller's mode wins
         if established != mode:
+            if not self._exists(graph_id):
+                with self._lock:
+                    self.established[graph_id] = mode
+                return
             self._conflict(graph_id, mode, established, context)
 
     def check(self, graph_id: int, mode: str, context: str) -> None:
         """Raises as ``claim`` would, without fixing the mode (for what will run in ``mode`` later)."""
         established = self.established.get(graph_id, mode)
-        if established != mode:
+        if established != mode and self._exists(graph_id):
             self._conflict(graph_id, mode, established, context)
+
+    def _exists(self, graph_id: int) -> bool:
+        # GE looks the graph up before its mode: a call on a graph that is not there (never added, or removed)
+        # fails as such, and the mode an earlier call on it claimed is no conflict
+        return not self._added or any(graph_id in ids for ids in self._added)
 
     def _conflict(self, graph_id: int, mode: str, established: str, context: str) -> None:
         ge_text = (f"E10062: Failed to call {mode}. Reason: {established} was already called for the graph "

@@ -150,7 +150,6 @@ class Session:
         init_opts = {k: opts[k] for k in ("ge.exec.deviceId",) if k in opts}
         _lib.ensure_initialized(init_opts, backend=backend)
         self._lock = threading.RLock()
-        self._modes = ModeRegistry()
         self._slots = InFlightBound(max_in_flight)
         self._pinned = PinnedBytes()  # input bytes pinned by runs in flight, every mode
         self._freeze_inputs = bool(freeze_inputs)
@@ -160,6 +159,7 @@ class Session:
         self._graph_caps: dict[int, Optional[InFlightBound]] = {}  # per-graph bound of dynamic-shape graphs
         self._specs: dict[int, GraphSpec] = {}  # per graph: declared inputs/outputs, for the input check
         self._spec_errors: dict[int, ModelFormatError] = {}  # graphs GE took whose metadata geasync cannot read
+        self._modes = ModeRegistry(added=(self._specs, self._spec_errors))  # either holds every added graph
         self._compiling = 0  # requests waiting for their graph's compile before the first RunGraphAsync
         self._compiles: dict[int, _CompileJob] = {}  # graph id -> its first compile, running or the last one
         self._starting = 0  # requests started before aclose() that hold no session slot yet

@@ -97,6 +97,24 @@ async def test_remove_graph_and_add_graph_reset_the_mode(first, second):
         assert has_word(str(info.value), GE_MODE[second])
 
 
+@pytest.mark.parametrize("first, second", PAIRS)
+async def test_a_graph_that_is_not_there_is_reported_so_whatever_mode_was_tried_on_it(first, second):
+    """GE looks a graph up before its run mode: a call on an id never added (or removed) fails as such, never as a
+    mode conflict with an earlier call on the same missing id."""
+    async with ga.Session() as s, ga.Stream() as stream:
+        s.add_graph(3, ga.Graph.from_onnx(add_model()))
+        await run(first, s, 3, stream)
+        s.remove_graph(3)
+        for gid in (3, 9):  # removed after a run, never added
+            for mode in (first, second, first):
+                with pytest.raises(ga.GeError) as info:
+                    await run(mode, s, gid, stream)
+                assert not isinstance(info.value, ga.ExecutionModeError), info.value
+                assert "does not exist" in str(info.value), info.value
+        s.add_graph(9, ga.Graph.from_onnx(add_model()))
+        np.testing.assert_array_equal(await run(second, s, 9, stream), A + B)
+
+
 async def test_modes_are_per_graph_id():
     async with ga.Session() as s, ga.Stream() as stream:
         for gid in (1, 2, 3):
