@@ -152,6 +152,8 @@ class Session:
         self._lock = threading.RLock()
         self._slots = InFlightBound(max_in_flight)
         self._pinned = PinnedBytes()  # input bytes pinned by runs in flight, every mode
+        if not isinstance(freeze_inputs, (bool, np.bool_)):  # bool("no") is True: a typo must not pass silently
+            raise TypeError(f"Session(): freeze_inputs must be True or False, got {freeze_inputs!r}")
         self._freeze_inputs = bool(freeze_inputs)
         self._closing = False
         self._unawaited = 0  # requests in flight whose awaiting task gave up (cancelled / timed out)

@@ -35,16 +35,17 @@ class FaultNeverFiredError(AssertionError):
     """A one-shot fault (``nth >= 1``) was disarmed before the run it targets: the test did not exercise it."""
 
 
-def _ids(session: Session, graph_id: int, *, closing: bool = False) -> tuple[int, int]:
+def _ids(session: Session, graph_id: int, api: str, *, closing: bool = False) -> tuple[int, int]:
     """closing=True: also for a session being closed (aclose() waits for the completions these release) or
     closed (its faults are gone: releasing them is a no-op)."""
     if not isinstance(session, Session):
-        raise TypeError(f"session must be a geasync.Session, got {type(session).__name__}")
+        raise TypeError(f"geasync.twin.{api}: session must be a geasync.Session, got {type(session).__name__}")
     if not isinstance(graph_id, int) or isinstance(graph_id, bool):
-        raise TypeError(f"graph_id must be an int, got {type(graph_id).__name__}")
+        raise TypeError(f"geasync.twin.{api}: graph_id must be an int, got {type(graph_id).__name__}")
     if closing:
         return session._id, graph_id
-    return session.session_id, graph_id
+    session._live(f"geasync.twin.{api}(graph_id={graph_id})")  # closed, or unusable since GE was finalized
+    return session._id, graph_id
 
 
 def inject_fault(session: Session, graph_id: int, kind: str, *, nth: int = 1, status: int = INTERNAL_ERROR,
@@ -58,28 +59,28 @@ def inject_fault(session: Session, graph_id: int, kind: str, *, nth: int = 1, st
     "fail_prerun" (RunGraphAsync's pre-run stage fails the graph's jobs with ``status``, after which GE stops the
     session's async queue; nth is ignored).
     """
-    sid, gid = _ids(session, graph_id)  # Session.session_id raises SessionClosedError once closed
+    sid, gid = _ids(session, graph_id, "inject_fault")
     arm(sid, gid, kind, nth=nth, status=status, delay=delay)
 
 
 def release_stalled(session: Session, graph_id: int) -> None:
     """Lets the held completions of ``graph_id`` (and later stalled ones) proceed."""
-    _lib.twin_fault_release(*_ids(session, graph_id, closing=True))
+    _lib.twin_fault_release(*_ids(session, graph_id, "release_stalled", closing=True))
 
 
 def clear_faults(session: Session, graph_id: int) -> None:
     """Disarms every fault of ``graph_id`` and releases its held completions."""
-    _lib.twin_fault_clear(*_ids(session, graph_id, closing=True))
+    _lib.twin_fault_clear(*_ids(session, graph_id, "clear_faults", closing=True))
 
 
 def fault_runs(session: Session, graph_id: int) -> int:
     """Runs of ``graph_id`` counted since its first fault was armed (0 after :func:`clear_faults`)."""
-    return _lib.twin_fault_runs(*_ids(session, graph_id, closing=True))
+    return _lib.twin_fault_runs(*_ids(session, graph_id, "fault_runs", closing=True))
 
 
 def unfired_faults(session: Session, graph_id: int) -> int:
     """One-shot faults (``nth >= 1``) armed on ``graph_id`` whose run has not come yet."""
-    return _lib.twin_fault_unfired(*_ids(session, graph_id))
+    return _lib.twin_fault_unfired(*_ids(session, graph_id, "unfired_faults"))
 
 
 def _raise_if_unfired(session: Session, graph_id: int, what: str) -> None:

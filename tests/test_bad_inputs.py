@@ -221,6 +221,26 @@ def test_closed_session_run():
         s.run_graph(1, [ok(), ok()])
 
 
+def test_twin_controls_on_a_closed_session_name_themselves():
+    s = ga.Session()
+    s.add_graph(1, ga.Graph.from_onnx(add_model((3, 4))))
+    s.close()
+    for call in (lambda: ga.twin.inject_fault(s, 1, "fail_run"), lambda: ga.twin.unfired_faults(s, 1)):
+        with pytest.raises(ga.SessionClosedError, match=r"geasync\.twin\.(inject|unfired)_fault"):
+            call()
+    ga.twin.release_stalled(s, 1)  # releasing what a closed session held is a no-op
+    with ga.Session() as open_session, \
+            pytest.raises(TypeError, match=r"geasync\.twin\.inject_fault: graph_id must be an int"):
+        ga.twin.inject_fault(open_session, "1", "fail_run")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", ["no", 0, 1, None, "False"])
+def test_session_freeze_inputs_takes_a_bool_only(value):
+    """bool("no") is True: a misspelt flag must not silently mean its opposite."""
+    with pytest.raises(TypeError, match="freeze_inputs must be True or False"):
+        ga.Session(freeze_inputs=value)
+
+
 def test_closed_stream():
     st = ga.Stream()
     st.close()
