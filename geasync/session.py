@@ -17,7 +17,7 @@ import time
 import warnings
 import weakref
 from _thread import get_ident
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import (Any, Callable, Coroutine, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar,
                     cast)
@@ -39,7 +39,7 @@ from .allocator import Allocator
 from .errors import FAILED, GeError, SessionBrokenError, SessionClosedError
 from .graph import Graph
 from ._streams import has_allocator, mark_allocator, release_default_allocator, unmark_allocator
-from .stream import stream_address
+from .stream import stream_address, stream_in_use
 from .tensor import TENSORS, InputRow, PreparedInputs, Tensor, input_rows, prepare_inputs
 from ._types import Inputs, Options, StreamLike, TensorLike, TensorLikeList
 
@@ -407,9 +407,11 @@ class Session:
         """Load now (compiling first if needed); runs load on demand."""
         _check_graph_id(graph_id)
         opts, _ = split_options(_check_options(options, "options"), LOAD_OPTIONS, "Session.load_graph() options")
-        address = 0 if stream is None else stream_address(stream, "stream")
+        if stream is not None:
+            stream_address(stream, "stream")  # its type, before the session is asked
         context = f"Session.load_graph(graph_id={graph_id})"
-        with self._native(context) as handle:
+        with self._native(context) as handle, \
+                (nullcontext(0) if stream is None else stream_in_use(stream, "stream")) as address:
             _lib.load_graph(handle, graph_id, opts, address, context)
 
     def is_graph_need_rebuild(self, graph_id: int) -> bool:
@@ -545,7 +547,7 @@ class Session:
         allocator.
         """
         _check_graph_id(graph_id)
-        address = stream_address(stream, "stream")
+        stream_address(stream, "stream")  # its type, before the inputs
         prepared = prepare_inputs(inputs, require_list=True, spec=self._specs.get(graph_id),
                                   api="run_graph_with_stream_async", graph_id=graph_id)
         context = f"Session.run_graph_with_stream_async(graph_id={graph_id})"
@@ -555,7 +557,7 @@ class Session:
         # The stream no longer uses the inputs, nor the outputs' memory, once it has passed the run: output memory
         # dropped by the caller before then is freed only at that point, on a Python thread.
         owners: list[Any] = []
-        with self._native(context) as handle:
+        with self._native(context) as handle, stream_in_use(stream, "stream") as address:
             if not has_allocator(address):
                 _lib.register_default_allocator(handle, address, context)
                 self._default_allocators.add(address)

@@ -125,7 +125,10 @@ class Stream:
 
     def close(self) -> None:
         """Wait for queued work, then destroy the stream. Idempotent; calls other threads have in progress on the
-        stream (``synchronize()``) return first."""
+        stream (``synchronize()``, a session's run on it) return first."""
+        if get_ident() in self._users:  # an allocator callback of a run on this stream: the run needs the stream
+            raise RuntimeError("Stream.close() was called from inside a call that uses the stream (an allocator "
+                               "callback?); close it after that call has returned")
         with self._lock:
             address, self._address = self._address, 0
         if address and _lib.same_process():
@@ -186,6 +189,16 @@ class _SyncRequest(_hub.Request):
         if status != 0:
             return None, GeError(status, text, "aclrtLaunchHostFunc", self.context)
         return None, None
+
+
+@contextmanager
+def stream_in_use(stream: Any, what: str) -> Iterator[int]:
+    """The address of ``stream`` (an int, or a Stream whose close() in another thread waits for the block)."""
+    if isinstance(stream, Stream):
+        with stream._using() as address:
+            yield address
+    else:
+        yield stream_address(stream, what)
 
 
 def stream_address(stream: Any, what: str) -> int:

@@ -291,6 +291,35 @@ def test_custom_allocator_accepts_stream_object():
         s.unregister_external_allocator(st)
 
 
+def test_closing_the_stream_or_session_from_an_allocator_callback_of_its_run_is_refused():
+    """The run that called the allocator still needs its stream and session: closing either from inside it raises
+    (it would wait for itself) and leaves both usable."""
+    with ga.Session() as s, ga.Stream() as st:
+        attempts: list[BaseException] = []
+
+        class Closing(Recording):
+            def malloc(self, size):
+                for close in (st.close, s.close):
+                    try:
+                        close()
+                    except RuntimeError as exc:
+                        attempts.append(exc)
+                return super().malloc(size)
+
+        alloc = Closing()
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        s.register_external_allocator(st, alloc)
+        (y,) = s.run_graph_with_stream_async(1, st, [A, A])
+        st.synchronize()
+        assert [str(e)[:40] for e in attempts] == ["Stream.close() was called from inside a ",
+                                                   "Session.close() was called from inside a"], attempts
+        assert not st.closed and not s.closed
+        np.testing.assert_array_equal(y.to_host().numpy(), 2 * A)
+        del y
+        gc.collect()
+        s.unregister_external_allocator(st)
+
+
 def test_allocator_is_per_stream():
     alloc = Recording()
     with ga.Session() as s, ga.Stream() as st1, ga.Stream() as st2:
