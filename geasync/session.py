@@ -298,8 +298,10 @@ class Session:
         releases them (GE drops what it has not started)."""
         self._closing = True
         try:
-            while (self._slots.in_flight - self._unawaited > 0 or self._slots.waiting or self._compile_running()
-                   or self._starting or any(cap is not None and cap.waiting for cap in self._graph_caps.values())):
+            # a forked child: the parent's runs complete in the parent only, and the child has nothing to wait for
+            while _lib.same_process() and (
+                    self._slots.in_flight - self._unawaited > 0 or self._slots.waiting or self._compile_running()
+                    or self._starting or any(cap is not None and cap.waiting for cap in self._graph_caps.values())):
                 await anyio.sleep(0.002)
         finally:
             self.close()

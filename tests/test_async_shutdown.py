@@ -413,6 +413,23 @@ def _child_checks(s: ga.Session, report_fd: int) -> int:
     t.join(15)
     if not box.get("done"):
         notes.append("run_graph_async: hung")
+
+    # aclose(): the parent's runs in flight complete in the parent only; the child closes at once
+    def close_in_thread():
+        try:
+            asyncio.run(s.aclose())
+            if not s.closed:
+                notes.append("aclose: the session is still open")
+        except BaseException as exc:  # noqa: BLE001
+            notes.append(f"aclose: {type(exc).__name__}: {exc}")
+        finally:
+            box["closed"] = True
+
+    t = threading.Thread(target=close_in_thread, daemon=True)
+    t.start()
+    t.join(15)
+    if not box.get("closed"):
+        notes.append("aclose: hung with the parent's runs in flight")
     os.write(report_fd, ("\n".join(notes) or "ok").encode()[:4000])
     return 0 if not notes else 3
 
