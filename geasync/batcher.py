@@ -26,6 +26,8 @@ import collections
 import functools
 import itertools
 import math
+import os
+import weakref
 from _thread import get_ident
 from dataclasses import asdict, dataclass
 from typing import Any, Awaitable, Callable, Coroutine, Literal, Mapping, Optional, Sequence, Union
@@ -34,6 +36,7 @@ import anyio
 import numpy as np
 from numpy.typing import NDArray
 
+from . import _lib
 from ._loops import TrioWaiter, check_timeout, fail_after, running_loop, trio_token
 from ._metadata import TensorInfo
 from ._stats import Histogram, HistogramSnapshot, logger, now
@@ -184,7 +187,7 @@ class Batcher:
         self._in_flight = 0  # batches (incl. a request running alone)
         self._closed = False
         self._loop: Any = None  # the asyncio loop or trio token it belongs to
-        self._thread = -1  # the thread of its asyncio loop
+        self._thread = -1  # the thread of its asyncio loop (-1 in a forked child: run() then checks the process)
         self._trio = False
         self._timer: Any = None
         # queued requests with a timeout (asyncio / uvloop) -> their deadline on the loop's clock, and the one loop
@@ -193,6 +196,7 @@ class Batcher:
         self._sweep_at = math.inf
         self._sweep_timer: Any = None
         self._new_waiter: Callable[[], Any] = _unbound
+        _BATCHERS.add(self)  # for the fork hook
         self._tasks: set[Any] = set()  # batch tasks of an asyncio loop, kept until done
         self._submitted = self._completed = self._failed = self._cancelled = self._running = 0
         self._batches = self._retries = 0
@@ -287,6 +291,8 @@ class Batcher:
             self._closed = True
             logger.debug("batcher of graph %s closing: %d queued, %d batches in flight", self.graph,
                          len(self._queue), self._in_flight)
+        if not _lib.same_process():
+            return  # a forked child: its requests and batches are the parent's, and complete there only
         if not self._trio and self._loop is not None and self._loop.is_closed():
             # its loop was closed with requests in it, never to run: their tasks are gone (the garbage collector
             # finishes their coroutines, which settles the statistics), and so is any batch they were in
@@ -387,6 +393,7 @@ class Batcher:
                              graph_id=self._graph_id, input_index=index, input_name=name)
 
     def _bind(self) -> None:
+        _lib.check_process(f"Batcher.run(graph={self.graph})")  # a forked child: GE's threads stayed in the parent
         loop = running_loop()
         owner: Any
         if loop is not None:
@@ -900,6 +907,20 @@ def _compile_for_batches(session: Session, graph_id: int, explicit_sizes: bool) 
         raise ValueError(f"Batcher: graph {graph_id} is compiled with static shapes, so its batch size is fixed; "
                          "give its inputs a symbolic batch dim (e.g. 'N'), or pass batch_sizes=[<its batch size>] "
                          "to pad every batch to it")
+
+
+_BATCHERS: "weakref.WeakSet[Batcher]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # The thread that forked keeps its id in the child, and the parent's running loop still reads as running there:
+    # without this, run()'s quick check would take the parent's loop for the child's
+    for batcher in list(_BATCHERS):
+        batcher._thread = -1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _unbound() -> Any:

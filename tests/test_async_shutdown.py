@@ -376,7 +376,7 @@ def test_asyncio_loop_closed_then_a_new_loop_works():
 
 # --- fork ------------------------------------------------------------------------------------------------------------
 
-def _child_checks(s: ga.Session, report_fd: int) -> int:
+def _child_checks(s: ga.Session, batcher: ga.Batcher, report_fd: int) -> int:
     """In the forked child: every entry point must raise the fork GeError at once. Returns the exit code."""
     notes = []
 
@@ -414,9 +414,16 @@ def _child_checks(s: ga.Session, report_fd: int) -> int:
     if not box.get("done"):
         notes.append("run_graph_async: hung")
 
+    # the parent's batcher, on this thread (the thread that forked: its id, and the parent's loop, look the same)
+    async def batched():
+        await batcher.run([a, a])
+
+    expect_fork_error("Batcher.run", lambda: asyncio.run(batched()))
+
     # aclose(): the parent's runs in flight complete in the parent only; the child closes at once
     def close_in_thread():
         try:
+            asyncio.run(batcher.aclose())
             asyncio.run(s.aclose())
             if not s.closed:
                 notes.append("aclose: the session is still open")
@@ -443,6 +450,8 @@ async def test_forked_child_gets_a_clear_error_not_a_hang(anyio_backend):
         s.add_graph(1, ga.Graph.from_onnx(model))
         s.add_graph(2, ga.Graph.from_onnx(add_model()))
         s.add_graph(3, ga.Graph.from_onnx(add_model()))
+        batcher = ga.Batcher(s, 3, batch_sizes=[1])
+        await batcher.run([np.ones((1, 16), np.float32)] * 2)  # bound to this loop
         async with anyio.create_task_group() as tg:
             for _ in range(4):  # work in flight in the parent at fork time
                 tg.start_soon(s.run_graph_async, 1, [x, w])
@@ -453,7 +462,7 @@ async def test_forked_child_gets_a_clear_error_not_a_hang(anyio_backend):
                 code = 99
                 try:
                     os.close(r)
-                    code = _child_checks(s, wfd)
+                    code = _child_checks(s, batcher, wfd)
                 finally:
                     os._exit(code)
             os.close(wfd)
