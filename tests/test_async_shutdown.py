@@ -396,23 +396,18 @@ def _child_checks(s: ga.Session, batcher: ga.Batcher, report_fd: int) -> int:
     expect_fork_error("run_graph", lambda: s.run_graph(2, [a, a]))
     expect_fork_error("Stream()", lambda: ga.Stream().close())
 
-    # run_graph_async on a fresh event loop (in a fresh thread: the parent's loop is not ours to use).
-    box = {}
+    def in_a_thread(name, fn):
+        """fn() in a fresh thread (the parent's loop is not ours to use), noted if it does not return."""
+        t = threading.Thread(target=fn, daemon=True)
+        t.start()
+        t.join(15)
+        if t.is_alive():
+            notes.append(f"{name}: hung")
 
-    def in_thread():
-        async def go():
-            await s.run_graph_async(3, [a, a])
+    async def go():
+        await s.run_graph_async(3, [a, a])
 
-        try:
-            expect_fork_error("run_graph_async", lambda: asyncio.run(go()))
-        finally:
-            box["done"] = True
-
-    t = threading.Thread(target=in_thread, daemon=True)
-    t.start()
-    t.join(15)
-    if not box.get("done"):
-        notes.append("run_graph_async: hung")
+    in_a_thread("run_graph_async", lambda: expect_fork_error("run_graph_async", lambda: asyncio.run(go())))
 
     # the parent's batcher, on this thread (the thread that forked: its id, and the parent's loop, look the same)
     async def batched():
@@ -421,7 +416,7 @@ def _child_checks(s: ga.Session, batcher: ga.Batcher, report_fd: int) -> int:
     expect_fork_error("Batcher.run", lambda: asyncio.run(batched()))
 
     # aclose(): the parent's runs in flight complete in the parent only; the child closes at once
-    def close_in_thread():
+    def close():
         try:
             asyncio.run(batcher.aclose())
             asyncio.run(s.aclose())
@@ -429,14 +424,8 @@ def _child_checks(s: ga.Session, batcher: ga.Batcher, report_fd: int) -> int:
                 notes.append("aclose: the session is still open")
         except BaseException as exc:  # noqa: BLE001
             notes.append(f"aclose: {type(exc).__name__}: {exc}")
-        finally:
-            box["closed"] = True
 
-    t = threading.Thread(target=close_in_thread, daemon=True)
-    t.start()
-    t.join(15)
-    if not box.get("closed"):
-        notes.append("aclose: hung with the parent's runs in flight")
+    in_a_thread("aclose with the parent's runs in flight", close)
     os.write(report_fd, ("\n".join(notes) or "ok").encode()[:4000])
     return 0 if not notes else 3
 
