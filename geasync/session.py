@@ -929,7 +929,9 @@ class _CompileJob:
     def __init__(self) -> None:
         self.ended = threading.Event()
         self.error: Optional[BaseException] = None
-        self._wakers: dict[Any, anyio.Event] = {}  # per loop (its hub)
+        # per loop (its hub); weak: a task left on a loop closed meanwhile must stay collectable (its finally blocks
+        # settle the session's counts), not be held by the session through the event it waits on
+        self._wakers: weakref.WeakValueDictionary[Any, anyio.Event] = weakref.WeakValueDictionary()
 
     def waker(self, hub: Any) -> anyio.Event:
         event = self._wakers.get(hub)
