@@ -206,6 +206,52 @@ def test_large_constant_output_is_written_once():
     out = run_isolated(code, timeout=120).stdout
     grew = int(out.rsplit("grew_mb", 1)[1])
     assert grew < 1024 * 1.5, out
+
+
+_GROWING_LOOP = """
+import resource
+import numpy as np
+import geasync as ga
+from conftest import TensorProto, helper, make_model
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # unfixed, the loop grows until this stops it
+F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+vi = helper.make_tensor_value_info
+if KIND == "state":  # the carried value doubles every iteration
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["c_out"]),
+                              helper.make_node("Concat", ["v", "v"], ["v_out"], axis=0)],
+                             "body", [vi("i", I64, []), vi("c", B, []), vi("v", F, None)],
+                             [vi("c_out", B, []), vi("v_out", F, None)])
+    node = helper.make_node("Loop", ["M", "", "v0"], ["v_final"], body=body)
+    model = make_model([node], [("M", I64, []), ("v0", F, [4])], [("v_final", F, None)])
+    feeds = [np.array(40, np.int64), np.ones(4, np.float32)]
+else:  # a scan output of 1 MiB per iteration, and a condition that stays true
+    body = helper.make_graph([helper.make_node("Greater", ["i", "minus1"], ["c_out"]),
+                              helper.make_node("Identity", ["big"], ["row"])],
+                             "body", [vi("i", I64, []), vi("c", B, [])], [vi("c_out", B, []), vi("row", F, None)],
+                             initializer=[helper.make_tensor("minus1", I64, [], [-1])])
+    node = helper.make_node("Loop", ["", "c0"], ["rows"], body=body)
+    model = make_model([node], [("c0", B, []), ("big", F, [1 << 18])], [("rows", F, None)])
+    feeds = [np.array(True), np.ones(1 << 18, np.float32)]
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+with ga.Session({"geasync.max_memory_bytes": str(64 << 20)}) as s:
+    s.add_graph(1, ga.Graph.from_onnx(model))
+    try:
+        s.run_graph(1, feeds)
+        print("no error")
+    except ga.GeError as exc:
+        print("GeError:", exc)
+print("grew_mb", (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10) - base)
+"""
+
+
+@pytest.mark.parametrize("kind", ["state", "scan"])
+def test_a_growing_loop_is_held_to_max_memory_bytes(kind):
+    """A Loop whose carried value or scan output grows each iteration is stopped at the session's
+    geasync.max_memory_bytes, like any plan: its body's plans and what it accumulates used to be held only to the
+    machine's physical memory (the state-doubling loop ran until the address-space limit, then 'out of memory')."""
+    out = run_isolated(_GROWING_LOOP.replace("KIND", repr(kind)), timeout=120).stdout
+    assert "GeError" in out and "geasync.max_memory_bytes" in out and "(op Loop)" in out, out
+    assert int(out.rsplit("grew_mb", 1)[1]) < 400, out
 # --- 3. a loop closed before its batched submit went out -------------------------------------------------------
 
 _LOOP_CLOSED_BEFORE_FLUSH = """

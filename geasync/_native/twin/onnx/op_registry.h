@@ -25,6 +25,9 @@ struct InferCtx {
   // Set by infer (via ReadIntsInput / ReadScalarInput) when an output shape depends on the contents of input
   // missing_input, which are not known at compile time.
   int missing_input = -1;
+  // The plan's memory limit (geasync.max_memory_bytes; 0: the machine's memory): control flow holds its subgraphs'
+  // plans and what a Loop accumulates to it too.
+  uint64_t memory_limit = 0;
 
   bool has(size_t i) const { return i < in.size() && in[i] != nullptr; }
 };
@@ -54,6 +57,7 @@ struct KernelCtx {
   std::vector<const TensorDesc *> in;  // all static
   std::vector<const void *> in_data;   // compile-time constant inputs, else nullptr
   std::vector<TensorDesc> out;         // all static
+  uint64_t memory_limit = 0;           // as InferCtx::memory_limit
 
   bool has(size_t i) const { return i < in.size() && in[i] != nullptr; }
 
@@ -67,6 +71,7 @@ struct KernelCtx {
     c.in = in;
     c.in_data = in_data;
     c.out = out;
+    c.memory_limit = memory_limit;
     return c;
   }
 };

@@ -134,10 +134,10 @@ bool ReadInt64Scalar(const TensorDesc &d, const void *p, const char *what, int64
 }
 
 // Compiles the subgraph per distinct input descs (a few kept) and runs it; value-dependent plans are specialised
-// on the inputs' contents at each run.
+// on the inputs' contents at each run. memory_limit: the enclosing plan's (0: the machine's memory).
 class SubgraphRunner {
  public:
-  explicit SubgraphRunner(Subgraph s) : s_(std::move(s)) {}
+  SubgraphRunner(Subgraph s, uint64_t memory_limit) : s_(std::move(s)), memory_limit_(memory_limit) {}
   const Subgraph &subgraph() const { return s_; }
 
   bool Run(const std::vector<TensorDesc> &descs, const std::vector<const void *> &in, std::vector<HostTensor> *outs,
@@ -172,6 +172,7 @@ class SubgraphRunner {
     }
     CompileOptions options;
     options.allow_value_dependent = true;
+    options.max_memory_bytes = memory_limit_;
     std::unique_ptr<Plan> plan = CompilePlan(s_.g, descs, options, err);
     if (!plan) return nullptr;
     if (cache_.size() >= kMaxCachedPlans) cache_.erase(cache_.begin());
@@ -180,6 +181,7 @@ class SubgraphRunner {
   }
 
   Subgraph s_;
+  uint64_t memory_limit_;
   std::vector<std::pair<std::vector<TensorDesc>, std::unique_ptr<Plan>>> cache_;
   std::vector<void *> out_ptrs_;
 };
@@ -303,7 +305,8 @@ class ControlKernel : public Kernel {
 class IfKernel : public ControlKernel {
  public:
   IfKernel(const KernelCtx &c, Subgraph then_g, Subgraph else_g)
-      : ControlKernel(c), then_(std::move(then_g)), else_(std::move(else_g)), data_(c.in.size()) {}
+      : ControlKernel(c), then_(std::move(then_g), c.memory_limit), else_(std::move(else_g), c.memory_limit),
+        data_(c.in.size()) {}
 
   bool Run(const void *const *in, void *const *out, std::string *reason) override {
     bool cond;
@@ -332,10 +335,6 @@ bool AppendScan(const HostTensor &t, size_t k, HostTensor *acc, int64_t iter, st
   } else if (!SameDesc(acc->desc, t.desc)) {
     *reason = "scan output " + std::to_string(k) + " is " + DescStr(t.desc) + " at iteration " +
               std::to_string(iter) + " but " + DescStr(acc->desc) + " before";
-    return false;
-  }
-  if (acc->bytes.size() + t.bytes.size() > DefaultMemoryLimit()) {
-    *reason = "scan output " + std::to_string(k) + " outgrows the machine's memory";
     return false;
   }
   acc->bytes.insert(acc->bytes.end(), t.bytes.begin(), t.bytes.end());
@@ -399,7 +398,9 @@ TensorDesc LoopScalarDesc(const Subgraph &body, size_t i, ElemType t) {
 // scan outputs stacked on a new first axis (scan_templates give their per-iteration descs for zero iterations).
 class LoopRunner {
  public:
-  LoopRunner(Subgraph body, LoopShape ls) : runner_(std::move(body)), ls_(ls) {}
+  LoopRunner(Subgraph body, LoopShape ls, uint64_t memory_limit)
+      : runner_(std::move(body), memory_limit), ls_(ls),
+        memory_limit_(memory_limit ? memory_limit : DefaultMemoryLimit()) {}
 
   bool Run(const std::vector<const TensorDesc *> &in, const void *const *data,
            const std::vector<TensorDesc> &scan_templates, std::vector<HostTensor> *outs, std::string *reason) {
@@ -441,6 +442,7 @@ class LoopRunner {
       for (size_t i = 0; i < ls_.carried; ++i) std::swap(state_[i], body_out_[1 + i]);
       for (size_t k = 0; k < ls_.scans; ++k)
         if (!AppendScan(body_out_[1 + ls_.carried + k], k, &scans_[k], t, reason)) return false;
+      if (!WithinMemoryLimit(t, reason)) return false;
     }
     outs->resize(ls_.carried + ls_.scans);
     for (size_t i = 0; i < ls_.carried; ++i) std::swap((*outs)[i], state_[i]);
@@ -454,8 +456,22 @@ class LoopRunner {
   }
 
  private:
+  // What the loop holds between iterations (carried values and scan outputs so far) must fit the plan's limit: a
+  // body's plan is checked alone, so a growing scan output would otherwise only stop at the machine's memory.
+  bool WithinMemoryLimit(int64_t t, std::string *reason) const {
+    uint64_t held = 0;
+    for (const HostTensor &s : state_) held += s.bytes.size();
+    for (const HostTensor &s : scans_) held += s.bytes.size();
+    if (held <= memory_limit_) return true;
+    *reason = MemoryLimitError("the loop's carried values and scan outputs after " + std::to_string(t + 1) +
+                                   " iterations",
+                               held, memory_limit_);
+    return false;
+  }
+
   SubgraphRunner runner_;
   LoopShape ls_;
+  uint64_t memory_limit_;
   std::vector<HostTensor> state_, scans_, body_out_;
   std::vector<TensorDesc> descs_;
   std::vector<const void *> ptrs_;
@@ -564,7 +580,7 @@ bool InferLoop(InferCtx *c, std::string *reason) {
   }
   std::vector<TensorDesc> templates(ls.scans);
   for (size_t k = 0; k < ls.scans && body_out.size() == body.outputs(); ++k) templates[k] = body_out[1 + ls.carried + k];
-  LoopRunner runner(body, ls);
+  LoopRunner runner(body, ls, c->memory_limit);
   std::vector<HostTensor> outs;
   if (!runner.Run(c->in, c->in_data.data(), templates, &outs, reason)) return false;
   for (size_t o = 0; o < outs.size(); ++o) c->out[o] = outs[o].desc;
@@ -573,7 +589,8 @@ bool InferLoop(InferCtx *c, std::string *reason) {
 
 class LoopKernel : public ControlKernel {
  public:
-  LoopKernel(const KernelCtx &c, Subgraph body, LoopShape ls) : ControlKernel(c), loop_(std::move(body), ls) {
+  LoopKernel(const KernelCtx &c, Subgraph body, LoopShape ls)
+      : ControlKernel(c), loop_(std::move(body), ls, c.memory_limit) {
     for (size_t k = 0; k < ls.scans; ++k) {
       TensorDesc d = c.out[ls.carried + k];
       d.dims.erase(d.dims.begin());
@@ -812,7 +829,7 @@ size_t RowBytes(const TensorDesc &d, bool batched) {
 class ScanKernel : public ControlKernel {
  public:
   ScanKernel(const KernelCtx &c, Subgraph body, ScanSpec sp, ScanShapes ss)
-      : ControlKernel(c), runner_(std::move(body)), sp_(std::move(sp)), ss_(std::move(ss)) {
+      : ControlKernel(c), runner_(std::move(body), c.memory_limit), sp_(std::move(sp)), ss_(std::move(ss)) {
     for (size_t k = 0; k < sp_.scan_out; ++k) {
       ScanView v;
       v.dims = out_[sp_.states + k].dims;

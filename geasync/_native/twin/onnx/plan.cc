@@ -284,6 +284,7 @@ KernelCtx PlanImpl::KernelCtxFor(size_t k) const {
     kc.in_data.push_back(vid < 0 ? nullptr : a_.cdata[vid]);
   }
   kc.out = a_.node_out[k];
+  kc.memory_limit = a_.memory_limit;
   return kc;
 }
 

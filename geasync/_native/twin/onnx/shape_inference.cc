@@ -89,6 +89,7 @@ bool InferNode(const ModelImpl &m, const Node &n, bool compile, InferCtx *ctx, A
   ctx->node = &n;
   ctx->opset = m.opset_;
   ctx->need_static = compile;
+  ctx->memory_limit = a->memory_limit;
   for (int vid : n.inputs) {
     ctx->in.push_back(vid < 0 ? nullptr : &a->desc[vid]);
     ctx->in_data.push_back(vid < 0 ? nullptr : a->cdata[vid]);
@@ -205,6 +206,7 @@ bool FoldNode(const ModelImpl &m, const Node &n, const InferCtx &ctx, Analysis *
   kctx.in = ctx.in;
   kctx.in_data = ctx.in_data;
   kctx.out = ctx.out;
+  kctx.memory_limit = a->memory_limit;
   std::string reason;
   std::unique_ptr<Kernel> kernel = n.op->prepare(kctx, &reason);
   if (!kernel) {
