@@ -355,3 +355,41 @@ def test_copies_near_the_source_modulo_4k_move_every_byte(case):
             np.testing.assert_array_equal(y.view(np.uint32), expect(x).view(np.uint32))
     # AddressSanitizer's allocator holds freed blocks back, so there outputs do not land where the last one was
     assert in_zone >= 1 or "libasan" in os.environ.get("LD_PRELOAD", "")
+
+
+# ---- windows larger than the input: ceil_mode, and attributes whose arithmetic would overflow ----
+
+_CEIL_WIDER = [  # (op, input spatial shape, attributes): every window is wider than the input plus pads
+    ("MaxPool", (2, 2), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    ("MaxPool", (1,), dict(kernel_shape=[2], strides=[3], dilations=[2], ceil_mode=1)),
+    ("MaxPool", (3, 2), dict(kernel_shape=[4, 3], strides=[3, 2], pads=[0, 0, 0, 0], ceil_mode=1)),
+    ("AveragePool", (1, 1), dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),
+    ("AveragePool", (2, 3), dict(kernel_shape=[3, 4], strides=[2, 3], ceil_mode=1, count_include_pad=0)),
+    ("AveragePool", (2,), dict(kernel_shape=[4], strides=[3], pads=[1, 0], ceil_mode=1, count_include_pad=1)),
+]
+
+
+@pytest.mark.parametrize("op,spatial,attrs", _CEIL_WIDER)
+def test_ceil_mode_window_wider_than_the_input(op, spatial, attrs):
+    """ceil_mode=1 gives one output per axis when the window is wider than the input plus pads, but less than a
+    stride wider (the ONNX output-size formula; onnxruntime, onnx.reference and PyTorch agree): the twin refused such
+    a model ("kernel ... does not fit"), which a ResNet's ceil-mode pools meet on small images."""
+    x = RNG.standard_normal((2, 3) + spatial).astype(np.float32)
+    model = _model(op, [x], opset=19, **attrs)
+    (got,) = _twin(model, [x])
+    (want,) = _reference(model, [x])
+    assert got.shape == want.shape == (2, 3) + (1,) * len(spatial)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[1 << 62], dilations=[4]),
+                                   dict(kernel_shape=[3], dilations=[1 << 62], pads=[1 << 62, 1 << 62]),
+                                   dict(kernel_shape=[2], pads=[1 << 62, 1 << 62]),
+                                   dict(kernel_shape=[1 << 25], strides=[1 << 26], ceil_mode=1)])
+def test_pool_attributes_whose_arithmetic_overflows_are_refused(attrs):
+    """A kernel extent or pads past int64 used to wrap around: MaxPool with kernel 2^62 and dilation 4 returned
+    8 outputs (-inf past the input's 4) for a 4-wide input. Windows of more than 2^24 taps are refused too: a pool's
+    work and tables grow with its taps (a kernel of 2^30 over 4 values ran 27 s, or ran out of memory)."""
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 4)
+    with pytest.raises(ga.GeError, match=r"\(op MaxPool\).*(at most 2\^(40|24)|does not fit)"):
+        _twin(_model("MaxPool", [x], opset=19, **attrs), [x])

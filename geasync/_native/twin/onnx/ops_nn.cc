@@ -31,8 +31,12 @@ namespace onnx {
 namespace {
 
 constexpr size_t kMaxSpatial = 3;
+constexpr int64_t kMaxPoolTaps = int64_t(1) << 24;  // taps of one pooling window
 
 size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
+
+// a / b rounded up, for a >= 0 and b >= 1 (no a + b - 1: strides may be as large as int64 allows).
+int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 // Window geometry shared by Conv and the pools; spatial dims padded to 3 with size-1 dims.
 struct Window {
@@ -61,10 +65,25 @@ bool MakeWindow(const Node &n, const std::vector<int64_t> &in_dims, const std::v
   if (pool && !AttrInt(n, "ceil_mode", 0, &ceil_mode, reason)) return false;
   std::string auto_pad;
   if (!ReadAutoPad(n, &auto_pad, reason)) return false;
+  if (pool) {  // a pool's work and tables grow with its window's taps, whatever part of them the input covers
+    int64_t taps = 1;
+    for (size_t j = 0; j < nsp && kernel[j] >= 1; ++j)  // (sizes < 1 are refused below)
+      taps = kernel[j] > kMaxPoolTaps / taps ? kMaxPoolTaps + 1 : taps * kernel[j];
+    if (taps > kMaxPoolTaps) {
+      *reason = "kernel_shape " + ShapeStr(kernel) + " has more taps than the twin pools over (at most 2^24)";
+      return false;
+    }
+  }
   for (size_t j = 0; j < nsp; ++j) {
     const size_t i = j + (kMaxSpatial - nsp);  // real dims are the innermost ones
     if (strides[j] < 1 || dil[j] < 1 || kernel[j] < 1 || pads[j] < 0 || pads[j + nsp] < 0) {
       *reason = "strides, dilations and kernel sizes must be >= 1 and pads >= 0";
+      return false;
+    }
+    // Bounded so that the window arithmetic below cannot overflow (it wrapped: a kernel of 2^62 dilated by 4 gave
+    // a pool of 8 outputs over an input of 4).
+    if (pads[j] > kMaxElements || pads[j + nsp] > kMaxElements || kernel[j] - 1 > (kMaxElements - 1) / dil[j]) {
+      *reason = "pads and the dilated kernel extent (kernel_shape - 1) * dilations + 1 must be at most 2^40";
       return false;
     }
     w->in[i] = in_dims[j];
@@ -81,12 +100,14 @@ bool MakeWindow(const Node &n, const std::vector<int64_t> &in_dims, const std::v
       w->pb[i] = pads[j];
       w->pe[i] = pads[j + nsp];
       const int64_t span = x + w->pb[i] + w->pe[i] - dk;
-      if (span < 0) {
+      // ceil_mode: a window wider than the input plus pads, by less than a stride, still gives one output (ONNX's
+      // formula; onnxruntime and PyTorch agree), covering what it overlaps.
+      if (span < 0 && !(ceil_mode && span > -strides[j])) {
         *reason = "kernel of extent " + std::to_string(dk) + " does not fit input dimension " + std::to_string(x) +
                   " plus pads";
         return false;
       }
-      int64_t o = (ceil_mode ? (span + strides[j] - 1) / strides[j] : span / strides[j]) + 1;
+      int64_t o = span < 0 ? 1 : (ceil_mode ? CeilDiv(span, strides[j]) : span / strides[j]) + 1;
       if (ceil_mode && (o - 1) * strides[j] >= x + w->pb[i]) --o;  // last window must start inside the input
       w->out[i] = o;
     } else if (auto_pad == "VALID") {
@@ -94,9 +115,9 @@ bool MakeWindow(const Node &n, const std::vector<int64_t> &in_dims, const std::v
         *reason = "kernel of extent " + std::to_string(dk) + " does not fit input dimension " + std::to_string(x);
         return false;
       }
-      w->out[i] = ceil_mode ? (x - dk + strides[j] - 1) / strides[j] + 1 : (x - dk) / strides[j] + 1;
+      w->out[i] = (ceil_mode ? CeilDiv(x - dk, strides[j]) : (x - dk) / strides[j]) + 1;
     } else {
-      const int64_t o = (x + strides[j] - 1) / strides[j];
+      const int64_t o = CeilDiv(x, strides[j]);
       const int64_t total = std::max<int64_t>(0, (o - 1) * strides[j] + dk - x);
       if (auto_pad == "SAME_UPPER") {
         w->pb[i] = total / 2;
