@@ -600,3 +600,47 @@ def test_gather_elements_same_shape_outside_axis(axis, axis_len):
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
 def test_fallback_instruction_sets_pass_the_same_checks(isa):
     rerun_file_with_instruction_set(__file__, isa)
+
+
+# ---- int64 extremes in shape and index arithmetic ----
+
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
+def _twin_run(model, inputs):
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        return [t.numpy() for t in s.run_graph(1, list(inputs))]
+
+
+@pytest.mark.parametrize("k", [_I64_MIN, _I64_MIN + 1, -(2**62), 2**62, _I64_MAX - 1, _I64_MAX])
+@pytest.mark.parametrize("upper", [0, 1])
+def test_trilu_extreme_k(k, upper):
+    """i + k wrapped around: lower with k = 2^63 - 1 zeroed everything, upper kept most of the matrix."""
+    x = RNG.integers(1, 9, (2, 4, 5)).astype(np.int64)
+    (got,) = _twin_run(_model("Trilu", [x, np.array(k, np.int64)], upper=upper), [x, np.array(k, np.int64)])
+    keep = k < 0 if upper else k >= 0  # every |k| here is beyond the matrix: all or nothing
+    np.testing.assert_array_equal(got, x if keep else np.zeros_like(x))
+
+
+@pytest.mark.parametrize("starts,ends,steps", [([3], [_I64_MIN], [_I64_MIN]), ([_I64_MAX], [_I64_MIN], [_I64_MIN]),
+                                               ([1], [_I64_MAX], [_I64_MAX]), ([0], [_I64_MAX], [2**62]),
+                                               ([-1], [_I64_MIN], [-(2**62)]), ([_I64_MIN], [_I64_MAX], [3])])
+def test_slice_extreme_steps(starts, ends, steps):
+    """The element count (end - start + step - 1) / step overflowed: a step of -2^63 gave no elements (numpy and
+    onnxruntime: one), a step of 2^63 - 1 failed with "shape ... cannot be determined at compile time"."""
+    x = np.arange(7, dtype=np.float32)
+    ins = [x] + [np.array(v, np.int64) for v in (starts, ends, [0], steps)]
+    (got,) = _twin_run(_model("Slice", ins, opset=13), ins)
+    np.testing.assert_array_equal(got, x[slice(starts[0], ends[0], steps[0])])
+
+
+@pytest.mark.parametrize("pads,needle", [([_I64_MIN, _I64_MIN], "below zero"), ([-(2**62), -(2**62)], "below zero"),
+                                         ([2**62, 2**62], "more than 2\\^40"), ([_I64_MAX, 1], "more than 2\\^40")])
+def test_pad_amounts_whose_sum_overflows_are_refused(pads, needle):
+    """dim + begin + end wrapped around: pads of -2^63 on both sides of a dim of 4 gave 4 zeros, and pads of 2^62
+    said they cropped the dim below zero."""
+    x = np.arange(4, dtype=np.float32)
+    model = _model("Pad", [x, np.array(pads, np.int64)])
+    with pytest.raises(ga.GeError, match=r"\(op Pad\): .*" + needle):
+        _twin_run(model, [x, np.array(pads, np.int64)])

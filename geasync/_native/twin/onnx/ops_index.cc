@@ -913,8 +913,9 @@ class TriluKernel : public Kernel {
       for (int64_t i = 0; i < rows_; ++i) {
         const U *px = x + (m * rows_ + i) * cols_;
         U *py = y + (m * rows_ + i) * cols_;
-        // upper keeps j >= i + k; lower keeps j <= i + k
-        const int64_t edge = std::clamp<int64_t>(upper_ ? i + k : i + k + 1, 0, cols_);
+        // upper keeps j >= i + k; lower keeps j <= i + k (k clamped first: i + k must not wrap for k near 2^63)
+        const int64_t kc = std::clamp<int64_t>(k, -rows_ - 1, cols_ + 1);
+        const int64_t edge = std::clamp<int64_t>(upper_ ? i + kc : i + kc + 1, 0, cols_);
         // two runs per row: a copy and zeros (U is an unsigned type of the element width: zero bits are 0)
         const int64_t copy_from = upper_ ? edge : 0, copy_to = upper_ ? cols_ : edge;
         std::memset(py, 0, static_cast<size_t>(cols_) * sizeof(U));

@@ -289,11 +289,12 @@ bool SliceSpecFor(InferCtx *c, SliceSpec *sp, bool *unknown, std::string *reason
       s = std::clamp<int64_t>(s, 0, dim - 1);
       e = std::clamp<int64_t>(e, -1, dim - 1);
     }
+    // Counts without end - start + step - 1 or -step, which overflow for steps near +-2^63.
     int64_t n = 0;
-    if (step > 0 && e > s) n = (e - s + step - 1) / step;
-    if (step < 0 && s > e) n = (s - e + (-step) - 1) / (-step);
+    if (step > 0 && e > s) n = (e - s - 1) / step + 1;
+    if (step < 0 && s > e) n = 1 - (s - e - 1) / step;
     sp->start[a] = n > 0 ? s : 0;
-    sp->step[a] = step;
+    sp->step[a] = n > 1 ? step : 1;  // never applied to one element or none (and step * stride may wrap)
     sp->count[a] = n;
   }
   return true;

@@ -290,7 +290,14 @@ bool InferPad(InferCtx *c, std::string *reason) {
   if (unknown) return true;
   for (size_t i = 0; i < d.size(); ++i) {
     if (d[i] < 0) continue;
-    const int64_t n = d[i] + b[i] + e[i];
+    if (b[i] > kMaxElements || e[i] > kMaxElements) {
+      *reason = "pads make dim " + std::to_string(i) + " of " + DescStr(*c->in[0]) + " more than 2^40 long";
+      return false;
+    }
+    // Crops beyond -2^42 crop any dim below zero whatever the other side adds: clamped there, the sum cannot wrap
+    // (pads of -2^63 on both sides of a dim of 4 summed to 4).
+    constexpr int64_t kDeepCrop = -(int64_t(1) << 42);
+    const int64_t n = d[i] + std::max(b[i], kDeepCrop) + std::max(e[i], kDeepCrop);
     if (n < 0) {
       *reason = "pads crop dim " + std::to_string(i) + " of " + DescStr(*c->in[0]) + " below zero";
       return false;
