@@ -644,3 +644,20 @@ def test_pad_amounts_whose_sum_overflows_are_refused(pads, needle):
     model = _model("Pad", [x, np.array(pads, np.int64)])
     with pytest.raises(ga.GeError, match=r"\(op Pad\): .*" + needle):
         _twin_run(model, [x, np.array(pads, np.int64)])
+
+
+@pytest.mark.parametrize("depth", [np.nan, np.inf, 1e30, -3.0])
+def test_onehot_depth_that_is_no_count_is_refused(depth):
+    """A float depth was converted to int64 unchecked (undefined for NaN and 1e30; it read as -2^63)."""
+    idx, d, vals = np.array([1, 2], np.int64), np.array(depth, np.float32), np.array([0, 1], np.float32)
+    with pytest.raises(ga.GeError, match=r"\(op OneHot\): input 'depth' is .* from 0 to 2\^40"):
+        _twin_run(_model("OneHot", [idx, d, vals]), [idx, d, vals])
+
+
+def test_onehot_float_indices_out_of_any_class():
+    idx = np.array([1.0, np.nan, 1e30, -1e30, -1.0, 2.9], np.float32)
+    d, vals = np.array(3, np.int64), np.array([0, 5], np.float32)
+    (got,) = _twin_run(_model("OneHot", [idx, d, vals]), [idx, d, vals])
+    want = np.zeros((6, 3), np.float32)
+    want[0, 1] = want[4, 2] = want[5, 2] = 5
+    np.testing.assert_array_equal(got, want)

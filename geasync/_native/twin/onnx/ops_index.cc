@@ -788,6 +788,11 @@ bool InferOneHot(InferCtx *c, std::string *reason) {
   double depth;
   const ValueState st = ReadScalarInput(c, 1, &depth, reason);
   if (st == ValueState::kError) return false;
+  // Checked before the conversion to int64, which is undefined for NaN and out-of-range values.
+  if (st == ValueState::kKnown && !(depth >= 0 && depth <= static_cast<double>(kMaxElements))) {
+    *reason = "input 'depth' is " + std::to_string(depth) + ": it must be a number of classes from 0 to 2^40";
+    return false;
+  }
   const int64_t r = static_cast<int64_t>(idx.dims.size());
   int64_t axis;
   if (!AxisAttr(*c->node, -1, r + 1, &axis, reason)) return false;
@@ -809,7 +814,10 @@ class OneHotKernel : public Kernel {
     std::fill(y, y + v_.outer * v_.n * v_.inner, off);
     for (int64_t o = 0; o < v_.outer; ++o) {
       for (int64_t i = 0; i < v_.inner; ++i) {
-        int64_t k = static_cast<int64_t>(Num<SI>::Load(idx[o * v_.inner + i]));
+        const auto raw = Num<SI>::Load(idx[o * v_.inner + i]);
+        if constexpr (std::is_floating_point<decltype(raw)>::value)  // NaN or past +-n: no class (and no UB cast)
+          if (!(raw > -static_cast<double>(v_.n) - 1 && raw < static_cast<double>(v_.n))) continue;
+        int64_t k = static_cast<int64_t>(raw);
         if (k < 0) k += v_.n;
         if (k >= 0 && k < v_.n) y[(o * v_.n + k) * v_.inner + i] = on;  // out of range: all "off", like ONNX
       }
