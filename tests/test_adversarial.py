@@ -5,6 +5,7 @@ a subprocess with a timeout, so a regression fails its test, not the suite."""
 from __future__ import annotations
 
 import os
+import re
 import pathlib
 import subprocess
 import sys
@@ -538,3 +539,46 @@ def test_index_operators_refuse_shapes_that_do_not_fit(case):
     """
     out = run_isolated(code).stdout
     assert "GeError" in out and "ran" not in out, out
+
+
+# --- attributes whose shape arithmetic overflows int64 -----------------------------------------------------------
+
+_OVERFLOWING_ATTRIBUTES = {
+    # op, attributes, input shape, initializer W or None, what the message says
+    "depth_to_space_blocksize_2^32": ("DepthToSpace", {"blocksize": 1 << 32}, [1, 4, 2, 2], None,
+                                      "blocksize"),  # blocksize^2 wrapped to 0: C % 0, SIGFPE
+    "space_to_depth_blocksize_2^32": ("SpaceToDepth", {"blocksize": 1 << 32}, [1, 4, 2, 2], None, "blocksize"),
+    "lppool_kernel_2^62_dilated": ("LpPool", {"kernel_shape": [1 << 62], "dilations": [4]}, [1, 1, 4], None,
+                                   "2\\^"),  # the window wrapped to 8 outputs and the kernel looped for ever
+    "lppool_pads_2^62": ("LpPool", {"kernel_shape": [2], "pads": [1 << 62, 1 << 62]}, [1, 1, 4], None, "2\\^40"),
+    "conv_transpose_stride_2^62": ("ConvTranspose", {"strides": [1 << 62]}, [1, 1, 4], [1, 1, 3], "2\\^40"),
+    "conv_transpose_dilation_2^62": ("ConvTranspose", {"dilations": [1 << 62]}, [1, 1, 4], [1, 1, 3], "2\\^40"),
+    "conv_transpose_output_padding": ("ConvTranspose", {"strides": [1 << 62], "output_padding": [(1 << 62) - 1]},
+                                      [1, 1, 4], [1, 1, 3], "2\\^40"),  # gave 2 outputs
+    "conv_transpose_same_stride_2^62": ("ConvTranspose", {"strides": [1 << 62], "auto_pad": "SAME_UPPER"},
+                                        [1, 1, 4], [1, 1, 3], "2\\^40"),  # 4 * 2^62 wrapped to 0 outputs
+}
+
+
+@pytest.mark.parametrize("case", sorted(_OVERFLOWING_ATTRIBUTES))
+def test_attributes_whose_shape_arithmetic_overflows_are_refused(case):
+    op, attrs, shape, w, needle = _OVERFLOWING_ATTRIBUTES[case]
+    code = f"""
+    import numpy as np
+    import geasync as ga
+    from conftest import TensorProto, helper, make_model
+    w = {w!r}
+    inputs = ["x"] + (["w"] if w else [])
+    model = make_model([helper.make_node({op!r}, inputs, ["y"], **{attrs!r})], [("x", TensorProto.FLOAT, {shape!r})],
+                       [("y", TensorProto.FLOAT, None)], initializers=[("w", np.ones(w, np.float32))] if w else [])
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        try:
+            s.run_graph(1, [np.ones({shape!r}, np.float32)])
+            print("ran")
+        except ga.GeError as exc:
+            print("GeError:", exc)
+    """
+    out = run_isolated(code, timeout=30).stdout
+    assert "GeError" in out and f"(op {op})" in out and "ran" not in out.splitlines(), out
+    assert re.search(needle, out), out

@@ -66,7 +66,16 @@ bool TransposeGeometry(const Node &node, const TensorDesc &x, const TensorDesc &
       *reason = "attribute 'output_padding' " + ShapeStr(op) + " must be smaller than the stride or the dilation";
       return false;
     }
-    const int64_t in = x.dims[2 + i], span = kw < 0 ? -1 : (kw - 1) * dl[i] + 1;
+    const int64_t in = x.dims[2 + i];
+    // Bounded so that the size arithmetic below cannot overflow (strides of 2^62 wrapped to odd sizes or none).
+    const int64_t lim = kMaxElements;
+    if (st[i] > lim || dl[i] > lim || op[i] > lim || pads[i] > lim || pads[i + nsp] > lim || (has_os && os[i] > lim) ||
+        (kw > 1 && kw - 1 > (lim - 1) / dl[i]) || (in > 1 && st[i] > lim / (in - 1)) || (in > 0 && st[i] > lim / in)) {
+      *reason = "strides, dilations, pads, output_padding, output_shape, the dilated kernel and the output's spatial "
+                "size must each be at most 2^40";
+      return false;
+    }
+    const int64_t span = kw < 0 ? -1 : (kw - 1) * dl[i] + 1;
     g->in[off + i] = in;
     g->k[off + i] = kw;
     g->s[off + i] = st[i];

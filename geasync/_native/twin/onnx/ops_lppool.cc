@@ -54,9 +54,22 @@ bool LpGeometry(const Node &node, const std::vector<int64_t> &x, PoolGeom *g, st
       !ReadIntsAttr(node, "pads", 2 * nsp, 0, &pads, nullptr, reason) ||
       !AttrInt(node, "ceil_mode", 0, &ceil_mode, reason) || !ReadAutoPad(node, &mode, reason))
     return false;
+  constexpr int64_t kMaxLpTaps = int64_t(1) << 24;
+  int64_t taps = 1;
   for (size_t i = 0; i < nsp; ++i) {
     if (st[i] <= 0 || dl[i] <= 0 || pads[i] < 0 || pads[i + nsp] < 0) {
       *reason = "strides and dilations must be positive and pads nonnegative";
+      return false;
+    }
+    // As MaxPool and AveragePool: bounded arithmetic (the window wrapped, and the kernel looped for ever), and
+    // windows of at most 2^24 taps.
+    if (pads[i] > kMaxElements || pads[i + nsp] > kMaxElements || ks[i] - 1 > (kMaxElements - 1) / dl[i]) {
+      *reason = "pads and the dilated kernel extent (kernel_shape - 1) * dilations + 1 must be at most 2^40";
+      return false;
+    }
+    taps = ks[i] > kMaxLpTaps / taps ? kMaxLpTaps + 1 : taps * ks[i];
+    if (taps > kMaxLpTaps) {
+      *reason = "kernel_shape " + ShapeStr(ks) + " has more taps than the twin pools over (at most 2^24)";
       return false;
     }
     const int64_t in = x[2 + i], span = (ks[i] - 1) * dl[i] + 1;
@@ -69,7 +82,7 @@ bool LpGeometry(const Node &node, const std::vector<int64_t> &x, PoolGeom *g, st
       continue;
     }
     if (mode == "SAME_UPPER" || mode == "SAME_LOWER") {
-      const int64_t out = (in + st[i] - 1) / st[i];
+      const int64_t out = in / st[i] + (in % st[i] != 0);
       const int64_t total = std::max<int64_t>(0, (out - 1) * st[i] + span - in);
       g->pb[off + i] = mode == "SAME_UPPER" ? total / 2 : total - total / 2;
       g->out[off + i] = out;
@@ -81,7 +94,7 @@ bool LpGeometry(const Node &node, const std::vector<int64_t> &x, PoolGeom *g, st
       *reason = "the pooling window " + std::to_string(span) + " is larger than the padded input";
       return false;
     }
-    int64_t out = (ceil_mode ? (room + st[i] - 1) / st[i] : room / st[i]) + 1;
+    int64_t out = (ceil_mode ? room / st[i] + (room % st[i] != 0) : room / st[i]) + 1;
     if (ceil_mode && (out - 1) * st[i] >= in + pb) --out;  // the last window must start inside input or left pad
     g->pb[off + i] = pb;
     g->out[off + i] = out;

@@ -20,6 +20,10 @@ bool BlockSize(const Node &n, int64_t *b, std::string *reason) {
     *reason = "attribute 'blocksize' must be positive";
     return false;
   }
+  if (*b > (int64_t(1) << 20)) {  // blocksize^2 channels would pass 2^40 (and blocksize^2 wrapped at 2^32: C % 0)
+    *reason = "attribute 'blocksize' is " + std::to_string(*b) + ", above 2^20";
+    return false;
+  }
   return true;
 }
 
