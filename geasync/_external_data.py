@@ -1,15 +1,16 @@
 """ONNX external data: tensors whose bytes live in files beside the model (``data_location = EXTERNAL``).
 
-``inline_external_data`` rewrites a ModelProto so that every graph initializer stored externally carries its bytes
-as ``raw_data`` again, reading the files named by its ``location`` relative to the model's directory, as ONNX
-defines. It works on the protobuf wire format directly (no onnx package needed). A location that leaves the model's
-directory, a missing file, or an offset/length beyond the file's end raises ValueError naming the tensor.
+``inline_external_data`` rewrites a ModelProto so that every tensor stored externally (initializers, Constant values
+and tensor attributes, in the main graph and in subgraphs) carries its bytes as ``raw_data`` again, reading the files
+named by its ``location`` relative to the model's directory, as ONNX defines. It works on the protobuf wire format
+directly (no onnx package needed). A location that leaves the model's directory, a missing file, or an offset/length
+beyond the file's end raises ValueError naming the tensor.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 _WIRE_VARINT, _WIRE_I64, _WIRE_LEN, _WIRE_I32 = 0, 1, 2, 5
 
@@ -115,15 +116,46 @@ def _inline_tensor(tensor: bytes, model_dir: str) -> bytes | None:
     return b"".join(kept) + _len_field(9, _read_external(name, entries, model_dir))
 
 
-def _inline_graph(graph: bytes, model_dir: str) -> bytes | None:
+# Subgraphs nested deeper than this are left as they are: the twin refuses nesting past 16 levels anyway, and the
+# recursion stays far from Python's limit on a hostile model.
+_MAX_DEPTH = 32
+
+
+def _rewrite(message: bytes, handlers: dict[int, Callable[[bytes], bytes | None]]) -> bytes | None:
+    """The message with each length-delimited field whose number has a handler replaced by what the handler returns
+    (None: unchanged); None when nothing changed."""
     parts, changed = [], False
-    for field, wire, whole, payload in _fields(graph):
+    for field, wire, whole, payload in _fields(message):
         new = None
-        if field == 5 and wire == _WIRE_LEN and isinstance(payload, bytes):
-            new = _inline_tensor(payload, model_dir)
+        handler = handlers.get(field)
+        if handler is not None and wire == _WIRE_LEN and isinstance(payload, bytes):
+            new = handler(payload)
         changed = changed or new is not None
-        parts.append(whole if new is None else _len_field(5, new))
+        parts.append(whole if new is None else _len_field(field, new))
     return b"".join(parts) if changed else None
+
+
+def _inline_attribute(attribute: bytes, model_dir: str, depth: int) -> bytes | None:
+    def tensor(t: bytes) -> bytes | None:
+        return _inline_tensor(t, model_dir)
+
+    def graph(g: bytes) -> bytes | None:
+        return _inline_graph(g, model_dir, depth + 1)
+
+    # AttributeProto: t = 5, g = 6, tensors = 10, graphs = 11
+    return _rewrite(attribute, {5: tensor, 6: graph, 10: tensor, 11: graph})
+
+
+def _inline_graph(graph: bytes, model_dir: str, depth: int = 0) -> bytes | None:
+    """Initializers (GraphProto field 5) and, through the nodes (field 1) and their attributes (NodeProto field 5),
+    Constant values and subgraphs: onnx's external-data writer moves all of them out."""
+    if depth > _MAX_DEPTH:
+        return None
+
+    def node(n: bytes) -> bytes | None:
+        return _rewrite(n, {5: lambda a: _inline_attribute(a, model_dir, depth)})
+
+    return _rewrite(graph, {5: lambda t: _inline_tensor(t, model_dir), 1: node})
 
 
 def inline_external_data(model: bytes, model_dir: str) -> bytes:

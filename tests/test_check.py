@@ -185,3 +185,31 @@ def test_check_reports_on_every_node_test_model(tmp_path):
         if runs is not None and missing:
             assert not runs, name
             assert all(any(op in p for p in problems) for op in missing), (name, missing, problems)
+
+
+def test_external_data_of_constants_and_subgraphs_loads_from_beside_the_model(tmp_path):
+    """onnx.save_model(save_as_external_data=True) moves subgraphs' initializers out too (and Constant nodes' values
+    with convert_attribute=True): only the main graph's initializers were read back, the others refused with "give
+    the model by path" although it was given by path."""
+    c = np.arange(6, dtype=np.float32).reshape(2, 3)
+    then_w = np.full((2, 3), 10, np.float32)
+    then_g = helper.make_graph([helper.make_node("Add", ["xc", "tw"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, 3])],
+                               [numpy_helper.from_array(then_w, "tw")])
+    else_g = helper.make_graph([helper.make_node("Constant", [], ["e"], value=numpy_helper.from_array(-c))], "else",
+                               [], [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2, 3])])
+    m = _model([helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(c)),
+                helper.make_node("Add", ["x", "c"], ["xc"]),
+                helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [])
+    path = tmp_path / "model.onnx"
+    onnx.save_model(m, path, save_as_external_data=True, all_tensors_to_one_file=True, location="weights.bin",
+                    size_threshold=0, convert_attribute=True)
+    assert (tmp_path / "weights.bin").stat().st_size == 3 * 24
+    x = np.ones((2, 3), np.float32)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(str(path)))
+        np.testing.assert_array_equal(s.run_graph(1, [x, np.array(True)])[0].numpy(), x + c + then_w)
+        np.testing.assert_array_equal(s.run_graph(1, [x, np.array(False)])[0].numpy(), -c)
