@@ -217,7 +217,7 @@ from conftest import TensorProto, helper, make_model
 resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # unfixed, the loop grows until this stops it
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 vi = helper.make_tensor_value_info
-if KIND == "state":  # the carried value doubles every iteration
+if KIND in ("state", "constant"):  # the carried value doubles every iteration
     body = helper.make_graph([helper.make_node("Identity", ["c"], ["c_out"]),
                               helper.make_node("Concat", ["v", "v"], ["v_out"], axis=0)],
                              "body", [vi("i", I64, []), vi("c", B, []), vi("v", F, None)],
@@ -225,6 +225,10 @@ if KIND == "state":  # the carried value doubles every iteration
     node = helper.make_node("Loop", ["M", "", "v0"], ["v_final"], body=body)
     model = make_model([node], [("M", I64, []), ("v0", F, [4])], [("v_final", F, None)])
     feeds = [np.array(40, np.int64), np.ones(4, np.float32)]
+    if KIND == "constant":  # the same with constant inputs: shape inference runs it when the graph compiles
+        model = make_model([node, helper.make_node("Add", ["v_final", "x"], ["y"])], [("x", F, [1])], [("y", F, None)],
+                           initializers=[("M", np.array(40, np.int64)), ("v0", np.ones(4, np.float32))])
+        feeds = [np.ones(1, np.float32)]
 else:  # a scan output of 1 MiB per iteration, and a condition that stays true
     body = helper.make_graph([helper.make_node("Greater", ["i", "minus1"], ["c_out"]),
                               helper.make_node("Identity", ["big"], ["row"])],
@@ -245,11 +249,12 @@ print("grew_mb", (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10) - ba
 """
 
 
-@pytest.mark.parametrize("kind", ["state", "scan"])
+@pytest.mark.parametrize("kind", ["state", "scan", "constant"])
 def test_a_growing_loop_is_held_to_max_memory_bytes(kind):
     """A Loop whose carried value or scan output grows each iteration is stopped at the session's
     geasync.max_memory_bytes, like any plan: its body's plans and what it accumulates used to be held only to the
-    machine's physical memory (the state-doubling loop ran until the address-space limit, then 'out of memory')."""
+    machine's physical memory (the state-doubling loop ran until the address-space limit, then 'out of memory'), and
+    so was shape inference at compile, which runs a loop whose inputs are all constants."""
     out = run_isolated(_GROWING_LOOP.replace("KIND", repr(kind)), timeout=120).stdout
     assert "GeError" in out and "geasync.max_memory_bytes" in out and "(op Loop)" in out, out
     assert int(out.rsplit("grew_mb", 1)[1]) < 400, out

@@ -90,8 +90,9 @@ void CheckModel(const void *data, size_t size, ModelCheck *report);
 // Infers output descs from input descs that may contain unknown (-1) dims; used at GE compile time with the
 // Data nodes' shapes. Unknown dims propagate as -1. Fails (false + *error naming node, op and reason) on
 // a definite mismatch: wrong input count or dtype, incompatible broadcast, MatMul inner dims, bad Reshape, ...
+// max_memory_bytes bounds what inference computes (a Loop with constant inputs is run): 0, the machine's memory.
 bool InferShapes(const Model &model, const std::vector<TensorDesc> &inputs, std::vector<TensorDesc> *outputs,
-                 std::string *error);
+                 std::string *error, uint64_t max_memory_bytes = 0);
 
 // A model compiled for fully static input descs: shapes of every value known, intermediates planned.
 // Owns its intermediate buffers, so Run is NOT re-entrant: callers serialise Run calls on one Plan

@@ -662,7 +662,7 @@ std::unique_ptr<Plan> CompilePlan(std::shared_ptr<const Model> model, const std:
         for (char c : value_inputs) any = any || c;
         std::vector<TensorDesc> outs;
         std::string ierr;
-        if (any && InferShapes(*model, inputs, &outs, &ierr)) {
+        if (any && InferShapes(*model, inputs, &outs, &ierr, limit)) {
           return std::unique_ptr<Plan>(
               new ValueDependentPlan(std::move(model), inputs, std::move(value_inputs), std::move(outs), limit));
         }

@@ -269,7 +269,7 @@ uint64_t DefaultMemoryLimit() {
 }
 
 bool InferShapes(const Model &model, const std::vector<TensorDesc> &inputs, std::vector<TensorDesc> *outputs,
-                 std::string *error) {
+                 std::string *error, uint64_t max_memory_bytes) {
   std::string err;
   try {
     const ModelImpl *m = dynamic_cast<const ModelImpl *>(&model);
@@ -277,6 +277,7 @@ bool InferShapes(const Model &model, const std::vector<TensorDesc> &inputs, std:
       err = "InferShapes: model was not created by ParseModel";
     } else {
       Analysis a;
+      a.memory_limit = max_memory_bytes;
       bool unknown_rank = false;
       for (const TensorDesc &d : inputs) unknown_rank = unknown_rank || d.IsUnknownRank();
       if (unknown_rank) {  // an input of any rank: nothing downstream has a known shape until the run's inputs
