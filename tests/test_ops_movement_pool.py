@@ -393,3 +393,16 @@ def test_pool_attributes_whose_arithmetic_overflows_are_refused(attrs):
     x = np.arange(4, dtype=np.float32).reshape(1, 1, 4)
     with pytest.raises(ga.GeError, match=r"\(op MaxPool\).*(at most 2\^(40|24)|does not fit)"):
         _twin(_model("MaxPool", [x], opset=19, **attrs), [x])
+
+
+@pytest.mark.parametrize("attrs,spatial", [(dict(kernel_shape=[3], strides=[2], ceil_mode=1), (2,)),
+                                           (dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1, p=3), (2, 2)),
+                                           (dict(kernel_shape=[4], strides=[3], pads=[1, 0], ceil_mode=1), (2,))])
+def test_lppool_ceil_mode_window_wider_than_the_input(attrs, spatial):
+    """As MaxPool and AveragePool: one output over what the window covers (onnxruntime's values; onnx.reference
+    scales partial ceil-mode windows of LpPool, onnxruntime and the twin do not)."""
+    x = RNG.standard_normal((1, 2) + spatial).astype(np.float32)
+    (got,) = _twin(_model("LpPool", [x], opset=19, **attrs), [x])
+    p = attrs.get("p", 2)
+    want = (np.abs(x.astype(np.float64)) ** p).reshape(1, 2, -1).sum(axis=2) ** (1 / p)
+    np.testing.assert_allclose(got.reshape(1, 2), want, rtol=1e-5)

@@ -90,11 +90,12 @@ bool LpGeometry(const Node &node, const std::vector<int64_t> &x, PoolGeom *g, st
     }
     const int64_t pb = mode == "VALID" ? 0 : pads[i], pe = mode == "VALID" ? 0 : pads[i + nsp];
     const int64_t room = in + pb + pe - span;
-    if (room < 0) {
+    // ceil_mode: a window wider than the padded input by less than a stride still gives one output (as MaxPool)
+    if (room < 0 && !(ceil_mode && room > -st[i])) {
       *reason = "the pooling window " + std::to_string(span) + " is larger than the padded input";
       return false;
     }
-    int64_t out = (ceil_mode ? room / st[i] + (room % st[i] != 0) : room / st[i]) + 1;
+    int64_t out = room < 0 ? 1 : (ceil_mode ? room / st[i] + (room % st[i] != 0) : room / st[i]) + 1;
     if (ceil_mode && (out - 1) * st[i] >= in + pb) --out;  // the last window must start inside input or left pad
     g->pb[off + i] = pb;
     g->out[off + i] = out;
