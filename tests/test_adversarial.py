@@ -588,3 +588,27 @@ def test_attributes_whose_shape_arithmetic_overflows_are_refused(case):
     out = run_isolated(code, timeout=30).stdout
     assert "GeError" in out and f"(op {op})" in out and "ran" not in out.splitlines(), out
     assert re.search(needle, out), out
+
+
+def test_tfidf_skip_count_far_past_the_row_finishes():
+    """TfIdfVectorizer tried every skip distance up to max_skip_count: 2^62 never finished (and 2^63 - 1 overflowed).
+    Distances past the row's length fit no n-gram, so the counts are those of a skip count of the row's length."""
+    code = """
+    import numpy as np
+    import geasync as ga
+    from conftest import TensorProto, helper, make_model
+    x = np.array([[1, 2, 3, 1, 2], [3, 3, 2, 1, 1]], np.int64)
+    outs = []
+    for skip in (5, 1 << 62, (1 << 63) - 1):
+        node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TF", min_gram_length=1, max_gram_length=2,
+                                max_skip_count=skip, ngram_counts=[0, 3], ngram_indexes=[0, 1, 2, 3, 4],
+                                pool_int64s=[1, 2, 3, 1, 2, 3, 1])
+        model = make_model([node], [("x", TensorProto.INT64, [2, 5])], [("y", TensorProto.FLOAT, None)])
+        with ga.Session() as s:
+            s.add_graph(1, ga.Graph.from_onnx(model))
+            outs.append(s.run_graph(1, [x])[0].numpy())
+    assert all(np.array_equal(o, outs[0]) for o in outs), outs
+    print("same", outs[0].tolist())
+    """
+    out = run_isolated(code, timeout=30).stdout
+    assert "same" in out, out

@@ -128,8 +128,11 @@ class TfIdfKernel : public Kernel {
 
   // Unigrams are counted once (skip distance 1); longer n-grams at every skip distance up to max_skip_count + 1.
   void CountRow(const void *x, int64_t base) {
-    int64_t first_n = m_.min_n;
-    for (int64_t d = 1; d <= m_.max_skip + 1 && first_n <= m_.max_n; ++d) {
+    // Distances and lengths past the row's fit no n-gram: bounded there, the loops end (a max_skip_count of 2^62
+    // never did) and their arithmetic cannot overflow.
+    const int64_t max_d = std::min<int64_t>(m_.max_skip, cols_) + 1;
+    int64_t first_n = std::min<int64_t>(m_.min_n, cols_ + 1);
+    for (int64_t d = 1; d <= max_d && first_n <= m_.max_n; ++d) {
       for (int64_t s = 0; s + d * (first_n - 1) < cols_; ++s) {
         key_.clear();
         for (int64_t k = 0, i = s; k < m_.max_n && i < cols_; ++k, i += d) {
