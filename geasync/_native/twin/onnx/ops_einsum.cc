@@ -1047,6 +1047,18 @@ std::unique_ptr<Kernel> PrepareEinsum(const KernelCtx &kc, std::string *reason) 
   std::vector<int64_t> ext, out_ext;
   for (int lab : labels) ext.push_back(e.size[lab]);
   for (int lab : e.out) out_ext.push_back(e.size[lab]);
+  // The nest visits every combination of labels, once per operand: past 2^40 steps a run would not end (40
+  // operands of [2] summed to a scalar), so such an equation is refused rather than started.
+  int64_t steps = static_cast<int64_t>(nops);
+  for (int64_t v : ext) {
+    if (v == 0) steps = 0;
+    else steps = steps > kMaxElements / v ? kMaxElements + 1 : steps * v;
+  }
+  if (steps > kMaxElements) {
+    *reason = "the equation's loop over its labels would take more than 2^40 steps (" + std::to_string(labels.size()) +
+              " labels, " + std::to_string(nops) + " operands)";
+    return nullptr;
+  }
   std::vector<std::vector<int64_t>> str = label_strides(labels);
   std::vector<int64_t> ostr = Strides(out_ext);
   ostr.resize(labels.size(), 0);
