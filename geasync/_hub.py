@@ -102,13 +102,12 @@ class RunRequest(Request):
     def rows(self) -> Sequence[_lib.InputRow]:
         raise NotImplementedError
 
-    def enter(self) -> Any:
-        """The handle to submit with (None once the session is closed), kept from the session's close() (which
-        another thread may call) until ``leave``: called around every native submit."""
-        return self.handle
-
-    def leave(self) -> None:
-        """The native submit that ``enter`` was for has returned."""
+    @property
+    def users(self) -> list[int]:
+        """Its session's record of the native calls in progress on the handle: a submit adds its thread's id
+        before it reads ``handle`` and removes it once the call returns, and the session's close() (which another
+        thread may call) waits until none is left before it destroys the handle."""
+        raise NotImplementedError
 
     def guard(self) -> None:
         """Other code of the loop is about to run while this request is in flight (it waits for a batched submit,
@@ -206,13 +205,17 @@ class Hub:
         """Sends the requests deferred since the last flush in one native call (see ``_defer``)."""
         batch, self._batch = self._batch, []
         items = []
-        entered: list[RunRequest] = []
+        me = _get_ident()
+        held: list[list[int]] = []  # the sessions' records this call is in (once per run of one session's requests)
         try:
             for token, request in batch:
                 if token not in self._requests:
                     continue
-                handle = request.enter()
-                entered.append(request)
+                users = request.users
+                if not held or held[-1] is not users:
+                    users.append(me)
+                    held.append(users)
+                handle = request.handle
                 if handle is None or request.waiter.done():
                     # closed before submission, or nobody waits any more: never reaches the runtime
                     self._requests.pop(token, None)
@@ -226,8 +229,8 @@ class Hub:
             if items:
                 _lib.run_graph_async_batch(items, self.queue)
         finally:
-            for request in entered:
-                request.leave()
+            for users in held:
+                users.remove(me)
 
     def _poll(self) -> float:
         """Watches the queue for at most SPIN_BUDGET_NS after a lone submit (natively: no eventfd write or read
@@ -260,15 +263,18 @@ class Hub:
         try:
             if self._defer(token, request):
                 return
-            handle = request.enter()
+            users = request.users
+            me = _get_ident()
+            users.append(me)
             try:
+                handle = request.handle
                 if handle is None:  # closed by another thread since its task checked
                     raise SessionClosedError(FAILED, "the session is closed; create a new Session", "geasync",
                                              request.context)
                 _lib.run_graph_async_submit(handle, request.graph_id, request.rows, self.queue, token,
                                             request.context)
             finally:
-                request.leave()
+                users.remove(me)
         except BaseException:
             del self._requests[token]  # refused (or never queued): no completion will come for it
             raise

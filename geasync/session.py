@@ -988,13 +988,9 @@ class _RunRequest(Pins, _hub.RunRequest):
     def rows(self) -> Sequence[InputRow]:
         return self.objects[0]  # type: ignore[no-any-return]  # (the request is pinned until it completes)
 
-    def enter(self) -> Any:
-        session = self.session
-        session._native_users.append(get_ident())
-        return session._handle
-
-    def leave(self) -> None:
-        self.session._native_users.remove(get_ident())
+    @property
+    def users(self) -> list[int]:
+        return self.session._native_users
 
     def guard(self) -> None:
         prepared = self.objects
