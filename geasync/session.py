@@ -163,7 +163,6 @@ class Session:
         self._spec_errors: dict[int, ModelFormatError] = {}  # graphs GE took whose metadata geasync cannot read
         self._modes = ModeRegistry(added=(self._specs, self._spec_errors))  # either holds every added graph
         self._compiling = 0  # requests waiting for their graph's compile before the first RunGraphAsync
-        self._compiles: dict[int, _CompileJob] = {}  # graph id -> its first compile, running or the last one
         self._starting = 0  # requests started before aclose() that hold no session slot yet
         self._generation = _lib.generation
         max_memory = _max_memory_bytes(own_opts)
@@ -300,7 +299,7 @@ class Session:
         try:
             # a forked child: the parent's runs complete in the parent only, and the child has nothing to wait for
             while _lib.same_process() and (
-                    self._slots.in_flight - self._unawaited > 0 or self._slots.waiting or self._compile_running()
+                    self._slots.in_flight - self._unawaited > 0 or self._slots.waiting or self._compiling
                     or self._starting or any(cap is not None and cap.waiting for cap in self._graph_caps.values())):
                 await anyio.sleep(0.002)
         finally:
@@ -642,35 +641,12 @@ class Session:
         self._graph_caps[graph_id] = cap
         return cap
 
-    def _compile_declared(self, graph_id: int, context: str, job: _CompileJob) -> None:
-        # On the job's thread. Under the session's lock, so close() cannot destroy the handle meanwhile.
-        try:
-            with self._lock:
-                handle = self._handle
-                if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
-                    _lib.compile_graph(handle, graph_id, None, context)
-        except BaseException as exc:
-            job.error = exc
-        finally:
-            job.ended.set()
-
-    async def _await_compile(self, graph_id: int) -> None:
-        """Waits for the graph's first compile, started by the first request that needs it and shared by every
-        request meanwhile. It runs in a thread of its own, not a worker the waiting task owns: a cancelled request
-        leaves at once (CANN compiles for seconds) and the compile runs to its end for the requests after it."""
-        job = self._compiles.get(graph_id)
-        if job is None or job.ended.is_set():  # none yet, or the last one failed: the graph still needs one
-            job = self._compiles[graph_id] = _CompileJob()
-            threading.Thread(target=self._compile_declared, args=(graph_id, _async_context(graph_id), job),
-                             name=f"geasync-compile-{graph_id}").start()
-        if not job.ended.is_set():
-            await job.waker(_hub.current_hub()).wait()
-        if job.error is not None:
-            raise job.error
-
-    def _compile_running(self) -> bool:
-        """Requests wait for a first compile, or a compile they left (cancelled) still runs: aclose() waits."""
-        return bool(self._compiling) or any(not job.ended.is_set() for job in self._compiles.values())
+    def _compile_declared(self, graph_id: int, context: str) -> None:
+        # On a worker thread. Under the session's lock, so close() cannot destroy the handle meanwhile.
+        with self._lock:
+            handle = self._handle
+            if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
+                _lib.compile_graph(handle, graph_id, None, context)
 
     def _watch(self, hub: _hub.Hub) -> None:
         """An async run starts on ``hub``'s loop, and the abandoned-run check runs on no loop of it (the last check
@@ -733,7 +709,7 @@ class Session:
             key = object()
             counters.waiters[key] = since  # counted waiting meanwhile, and failed or cancelled if it ends here
             try:
-                await self._await_compile(graph_id)
+                await anyio.to_thread.run_sync(self._compile_declared, graph_id, _async_context(graph_id))
             except BaseException as exc:
                 if isinstance(exc, Exception):
                     counters.failed += 1
@@ -918,37 +894,6 @@ class Session:
                 _lib.unregister_external_allocator(handle, address, "Stream.close()")
         finally:
             users.remove(me)
-
-
-class _CompileJob:
-    """A graph's first compile before its first RunGraphAsync (Session._await_compile). The requests waiting for
-    it on one event loop wait on one event, set when a timer on that loop sees the compile's thread has ended: they
-    resume in the order they came (a poll per request would let later ones overtake them)."""
-    __slots__ = ("ended", "error", "_wakers")
-
-    def __init__(self) -> None:
-        self.ended = threading.Event()
-        self.error: Optional[BaseException] = None
-        # per loop (its hub); weak: a task left on a loop closed meanwhile must stay collectable (its finally blocks
-        # settle the session's counts), not be held by the session through the event it waits on
-        self._wakers: weakref.WeakValueDictionary[Any, anyio.Event] = weakref.WeakValueDictionary()
-
-    def waker(self, hub: Any) -> anyio.Event:
-        event = self._wakers.get(hub)
-        if event is None:
-            event = self._wakers[hub] = anyio.Event()
-            delay = 0.0002
-
-            def tick() -> Optional[float]:
-                nonlocal delay
-                if self.ended.is_set():
-                    event.set()
-                    return None
-                delay = min(delay * 2, 0.005)  # milliseconds on the twin, seconds to minutes on CANN
-                return delay
-
-            call_repeatedly(delay, tick)
-        return event
 
 
 class _RunRequest(Pins, _hub.RunRequest):
