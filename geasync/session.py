@@ -709,7 +709,10 @@ class Session:
             key = object()
             counters.waiters[key] = since  # counted waiting meanwhile, and failed or cancelled if it ends here
             try:
-                await anyio.to_thread.run_sync(self._compile_declared, graph_id, _async_context(graph_id))
+                # the session by weak reference: a worker thread reports its result before it drops its call's
+                # arguments, and a session dropped right after its first run must be collected (and warned about)
+                await anyio.to_thread.run_sync(_compile_declared, weakref.ref(self), graph_id,
+                                               _async_context(graph_id))
             except BaseException as exc:
                 if isinstance(exc, Exception):
                     counters.failed += 1
@@ -894,6 +897,12 @@ class Session:
                 _lib.unregister_external_allocator(handle, address, "Stream.close()")
         finally:
             users.remove(me)
+
+
+def _compile_declared(ref: "weakref.ref[Session]", graph_id: int, context: str) -> None:
+    session = ref()
+    if session is not None:
+        session._compile_declared(graph_id, context)
 
 
 class _RunRequest(Pins, _hub.RunRequest):
