@@ -163,6 +163,7 @@ class Session:
         self._spec_errors: dict[int, ModelFormatError] = {}  # graphs GE took whose metadata geasync cannot read
         self._modes = ModeRegistry(added=(self._specs, self._spec_errors))  # either holds every added graph
         self._compiling = 0  # requests waiting for their graph's compile before the first RunGraphAsync
+        self._compile_threads: set[object] = set()  # compiles running, some maybe left by cancelled requests
         self._starting = 0  # requests started before aclose() that hold no session slot yet
         self._generation = _lib.generation
         max_memory = _max_memory_bytes(own_opts)
@@ -300,6 +301,7 @@ class Session:
             # a forked child: the parent's runs complete in the parent only, and the child has nothing to wait for
             while _lib.same_process() and (
                     self._slots.in_flight - self._unawaited > 0 or self._slots.waiting or self._compiling
+                    or self._compile_threads
                     or self._starting or any(cap is not None and cap.waiting for cap in self._graph_caps.values())):
                 await anyio.sleep(0.002)
         finally:
@@ -642,11 +644,17 @@ class Session:
         return cap
 
     def _compile_declared(self, graph_id: int, context: str) -> None:
-        # On a worker thread. Under the session's lock, so close() cannot destroy the handle meanwhile.
-        with self._lock:
-            handle = self._handle
-            if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
-                _lib.compile_graph(handle, graph_id, None, context)
+        # On a worker thread, which runs on when the request that started it is cancelled (aclose() waits for it).
+        # Under the session's lock, so close() cannot destroy the handle meanwhile.
+        me = object()
+        self._compile_threads.add(me)
+        try:
+            with self._lock:
+                handle = self._handle
+                if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
+                    _lib.compile_graph(handle, graph_id, None, context)
+        finally:
+            self._compile_threads.discard(me)
 
     def _watch(self, hub: _hub.Hub) -> None:
         """An async run starts on ``hub``'s loop, and the abandoned-run check runs on no loop of it (the last check
@@ -709,10 +717,12 @@ class Session:
             key = object()
             counters.waiters[key] = since  # counted waiting meanwhile, and failed or cancelled if it ends here
             try:
-                # the session by weak reference: a worker thread reports its result before it drops its call's
-                # arguments, and a session dropped right after its first run must be collected (and warned about)
+                # The session by weak reference: a worker thread reports its result before it drops its call's
+                # arguments, and a session dropped right after its first run must be collected (and warned about).
+                # abandon_on_cancel: a request cancelled meanwhile raises at once (CANN compiles for seconds to
+                # minutes); the compile runs on, and the requests after it find the graph compiled.
                 await anyio.to_thread.run_sync(_compile_declared, weakref.ref(self), graph_id,
-                                               _async_context(graph_id))
+                                               _async_context(graph_id), abandon_on_cancel=True)
             except BaseException as exc:
                 if isinstance(exc, Exception):
                     counters.failed += 1

@@ -219,6 +219,39 @@ async def test_request_interrupted_right_after_its_submit_stays_pinned_until_com
         np.testing.assert_array_equal(y.numpy(), x)
 
 
+async def test_a_request_cancelled_during_its_graphs_first_compile_raises_at_once(monkeypatch):
+    """GE compiles for seconds on an NPU: a request cancelled while its graph's first compile runs (in a worker
+    thread) raises at once; the compile goes on, the next request finds the graph compiled, and aclose() waits for
+    the compile the cancelled request left behind."""
+    from geasync import _lib
+
+    compile_graph, compiles = _lib.compile_graph, []
+
+    def slow_compile(*args):
+        compiles.append(time.monotonic())
+        time.sleep(0.4)  # what a slow compile looks like to the loop
+        compile_graph(*args)
+
+    monkeypatch.setattr(_lib, "compile_graph", slow_compile)
+    a = np.ones((1, 16), np.float32)
+    for then in ("run", "aclose"):
+        async with ga.Session() as s:
+            s.add_graph(1, ga.Graph.from_onnx(add_model()))
+            t0 = time.monotonic()
+            with anyio.move_on_after(0.05) as scope:
+                await s.run_graph_async(1, [a, a])
+            waited = time.monotonic() - t0
+            assert scope.cancelled_caught and waited < 0.3, waited  # not the compile's 0.4 s
+            st = s.statistics()
+            assert (st.submitted, st.cancelled, st.waiting) == (1, 1, 0), st
+            if then == "run":
+                (c,) = await s.run_graph_async(1, [a, a])  # waits for the compile under way, not a second one
+                np.testing.assert_array_equal(c.numpy(), a + a)
+            await s.aclose()  # waits for the compile, without blocking the loop
+        assert time.monotonic() - compiles[-1] >= 0.4
+    assert len(compiles) == 2  # one per session
+
+
 @pytest.mark.parametrize("seed", [1])
 async def test_cancellation_storm(anyio_backend_name, seed):
     """Many requests cancelled at random moments by every mechanism; inputs must outlive their native use."""
