@@ -155,6 +155,40 @@ def test_unsupported_op_names_node_and_op(op, node_name):
         assert node_name in msg and op in msg and "not supported" in msg
 
 
+@pytest.mark.parametrize("domain", ["custom", ""])
+def test_model_local_functions_are_named_with_what_to_do(domain):
+    """GE's ONNX parser does not expand a model's local functions (nor does the twin): the error names the function
+    and the inliner, and the inlined model runs."""
+    import onnx
+    import onnx.inliner
+
+    fn = helper.make_function(domain, "SquarePlus", ["x"], ["y"],
+                              [helper.make_node("Mul", ["x", "x"], ["t"]), helper.make_node("Add", ["t", "x"], ["y"])],
+                              opset_imports=[helper.make_opsetid("", 17)])
+    call = helper.make_node("SquarePlus", ["a"], ["b"], name="sq", domain=domain)
+    then = helper.make_graph([helper.make_node("SquarePlus", ["a"], ["t_out"], name="inner", domain=domain)], "then",
+                             [], [helper.make_tensor_value_info("t_out", F, [2, 3])])
+    other = helper.make_graph([helper.make_node("Identity", ["a"], ["e_out"])], "else", [],
+                              [helper.make_tensor_value_info("e_out", F, [2, 3])])
+    branch = helper.make_node("If", ["c"], ["b"], name="the_if", then_branch=then, else_branch=other)
+    imports = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for nodes, inputs, feeds, where in [([call], [("a", F, [2, 3])], [a], "'sq'"),
+                                        ([branch], [("a", F, [2, 3]), ("c", TensorProto.BOOL, [])],
+                                         [a, np.array(True)], "'inner'")]:
+        graph = make_model(nodes, inputs, [("b", F, [2, 3])]).graph
+        model = helper.make_model(graph, opset_imports=imports, functions=[fn])
+        with ga.Session() as s:
+            with pytest.raises(ga.GeError) as ei:
+                s.add_graph(1, ga.Graph.from_onnx(model))
+            msg = ei.value.error_message
+            name = f"{domain}.SquarePlus" if domain else "SquarePlus"
+            assert where in msg and f"model-local function '{name}'" in msg and "inline_local_functions" in msg, msg
+            s.add_graph(1, ga.Graph.from_onnx(onnx.inliner.inline_local_functions(model)))
+            (b,) = s.run_graph(1, feeds)
+            np.testing.assert_array_equal(b.numpy(), a * a + a)
+
+
 def test_dangling_edge_input():
     model = make_model([helper.make_node("Relu", ["nowhere"], ["y"], name="r1")], [("x", F, [2])], [("y", F, [2])])
     with ga.Session() as s:

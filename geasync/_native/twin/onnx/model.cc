@@ -54,11 +54,14 @@ struct RawGraph {
   bool has_sparse_initializer = false;
 };
 
+using FunctionNames = std::set<std::pair<std::string, std::string>>;  // (domain, name)
+
 struct RawModel {
   int64_t ir_version = 0;
   std::vector<std::pair<std::string, int64_t>> opsets;
   int graph_count = 0;
   RawGraph graph;
+  FunctionNames local_functions;  // of ModelProto.functions
 };
 
 // A TensorProto's fields as read from the wire (raw_data as a range of the model's bytes).
@@ -477,6 +480,22 @@ bool DecodeModel(const uint8_t *base, size_t size, RawModel *m, std::string *err
         }
       }
       m->opsets.push_back(op);
+    } else if (field == 25) {  // FunctionProto: only its name (1) and domain (10), to name it in an error
+      if (!r.SubField(wire, &sub, err)) return false;
+      std::pair<std::string, std::string> fn;
+      while (!sub.done()) {
+        uint32_t f2;
+        int w2;
+        if (!sub.ReadTag(&f2, &w2, err)) return false;
+        if (f2 == 1) {
+          if (!sub.StringField(w2, &fn.second, err)) return false;
+        } else if (f2 == 10) {
+          if (!sub.StringField(w2, &fn.first, err)) return false;
+        } else if (!sub.Skip(w2, err)) {
+          return false;
+        }
+      }
+      m->local_functions.insert(std::move(fn));
     } else if (!r.Skip(wire, err)) {
       return false;
     }
@@ -518,9 +537,11 @@ bool ValueInfoToDesc(const RawValueInfo &vi, const char *what, TensorDesc *d, bo
 // Builds the IR from a decoded model in steps; each returns false with *err set (the first problem found).
 class ModelBuilder {
  public:
-  ModelBuilder(RawModel &raw, ModelImpl *m, std::string *err) : raw_(&raw), g_(raw.graph), m_(m), err_(err) {}
+  ModelBuilder(RawModel &raw, ModelImpl *m, std::string *err)
+      : raw_(&raw), functions_(&raw.local_functions), g_(raw.graph), m_(m), err_(err) {}
   // A subgraph: the enclosing model's opset; names it reads but does not define become captured inputs.
-  ModelBuilder(RawGraph &g, int64_t opset, ModelImpl *m, std::string *err) : g_(g), m_(m), err_(err) {
+  ModelBuilder(RawGraph &g, int64_t opset, const FunctionNames *functions, ModelImpl *m, std::string *err)
+      : functions_(functions), g_(g), m_(m), err_(err) {
     m_->opset_ = opset;
   }
 
@@ -555,6 +576,7 @@ class ModelBuilder {
   bool AddGraphOutputs();
 
   RawModel *raw_ = nullptr;  // nullptr for a subgraph
+  const FunctionNames *functions_;  // the model's local functions, for subgraphs too
   RawGraph &g_;
   ModelImpl *m_;
   std::string *err_;
@@ -659,6 +681,10 @@ bool ModelBuilder::CheckNode(size_t k, Node &n) {
   const RawNode &rn = g_.nodes[k];
   if (n.name.empty()) n.name = "#" + std::to_string(k);
   if (!rn.deferred_error.empty()) return Fail(n.Where() + rn.deferred_error);
+  if (functions_->count({n.domain, n.op_type}))  // as GE's parser: no model-local functions
+    return Fail(n.Where() + "calls the model-local function '" + (n.domain.empty() ? "" : n.domain + ".") +
+                n.op_type + "', which GE's ONNX parser does not expand: inline the model's functions before "
+                "loading it (onnx.inliner.inline_local_functions(model))");
   if (!n.domain.empty() && n.domain != "ai.onnx")
     return Fail(n.Where() + "operator domain '" + n.domain + "' is not supported by the twin");
   n.op = FindOp(n.op_type);
@@ -681,7 +707,7 @@ bool ModelBuilder::BuildSubgraphs(size_t k, Node &n) {
     Attribute &a = n.attrs[ag.first];
     auto sub = std::make_shared<ModelImpl>();
     std::string err;
-    if (!ModelBuilder(*ag.second, m_->opset_, sub.get(), &err).Build())
+    if (!ModelBuilder(*ag.second, m_->opset_, functions_, sub.get(), &err).Build())
       return Fail(n.Where() + "subgraph '" + a.name + "': " + err);
     for (const std::string &name : sub->captured_)
       if (seen.insert(name).second) n.input_names.push_back(name);
