@@ -406,3 +406,34 @@ def test_lppool_ceil_mode_window_wider_than_the_input(attrs, spatial):
     p = attrs.get("p", 2)
     want = (np.abs(x.astype(np.float64)) ** p).reshape(1, 2, -1).sum(axis=2) ** (1 / p)
     np.testing.assert_allclose(got.reshape(1, 2), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 4, 9), (2, 3, 2, 3, 4), (3, 5), (2, 3, 0, 4)])
+@pytest.mark.parametrize("p", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_global_lppool(shape, p, dtype):
+    """(sum |x|^p over every spatial dim)^(1/p) per (N, C), keeping the spatial dims as 1s; onnx.reference has no
+    GlobalLpPool, so numpy in float64 is the oracle (onnxruntime agrees). Opset 1 took p as a float."""
+    x = RNG.standard_normal(shape).astype(dtype)
+    x.flat[:: max(1, x.size // 3)] = -x.flat[:: max(1, x.size // 3)]
+    axes = tuple(range(2, len(shape)))
+    want = (np.abs(x.astype(np.float64)) ** p).sum(axis=axes, keepdims=True) ** (1 / p)
+    for opset, attr in [(1, float(p)), (18, p)]:
+        model = _model("GlobalLpPool", [x], opset=opset, p=attr)
+        model.ir_version = 3 if opset == 1 else model.ir_version
+        (got,) = _twin(model, [x])
+        assert got.dtype == dtype and got.shape == want.shape
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-3 if dtype == np.float16 else 1e-6)
+
+
+@pytest.mark.parametrize("attrs,match", [(dict(p=0), "'p' must be positive"), (dict(p=-2), "'p' must be positive")])
+def test_global_lppool_refuses_a_p_that_is_not_positive(attrs, match):
+    x = np.ones((1, 2, 3), np.float32)
+    with pytest.raises(ga.GeError, match=match):
+        _twin(_model("GlobalLpPool", [x], **attrs), [x])
+
+
+def test_global_lppool_refuses_integers():
+    x = np.ones((1, 2, 3), np.int32)
+    with pytest.raises(ga.GeError, match="GlobalLpPool"):
+        _twin(_model("GlobalLpPool", [x]), [x])

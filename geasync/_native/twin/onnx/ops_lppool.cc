@@ -1,5 +1,6 @@
-// LpPool ((sum |x|^p over the window)^(1/p), padding contributing 0) and MaxUnpool (scatter X to the flat
-// indices MaxPool returned, inside a zero output of the inferred or given output_shape).
+// LpPool ((sum |x|^p over the window)^(1/p), padding contributing 0), GlobalLpPool (the same over all spatial
+// dims) and MaxUnpool (scatter X to the flat indices MaxPool returned, inside a zero output of the inferred or
+// given output_shape).
 // float32/float64 natively; float16/bfloat16 through float32.
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3", "no-trapping-math")
@@ -15,6 +16,9 @@ namespace onnx {
 namespace {
 
 constexpr size_t kSp = 3;
+
+double LpPow(double v, double p) { return p == 2.0 ? v * v : p == 1.0 ? v : std::pow(v, p); }
+double LpRoot(double sum, double p) { return p == 2.0 ? std::sqrt(sum) : p == 1.0 ? sum : std::pow(sum, 1.0 / p); }
 
 struct PoolGeom {
   size_t nsp = 0;
@@ -148,18 +152,16 @@ class LpPoolKernel : public Kernel {
                 for (int64_t k2 = 0; k2 < g_.k[2]; ++k2) {
                   const int64_t i2 = o2 * g_.s[2] + k2 * g_.d[2] - g_.pb[2];
                   if (i2 < 0 || i2 >= g_.in[2]) continue;
-                  sum += Pow(std::fabs(static_cast<double>(x[nc * kin + (i0 * g_.in[1] + i1) * g_.in[2] + i2])));
+                  sum += LpPow(std::fabs(static_cast<double>(x[nc * kin + (i0 * g_.in[1] + i1) * g_.in[2] + i2])), p_);
                 }
               }
             }
-            y[nc * kout + (o0 * g_.out[1] + o1) * g_.out[2] + o2] = static_cast<T>(Root(sum));
+            y[nc * kout + (o0 * g_.out[1] + o1) * g_.out[2] + o2] = static_cast<T>(LpRoot(sum, p_));
           }
     return true;
   }
 
  private:
-  double Pow(double v) const { return p_ == 2.0 ? v * v : p_ == 1.0 ? v : std::pow(v, p_); }
-  double Root(double sum) const { return p_ == 2.0 ? std::sqrt(sum) : p_ == 1.0 ? sum : std::pow(sum, 1.0 / p_); }
   PoolGeom g_;
   double p_;
 };
@@ -176,6 +178,86 @@ std::unique_ptr<Kernel> PrepareLpPoolFloat(const KernelCtx &c, std::string *reas
 
 std::unique_ptr<Kernel> PrepareLpPool(const KernelCtx &c, std::string *reason) {
   return HasHalfTypes(c) ? PrepareViaFloat(c, PrepareLpPoolFloat, reason) : PrepareLpPoolFloat(c, reason);
+}
+
+// ---- GlobalLpPool: LpPool over all spatial dims ----
+
+// Its p: an int from opset 2, a float in opset 1.
+bool GlobalLpP(const Node &n, int64_t opset, double *p, std::string *reason) {
+  if (opset < 2) {
+    float f;
+    if (!AttrFloat(n, "p", 2.0f, &f, reason)) return false;
+    *p = f;
+  } else {
+    int64_t i;
+    if (!AttrInt(n, "p", 2, &i, reason)) return false;
+    *p = static_cast<double>(i);
+  }
+  if (!(*p > 0)) {
+    *reason = "attribute 'p' must be positive";
+    return false;
+  }
+  return true;
+}
+
+bool InferGlobalLpPool(InferCtx *c, std::string *reason) {
+  const TensorDesc &x = *c->in[0];
+  double p;
+  if (!IsFloatType(x.dtype)) {
+    *reason = DtypeNotSupported(x.dtype);
+    return false;
+  }
+  if (!GlobalLpP(*c->node, c->opset, &p, reason)) return false;
+  c->out[0] = x;
+  if (x.IsUnknownRank()) return true;
+  if (x.dims.size() < 2) {
+    *reason = "input must be (N, C, ...), got " + DescStr(x);
+    return false;
+  }
+  for (size_t i = 2; i < x.dims.size(); ++i) c->out[0].dims[i] = 1;
+  return true;
+}
+
+template <class T>
+class GlobalLpKernel : public Kernel {
+ public:
+  GlobalLpKernel(int64_t rows, int64_t n, double p) : rows_(rows), n_(n), p_(p) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const T *x = static_cast<const T *>(in[0]);
+    T *y = static_cast<T *>(out[0]);
+    for (int64_t r = 0; r < rows_; ++r) {
+      double sum = 0;  // in double, as LpPool: a long row of float32 would lose its small terms
+      const T *row = x + r * n_;
+      if (p_ == 2.0) {
+        for (int64_t i = 0; i < n_; ++i) sum += static_cast<double>(row[i]) * static_cast<double>(row[i]);
+      } else {
+        for (int64_t i = 0; i < n_; ++i) sum += LpPow(std::fabs(static_cast<double>(row[i])), p_);
+      }
+      y[r] = static_cast<T>(LpRoot(sum, p_));
+    }
+    return true;
+  }
+
+ private:
+  int64_t rows_, n_;
+  double p_;
+};
+
+std::unique_ptr<Kernel> PrepareGlobalLpPoolFloat(const KernelCtx &c, std::string *reason) {
+  double p;
+  if (!GlobalLpP(*c.node, c.opset, &p, reason)) return nullptr;
+  const auto &d = c.in[0]->dims;
+  const int64_t rows = d[0] * d[1];
+  const int64_t n = rows ? c.in[0]->NumElements() / rows : 0;
+  if (c.in[0]->dtype == ElemType::kFloat) return std::make_unique<GlobalLpKernel<float>>(rows, n, p);
+  if (c.in[0]->dtype == ElemType::kDouble) return std::make_unique<GlobalLpKernel<double>>(rows, n, p);
+  *reason = DtypeNotSupported(c.in[0]->dtype);
+  return nullptr;
+}
+
+std::unique_ptr<Kernel> PrepareGlobalLpPool(const KernelCtx &c, std::string *reason) {
+  return HasHalfTypes(c) ? PrepareViaFloat(c, PrepareGlobalLpPoolFloat, reason)
+                         : PrepareGlobalLpPoolFloat(c, reason);
 }
 
 // ---- MaxUnpool ----
@@ -307,6 +389,7 @@ std::unique_ptr<Kernel> PrepareMaxUnpool(const KernelCtx &c, std::string *reason
 
 void RegisterLpPoolOps(std::vector<OpDef> *ops) {
   ops->push_back({"LpPool", 1, 1, 1, 1, nullptr, InferLpPool, PrepareLpPool, true});
+  ops->push_back({"GlobalLpPool", 1, 1, 1, 1, nullptr, InferGlobalLpPool, PrepareGlobalLpPool, true});
   ops->push_back({"MaxUnpool", 2, 3, 1, 1, nullptr, InferMaxUnpool, PrepareMaxUnpool, true});
 }
 
