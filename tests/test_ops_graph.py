@@ -380,6 +380,77 @@ def test_roialign_random(session, mode, ctm):
     _check(session, m, [x, rois, bi], rtol=1e-4, atol=1e-5)
 
 
+def _max_roi_pool(x, rois, pooled, scale):
+    """Fast R-CNN's RoI max pooling as onnxruntime computes it (onnx.reference has no MaxRoiPool): corners rounded
+    to pixels (half away from zero), a malformed region taken as 1x1, bins of float32 size, an empty bin 0, NaN
+    never the max."""
+    h, w = x.shape[2:]
+
+    def pixel(v):
+        return int(np.copysign(np.floor(abs(v) + 0.5), v))
+
+    def edges(k, size, start, limit):  # [floor(k * size), ceil((k + 1) * size)) + start, within [0, limit]
+        lo, hi = int(np.floor(np.float32(k) * size)), int(np.ceil(np.float32(k + 1) * size))
+        return min(max(lo + start, 0), limit), min(max(hi + start, 0), limit)
+
+    out = np.zeros((len(rois), x.shape[1]) + tuple(pooled), x.dtype)
+    for q, (b, *corners) in enumerate(rois.astype(np.float32)):
+        sw, sh, ew, eh = (pixel(v) for v in np.float32(corners) * np.float32(scale))
+        bh = np.float32(max(eh - sh + 1, 1)) / np.float32(pooled[0])
+        bw = np.float32(max(ew - sw + 1, 1)) / np.float32(pooled[1])
+        for ph in range(pooled[0]):
+            hs, he = edges(ph, bh, sh, h)
+            for pw in range(pooled[1]):
+                ws, we = edges(pw, bw, sw, w)
+                if he > hs and we > ws:
+                    win = x[int(b), :, hs:he, ws:we].reshape(x.shape[1], -1)
+                    out[q, :, ph, pw] = np.where(np.isnan(win), -np.inf, win).max(axis=1)
+    return out
+
+
+@pytest.mark.parametrize("pooled,scale", [((2, 2), 1.0), ((3, 4), 0.5), ((1, 1), 0.0625), ((4, 3), 2.0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_max_roi_pool_random(session, pooled, scale, dtype):
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((2, 3, 11, 9)).astype(dtype)
+    x[0, 1, 2, 3] = np.nan
+    rois = np.concatenate([rng.integers(0, 2, (7, 1)), rng.uniform(-4, 24, (7, 4))], axis=1).astype(dtype)
+    rois[0, 1:] = [0, 0, 8, 10]  # the whole map
+    rois[1, 1:] = [6, 5, 2, 1]  # end before start: a 1x1 region
+    rois[2, 1:] = [40, 40, 50, 50]  # outside the map: empty bins
+    m = _model("MaxRoiPool", [("x", dtype, x.shape), ("r", dtype, rois.shape)], [("y", dtype, None)], 18,
+               pooled_shape=list(pooled), spatial_scale=scale)
+    (y,) = _run(session, m, [x, rois])
+    want = _max_roi_pool(x, rois, pooled, scale)
+    assert y.shape == want.shape and y.dtype == dtype
+    np.testing.assert_array_equal(y, want)
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return
+    if dtype == np.float32:  # onnxruntime (a benchmark dependency) computes the same
+        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        np.testing.assert_array_equal(y, sess.run(None, {"x": x, "r": rois})[0])
+
+
+@pytest.mark.parametrize("batch", [2.0, -1.0, np.nan])
+def test_max_roi_pool_refuses_a_batch_index_outside_x(session, batch):
+    x = np.ones((2, 1, 4, 4), np.float32)
+    rois = np.array([[0, 0, 0, 3, 3], [batch, 0, 0, 1, 1]], np.float32)
+    m = _model("MaxRoiPool", [("x", np.float32, x.shape), ("r", np.float32, rois.shape)], [("y", np.float32, None)],
+               22, pooled_shape=[2, 2])
+    with pytest.raises(ga.GeError, match=r"region of interest 1: batch index .* is outside \[0, 2\)"):
+        _run(session, m, [x, rois])
+
+
+@pytest.mark.parametrize("attrs", [{}, {"pooled_shape": [2]}, {"pooled_shape": [0, 2]}])
+def test_max_roi_pool_needs_a_pooled_shape(session, attrs):
+    m = _model("MaxRoiPool", [("x", np.float32, (1, 1, 4, 4)), ("r", np.float32, (1, 5))], [("y", np.float32, None)],
+               22, **attrs)
+    with pytest.raises(ga.GeError, match="pooled_shape"):
+        _run(session, m, [np.ones((1, 1, 4, 4), np.float32), np.zeros((1, 5), np.float32)])
+
+
 EINSUMS = [("ij,jk->ik", [(3, 4), (4, 5)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ii->i", [(4, 4)]),
            ("ii", [(5, 5)]), ("...ij,...jk", [(2, 1, 3, 4), (3, 4, 2)]), ("i,i->", [(6,), (6,)]),
            ("ij->ji", [(3, 4)]), ("abc,cd,de->abe", [(2, 3, 4), (4, 5), (5, 2)]), ("ij,ij->ij", [(0, 3), (0, 3)]),

@@ -1,4 +1,4 @@
-// Detection ops: NonMaxSuppression and RoiAlign.
+// Detection ops: NonMaxSuppression, RoiAlign and MaxRoiPool.
 // NonMaxSuppression's output row count depends on the contents of every input, so its shape is known only when
 // they are (constants, or graph inputs bound by a value-dependent plan); the selection is computed by one
 // function shared by shape inference and the kernel. Boxes are ranked by score (ties: lower index first), as the
@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 
 #include "elem.h"
 
@@ -348,11 +349,131 @@ std::unique_ptr<Kernel> PrepareRoiAlign(const KernelCtx &kc, std::string *reason
   return k;
 }
 
+// ---- MaxRoiPool: the max over each bin of a region of X (Fast R-CNN's RoI pooling, as onnxruntime computes it) ----
+
+struct RoiPoolAttrs {
+  int64_t ph = 0, pw = 0;
+  float spatial = 1.f;
+};
+
+bool ReadRoiPoolAttrs(const Node &n, RoiPoolAttrs *r, std::string *reason) {
+  std::vector<int64_t> shape;
+  bool present;
+  if (!AttrInts(n, "pooled_shape", &shape, &present, reason) ||
+      !AttrFloat(n, "spatial_scale", 1.f, &r->spatial, reason))
+    return false;
+  if (!present || shape.size() != 2 || shape[0] <= 0 || shape[1] <= 0 || shape[0] > (1 << 20) || shape[1] > (1 << 20)) {
+    *reason = "attribute 'pooled_shape' must be given as two positive values [pooled_h, pooled_w]";
+    return false;
+  }
+  r->ph = shape[0], r->pw = shape[1];
+  return true;
+}
+
+bool CheckMaxRoiPool(const Node &n, int64_t, std::string *reason) {
+  RoiPoolAttrs r;
+  return ReadRoiPoolAttrs(n, &r, reason);
+}
+
+bool InferMaxRoiPool(InferCtx *c, std::string *reason) {
+  RoiPoolAttrs r;
+  if (!ReadRoiPoolAttrs(*c->node, &r, reason)) return false;
+  const TensorDesc &x = *c->in[0], &rois = *c->in[1];
+  if (!IsFloatType(x.dtype) || rois.dtype != x.dtype || x.dims.size() != 4 || rois.dims.size() != 2 ||
+      (rois.dims[1] >= 0 && rois.dims[1] != 5)) {
+    *reason = "expects X [N, C, H, W] and rois [R, 5] (batch index, x1, y1, x2, y2) of one float dtype, got " +
+              DescStr(x) + " and " + DescStr(rois);
+    return false;
+  }
+  c->out[0] = {x.dtype, {rois.dims[0], x.dims[1], r.ph, r.pw}};
+  return true;
+}
+
+// A scaled ROI coordinate rounded to a pixel, bounded so that no cast overflows (NaN: pixel 0).
+int64_t RoiPixel(double v) {
+  if (!(v == v)) return 0;
+  return static_cast<int64_t>(std::llround(std::min(std::max(v, -1e12), 1e12)));
+}
+
+template <class S>
+class MaxRoiPoolKernel : public Kernel {
+ public:
+  MaxRoiPoolKernel(RoiPoolAttrs r, int64_t n, int64_t ch, int64_t h, int64_t w, int64_t rois)
+      : r_(r), n_(n), c_(ch), h_(h), w_(w), rois_(rois) {}
+  bool Run(const void *const *in, void *const *out, std::string *reason) override {
+    using C = typename Num<S>::C;
+    const S *x = static_cast<const S *>(in[0]);
+    const S *roi = static_cast<const S *>(in[1]);
+    S *y = static_cast<S *>(out[0]);
+    for (int64_t q = 0; q < rois_; ++q) {
+      const S *rq = roi + q * 5;
+      const double bd = std::trunc(static_cast<double>(Num<S>::Load(rq[0])));
+      if (!(bd >= 0 && bd < static_cast<double>(n_))) {
+        *reason = "region of interest " + std::to_string(q) + ": batch index " +
+                  std::to_string(static_cast<double>(Num<S>::Load(rq[0]))) + " is outside [0, " +
+                  std::to_string(n_) + ")";
+        return false;
+      }
+      const int64_t b = static_cast<int64_t>(bd);
+      // scaled in the compute type, as onnxruntime (a float product rounds before the pixel is taken)
+      const C scale = static_cast<C>(r_.spatial);
+      const auto at = [&](int k) { return RoiPixel(static_cast<double>(Num<S>::Load(rq[k]) * scale)); };
+      const int64_t sw = at(1), sh = at(2), ew = at(3), eh = at(4);
+      const int64_t rh = std::max<int64_t>(eh - sh + 1, 1), rw = std::max<int64_t>(ew - sw + 1, 1);  // malformed: 1x1
+      const float bh = static_cast<float>(rh) / static_cast<float>(r_.ph);
+      const float bw = static_cast<float>(rw) / static_cast<float>(r_.pw);
+      for (int64_t ch = 0; ch < c_; ++ch) {
+        const S *plane = x + (b * c_ + ch) * h_ * w_;
+        S *yo = y + (q * c_ + ch) * r_.ph * r_.pw;
+        for (int64_t ph = 0; ph < r_.ph; ++ph) {
+          const int64_t hs = Clamp(static_cast<int64_t>(std::floor(static_cast<float>(ph) * bh)) + sh, h_);
+          const int64_t he = Clamp(static_cast<int64_t>(std::ceil(static_cast<float>(ph + 1) * bh)) + sh, h_);
+          for (int64_t pw = 0; pw < r_.pw; ++pw) {
+            const int64_t ws = Clamp(static_cast<int64_t>(std::floor(static_cast<float>(pw) * bw)) + sw, w_);
+            const int64_t we = Clamp(static_cast<int64_t>(std::ceil(static_cast<float>(pw + 1) * bw)) + sw, w_);
+            C m = 0;  // an empty bin is 0
+            if (he > hs && we > ws) {
+              m = -std::numeric_limits<C>::max();  // as onnxruntime: a NaN is never the max
+              for (int64_t i = hs; i < he; ++i)
+                for (int64_t j = ws; j < we; ++j) {
+                  const C v = Num<S>::Load(plane[i * w_ + j]);
+                  if (v > m) m = v;
+                }
+            }
+            yo[ph * r_.pw + pw] = Num<S>::Store(m);
+          }
+        }
+      }
+    }
+    return true;
+  }
+
+ private:
+  static int64_t Clamp(int64_t v, int64_t hi) { return std::min(std::max<int64_t>(v, 0), hi); }
+  RoiPoolAttrs r_;
+  int64_t n_, c_, h_, w_, rois_;
+};
+
+std::unique_ptr<Kernel> PrepareMaxRoiPool(const KernelCtx &kc, std::string *reason) {
+  RoiPoolAttrs r;
+  if (!ReadRoiPoolAttrs(*kc.node, &r, reason)) return nullptr;
+  const auto &xd = kc.in[0]->dims;
+  std::unique_ptr<Kernel> k;
+  VisitType(kc.in[0]->dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (kIsFloat<S>)
+      k = std::make_unique<MaxRoiPoolKernel<S>>(r, xd[0], xd[1], xd[2], xd[3], kc.in[1]->dims[0]);
+  });
+  if (!k) *reason = DtypeNotSupported(kc.in[0]->dtype);
+  return k;
+}
+
 }  // namespace
 
 void RegisterDetectOps(std::vector<OpDef> *ops) {
   ops->push_back({"NonMaxSuppression", 2, 5, 1, 1, nullptr, InferNms, PrepareNms, true});
   ops->push_back({"RoiAlign", 3, 3, 1, 1, CheckRoiAlign, InferRoiAlign, PrepareRoiAlign, true});
+  ops->push_back({"MaxRoiPool", 2, 2, 1, 1, CheckMaxRoiPool, InferMaxRoiPool, PrepareMaxRoiPool, true});
 }
 
 }  // namespace onnx
