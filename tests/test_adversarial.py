@@ -615,24 +615,27 @@ def test_tfidf_skip_count_far_past_the_row_finishes():
 
 
 def test_einsum_whose_loop_nest_never_ends_is_refused():
-    """Einsum runs what no GEMM takes as one loop over every label: 40 operands of [2] summed to a scalar made
-    2^40 iterations (a run that never finished). Past 2^40 steps it is refused; smaller nests still run."""
+    """Einsum runs what no GEMM or pairwise contraction takes as one loop over every label: 40 operands of [2]
+    summed to a scalar made 2^40 iterations (a run that never finished). Past 2^40 steps it is refused; smaller
+    nests still run. float32 operands are contracted a pair at a time, so the 40 of them run at once."""
     code = """
     import string
     import numpy as np
     import geasync as ga
     from conftest import TensorProto, helper, make_model
-    for n in (16, 40):
+    for dtype, n in ((np.float32, 16), (np.float32, 40), (np.float16, 12), (np.float16, 40)):
         names = [f"x{i}" for i in range(n)]
         node = helper.make_node("Einsum", names, ["y"], equation=",".join(string.ascii_letters[:n]) + "->")
-        model = make_model([node], [(x, TensorProto.FLOAT, [2]) for x in names], [("y", TensorProto.FLOAT, None)])
+        t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        model = make_model([node], [(x, t, [2]) for x in names], [("y", t, None)])
         with ga.Session() as s:
             s.add_graph(1, ga.Graph.from_onnx(model))
             try:
-                print(n, "ran", float(s.run_graph(1, [np.ones(2, np.float32)] * n)[0].numpy()))
+                print(np.dtype(dtype).name, n, "ran", float(s.run_graph(1, [np.ones(2, dtype)] * n)[0].numpy()))
             except ga.GeError as exc:
-                print(n, "GeError:", exc)
+                print(np.dtype(dtype).name, n, "GeError:", exc)
     """
     out = run_isolated(code, timeout=30).stdout
-    assert f"16 ran {2.0 ** 16}" in out, out
-    assert "40 GeError" in out and "(op Einsum)" in out and "2^40" in out, out
+    assert f"float32 16 ran {2.0 ** 16}" in out and f"float32 40 ran {2.0 ** 40}" in out, out
+    assert f"float16 12 ran {2.0 ** 12}" in out, out
+    assert "float16 40 GeError" in out and "(op Einsum)" in out and "2^40" in out, out

@@ -107,6 +107,50 @@ def test_einsum_products(session, eq, shapes, dtype):
     _check(session, eq, _feeds(shapes, dtype, seed=3), rtol=tol, atol=tol)
 
 
+CHAINS = [("ij,jk,kl->il", [(9, 17), (17, 33), (33, 5)]), ("abc,cd,de->abe", [(3, 4, 16), (16, 7), (7, 5)]),
+          ("bij,bjk,bkl->bil", [(2, 5, 6), (2, 6, 7), (2, 7, 3)]), ("bn,anm,bm->ba", [(4, 6), (3, 6, 5), (4, 5)]),
+          ("ij,jk,kl->li", [(4, 5), (5, 6), (6, 7)]), ("i,i,i->", [(23,), (23,), (23,)]),
+          ("ij,j,i->i", [(5, 19), (19,), (5,)]), ("ij,jk,ki->", [(5, 6), (6, 7), (7, 5)]),
+          ("ab,bc,cd,de,ef->af", [(3, 4), (4, 5), (5, 6), (6, 7), (7, 2)]),
+          ("ijk,jl,km->ilm", [(3, 4, 5), (4, 6), (5, 2)]),  # a label kept from the first, summed later
+          ("ab,cd,ef->abcdef", [(2, 3), (3, 2), (2, 2)]),   # outer products only
+          ("abc,bd,ce->", [(3, 4, 5), (4, 2), (5, 3)]),
+          ("iab,ibc,icd->iad", [(2, 3, 4), (2, 4, 5), (2, 5, 3)]),
+          ("ij,jk,kl", [(3, 4), (4, 5), (5, 6)]),            # implicit output
+          ("...ij,...jk,...kl->...il", [(2, 3, 4), (2, 4, 5), (2, 5, 2)]),
+          # not contracted pairwise (the loop nest runs): a diagonal, a broadcast dim, an empty dim
+          ("ii,ij,jk->ik", [(4, 4), (4, 5), (5, 3)]), ("ij,jk,kl->il", [(4, 1), (3, 5), (5, 2)]),
+          ("ij,jk,kl->il", [(3, 0), (0, 4), (4, 2)])]
+
+
+@pytest.mark.parametrize("eq,shapes", CHAINS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.float16])
+def test_einsum_of_three_or_more_operands(session, eq, shapes, dtype):
+    """Contracted a pair at a time (two GEMMs for "ij,jk,kl->il", not one loop over four labels) where the terms
+    allow it; integer sums wrap as the reference's do either way (products and sums modulo the type's width)."""
+    feeds = _feeds(shapes, dtype, 17)
+    if dtype == np.float16:  # the reference rounds every float16 partial sum, the twin sums in double: compare
+        m = _einsum_model(eq, feeds)  # with the exact result, within float16's half ulp of its largest value
+        exact = np.einsum(eq, *[f.astype(np.float64) for f in feeds])
+        got = run_once(session, m, feeds)[0]
+        assert got.dtype == np.float16
+        np.testing.assert_allclose(got, exact, rtol=1e-3, atol=1e-3 * np.abs(exact).max(initial=1))
+        return
+    tol = 2e-4 if dtype == np.float32 else 1e-10
+    _check(session, eq, feeds, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_einsum_chain_wraps_like_the_reference(session, dtype):
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(4)
+    feeds = [rng.integers(info.min, info.max, s, endpoint=True, dtype=dtype) for s in [(5, 9), (9, 7), (7, 3)]]
+    m = _einsum_model("ij,jk,kl->il", feeds)
+    with np.errstate(all="ignore"):
+        want = reference(m, feeds)[0]
+    np.testing.assert_array_equal(run_once(session, m, feeds)[0], want)
+
+
 @pytest.mark.parametrize("rows", [1, 7, 8, 9, 17, 64])
 @pytest.mark.parametrize("cols", [1, 3, 8, 9, 16, 31, 32, 33, 130])
 def test_einsum_matrix_vector_rows_and_tails(session, rows, cols):

@@ -3,7 +3,8 @@
 // labels and, for each output element, the contracted labels, with incremental offsets (no per-element division).
 // Floating types accumulate in double, integers in 64 bits (wrapping like the reference's fixed-width sums).
 // Two float32 / float64 operands that form a batched matrix product (attention's "bhqd,bhkd->bhqk", "ij,jk",
-// "bij,bjk->bik", ...) run as GEMMs instead (EinsumGemmKernel).
+// "bij,bjk->bik", ...) run as GEMMs instead (EinsumGemmKernel); three or more are contracted a pair at a time
+// (EinsumChainKernel).
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3")
 #pragma GCC diagnostic ignored "-Wpsabi"  // the vector types below live only inside inlined loops
@@ -1014,20 +1015,20 @@ class EinsumGemmKernel : public Kernel {
   EinsumGemmPlan p_;
 };
 
-std::unique_ptr<Kernel> PrepareEinsum(const KernelCtx &kc, std::string *reason) {
-  Einsum e;
-  if (!Compile(*kc.node, kc.in, &e, reason)) return nullptr;
+// One compiled equation over operands of these shapes: a GEMM, a copy or the loop nest.
+std::unique_ptr<Kernel> PrepareCompiled(const Einsum &e, const std::vector<const TensorDesc *> &in, ElemType dtype,
+                                        std::string *reason) {
   std::vector<int> sum_labels;
   for (const auto &kv : e.size)
     if (!std::count(e.out.begin(), e.out.end(), kv.first)) sum_labels.push_back(kv.first);
-  const size_t nops = kc.in.size();
+  const size_t nops = in.size();
   // Stride of each label in each operand: summed over the dims it labels (diagonals), 0 where broadcast/absent.
   auto label_strides = [&](const std::vector<int> &labels) {
     std::vector<std::vector<int64_t>> st(nops, std::vector<int64_t>(labels.size(), 0));
     for (size_t k = 0; k < nops; ++k) {
-      const std::vector<int64_t> s = Strides(kc.in[k]->dims);
+      const std::vector<int64_t> s = Strides(in[k]->dims);
       for (size_t j = 0; j < e.terms[k].size(); ++j) {
-        if (kc.in[k]->dims[j] == 1) continue;
+        if (in[k]->dims[j] == 1) continue;
         for (size_t l = 0; l < labels.size(); ++l)
           if (labels[l] == e.terms[k][j]) st[k][l] += s[j];
       }
@@ -1037,16 +1038,16 @@ std::unique_ptr<Kernel> PrepareEinsum(const KernelCtx &kc, std::string *reason) 
   EinsumGemmPlan plan;
   // A product with a single row or column per batch ("ij,ij->i", "bi,bi->b", "ij,j->i") is a batch of dots: the
   // loop nest's row sums beat one tiny GEMM call per batch.
-  if (PlanEinsumGemm(e, kc.in, &plan) && (plan.M > 1 || plan.N > 1)) {
-    if (kc.out[0].dtype == ElemType::kFloat) return std::make_unique<EinsumGemmKernel<float>>(plan);
-    if (kc.out[0].dtype == ElemType::kDouble) return std::make_unique<EinsumGemmKernel<double>>(plan);
+  if (PlanEinsumGemm(e, in, &plan) && (plan.M > 1 || plan.N > 1)) {
+    if (dtype == ElemType::kFloat) return std::make_unique<EinsumGemmKernel<float>>(plan);
+    if (dtype == ElemType::kDouble) return std::make_unique<EinsumGemmKernel<double>>(plan);
   }
   // Every label as a loop: its extent, its stride in each operand and in the output (0 when summed).
   std::vector<int> labels = e.out;
   labels.insert(labels.end(), sum_labels.begin(), sum_labels.end());
   std::vector<int64_t> ext, out_ext;
-  for (int lab : labels) ext.push_back(e.size[lab]);
-  for (int lab : e.out) out_ext.push_back(e.size[lab]);
+  for (int lab : labels) ext.push_back(e.size.at(lab));
+  for (int lab : e.out) out_ext.push_back(e.size.at(lab));
   // The nest visits every combination of labels, once per operand: past 2^40 steps a run would not end (40
   // operands of [2] summed to a scalar), so such an equation is refused rather than started.
   int64_t steps = static_cast<int64_t>(nops);
@@ -1066,7 +1067,7 @@ std::unique_ptr<Kernel> PrepareEinsum(const KernelCtx &kc, std::string *reason) 
   int64_t out_total = 1;
   for (int64_t v : out_ext) out_total *= v;
   LoopNest nest = PlanLoops(ext, str);
-  const size_t bytes = ElemSize(kc.out[0].dtype);
+  const size_t bytes = ElemSize(dtype);
   std::unique_ptr<Kernel> k;
   if (nops == 1 && sum_labels.empty() && bytes > 0) {
     if (bytes == 1) return std::make_unique<EinsumCopyKernel<uint8_t>>(nest);
@@ -1074,13 +1075,148 @@ std::unique_ptr<Kernel> PrepareEinsum(const KernelCtx &kc, std::string *reason) 
     if (bytes == 4) return std::make_unique<EinsumCopyKernel<uint32_t>>(nest);
     if (bytes == 8) return std::make_unique<EinsumCopyKernel<uint64_t>>(nest);
   }
-  VisitType(kc.out[0].dtype, [&](auto tag) {
+  VisitType(dtype, [&](auto tag) {
     using S = decltype(tag);
     if constexpr (!std::is_same<S, Bool>::value)
       k = std::make_unique<EinsumKernel<S>>(nest, out_total, !sum_labels.empty());
   });
-  if (!k) *reason = DtypeNotSupported(kc.out[0].dtype);
+  if (!k) *reason = DtypeNotSupported(dtype);
   return k;
+}
+
+// Three or more operands, contracted a pair at a time (the pair whose result is smallest first), as numpy's
+// einsum_path and onnxruntime do: "ij,jk,kl->il" is two GEMMs, not one loop over i, j, k and l. Each step is an
+// equation of two operands prepared as above; intermediates live in this kernel's scratch.
+class EinsumChainKernel : public Kernel {
+ public:
+  struct Step {
+    std::unique_ptr<Kernel> kernel;
+    size_t a, b;           // value slots read: the node's inputs first, then the steps' results
+    size_t offset = 0;     // of the result in scratch (the last step writes the output)
+    size_t scratch = 0;    // of the step's own scratch
+  };
+  EinsumChainKernel(std::vector<Step> steps, size_t nops, size_t bytes)
+      : steps_(std::move(steps)), nops_(nops), bytes_(bytes), values_(nops + steps_.size()) {}
+  size_t scratch_bytes() const override { return bytes_; }
+  bool Run(const void *const *in, void *const *out, std::string *reason) override {
+    char *base = static_cast<char *>(scratch_);
+    for (size_t k = 0; k < nops_; ++k) values_[k] = in[k];
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      Step &st = steps_[i];
+      void *result = i + 1 == steps_.size() ? out[0] : base + st.offset;
+      const void *pair[2] = {values_[st.a], values_[st.b]};
+      st.kernel->set_scratch(base + st.scratch);
+      if (!st.kernel->Run(pair, &result, reason)) return false;
+      values_[nops_ + i] = result;
+    }
+    return true;
+  }
+
+ private:
+  std::vector<Step> steps_;
+  size_t nops_, bytes_;
+  std::vector<const void *> values_;
+};
+
+// The chain for e, or nullptr where it does not apply (then the loop nest runs): fewer than three operands, a
+// repeated label or a broadcast dim in a term, an empty dim, a type whose intermediates would round (float16:
+// the loop nest sums in double once), or intermediates past the memory limit.
+std::unique_ptr<Kernel> PrepareChain(const Einsum &e, const std::vector<const TensorDesc *> &in, ElemType dtype,
+                                     uint64_t memory_limit) {
+  const size_t nops = in.size();
+  if (nops < 3 || !(dtype == ElemType::kFloat || dtype == ElemType::kDouble || dtype == ElemType::kInt32 ||
+                    dtype == ElemType::kInt64))
+    return nullptr;
+  for (size_t k = 0; k < nops; ++k)
+    for (size_t j = 0; j < e.terms[k].size(); ++j) {
+      const int lab = e.terms[k][j];
+      if (std::count(e.terms[k].begin(), e.terms[k].end(), lab) != 1 || in[k]->dims[j] != e.size.at(lab) ||
+          in[k]->dims[j] <= 0)
+        return nullptr;
+    }
+  struct Operand {
+    std::vector<int> term;
+    size_t slot;
+  };
+  std::vector<Operand> ops;
+  for (size_t k = 0; k < nops; ++k) ops.push_back({e.terms[k], k});
+  auto has = [](const std::vector<int> &t, int lab) { return std::count(t.begin(), t.end(), lab) > 0; };
+  // The labels a contraction of ops[x] and ops[y] keeps: those the output or another operand still needs.
+  auto kept = [&](size_t x, size_t y) {
+    std::vector<int> labs;
+    auto needed = [&](int lab) {
+      if (has(e.out, lab)) return true;
+      for (size_t z = 0; z < ops.size(); ++z)
+        if (z != x && z != y && has(ops[z].term, lab)) return true;
+      return false;
+    };
+    // [both, then x's own, then y's own]: the order PlanEinsumGemm writes in place
+    for (int lab : ops[x].term)
+      if (has(ops[y].term, lab) && needed(lab)) labs.push_back(lab);
+    for (int lab : ops[x].term)
+      if (!has(ops[y].term, lab) && needed(lab)) labs.push_back(lab);
+    for (int lab : ops[y].term)
+      if (!has(ops[x].term, lab) && needed(lab)) labs.push_back(lab);
+    return labs;
+  };
+  auto elements = [&](const std::vector<int> &labs) {
+    int64_t n = 1;
+    for (int lab : labs) n = n > kMaxElements / e.size.at(lab) ? kMaxElements + 1 : n * e.size.at(lab);
+    return n;
+  };
+  const size_t esize = ElemSize(dtype);
+  std::vector<EinsumChainKernel::Step> steps;
+  std::vector<TensorDesc> descs;  // of the intermediates, kept alive while their steps are prepared
+  descs.reserve(nops);
+  size_t live = 0, peak = 0, scratch_peak = 0;
+  while (ops.size() > 1) {
+    size_t bx = 0, by = 1;
+    int64_t best = -1;
+    for (size_t x = 0; x < ops.size(); ++x)
+      for (size_t y = x + 1; y < ops.size(); ++y) {
+        const int64_t n = elements(kept(x, y));
+        if (best < 0 || n < best) best = n, bx = x, by = y;
+      }
+    const bool last = ops.size() == 2;
+    Einsum sub;
+    sub.terms = {ops[bx].term, ops[by].term};
+    sub.out = last ? e.out : kept(bx, by);
+    for (const auto &t : sub.terms)
+      for (int lab : t) sub.size[lab] = e.size.at(lab);
+    if (elements(sub.out) > kMaxElements) return nullptr;
+    TensorDesc result{dtype, {}};
+    for (int lab : sub.out) result.dims.push_back(e.size.at(lab));
+    const TensorDesc *da = ops[bx].slot < nops ? in[ops[bx].slot] : &descs[ops[bx].slot - nops];
+    const TensorDesc *db = ops[by].slot < nops ? in[ops[by].slot] : &descs[ops[by].slot - nops];
+    std::string ignored;
+    std::unique_ptr<Kernel> k = PrepareCompiled(sub, {da, db}, dtype, &ignored);
+    if (!k) return nullptr;
+    EinsumChainKernel::Step st;
+    st.a = ops[bx].slot, st.b = ops[by].slot;
+    st.scratch = k->scratch_bytes();  // its size for now; placed after the intermediates below
+    st.kernel = std::move(k);
+    const size_t nbytes = last ? 0 : (static_cast<size_t>(elements(sub.out)) * esize + 63) / 64 * 64;
+    st.offset = live;  // intermediates are few and small next to the operands: each keeps its own place
+    live += nbytes;
+    peak = std::max(peak, live);
+    scratch_peak = std::max(scratch_peak, (st.scratch + 63) / 64 * 64);
+    descs.push_back(result);
+    const size_t slot = nops + steps.size();
+    steps.push_back(std::move(st));
+    ops.erase(ops.begin() + static_cast<std::ptrdiff_t>(by));
+    ops.erase(ops.begin() + static_cast<std::ptrdiff_t>(bx));
+    ops.push_back({sub.out, slot});
+  }
+  if (memory_limit && peak + scratch_peak > memory_limit) return nullptr;
+  for (auto &st : steps) st.scratch = peak;  // one step runs at a time: their scratch shares one place
+  return std::make_unique<EinsumChainKernel>(std::move(steps), nops, peak + scratch_peak);
+}
+
+std::unique_ptr<Kernel> PrepareEinsum(const KernelCtx &kc, std::string *reason) {
+  Einsum e;
+  if (!Compile(*kc.node, kc.in, &e, reason)) return nullptr;
+  if (std::unique_ptr<Kernel> chain = PrepareChain(e, kc.in, kc.out[0].dtype, kc.memory_limit)) return chain;
+  return PrepareCompiled(e, kc.in, kc.out[0].dtype, reason);
 }
 
 }  // namespace
