@@ -118,6 +118,11 @@ CHAINS = [("ij,jk,kl->il", [(9, 17), (17, 33), (33, 5)]), ("abc,cd,de->abe", [(3
           ("iab,ibc,icd->iad", [(2, 3, 4), (2, 4, 5), (2, 5, 3)]),
           ("ij,jk,kl", [(3, 4), (4, 5), (5, 6)]),            # implicit output
           ("...ij,...jk,...kl->...il", [(2, 3, 4), (2, 4, 5), (2, 5, 2)]),
+          ("i,j,k->ijk", [(3,), (4,), (5,)]), ("ij,k->ijk", [(3, 4), (5,)]),
+          # two operands with a label only one of them has, summed out of it first
+          ("ij,jk->i", [(6, 7), (7, 5)]), ("bij,bjk->b", [(2, 3, 4), (2, 4, 5)]),
+          ("abc,abd->ab", [(2, 3, 4), (2, 3, 5)]),
+          ("ij,kl->", [(3, 4), (5, 6)]), ("bij,bjk->bk", [(2, 3, 4), (2, 4, 5)]), ("ij,kl->ki", [(3, 4), (5, 6)]),
           # not contracted pairwise (the loop nest runs): a diagonal, a broadcast dim, an empty dim
           ("ii,ij,jk->ik", [(4, 4), (4, 5), (5, 3)]), ("ij,jk,kl->il", [(4, 1), (3, 5), (5, 2)]),
           ("ij,jk,kl->il", [(3, 0), (0, 4), (4, 2)])]
@@ -125,9 +130,10 @@ CHAINS = [("ij,jk,kl->il", [(9, 17), (17, 33), (33, 5)]), ("abc,cd,de->abe", [(3
 
 @pytest.mark.parametrize("eq,shapes", CHAINS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.float16])
-def test_einsum_of_three_or_more_operands(session, eq, shapes, dtype):
-    """Contracted a pair at a time (two GEMMs for "ij,jk,kl->il", not one loop over four labels) where the terms
-    allow it; integer sums wrap as the reference's do either way (products and sums modulo the type's width)."""
+def test_einsum_contracted_pairwise(session, eq, shapes, dtype):
+    """Three or more operands contracted a pair at a time (two GEMMs for "ij,jk,kl->il", not one loop over four
+    labels), and a label only one operand has summed out of it first ("ij,jk->i"), where the terms allow it;
+    integer sums wrap as the reference's do either way (products and sums modulo the type's width)."""
     feeds = _feeds(shapes, dtype, 17)
     if dtype == np.float16:  # the reference rounds every float16 partial sum, the twin sums in double: compare
         m = _einsum_model(eq, feeds)  # with the exact result, within float16's half ulp of its largest value

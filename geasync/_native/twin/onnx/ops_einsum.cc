@@ -1085,18 +1085,20 @@ std::unique_ptr<Kernel> PrepareCompiled(const Einsum &e, const std::vector<const
 }
 
 // Three or more operands, contracted a pair at a time (the pair whose result is smallest first), as numpy's
-// einsum_path and onnxruntime do: "ij,jk,kl->il" is two GEMMs, not one loop over i, j, k and l. Each step is an
-// equation of two operands prepared as above; intermediates live in this kernel's scratch.
+// einsum_path and onnxruntime do: "ij,jk,kl->il" is two GEMMs, not one loop over i, j, k and l. A label only one
+// operand has and the output lacks is summed out of that operand first ("ij,jk->i": k, then a matrix-vector
+// product, not a loop over i, j and k). Each step is an equation of one or two operands prepared as above;
+// intermediates live in this kernel's scratch.
 class EinsumChainKernel : public Kernel {
  public:
   struct Step {
     std::unique_ptr<Kernel> kernel;
-    size_t a, b;           // value slots read: the node's inputs first, then the steps' results
-    size_t offset = 0;     // of the result in scratch (the last step writes the output)
-    size_t scratch = 0;    // of the step's own scratch
+    size_t a = 0, b = 0;  // value slots read (b only by a step of two operands): inputs first, then results
+    size_t operands = 2;
+    size_t offset = 0;    // of the result in scratch (the last step writes the output)
   };
-  EinsumChainKernel(std::vector<Step> steps, size_t nops, size_t bytes)
-      : steps_(std::move(steps)), nops_(nops), bytes_(bytes), values_(nops + steps_.size()) {}
+  EinsumChainKernel(std::vector<Step> steps, size_t nops, size_t results, size_t bytes)
+      : steps_(std::move(steps)), nops_(nops), results_(results), bytes_(bytes), values_(nops + steps_.size()) {}
   size_t scratch_bytes() const override { return bytes_; }
   bool Run(const void *const *in, void *const *out, std::string *reason) override {
     char *base = static_cast<char *>(scratch_);
@@ -1104,9 +1106,9 @@ class EinsumChainKernel : public Kernel {
     for (size_t i = 0; i < steps_.size(); ++i) {
       Step &st = steps_[i];
       void *result = i + 1 == steps_.size() ? out[0] : base + st.offset;
-      const void *pair[2] = {values_[st.a], values_[st.b]};
-      st.kernel->set_scratch(base + st.scratch);
-      if (!st.kernel->Run(pair, &result, reason)) return false;
+      const void *operands[2] = {values_[st.a], values_[st.b]};
+      st.kernel->set_scratch(base + results_);  // one step runs at a time: their scratch shares one place
+      if (!st.kernel->Run(operands, &result, reason)) return false;
       values_[nops_ + i] = result;
     }
     return true;
@@ -1114,17 +1116,30 @@ class EinsumChainKernel : public Kernel {
 
  private:
   std::vector<Step> steps_;
-  size_t nops_, bytes_;
+  size_t nops_, results_, bytes_;
   std::vector<const void *> values_;
 };
 
-// The chain for e, or nullptr where it does not apply (then the loop nest runs): fewer than three operands, a
-// repeated label or a broadcast dim in a term, an empty dim, a type whose intermediates would round (float16:
-// the loop nest sums in double once), or intermediates past the memory limit.
+// Of the two orders of a pair, the one whose GEMM copies least (the output's copy counts double): 0 or 1.
+int GemmOrder(const Einsum &sub, const std::vector<const TensorDesc *> &in) {
+  int cost[2] = {0, 0};
+  for (int swap = 0; swap < 2; ++swap) {
+    Einsum e = sub;
+    std::vector<const TensorDesc *> d = in;
+    if (swap) std::swap(e.terms[0], e.terms[1]), std::swap(d[0], d[1]);
+    EinsumGemmPlan p;
+    cost[swap] = PlanEinsumGemm(e, d, &p) ? !p.a.in_place + !p.b.in_place + 2 * !p.c.in_place : 4;
+  }
+  return cost[1] < cost[0] ? 1 : 0;
+}
+
+// The chain for e, or nullptr where it does not apply (then the kernels above run e whole): two operands with
+// nothing to sum out of one alone, a repeated label or a broadcast dim in a term, an empty dim, a type whose
+// intermediates would round (float16: the loop nest sums in double once), or intermediates past the memory limit.
 std::unique_ptr<Kernel> PrepareChain(const Einsum &e, const std::vector<const TensorDesc *> &in, ElemType dtype,
                                      uint64_t memory_limit) {
   const size_t nops = in.size();
-  if (nops < 3 || !(dtype == ElemType::kFloat || dtype == ElemType::kDouble || dtype == ElemType::kInt32 ||
+  if (nops < 2 || !(dtype == ElemType::kFloat || dtype == ElemType::kDouble || dtype == ElemType::kInt32 ||
                     dtype == ElemType::kInt64))
     return nullptr;
   for (size_t k = 0; k < nops; ++k)
@@ -1141,22 +1156,23 @@ std::unique_ptr<Kernel> PrepareChain(const Einsum &e, const std::vector<const Te
   std::vector<Operand> ops;
   for (size_t k = 0; k < nops; ++k) ops.push_back({e.terms[k], k});
   auto has = [](const std::vector<int> &t, int lab) { return std::count(t.begin(), t.end(), lab) > 0; };
-  // The labels a contraction of ops[x] and ops[y] keeps: those the output or another operand still needs.
+  // Whether a label of ops[x] (and ops[y]) is still needed after them: by the output or another operand.
+  auto needed = [&](int lab, size_t x, size_t y) {
+    if (has(e.out, lab)) return true;
+    for (size_t z = 0; z < ops.size(); ++z)
+      if (z != x && z != y && has(ops[z].term, lab)) return true;
+    return false;
+  };
+  // The labels a contraction of ops[x] and ops[y] keeps, [both, then x's own, then y's own]: the order
+  // PlanEinsumGemm writes in place.
   auto kept = [&](size_t x, size_t y) {
     std::vector<int> labs;
-    auto needed = [&](int lab) {
-      if (has(e.out, lab)) return true;
-      for (size_t z = 0; z < ops.size(); ++z)
-        if (z != x && z != y && has(ops[z].term, lab)) return true;
-      return false;
-    };
-    // [both, then x's own, then y's own]: the order PlanEinsumGemm writes in place
     for (int lab : ops[x].term)
-      if (has(ops[y].term, lab) && needed(lab)) labs.push_back(lab);
+      if (has(ops[y].term, lab) && needed(lab, x, y)) labs.push_back(lab);
     for (int lab : ops[x].term)
-      if (!has(ops[y].term, lab) && needed(lab)) labs.push_back(lab);
+      if (!has(ops[y].term, lab) && needed(lab, x, y)) labs.push_back(lab);
     for (int lab : ops[y].term)
-      if (!has(ops[x].term, lab) && needed(lab)) labs.push_back(lab);
+      if (!has(ops[x].term, lab) && needed(lab, x, y)) labs.push_back(lab);
     return labs;
   };
   auto elements = [&](const std::vector<int> &labs) {
@@ -1166,9 +1182,47 @@ std::unique_ptr<Kernel> PrepareChain(const Einsum &e, const std::vector<const Te
   };
   const size_t esize = ElemSize(dtype);
   std::vector<EinsumChainKernel::Step> steps;
-  std::vector<TensorDesc> descs;  // of the intermediates, kept alive while their steps are prepared
-  descs.reserve(nops);
-  size_t live = 0, peak = 0, scratch_peak = 0;
+  std::vector<TensorDesc> descs;  // of the intermediates, alive while the steps are prepared
+  descs.reserve(2 * nops);
+  size_t results = 0, scratch = 0;
+  auto desc = [&](const Operand &o) { return o.slot < nops ? in[o.slot] : &descs[o.slot - nops]; };
+  // Adds the step computing `out` from the given operands; false if it cannot be prepared.
+  auto add_step = [&](Einsum sub, std::vector<const TensorDesc *> d, const std::vector<size_t> &slots,
+                      bool last) {
+    for (const auto &t : sub.terms)
+      for (int lab : t) sub.size[lab] = e.size.at(lab);
+    if (elements(sub.out) > kMaxElements) return false;
+    std::string ignored;
+    std::unique_ptr<Kernel> k = PrepareCompiled(sub, d, dtype, &ignored);
+    if (!k) return false;
+    EinsumChainKernel::Step st;
+    st.operands = slots.size();
+    st.a = slots[0], st.b = slots.back();
+    scratch = std::max(scratch, (k->scratch_bytes() + 63) / 64 * 64);
+    st.kernel = std::move(k);
+    st.offset = results;  // each intermediate keeps its own place: they are few, and small next to the operands
+    if (!last) results += (static_cast<size_t>(elements(sub.out)) * esize + 63) / 64 * 64;
+    TensorDesc r{dtype, {}};
+    for (int lab : sub.out) r.dims.push_back(e.size.at(lab));
+    descs.push_back(std::move(r));
+    steps.push_back(std::move(st));
+    return true;
+  };
+  // Labels one operand alone has and nothing else needs: summed out of it first.
+  bool changed = false;
+  for (size_t x = 0; x < ops.size(); ++x) {
+    std::vector<int> keep;
+    for (int lab : ops[x].term)
+      if (needed(lab, x, x)) keep.push_back(lab);
+    if (keep.size() == ops[x].term.size()) continue;
+    changed = true;
+    Einsum sub;
+    sub.terms = {ops[x].term};
+    sub.out = keep;
+    if (!add_step(sub, {desc(ops[x])}, {ops[x].slot}, false)) return nullptr;
+    ops[x] = {keep, nops + steps.size() - 1};
+  }
+  if (nops == 2 && !changed) return nullptr;  // a pair as it is: the kernels above
   while (ops.size() > 1) {
     size_t bx = 0, by = 1;
     int64_t best = -1;
@@ -1181,35 +1235,21 @@ std::unique_ptr<Kernel> PrepareChain(const Einsum &e, const std::vector<const Te
     Einsum sub;
     sub.terms = {ops[bx].term, ops[by].term};
     sub.out = last ? e.out : kept(bx, by);
+    std::vector<const TensorDesc *> d = {desc(ops[bx]), desc(ops[by])};
+    std::vector<size_t> slots = {ops[bx].slot, ops[by].slot};
     for (const auto &t : sub.terms)
       for (int lab : t) sub.size[lab] = e.size.at(lab);
-    if (elements(sub.out) > kMaxElements) return nullptr;
-    TensorDesc result{dtype, {}};
-    for (int lab : sub.out) result.dims.push_back(e.size.at(lab));
-    const TensorDesc *da = ops[bx].slot < nops ? in[ops[bx].slot] : &descs[ops[bx].slot - nops];
-    const TensorDesc *db = ops[by].slot < nops ? in[ops[by].slot] : &descs[ops[by].slot - nops];
-    std::string ignored;
-    std::unique_ptr<Kernel> k = PrepareCompiled(sub, {da, db}, dtype, &ignored);
-    if (!k) return nullptr;
-    EinsumChainKernel::Step st;
-    st.a = ops[bx].slot, st.b = ops[by].slot;
-    st.scratch = k->scratch_bytes();  // its size for now; placed after the intermediates below
-    st.kernel = std::move(k);
-    const size_t nbytes = last ? 0 : (static_cast<size_t>(elements(sub.out)) * esize + 63) / 64 * 64;
-    st.offset = live;  // intermediates are few and small next to the operands: each keeps its own place
-    live += nbytes;
-    peak = std::max(peak, live);
-    scratch_peak = std::max(scratch_peak, (st.scratch + 63) / 64 * 64);
-    descs.push_back(result);
-    const size_t slot = nops + steps.size();
-    steps.push_back(std::move(st));
+    if (last && GemmOrder(sub, d)) {  // e.g. "ij,k->ijk" written in place, not as k, i, j then copied
+      std::swap(sub.terms[0], sub.terms[1]), std::swap(d[0], d[1]), std::swap(slots[0], slots[1]);
+    }
+    if (!add_step(sub, d, slots, last)) return nullptr;
+    const std::vector<int> term = sub.out;
     ops.erase(ops.begin() + static_cast<std::ptrdiff_t>(by));
     ops.erase(ops.begin() + static_cast<std::ptrdiff_t>(bx));
-    ops.push_back({sub.out, slot});
+    ops.push_back({term, nops + steps.size() - 1});
   }
-  if (memory_limit && peak + scratch_peak > memory_limit) return nullptr;
-  for (auto &st : steps) st.scratch = peak;  // one step runs at a time: their scratch shares one place
-  return std::make_unique<EinsumChainKernel>(std::move(steps), nops, peak + scratch_peak);
+  if (memory_limit && results + scratch > memory_limit) return nullptr;
+  return std::make_unique<EinsumChainKernel>(std::move(steps), nops, results, results + scratch);
 }
 
 std::unique_ptr<Kernel> PrepareEinsum(const KernelCtx &kc, std::string *reason) {
