@@ -898,15 +898,7 @@ class Session:
     def _release_default_allocator(self, address: int) -> None:
         # the stream (or this session) closes: drop the device allocator geasync registered for it
         self._default_allocators.discard(address)
-        users = self._native_users
-        me = get_ident()
-        users.append(me)
-        try:
-            handle = self._handle
-            if handle is not None:
-                _lib.unregister_external_allocator(handle, address, "Stream.close()")
-        finally:
-            users.remove(me)
+        self._ask(_lib.unregister_external_allocator, address, "Stream.close()")
 
 
 def _compile_declared(ref: "weakref.ref[Session]", graph_id: int, context: str) -> None:
