@@ -96,6 +96,26 @@ async def test_bad_input_is_400(anyio_backend):
         assert r.status_code == 200  # still serving
 
 
+async def test_raw_bodies_media_type_and_dtype(anyio_backend):
+    """A media type is case-insensitive (RFC 9110), so "Application/Octet-Stream" is a raw body, not bad JSON; an
+    x-dtype other than float32 is refused, where its bytes read as float32 would have been answered as other rows."""
+    async with service() as (app, client):
+        x = rows(1, 0)
+        for headers in ({"content-type": "Application/Octet-Stream"},
+                        {"content-type": "application/octet-stream; charset=binary", "x-dtype": "float32"}):
+            r = await client.post("/predict", content=x.tobytes(), headers=headers)
+            assert r.status_code == 200, (headers, r.text)
+            probs = np.frombuffer(r.content, np.float32).reshape(1, 10)
+            np.testing.assert_allclose(probs, reference(x), rtol=1e-4, atol=1e-6)
+        for dtype, body in (("float64", x.astype(np.float64).tobytes()), ("float16", rows(4, 1).astype(np.float16)),
+                            ("no-such-type", x.tobytes())):
+            r = await client.post("/predict", content=bytes(body),
+                                  headers={"content-type": "application/octet-stream", "x-dtype": dtype})
+            assert r.status_code == 400, (dtype, r.text)
+            assert f"got x-dtype '{dtype}'" in r.json()["error"]
+        assert app.state.batcher.statistics().submitted == 2
+
+
 @pytest.mark.parametrize("raw", [False, True], ids=["json", "raw"])
 async def test_more_rows_than_a_batch_takes_is_400(anyio_backend, raw):
     async with service(max_batch_size=4) as (app, client):

@@ -8,11 +8,12 @@
     curl -s localhost:8000/stats ; curl -s localhost:8000/health ; curl -s localhost:8000/metrics
 
 POST /predict takes a JSON body ``{"inputs": [[784 floats], ...]}`` (one row per sample) or raw float32 bytes
-(``content-type: application/octet-stream``, rows of 784 values, shape in an optional ``x-shape: 2,784`` header)
-and answers in kind, at most ``max_batch_size`` rows a request. Bad input gets 400 (JSON values must be numbers:
-strings and booleans are refused, not converted), a failed or broken runtime 503, a run that takes longer than the
-request timeout 504. A request whose client disconnects is cancelled (its rows are dropped from the batch). The
-session is opened and closed (``aclose``: in-flight requests finish first) by the application's lifespan.
+(``content-type: application/octet-stream``, rows of 784 values, shape in an optional ``x-shape: 2,784`` header;
+an ``x-dtype`` header, if sent, must say float32) and answers in kind, at most ``max_batch_size`` rows a request.
+Bad input gets 400 (JSON values must be numbers: strings and booleans are refused, not converted), a failed or
+broken runtime 503, a run that takes longer than the request timeout 504. A request whose client disconnects is
+cancelled (its rows are dropped from the batch). The session is opened and closed (``aclose``: in-flight requests
+finish first) by the application's lifespan.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def create_app(model: Any = MODEL, *, features: int = 784, instances: int = 1, m
                 await session.aclose()
 
     async def predict(request: Request) -> Response:
-        raw = request.headers.get("content-type", "").startswith("application/octet-stream")
+        raw = is_raw(request)
         try:
             x = await (read_raw(request, features, max_batch_size) if raw else
                        read_json(request, features, max_batch_size))
@@ -172,7 +173,22 @@ async def read_json(request: Request, features: int, max_rows: int) -> np.ndarra
     return check_rows(x, features)
 
 
+def is_raw(request: Request) -> bool:
+    # a media type's type and subtype are case-insensitive (RFC 9110): "Application/Octet-Stream" is raw too
+    media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    return media_type == "application/octet-stream"
+
+
 async def read_raw(request: Request, features: int, max_rows: int) -> np.ndarray:
+    dtype = request.headers.get("x-dtype")
+    if dtype is not None:
+        # other bytes read as float32 would be other rows of garbage, answered with 200
+        try:
+            is_float32 = np.dtype(dtype) == np.float32
+        except (TypeError, ValueError):  # not a dtype numpy knows
+            is_float32 = False
+        if not is_float32:
+            raise BadInput(f"raw bodies are float32 values, got x-dtype {dtype[:40]!r}: send float32 or JSON")
     body = await request.body()
     if len(body) % 4:
         raise BadInput(f"raw bodies are float32 values: {len(body)} bytes is not a multiple of 4")
