@@ -204,6 +204,23 @@ async def test_a_dropped_callback_times_out_and_shows_in_health(anyio_backend):
         assert stats["session"]["abandoned"] == 1 and stats["batcher"]["cancelled"] == 1
 
 
+async def test_a_broken_session_fails_health(anyio_backend):
+    """Once GE stopped the session's RunGraphAsync queue every request gets 503 for good: /health must stop
+    saying "ok" (it did, as the session is not closed), or a load balancer keeps sending traffic there."""
+    if ga.current_backend() != "twin":
+        pytest.skip("twin fault injection")
+    async with service() as (app, client):
+        codes = [(await client.post("/predict", json={"inputs": rows(1, 0).tolist()})).status_code]
+        ga.twin.inject_fault(app.state.session, 1, "fail_prerun", nth=1)
+        for i in range(1, 3):
+            codes.append((await client.post("/predict", json={"inputs": rows(1, i).tolist()})).status_code)
+        assert codes == [200, 503, 503]
+        r = await client.get("/health")
+        assert r.status_code == 503 and r.json()["status"] == "broken", r.text
+        assert "RunGraphAsync queue" in r.json()["error"]
+        assert (await client.get("/stats")).status_code == 200
+
+
 async def test_closed_session_is_503(anyio_backend):
     async with service() as (app, client):
         app.state.session.close()

@@ -66,6 +66,7 @@ def create_app(model: Any = MODEL, *, features: int = 784, instances: int = 1, m
             session.close()
             raise
         app.state.session, app.state.batcher, app.state.disconnects = session, batcher, 0
+        app.state.broken = None  # why the session broke (SessionBrokenError), once a request has seen it
         if freeze_gc:
             # Concurrent requests make CPython 3.11 run full collections a few times a second at a few thousand
             # requests/s, and each walked the ~40k objects of the imports (numpy, onnx, starlette, geasync): a
@@ -95,6 +96,8 @@ def create_app(model: Any = MODEL, *, features: int = 784, instances: int = 1, m
         except TimeoutError:
             return JSONResponse({"error": f"no result within {request_timeout} s"}, status_code=504)
         except (ga.SessionBrokenError, ga.SessionClosedError, ga.BatcherClosedError) as exc:
+            if isinstance(exc, ga.SessionBrokenError):  # for good: /health says so, so the process gets replaced
+                request.app.state.broken = str(exc)
             return JSONResponse({"error": f"the model runtime is unavailable: {exc}"}, status_code=503)
         except ga.GeError as exc:
             if exc.status == PARAM_INVALID:
@@ -121,6 +124,8 @@ def create_app(model: Any = MODEL, *, features: int = 784, instances: int = 1, m
         session: ga.Session = request.app.state.session
         if session.closed:
             return JSONResponse({"status": "closed"}, status_code=503)
+        if request.app.state.broken is not None:  # open, but every request fails: restart the service
+            return JSONResponse({"status": "broken", "error": request.app.state.broken}, status_code=503)
         st = session.statistics()
         if st.abandoned:
             return JSONResponse({"status": "degraded", "abandoned": st.abandoned}, status_code=200)
