@@ -36,13 +36,21 @@ def _buckets(h: HistogramSnapshot) -> list[tuple[str, float]]:
 
 
 class GeasyncCollector(Collector):
-    """Exports a session's statistics (per graph) and, optionally, named batchers' statistics."""
+    """Exports a session's statistics (per graph) and, optionally, named batchers' statistics. ``labels`` are
+    added to every series; "graph", "batcher" and "le" are the collector's own (ValueError)."""
 
     def __init__(self, session: Session, *, batchers: Optional[Mapping[str, Batcher]] = None,
                  labels: Optional[Mapping[str, str]] = None, prefix: str = "geasync") -> None:
         self.session = session
         self.batchers = dict(batchers or {})
         self.labels = dict(labels or {})
+        # a "graph" label would replace the graph id of every series, leaving several graphs' series with one label
+        # set (a scrape Prometheus refuses); "batcher" likewise, and "le" is the histograms' bucket label
+        reserved = sorted({"graph", "batcher", "le"}.intersection(self.labels))
+        if reserved:
+            raise ValueError(f"GeasyncCollector(labels=...): {reserved} are labels the collector sets itself "
+                             "('graph': the graph id, 'batcher': the batcher's name, 'le': histogram buckets); "
+                             "give yours another name, such as 'model'")
         self.prefix = prefix
 
     def collect(self) -> Iterator[Any]:

@@ -249,6 +249,25 @@ def test_prometheus_collector_exposes_the_statistics():
         assert registry.get_sample_value("geasync_runs_submitted_total", {"graph": "5", "model": "add"}) == 3
 
 
+def test_prometheus_collector_refuses_the_labels_it_sets_itself():
+    """A label named "graph" replaced every series' graph id: two graphs' series then shared one label set, which
+    Prometheus refuses in a scrape; it is refused when the collector is made."""
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from geasync.prometheus import GeasyncCollector
+
+    with ga.Session() as s:
+        for gid in (1, 2):
+            s.add_graph(gid, ga.Graph.from_onnx(add_model()))
+            s.run_graph(gid, [A, A])
+        for label in ("graph", "batcher", "le"):
+            with pytest.raises(ValueError, match=f"'{label}'.*give yours another name"):
+                GeasyncCollector(s, labels={label: "mlp", "model": "add"})
+        registry = prometheus_client.CollectorRegistry()
+        registry.register(GeasyncCollector(s, labels={"model": "add"}))
+        for gid in ("1", "2"):
+            assert registry.get_sample_value("geasync_runs_completed_total", {"graph": gid, "model": "add"}) == 1
+
+
 def geasync_records(caplog, level=logging.WARNING, text=""):
     return [r for r in caplog.records if r.name == "geasync" and r.levelno == level and text in r.getMessage()]
 
