@@ -33,6 +33,10 @@ def split_options(options: Mapping[str, str], known: Mapping[str, str],
     own: dict[str, str] = {}
     for key, value in options.items():
         if not key.startswith(PREFIX):
+            # "Geasync.twin.faults" or " geasync.twin.faults" would go to GE, which ignores what it does not know:
+            # the same silent misspelling as an unknown geasync. key
+            if isinstance(key, str) and key.strip().lower().startswith(PREFIX):
+                raise ValueError(_unknown(key, known, what, normalized=key.strip().lower()))
             ge_options[key] = value
         elif key in known:
             own[key] = value
@@ -41,9 +45,10 @@ def split_options(options: Mapping[str, str], known: Mapping[str, str],
     return ge_options, own
 
 
-def _unknown(key: str, known: Mapping[str, str], what: str) -> str:
-    close = difflib.get_close_matches(key, list(known), n=1)
+def _unknown(key: str, known: Mapping[str, str], what: str, normalized: str = "") -> str:
+    close = difflib.get_close_matches(normalized or key, list(known), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     valid = "; ".join(f"{k!r}: {doc}" for k, doc in known.items()) if known else "none"
-    return (f"unknown geasync option {key!r} in {what}{hint}. The geasync options valid here are: {valid}. "
+    spelt = " (geasync option keys are lowercase, with no spaces)" if normalized else ""
+    return (f"unknown geasync option {key!r}{spelt} in {what}{hint}. The geasync options valid here are: {valid}. "
             f"Keys not starting with {PREFIX!r} are GE options and go to GE unchanged (see docs/options.md).")

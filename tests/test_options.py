@@ -32,6 +32,19 @@ def test_unknown_session_options_are_refused(key):
     assert repr(key) in str(ei.value)
 
 
+@pytest.mark.parametrize("key", ["Geasync.twin.faults", "GEASYNC.twin.faults", " geasync.twin.faults"])
+def test_a_geasync_option_in_another_case_or_with_spaces_is_refused(key):
+    """Not "geasync."-prefixed, these went to GE, which ignores keys it does not know: the faults were silently not
+    armed, as with the misspelling the check is for."""
+    with pytest.raises(ValueError) as ei:
+        ga.Session({key: "graph_id=1,kind=fail_run"})
+    text = str(ei.value)
+    assert repr(key) in text and "lowercase" in text and "did you mean 'geasync.twin.faults'" in text
+    with pytest.raises(ValueError, match="lowercase"):
+        with ga.Session() as s:
+            s.add_graph(1, add_graph(), {"GeAsync.anything": "1"})
+
+
 def test_known_session_option_still_works():
     with ga.Session({"geasync.twin.faults": "graph_id=1,kind=fail_run"}) as s:
         s.add_graph(1, add_graph())
