@@ -93,7 +93,8 @@ class HistogramSnapshot:
         return {"bounds": list(self.bounds), "counts": list(self.counts), "sum": self.sum, "count": self.count}
 
 
-_SNAPSHOT_TRIES = 100  # readings of a graph's counters before statistics() gives the last one as it is
+_SNAPSHOT_TRIES = 100  # readings of a graph's counters at once, then for at most _SNAPSHOT_PATIENCE seconds
+_SNAPSHOT_PATIENCE = 0.05  # before statistics() gives the last reading as it is
 
 
 class GraphCounters:
@@ -165,15 +166,26 @@ class GraphCounters:
         # An event loop's thread counts its runs without a lock, and one step of a run changes two counters
         # (submitted, then waiting or in flight; completed, then no longer in flight). Read from another thread (a
         # metrics scrape), the counters may be caught between the two: read again, letting that thread finish its
-        # step (sleep(0) releases the GIL), until they add up. On the loop's own thread they always do.
-        for _ in range(_SNAPSHOT_TRIES):
+        # step (sleep(0) releases the GIL), until they add up. On the loop's own thread they always do. A step may
+        # hold a native call without the GIL (a graph's first run checks whether it needs a compile; a loop's first
+        # run makes its completion queue), longer than the quick tries: then wait for it, a bounded time.
+        tries, deadline = 0, 0.0
+        while True:
             submitted = self.submitted
             starts = list(self.live.values())
             waits = list(self.waiters.values())
             completed, failed, cancelled = self.completed, self.failed, self.cancelled
             if submitted == self.submitted and submitted == completed + failed + cancelled + len(starts) + len(waits):
                 break
-            time.sleep(0)
+            tries += 1
+            if tries < _SNAPSHOT_TRIES:
+                time.sleep(0)
+                continue
+            if not deadline:
+                deadline = now() + _SNAPSHOT_PATIENCE
+            elif now() > deadline:
+                break
+            time.sleep(0.0001)
         t = now()
         oldest = t - min(starts) if starts else None
         oldest_waiting = t - min(waits) if waits else None

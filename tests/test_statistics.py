@@ -101,6 +101,49 @@ async def test_statistics_read_from_another_thread_add_up(anyio_backend):
         assert not bad, f"{len(bad)} of {readings[0]} readings did not add up, e.g. {bad[0]}"
 
 
+async def test_statistics_read_from_another_thread_add_up_during_a_first_run(anyio_backend, monkeypatch):
+    """The first run_graph_async of a compiled graph asks the runtime whether the graph is still compiled (a native
+    call, the GIL released) after it counted itself submitted and before it counted itself in flight: a reading
+    taken meanwhile gave up after its quick retries and did not add up (seen under load; the call made slow here,
+    as a busy runtime or machine makes it)."""
+    import threading
+    import time
+
+    from geasync import _lib
+
+    needs_rebuild = _lib.is_graph_need_rebuild
+
+    def slow_check(*args):
+        time.sleep(0.005)  # without the GIL, as the native call
+        return needs_rebuild(*args)
+
+    monkeypatch.setattr(_lib, "is_graph_need_rebuild", slow_check)
+    async with ga.Session() as s:
+        readings, bad = [0], []
+        stop = threading.Event()
+
+        def scrape() -> None:
+            while not stop.is_set():
+                st = s.statistics()
+                readings[0] += 1
+                if st.submitted != st.completed + st.failed + st.cancelled + st.in_flight + st.waiting:
+                    bad.append(st)
+                time.sleep(0.0002)
+
+        thread = threading.Thread(target=scrape)
+        thread.start()
+        try:
+            for graph_id in range(1, 6):
+                s.add_graph(graph_id, ga.Graph.from_onnx(add_model()))
+                s.compile_graph(graph_id)
+                await s.run_graph_async(graph_id, [A, A])
+        finally:
+            stop.set()
+            thread.join()
+        assert readings[0]
+        assert not bad, f"{len(bad)} of {readings[0]} readings did not add up, e.g. {bad[0]}"
+
+
 async def test_runs_the_runtime_refuses_at_submit_are_failed(anyio_backend):
     async with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(dyn_add()))
