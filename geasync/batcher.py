@@ -289,8 +289,8 @@ class Batcher:
         """Refuse new requests, run the queued ones now and wait for every batch in flight. Idempotent."""
         if not self._closed:
             self._closed = True
-            logger.debug("batcher of graph %s closing: %d queued, %d batches in flight", self.graph,
-                         len(self._queue), self._in_flight)
+            logger.debug("session %s: batcher of graph %s closing: %d queued, %d batches in flight",
+                         self.session._id, self.graph, len(self._queue), self._in_flight)
         if not _lib.same_process():
             return  # a forked child: its requests and batches are the parent's, and complete there only
         if not self._trio and self._loop is not None and self._loop.is_closed():

@@ -72,7 +72,7 @@ class GraphPool:
                 except GeError:
                     logger.debug("graph pool rollback: graph %d could not be removed", graph_id, exc_info=True)
             raise
-        logger.debug("graph pool of %d instances added: ids %s", len(ids), ids)
+        logger.debug("session %s: graph pool of %d instances added: ids %s", session._id, len(ids), ids)
         pool = cls.__new__(cls)  # one Graph under every id: the instances are the same model by construction
         pool._setup(session, ids)
         return pool

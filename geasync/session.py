@@ -169,7 +169,7 @@ class Session:
         max_memory = _max_memory_bytes(own_opts)
         self._handle = _lib.session_create(ge_opts, "Session.__init__()")
         self._id = _lib.session_id(self._handle)  # for twin controls while closing (the handle may be gone)
-        logger.debug("session created (backend %s, max_in_flight %d)", _lib.BACKEND, max_in_flight)
+        logger.debug("session %s created (backend %s, max_in_flight %d)", self._id, _lib.BACKEND, max_in_flight)
         if max_memory:
             _lib.set_memory_limit(self._id, max_memory)
         if "geasync.twin.faults" in own_opts:
@@ -284,7 +284,7 @@ class Session:
             watchdog.cancel()
         if handle is not None and _lib.same_process():
             in_flight = sum(len(c.live) for c in self._graph_stats.values())
-            logger.debug("session closing with %d runs in flight", in_flight)
+            logger.debug("session %s closing with %d runs in flight", self._id, in_flight)
             # another thread's submit, RunGraph, compile... still uses the handle; at exit, left to the process's end
             if self._wait_for_native_calls():
                 _lib.session_destroy(handle)  # GE's threads are joined; jobs it dropped are reported abandoned
@@ -368,7 +368,7 @@ class Session:
         context = f"Session.{api}(graph_id={graph_id})"
         with self._native(context) as handle:
             _lib.add_graph(handle, graph_id, graph._handle(context), opts, clone, context)
-        logger.debug("graph %d added (%s)", graph_id, graph.name or "unnamed")
+        logger.debug("session %s, graph %d added (%s)", self._id, graph_id, graph.name or "unnamed")
         self._modes.reset(graph_id)  # a fresh graph under this id has no run mode yet
         self._graph_caps.pop(graph_id, None)
         self._set_spec(graph_id, graph)
@@ -379,7 +379,7 @@ class Session:
         context = f"Session.remove_graph(graph_id={graph_id})"
         with self._native(context) as handle:
             _lib.remove_graph(handle, graph_id, context)
-        logger.debug("graph %d removed", graph_id)
+        logger.debug("session %s, graph %d removed", self._id, graph_id)
         self._modes.reset(graph_id)
         self._graph_caps.pop(graph_id, None)
         self._specs.pop(graph_id, None)

@@ -431,6 +431,25 @@ async def test_slow_runs_are_logged(anyio_backend, caplog):
         assert s.statistics().graphs[3].latency.count == 2
 
 
+async def test_lifecycle_records_name_their_session(anyio_backend, caplog):
+    """With two sessions in a process, "graph 1 added" did not say to which: every lifecycle line names its
+    session, as the warnings do ("session 3, graph 1: ...")."""
+    caplog.set_level(logging.DEBUG, logger="geasync")
+    async with ga.Session() as s1, ga.Session() as s2:
+        for s in (s1, s2):
+            pool = ga.GraphPool.add(s, ga.Graph.from_onnx(add_model()), graph_ids=[1, 2])
+            async with ga.Batcher(s, 1, max_batch_size=1, batch_sizes=[1]) as batcher:
+                await batcher.run([A, A])
+            pool.remove()
+        ids = (s1.session_id, s2.session_id)
+    for sid in ids:
+        lines = [r.getMessage() for r in geasync_records(caplog, logging.DEBUG, f"session {sid}")]
+        for what in (f"session {sid} created", f"session {sid}, graph 1 added", f"session {sid}, graph 2 removed",
+                     f"session {sid}: graph pool of 2", f"session {sid}: batcher of graph 1 closing",
+                     f"session {sid} closing with 0 runs"):
+            assert any(line.startswith(what) for line in lines), (what, lines)
+
+
 async def test_slow_runs_are_not_logged_by_default(anyio_backend, caplog):
     caplog.set_level(logging.DEBUG, logger="geasync")
     async with ga.Session() as s:
