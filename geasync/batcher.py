@@ -114,7 +114,7 @@ class Batcher:
     the powers of two below ``max_batch_size`` and ``max_batch_size`` itself: the runtime builds (and caches, a
     bounded number per graph) one executable per input shape of a dynamic-shape graph, so unbucketed batches of
     every size from 1 to 64 would keep rebuilding them. Give the sizes a graph was compiled for (a static graph:
-    its one batch size), or None to run batches unpadded.
+    its one batch size), or None to run batches unpadded. The largest listed size also bounds ``max_batch_size``.
     """
 
     def __init__(self, session: Session, graph: Union[int, GraphPool], *, max_batch_size: int = 64,
@@ -144,6 +144,7 @@ class Batcher:
         if type(max_concurrent_batches) is not int or max_concurrent_batches < 1:
             raise ValueError(f"Batcher: max_concurrent_batches must be a positive int, got {max_concurrent_batches!r}")
         explicit_sizes = batch_sizes is not None and batch_sizes != "auto"
+        self._bound_by = f"max_batch_size={max_batch_size}"  # what bounds a request's rows, for its refusal
         if batch_sizes == "auto":
             batch_sizes = [1 << k for k in range(max_batch_size.bit_length()) if 1 << k < max_batch_size]
             batch_sizes.append(max_batch_size)
@@ -153,6 +154,8 @@ class Batcher:
                 raise ValueError(f"Batcher: batch_sizes must be positive ints, got {batch_sizes!r}")
             if max_batch_size > sizes[-1]:
                 max_batch_size = sizes[-1]
+                # a request over it is refused saying so: raising max_batch_size would not help
+                self._bound_by = f"the largest of batch_sizes ({sizes[-1]}), which bounds max_batch_size"
             self._sizes: Optional[list[int]] = sizes
         else:
             self._sizes = None
@@ -349,8 +352,9 @@ class Batcher:
         if rows < 1:
             raise ValueError(f"Batcher.run(graph={self.graph}): a request needs at least one row on axis {axis}")
         if rows > self._max_batch_size:
-            raise ValueError(f"Batcher.run(graph={self.graph}): {rows} rows exceed max_batch_size="
-                             f"{self._max_batch_size}; split the request or raise max_batch_size")
+            raise ValueError(f"Batcher.run(graph={self.graph}): {rows} rows exceed {self._bound_by}; split the "
+                             "request or raise " + ("max_batch_size" if self._bound_by.startswith("max_batch_size")
+                                                    else "the sizes of batch_sizes"))
         key = tuple((a.dtype, a.shape[:axis] + a.shape[axis + 1:]) for a in arrays)
         known = self._fitting.get(key)
         if known is None:

@@ -383,8 +383,12 @@ async def test_refusals(anyio_backend):
     async with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
         b = ga.Batcher(s, 1, max_batch_size=4)
-        with pytest.raises(ValueError, match="max_batch_size"):
+        with pytest.raises(ValueError, match="5 rows exceed max_batch_size=4; split the request or raise max_batch_"):
             await b.run([rows(5, 0)])
+        # the largest of batch_sizes bounds a batch below max_batch_size: the refusal says so (it told the caller to
+        # raise max_batch_size, which was 8 already)
+        with pytest.raises(ValueError, match=r"6 rows exceed the largest of batch_sizes \(4\).*raise the sizes of"):
+            await ga.Batcher(s, 1, max_batch_size=8, batch_sizes=[2, 4]).run([rows(6, 0)])
         with pytest.raises(ValueError, match="batch axis"):
             await b.run([np.zeros((), np.float32)])
         with pytest.raises(TypeError, match="inputs"):
