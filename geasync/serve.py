@@ -155,7 +155,9 @@ class _GeasyncModel:
 
         try:
             body = await request.body()
-            if request.headers.get("content-type", "").startswith("application/octet-stream"):
+            # a media type is case-insensitive (RFC 9110): "Application/Octet-Stream" is a raw tensor too
+            media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+            if media_type == "application/octet-stream":
                 feed = self._raw_input(body, request.headers)
                 outputs = await self.infer(feed)
                 first = np.ascontiguousarray(outputs[0])

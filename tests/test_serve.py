@@ -212,3 +212,32 @@ def test_build_app_checks_its_arguments():
     with pytest.raises(ValueError, match="max_batch"):
         build_app({"model": str(MLP_PATH), "max_batch": 3})
     assert build_app({"model": str(MLP_PATH), "max_batch_size": 4}) is not None
+
+
+def test_a_raw_body_is_recognised_whatever_the_case_of_its_media_type():
+    """The deployment's HTTP entry called in process (no cluster): "Application/Octet-Stream" was read as JSON and
+    refused with 400."""
+    from starlette.requests import Request
+
+    from geasync.serve import _GeasyncModel
+
+    def request(body: bytes, content_type: str) -> Request:
+        async def receive() -> dict:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        headers = [(b"content-type", content_type.encode()), (b"x-shape", b"1,784")]
+        return Request({"type": "http", "method": "POST", "path": "/", "headers": headers, "query_string": b""},
+                       receive)
+
+    async def main() -> list:
+        model = _GeasyncModel(str(MLP_PATH), backend="twin")
+        try:
+            x = np.zeros((1, 784), np.float32).tobytes()
+            return [await model(request(x, ct)) for ct in
+                    ("application/octet-stream", "Application/Octet-Stream", "application/octet-stream; a=b")]
+        finally:
+            await model.close()
+
+    answers = asyncio.run(main())
+    assert [r.status_code for r in answers] == [200, 200, 200], [r.body[:200] for r in answers]
+    assert len({r.body for r in answers}) == 1
