@@ -20,6 +20,10 @@ def arm(session_id: int, graph_id: int, kind: str, *, nth: int = 1, status: int 
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if not isinstance(nth, int) or isinstance(nth, bool) or nth < 0:
         raise ValueError(f"nth must be an int >= 0 (0 = every run), got {nth!r}")
+    if kind in ("fail_prerun", "stall_compile") and nth > 1:
+        # the twin ignores nth for these: nth=2 hit the next run, where the test meant the one after
+        raise ValueError(f"{kind} takes no nth (it hits every RunGraphAsync job of the graph from now on), got "
+                         f"nth={nth}: arm it once the runs that should go through have")
     if delay < 0:
         raise ValueError(f"delay must be >= 0 seconds, got {delay!r}")
     _lib.twin_fault_add(session_id, graph_id, kind, nth, int(status) & 0xFFFFFFFF, int(delay * 1000))

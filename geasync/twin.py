@@ -55,9 +55,9 @@ def inject_fault(session: Session, graph_id: int, kind: str, *, nth: int = 1, st
     kind: "fail_run" (the run fails with ``status``), "delay_run" (starts ``delay`` seconds late), "stall_callback"
     (its completion is held until :func:`release_stalled`), "drop_callback" (RunGraphAsync: no callback ever;
     stream mode: nothing executes), "fail_alloc" (its output allocation fails), "stall_compile" (RunGraphAsync's
-    compile stage holds the graph's jobs until released, so the session's compile queue fills up; nth is ignored),
-    "fail_prerun" (RunGraphAsync's pre-run stage fails the graph's jobs with ``status``, after which GE stops the
-    session's async queue; nth is ignored).
+    compile stage holds the graph's jobs until released, so the session's compile queue fills up), "fail_prerun"
+    (RunGraphAsync's pre-run stage fails the graph's jobs with ``status``, after which GE stops the session's async
+    queue). These two hit the graph's jobs from now on: an ``nth`` above 1 is refused (ValueError).
     """
     sid, gid = _ids(session, graph_id, "inject_fault")
     arm(sid, gid, kind, nth=nth, status=status, delay=delay)

@@ -136,6 +136,7 @@ def test_a_bad_device_id_of_the_first_session_is_param_invalid_too(tmp_path):
     ("graph_id=1,kind=fail_run,when=later", "unknown key(s) 'when'"),
     ("graph_id=1,kind=explode", "kind must be one of fail_run"),
     ("graph_id=1,kind=fail_run;graph_id=2", "kind missing"),
+    ("graph_id=1,kind=fail_prerun,nth=2", "fail_prerun takes no nth"),  # it hit the first run, silently
 ])
 def test_a_bad_faults_option_says_what_the_format_is(value, problem):
     with pytest.raises(ValueError) as ei:

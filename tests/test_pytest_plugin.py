@@ -266,6 +266,17 @@ def test_nth_counts_from_each_inject_fault_call():
         assert ga.twin.fault_runs(s, 1) == 0
 
 
+@pytest.mark.parametrize("kind", ["fail_prerun", "stall_compile"])
+def test_kinds_that_take_no_nth_refuse_one(kind):
+    """These hit the graph's jobs from the moment they are armed: nth=2 was ignored, and the next run hit."""
+    with ga.Session() as s:
+        s.add_graph(1, ga.samples.mlp())
+        with pytest.raises(ValueError, match=f"{kind} takes no nth"):
+            ga.twin.inject_fault(s, 1, kind, nth=2)
+        assert ga.twin.unfired_faults(s, 1) == 0
+        assert _outcomes(s, 1) == ["ok"]  # nothing was armed
+
+
 def test_a_fault_block_whose_run_never_came_raises():
     with ga.Session() as s:
         s.add_graph(1, ga.samples.mlp())
