@@ -75,6 +75,9 @@ class HistogramSnapshot:
     count: int
 
     def quantile(self, q: float) -> Optional[float]:
+        """The upper bound of the bucket holding the ``q`` quantile (``q`` in [0, 1]); None with no run yet."""
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 <= q <= 1:
+            raise ValueError(f"HistogramSnapshot.quantile: q must be a number in [0, 1] (0.99 for p99), got {q!r}")
         if not self.count:
             return None
         rank = q * self.count

@@ -128,7 +128,10 @@ def _check_ids(session: Any, graph_ids: Any, api: str) -> list[int]:
     except TypeError:
         raise TypeError(f"{api}: graph_ids must be a sequence of graph ids (ints), got "
                         f"{type(graph_ids).__name__}") from None
-    ids = [_check_graph_id(g) for g in given]
+    try:
+        ids = [_check_graph_id(g) for g in given]
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{api}: graph_ids {given!r}: {exc}") from None
     if not ids or len(set(ids)) != len(ids):
         raise ValueError(f"{api}: graph_ids must be distinct graph ids, at least one, got {given!r}")
     return ids

@@ -73,6 +73,7 @@ def test_pool_of_clones_added_one_by_one_is_accepted(session):
     ([30, 30], "distinct"),
     ([], "at least one"),
     ([31, 32, 5], r"GraphPool.add: graph id\(s\) 5 already in use"),
+    ([33, -1], r"GraphPool.add: graph_ids \[33, -1\]: graph_id must fit in uint32, got -1"),
 ])
 def test_refused_add_adds_nothing(session, ids, match):
     session.add_graph(5, ga.Graph.from_onnx(unary("Relu")))

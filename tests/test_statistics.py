@@ -66,6 +66,11 @@ async def test_every_mode_and_outcome_adds_up(anyio_backend):
         assert (st.in_flight, st.waiting, st.submitted) == (0, 0, 8), st
         assert g[1].latency.count == 3 and st.latency.count == 6
         assert st.oldest_age is None
+        p50, p99 = st.latency.quantile(0.5), st.latency.quantile(0.99)
+        assert p50 is not None and p99 is not None and 0 < p50 <= p99
+        for q in (1.5, -0.1, 99, "0.5", True):
+            with pytest.raises(ValueError, match=r"quantile: q must be a number in \[0, 1\]"):
+                st.latency.quantile(q)
 
 
 async def test_statistics_read_from_another_thread_add_up(anyio_backend):
