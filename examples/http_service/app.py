@@ -8,12 +8,12 @@
     curl -s localhost:8000/stats ; curl -s localhost:8000/health ; curl -s localhost:8000/metrics
 
 POST /predict takes a JSON body ``{"inputs": [[784 floats], ...]}`` (one row per sample) or raw float32 bytes
-(``content-type: application/octet-stream``, rows of 784 values, shape in an optional ``x-shape: 2,784`` header;
-an ``x-dtype`` header, if sent, must say float32) and answers in kind, at most ``max_batch_size`` rows a request.
-Bad input gets 400 (JSON values must be numbers: strings and booleans are refused, not converted), a failed or
-broken runtime 503, a run that takes longer than the request timeout 504. A request whose client disconnects is
-cancelled (its rows are dropped from the batch). The session is opened and closed (``aclose``: in-flight requests
-finish first) by the application's lifespan.
+(``content-type: application/octet-stream``, rows of 784 values, shape in an optional ``x-shape: 2,784`` header; an
+``x-dtype`` header, if sent, must say float32) and answers in kind, at most ``max_batch_size`` rows a request. Bad
+input gets 400 (JSON values must be numbers: strings and booleans are refused, not converted), a body far larger
+than that 413 (before it is read whole), a failed or broken runtime 503, a run that takes longer than the request
+timeout 504. A request whose client disconnects is cancelled (its rows are dropped from the batch). The session is
+opened and closed (``aclose``: in-flight requests finish first) by the application's lifespan.
 """
 
 from __future__ import annotations
@@ -42,6 +42,12 @@ PARAM_INVALID = 1343225857  # GE's status for inputs the graph cannot take
 
 class BadInput(ValueError):
     """The request body is not a batch of rows the model takes (answered with 400)."""
+    status = 400
+
+
+class BodyTooLarge(BadInput):
+    """The body is larger than any batch of rows the service takes (answered with 413, before it is all read)."""
+    status = 413
 
 
 def create_app(model: Any = MODEL, *, features: int = 784, instances: int = 1, max_batch_size: int = 64,
@@ -89,7 +95,7 @@ def create_app(model: Any = MODEL, *, features: int = 784, instances: int = 1, m
             x = await (read_raw(request, features, max_batch_size) if raw else
                        read_json(request, features, max_batch_size))
         except BadInput as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
+            return JSONResponse({"error": str(exc)}, status_code=exc.status)
         batcher: ga.Batcher = request.app.state.batcher
         try:
             outputs = await run_unless_disconnected(request, batcher, x, request_timeout)
@@ -151,8 +157,9 @@ _NUMBERS = frozenset((int, float))  # what json.loads makes of a JSON number (bo
 
 async def read_json(request: Request, features: int, max_rows: int) -> np.ndarray:
     expected = f'expected a JSON body {{"inputs": [[{features} numbers], ...]}}'
+    body = await read_body(request, body_limit(max_rows, features, 32))  # a JSON number: at most ~25 characters
     try:
-        body = json.loads(await request.body())
+        body = json.loads(body)
     except ValueError as exc:
         raise BadInput(f"{expected}: {exc}") from None
     inputs = body.get("inputs") if isinstance(body, dict) else None
@@ -194,7 +201,7 @@ async def read_raw(request: Request, features: int, max_rows: int) -> np.ndarray
             is_float32 = False
         if not is_float32:
             raise BadInput(f"raw bodies are float32 values, got x-dtype {dtype[:40]!r}: send float32 or JSON")
-    body = await request.body()
+    body = await read_body(request, body_limit(max_rows, features, 4))
     if len(body) % 4:
         raise BadInput(f"raw bodies are float32 values: {len(body)} bytes is not a multiple of 4")
     if features:
@@ -206,6 +213,30 @@ async def read_raw(request: Request, features: int, max_rows: int) -> np.ndarray
     except ValueError as exc:
         raise BadInput(f"x-shape {shape!r} does not fit {x.size} float32 values: {exc}") from None
     return check_rows(x, features)
+
+
+def body_limit(max_rows: int, features: int, bytes_per_value: int) -> int:
+    # Four times the largest request taken: a body a few rows too long is read and refused with the row count
+    # (400); a far larger one is refused unread (413). 64 MiB when the row width is not known.
+    return max(4 * max_rows * features * bytes_per_value, 1 << 20) if features else 64 << 20
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused (413) as soon as it is known to exceed ``limit`` bytes: from its Content-Length before
+    reading anything, or while it streams in (a chunked body has none), so a huge body is never held whole."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise BodyTooLarge(f"a body of {int(length)} bytes is over the {limit} this service takes (at most the "
+                           "batcher's max_batch_size rows): split the request")
+    chunks, size = [], 0
+    async with contextlib.aclosing(request.stream()) as stream:  # closed now, not by the GC, when refused
+        async for chunk in stream:
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(f"a body over {limit} bytes is more than this service takes (at most the "
+                                   "batcher's max_batch_size rows): split the request")
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def check_row_count(rows: int, max_rows: int) -> None:
