@@ -7,9 +7,11 @@ collector."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import logging
+import threading
 import time
 import weakref
 
@@ -77,33 +79,39 @@ async def test_statistics_read_from_another_thread_add_up(anyio_backend):
     """A metrics thread (a Prometheus scrape, a health check) reads statistics() while the loop runs requests: every
     reading adds up. The loop counts its runs without a lock, one step changing two counters (submitted, then in
     flight; completed, then no longer in flight): a reading taken between the two did not add up."""
-    import threading
-
     async with ga.Session(max_in_flight=4) as s:
         s.add_graph(1, ga.Graph.from_onnx(add_model()))
         await s.run_graph_async(1, [A, A])
-        readings, bad = [0], []
-        stop = threading.Event()
-
-        def scrape() -> None:
-            while not stop.is_set():
-                st = s.statistics()
-                readings[0] += 1
-                if st.submitted != st.completed + st.failed + st.cancelled + st.in_flight + st.waiting:
-                    bad.append(st)
-
-        thread = threading.Thread(target=scrape)
-        thread.start()
-        try:
+        with scraping(s) as (readings, bad):
             for _ in range(60):
                 async with anyio.create_task_group() as tg:
                     for _ in range(50):
                         tg.start_soon(s.run_graph_async, 1, [A, A])
-        finally:
-            stop.set()
-            thread.join()
         assert readings[0] > 100
         assert not bad, f"{len(bad)} of {readings[0]} readings did not add up, e.g. {bad[0]}"
+
+
+@contextlib.contextmanager
+def scraping(session, pause=0.0):
+    """A metrics thread reading session.statistics() meanwhile: (readings, the ones that did not add up)."""
+    readings, bad = [0], []
+    stop = threading.Event()
+
+    def scrape() -> None:
+        while not stop.is_set():
+            st = session.statistics()
+            readings[0] += 1
+            if st.submitted != st.completed + st.failed + st.cancelled + st.in_flight + st.waiting:
+                bad.append(st)
+            time.sleep(pause)
+
+    thread = threading.Thread(target=scrape)
+    thread.start()
+    try:
+        yield readings, bad
+    finally:
+        stop.set()
+        thread.join()
 
 
 async def test_statistics_read_from_another_thread_add_up_during_a_first_run(anyio_backend, monkeypatch):
@@ -111,9 +119,6 @@ async def test_statistics_read_from_another_thread_add_up_during_a_first_run(any
     call, the GIL released) after it counted itself submitted and before it counted itself in flight: a reading
     taken meanwhile gave up after its quick retries and did not add up (seen under load; the call made slow here,
     as a busy runtime or machine makes it)."""
-    import threading
-    import time
-
     from geasync import _lib
 
     needs_rebuild = _lib.is_graph_need_rebuild
@@ -124,27 +129,11 @@ async def test_statistics_read_from_another_thread_add_up_during_a_first_run(any
 
     monkeypatch.setattr(_lib, "is_graph_need_rebuild", slow_check)
     async with ga.Session() as s:
-        readings, bad = [0], []
-        stop = threading.Event()
-
-        def scrape() -> None:
-            while not stop.is_set():
-                st = s.statistics()
-                readings[0] += 1
-                if st.submitted != st.completed + st.failed + st.cancelled + st.in_flight + st.waiting:
-                    bad.append(st)
-                time.sleep(0.0002)
-
-        thread = threading.Thread(target=scrape)
-        thread.start()
-        try:
+        with scraping(s, pause=0.0002) as (readings, bad):
             for graph_id in range(1, 6):
                 s.add_graph(graph_id, ga.Graph.from_onnx(add_model()))
                 s.compile_graph(graph_id)
                 await s.run_graph_async(graph_id, [A, A])
-        finally:
-            stop.set()
-            thread.join()
         assert readings[0]
         assert not bad, f"{len(bad)} of {readings[0]} readings did not add up, e.g. {bad[0]}"
 
