@@ -120,13 +120,13 @@ size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
 
 void Widen(ElemType t, const void *src, float *dst, int64_t n) {
   const uint16_t *s = static_cast<const uint16_t *>(src);
-  if (t == ElemType::kFloat16) for (int64_t i = 0; i < n; ++i) dst[i] = HalfToFloat(s[i]);
+  if (t == ElemType::kFloat16) HalfToFloatArray(s, dst, n);
   else for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(s[i]);
 }
 
 void Narrow(ElemType t, const float *src, void *dst, int64_t n) {
   uint16_t *d = static_cast<uint16_t *>(dst);
-  if (t == ElemType::kFloat16) for (int64_t i = 0; i < n; ++i) d[i] = FloatToHalf(src[i]);
+  if (t == ElemType::kFloat16) FloatToHalfArray(src, d, n);
   else for (int64_t i = 0; i < n; ++i) d[i] = FloatToBf16(src[i]);
 }
 

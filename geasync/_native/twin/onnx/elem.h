@@ -109,6 +109,11 @@ ValueState ReadScalarInput(InferCtx *c, size_t i, double *val, std::string *reas
 // Same as ReadIntsInput for kernels (contents are always known when a kernel needs them at prepare time).
 bool KernelInts(const KernelCtx &c, size_t i, std::vector<int64_t> *vals);
 
+// float16 <-> float32 arrays (F16C / AVX-512 where the CPU has them, else HalfToFloat / FloatToHalf per element:
+// the same values either way). Defined in ops_cast.cc.
+void HalfToFloatArray(const uint16_t *x, float *y, int64_t n);
+void FloatToHalfArray(const float *x, uint16_t *y, int64_t n);
+
 // Prepares a float16/bfloat16 node through its float32 kernel: 16-bit inputs are widened into scratch, the float
 // kernel runs, 16-bit outputs are rounded back. Inputs/outputs of other dtypes pass through unchanged.
 std::unique_ptr<Kernel> PrepareViaFloat(const KernelCtx &c, PrepareFn float_prepare, std::string *reason);

@@ -10,6 +10,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "elem.h"
 #include "op_registry.h"
 #include "vmath.h"
 #if defined(__x86_64__)
@@ -428,6 +429,26 @@ std::unique_ptr<Kernel> PrepareCast(const KernelCtx &c, std::string *reason) {
 }
 
 }  // namespace
+
+void HalfToFloatArray(const uint16_t *x, float *y, int64_t n) {
+#if defined(__x86_64__)
+  static const CastFn fn = HasF16c() ? (vmath::ActiveIsa() == vmath::Isa::kAvx512 ? CastHalfToFloatAvx512
+                                                                                    : CastHalfToFloatF16c)
+                                     : nullptr;
+  if (fn) return fn(x, y, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = HalfToFloat(x[i]);
+}
+
+void FloatToHalfArray(const float *x, uint16_t *y, int64_t n) {
+#if defined(__x86_64__)
+  static const CastFn fn = HasF16c() ? (vmath::ActiveIsa() == vmath::Isa::kAvx512 ? CastFloatToHalfAvx512
+                                                                                    : CastFloatToHalfF16c)
+                                     : nullptr;
+  if (fn) return fn(x, y, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = FloatToHalf(x[i]);
+}
 
 void RegisterCastOps(std::vector<OpDef> *ops) {
   ops->push_back({"Cast", 1, 1, 1, 1, CheckCast, InferCast, PrepareCast, true});

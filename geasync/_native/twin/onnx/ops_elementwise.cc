@@ -5,9 +5,10 @@
 // float16/bfloat16 are computed in float and rounded once per op, like numpy. Integer arithmetic wraps like
 // numpy; integer Div truncates toward zero like the ONNX reference (x / 0 gives 0).
 // Kernel loops: -O3 vectorisation (beyond -O2's very-cheap cost model) and no FP-trap semantics, so that
-// selects and divisions in them can be if-converted. Before the includes, so inline helpers get it too.
+// selects and divisions in them can be if-converted, and no errno from sqrt (nobody reads it) so that its loops use
+// the vector instruction. Before the includes, so inline helpers get it too.
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
-#pragma GCC optimize("O3", "no-trapping-math")
+#pragma GCC optimize("O3", "no-trapping-math", "no-math-errno")
 #endif
 
 #include <algorithm>
@@ -193,6 +194,8 @@ bool InferBroadcast(InferCtx *c, std::string *reason) {
 
 template <class Op>
 std::unique_ptr<Kernel> PrepareArith(const KernelCtx &c, std::string *reason) {
+  // float16 / bfloat16: widened to float32 (vector conversions), the float32 kernel, rounded back once
+  if (HasHalfTypes(c)) return PrepareViaFloat(c, PrepareArith<Op>, reason);
   BroadcastN bc = MakeBc({&c.in[0]->dims, &c.in[1]->dims}, c.out[0].dims);
   std::array<bool, 2> full{};
   for (size_t i = 0; i < 2; ++i) full[i] = c.in[i]->dtype == c.out[0].dtype && c.in[i]->dims == c.out[0].dims;
@@ -270,6 +273,88 @@ class PowKernel : public Kernel {
   std::vector<int64_t> ctr_;
 };
 
+// float32 / float64 base with a constant scalar exponent of 0, 1, 2, 3, 0.5 or -1 (any exponent dtype): one
+// vectorised pass instead of a pow call per element (onnxruntime has the same special cases). x^2 and 1/x are
+// rounded once like pow; x^3 twice (within an ulp of pow); x^0.5 is pow's: +0 for -0 and +inf for -inf.
+enum class PowMode { kOne, kIdentity, kSquare, kCube, kSqrt, kReciprocal };
+
+template <class T>
+void PowScalarLoop(const T *x, T *y, int64_t n, PowMode m) {
+  constexpr T kInf = std::numeric_limits<T>::infinity();
+  switch (m) {
+    case PowMode::kOne: for (int64_t i = 0; i < n; ++i) y[i] = T(1); break;
+    case PowMode::kIdentity: if (x != y) std::memmove(y, x, static_cast<size_t>(n) * sizeof(T)); break;
+    case PowMode::kSquare: for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i]; break;
+    case PowMode::kCube: for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i] * x[i]; break;
+    case PowMode::kSqrt:
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] == -kInf ? kInf : std::sqrt(x[i]) + T(0);
+      break;
+    case PowMode::kReciprocal: for (int64_t i = 0; i < n; ++i) y[i] = T(1) / x[i]; break;
+  }
+}
+#if defined(__x86_64__)
+template <class T>
+__attribute__((target("avx512f,avx512dq"))) void PowScalarAvx512(const T *x, T *y, int64_t n, PowMode m) {
+  PowScalarLoop(x, y, n, m);
+}
+template <class T>
+__attribute__((target("avx2,fma"))) void PowScalarAvx2(const T *x, T *y, int64_t n, PowMode m) {
+  PowScalarLoop(x, y, n, m);
+}
+#endif
+
+template <class T>
+class PowScalarKernel : public Kernel {
+ public:
+  PowScalarKernel(int64_t n, PowMode m) : n_(n), m_(m) {}
+  bool InPlaceOver(size_t i) const override { return i == 0; }
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const T *x = static_cast<const T *>(in[0]);
+    T *y = static_cast<T *>(out[0]);
+#if defined(__x86_64__)
+    switch (vmath::ActiveIsa()) {
+      case vmath::Isa::kAvx512: PowScalarAvx512(x, y, n_, m_); return true;
+      case vmath::Isa::kAvx2: PowScalarAvx2(x, y, n_, m_); return true;
+      default: break;
+    }
+#endif
+    PowScalarLoop(x, y, n_, m_);
+    return true;
+  }
+
+ private:
+  int64_t n_;
+  PowMode m_;
+};
+
+std::unique_ptr<Kernel> PreparePowScalar(const KernelCtx &c) {
+  const ElemType t = c.in[0]->dtype;
+  if ((t != ElemType::kFloat && t != ElemType::kDouble) || !c.in_data[1] || c.in[1]->NumElements() != 1 ||
+      c.out[0].dims != c.in[0]->dims)
+    return nullptr;
+  double e = 0;
+  bool known = false;
+  VisitType(c.in[1]->dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (!std::is_same<S, Bool>::value) {
+      e = static_cast<double>(Num<S>::Load(*static_cast<const S *>(c.in_data[1])));
+      known = true;
+    }
+  });
+  if (!known) return nullptr;
+  PowMode m;
+  if (e == 0) m = PowMode::kOne;
+  else if (e == 1) m = PowMode::kIdentity;
+  else if (e == 2) m = PowMode::kSquare;
+  else if (e == 3) m = PowMode::kCube;
+  else if (e == 0.5) m = PowMode::kSqrt;
+  else if (e == -1) m = PowMode::kReciprocal;
+  else return nullptr;
+  const int64_t n = c.out[0].NumElements();
+  if (t == ElemType::kFloat) return std::make_unique<PowScalarKernel<float>>(n, m);
+  return std::make_unique<PowScalarKernel<double>>(n, m);
+}
+
 bool PowBaseType(ElemType t) {
   return IsFloatType(t) || t == ElemType::kInt32 || t == ElemType::kInt64;
 }
@@ -289,6 +374,8 @@ bool InferPow(InferCtx *c, std::string *reason) {
 }
 
 std::unique_ptr<Kernel> PreparePow(const KernelCtx &c, std::string *reason) {
+  if (HasHalfTypes(c)) return PrepareViaFloat(c, PreparePow, reason);
+  if (std::unique_ptr<Kernel> k = PreparePowScalar(c)) return k;
   BroadcastN bc = MakeBc({&c.in[0]->dims, &c.in[1]->dims}, c.out[0].dims);
   std::unique_ptr<Kernel> k;
   VisitType(c.in[0]->dtype, [&](auto ta) {
@@ -333,6 +420,7 @@ class VariadicKernel : public Kernel {
 
 template <class Op>
 std::unique_ptr<Kernel> PrepareVariadic(const KernelCtx &c, std::string *reason) {
+  if (HasHalfTypes(c)) return PrepareViaFloat(c, PrepareVariadic<Op>, reason);
   const auto &od = c.out[0].dims;
   std::vector<BroadcastN> bcs;  // inputs 0 and 1 together (0 alone for one input), then one per further input
   const std::vector<int64_t> &second = c.in.size() > 1 ? c.in[1]->dims : c.in[0]->dims;
@@ -621,39 +709,40 @@ class UnaryKernel : public Kernel {
   UnaryParams p_;
 };
 
-// float32 element loop of an op without an array kernel, compiled per instruction set like vmath's (the loops
-// vectorise when Op::Apply is branch-free; libm calls stay calls).
-template <class Op>
-void FloatLoop(const float *x, float *y, int64_t n, UnaryParams p) {
+// Element loop of an op without an array kernel on a type computed as stored (float32, float64, integers),
+// compiled per instruction set like vmath's (the loops vectorise when Op::Apply is branch-free, e.g. int64 Abs with
+// AVX-512's vpabsq; libm calls stay calls).
+template <class T, class Op>
+void NativeLoop(const T *x, T *y, int64_t n, UnaryParams p) {
   for (int64_t i = 0; i < n; ++i) y[i] = Op::Apply(x[i], p);
 }
 #if defined(__x86_64__)
-template <class Op>
-__attribute__((target("avx512f,avx512dq"))) void FloatLoopAvx512(const float *x, float *y, int64_t n, UnaryParams p) {
+template <class T, class Op>
+__attribute__((target("avx512f,avx512dq"))) void NativeLoopAvx512(const T *x, T *y, int64_t n, UnaryParams p) {
   for (int64_t i = 0; i < n; ++i) y[i] = Op::Apply(x[i], p);
 }
-template <class Op>
-__attribute__((target("avx2,fma"))) void FloatLoopAvx2(const float *x, float *y, int64_t n, UnaryParams p) {
+template <class T, class Op>
+__attribute__((target("avx2,fma"))) void NativeLoopAvx2(const T *x, T *y, int64_t n, UnaryParams p) {
   for (int64_t i = 0; i < n; ++i) y[i] = Op::Apply(x[i], p);
 }
 #endif
 
-template <class Op>
-class FloatUnaryKernel : public Kernel {
+template <class T, class Op>
+class NativeUnaryKernel : public Kernel {
  public:
-  FloatUnaryKernel(int64_t n, UnaryParams p) : n_(n), p_(p) {}
+  NativeUnaryKernel(int64_t n, UnaryParams p) : n_(n), p_(p) {}
   bool InPlaceOver(size_t i) const override { return i == 0; }
   bool Run(const void *const *in, void *const *out, std::string *) override {
-    const float *x = static_cast<const float *>(in[0]);
-    float *y = static_cast<float *>(out[0]);
+    const T *x = static_cast<const T *>(in[0]);
+    T *y = static_cast<T *>(out[0]);
 #if defined(__x86_64__)
     switch (vmath::ActiveIsa()) {
-      case vmath::Isa::kAvx512: FloatLoopAvx512<Op>(x, y, n_, p_); return true;
-      case vmath::Isa::kAvx2: FloatLoopAvx2<Op>(x, y, n_, p_); return true;
+      case vmath::Isa::kAvx512: NativeLoopAvx512<T, Op>(x, y, n_, p_); return true;
+      case vmath::Isa::kAvx2: NativeLoopAvx2<T, Op>(x, y, n_, p_); return true;
       default: break;
     }
 #endif
-    FloatLoop<Op>(x, y, n_, p_);
+    NativeLoop<T, Op>(x, y, n_, p_);
     return true;
   }
 
@@ -751,18 +840,22 @@ bool CheckUnary(const Node &n, int64_t, std::string *reason) {
 
 template <class Op, UnaryTypes kTypes>
 std::unique_ptr<Kernel> PrepareUnary(const KernelCtx &c, std::string *reason) {
+  if (HasHalfTypes(c)) return PrepareViaFloat(c, PrepareUnary<Op, kTypes>, reason);
   UnaryParams p;
   if (!UnaryParam(*c.node, &p, reason)) return nullptr;
   const int64_t n = c.out[0].NumElements();
   if (c.out[0].dtype == ElemType::kFloat && UnaryAllowed<kTypes>(ElemType::kFloat)) {
     // (compared as an integer: GCC warns that a function's address "will never be NULL" when it is not null)
     if (reinterpret_cast<uintptr_t>(Op::kArray) != 0) return std::make_unique<ArrayKernel>(n, Op::kArray);
-    if constexpr (UnaryStorageAllowed<kTypes, float>()) return std::make_unique<FloatUnaryKernel<Op>>(n, p);
+    if constexpr (UnaryStorageAllowed<kTypes, float>()) return std::make_unique<NativeUnaryKernel<float, Op>>(n, p);
   }
   std::unique_ptr<Kernel> k;
   VisitType(c.out[0].dtype, [&](auto tag) {
     using S = decltype(tag);
-    if constexpr (UnaryStorageAllowed<kTypes, S>()) k = std::make_unique<UnaryKernel<S, Op>>(n, p);
+    if constexpr (UnaryStorageAllowed<kTypes, S>()) {
+      if constexpr (std::is_same<S, typename Num<S>::C>::value) k = std::make_unique<NativeUnaryKernel<S, Op>>(n, p);
+      else k = std::make_unique<UnaryKernel<S, Op>>(n, p);
+    }
   });
   if (!k) *reason = DtypeNotSupported(c.out[0].dtype);
   return k;
@@ -944,6 +1037,7 @@ class ClipKernel : public Kernel {
 };
 
 std::unique_ptr<Kernel> PrepareClip(const KernelCtx &c, std::string *reason) {
+  if (HasHalfTypes(c)) return PrepareViaFloat(c, PrepareClip, reason);
   const bool has_lo = c.in.size() > 1 && c.in[1], has_hi = c.in.size() > 2 && c.in[2];
   float alo = -std::numeric_limits<float>::infinity(), ahi = std::numeric_limits<float>::infinity();
   const bool attrs = c.opset < 11;
