@@ -144,6 +144,12 @@ class ViaFloatKernel : public Kernel {
       : inner_(std::move(inner)), ins_(std::move(ins)), outs_(std::move(outs)), consts_(std::move(consts)),
         own_bytes_(own_bytes), in_ptrs_(ins_.size()), out_ptrs_(outs_.size()) {}
   size_t scratch_bytes() const override { return own_bytes_ + inner_->scratch_bytes(); }
+  // A 16-bit output 0 is written only after the inner kernel has read every input; otherwise the inner kernel's
+  // rule for an input it reads directly.
+  bool InPlaceOver(size_t i) const override {
+    if (outs_.empty() || i >= ins_.size()) return false;
+    return outs_[0].half || (!ins_[i].half && inner_->InPlaceOver(i));
+  }
   bool Run(const void *const *in, void *const *out, std::string *reason) override {
     uint8_t *base = static_cast<uint8_t *>(scratch_);
     inner_->set_scratch(base + own_bytes_);

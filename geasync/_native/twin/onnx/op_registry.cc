@@ -75,6 +75,9 @@ bool WrongType(const Attribute &a, const char *want, std::string *reason) {
 class CopyKernel : public Kernel {
  public:
   explicit CopyKernel(size_t bytes) : bytes_(bytes) {}
+  // A copy of input 0 may take over that input's buffer when it dies here (the plan checks the sizes match): a chain
+  // of Identity / Reshape / Squeeze steps then copies nothing.
+  bool InPlaceOver(size_t i) const override { return i == 0; }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     if (out[0] != in[0]) CopyBytes(out[0], in[0], bytes_);
     return true;

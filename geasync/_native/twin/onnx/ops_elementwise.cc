@@ -274,9 +274,11 @@ class PowKernel : public Kernel {
 };
 
 // float32 / float64 base with a constant scalar exponent of 0, 1, 2, 3, 0.5 or -1 (any exponent dtype): one
-// vectorised pass instead of a pow call per element (onnxruntime has the same special cases). x^2 and 1/x are
-// rounded once like pow; x^3 twice (within an ulp of pow); x^0.5 is pow's: +0 for -0 and +inf for -inf.
-enum class PowMode { kOne, kIdentity, kSquare, kCube, kSqrt, kReciprocal };
+// vectorised pass instead of a pow call per element (numpy's power and onnxruntime have the same special cases).
+// x^2 and 1/x are rounded once like pow; x^3 twice (within an ulp of pow). x^0.5 is sqrt, as numpy's float32 /
+// float64 power (the reference) and onnxruntime compute it: -0 for -0 and NaN for -inf (C's pow: +0 and +inf); for
+// float16 numpy computes pow, so float16 bases (computed in float32) keep pow's values (kSqrtPow).
+enum class PowMode { kOne, kIdentity, kSquare, kCube, kSqrt, kSqrtPow, kReciprocal };
 
 template <class T>
 void PowScalarLoop(const T *x, T *y, int64_t n, PowMode m) {
@@ -286,7 +288,8 @@ void PowScalarLoop(const T *x, T *y, int64_t n, PowMode m) {
     case PowMode::kIdentity: if (x != y) std::memmove(y, x, static_cast<size_t>(n) * sizeof(T)); break;
     case PowMode::kSquare: for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i]; break;
     case PowMode::kCube: for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i] * x[i]; break;
-    case PowMode::kSqrt:
+    case PowMode::kSqrt: for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]); break;
+    case PowMode::kSqrtPow:
       for (int64_t i = 0; i < n; ++i) y[i] = x[i] == -kInf ? kInf : std::sqrt(x[i]) + T(0);
       break;
     case PowMode::kReciprocal: for (int64_t i = 0; i < n; ++i) y[i] = T(1) / x[i]; break;
@@ -327,7 +330,7 @@ class PowScalarKernel : public Kernel {
   PowMode m_;
 };
 
-std::unique_ptr<Kernel> PreparePowScalar(const KernelCtx &c) {
+std::unique_ptr<Kernel> PreparePowScalar(const KernelCtx &c, bool half_base) {
   const ElemType t = c.in[0]->dtype;
   if ((t != ElemType::kFloat && t != ElemType::kDouble) || !c.in_data[1] || c.in[1]->NumElements() != 1 ||
       c.out[0].dims != c.in[0]->dims)
@@ -347,7 +350,7 @@ std::unique_ptr<Kernel> PreparePowScalar(const KernelCtx &c) {
   else if (e == 1) m = PowMode::kIdentity;
   else if (e == 2) m = PowMode::kSquare;
   else if (e == 3) m = PowMode::kCube;
-  else if (e == 0.5) m = PowMode::kSqrt;
+  else if (e == 0.5) m = half_base ? PowMode::kSqrtPow : PowMode::kSqrt;
   else if (e == -1) m = PowMode::kReciprocal;
   else return nullptr;
   const int64_t n = c.out[0].NumElements();
@@ -373,9 +376,13 @@ bool InferPow(InferCtx *c, std::string *reason) {
   return BroadcastShapes(a.dims, b.dims, &c->out[0].dims, reason);
 }
 
+template <bool kHalfBase = false>
 std::unique_ptr<Kernel> PreparePow(const KernelCtx &c, std::string *reason) {
-  if (HasHalfTypes(c)) return PrepareViaFloat(c, PreparePow, reason);
-  if (std::unique_ptr<Kernel> k = PreparePowScalar(c)) return k;
+  if (HasHalfTypes(c)) {
+    const bool half_base = c.in[0]->dtype == ElemType::kFloat16 || c.in[0]->dtype == ElemType::kBf16;
+    return PrepareViaFloat(c, half_base ? PreparePow<true> : PreparePow<false>, reason);
+  }
+  if (std::unique_ptr<Kernel> k = PreparePowScalar(c, kHalfBase)) return k;
   BroadcastN bc = MakeBc({&c.in[0]->dims, &c.in[1]->dims}, c.out[0].dims);
   std::unique_ptr<Kernel> k;
   VisitType(c.in[0]->dtype, [&](auto ta) {
@@ -751,6 +758,55 @@ class NativeUnaryKernel : public Kernel {
   UnaryParams p_;
 };
 
+// float32 y = Op(x) by its array kernel (vmath.h) or its element loop for the CPU's instruction set.
+template <class Op>
+void FloatUnaryInto(const float *x, float *y, int64_t n, UnaryParams p) {
+  if (reinterpret_cast<uintptr_t>(Op::kArray) != 0) return Op::kArray(x, y, n);
+#if defined(__x86_64__)
+  switch (vmath::ActiveIsa()) {
+    case vmath::Isa::kAvx512: return NativeLoopAvx512<float, Op>(x, y, n, p);
+    case vmath::Isa::kAvx2: return NativeLoopAvx2<float, Op>(x, y, n, p);
+    default: break;
+  }
+#endif
+  NativeLoop<float, Op>(x, y, n, p);
+}
+
+// float16 / bfloat16: blocks widened into a float32 buffer on the stack (F16C conversions for float16), the float32
+// kernel, rounded back once: the same values as computing each element in float, without a per-element conversion
+// call. A block is read before it is written, so the step may run in place.
+template <class S, class Op>
+class HalfUnaryKernel : public Kernel {
+ public:
+  HalfUnaryKernel(int64_t n, UnaryParams p) : n_(n), p_(p) {}
+  bool InPlaceOver(size_t i) const override { return i == 0; }
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    constexpr int64_t kBlock = 1024;
+    alignas(64) float buf[kBlock];
+    const uint16_t *x = static_cast<const uint16_t *>(in[0]);
+    uint16_t *y = static_cast<uint16_t *>(out[0]);
+    for (int64_t i = 0; i < n_; i += kBlock) {
+      const int64_t m = std::min(kBlock, n_ - i);
+      if constexpr (std::is_same<S, Half>::value) {
+        HalfToFloatArray(x + i, buf, m);
+      } else {
+        for (int64_t j = 0; j < m; ++j) buf[j] = Bf16ToFloat(x[i + j]);
+      }
+      FloatUnaryInto<Op>(buf, buf, m, p_);
+      if constexpr (std::is_same<S, Half>::value) {
+        FloatToHalfArray(buf, y + i, m);
+      } else {
+        for (int64_t j = 0; j < m; ++j) y[i + j] = FloatToBf16(buf[j]);
+      }
+    }
+    return true;
+  }
+
+ private:
+  int64_t n_;
+  UnaryParams p_;
+};
+
 // float32 through a vectorised array kernel (vmath.h), dispatched to the CPU's best instruction set.
 class ArrayKernel : public Kernel {
  public:
@@ -840,10 +896,13 @@ bool CheckUnary(const Node &n, int64_t, std::string *reason) {
 
 template <class Op, UnaryTypes kTypes>
 std::unique_ptr<Kernel> PrepareUnary(const KernelCtx &c, std::string *reason) {
-  if (HasHalfTypes(c)) return PrepareViaFloat(c, PrepareUnary<Op, kTypes>, reason);
   UnaryParams p;
   if (!UnaryParam(*c.node, &p, reason)) return nullptr;
   const int64_t n = c.out[0].NumElements();
+  if constexpr (UnaryStorageAllowed<kTypes, float>()) {
+    if (c.out[0].dtype == ElemType::kFloat16) return std::make_unique<HalfUnaryKernel<Half, Op>>(n, p);
+    if (c.out[0].dtype == ElemType::kBf16) return std::make_unique<HalfUnaryKernel<BF16, Op>>(n, p);
+  }
   if (c.out[0].dtype == ElemType::kFloat && UnaryAllowed<kTypes>(ElemType::kFloat)) {
     // (compared as an integer: GCC warns that a function's address "will never be NULL" when it is not null)
     if (reinterpret_cast<uintptr_t>(Op::kArray) != 0) return std::make_unique<ArrayKernel>(n, Op::kArray);
@@ -1062,7 +1121,7 @@ void RegisterElementwiseOps(std::vector<OpDef> *ops) {
   ops->push_back({"Sub", 2, 2, 1, 1, CheckBinary, InferBroadcast<ArithAllowed>, PrepareArith<SubF>, true});
   ops->push_back({"Mul", 2, 2, 1, 1, CheckBinary, InferBroadcast<ArithAllowed>, PrepareArith<MulF>, true});
   ops->push_back({"Div", 2, 2, 1, 1, CheckBinary, InferBroadcast<ArithAllowed>, PrepareArith<DivF>, true});
-  ops->push_back({"Pow", 2, 2, 1, 1, CheckBinary, InferPow, PreparePow, true});
+  ops->push_back({"Pow", 2, 2, 1, 1, CheckBinary, InferPow, PreparePow<>, true});
   ops->push_back({"Max", 1, 64, 1, 1, nullptr, InferBroadcast<ArithAllowed>, PrepareVariadic<MaxF>, true, false, true});
   ops->push_back({"Min", 1, 64, 1, 1, nullptr, InferBroadcast<ArithAllowed>, PrepareVariadic<MinF>, true, false, true});
   ops->push_back({"Equal", 2, 2, 1, 1, CheckBinary, InferCompare<EqualType>, PrepareCompare<EqualF>, true});

@@ -645,6 +645,8 @@ class ReduceKernel : public Kernel {
 
 template <ReduceKind kKind>
 std::unique_ptr<Kernel> PrepareReduce(const KernelCtx &kc, std::string *reason) {
+  // float16 / bfloat16: widened to float32 (vector conversions) and reduced by the float32 kernels
+  if (HasHalfTypes(kc)) return PrepareViaFloat(kc, PrepareReduce<kKind>, reason);
   InferCtx c = kc.AsInferCtx();
   std::vector<char> mask;
   bool unknown;
