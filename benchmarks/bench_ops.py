@@ -420,6 +420,47 @@ def layout_reduce_cases(size: str):
     yield "CumSum (axis 1 of 3)", *single_op("CumSum", x, initializers=[("a", np.array(1, np.int64))])
 
 
+def dtype_and_sweep_cases(size: str):
+    """Cases a sweep over the operators above did not cover and found slow (float16 element-wise ops, Pow by a
+    constant, int64 unary, RMSNormalization, GatherElements along the last axis, Identity chains), and a few
+    representative others (Sub / Where / comparisons, float64 Tanh, Mod, Split, variadic Sum)."""
+    shape = list(SIZES[size])
+    rows, cols = shape
+    x = rand(shape)
+    h, hb = x.astype(np.float16), rand(shape[-1:], 0.9, 1.1, 1).astype(np.float16)
+    for op in ("Relu", "Exp", "Tanh", "Sigmoid"):
+        yield f"{op} float16", *single_op(op, h, out_type=TensorProto.FLOAT16)
+    for op in ("Add", "Mul"):
+        yield f"{op} float16 (row broadcast)", *single_op(op, h, out_type=TensorProto.FLOAT16, extra=[("b", hb)])
+    yield "ReduceSum float16 (axis -1)", *single_op("ReduceSum", h, out_type=TensorProto.FLOAT16, keepdims=1,
+                                                    initializers=[("a", np.array([-1], np.int64))])
+    yield "Softmax float16 (axis -1)", *single_op("Softmax", h, out_type=TensorProto.FLOAT16, axis=-1)
+    for e in (2.0, 3.0, 0.5):
+        base = rand(shape, 0.5, 2) if e == 0.5 else x
+        yield f"Pow ^{e:g} (constant)", *single_op("Pow", base, initializers=[("e", np.array(e, np.float32))])
+    yield "Pow (tensor exponent)", *single_op("Pow", rand(shape, 0.5, 2), extra=[("e", rand(shape, -2, 2, 2))])
+    xi = (x * 1000).astype(np.int64)
+    for op in ("Abs", "Sign"):
+        yield f"{op} int64", *single_op(op, xi, out_type=TensorProto.INT64)
+    yield "Equal int64", *single_op("Equal", xi % 4, out_type=TensorProto.BOOL, extra=[("b", (xi + 1) % 4)])
+    yield "Tanh float64", *single_op("Tanh", x.astype(np.float64), out_type=TensorProto.DOUBLE)
+    rms = make_model([helper.make_node("RMSNormalization", ["x", "s"], ["y"], axis=-1)], [("x", F, shape)],
+                     [("y", F, shape)], initializers=[("s", rand((cols,), 0.5, 1.5, 3))], opset=23)
+    yield "RMSNormalization (axis -1)", rms, [x]
+    idx = np.random.default_rng(7).integers(0, cols, shape).astype(np.int64)
+    yield "GatherElements (axis -1)", *single_op("GatherElements", x, extra=[("i", idx)], axis=-1)
+    yield f"Identity x{CHAIN}", chain_model("Identity", shape), [x]
+    yield f"Sub x{CHAIN} (row broadcast)", binary_chain("Sub", shape, shape[-1:]), [x, rand(shape[-1:], seed=1)]
+    yield "Where (same shape)", *single_op("Where", x > 0, extra=[("a", x), ("b", rand(shape, seed=1))])
+    yield "Greater (scalar)", *single_op("Greater", x, out_type=TensorProto.BOOL,
+                                         initializers=[("b", np.array(0.0, np.float32))])
+    yield "Mod fmod=1", *single_op("Mod", rand(shape, -10, 10), extra=[("b", rand(shape, 1, 3, 1))], fmod=1)
+    yield "Sum of 3", *single_op("Sum", x, extra=[("b", rand(shape, seed=1)), ("c", rand(shape, seed=2))])
+    split = make_model([helper.make_node("Split", ["x"], ["a", "b"], axis=1, num_outputs=2)], [("x", F, shape)],
+                       [("a", F, [rows, cols // 2]), ("b", F, [rows, cols - cols // 2])], opset=OPSET)
+    yield "Split (axis 1, 2 outputs)", split, [x]
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
@@ -433,6 +474,7 @@ FAMILIES = {
     "channel norms / resize / top-k": channel_norm_resize_topk_cases,
     "inverse trig, casts, scans": more_single_op_cases,
     "layouts, 3-D pooling, axes": layout_reduce_cases,
+    "dtypes, sweep findings": dtype_and_sweep_cases,
 }
 
 

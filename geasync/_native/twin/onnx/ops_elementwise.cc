@@ -277,7 +277,7 @@ class PowKernel : public Kernel {
 // vectorised pass instead of a pow call per element (numpy's power and onnxruntime have the same special cases).
 // x^2 and 1/x are rounded once like pow; x^3 twice (within an ulp of pow). x^0.5 is sqrt, as numpy's float32 /
 // float64 power (the reference) and onnxruntime compute it: -0 for -0 and NaN for -inf (C's pow: +0 and +inf); for
-// float16 numpy computes pow, so float16 bases (computed in float32) keep pow's values (kSqrtPow).
+// float16 ** float16 numpy computes pow, so that pair (computed in float32) keeps pow's values (kSqrtPow).
 enum class PowMode { kOne, kIdentity, kSquare, kCube, kSqrt, kSqrtPow, kReciprocal };
 
 template <class T>
@@ -379,8 +379,10 @@ bool InferPow(InferCtx *c, std::string *reason) {
 template <bool kHalfBase = false>
 std::unique_ptr<Kernel> PreparePow(const KernelCtx &c, std::string *reason) {
   if (HasHalfTypes(c)) {
-    const bool half_base = c.in[0]->dtype == ElemType::kFloat16 || c.in[0]->dtype == ElemType::kBf16;
-    return PrepareViaFloat(c, half_base ? PreparePow<true> : PreparePow<false>, reason);
+    // (numpy computes float16 ** float16 in float16, by pow; a wider exponent promotes it to float32 / float64)
+    const bool half_pow = (c.in[0]->dtype == ElemType::kFloat16 || c.in[0]->dtype == ElemType::kBf16) &&
+                          c.in[1]->dtype == c.in[0]->dtype;
+    return PrepareViaFloat(c, half_pow ? PreparePow<true> : PreparePow<false>, reason);
   }
   if (std::unique_ptr<Kernel> k = PreparePowScalar(c, kHalfBase)) return k;
   BroadcastN bc = MakeBc({&c.in[0]->dims, &c.in[1]->dims}, c.out[0].dims);
