@@ -493,17 +493,31 @@ class GatherElementsKernel : public Kernel {
  private:
   // Indices with data's shape outside the axis: the data offset follows from [outer, t, inner] directly.
   bool RunSameShape(const U *x, const I *idx, U *y, std::string *reason) const {
-    const int64_t inner = walk_.inner, block = n_ * inner, rows = walk_.outer * walk_.n;
-    for (int64_t r = 0; r < rows; ++r) {  // one run of `inner` indices per (outer, t)
-      const U *xo = x + (r / walk_.n) * block;
-      const I *ir = idx + r * inner;
-      U *yr = y + r * inner;
-      for (int64_t i = 0; i < inner; ++i) {
-        const int64_t raw = static_cast<int64_t>(ir[i]);
-        const int64_t k = raw < 0 ? raw + n_ : raw;
-        int64_t unused;
-        if (k < 0 || k >= n_) return NormIndex(raw, n_, &unused, reason);  // fails, with the message
-        yr[i] = xo[k * inner + i];
+    const int64_t inner = walk_.inner, block = n_ * inner, run = walk_.n * inner;
+    for (int64_t o = 0; o < walk_.outer; ++o) {
+      const U *xo = x + o * block;
+      const I *io = idx + o * run;
+      U *yo = y + o * run;
+      if (inner == 1) {  // along the last axis: one run of walk_.n indices into one data row
+        for (int64_t t = 0; t < walk_.n; ++t) {
+          const int64_t raw = static_cast<int64_t>(io[t]);
+          const int64_t k = raw < 0 ? raw + n_ : raw;
+          int64_t unused;
+          if (k < 0 || k >= n_) return NormIndex(raw, n_, &unused, reason);  // fails, with the message
+          yo[t] = xo[k];
+        }
+        continue;
+      }
+      for (int64_t t = 0; t < walk_.n; ++t) {  // one run of `inner` indices per (outer, t)
+        const I *ir = io + t * inner;
+        U *yr = yo + t * inner;
+        for (int64_t i = 0; i < inner; ++i) {
+          const int64_t raw = static_cast<int64_t>(ir[i]);
+          const int64_t k = raw < 0 ? raw + n_ : raw;
+          int64_t unused;
+          if (k < 0 || k >= n_) return NormIndex(raw, n_, &unused, reason);  // fails, with the message
+          yr[i] = xo[k * inner + i];
+        }
       }
     }
     return true;
