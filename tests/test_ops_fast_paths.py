@@ -198,6 +198,40 @@ def test_float64_unary(op):
     check(model, {"x": x}, rtol=1e-12, atol=1e-300)
 
 
+# ---- float32 Mod through double ----
+
+def _mod_operands(n=4000):
+    a = RNG.uniform(-50, 50, n).astype(np.float32)
+    b = RNG.uniform(-7, 7, n).astype(np.float32)
+    k = RNG.integers(-300, 300, n).astype(np.float32)
+    exact = (k[: n // 4] * b[: n // 4]).astype(np.float32)  # quotients at or next to integers
+    a[: n // 4] = exact
+    a[n // 4: n // 2] = np.nextafter(exact, np.float32(np.inf))
+    a[n // 2: 3 * n // 4] = np.nextafter(exact, np.float32(-np.inf))
+    edges_a = [0.0, -0.0, 1e30, -1e30, 3e38, np.inf, -np.inf, np.nan, 5.0, -5.0, 1e-40, -1e-40, 7.0, 536870912.0,
+               536870913.0, 1.5e9, -6.0, 6.0, -1.0, 1.0, -1.0, 1.0, 0.0, -0.0]
+    edges_b = [3.0, 3.0, 3.0, -7.0, 1e-3, 2.0, 2.0, 2.0, 0.0, -0.0, 1e-41, 3e-41, np.inf, 1.0, 1.0, 0.1, 3.0, -3.0,
+               np.inf, np.inf, -np.inf, -np.inf, np.inf, -np.inf]
+    return (np.concatenate([a, np.array(edges_a, np.float32)]), np.concatenate([b, np.array(edges_b, np.float32)]))
+
+
+@pytest.mark.parametrize("fmod", [1, 0])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda d: d.__name__)
+def test_float_mod(fmod, dtype):
+    a, b = _mod_operands()
+    with np.errstate(over="ignore"):
+        a, b = a.astype(dtype), b.astype(dtype)
+    model = model_of([helper.make_node("Mod", ["a", "b"], ["y"], fmod=fmod)], [("a", a), ("b", b)], [("y", dtype)])
+    got = run_twin(model, {"a": a, "b": b})[0]
+    with np.errstate(all="ignore"):
+        want = (np.fmod(a, b) if fmod else np.mod(a, b)) if dtype == np.float32 else reference(
+            model, {"a": a, "b": b})[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got, want)  # exact, like fmod
+    ok = ~np.isnan(want) & (want == 0)
+    np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(want[ok]))  # zeros keep the reference's sign
+
+
 # ---- RMSNormalization ----
 
 @pytest.mark.parametrize("shape, scale_shape, axis", [((3, 1000), (1000,), -1), ((4, 17), (17,), -1),

@@ -5,10 +5,9 @@
 // float16/bfloat16 are computed in float and rounded once per op, like numpy. Integer arithmetic wraps like
 // numpy; integer Div truncates toward zero like the ONNX reference (x / 0 gives 0).
 // Kernel loops: -O3 vectorisation (beyond -O2's very-cheap cost model) and no FP-trap semantics, so that
-// selects and divisions in them can be if-converted, and no errno from sqrt (nobody reads it) so that its loops use
-// the vector instruction. Before the includes, so inline helpers get it too.
+// selects and divisions in them can be if-converted. Before the includes, so inline helpers get it too.
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
-#pragma GCC optimize("O3", "no-trapping-math", "no-math-errno")
+#pragma GCC optimize("O3", "no-trapping-math")
 #endif
 
 #include <algorithm>
@@ -21,6 +20,9 @@
 #include "broadcast.h"
 #include "elem.h"
 #include "vmath.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace twin {
 namespace onnx {
@@ -273,6 +275,35 @@ class PowKernel : public Kernel {
   std::vector<int64_t> ctr_;
 };
 
+// float64 sqrt of an array with the instructions (GCC keeps a libm call per element for errno, like vmath's float32
+// SqrtArray explains): correctly rounded, NaN for negative inputs, -0 for -0, like std::sqrt.
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void SqrtDoubleAvx512(const double *x, double *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm512_storeu_pd(y + i, _mm512_maskz_sqrt_pd(0xff, _mm512_loadu_pd(x + i)));
+  for (; i < n; ++i) _mm_store_sd(y + i, _mm_sqrt_sd(_mm_setzero_pd(), _mm_load_sd(x + i)));
+}
+__attribute__((target("avx2"))) void SqrtDoubleAvx2(const double *x, double *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) _mm256_storeu_pd(y + i, _mm256_sqrt_pd(_mm256_loadu_pd(x + i)));
+  for (; i < n; ++i) _mm_store_sd(y + i, _mm_sqrt_sd(_mm_setzero_pd(), _mm_load_sd(x + i)));
+}
+void SqrtDoubleArray(const double *x, double *y, int64_t n) {
+  switch (vmath::ActiveIsa()) {
+    case vmath::Isa::kAvx512: return SqrtDoubleAvx512(x, y, n);
+    case vmath::Isa::kAvx2: return SqrtDoubleAvx2(x, y, n);
+    default: break;
+  }
+  int64_t i = 0;
+  for (; i + 2 <= n; i += 2) _mm_storeu_pd(y + i, _mm_sqrt_pd(_mm_loadu_pd(x + i)));
+  for (; i < n; ++i) _mm_store_sd(y + i, _mm_sqrt_sd(_mm_setzero_pd(), _mm_load_sd(x + i)));
+}
+#else
+void SqrtDoubleArray(const double *x, double *y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
+}
+#endif
+
 // float32 / float64 base with a constant scalar exponent of 0, 1, 2, 3, 0.5 or -1 (any exponent dtype): one
 // vectorised pass instead of a pow call per element (numpy's power and onnxruntime have the same special cases).
 // x^2 and 1/x are rounded once like pow; x^3 twice (within an ulp of pow). x^0.5 is sqrt, as numpy's float32 /
@@ -288,7 +319,10 @@ void PowScalarLoop(const T *x, T *y, int64_t n, PowMode m) {
     case PowMode::kIdentity: if (x != y) std::memmove(y, x, static_cast<size_t>(n) * sizeof(T)); break;
     case PowMode::kSquare: for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i]; break;
     case PowMode::kCube: for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i] * x[i]; break;
-    case PowMode::kSqrt: for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]); break;
+    case PowMode::kSqrt:  // (the sqrt instructions: a loop of std::sqrt keeps a libm call per element for errno)
+      if constexpr (std::is_same<T, float>::value) vmath::SqrtArray(x, y, n);
+      else SqrtDoubleArray(x, y, n);
+      break;
     case PowMode::kSqrtPow:
       for (int64_t i = 0; i < n; ++i) y[i] = x[i] == -kInf ? kInf : std::sqrt(x[i]) + T(0);
       break;
@@ -824,6 +858,20 @@ class ArrayKernel : public Kernel {
   vmath::ArrayFn fn_;
 };
 
+// float64 Sqrt by SqrtDoubleArray.
+class SqrtDoubleKernel : public Kernel {
+ public:
+  explicit SqrtDoubleKernel(int64_t n) : n_(n) {}
+  bool InPlaceOver(size_t i) const override { return i == 0; }
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    SqrtDoubleArray(static_cast<const double *>(in[0]), static_cast<double *>(out[0]), n_);
+    return true;
+  }
+
+ private:
+  int64_t n_;
+};
+
 enum UnaryTypes { kFloatOnly, kSignedOrFloat, kAnyNumeric, kIntOnly, kBoolOnly };
 
 template <UnaryTypes kTypes>
@@ -901,6 +949,8 @@ std::unique_ptr<Kernel> PrepareUnary(const KernelCtx &c, std::string *reason) {
   UnaryParams p;
   if (!UnaryParam(*c.node, &p, reason)) return nullptr;
   const int64_t n = c.out[0].NumElements();
+  if constexpr (std::is_same<Op, SqrtF>::value)
+    if (c.out[0].dtype == ElemType::kDouble) return std::make_unique<SqrtDoubleKernel>(n);
   if constexpr (UnaryStorageAllowed<kTypes, float>()) {
     if (c.out[0].dtype == ElemType::kFloat16) return std::make_unique<HalfUnaryKernel<Half, Op>>(n, p);
     if (c.out[0].dtype == ElemType::kBf16) return std::make_unique<HalfUnaryKernel<BF16, Op>>(n, p);

@@ -6,6 +6,7 @@
 #pragma GCC optimize("O3", "no-trapping-math")
 #endif
 
+#include <cfloat>
 #include <cmath>
 #include <type_traits>
 
@@ -163,10 +164,28 @@ T IntMod(T a, T b, bool fmod) {
   }
 }
 
+// fmod of float32s through double, without libm's bit-by-bit loop: for finite a and b with |a / b| < 2^29, q =
+// trunc(a / b) in double is the true quotient's integer part or, when a / b rounds up onto an integer, one more in
+// magnitude; q * b (<= 53 bits) and a - q * b (the exact remainder, a float32) are then exact. The second case shows
+// as a remainder of the wrong sign and goes to std::fmod, as do NaN, infinities, b = 0 and large quotients. A zero
+// remainder takes a's sign, as fmod's does.
+inline float FmodFloat(float a, float b) {
+  const double ad = a, bd = b;
+  const double abs_b = std::fabs(bd);
+  if (abs_b <= DBL_MAX && std::fabs(ad) < 536870912.0 * abs_b) {  // 2^29; false for NaN, infinities and b = 0
+    const double r = ad - std::trunc(ad / bd) * bd;
+    if (r == 0.0 || std::signbit(r) == std::signbit(ad)) return std::copysign(static_cast<float>(r), a);
+  }
+  return std::fmod(a, b);
+}
+
 template <class C>
 C FloatMod(C a, C b, bool fmod) {
-  C r = std::fmod(a, b);
+  C r;
+  if constexpr (std::is_same<C, float>::value) r = FmodFloat(a, b);
+  else r = std::fmod(a, b);
   if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
+  if (!fmod && r == 0) r = std::copysign(C(0), b);  // numpy.mod's zero takes the divisor's sign
   return r;
 }
 
