@@ -257,6 +257,24 @@ def test_rms_normalization_with_nan_and_inf_rows():
     check(model, {"x": x, "s": s}, rtol=1e-5, atol=1e-6)
 
 
+# ---- LpNormalization along the last axis ----
+
+@pytest.mark.parametrize("n", [1, 7, 8, 33, 1000])
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: d.__name__)
+def test_lp_normalization_rows(n, p, dtype):
+    # (onnx.reference's p = 1 sums x, not |x|: the yardstick is numpy's norm)
+    x = RNG.uniform(-3, 3, (5, n)).astype(dtype)
+    x[1] = 0  # a zero norm gives 0
+    x[3, 0] = np.nan
+    model = model_of([helper.make_node("LpNormalization", ["x"], ["y"], axis=-1, p=p)], [("x", x)], [("y", dtype)])
+    got = run_twin(model, {"x": x})[0]
+    norm = np.linalg.norm(x.astype(np.float64), ord=p, axis=-1, keepdims=True)
+    with np.errstate(all="ignore"):
+        want = np.where(norm == 0, 0, x / norm).astype(dtype)
+    np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == np.float32 else 1e-13)
+
+
 # ---- GatherElements ----
 
 @pytest.mark.parametrize("idx_dtype", [np.int64, np.int32], ids=lambda d: d.__name__)
