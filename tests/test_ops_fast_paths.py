@@ -232,6 +232,25 @@ def test_float_mod(fmod, dtype):
     np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(want[ok]))  # zeros keep the reference's sign
 
 
+# ---- integer Div (32-bit and narrower through a double quotient) ----
+
+@pytest.mark.parametrize("dtype", [d for d in INTS if d is not np.uint64], ids=lambda d: d.__name__)
+def test_integer_div_truncates(dtype):
+    info = np.iinfo(dtype)
+    edges = np.array([info.min, info.max, info.min + 1, info.max - 1, 0, 1, 7, -7 if info.min else 9, 2], np.int64)
+    a = np.concatenate([np.repeat(edges, len(edges)), RNG.integers(info.min, info.max, 3000, endpoint=True)])
+    b = np.concatenate([np.tile(edges, len(edges)), RNG.integers(info.min, info.max, 3000, endpoint=True)])
+    b[-1000:] = RNG.integers(-5 if info.min else 0, 6, 1000)  # small divisors: large quotients, -1 and 0
+    a, b = a.astype(dtype), b.astype(dtype)
+    model = model_of([helper.make_node("Div", ["a", "b"], ["y"])], [("a", a), ("b", b)], [("y", dtype)])
+    got = run_twin(model, {"a": a, "b": b})[0]
+    a64, b64 = a.astype(object), b.astype(object)
+    want = [0 if y == 0 else (abs(x) // abs(y)) * (1 if (x < 0) == (y < 0) else -1)
+            for x, y in zip(a64, b64, strict=True)]
+    want = np.array([w & ((1 << (8 * np.dtype(dtype).itemsize)) - 1) for w in want], np.uint64)
+    np.testing.assert_array_equal(got.view(f"u{np.dtype(dtype).itemsize}").astype(np.uint64), want)
+
+
 # ---- RMSNormalization ----
 
 @pytest.mark.parametrize("shape, scale_shape, axis", [((3, 1000), (1000,), -1), ((4, 17), (17,), -1),

@@ -70,6 +70,10 @@ struct DivF {
       if constexpr (std::is_signed<C>::value) {
         if (b == -1) return static_cast<C>(Wide<C>(0) - static_cast<Wide<C>>(a));  // INT_MIN / -1 wraps
       }
+      // 32-bit and narrower: the double quotient truncated is exact (|a|, |b| < 2^32: a non-integer quotient lies
+      // at least 1/|b| from an integer, far more than its rounding error), and divides in vector lanes where the
+      // integer division does not
+      if constexpr (sizeof(C) <= 4) return static_cast<C>(static_cast<double>(a) / static_cast<double>(b));
       return static_cast<C>(a / b);
     } else {
       return a / b;
