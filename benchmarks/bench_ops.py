@@ -444,6 +444,11 @@ def dtype_and_sweep_cases(size: str):
         yield f"{op} int64", *single_op(op, xi, out_type=TensorProto.INT64)
     yield "Equal int64", *single_op("Equal", xi % 4, out_type=TensorProto.BOOL, extra=[("b", (xi + 1) % 4)])
     yield "Tanh float64", *single_op("Tanh", x.astype(np.float64), out_type=TensorProto.DOUBLE)
+    yield "Sqrt float64", *single_op("Sqrt", rand(shape, 0, 100).astype(np.float64), out_type=TensorProto.DOUBLE)
+    xi32 = (x * 1000).astype(np.int32)
+    yield "Div int32 (same shape)", *single_op("Div", xi32, out_type=TensorProto.INT32,
+                                               extra=[("b", (rand(shape, 1, 99, 1)).astype(np.int32))])
+    yield "LpNormalization p=2 (axis -1)", *single_op("LpNormalization", x, axis=-1, p=2)
     rms = make_model([helper.make_node("RMSNormalization", ["x", "s"], ["y"], axis=-1)], [("x", F, shape)],
                      [("y", F, shape)], initializers=[("s", rand((cols,), 0.5, 1.5, 3))], opset=23)
     yield "RMSNormalization (axis -1)", rms, [x]
