@@ -19,7 +19,8 @@ ONNX_OF = {np.dtype(np.float16): F16, np.dtype(np.float32): F32, np.dtype(np.flo
            np.dtype(np.int8): TensorProto.INT8, np.dtype(np.int16): TensorProto.INT16,
            np.dtype(np.int32): TensorProto.INT32, np.dtype(np.int64): TensorProto.INT64,
            np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.uint16): TensorProto.UINT16,
-           np.dtype(np.uint32): TensorProto.UINT32, np.dtype(np.uint64): TensorProto.UINT64}
+           np.dtype(np.uint32): TensorProto.UINT32, np.dtype(np.uint64): TensorProto.UINT64,
+           np.dtype(np.bool_): TensorProto.BOOL}
 SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 65504.0, -65504.0, 6e-8, -6e-8]
 
 
@@ -230,6 +231,34 @@ def test_float_mod(fmod, dtype):
     np.testing.assert_array_equal(got, want)  # exact, like fmod
     ok = ~np.isnan(want) & (want == 0)
     np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(want[ok]))  # zeros keep the reference's sign
+
+
+# ---- comparisons per instruction set ----
+
+CMP_TYPES = [np.float32, np.float64, np.float16] + INTS
+CMP_SHAPES = [((3, 301), (3, 301)), ((3, 301), ()), ((), (3, 301)), ((3, 301), (301,)), ((3, 1), (1, 301)),
+              ((1037,), (1037,))]
+
+
+@pytest.mark.parametrize("shapes", CMP_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", CMP_TYPES, ids=lambda d: d.__name__)
+@pytest.mark.parametrize("op", ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"])
+def test_comparisons(op, dtype, shapes):
+    def values(shape, seed):
+        rng = np.random.default_rng(seed)
+        if np.issubdtype(dtype, np.integer):
+            info = np.iinfo(dtype)
+            v = rng.integers(-3 if info.min else 0, 4, shape).astype(dtype)  # many ties
+            if v.size > 4:
+                v.reshape(-1)[:4] = [info.min, info.max, info.max - 1, info.min + 1]
+            return v
+        v = rng.integers(-3, 4, shape).astype(dtype)
+        if v.size > 6:
+            v.reshape(-1)[:6] = [np.nan, np.inf, -np.inf, -0.0, 0.0, np.nan]
+        return v
+    a, b = values(shapes[0], 1), values(shapes[1], 2)
+    model = model_of([helper.make_node(op, ["a", "b"], ["y"])], [("a", a), ("b", b)], [("y", np.bool_)])
+    check(model, {"a": a, "b": b}, rtol=0)
 
 
 # ---- integer Div (32-bit and narrower through a double quotient) ----

@@ -507,20 +507,70 @@ struct OrF {
   static bool Apply(C a, C b) { return a || b; }
 };
 
+// One innermost run of a comparison on a type computed as stored (ia / ib: 1 or 0 for a broadcast operand), compiled
+// per instruction set like NativeLoop: int64 compares need SSE4.2 / AVX-512 to run in vector lanes.
+template <class T, class Op>
+void CompareRun(const T *a, const T *b, uint8_t *o, int64_t n, int64_t ia, int64_t ib) {
+  if (ia && ib) {
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<uint8_t>(Op::Apply(a[i], b[i]) ? 1 : 0);
+  } else if (ia) {
+    const T bv = *b;
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<uint8_t>(Op::Apply(a[i], bv) ? 1 : 0);
+  } else if (ib) {
+    const T av = *a;
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<uint8_t>(Op::Apply(av, b[i]) ? 1 : 0);
+  } else {
+    std::memset(o, Op::Apply(*a, *b) ? 1 : 0, static_cast<size_t>(n));
+  }
+}
+#if defined(__x86_64__)
+template <class T, class Op>
+__attribute__((target("avx512f,avx512dq"))) void CompareRunAvx512(const T *a, const T *b, uint8_t *o, int64_t n,
+                                                                   int64_t ia, int64_t ib) {
+  CompareRun<T, Op>(a, b, o, n, ia, ib);
+}
+template <class T, class Op>
+__attribute__((target("avx2,fma"))) void CompareRunAvx2(const T *a, const T *b, uint8_t *o, int64_t n, int64_t ia,
+                                                        int64_t ib) {
+  CompareRun<T, Op>(a, b, o, n, ia, ib);
+}
+#endif
+
 template <class S, class Op>
 class CompareKernel : public Kernel {
+  using C = typename Num<S>::C;
+  static constexpr bool kNative = std::is_same<S, C>::value;  // not float16 / bfloat16 / bool storage
+
  public:
-  explicit CompareKernel(BroadcastN bc) : bc_(std::move(bc)), ctr_(bc_.dims.size()) {}
+  explicit CompareKernel(BroadcastN bc) : bc_(std::move(bc)), ctr_(bc_.dims.size()) {
+    if constexpr (kNative) {
+      run_ = CompareRun<S, Op>;
+#if defined(__x86_64__)
+      if (vmath::ActiveIsa() == vmath::Isa::kAvx512) run_ = CompareRunAvx512<S, Op>;
+      else if (vmath::ActiveIsa() == vmath::Isa::kAvx2) run_ = CompareRunAvx2<S, Op>;
+#endif
+    }
+  }
   bool Run(const void *const *in, void *const *out, std::string *) override {
-    BinaryLoop(bc_, ctr_.data(), static_cast<const S *>(in[0]), static_cast<const S *>(in[1]),
-               static_cast<uint8_t *>(out[0]),
-               [](S a, S b) { return static_cast<uint8_t>(Op::Apply(Num<S>::Load(a), Num<S>::Load(b)) ? 1 : 0); });
+    const S *a = static_cast<const S *>(in[0]);
+    const S *b = static_cast<const S *>(in[1]);
+    uint8_t *o = static_cast<uint8_t *>(out[0]);
+    if constexpr (kNative) {
+      const int64_t ia = bc_.strides[0].back(), ib = bc_.strides[1].back();
+      ForEachRunN(bc_, ctr_.data(), [&](const int64_t *off, int64_t oo, int64_t n) {
+        run_(a + off[0], b + off[1], o + oo, n, ia, ib);
+      });
+      return true;
+    }
+    BinaryLoop(bc_, ctr_.data(), a, b, o,
+               [](S x, S y) { return static_cast<uint8_t>(Op::Apply(Num<S>::Load(x), Num<S>::Load(y)) ? 1 : 0); });
     return true;
   }
 
  private:
   BroadcastN bc_;
   std::vector<int64_t> ctr_;
+  void (*run_)(const S *, const S *, uint8_t *, int64_t, int64_t, int64_t) = nullptr;
 };
 
 bool EqualType(ElemType t) { return IsNumericType(t) || t == ElemType::kBool; }
