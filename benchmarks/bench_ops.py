@@ -443,6 +443,7 @@ def dtype_and_sweep_cases(size: str):
     for op in ("Abs", "Sign"):
         yield f"{op} int64", *single_op(op, xi, out_type=TensorProto.INT64)
     yield "Equal int64", *single_op("Equal", xi % 4, out_type=TensorProto.BOOL, extra=[("b", (xi + 1) % 4)])
+    yield "Cast (int64 -> float32)", *single_op("Cast", xi, to=F)
     yield "Tanh float64", *single_op("Tanh", x.astype(np.float64), out_type=TensorProto.DOUBLE)
     yield "Sqrt float64", *single_op("Sqrt", rand(shape, 0, 100).astype(np.float64), out_type=TensorProto.DOUBLE)
     xi32 = (x * 1000).astype(np.int32)

@@ -233,6 +233,33 @@ def test_float_mod(fmod, dtype):
     np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(want[ok]))  # zeros keep the reference's sign
 
 
+# ---- Cast loops compiled for AVX-512 ----
+
+def _cast_source(dtype):
+    if dtype == np.bool_:
+        return RNG.integers(0, 2, 1037).astype(np.bool_)
+    if dtype == np.float32:
+        x = RNG.uniform(-3, 3, 1037).astype(np.float32)
+        x[:6] = [np.nan, -0.0, 0.0, np.inf, -np.inf, 1e-45]
+        return x
+    info = np.iinfo(dtype)
+    x = RNG.integers(info.min, info.max, 1037, dtype=dtype, endpoint=True)
+    if dtype == np.int64:  # values float32 / float64 round: ties, 2^53 + 1, the extremes
+        x[:8] = [2 ** 53 + 1, -(2 ** 53) - 1, 2 ** 24 + 1, 2 ** 24 + 3, info.min, info.max, 2 ** 31, -(2 ** 31) - 1]
+    return x
+
+
+@pytest.mark.parametrize("src, dst", [(np.int64, np.float32), (np.int64, np.float64), (np.int64, np.int32),
+                                      (np.int64, np.bool_), (np.int32, np.float32), (np.int32, np.int64),
+                                      (np.float32, np.bool_), (np.uint8, np.float32), (np.bool_, np.float32)],
+                         ids=str)
+def test_cast_loops(src, dst):
+    x = _cast_source(src)
+    model = model_of([helper.make_node("Cast", ["x"], ["y"], to=ONNX_OF[np.dtype(dst)])], [("x", x)], [("y", dst)])
+    got = run_twin(model, {"x": x})[0]
+    np.testing.assert_array_equal(got, x.astype(dst))
+
+
 # ---- comparisons per instruction set ----
 
 CMP_TYPES = [np.float32, np.float64, np.float16] + INTS

@@ -323,9 +323,48 @@ CastFn PickFastPath(ElemType d) {
   return nullptr;
 }
 
+#if defined(__x86_64__)
+// The element loop compiled for AVX-512 (F + DQ: 64-bit integer <-> float conversions and compares in vector lanes),
+// for the pairs the baseline loop runs one element at a time: the same conversions, the same values.
+template <class S, class D>
+__attribute__((target("avx512f,avx512dq"))) void CastLoopAvx512(const void *in, void *out, int64_t n) {
+  CastLoop<S, D>(in, out, n);
+}
+
+template <class S>
+CastFn PickAvx512Loop(ElemType d) {
+  if (vmath::ActiveIsa() != vmath::Isa::kAvx512) return nullptr;
+  if constexpr (std::is_same<S, int64_t>::value) {
+    switch (d) {
+      case ElemType::kFloat: return CastLoopAvx512<int64_t, float>;
+      case ElemType::kDouble: return CastLoopAvx512<int64_t, double>;
+      case ElemType::kInt32: return CastLoopAvx512<int64_t, int32_t>;
+      case ElemType::kBool: return CastLoopAvx512<int64_t, BoolTag>;
+      default: return nullptr;
+    }
+  } else if constexpr (std::is_same<S, int32_t>::value) {
+    switch (d) {
+      case ElemType::kFloat: return CastLoopAvx512<int32_t, float>;
+      case ElemType::kInt64: return CastLoopAvx512<int32_t, int64_t>;
+      default: return nullptr;
+    }
+  } else if constexpr (std::is_same<S, float>::value) {
+    return d == ElemType::kBool ? CastLoopAvx512<float, BoolTag> : nullptr;
+  } else if constexpr (std::is_same<S, uint8_t>::value) {
+    return d == ElemType::kFloat ? CastLoopAvx512<uint8_t, float> : nullptr;
+  } else if constexpr (std::is_same<S, BoolTag>::value) {
+    return d == ElemType::kFloat ? CastLoopAvx512<BoolTag, float> : nullptr;
+  }
+  return nullptr;
+}
+#endif
+
 template <class S>
 CastFn PickDst(ElemType d) {
   if (CastFn fast = PickFastPath<S>(d)) return fast;
+#if defined(__x86_64__)
+  if (CastFn fast = PickAvx512Loop<S>(d)) return fast;
+#endif
   switch (d) {
     case ElemType::kFloat: return CastLoop<S, float>;
     case ElemType::kFloat16: return PickHalfDst<S>();
