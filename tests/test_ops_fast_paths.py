@@ -288,6 +288,39 @@ def test_comparisons(op, dtype, shapes):
     check(model, {"a": a, "b": b}, rtol=0)
 
 
+# ---- integer / float64 arithmetic per instruction set ----
+
+@pytest.mark.parametrize("shapes", CMP_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [np.float64] + INTS, ids=lambda d: d.__name__)
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+def test_arithmetic_broadcasts(op, dtype, shapes):
+    if op == "Div" and dtype != np.float64:
+        pytest.skip("integer Div: test_integer_div_truncates")
+
+    def values(shape, seed):
+        rng = np.random.default_rng(seed)
+        if dtype == np.float64:
+            v = rng.uniform(-3, 3, shape)
+            if v.size > 5:
+                v.reshape(-1)[:5] = [np.nan, np.inf, -np.inf, -0.0, 1e308]
+            return v
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)  # products and sums wrap
+    a, b = values(shapes[0], 1), values(shapes[1], 2)
+    model = model_of([helper.make_node(op, ["a", "b"], ["y"])], [("a", a), ("b", b)], [("y", dtype)])
+    check(model, {"a": a, "b": b}, rtol=0)
+
+
+def test_arithmetic_in_place_chain_int64():
+    x = RNG.integers(-1000, 1000, (9, 301)).astype(np.int64)
+    row = RNG.integers(-5, 5, (301,)).astype(np.int64)
+    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Mul", ["a", "r"], ["b"]),
+             helper.make_node("Add", ["r", "b"], ["c"]), helper.make_node("Sub", ["c", "x"], ["y"])]
+    model = model_of(nodes, [("x", x), ("r", row)], [("y", np.int64)])
+    got = run_twin(model, {"x": x, "r": row})[0]
+    np.testing.assert_array_equal(got, row + (-x) * row - x)
+
+
 # ---- integer Div (32-bit and narrower through a double quotient) ----
 
 @pytest.mark.parametrize("dtype", [d for d in INTS if d is not np.uint64], ids=lambda d: d.__name__)

@@ -144,15 +144,66 @@ BroadcastN MakeBc(const std::vector<const std::vector<int64_t> *> &ins, const st
   return bc;
 }
 
+// One innermost run of o = Op(a, b) on a type computed as stored (ia / ib: 1, or 0 for a broadcast operand), compiled
+// per instruction set like NativeLoop (int32 / int64 multiplies and 64-bit selects need SSE4.1 / AVX-512 to run in
+// vector lanes). o may be a or b (no __restrict): element i is read just before o[i] is written.
+template <class T, class Op>
+void ArithRun(const T *a, const T *b, T *o, int64_t n, int64_t ia, int64_t ib) {
+  if (ia && ib) {
+    for (int64_t i = 0; i < n; ++i) o[i] = Op::Apply(a[i], b[i]);
+  } else if (ia) {
+    const T bv = *b;
+    for (int64_t i = 0; i < n; ++i) o[i] = Op::Apply(a[i], bv);
+  } else if (ib) {
+    const T av = *a;
+    for (int64_t i = 0; i < n; ++i) o[i] = Op::Apply(av, b[i]);
+  } else {
+    const T v = Op::Apply(*a, *b);
+    for (int64_t i = 0; i < n; ++i) o[i] = v;
+  }
+}
+#if defined(__x86_64__)
+template <class T, class Op>
+__attribute__((target("avx512f,avx512dq"))) void ArithRunAvx512(const T *a, const T *b, T *o, int64_t n, int64_t ia,
+                                                                 int64_t ib) {
+  ArithRun<T, Op>(a, b, o, n, ia, ib);
+}
+template <class T, class Op>
+__attribute__((target("avx2,fma"))) void ArithRunAvx2(const T *a, const T *b, T *o, int64_t n, int64_t ia,
+                                                      int64_t ib) {
+  ArithRun<T, Op>(a, b, o, n, ia, ib);
+}
+#endif
+
 // Arithmetic: out type == in type.
 template <class S, class Op>
 class ArithKernel : public Kernel {
+  // integers and float64 per instruction set; float32 keeps the baseline loop (its SSE2 form is already vector code)
+  static constexpr bool kPerIsa = std::is_same<S, typename Num<S>::C>::value && !std::is_same<S, float>::value;
+
  public:
-  ArithKernel(BroadcastN bc, std::array<bool, 2> full) : bc_(std::move(bc)), ctr_(bc_.dims.size()), full_(full) {}
+  ArithKernel(BroadcastN bc, std::array<bool, 2> full) : bc_(std::move(bc)), ctr_(bc_.dims.size()), full_(full) {
+    if constexpr (kPerIsa) {
+#if defined(__x86_64__)
+      if (vmath::ActiveIsa() == vmath::Isa::kAvx512) run_ = ArithRunAvx512<S, Op>;
+      else if (vmath::ActiveIsa() == vmath::Isa::kAvx2) run_ = ArithRunAvx2<S, Op>;
+#endif
+    }
+  }
   bool InPlaceOver(size_t i) const override { return i < 2 && full_[i]; }
   bool Run(const void *const *in, void *const *out, std::string *) override {
-    BinaryLoop(bc_, ctr_.data(), static_cast<const S *>(in[0]), static_cast<const S *>(in[1]), static_cast<S *>(out[0]),
-               [](S a, S b) { return Num<S>::Store(Op::Apply(Num<S>::Load(a), Num<S>::Load(b))); });
+    const S *a = static_cast<const S *>(in[0]);
+    const S *b = static_cast<const S *>(in[1]);
+    S *o = static_cast<S *>(out[0]);
+    if (run_) {
+      const int64_t ia = bc_.strides[0].back(), ib = bc_.strides[1].back();
+      ForEachRunN(bc_, ctr_.data(), [&](const int64_t *off, int64_t oo, int64_t n) {
+        run_(a + off[0], b + off[1], o + oo, n, ia, ib);
+      });
+      return true;
+    }
+    BinaryLoop(bc_, ctr_.data(), a, b, o,
+               [](S x, S y) { return Num<S>::Store(Op::Apply(Num<S>::Load(x), Num<S>::Load(y))); });
     return true;
   }
 
@@ -161,6 +212,7 @@ class ArithKernel : public Kernel {
   std::vector<int64_t> ctr_;
   std::array<bool, 2> full_;  // per input, has the output's shape and type: BinaryLoop reads its element i just
                               // before writing o[i]
+  void (*run_)(const S *, const S *, S *, int64_t, int64_t, int64_t) = nullptr;
 };
 
 bool SameTypes(const InferCtx &c, size_t from, size_t to, std::string *reason) {
