@@ -321,6 +321,21 @@ def test_arithmetic_in_place_chain_int64():
     np.testing.assert_array_equal(got, row + (-x) * row - x)
 
 
+# ---- variadic Mean / Sum (Mean's scale in the last input's pass) ----
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16], ids=lambda d: d.__name__)
+@pytest.mark.parametrize("op", ["Mean", "Sum"])
+def test_variadic_mean_and_sum(op, dtype, count):
+    shapes = [(3, 301), (301,), (3, 1), (), (1, 301)][:count]
+    xs = [with_specials(RNG.uniform(-4, 4, sh).astype(dtype)) if sh == (3, 301) else RNG.uniform(-4, 4, sh).astype(
+        dtype) for sh in shapes]
+    names = [f"x{i}" for i in range(count)]
+    model = model_of([helper.make_node(op, names, ["y"])], list(zip(names, xs, strict=True)), [("y", dtype)])
+    rtol = {np.float16: 2e-3, np.float32: 1e-6, np.float64: 1e-15}[dtype]
+    check(model, dict(zip(names, xs, strict=True)), rtol=rtol, atol=rtol)
+
+
 # ---- integer Div (32-bit and narrower through a double quotient) ----
 
 @pytest.mark.parametrize("dtype", [d for d in INTS if d is not np.uint64], ids=lambda d: d.__name__)

@@ -271,29 +271,39 @@ class SumKernel : public Kernel {
     S *y = static_cast<S *>(out[0]);
     constexpr bool kInOutput = std::is_same<C, S>::value;  // float / double: accumulate in the output itself
     C *acc = kInOutput ? reinterpret_cast<C *>(y) : acc_.data();
-    // Input 0 is assigned (x0 + x1 + ..., like the reference: a lone -0 stays -0), the others added.
-    for (size_t k = 0; k < bcs_.size(); ++k) {
-      if (k == 0) AddInput<true>(static_cast<const S *>(in[k]), bcs_[k], acc);
-      else AddInput<false>(static_cast<const S *>(in[k]), bcs_[k], acc);
-    }
+    // Input 0 is assigned (x0 + x1 + ..., like the reference: a lone -0 stays -0), the others added; float32 /
+    // float64 Mean scales in the last input's pass ((acc + x) * scale, the same operations as a pass of its own).
     const C scale = kMean ? C(1) / static_cast<C>(bcs_.size()) : C(1);
-    if (kMean || !kInOutput)
-      for (int64_t i = 0; i < n_; ++i) y[i] = Num<S>::Store(kMean ? acc[i] * scale : acc[i]);
+    const bool fused_scale = kMean && kInOutput && bcs_.size() > 1;
+    for (size_t k = 0; k < bcs_.size(); ++k) {
+      const S *x = static_cast<const S *>(in[k]);
+      if (k == 0) AddInput<true, false>(x, bcs_[k], acc, scale);
+      else if (fused_scale && k + 1 == bcs_.size()) AddInput<false, true>(x, bcs_[k], acc, scale);
+      else AddInput<false, false>(x, bcs_[k], acc, scale);
+    }
+    if ((kMean && !fused_scale) || !kInOutput)
+      for (int64_t i = 0; i < n_; ++i) y[i] = Num<S>::Store(kMean && !fused_scale ? acc[i] * scale : acc[i]);
     return true;
   }
 
  private:
-  template <bool kAssign>
-  void AddInput(const S *x, const BroadcastN &bc, C *acc) {
+  template <bool kAssign, bool kScale>
+  void AddInput(const S *x, const BroadcastN &bc, C *acc, C scale) {
     const int64_t is = bc.strides[1].back();
     ForEachRunN(bc, ctr_.data(), [&](const int64_t *off, int64_t oo, int64_t n) {
       C *__restrict po = acc + oo;
       const S *__restrict px = x + off[1];
       if (is) {
-        for (int64_t i = 0; i < n; ++i) po[i] = kAssign ? Num<S>::Load(px[i]) : po[i] + Num<S>::Load(px[i]);
+        for (int64_t i = 0; i < n; ++i) {
+          const C v = kAssign ? Num<S>::Load(px[i]) : po[i] + Num<S>::Load(px[i]);
+          po[i] = kScale ? v * scale : v;
+        }
       } else {
-        const C v = Num<S>::Load(*px);
-        for (int64_t i = 0; i < n; ++i) po[i] = kAssign ? v : po[i] + v;
+        const C xv = Num<S>::Load(*px);
+        for (int64_t i = 0; i < n; ++i) {
+          const C v = kAssign ? xv : po[i] + xv;
+          po[i] = kScale ? v * scale : v;
+        }
       }
     });
   }
