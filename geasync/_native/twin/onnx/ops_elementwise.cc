@@ -178,8 +178,8 @@ __attribute__((target("avx2,fma"))) void ArithRunAvx2(const T *a, const T *b, T 
 // Arithmetic: out type == in type.
 template <class S, class Op>
 class ArithKernel : public Kernel {
-  // integers and float64 per instruction set; float32 keeps the baseline loop (its SSE2 form is already vector code)
-  static constexpr bool kPerIsa = std::is_same<S, typename Num<S>::C>::value && !std::is_same<S, float>::value;
+  // types computed as stored (float32 too: 16 lanes, and its loops no longer sit in the baseline build's layout)
+  static constexpr bool kPerIsa = std::is_same<S, typename Num<S>::C>::value;
 
  public:
   ArithKernel(BroadcastN bc, std::array<bool, 2> full) : bc_(std::move(bc)), ctr_(bc_.dims.size()), full_(full) {
