@@ -410,6 +410,11 @@ def layout_reduce_cases(size: str):
     xi = (x2 * 100).astype(np.int32)
     yield "Einsum int32 ij,ij->i", *single_op("Einsum", xi, extra=[("m", xi + 1)], out_type=TensorProto.INT32,
                                               equation="ij,ij->i")
+    # contracted a pair at a time: three operands, and a label only one operand has (summed out of it first)
+    sq = [rand((side, side), seed=s) for s in (6, 7, 8)]
+    yield "Einsum ij,jk,kl->il", *single_op("Einsum", sq[0], extra=[("b", sq[1]), ("c", sq[2])],
+                                            equation="ij,jk,kl->il")
+    yield "Einsum ij,jk->i", *single_op("Einsum", sq[0], extra=[("b", sq[1])], equation="ij,jk->i")
     axis1 = [("axes", np.array([1], np.int64))]
     yield "ReduceL1 (all)", *single_op("ReduceL1", x, keepdims=0)
     yield "ReduceSumSquare (all)", *single_op("ReduceSumSquare", x, keepdims=0)
