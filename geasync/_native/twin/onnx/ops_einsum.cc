@@ -1093,8 +1093,7 @@ class EinsumChainKernel : public Kernel {
  public:
   struct Step {
     std::unique_ptr<Kernel> kernel;
-    size_t a = 0, b = 0;  // value slots read (b only by a step of two operands): inputs first, then results
-    size_t operands = 2;
+    size_t a = 0, b = 0;  // value slots read (b = a for a step of one operand): inputs first, then results
     size_t offset = 0;    // of the result in scratch (the last step writes the output)
   };
   EinsumChainKernel(std::vector<Step> steps, size_t nops, size_t results, size_t bytes)
@@ -1186,17 +1185,18 @@ std::unique_ptr<Kernel> PrepareChain(const Einsum &e, const std::vector<const Te
   descs.reserve(2 * nops);
   size_t results = 0, scratch = 0;
   auto desc = [&](const Operand &o) { return o.slot < nops ? in[o.slot] : &descs[o.slot - nops]; };
-  // Adds the step computing `out` from the given operands; false if it cannot be prepared.
-  auto add_step = [&](Einsum sub, std::vector<const TensorDesc *> d, const std::vector<size_t> &slots,
+  auto sized = [&](Einsum *sub) {  // the extents of its labels, from e
+    for (const auto &t : sub->terms)
+      for (int lab : t) sub->size[lab] = e.size.at(lab);
+  };
+  // Adds the step computing sub.out from the given operands; false if it cannot be prepared.
+  auto add_step = [&](const Einsum &sub, std::vector<const TensorDesc *> d, const std::vector<size_t> &slots,
                       bool last) {
-    for (const auto &t : sub.terms)
-      for (int lab : t) sub.size[lab] = e.size.at(lab);
     if (elements(sub.out) > kMaxElements) return false;
     std::string ignored;
     std::unique_ptr<Kernel> k = PrepareCompiled(sub, d, dtype, &ignored);
     if (!k) return false;
     EinsumChainKernel::Step st;
-    st.operands = slots.size();
     st.a = slots[0], st.b = slots.back();
     scratch = std::max(scratch, (k->scratch_bytes() + 63) / 64 * 64);
     st.kernel = std::move(k);
@@ -1219,6 +1219,7 @@ std::unique_ptr<Kernel> PrepareChain(const Einsum &e, const std::vector<const Te
     Einsum sub;
     sub.terms = {ops[x].term};
     sub.out = keep;
+    sized(&sub);
     if (!add_step(sub, {desc(ops[x])}, {ops[x].slot}, false)) return nullptr;
     ops[x] = {keep, nops + steps.size() - 1};
   }
@@ -1237,8 +1238,7 @@ std::unique_ptr<Kernel> PrepareChain(const Einsum &e, const std::vector<const Te
     sub.out = last ? e.out : kept(bx, by);
     std::vector<const TensorDesc *> d = {desc(ops[bx]), desc(ops[by])};
     std::vector<size_t> slots = {ops[bx].slot, ops[by].slot};
-    for (const auto &t : sub.terms)
-      for (int lab : t) sub.size[lab] = e.size.at(lab);
+    sized(&sub);
     if (last && GemmOrder(sub, d)) {  // e.g. "ij,k->ijk" written in place, not as k, i, j then copied
       std::swap(sub.terms[0], sub.terms[1]), std::swap(d[0], d[1]), std::swap(slots[0], slots[1]);
     }
