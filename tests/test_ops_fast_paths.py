@@ -11,7 +11,7 @@ from onnx.reference import ReferenceEvaluator
 
 import geasync as ga
 from conftest import TensorProto, helper, make_model
-from onnx_cases import rerun_file_with_instruction_set
+from onnx_cases import rerun_file_with_instruction_set, run_twin
 
 RNG = np.random.default_rng(77)
 F16, F32, F64 = TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE
@@ -22,16 +22,6 @@ ONNX_OF = {np.dtype(np.float16): F16, np.dtype(np.float32): F32, np.dtype(np.flo
            np.dtype(np.uint32): TensorProto.UINT32, np.dtype(np.uint64): TensorProto.UINT64,
            np.dtype(np.bool_): TensorProto.BOOL}
 SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 65504.0, -65504.0, 6e-8, -6e-8]
-
-
-def run_twin(model, feeds):
-    names = [i.name for i in model.graph.input]
-    with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(model))
-        outs = s.run_graph(1, [feeds[n] for n in names])
-        got = [o.numpy().copy() for o in outs]
-        del outs
-    return got
 
 
 def reference(model, feeds):

@@ -13,6 +13,7 @@ from onnx.reference import ReferenceEvaluator
 
 import geasync as ga
 from conftest import TensorProto, helper, make_model
+from onnx_cases import run_twin
 
 FLOAT_OPS = ("Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Round Floor Ceil Elu Selu Celu HardSigmoid "
              "HardSwish Mish Softplus Softsign ThresholdedRelu LeakyRelu Sqrt Exp Log Reciprocal Erf Sigmoid Tanh "
@@ -30,16 +31,6 @@ FLOATS = (np.float16, np.float32, np.float64)
 SIGNED_INTS = (np.int8, np.int16, np.int32, np.int64)
 UNSIGNED_INTS = (np.uint8, np.uint16, np.uint32, np.uint64)
 RNG = np.random.default_rng(2024)
-
-
-def run_twin(model, feeds):
-    names = [i.name for i in model.graph.input]
-    with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(model))
-        outs = s.run_graph(1, [feeds[n] for n in names])
-        got = [o.numpy().copy() for o in outs]
-        del outs
-    return got
 
 
 def compare(model, feeds, *, rtol, atol=0.0, expected=None):
