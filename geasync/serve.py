@@ -20,12 +20,14 @@ HTTP (POST to the route prefix):
   * a raw tensor for a single-input graph: ``Content-Type: application/octet-stream``, the C-order bytes of the
     input, its shape in the ``X-Shape`` header (``1,784``) and its dtype in ``X-Dtype`` (default: the graph's);
     the answer is the first output's raw bytes with ``X-Shape`` / ``X-Dtype`` headers.
-  Bad input gets 400 with the reason; a broken session (the replica should be replaced) gets 503.
+  Bad input gets 400 with the reason, a body over ``max_body_bytes`` 413 (refused from its Content-Length, or as
+  soon as it streams past the limit: never held whole); a broken session (the replica should be replaced) gets 503.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -67,6 +69,10 @@ class _BadRequest(ValueError):
     """An HTTP body that cannot be made into the graph's inputs (answered with 400)."""
 
 
+class _TooLarge(ValueError):
+    """An HTTP body over the deployment's max_body_bytes (answered with 413)."""
+
+
 class _GeasyncModel:
     """A Ray Serve deployment that serves one ONNX model with geasync (``GeasyncModel``, below).
 
@@ -77,11 +83,15 @@ class _GeasyncModel:
             turns batching off, and a graph whose inputs have no symbolic leading (batch) dim runs unbatched.
         backend: "auto" (CANN when this install has it, else the twin), "twin" or "cann".
         shutdown_report: a file to write the final statistics to (JSON) when the replica shuts down.
+        max_body_bytes: the largest HTTP body taken (413 above it; 64 MiB by default).
     """
 
     def __init__(self, model: Any, *, options: Optional[Mapping[str, str]] = None, max_batch_size: int = 32,
                  max_delay: float = 0.002, backend: Optional[str] = None,
-                 shutdown_report: Optional[str] = None) -> None:
+                 shutdown_report: Optional[str] = None, max_body_bytes: int = 64 << 20) -> None:
+        if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes <= 0:
+            raise ValueError(f"GeasyncModel: max_body_bytes must be a positive int, got {max_body_bytes!r}")
+        self._max_body_bytes = max_body_bytes
         self._shutdown_report = shutdown_report
         self._session = Session(replica_device_options(options), backend=backend)
         self._graph_id = 1
@@ -154,7 +164,7 @@ class _GeasyncModel:
         from starlette.responses import JSONResponse, Response
 
         try:
-            body = await request.body()
+            body = await self._read_body(request)
             # a media type is case-insensitive (RFC 9110): "Application/Octet-Stream" is a raw tensor too
             media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
             if media_type == "application/octet-stream":
@@ -169,10 +179,30 @@ class _GeasyncModel:
             return JSONResponse({"outputs": {n: o.tolist() for n, o in zip(names, outputs, strict=True)}})
         except SessionBrokenError as exc:
             return JSONResponse({"error": str(exc)}, status_code=503)
+        except _TooLarge as exc:
+            return JSONResponse({"error": str(exc)}, status_code=413)
         except (_BadRequest, ValueError, TypeError) as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         except GeError as exc:
             return JSONResponse({"error": str(exc)}, status_code=500)
+
+    async def _read_body(self, request: Any) -> bytes:
+        # From Content-Length before reading anything, else while the body streams in (a chunked body has none):
+        # a client cannot make the replica hold an arbitrarily large body.
+        limit = self._max_body_bytes
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:
+            raise _TooLarge(f"a body of {int(length)} bytes is over this deployment's max_body_bytes ({limit}): "
+                            "split the request")
+        chunks, size = [], 0
+        async with contextlib.aclosing(request.stream()) as stream:  # closed now, not by the GC, when refused
+            async for chunk in stream:
+                size += len(chunk)
+                if size > limit:
+                    raise _TooLarge(f"a body over {limit} bytes is over this deployment's max_body_bytes: split "
+                                    "the request")
+                chunks.append(chunk)
+        return b"".join(chunks)
 
     def _json_input(self, body: bytes) -> Any:
         try:
@@ -239,8 +269,8 @@ def _as_dict(stats: Any) -> dict[str, Any]:
 
 def build_app(args: Mapping[str, Any]) -> serve.Application:
     """An application builder for ``serve run`` / Serve config files (``import_path: geasync.serve:build_app``),
-    from ``args``: model (path), options, max_batch_size, max_delay, backend."""
-    known = {"model", "options", "max_batch_size", "max_delay", "backend", "shutdown_report"}
+    from ``args``: model (path), options, max_batch_size, max_delay, backend, shutdown_report, max_body_bytes."""
+    known = {"model", "options", "max_batch_size", "max_delay", "backend", "shutdown_report", "max_body_bytes"}
     unknown = sorted(set(args) - known)
     if unknown or "model" not in args:
         raise ValueError(f"geasync.serve.build_app args: 'model' is required; known keys {sorted(known)}, "

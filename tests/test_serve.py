@@ -245,3 +245,51 @@ def test_a_raw_body_is_recognised_whatever_the_case_of_its_media_type():
     answers = asyncio.run(main())
     assert [r.status_code for r in answers] == [200, 200, 200], [r.body[:200] for r in answers]
     assert len({r.body for r in answers}) == 1
+
+
+def test_a_body_over_max_body_bytes_is_refused_with_413_before_it_is_read_whole():
+    """In process (no cluster): a declared Content-Length over the limit is refused unread, a chunked body as soon
+    as it streams past the limit; a body within it is served."""
+    from starlette.requests import Request
+
+    from geasync.serve import _GeasyncModel
+
+    class InProcess(_GeasyncModel):
+        def __del__(self) -> None:
+            pass
+
+    row = np.zeros((1, 784), np.float32).tobytes()
+    read: list[int] = []
+
+    def request(chunks: list[bytes], length: bool) -> Request:
+        parts = iter(chunks)
+
+        async def receive() -> dict:
+            chunk = next(parts, b"")
+            read.append(len(chunk))
+            return {"type": "http.request", "body": chunk, "more_body": bool(chunk)}
+
+        headers = [(b"content-type", b"application/octet-stream"), (b"x-shape", b"-1,784")]
+        if length:
+            headers.append((b"content-length", str(sum(map(len, chunks))).encode()))
+        return Request({"type": "http", "method": "POST", "path": "/", "headers": headers, "query_string": b""},
+                       receive)
+
+    async def main() -> list:
+        with pytest.raises(ValueError, match="max_body_bytes"):
+            InProcess(str(MLP_PATH), backend="twin", max_body_bytes=0)
+        model = InProcess(str(MLP_PATH), backend="twin", max_body_bytes=4 * len(row))
+        try:
+            answers = [await model(request([row * 2], True))]
+            read.clear()
+            answers.append(await model(request([row * 100], True)))
+            unread = list(read)
+            answers.append(await model(request([row] * 100, False)))
+            return [answers, unread, len(read)]
+        finally:
+            await model.close()
+
+    answers, unread, chunks_read = asyncio.run(main())
+    assert [r.status_code for r in answers] == [200, 413, 413], [r.body[:200] for r in answers]
+    assert unread == [] and chunks_read == 5  # refused from its length; the chunked one after 5 of 100 chunks
+    assert b"max_body_bytes" in answers[1].body
