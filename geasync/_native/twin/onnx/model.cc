@@ -56,6 +56,14 @@ struct RawGraph {
 
 using FunctionNames = std::set<std::pair<std::string, std::string>>;  // (domain, name)
 
+// One message for loading and for `geasync check`: torch.onnx.export(export_modules_as_functions=True) makes such
+// models, and the fix is the same whichever of the two meets it first.
+std::string LocalFunctionProblem(const Node &n) {
+  return n.Where() + "calls the model-local function '" + (n.domain.empty() ? "" : n.domain + ".") + n.op_type +
+         "', which GE's ONNX parser does not expand: inline the model's functions before loading it "
+         "(onnx.inliner.inline_local_functions(model))";
+}
+
 struct RawModel {
   int64_t ir_version = 0;
   std::vector<std::pair<std::string, int64_t>> opsets;
@@ -682,9 +690,7 @@ bool ModelBuilder::CheckNode(size_t k, Node &n) {
   if (n.name.empty()) n.name = "#" + std::to_string(k);
   if (!rn.deferred_error.empty()) return Fail(n.Where() + rn.deferred_error);
   if (functions_->count({n.domain, n.op_type}))  // as GE's parser: no model-local functions
-    return Fail(n.Where() + "calls the model-local function '" + (n.domain.empty() ? "" : n.domain + ".") +
-                n.op_type + "', which GE's ONNX parser does not expand: inline the model's functions before "
-                "loading it (onnx.inliner.inline_local_functions(model))");
+    return Fail(LocalFunctionProblem(n));
   if (!n.domain.empty() && n.domain != "ai.onnx")
     return Fail(n.Where() + "operator domain '" + n.domain + "' is not supported by the twin");
   n.op = FindOp(n.op_type);
@@ -882,19 +888,23 @@ bool Build(RawModel &raw, ModelImpl *m, std::string *err) { return ModelBuilder(
 // ---------------------------------------------------------------------------------------------------------
 // Model check: the per-node checks of Build, continued past the first failure.
 
-void CheckNodes(RawGraph &g, int64_t opset, std::vector<std::string> *problems) {
+void CheckNodes(RawGraph &g, int64_t opset, const FunctionNames &functions, std::vector<std::string> *problems) {
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     RawNode &rn = g.nodes[k];
     Node &n = rn.node;
     if (n.name.empty()) n.name = "#" + std::to_string(k);
     for (auto &ag : rn.graphs) {  // subgraph nodes are listed too, named by the path to them
       std::vector<std::string> inner;
-      CheckNodes(*ag.second, opset, &inner);
+      CheckNodes(*ag.second, opset, functions, &inner);
       for (const std::string &p : inner)
         problems->push_back(n.Where() + "subgraph '" + n.attrs[ag.first].name + "': " + p);
     }
     if (!rn.deferred_error.empty()) {
       problems->push_back(n.Where() + rn.deferred_error);
+      continue;
+    }
+    if (functions.count({n.domain, n.op_type})) {
+      problems->push_back(LocalFunctionProblem(n));
       continue;
     }
     if (!n.domain.empty() && n.domain != "ai.onnx") {
@@ -959,7 +969,7 @@ void CheckModel(const void *data, size_t size, ModelCheck *report) {
     }
     CheckDeclared(raw.graph.inputs, "graph input", init_names, &report->inputs, &report->problems);
     CheckDeclared(raw.graph.outputs, "graph output", {}, &report->outputs, &report->problems);
-    CheckNodes(raw.graph, report->opset, &report->problems);
+    CheckNodes(raw.graph, report->opset, raw.local_functions, &report->problems);
     if (!report->problems.empty()) return;
     // Nothing wrong node by node: the whole-graph checks (edges, cycles, shapes) report their first problem.
     std::shared_ptr<const Model> m = ParseModel(data, size, &err);
