@@ -308,3 +308,25 @@ def test_local_function_advice_is_the_same_in_check_and_load():
     import onnx.inliner
 
     _check_runs(onnx.inliner.inline_local_functions(model), [[_randn(2, 3)], [_randn(5, 3)]])
+
+
+# ---- torch.stft(center=True, return_complex=True).abs() as the dynamo exporter writes it ----
+
+@pytest.mark.parametrize("n_fft,hop", [(64, 16), (400, 160)])  # the radix-2 path and the direct sum
+def test_dynamo_stft_magnitude(n_fft, hop):
+    length, half = 4 * n_fft, n_fft // 2
+    nodes = [
+        helper.make_node("Reshape", ["x", "one_m1_len"], ["x3"], allowzero=1),
+        helper.make_node("Pad", ["x3", "pads"], ["padded"], mode="reflect"),
+        helper.make_node("Reshape", ["padded", "m1_plen"], ["p2"], allowzero=1),
+        helper.make_node("Unsqueeze", ["p2", "m1"], ["signal"]),
+        helper.make_node("STFT", ["signal", "hop", "window", "n_fft"], ["spec"], onesided=1),
+        helper.make_node("Transpose", ["spec"], ["spec_t"], perm=[0, 2, 1, 3]),
+        helper.make_node("ReduceL2", ["spec_t", "m1"], ["mag"], keepdims=0),
+    ]
+    window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)).astype(np.float32)  # hann_window
+    inits = [_i64("one_m1_len", 1, -1, length), _i64("pads", 0, 0, half, 0, 0, half),
+             _i64("m1_plen", -1, length + 2 * half), _i64("m1", -1), _init("hop", hop, np.int64),
+             _init("window", window), _init("n_fft", n_fft, np.int64)]
+    model = _model(nodes, [("x", F, ["b", length])], [("mag", F, None)], inits)
+    _check_runs(model, [[_randn(2, length)], [_randn(3, length)]], rtol=1e-4, atol=1e-4)

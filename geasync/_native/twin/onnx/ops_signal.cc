@@ -31,7 +31,16 @@ std::vector<Cplx> Twiddles(int64_t n, double sign) {
 class DftPlan {
  public:
   DftPlan(int64_t n, double sign) : n_(n), tw_(Twiddles(n, sign)), pow2_(n > 0 && (n & (n - 1)) == 0) {
-    if (pow2_) work_.resize(static_cast<size_t>(n));
+    if (!pow2_) return;
+    work_.resize(static_cast<size_t>(n));
+    rev_.resize(static_cast<size_t>(n));  // the bit-reversal permutation, once per plan instead of per transform
+    int bits = 0;
+    while ((int64_t(1) << bits) < n_) ++bits;
+    for (int64_t i = 0; i < n_; ++i) {
+      int64_t r = 0;
+      for (int b = 0; b < bits; ++b) r |= ((i >> b) & 1) << (bits - 1 - b);
+      rev_[static_cast<size_t>(i)] = r;
+    }
   }
   // out[k] = sum_{j < N} in[j] * exp(sign * 2*pi*i * k * j / N) for k in [0, k_count).
   void Apply(const Cplx *in, int64_t k_count, Cplx *out) {
@@ -40,42 +49,62 @@ class DftPlan {
       std::copy(work_.begin(), work_.begin() + k_count, out);
       return;
     }
+    const double *x = reinterpret_cast<const double *>(in), *t = reinterpret_cast<const double *>(tw_.data());
     for (int64_t k = 0; k < k_count; ++k) {
-      Cplx acc(0, 0);
-      int64_t idx = 0;
+      // Doubles, not a Cplx accumulator (see Fft), and two partial sums: one sum is bound by the latency of its
+      // adds, which made a 400-point frame (a 25 ms window at 16 kHz) twice onnxruntime's time.
+      double r0 = 0, i0 = 0, r1 = 0, i1 = 0;
+      int64_t idx = 0, j = 0;
       const int64_t step = k % n_;
-      for (int64_t j = 0; j < n_; ++j) {
-        acc += in[j] * tw_[idx];
+      auto next = [&]() {
         idx += step;
         if (idx >= n_) idx -= n_;
+      };
+      for (; j + 1 < n_; j += 2) {
+        const double *t0 = t + 2 * idx;
+        next();
+        const double *t1 = t + 2 * idx;
+        next();
+        const double *x0 = x + 2 * j;
+        r0 += x0[0] * t0[0] - x0[1] * t0[1];
+        i0 += x0[0] * t0[1] + x0[1] * t0[0];
+        r1 += x0[2] * t1[0] - x0[3] * t1[1];
+        i1 += x0[2] * t1[1] + x0[3] * t1[0];
       }
-      out[k] = acc;
+      if (j < n_) {
+        r0 += x[2 * j] * t[2 * idx] - x[2 * j + 1] * t[2 * idx + 1];
+        i0 += x[2 * j] * t[2 * idx + 1] + x[2 * j + 1] * t[2 * idx];
+      }
+      out[k] = Cplx(r0 + r1, i0 + i1);
     }
   }
 
  private:
   // Iterative decimation in time into work_: bit-reversed copy, then butterflies of doubling span.
   void Fft(const Cplx *in) {
-    int bits = 0;
-    while ((int64_t(1) << bits) < n_) ++bits;
-    for (int64_t i = 0; i < n_; ++i) {
-      int64_t r = 0;
-      for (int b = 0; b < bits; ++b) r |= ((i >> b) & 1) << (bits - 1 - b);
-      work_[r] = in[i];
-    }
+    for (int64_t i = 0; i < n_; ++i) work_[rev_[static_cast<size_t>(i)]] = in[i];
     for (int64_t len = 2; len <= n_; len <<= 1) {
       const int64_t half = len / 2, step = n_ / len;
+      // On the doubles of each complex (std::complex is array-compatible with double[2]): with Cplx values GCC
+      // builds each product through two 8-byte stack stores and a 16-byte reload, a store-forwarding stall per
+      // butterfly that took most of an STFT's time.
+      double *w = reinterpret_cast<double *>(work_.data());
+      const double *t = reinterpret_cast<const double *>(tw_.data());
       for (int64_t i = 0; i < n_; i += len)
         for (int64_t j = 0; j < half; ++j) {
-          const Cplx u = work_[i + j], v = work_[i + j + half] * tw_[j * step];
-          work_[i + j] = u + v;
-          work_[i + j + half] = u - v;
+          double *a = w + 2 * (i + j), *b = a + 2 * half;
+          const double *tj = t + 2 * j * step;
+          const double vr = b[0] * tj[0] - b[1] * tj[1], vi = b[0] * tj[1] + b[1] * tj[0];
+          const double ur = a[0], ui = a[1];
+          a[0] = ur + vr, a[1] = ui + vi;
+          b[0] = ur - vr, b[1] = ui - vi;
         }
     }
   }
 
   int64_t n_;
   std::vector<Cplx> tw_, work_;
+  std::vector<int64_t> rev_;
   bool pow2_;
 };
 
