@@ -330,3 +330,29 @@ def test_dynamo_stft_magnitude(n_fft, hop):
              _init("window", window), _init("n_fft", n_fft, np.int64)]
     model = _model(nodes, [("x", F, ["b", length])], [("mag", F, None)], inits)
     _check_runs(model, [[_randn(2, length)], [_randn(3, length)]], rtol=1e-4, atol=1e-4)
+
+
+# ---- nn.EmbeddingBag through the dynamo exporter: a Loop that SequenceInserts a row per bag ----
+
+def test_embedding_bag_sequence_loop_is_refused_with_the_reason():
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["table", "i"], ["row"], axis=0),
+         helper.make_node("SequenceInsert", ["seq_in", "row"], ["seq_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond_in", B, []),
+                 helper.make_tensor_sequence_value_info("seq_in", F, None)],
+        [helper.make_tensor_value_info("cond_out", B, []), helper.make_tensor_sequence_value_info("seq_out", F, None)])
+    nodes = [helper.make_node("SequenceEmpty", [], ["empty"], name="n16"),
+             helper.make_node("Loop", ["n_bags", "true", "empty"], ["rows"], name="loop", body=body),
+             helper.make_node("ConcatFromSequence", ["rows"], ["y"], name="concat", axis=0)]
+    model = _model(nodes, [("n_bags", I64, [])], [("y", F, None)],
+                   [_init("table", _randn(4, 3)), _init("true", True, np.bool_)])
+    problems = _check.check_model(model).problems
+    assert len(problems) == 3, problems  # every sequence operator, the one inside the Loop's body too
+    for where, op in [("'n16'", "SequenceEmpty"), ("'loop'", "SequenceInsert"), ("'concat'", "ConcatFromSequence")]:
+        (p,) = [p for p in problems if p.startswith(f"node {where}")]
+        assert op in p and "no ONNX sequence values" in p, p
+    with ga.Session() as s:
+        with pytest.raises(ga.GeError) as ei:
+            s.add_graph(1, ga.Graph.from_onnx(model))
+    assert "SequenceEmpty" in ei.value.error_message and "no ONNX sequence values" in ei.value.error_message

@@ -64,6 +64,17 @@ std::string LocalFunctionProblem(const Node &n) {
          "(onnx.inliner.inline_local_functions(model))";
 }
 
+// An operator the twin does not have. The sequence operators get a reason: torch.onnx.export(dynamo=True)
+// writes them for nn.EmbeddingBag (a Loop that SequenceInserts one row per bag), and "not supported" alone
+// reads as if implementing one operator would do.
+std::string UnsupportedOpProblem(const Node &n) {
+  std::string msg = n.Where() + "operator not supported by the twin";
+  const std::string &t = n.op_type;
+  if (t.rfind("Sequence", 0) == 0 || t == "ConcatFromSequence" || t == "SplitToSequence")
+    msg += " (the twin has no ONNX sequence values: no operator that makes or reads a sequence runs on it)";
+  return msg;
+}
+
 struct RawModel {
   int64_t ir_version = 0;
   std::vector<std::pair<std::string, int64_t>> opsets;
@@ -694,7 +705,7 @@ bool ModelBuilder::CheckNode(size_t k, Node &n) {
   if (!n.domain.empty() && n.domain != "ai.onnx")
     return Fail(n.Where() + "operator domain '" + n.domain + "' is not supported by the twin");
   n.op = FindOp(n.op_type);
-  if (!n.op) return Fail(n.Where() + "operator not supported by the twin");
+  if (!n.op) return Fail(UnsupportedOpProblem(n));
   if (!CheckArity(n) || !CheckRequiredIo(n)) return false;
   if (!BuildSubgraphs(k, n)) return false;
   std::string reason;
@@ -913,7 +924,7 @@ void CheckNodes(RawGraph &g, int64_t opset, const FunctionNames &functions, std:
     }
     n.op = FindOp(n.op_type);
     if (!n.op) {
-      problems->push_back(n.Where() + "operator not supported by the twin");
+      problems->push_back(UnsupportedOpProblem(n));
       continue;
     }
     const int nin = static_cast<int>(n.input_names.size()), nout = static_cast<int>(n.output_names.size());
