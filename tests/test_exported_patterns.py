@@ -356,3 +356,23 @@ def test_embedding_bag_sequence_loop_is_refused_with_the_reason():
         with pytest.raises(ga.GeError) as ei:
             s.add_graph(1, ga.Graph.from_onnx(model))
     assert "SequenceEmpty" in ei.value.error_message and "no ONNX sequence values" in ei.value.error_message
+
+
+# ---- the late stages of a ResNet at small inputs: 3x3 / 5x5 convolutions on maps a few columns wide ----
+
+@pytest.mark.parametrize("c,m,hw,k,pad,group", [
+    (32, 32, (6, 6), 3, 1, 1), (16, 20, (8, 8), 3, 1, 1), (8, 8, (5, 7), 3, 0, 1), (12, 6, (7, 9), 3, 1, 2),
+    (8, 16, (6, 6), 5, 2, 1), (4, 9, (3, 12), 3, 1, 1), (24, 8, (1, 10), 3, 1, 1)])
+def test_conv_relu_on_small_maps(c, m, hw, k, pad, group):
+    kh = 1 if hw[0] == 1 else k  # a Conv1d-like [1, k] kernel on one-row maps
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["conv"], kernel_shape=[kh, k], pads=[pad if kh > 1 else 0,
+                                                                                             pad] * 2, group=group),
+             helper.make_node("Relu", ["conv"], ["relu"]),
+             helper.make_node("Conv", ["x", "w"], ["plain"], kernel_shape=[kh, k],
+                              pads=[pad if kh > 1 else 0, pad] * 2, group=group)]
+    inits = [_init("w", _randn(m, c // group, kh, k) / np.sqrt(c * k)), _init("b", _randn(m))]
+    model = _model(nodes, [("x", F, ["b", c, *hw])], [("relu", F, None), ("plain", F, None)], inits, opset=17)
+    x2 = _randn(2, c, *hw)
+    x2[1, 0, 0, -1] = np.nan  # a NaN reaches exactly the outputs whose window holds it
+    x2[0, c - 1, hw[0] // 2, 0] = np.inf
+    _check_runs(model, [[x2], [_randn(3, c, *hw)], [_randn(1, c, *hw)]], rtol=1e-4, atol=1e-5)
