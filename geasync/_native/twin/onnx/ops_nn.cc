@@ -475,59 +475,62 @@ __attribute__((target("avx512f"))) void DepthwiseConvAvx512Impl(const DirectConv
 }
 // The direct convolution over flat positions (DirectConvArgs::flat). With 16-wide chunks of single rows a 6- or
 // 8-wide map (ResNet's last stages at small inputs) used 6 or 8 of 16 lanes: 2.1-2.4x onnxruntime's time.
-__attribute__((target("avx512f"))) void DirectConvFlatAvx512(const DirectConvArgs &a) {
-  const int64_t P = ((a.oh - 1) * a.pw + a.ow + kConvLanes - 1) / kConvLanes;
+// kNV chunks from p0 for the channel block mb (an odd last chunk alone: such maps have few chunks, a repeated
+// one was a third of the work at 6x6).
+template <int kNV>
+__attribute__((target("avx512f"), always_inline)) inline void FlatChunksAvx512(const DirectConvArgs &a, int64_t mb,
+                                                                              int64_t p0) {
   const int64_t K = a.cg * a.kh * a.kw, plane = a.ph * a.pw, out_sp = a.oh * a.ow;
-  const int64_t nmb = (a.mg + kConvMB - 1) / kConvMB;
-  const __m512 zero = _mm512_setzero_ps();
-  for (int64_t mb = 0; mb < nmb; ++mb) {
-    const float *wb = a.wpack + mb * K * kConvMB;
-    const int64_t mcount = std::min<int64_t>(kConvMB, a.mg - mb * kConvMB);
-    for (int64_t p0 = 0; p0 < P; p0 += kConvNV) {
-      const float *base[kConvNV];
-      int64_t pv[kConvNV];
-      for (int v = 0; v < kConvNV; ++v) {
-        pv[v] = std::min(p0 + v, P - 1);  // a repeated last chunk stores the same values twice
-        base[v] = a.xp + pv[v] * kConvLanes;
-      }
-      __m512 acc[kConvMB][kConvNV];
+  const float *w = a.wpack + mb * K * kConvMB;
+  const int64_t mcount = std::min<int64_t>(kConvMB, a.mg - mb * kConvMB);
+  const float *base[kNV];
+  for (int v = 0; v < kNV; ++v) base[v] = a.xp + (p0 + v) * kConvLanes;
+  __m512 acc[kConvMB][kNV];
 #pragma GCC unroll 8
-      for (int m = 0; m < kConvMB; ++m) {
-        const __m512 b = _mm512_set1_ps(a.bias[mb * kConvMB + m]);
+  for (int m = 0; m < kConvMB; ++m) {
+    const __m512 b = _mm512_set1_ps(a.bias[mb * kConvMB + m]);
 #pragma GCC unroll 4
-        for (int v = 0; v < kConvNV; ++v) acc[m][v] = b;
-      }
-      const float *w = wb;
-      for (int64_t c = 0; c < a.cg; ++c) {
-        for (int64_t i = 0; i < a.kh; ++i) {
-          const int64_t roff = c * plane + i * a.pw;
-          for (int64_t j = 0; j < a.kw; ++j, w += kConvMB) {
-            __m512 x[kConvNV];
+    for (int v = 0; v < kNV; ++v) acc[m][v] = b;
+  }
+  for (int64_t c = 0; c < a.cg; ++c) {
+    for (int64_t i = 0; i < a.kh; ++i) {
+      const int64_t roff = c * plane + i * a.pw;
+      for (int64_t j = 0; j < a.kw; ++j, w += kConvMB) {
+        __m512 x[kNV];
 #pragma GCC unroll 4
-            for (int v = 0; v < kConvNV; ++v) x[v] = _mm512_loadu_ps(base[v] + roff + j);
+        for (int v = 0; v < kNV; ++v) x[v] = _mm512_loadu_ps(base[v] + roff + j);
 #pragma GCC unroll 8
-            for (int m = 0; m < kConvMB; ++m) {
-              const __m512 sc = _mm512_set1_ps(w[m]);
+        for (int m = 0; m < kConvMB; ++m) {
+          const __m512 sc = _mm512_set1_ps(w[m]);
 #pragma GCC unroll 4
-              for (int v = 0; v < kConvNV; ++v) acc[m][v] = _mm512_fmadd_ps(sc, x[v], acc[m][v]);
-            }
-          }
-        }
-      }
-      float *yb = a.y + mb * kConvMB * out_sp;
-      for (int m = 0; m < mcount; ++m) {
-#pragma GCC unroll 4
-        for (int v = 0; v < kConvNV; ++v) {
-          __m512 r = acc[m][v];
-          if (a.relu) r = _mm512_mask_max_ps(r, static_cast<__mmask16>(0xFFFF), zero, r);  // as DirectConvAvx512
-          const __mmask16 keep = static_cast<__mmask16>(a.keep[pv[v]]);
-          // compress in a register (a compressing store to memory is microcoded on some cores), then store
-          const unsigned n = static_cast<unsigned>(__builtin_popcount(a.keep[pv[v]]));
-          _mm512_mask_storeu_ps(yb + m * out_sp + a.first[pv[v]], static_cast<__mmask16>((1u << n) - 1u),
-                                _mm512_maskz_compress_ps(keep, r));
+          for (int v = 0; v < kNV; ++v) acc[m][v] = _mm512_fmadd_ps(sc, x[v], acc[m][v]);
         }
       }
     }
+  }
+  const __m512 zero = _mm512_setzero_ps();
+  float *yb = a.y + mb * kConvMB * out_sp;
+  for (int m = 0; m < mcount; ++m) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) {
+      __m512 r = acc[m][v];
+      if (a.relu) r = _mm512_mask_max_ps(r, static_cast<__mmask16>(0xFFFF), zero, r);  // as DirectConvAvx512
+      const unsigned keep = a.keep[p0 + v];
+      // compress in a register (a compressing store to memory is microcoded on some cores), then store
+      const unsigned n = static_cast<unsigned>(__builtin_popcount(keep));
+      _mm512_mask_storeu_ps(yb + m * out_sp + a.first[p0 + v], static_cast<__mmask16>((1u << n) - 1u),
+                            _mm512_maskz_compress_ps(static_cast<__mmask16>(keep), r));
+    }
+  }
+}
+
+__attribute__((target("avx512f"))) void DirectConvFlatAvx512(const DirectConvArgs &a) {
+  const int64_t P = ((a.oh - 1) * a.pw + a.ow + kConvLanes - 1) / kConvLanes;
+  const int64_t nmb = (a.mg + kConvMB - 1) / kConvMB;
+  for (int64_t mb = 0; mb < nmb; ++mb) {
+    int64_t p0 = 0;
+    for (; p0 + kConvNV <= P; p0 += kConvNV) FlatChunksAvx512<kConvNV>(a, mb, p0);
+    if (p0 < P) FlatChunksAvx512<1>(a, mb, p0);
   }
 }
 
