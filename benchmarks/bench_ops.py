@@ -427,8 +427,9 @@ def layout_reduce_cases(size: str):
 
 def dtype_and_sweep_cases(size: str):
     """Cases a sweep over the operators above did not cover and found slow (float16 element-wise ops, Pow by a
-    constant, int64 unary, RMSNormalization, GatherElements along the last axis, Identity chains), and a few
-    representative others (Sub / Where / comparisons, float64 Tanh, Mod, Split, variadic Sum)."""
+    constant, int64 unary, RMSNormalization, GatherElements along the last axis, Identity chains; float64 Exp /
+    Tanh / Sigmoid / Sin / Cos / Softmax), and a few representative others (Sub / Where / comparisons, Mod, Split,
+    variadic Sum)."""
     shape = list(SIZES[size])
     rows, cols = shape
     x = rand(shape)
@@ -451,6 +452,10 @@ def dtype_and_sweep_cases(size: str):
     yield "Cast (int64 -> float32)", *single_op("Cast", xi, to=F)
     yield "Tanh float64", *single_op("Tanh", x.astype(np.float64), out_type=TensorProto.DOUBLE)
     yield "Sqrt float64", *single_op("Sqrt", rand(shape, 0, 100).astype(np.float64), out_type=TensorProto.DOUBLE)
+    for op, (lo, hi) in (("Exp", (-2, 2)), ("Sigmoid", (-6, 6)), ("Sin", (-3, 3)), ("Cos", (-3, 3))):
+        yield f"{op} float64", *single_op(op, rand(shape, lo, hi).astype(np.float64), out_type=TensorProto.DOUBLE)
+    for op in ("Softmax", "LogSoftmax"):
+        yield f"{op} float64 (axis -1)", *single_op(op, x.astype(np.float64), out_type=TensorProto.DOUBLE, axis=-1)
     xi32 = (x * 1000).astype(np.int32)
     yield "Div int32 (same shape)", *single_op("Div", xi32, out_type=TensorProto.INT32,
                                                extra=[("b", (rand(shape, 1, 99, 1)).astype(np.int32))])

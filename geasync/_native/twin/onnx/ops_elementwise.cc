@@ -964,6 +964,30 @@ class ArrayKernel : public Kernel {
   vmath::ArrayFn fn_;
 };
 
+// float64 through a vectorised array kernel (vmath.h) instead of a libm call per element.
+class DoubleArrayKernel : public Kernel {
+ public:
+  DoubleArrayKernel(int64_t n, vmath::ArrayFnD fn) : n_(n), fn_(fn) {}
+  bool InPlaceOver(size_t i) const override { return i == 0; }
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    fn_(static_cast<const double *>(in[0]), static_cast<double *>(out[0]), n_);
+    return true;
+  }
+
+ private:
+  int64_t n_;
+  vmath::ArrayFnD fn_;
+};
+template <class Op>
+vmath::ArrayFnD DoubleArrayOf() {
+  if constexpr (std::is_same<Op, ExpF>::value) return vmath::ExpDoubleArray;
+  if constexpr (std::is_same<Op, TanhF>::value) return vmath::TanhDoubleArray;
+  if constexpr (std::is_same<Op, SigmoidF>::value) return vmath::SigmoidDoubleArray;
+  if constexpr (std::is_same<Op, SinF>::value) return vmath::SinDoubleArray;
+  if constexpr (std::is_same<Op, CosF>::value) return vmath::CosDoubleArray;
+  return nullptr;
+}
+
 // float64 Sqrt by SqrtDoubleArray.
 class SqrtDoubleKernel : public Kernel {
  public:
@@ -1057,6 +1081,8 @@ std::unique_ptr<Kernel> PrepareUnary(const KernelCtx &c, std::string *reason) {
   const int64_t n = c.out[0].NumElements();
   if constexpr (std::is_same<Op, SqrtF>::value)
     if (c.out[0].dtype == ElemType::kDouble) return std::make_unique<SqrtDoubleKernel>(n);
+  if (c.out[0].dtype == ElemType::kDouble)
+    if (const vmath::ArrayFnD fn = DoubleArrayOf<Op>()) return std::make_unique<DoubleArrayKernel>(n, fn);
   if constexpr (UnaryStorageAllowed<kTypes, float>()) {
     if (c.out[0].dtype == ElemType::kFloat16) return std::make_unique<HalfUnaryKernel<Half, Op>>(n, p);
     if (c.out[0].dtype == ElemType::kBf16) return std::make_unique<HalfUnaryKernel<BF16, Op>>(n, p);

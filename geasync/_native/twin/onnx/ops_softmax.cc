@@ -59,8 +59,17 @@ class SoftmaxKernel : public Kernel {
         vmath::SoftmaxStridedRows(x, y, outer_, n_, inner_, kLog);  // inner index in the vector lanes
       }
       return true;
+    } else {
+      return RunDouble(x, y);
     }
-    // float64 (float rows returned above).
+  }
+
+ private:
+  bool RunDouble(const T *x, T *y) {  // float64 (float rows returned above)
+    if (inner_ == 1) {
+      RowsDouble(x, y);
+      return true;
+    }
     for (int64_t o = 0; o < outer_; ++o) {
       const T *xo = x + o * n_ * inner_;
       T *yo = y + o * n_ * inner_;
@@ -72,16 +81,16 @@ class SoftmaxKernel : public Kernel {
       for (int64_t k = 0; k < n_; ++k) {
         const T *xr = xo + k * inner_;
         T *yr = yo + k * inner_;
-        for (int64_t j = 0; j < inner_; ++j) {
-          const T e = std::exp(xr[j] - mx_[j]);
-          yr[j] = e;
-          sum_[j] += e;
-        }
+        // exps by the vectorised array kernel over the row of inner lanes (xr is read before yr is written)
+        for (int64_t j = 0; j < inner_; ++j) yr[j] = xr[j] - mx_[j];
+        vmath::ExpDoubleArray(yr, yr, inner_);
+        for (int64_t j = 0; j < inner_; ++j) sum_[j] += yr[j];
       }
       if constexpr (kLog) {
-        for (int64_t j = 0; j < inner_; ++j) sum_[j] = std::log(sum_[j]) + mx_[j];
+        // (x - max) - log(sum): x - max is exact near the max, where x - (max + log(sum)) would cancel
+        for (int64_t j = 0; j < inner_; ++j) sum_[j] = std::log(sum_[j]);
         for (int64_t k = 0; k < n_; ++k)
-          for (int64_t j = 0; j < inner_; ++j) yo[k * inner_ + j] = xo[k * inner_ + j] - sum_[j];
+          for (int64_t j = 0; j < inner_; ++j) yo[k * inner_ + j] = (xo[k * inner_ + j] - mx_[j]) - sum_[j];
       } else {
         for (int64_t j = 0; j < inner_; ++j) sum_[j] = T(1) / sum_[j];
         for (int64_t k = 0; k < n_; ++k)
@@ -90,8 +99,32 @@ class SoftmaxKernel : public Kernel {
     }
     return true;
   }
+  // Contiguous float64 rows: max, x - max, the exps by the array kernel, a sum in 8 partial lanes (vectorised),
+  // then the scaling (or the log-sum subtraction). Each pass reads x[k] before it writes y[k].
+  void RowsDouble(const T *x, T *y) const {
+    for (int64_t o = 0; o < outer_; ++o) {
+      const double *xr = x + o * n_;
+      double *yr = y + o * n_;
+      double mx = xr[0];
+      for (int64_t k = 1; k < n_; ++k) mx = std::max(mx, xr[k]);
+      for (int64_t k = 0; k < n_; ++k) yr[k] = xr[k] - mx;
+      vmath::ExpDoubleArray(yr, yr, n_);
+      double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int64_t k = 0;
+      for (; k + 8 <= n_; k += 8)
+        for (int l = 0; l < 8; ++l) part[l] += yr[k + l];
+      double sum = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+      for (; k < n_; ++k) sum += yr[k];
+      if constexpr (kLog) {
+        const double ls = std::log(sum);  // (subtracted after the max, as above)
+        for (int64_t j = 0; j < n_; ++j) yr[j] = (xr[j] - mx) - ls;
+      } else {
+        const double inv = 1.0 / sum;
+        for (int64_t j = 0; j < n_; ++j) yr[j] *= inv;
+      }
+    }
+  }
 
- private:
   int64_t outer_, n_, inner_;
   std::vector<T> mx_, sum_;
 };

@@ -211,6 +211,38 @@ TWIN_VMATH_ROOT_VARIANTS(Acos, AcosOfRoot)
 TWIN_VMATH_INLINE float Floor(float x) { return __builtin_floorf(x); }
 TWIN_VMATH_INLINE float Ceil(float x) { return __builtin_ceilf(x); }
 TWIN_VMATH_INLINE float Round(float x) { return __builtin_nearbyintf(x); }
+// float64 kernels: the same loops over doubles (the int64 <-> double bit tricks vectorise on AVX2 as well).
+#if defined(__x86_64__)
+#define TWIN_VMATH_VARIANTS_D(Name, F)                                                                          \
+  __attribute__((target("avx512f,avx512dq"))) void Name##Avx512(const double *x, double *y, int64_t n) {        \
+    for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                                             \
+  }                                                                                                             \
+  __attribute__((target("avx2,fma"))) void Name##Avx2(const double *x, double *y, int64_t n) {                  \
+    for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                                             \
+  }                                                                                                             \
+  void Name##Baseline(const double *x, double *y, int64_t n) {                                                  \
+    for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                                             \
+  }                                                                                                             \
+  ArrayFnD Pick##Name() {                                                                                       \
+    switch (ActiveIsa()) {                                                                                      \
+      case Isa::kAvx512: return Name##Avx512;                                                                   \
+      case Isa::kAvx2: return Name##Avx2;                                                                       \
+      default: return Name##Baseline;                                                                           \
+    }                                                                                                           \
+  }
+#else
+#define TWIN_VMATH_VARIANTS_D(Name, F)                                                     \
+  void Name##Baseline(const double *x, double *y, int64_t n) {                             \
+    for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                        \
+  }                                                                                        \
+  ArrayFnD Pick##Name() { return Name##Baseline; }
+#endif
+TWIN_VMATH_VARIANTS_D(ExpDouble, ExpD)
+TWIN_VMATH_VARIANTS_D(TanhDouble, TanhD)
+TWIN_VMATH_VARIANTS_D(SigmoidDouble, SigmoidD)
+TWIN_VMATH_VARIANTS_D(SinDouble, SinD)
+TWIN_VMATH_VARIANTS_D(CosDouble, CosD)
+
 TWIN_VMATH_VARIANTS(Floor, Floor)
 TWIN_VMATH_VARIANTS(Ceil, Ceil)
 TWIN_VMATH_VARIANTS(Round, Round)
@@ -537,6 +569,36 @@ TWIN_VMATH_ARRAY(Acos)
 TWIN_VMATH_ARRAY(Floor)
 TWIN_VMATH_ARRAY(Ceil)
 TWIN_VMATH_ARRAY(Round)
+
+#define TWIN_VMATH_ARRAY_D(Name)                                \
+  void Name##Array(const double *x, double *y, int64_t n) {     \
+    static const ArrayFnD fn = Pick##Name();                    \
+    fn(x, y, n);                                                \
+  }
+TWIN_VMATH_ARRAY_D(ExpDouble)
+TWIN_VMATH_ARRAY_D(TanhDouble)
+TWIN_VMATH_ARRAY_D(SigmoidDouble)
+// (as the float32 Sin/Cos above)
+#define TWIN_VMATH_TRIG_ARRAY_D(Name, libm)                                      \
+  void Name##Array(const double *x, double *y, int64_t n) {                      \
+    static const ArrayFnD fn = Pick##Name();                                     \
+    for (int64_t i = 0; i < n; i += kTrigBlock) {                                \
+      const int64_t m = n - i < kTrigBlock ? n - i : kTrigBlock;                 \
+      bool wide = false;                                                         \
+      for (int64_t j = 0; j < m; ++j) wide |= !(AbsOfD(x[i + j]) <= kTrigMaxD);  \
+      if (!wide) {                                                               \
+        fn(x + i, y + i, m);                                                     \
+        continue;                                                                \
+      }                                                                          \
+      double keep[kTrigBlock];                                                   \
+      std::copy(x + i, x + i + m, keep);                                         \
+      fn(keep, y + i, m);                                                        \
+      for (int64_t j = 0; j < m; ++j)                                            \
+        if (!(AbsOfD(keep[j]) <= kTrigMaxD)) y[i + j] = libm(keep[j]);           \
+    }                                                                            \
+  }
+TWIN_VMATH_TRIG_ARRAY_D(SinDouble, std::sin)
+TWIN_VMATH_TRIG_ARRAY_D(CosDouble, std::cos)
 
 // The fused kernels pick their variant per call (one predictable switch per call, not per element).
 #if defined(__x86_64__)

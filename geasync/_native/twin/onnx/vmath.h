@@ -324,6 +324,121 @@ TWIN_VMATH_INLINE float AcosOfRoot(float x, float root) {
   return big ? outer : kPiOver2Hi + (kPiOver2Lo - CopySign(q, x));
 }
 
+// ---- float64 ----
+// The same construction in double for the float64 kernels (libm's exp/tanh are a call per element: 5x onnxruntime
+// for float64 Tanh). e^r on |r| <= ln2 / 2 by its Taylor series to r^13 (the next term is < 2^-56 relative), ln2
+// split so that n * kLn2HiD is exact for |n| < 2^32.
+TWIN_VMATH_INLINE double BitsToDouble(int64_t b) {
+  double d;
+  std::memcpy(&d, &b, 8);
+  return d;
+}
+TWIN_VMATH_INLINE int64_t DoubleToBits(double d) {
+  int64_t b;
+  std::memcpy(&b, &d, 8);
+  return b;
+}
+TWIN_VMATH_INLINE double AbsOfD(double x) { return BitsToDouble(DoubleToBits(x) & INT64_MAX); }
+TWIN_VMATH_INLINE double CopySignD(double mag, double sign) {
+  return BitsToDouble(DoubleToBits(mag) | (DoubleToBits(sign) & INT64_MIN));
+}
+constexpr double kLn2HiD = 0x1.62e42p-1, kLn2LoD = 0x1.fdf473de6af28p-22;
+constexpr double kMagicD = 6755399441055744.0;  // 1.5 * 2^52: adding it rounds to an integer kept in the low bits
+// v = n ln2 + r for |v| < 2^40; returns r and sets *n to n as an integer.
+TWIN_VMATH_INLINE double ReduceLn2D(double v, int64_t *n) {
+  const double t = v * 1.4426950408889634 + kMagicD;
+  const double fn = t - kMagicD;
+  *n = DoubleToBits(t) - DoubleToBits(kMagicD);
+  return (v - fn * kLn2HiD) - fn * kLn2LoD;
+}
+// e^r - 1 on |r| <= ln2 / 2 (r + r^2 P(r): tiny r stay exact).
+TWIN_VMATH_INLINE double Expm1OfReducedD(double r) {
+  double p = 1.6059043836821613e-10;
+  p = p * r + 2.08767569878681e-09;
+  p = p * r + 2.505210838544172e-08;
+  p = p * r + 2.755731922398589e-07;
+  p = p * r + 2.7557319223985893e-06;
+  p = p * r + 2.48015873015873e-05;
+  p = p * r + 1.984126984126984e-04;
+  p = p * r + 1.388888888888889e-03;
+  p = p * r + 8.333333333333333e-03;
+  p = p * r + 4.1666666666666664e-02;
+  p = p * r + 1.6666666666666666e-01;
+  p = p * r + 0.5;
+  return p * (r * r) + r;
+}
+// 2^n for n in [-1022, 1023].
+TWIN_VMATH_INLINE double Pow2D(int64_t n) {
+  return BitsToDouble(static_cast<int64_t>(static_cast<uint64_t>(n + 1023) << 52));
+}
+// exp(x) over the whole double range: x clamped to [-746, 710] (beyond, 0 and inf), 2^n applied in two halves
+// (each a normal number) so that only the last multiply rounds, into the denormals or to inf.
+TWIN_VMATH_INLINE double ExpD(double x) {
+  const double lo = x < -746.0 ? -746.0 : x;  // NaN passes both clamps
+  const double c = lo > 710.0 ? 710.0 : lo;
+  int64_t n;
+  const double y = 1.0 + Expm1OfReducedD(ReduceLn2D(c, &n));
+  const int64_t n1 = n >> 1;
+  return y * Pow2D(n1) * Pow2D(n - n1);
+}
+// tanh(x) = sign(x) m / (m + 2) with m = e^(2|x|) - 1 = 2^n (q + 1) - 1 = 2^n q + (2^n - 1), n >= 0: no
+// cancellation; |x| clamped to 20 (tanh(20) rounds to 1). -0 stays -0, NaN stays NaN.
+TWIN_VMATH_INLINE double TanhD(double x) {
+  const double ax = AbsOfD(x);
+  const double a = ax > 20.0 ? 20.0 : ax;
+  int64_t n;
+  const double q = Expm1OfReducedD(ReduceLn2D(a + a, &n));
+  const double s = Pow2D(n);
+  const double m = s * q + (s - 1.0);
+  return CopySignD(m / (m + 2.0), x);
+}
+// sigmoid(x) with e = e^-|x| (in (0, 1], no overflow): 1 / (1 + e) for x >= 0, e / (1 + e) below, which keeps
+// e's relative accuracy down to the denormals.
+TWIN_VMATH_INLINE double SigmoidD(double x) {
+  const double e = ExpD(-AbsOfD(x));
+  const double r = 1.0 / (1.0 + e);
+  return x < 0.0 ? e * r : r;  // NaN: e and r are NaN
+}
+
+// sin(x) (quadrant_shift 0) or cos(x) (1: cos x = sin(x + pi/2)) for |x| <= kTrigMaxD: x - j pi/2 with pi/2 in
+// three parts of 33 bits (j * part is exact for j < 2^20), then the Taylor series of sin or cos on [-pi/4, pi/4]
+// (to r^17 and r^18: the next terms are < 2^-60 relative). The array kernels send larger |x|, infinities and NaN to
+// libm.
+constexpr double kTrigMaxD = 8192.0;
+TWIN_VMATH_INLINE double SinOrCosD(double x, int64_t quadrant_shift, bool odd) {
+  const double ax = AbsOfD(x);
+  const double axc = ax < kTrigMaxD ? ax : kTrigMaxD;  // (the lanes libm redoes)
+  const double t = axc * 0.6366197723675814 + kMagicD;
+  const double fj = t - kMagicD;
+  const int64_t q = DoubleToBits(t) - DoubleToBits(kMagicD) + quadrant_shift;
+  const double r = ((axc - fj * 0x1.921fb544p+0) - fj * 0x1.0b4611a6p-34) - fj * 0x1.3198a2e037073p-69;
+  const double z = r * r;
+  double ps = 2.8114572543455206e-15;
+  ps = ps * z - 7.647163731819816e-13;
+  ps = ps * z + 1.6059043836821613e-10;
+  ps = ps * z - 2.505210838544172e-08;
+  ps = ps * z + 2.7557319223985893e-06;
+  ps = ps * z - 1.984126984126984e-04;
+  ps = ps * z + 8.333333333333333e-03;
+  ps = ps * z - 1.6666666666666666e-01;
+  const double sin_r = ps * (z * r) + r;
+  double pc = -1.5619206968586225e-16;
+  pc = pc * z + 4.779477332387385e-14;
+  pc = pc * z - 1.1470745597729725e-11;
+  pc = pc * z + 2.08767569878681e-09;
+  pc = pc * z - 2.755731922398589e-07;
+  pc = pc * z + 2.48015873015873e-05;
+  pc = pc * z - 1.388888888888889e-03;
+  pc = pc * z + 4.1666666666666664e-02;
+  const double cos_r = 1.0 - (0.5 * z - pc * (z * z));
+  const double v = (q & 1) ? cos_r : sin_r;
+  const uint64_t sign_x = odd ? static_cast<uint64_t>(DoubleToBits(x)) & 0x8000000000000000ull : 0u;
+  const uint64_t neg = (static_cast<uint64_t>(q & 2) << 62) ^ sign_x;
+  return BitsToDouble(static_cast<int64_t>(static_cast<uint64_t>(DoubleToBits(v)) ^ neg));
+}
+TWIN_VMATH_INLINE double SinD(double x) { return SinOrCosD(x, 0, true); }
+TWIN_VMATH_INLINE double CosD(double x) { return SinOrCosD(x, 1, false); }
+
 // ---- array kernels, dispatched at run time (vmath.cc) ----
 // y[i] = f(x[i]); y may be x (the plan runs element-wise steps in place), so none of them takes __restrict.
 
@@ -342,6 +457,14 @@ void CosArray(const float *x, float *y, int64_t n);
 void AtanArray(const float *x, float *y, int64_t n);
 void AsinArray(const float *x, float *y, int64_t n);
 void AcosArray(const float *x, float *y, int64_t n);
+
+// float64: y[i] = f(x[i]) (y may be x).
+using ArrayFnD = void (*)(const double *x, double *y, int64_t n);
+void ExpDoubleArray(const double *x, double *y, int64_t n);
+void TanhDoubleArray(const double *x, double *y, int64_t n);
+void SigmoidDoubleArray(const double *x, double *y, int64_t n);
+void SinDoubleArray(const double *x, double *y, int64_t n);
+void CosDoubleArray(const double *x, double *y, int64_t n);
 
 void FloorArray(const float *x, float *y, int64_t n);
 void CeilArray(const float *x, float *y, int64_t n);

@@ -1,0 +1,226 @@
+"""Fast paths a second sweep against onnxruntime added, compared with onnx.reference (and numpy in float64): the
+vectorised float64 Exp / Tanh / Sigmoid / Sin / Cos kernels (edge values: NaN, infinities, signed zeros,
+denormals, the overflow and underflow thresholds, libm's range for large |x|), float64 Softmax / LogSoftmax rows and
+strided axes, and copies (Identity, Reshape, Squeeze, ...) into intermediates dropped from the plan, their readers
+reading the copied value. The last test reruns the file with the fallback instruction sets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx.reference import ReferenceEvaluator
+
+from conftest import TensorProto, helper, make_model
+from onnx_cases import rerun_file_with_instruction_set, run_twin
+
+RNG = np.random.default_rng(2026)
+F32, F64 = TensorProto.FLOAT, TensorProto.DOUBLE
+EDGES64 = [np.nan, np.inf, -np.inf, 0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, 1e-300, -1e-300, 1e-17,
+           -1e-17, 1.0, -1.0, 19.06, -19.06, 20.0, -20.0, 22.0, -22.0, 36.0, -36.0, 40.0, -40.0, 709.78, 709.79, 710.0,
+           -708.4, -709.0, -744.0, -745.1, -746.0, -800.0, 1e308, -1e308, 8191.9, -8191.9, 8192.0, 8192.1, -8192.1,
+           1e5, -1e5, 1e22, -1e22, np.pi, -np.pi, np.pi / 2, np.pi / 4, 3 * np.pi / 4, 355.0, 103993.0,
+           1.5707963267948966]
+
+
+def reference(model, feeds):
+    with np.errstate(all="ignore"):
+        return [np.asarray(r) for r in ReferenceEvaluator(model).run(None, feeds)]
+
+
+def check(got, want, rtol, atol=0.0):
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg="NaN positions")
+        np.testing.assert_array_equal(g[np.isinf(w)], w[np.isinf(w)], err_msg="infinities")
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+def unary(op, x, out=F64):
+    t = F64 if x.dtype == np.float64 else F32
+    return make_model([helper.make_node(op, ["x"], ["y"])], [("x", t, list(x.shape))], [("y", out, list(x.shape))],
+                      opset=20)
+
+
+def float64_inputs(n, lo, hi):
+    x = RNG.uniform(lo, hi, n)
+    k = min(len(EDGES64), n)
+    x[RNG.choice(n, size=k, replace=False)] = EDGES64[:k]
+    return x
+
+
+# ---- float64 element-wise kernels ----
+
+@pytest.mark.parametrize("op", ["Exp", "Tanh", "Sigmoid", "Sin", "Cos"])
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 255, 257, 4099])
+@pytest.mark.parametrize("lo, hi", [(-4.0, 4.0), (-50.0, 50.0), (-800.0, 800.0), (-1e4, 1e4)])
+def test_float64_unary_against_reference(op, n, lo, hi):
+    x = float64_inputs(n, lo, hi) if n else np.zeros(0)
+    model = unary(op, x)
+    got, want = run_twin(model, {"x": x}), reference(model, {"x": x})
+    check(got, want, rtol=2e-15, atol=1e-300)
+    # signed zeros: the odd functions keep -0 (tanh, sin), the others have no zero result at +-0
+    zeros = x == 0
+    if op in ("Tanh", "Sin"):
+        np.testing.assert_array_equal(np.signbit(got[0][zeros]), np.signbit(x[zeros]))
+
+
+@pytest.mark.parametrize("op, fn", [("Exp", np.exp), ("Tanh", np.tanh), ("Sin", np.sin), ("Cos", np.cos)])
+def test_float64_unary_within_ulps_of_numpy(op, fn):
+    # denser than the reference comparison: a few ulp over each function's working range, denormal results included
+    x = np.concatenate([RNG.uniform(-1, 1, 20000), RNG.uniform(-30, 30, 20000), RNG.uniform(-745, 709, 20000),
+                        RNG.uniform(-8192, 8192, 20000), np.geomspace(1e-310, 1e3, 5000)])
+    with np.errstate(all="ignore"):
+        want = fn(x)
+        got = run_twin(unary(op, x), {"x": x})[0]
+    ok = np.isfinite(want) & (want != 0)
+    ulp = np.abs(got[ok] - want[ok]) / np.spacing(np.abs(want[ok]))
+    assert ulp.max() <= 4.0, (op, x[ok][np.argmax(ulp)], ulp.max())
+    np.testing.assert_array_equal(got[~ok], want[~ok])
+
+
+def test_float64_tanh_in_a_chain_in_place():
+    x = float64_inputs(1000, -5, 5)
+    nodes = [helper.make_node("Tanh", ["x"], ["a"]), helper.make_node("Sigmoid", ["a"], ["b"]),
+             helper.make_node("Exp", ["b"], ["c"]), helper.make_node("Sin", ["c"], ["d"]),
+             helper.make_node("Cos", ["d"], ["y"])]
+    model = make_model(nodes, [("x", F64, [1000])], [("y", F64, [1000])], opset=20)
+    check(run_twin(model, {"x": x}), reference(model, {"x": x}), rtol=1e-14, atol=1e-300)
+
+
+# ---- float64 Softmax / LogSoftmax ----
+
+def softmax_want(op, model, x, axis):
+    """onnx.reference for Softmax; LogSoftmax as (x - max) - log(sum(exp(x - max))) (the reference takes the log of
+    the softmax: -inf where an exp underflows, and the log of a rounded ratio near the max)."""
+    if op == "Softmax":
+        return reference(model, {"x": x})
+    with np.errstate(all="ignore"):
+        t = x - x.max(axis=axis, keepdims=True) if x.size else x
+        return [t - np.log(np.exp(t).sum(axis=axis, keepdims=True))]
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("shape, axis", [((5, 1), -1), ((3, 7), -1), ((4, 8), -1), ((2, 1037), -1), ((6, 9, 4), 1),
+                                         ((6, 9, 4), 0), ((3, 5, 17), -1), ((0, 5), -1), ((4, 0), -1)])
+def test_float64_softmax(op, shape, axis):
+    x = RNG.uniform(-30, 30, shape)
+    model = make_model([helper.make_node(op, ["x"], ["y"], axis=axis)], [("x", F64, list(shape))],
+                       [("y", F64, list(shape))], opset=20)
+    # (LogSoftmax near 0 is the log of a sum near 1: an ulp of the sum, summed in another order, is the difference)
+    check(run_twin(model, {"x": x}), softmax_want(op, model, x, axis), rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_float64_softmax_rows_with_edge_values(op):
+    x = RNG.uniform(-5, 5, (9, 33))
+    x[0, 3] = np.nan                      # a NaN row
+    x[1, 5] = np.inf                      # +inf: inf - inf gives NaN, as the reference
+    x[2, :] = -np.inf                     # every element -inf
+    x[3, 7] = -np.inf                     # one -inf: exp 0
+    x[4, :] = 700.0                       # large equal values: uniform
+    x[5, 0] = 1e300                       # one dominant value
+    x[6, :] = RNG.uniform(-1000, 1000, 33)  # exps far into the denormals
+    x[7, 1] = -1e308
+    model = make_model([helper.make_node(op, ["x"], ["y"], axis=-1)], [("x", F64, [9, 33])], [("y", F64, [9, 33])],
+                       opset=20)
+    check(run_twin(model, {"x": x}), softmax_want(op, model, x, -1), rtol=1e-13, atol=1e-15)
+
+
+def test_float64_softmax_in_place_after_another_step():
+    x = RNG.uniform(-3, 3, (8, 40))
+    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Softmax", ["a"], ["y"], axis=-1)]
+    model = make_model(nodes, [("x", F64, [8, 40])], [("y", F64, [8, 40])], opset=20)
+    check(run_twin(model, {"x": x}), reference(model, {"x": x}), rtol=1e-13)
+
+
+# ---- copies dropped from the plan ----
+
+def copies_model(nodes, inputs, outputs, initializers=()):
+    return make_model(nodes, inputs, outputs, initializers=initializers, opset=20)
+
+
+def test_identity_chain_to_an_output():
+    x = RNG.standard_normal((16, 9)).astype(np.float32)
+    nodes, v = [], "x"
+    for i in range(8):
+        nodes.append(helper.make_node("Identity", [v], [f"y{i}"]))
+        v = f"y{i}"
+    model = copies_model(nodes, [("x", F32, [16, 9])], [(v, F32, [16, 9])])
+    (y,) = run_twin(model, {"x": x})
+    np.testing.assert_array_equal(y, x)
+
+
+def test_identity_outputs_that_are_also_graph_outputs_and_read_later():
+    # a copy that is a graph output is still written; a copy read by two steps, one of which may run in place
+    x = RNG.standard_normal((5, 12)).astype(np.float32)
+    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Identity", ["a"], ["b"]),
+             helper.make_node("Identity", ["b"], ["c"]), helper.make_node("Relu", ["c"], ["d"]),
+             helper.make_node("Add", ["c", "b"], ["e"]), helper.make_node("Identity", ["e"], ["f"]),
+             helper.make_node("Identity", ["f"], ["out_f"]), helper.make_node("Mul", ["f", "a"], ["g"])]
+    outs = [("b", F32, [5, 12]), ("d", F32, [5, 12]), ("out_f", F32, [5, 12]), ("g", F32, [5, 12]),
+            ("c", F32, [5, 12])]
+    model = copies_model(nodes, [("x", F32, [5, 12])], outs)
+    got = run_twin(model, {"x": x})
+    a = -x
+    want = [a, np.maximum(a, 0), a + a, (a + a) * a, a]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_copies_of_a_graph_input_are_not_written_in_place():
+    # Identity of the graph input feeds an element-wise step: the step must not write over the caller's input
+    x = RNG.standard_normal((7, 8)).astype(np.float32)
+    keep = x.copy()
+    nodes = [helper.make_node("Identity", ["x"], ["a"]), helper.make_node("Exp", ["a"], ["b"]),
+             helper.make_node("Reshape", ["b", "s"], ["c"]), helper.make_node("Squeeze", ["c"], ["d"]),
+             helper.make_node("Neg", ["d"], ["y"]), helper.make_node("Identity", ["a"], ["y2"])]
+    model = copies_model(nodes, [("x", F32, [7, 8])], [("y", F32, [56]), ("y2", F32, [7, 8])],
+                         initializers=[("s", np.array([1, 56], np.int64))])
+    y, y2 = run_twin(model, {"x": x})
+    np.testing.assert_array_equal(x, keep)
+    np.testing.assert_allclose(y, -np.exp(keep).reshape(56), rtol=1e-6)
+    np.testing.assert_array_equal(y2, keep)
+
+
+def test_copies_of_constants_and_empty_tensors():
+    c = RNG.standard_normal((3, 4)).astype(np.float32)
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    e = np.zeros((0, 4), np.float32)
+    nodes = [helper.make_node("Identity", ["c"], ["a"]), helper.make_node("Add", ["a", "x"], ["b"]),
+             helper.make_node("Identity", ["e"], ["e1"]), helper.make_node("Flatten", ["e1"], ["e2"]),
+             helper.make_node("Identity", ["e2"], ["ey"]), helper.make_node("Identity", ["b"], ["b1"]),
+             helper.make_node("Sub", ["b1", "a"], ["y"])]
+    model = copies_model(nodes, [("x", F32, [3, 4]), ("e", F32, [0, 4])], [("y", F32, [3, 4]), ("ey", F32, [0, 4])],
+                         initializers=[("c", c)])
+    y, ey = run_twin(model, {"x": x, "e": e})
+    np.testing.assert_array_equal(y, (c + x) - c)
+    assert ey.shape == (0, 4)
+
+
+def test_copies_inside_a_loop_body_and_of_other_dtypes():
+    # Identity in a subgraph (its own plan) and of int64 / bool values
+    x = RNG.integers(-50, 50, (6,)).astype(np.int64)
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Identity", ["s_in"], ["t"]),
+         helper.make_node("Add", ["t", "one"], ["u"]), helper.make_node("Identity", ["u"], ["s_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("s_in", TensorProto.INT64, [6])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("s_out", TensorProto.INT64, [6])],
+        initializer=[helper.make_tensor("one", TensorProto.INT64, [], [1])])
+    nodes = [helper.make_node("Identity", ["x"], ["x1"]),
+             helper.make_node("Loop", ["n", "c", "x1"], ["y"], body=body),
+             helper.make_node("Greater", ["y", "x1"], ["g"]), helper.make_node("Identity", ["g"], ["g1"]),
+             helper.make_node("Not", ["g1"], ["z"])]
+    model = copies_model(nodes, [("x", TensorProto.INT64, [6])], [("y", TensorProto.INT64, [6]),
+                                                                  ("z", TensorProto.BOOL, [6])],
+                         initializers=[("n", np.array(3, np.int64)), ("c", np.array(True))])
+    y, z = run_twin(model, {"x": x})
+    np.testing.assert_array_equal(y, x + 3)
+    np.testing.assert_array_equal(z, np.zeros(6, bool))
+
+
+@pytest.mark.parametrize("isa", ["baseline", "avx2"])
+def test_fallback_instruction_sets_pass_the_same_checks(isa):
+    rerun_file_with_instruction_set(__file__, isa)
