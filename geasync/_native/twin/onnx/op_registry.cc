@@ -78,6 +78,7 @@ class CopyKernel : public Kernel {
   // A copy of input 0 may take over that input's buffer when it dies here (the plan checks the sizes match): a chain
   // of Identity / Reshape / Squeeze steps then copies nothing.
   bool InPlaceOver(size_t i) const override { return i == 0; }
+  bool CopiesInput0() const override { return true; }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     if (out[0] != in[0]) CopyBytes(out[0], in[0], bytes_);
     return true;

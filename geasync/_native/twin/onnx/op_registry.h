@@ -46,6 +46,9 @@ class Kernel {
   // before element j of the output is written and never after (an element-wise step). The plan then writes an
   // intermediate that dies at this step in place, halving a chain's memory traffic.
   virtual bool InPlaceOver(size_t /*input*/) const { return false; }
+  // Whether Run only copies input 0's bytes to output 0 (Identity, Reshape, ...): the plan may then let the
+  // output's readers read the input instead and drop the step.
+  virtual bool CopiesInput0() const { return false; }
 
  protected:
   void *scratch_ = nullptr;

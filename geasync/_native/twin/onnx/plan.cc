@@ -105,6 +105,7 @@ class PlanImpl : public Plan {
     std::vector<int> out_binding;   // graph output index a producing step writes directly, or -1
     std::vector<int> uses, sole_user;  // consumers (graph outputs count twice: never fused away)
     std::vector<char> absorbed;     // per node: fused into an earlier step
+    std::vector<int> source;        // per value: the value its readers read instead (a dropped copy's input)
   };
   // Build's steps, in order.
   bool BindModel(std::shared_ptr<const Model> model, std::string *err);
@@ -267,6 +268,8 @@ void PlanImpl::CountUses(BuildState *b) const {
 // One step per runtime node, its kernel prepared for the static shapes (or fused with the nodes after it).
 bool PlanImpl::PrepareSteps(BuildState *b, std::string *err) {
   b->absorbed.assign(m_->nodes_.size(), 0);
+  b->source.resize(m_->values_.size());
+  for (size_t v = 0; v < b->source.size(); ++v) b->source[v] = static_cast<int>(v);
   for (size_t k = 0; k < m_->nodes_.size(); ++k) {
     if (a_.node_folded[k] || b->absorbed[k]) continue;
     if (!PrepareStep(k, b, err)) return false;
@@ -302,6 +305,18 @@ bool PlanImpl::PrepareStep(size_t k, BuildState *b, std::string *err) {
     return false;
   }
   s.in_vals = n.inputs;
+  for (int &v : s.in_vals)
+    if (v >= 0) v = b->source[v];
+  // A copy into an intermediate (not a graph output) is no step: its readers read the copied value itself, which
+  // lives at least as long as they do (lifetimes follow the readers) and which no kernel writes while it is still
+  // read (in-place steps only take over a value at its last read). Identity / Reshape / Squeeze chains then cost
+  // nothing, or the one copy into a graph output.
+  const int out0 = n.outputs.size() == 1 ? n.outputs[0] : -1;
+  if (s.kernel->CopiesInput0() && out0 >= 0 && !s.in_vals.empty() && s.in_vals[0] >= 0 && b->out_binding[out0] < 0 &&
+      !a_.cdata[out0] && b->slot_bytes[out0] == b->slot_bytes[s.in_vals[0]]) {
+    b->source[out0] = s.in_vals[0];
+    return true;
+  }
   AssignOutputSlots(fused_outputs.empty() ? n.outputs : fused_outputs, kc, &s, b);
   s.scratch_bytes = s.kernel->scratch_bytes();
   s.in_ptrs.resize(s.in_vals.size());
