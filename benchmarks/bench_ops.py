@@ -393,6 +393,7 @@ def layout_reduce_cases(size: str):
     yield "MaxPool 3-D 2x2x2 s2", *single_op("MaxPool", x5, kernel_shape=[2, 2, 2], strides=[2, 2, 2])
     yield "MaxPool 3-D 3x3x3 s1 p1", *single_op("MaxPool", x5, kernel_shape=[3, 3, 3], pads=[1] * 6)
     yield "MaxPool 3x3 s1 p1", *single_op("MaxPool", x4, kernel_shape=[3, 3], pads=[1] * 4)
+    yield "MaxPool 3x3 dilation 2 p2", *single_op("MaxPool", x4, kernel_shape=[3, 3], dilations=[2, 2], pads=[2] * 4)
     yield "Transpose 3-D [1, 0, 2]", *single_op("Transpose", x, perm=[1, 0, 2])
     yield "Transpose 4-D [0, 2, 1, 3]", *single_op("Transpose", x4, perm=[0, 2, 1, 3])
     yield "Transpose 4-D [0, 3, 1, 2]", *single_op("Transpose", x4, perm=[0, 3, 1, 2])

@@ -1,8 +1,9 @@
 """Fast paths a second sweep against onnxruntime added, compared with onnx.reference (and numpy in float64): the
 vectorised float64 Exp / Tanh / Sigmoid / Sin / Cos kernels (edge values: NaN, infinities, signed zeros,
 denormals, the overflow and underflow thresholds, libm's range for large |x|), float64 Softmax / LogSoftmax rows and
-strided axes, and copies (Identity, Reshape, Squeeze, ...) into intermediates dropped from the plan, their readers
-reading the copied value. The last test reruns the file with the fallback instruction sets."""
+strided axes, copies (Identity, Reshape, Squeeze, ...) into intermediates dropped from the plan, their readers
+reading the copied value, and dilated 2-D / 1-D MaxPool rows (bit for bit the general loop). The last test reruns
+the file with the fallback instruction sets."""
 
 from __future__ import annotations
 
@@ -219,6 +220,49 @@ def test_copies_inside_a_loop_body_and_of_other_dtypes():
     y, z = run_twin(model, {"x": x})
     np.testing.assert_array_equal(y, x + 3)
     np.testing.assert_array_equal(z, np.zeros(6, bool))
+
+
+# ---- dilated MaxPool ----
+
+DILATED = [dict(kernel_shape=[3, 3], dilations=[2, 2]),
+           dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2]),
+           dict(kernel_shape=[2, 3], dilations=[3, 1], pads=[1, 0, 2, 1], strides=[2, 1], ceil_mode=1),
+           dict(kernel_shape=[3, 2], dilations=[1, 3], strides=[1, 2], pads=[0, 1, 0, 1]),
+           dict(kernel_shape=[4, 4], dilations=[2, 3], strides=[3, 2], pads=[3, 3, 1, 2], ceil_mode=1),
+           dict(kernel_shape=[3], dilations=[2], pads=[1, 2]),
+           dict(kernel_shape=[2, 2], dilations=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])]
+
+
+@pytest.mark.parametrize("attrs", DILATED, ids=lambda a: str(sorted(a.items())))
+@pytest.mark.parametrize("width", [5, 16, 37, 70])
+def test_dilated_maxpool_against_reference(attrs, width):
+    shape = (2, 3, width) if len(attrs["kernel_shape"]) == 1 else (2, 3, 11, width)
+    x = np.round(RNG.standard_normal(shape) * 4).astype(np.float32)  # ties, zeros of both signs
+    x.reshape(-1)[::7] *= -1.0
+    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], **attrs)], [("x", F32, list(shape))],
+                       [("y", F32, None)], opset=18)
+    got, want = run_twin(model, {"x": x}), reference(model, {"x": x})
+    check(got, want, rtol=0)
+
+
+@pytest.mark.parametrize("attrs", DILATED, ids=lambda a: str(sorted(a.items())))
+def test_dilated_maxpool_matches_the_general_loop_bit_for_bit(attrs):
+    # the Indices output keeps the general loop: NaN (a first tap kept, later ones skipped), infinities, +-0 ties
+    shape = (2, 3, 41) if len(attrs["kernel_shape"]) == 1 else (2, 3, 13, 41)
+    x = np.round(RNG.standard_normal(shape)).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[RNG.choice(flat.size, 40, replace=False)] = np.tile(np.array([np.nan, np.inf, -np.inf, -0.0], np.float32), 10)
+    x2 = x.copy()
+    x2[1] = np.abs(x2[1])  # a plane without NaN next to planes with
+    x2[1][np.isnan(x2[1])] = 0.0
+    for xx in (x, x2):
+        fast = make_model([helper.make_node("MaxPool", ["x"], ["y"], **attrs)], [("x", F32, list(shape))],
+                          [("y", F32, None)], opset=18)
+        general = make_model([helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs)], [("x", F32, list(shape))],
+                             [("y", F32, None), ("i", TensorProto.INT64, None)], opset=18)
+        y = run_twin(fast, {"x": xx})[0]
+        y_general = run_twin(general, {"x": xx})[0]
+        np.testing.assert_array_equal(y.view(np.int32), y_general.view(np.int32))
 
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
