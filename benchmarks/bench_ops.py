@@ -466,6 +466,9 @@ def dtype_and_sweep_cases(size: str):
     yield "RMSNormalization (axis -1)", rms, [x]
     idx = np.random.default_rng(7).integers(0, cols, shape).astype(np.int64)
     yield "GatherElements (axis -1)", *single_op("GatherElements", x, extra=[("i", idx)], axis=-1)
+    bn = [(n, rand((cols,), lo, hi, seed)) for n, lo, hi, seed in (("s", .5, 1.5, 1), ("b", -1, 1, 2), ("m", -1, 1, 3),
+                                                                     ("v", .5, 1.5, 4))]
+    yield "BatchNormalization (2-D input)", *single_op("BatchNormalization", x, initializers=bn)
     yield f"Identity x{CHAIN}", chain_model("Identity", shape), [x]
     yield f"Sub x{CHAIN} (row broadcast)", binary_chain("Sub", shape, shape[-1:]), [x, rand(shape[-1:], seed=1)]
     yield "Where (same shape)", *single_op("Where", x > 0, extra=[("a", x), ("b", rand(shape, seed=1))])

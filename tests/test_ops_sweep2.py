@@ -2,8 +2,8 @@
 vectorised float64 Exp / Tanh / Sigmoid / Sin / Cos kernels (edge values: NaN, infinities, signed zeros,
 denormals, the overflow and underflow thresholds, libm's range for large |x|), float64 Softmax / LogSoftmax rows and
 strided axes, copies (Identity, Reshape, Squeeze, ...) into intermediates dropped from the plan, their readers
-reading the copied value, and dilated 2-D / 1-D MaxPool rows (bit for bit the general loop). The last test reruns
-the file with the fallback instruction sets."""
+reading the copied value, dilated 2-D / 1-D MaxPool rows (bit for bit the general loop), BatchNormalization on
+planes of a few elements (2-D inputs). The last test reruns the file with the fallback instruction sets."""
 
 from __future__ import annotations
 
@@ -263,6 +263,21 @@ def test_dilated_maxpool_matches_the_general_loop_bit_for_bit(attrs):
         y = run_twin(fast, {"x": xx})[0]
         y_general = run_twin(general, {"x": xx})[0]
         np.testing.assert_array_equal(y.view(np.int32), y_general.view(np.int32))
+
+
+# ---- BatchNormalization on small planes ----
+
+@pytest.mark.parametrize("shape", [(64, 37), (5, 3, 1), (7, 20, 3), (3, 8, 2, 7), (0, 6), (4, 5, 15), (2, 4, 4, 4)])
+def test_batchnorm_small_planes(shape):
+    c = shape[1]
+    x = RNG.standard_normal(shape).astype(np.float32) * 3
+    if x.size:
+        x.reshape(-1)[:4] = [np.nan, np.inf, -np.inf, -0.0]
+    params = [("s", RNG.uniform(0.5, 1.5, c).astype(np.float32)), ("b", RNG.standard_normal(c).astype(np.float32)),
+              ("m", RNG.standard_normal(c).astype(np.float32)), ("v", RNG.uniform(0.1, 2, c).astype(np.float32))]
+    model = make_model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])],
+                       [("x", F32, list(shape))], [("y", F32, list(shape))], initializers=params, opset=15)
+    check(run_twin(model, {"x": x}), reference(model, {"x": x}), rtol=2e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])

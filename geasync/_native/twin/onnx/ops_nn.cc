@@ -2891,6 +2891,17 @@ __attribute__((target("avx2"))) void AffinePlaneAvx2(const float *x, float a, fl
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * a + b;
 }
 #endif
+// The same per element with a and b per element (small planes: a call per plane measured 9.6x onnxruntime for a
+// 256 x 256 input, one element per plane). Without FMA, as AffinePlaneAvx2: the same bits as the plane loop.
+void AffineRow(const float *x, const float *a, const float *b, int64_t n, float *y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * a[i] + b[i];
+}
+#ifdef TWIN_HAVE_X86
+__attribute__((target("avx2"))) void AffineRowAvx2(const float *x, const float *a, const float *b, int64_t n,
+                                                   float *y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * a[i] + b[i];
+}
+#endif
 
 class BatchNormKernel : public Kernel {
  public:
@@ -2906,6 +2917,19 @@ class BatchNormKernel : public Kernel {
       a_[c] = static_cast<float>(a);
       b_[c] = static_cast<float>(static_cast<double>(bias[c]) - static_cast<double>(mean[c]) * a);
     }
+    if (sp_ < 16) {  // planes of a few elements: whole rows of C * sp elements
+      const int64_t m = C_ * sp_;
+      ra_.resize(static_cast<size_t>(m));
+      rb_.resize(static_cast<size_t>(m));
+      for (int64_t c = 0; c < C_; ++c)
+        for (int64_t i = 0; i < sp_; ++i) ra_[c * sp_ + i] = a_[c], rb_[c * sp_ + i] = b_[c];
+      auto row = AffineRow;
+#ifdef TWIN_HAVE_X86
+      if (vmath::ActiveIsa() != vmath::Isa::kBaseline) row = AffineRowAvx2;
+#endif
+      for (int64_t n = 0; n < N_; ++n) row(x + n * m, ra_.data(), rb_.data(), m, y + n * m);
+      return true;
+    }
     auto plane = AffinePlane;
 #ifdef TWIN_HAVE_X86
     if (vmath::ActiveIsa() != vmath::Isa::kBaseline) plane = AffinePlaneAvx2;
@@ -2919,6 +2943,7 @@ class BatchNormKernel : public Kernel {
   int64_t N_, C_, sp_;
   double eps_;
   std::vector<float> a_, b_;
+  std::vector<float> ra_, rb_;  // a_ and b_ per element of a row (small planes)
 };
 
 template <class T>
