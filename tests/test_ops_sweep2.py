@@ -3,7 +3,8 @@ vectorised float64 Exp / Tanh / Sigmoid / Sin / Cos kernels (edge values: NaN, i
 denormals, the overflow and underflow thresholds, libm's range for large |x|), float64 Softmax / LogSoftmax rows and
 strided axes, copies (Identity, Reshape, Squeeze, ...) into intermediates dropped from the plan, their readers
 reading the copied value, dilated 2-D / 1-D MaxPool rows (bit for bit the general loop), BatchNormalization on
-planes of a few elements (2-D inputs). The last test reruns the file with the fallback instruction sets."""
+planes of a few elements (2-D inputs), Transpose with short last runs or a few interleaved rows. The last test
+reruns the file with the fallback instruction sets."""
 
 from __future__ import annotations
 
@@ -278,6 +279,27 @@ def test_batchnorm_small_planes(shape):
     model = make_model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])],
                        [("x", F32, list(shape))], [("y", F32, list(shape))], initializers=params, opset=15)
     check(run_twin(model, {"x": x}), reference(model, {"x": x}), rtol=2e-6, atol=1e-6)
+
+
+# ---- Transpose: short last runs moved as wider elements, a few rows from interleaved input ----
+
+TRANSPOSES = [((6, 2, 5, 2), [0, 2, 1, 3]), ((3, 4, 7, 1), [0, 2, 1, 3]), ((9, 2, 11, 4), [2, 0, 1, 3]),
+              ((2, 13, 17, 2), [0, 3, 1, 2]), ((3, 9, 10, 4), [0, 3, 1, 2]), ((2, 5, 7, 3), [0, 3, 1, 2]),
+              ((33, 2), [1, 0]), ((41, 3), [1, 0]), ((29, 4), [1, 0]), ((5, 6, 2, 2), [1, 0, 2, 3]),
+              ((4, 3, 2, 2, 2), [2, 0, 1, 3, 4]), ((7, 1, 2), [1, 0, 2]), ((0, 3, 2), [1, 0, 2]),
+              ((8, 8, 2), [2, 1, 0])]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.int64, np.bool_], ids=lambda d: d.__name__)
+@pytest.mark.parametrize("shape, perm", TRANSPOSES, ids=str)
+def test_transpose_short_runs_and_interleaved_rows(dtype, shape, perm):
+    x = (RNG.standard_normal(shape) * 100).astype(dtype)
+    t = {np.uint8: TensorProto.UINT8, np.float16: TensorProto.FLOAT16, np.float32: F32, np.int64: TensorProto.INT64,
+         np.bool_: TensorProto.BOOL}[dtype]
+    model = make_model([helper.make_node("Transpose", ["x"], ["y"], perm=perm)], [("x", t, list(shape))],
+                       [("y", t, None)], opset=18)
+    (y,) = run_twin(model, {"x": x})
+    np.testing.assert_array_equal(y, np.transpose(x, perm))
 
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
