@@ -230,6 +230,35 @@ __attribute__((target("avx2"))) void TransposeTiled4Avx2(const void *xv, void *y
     for (int64_t j = j_begin; j < cols; ++j) y[i * cols + j] = x[i + j * is];
   }
 }
+// The same for 8-byte elements in 4x4 blocks (int64, double, and pairs of floats moved as one: the element loop of
+// the generic tiles measured 1.7x onnxruntime there). Moved as integers: any bits, NaN payloads included, as they are.
+__attribute__((target("avx2"))) void TransposeTiled8Avx2(const void *xv, void *yv, int64_t rows, int64_t cols,
+                                                           int64_t is) {
+  const uint64_t *x = static_cast<const uint64_t *>(xv);
+  uint64_t *y = static_cast<uint64_t *>(yv);
+  const int64_t rows4 = rows & ~int64_t{3}, cols4 = cols & ~int64_t{3};
+  constexpr int64_t kColBlock = 2048;
+  for (int64_t j0 = 0; j0 < cols4; j0 += kColBlock)
+    for (int64_t i = 0; i < rows4; i += 4)
+      for (int64_t j = j0; j < std::min(cols4, j0 + kColBlock); j += 4) {
+        const uint64_t *src = x + i + j * is;
+        const __m256i r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(src)),
+                      r1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(src + is)),
+                      r2 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(src + 2 * is)),
+                      r3 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(src + 3 * is));
+        const __m256i t0 = _mm256_unpacklo_epi64(r0, r1), t1 = _mm256_unpackhi_epi64(r0, r1),
+                      t2 = _mm256_unpacklo_epi64(r2, r3), t3 = _mm256_unpackhi_epi64(r2, r3);
+        uint64_t *dst = y + i * cols + j;
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst), _mm256_permute2x128_si256(t0, t2, 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + cols), _mm256_permute2x128_si256(t1, t3, 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + 2 * cols), _mm256_permute2x128_si256(t0, t2, 0x31));
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + 3 * cols), _mm256_permute2x128_si256(t1, t3, 0x31));
+      }
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t j_begin = i < rows4 ? cols4 : 0;
+    for (int64_t j = j_begin; j < cols; ++j) y[i * cols + j] = x[i + j * is];
+  }
+}
 #endif
 
 // y[i][j] = x[j * R + i]: R rows out of interleaved input. -O3 (this file builds at -O2, whose cost model leaves
@@ -242,6 +271,12 @@ template <class T, int R>
 void Deinterleave(const T *__restrict x, T *__restrict y, int64_t cols) {
   for (int i = 0; i < R; ++i)
     for (int64_t j = 0; j < cols; ++j) y[i * cols + j] = x[j * R + i];
+}
+// y[i][j] = x[j * rows + i] for C columns: C planes interleaved (the tiles leave a row of 2-4 to their edge loop).
+template <class T, int C>
+void Interleave(const T *__restrict x, T *__restrict y, int64_t rows) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int j = 0; j < C; ++j) y[i * C + j] = x[j * rows + i];
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
@@ -305,10 +340,17 @@ class TransposeKernel : public Kernel {
     if (is == rows && rows == 2) return Deinterleave<T, 2>(x, y, cols);
     if (is == rows && rows == 3) return Deinterleave<T, 3>(x, y, cols);
     if (is == rows && rows == 4) return Deinterleave<T, 4>(x, y, cols);
+    if (is == rows && cols == 2) return Interleave<T, 2>(x, y, rows);
+    if (is == rows && cols == 3) return Interleave<T, 3>(x, y, rows);
+    if (is == rows && cols == 4) return Interleave<T, 4>(x, y, rows);
 #if defined(__x86_64__)
     if constexpr (sizeof(T) == 4) {
       static const bool avx2 = vmath::ActiveIsa() != vmath::Isa::kBaseline;
       if (avx2) return TransposeTiled4Avx2(x, y, rows, cols, is);
+    }
+    if constexpr (sizeof(T) == 8) {
+      static const bool avx2 = vmath::ActiveIsa() != vmath::Isa::kBaseline;
+      if (avx2) return TransposeTiled8Avx2(x, y, rows, cols, is);
     }
 #endif
     constexpr int64_t kTile = 64 / sizeof(T) < 16 ? 16 : 64 / sizeof(T);
