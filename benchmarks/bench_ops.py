@@ -248,6 +248,11 @@ def quantisation_cases(size: str):
     dq = make_model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "ys", "yz"])], [("x", F, list(shape))],
                     [("y", u8, list(shape)), ("ys", F, []), ("yz", u8, [])], opset=OPSET)
     yield f"DynamicQuantizeLinear {shape[0]}x{shape[1]}", dq, [rand(shape)]
+    cols = shape[1]
+    dqa = make_model([helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], axis=1)], [("x", u8, list(shape))],
+                     [("y", F, list(shape))], initializers=[("s", rand((cols,), 0.01, 0.03, 1)),
+                                                            ("z", np.full(cols, 128, np.uint8))], opset=OPSET)
+    yield f"DequantizeLinear u8 per-axis {shape[0]}x{shape[1]}", dqa, [rng.integers(0, 256, shape, np.uint8)]
     mi = make_model([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], [("a", u8, [m, k])],
                     [("y", TensorProto.INT32, [m, n])], initializers=[("b", rng.integers(0, 256, (k, n), np.uint8))],
                     opset=OPSET)

@@ -3,8 +3,8 @@ vectorised float64 Exp / Tanh / Sigmoid / Sin / Cos kernels (edge values: NaN, i
 denormals, the overflow and underflow thresholds, libm's range for large |x|), float64 Softmax / LogSoftmax rows and
 strided axes, copies (Identity, Reshape, Squeeze, ...) into intermediates dropped from the plan, their readers
 reading the copied value, dilated 2-D / 1-D MaxPool rows (bit for bit the general loop), BatchNormalization on
-planes of a few elements (2-D inputs), Transpose with short last runs, a few (de)interleaved rows, 8-byte tiles.
-The last test reruns the file with the fallback instruction sets."""
+planes of a few elements (2-D inputs), Transpose with short last runs, a few (de)interleaved rows, 8-byte tiles,
+DequantizeLinear per axis. The last test reruns the file with the fallback instruction sets."""
 
 from __future__ import annotations
 
@@ -301,6 +301,25 @@ def test_transpose_short_runs_and_interleaved_rows(dtype, shape, perm):
                        [("y", t, None)], opset=18)
     (y,) = run_twin(model, {"x": x})
     np.testing.assert_array_equal(y, np.transpose(x, perm))
+
+
+# ---- DequantizeLinear per axis ----
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8], ids=lambda d: d.__name__)
+@pytest.mark.parametrize("shape, axis", [((6, 37), 1), ((6, 37), 0), ((3, 5, 7), 1), ((3, 5, 7), -1), ((0, 4), 1),
+                                         ((2, 3, 1), 1)])
+@pytest.mark.parametrize("with_zero", [True, False])
+def test_dequantize_per_axis(dtype, shape, axis, with_zero):
+    info = np.iinfo(dtype)
+    x = RNG.integers(info.min, info.max + 1, shape).astype(dtype)
+    n = shape[axis]
+    inits = [("s", RNG.uniform(1e-3, 2, n).astype(np.float32))]
+    if with_zero:
+        inits.append(("z", RNG.integers(info.min, info.max + 1, n).astype(dtype)))
+    t = TensorProto.UINT8 if dtype == np.uint8 else TensorProto.INT8
+    model = make_model([helper.make_node("DequantizeLinear", ["x"] + [n_ for n_, _ in inits], ["y"], axis=axis)],
+                       [("x", t, list(shape))], [("y", F32, list(shape))], initializers=inits, opset=19)
+    check(run_twin(model, {"x": x}), reference(model, {"x": x}), rtol=1e-7)
 
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])

@@ -359,6 +359,14 @@ class DequantizeKernel : public Kernel {
       }
       return true;
     }
+    if (l_.kind == QuantLayout::kAxis && st_ == ElemType::kFloat && xt_ == ElemType::kUint8) {
+      return PerAxis(static_cast<const uint8_t *>(in[0]), static_cast<const float *>(in[1]),
+                     static_cast<const uint8_t *>(in[2]), y);
+    }
+    if (l_.kind == QuantLayout::kAxis && st_ == ElemType::kFloat && xt_ == ElemType::kInt8) {
+      return PerAxis(static_cast<const int8_t *>(in[0]), static_cast<const float *>(in[1]),
+                     static_cast<const int8_t *>(in[2]), y);
+    }
     ForEachParam(l_, [&](int64_t e, int64_t p) {
       const float dx = static_cast<float>(LoadAny(xt_, in[0], e)) - (in[2] ? static_cast<float>(LoadAny(xt_, in[2], p)) : 0.f);
       y[e] = Num<Y>::Store(static_cast<typename Num<Y>::C>(dx * static_cast<float>(LoadAny(st_, in[1], p))));
@@ -367,8 +375,35 @@ class DequantizeKernel : public Kernel {
   }
 
  private:
+  // 8-bit input, float32 scale per slice of the axis: the general loop's arithmetic ((x - zero point) * scale in
+  // float) in loops that vectorise; along the last axis over each row's slices (per element a LoadAny call per value
+  // measured 3.5x onnxruntime).
+  template <class X>
+  bool PerAxis(const X *x, const float *scale, const X *zero, Y *y) {
+    zp_.assign(static_cast<size_t>(l_.len), 0.f);
+    if (zero)
+      for (int64_t c = 0; c < l_.len; ++c) zp_[c] = static_cast<float>(zero[c]);
+    const float *zp = zp_.data();
+    for (int64_t o = 0; o < l_.outer; ++o) {
+      const X *xo = x + o * l_.len * l_.inner;
+      Y *yo = y + o * l_.len * l_.inner;
+      if (l_.inner == 1) {
+        for (int64_t c = 0; c < l_.len; ++c) yo[c] = Num<Y>::Store((static_cast<float>(xo[c]) - zp[c]) * scale[c]);
+        continue;
+      }
+      for (int64_t c = 0; c < l_.len; ++c) {
+        const float z = zp[c], sc = scale[c];
+        const X *xr = xo + c * l_.inner;
+        Y *yr = yo + c * l_.inner;
+        for (int64_t i = 0; i < l_.inner; ++i) yr[i] = Num<Y>::Store((static_cast<float>(xr[i]) - z) * sc);
+      }
+    }
+    return true;
+  }
+
   QuantLayout l_;
   ElemType xt_, st_;
+  std::vector<float> zp_;
 };
 
 std::unique_ptr<Kernel> PrepareDequantize(const KernelCtx &kc, std::string *reason) {
