@@ -405,6 +405,8 @@ def layout_reduce_cases(size: str):
     yield "Transpose 4-D [0, 2, 1, 3], last axis 2", *single_op("Transpose", x.reshape(d, 2, -1, 2), perm=[0, 2, 1, 3])
     yield "Transpose 4-D [0, 3, 1, 2], 2 channels", *single_op("Transpose", x.reshape(d // 2 or 1, h, -1, 2),
                                                                perm=[0, 3, 1, 2])
+    yield "Transpose uint8 2-D", *single_op("Transpose", (x.reshape(d * h, w) * 100).astype(np.uint8),
+                                            out_type=TensorProto.UINT8, perm=[1, 0])
     yield "SpaceToDepth 2", *single_op("SpaceToDepth", x4, blocksize=2)
     yield "Cast (float64 -> float32)", *single_op("Cast", rand((d, h, w), -300, 300).astype(np.float64), to=F)
     x2 = x.reshape(d * h, w)

@@ -3,7 +3,7 @@ vectorised float64 Exp / Tanh / Sigmoid / Sin / Cos kernels (edge values: NaN, i
 denormals, the overflow and underflow thresholds, libm's range for large |x|), float64 Softmax / LogSoftmax rows and
 strided axes, copies (Identity, Reshape, Squeeze, ...) into intermediates dropped from the plan, their readers
 reading the copied value, dilated 2-D / 1-D MaxPool rows (bit for bit the general loop), BatchNormalization on
-planes of a few elements (2-D inputs), Transpose with short last runs, a few (de)interleaved rows, 8-byte tiles,
+planes of a few elements (2-D inputs), Transpose with short last runs, a few (de)interleaved rows, 1- and 8-byte tiles,
 DequantizeLinear per axis. The last test reruns the file with the fallback instruction sets."""
 
 from __future__ import annotations
@@ -288,7 +288,8 @@ TRANSPOSES = [((6, 2, 5, 2), [0, 2, 1, 3]), ((3, 4, 7, 1), [0, 2, 1, 3]), ((9, 2
               ((33, 2), [1, 0]), ((41, 3), [1, 0]), ((29, 4), [1, 0]), ((5, 6, 2, 2), [1, 0, 2, 3]),
               ((4, 3, 2, 2, 2), [2, 0, 1, 3, 4]), ((7, 1, 2), [1, 0, 2]), ((0, 3, 2), [1, 0, 2]),
               ((8, 8, 2), [2, 1, 0]), ((4, 3, 10), [0, 2, 1]), ((2, 4, 9), [0, 2, 1]), ((3, 2, 11), [0, 2, 1]),
-              ((13, 18), [1, 0]), ((40, 37), [1, 0]), ((3, 12, 9, 2), [0, 2, 1, 3])]
+              ((13, 18), [1, 0]), ((40, 37), [1, 0]), ((3, 12, 9, 2), [0, 2, 1, 3]), ((48, 32), [1, 0]),
+              ((37, 50), [1, 0]), ((3, 40, 35), [0, 2, 1]), ((17, 2, 33), [2, 1, 0])]
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.int64, np.bool_], ids=lambda d: d.__name__)
