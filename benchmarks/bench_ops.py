@@ -482,6 +482,9 @@ def dtype_and_sweep_cases(size: str):
     yield f"Identity x{CHAIN}", chain_model("Identity", shape), [x]
     yield f"Sub x{CHAIN} (row broadcast)", binary_chain("Sub", shape, shape[-1:]), [x, rand(shape[-1:], seed=1)]
     yield "Where (same shape)", *single_op("Where", x > 0, extra=[("a", x), ("b", rand(shape, seed=1))])
+    yield "Where (condition per row)", *single_op("Where", x[:, :1] > 0, extra=[("a", x), ("b", rand(shape, seed=1))])
+    yield "Where (scalar else)", *single_op("Where", x > 0, extra=[("a", x)],
+                                            initializers=[("b", np.array(0, np.float32))])
     yield "Greater (scalar)", *single_op("Greater", x, out_type=TensorProto.BOOL,
                                          initializers=[("b", np.array(0.0, np.float32))])
     yield "Mod fmod=1", *single_op("Mod", rand(shape, -10, 10), extra=[("b", rand(shape, 1, 3, 1))], fmod=1)

@@ -4,7 +4,7 @@ denormals, the overflow and underflow thresholds, libm's range for large |x|), f
 strided axes, copies (Identity, Reshape, Squeeze, ...) into intermediates dropped from the plan, their readers
 reading the copied value, dilated 2-D / 1-D MaxPool rows (bit for bit the general loop), BatchNormalization on
 planes of a few elements (2-D inputs), Transpose with short last runs, a few (de)interleaved rows, 1- and 8-byte tiles,
-DequantizeLinear per axis. The last test reruns the file with the fallback instruction sets."""
+DequantizeLinear per axis, Where's broadcasts. The last test reruns the file with the fallback instruction sets."""
 
 from __future__ import annotations
 
@@ -321,6 +321,31 @@ def test_dequantize_per_axis(dtype, shape, axis, with_zero):
     model = make_model([helper.make_node("DequantizeLinear", ["x"] + [n_ for n_, _ in inits], ["y"], axis=axis)],
                        [("x", t, list(shape))], [("y", F32, list(shape))], initializers=inits, opset=19)
     check(run_twin(model, {"x": x}), reference(model, {"x": x}), rtol=1e-7)
+
+
+# ---- Where: a condition constant along a row, one side a scalar ----
+
+WHERE_SHAPES = [((7, 33), (7, 33), (7, 33)), ((7, 1), (7, 33), (7, 33)), ((7, 33), (7, 33), (33,)),
+                ((7, 33), (7, 33), ()), ((7, 33), (), (7, 33)), ((7, 33), (1, 33), (7, 1)), ((33,), (7, 33), ()),
+                ((5, 1, 9), (5, 4, 9), (5, 4, 9)), ((), (3, 4), (3, 4)), ((0, 3), (0, 3), (3,))]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.float16, np.bool_], ids=lambda d: d.__name__)
+@pytest.mark.parametrize("shapes", WHERE_SHAPES, ids=str)
+def test_where_broadcasts(dtype, shapes):
+    cs, xs, ys = shapes
+    cond = np.asarray(RNG.random(cs) > 0.5)
+    x = np.asarray((RNG.standard_normal(xs) * 50).astype(dtype))
+    y = np.asarray((RNG.standard_normal(ys) * 50).astype(dtype))
+    if dtype == np.float32 and x.size:
+        x.reshape(-1)[0] = np.nan
+    t = {np.float32: F32, np.float64: F64, np.int8: TensorProto.INT8, np.float16: TensorProto.FLOAT16,
+         np.bool_: TensorProto.BOOL}[dtype]
+    model = make_model([helper.make_node("Where", ["c", "x", "y"], ["o"])],
+                       [("c", TensorProto.BOOL, list(cs)), ("x", t, list(xs)), ("y", t, list(ys))], [("o", t, None)],
+                       opset=18)
+    (o,) = run_twin(model, {"c": cond, "x": x, "y": y})
+    np.testing.assert_array_equal(o, np.where(cond, x, y))
 
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])

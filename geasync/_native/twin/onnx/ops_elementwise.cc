@@ -661,6 +661,29 @@ class WhereKernel : public Kernel {
       const S *px = x + off[1];
       const S *py = y + off[2];
       S *po = o + oo;
+      // A condition constant along the run (a column broadcast): one copy (the strided loop measured 1.8x
+      // onnxruntime there).
+      if (ic == 0 && ix == 1 && iy == 1) {
+        std::memcpy(po, pc[0] ? px : py, static_cast<size_t>(n) * sizeof(S));
+        return;
+      }
+      if (ic == 1 && ix == 1 && iy == 1) {  // both values read unconditionally: a blend, not a branch per element
+        for (int64_t i = 0; i < n; ++i) {
+          const S a = px[i], b = py[i];
+          po[i] = pc[i] != 0 ? a : b;
+        }
+        return;
+      }
+      if (ic == 1 && (ix | iy) == 1 && ix + iy == 1) {  // one side a scalar along the run
+        const S *pv = ix ? px : py;
+        const S k = ix ? py[0] : px[0];
+        const uint8_t pick = ix ? 1 : 0;  // the condition value that selects pv
+        for (int64_t i = 0; i < n; ++i) {
+          const S v = pv[i];
+          po[i] = (pc[i] != 0) == (pick != 0) ? v : k;
+        }
+        return;
+      }
       for (int64_t i = 0; i < n; ++i) po[i] = pc[i * ic] ? px[i * ix] : py[i * iy];
     });
     return true;
