@@ -376,3 +376,24 @@ def test_conv_relu_on_small_maps(c, m, hw, k, pad, group):
     x2[1, 0, 0, -1] = np.nan  # a NaN reaches exactly the outputs whose window holds it
     x2[0, c - 1, hw[0] // 2, 0] = np.inf
     _check_runs(model, [[x2], [_randn(3, c, *hw)], [_randn(1, c, *hw)]], rtol=1e-4, atol=1e-5)
+
+
+# ---- ResNet downsampling at small inputs: stride-2 convolutions on maps a few columns wide ----
+
+@pytest.mark.parametrize("c,m,hw,k,pads,group", [
+    (16, 32, (11, 11), 3, [1, 1, 1, 1], 1), (8, 16, (16, 16), 3, [1, 1, 1, 1], 1), (8, 16, (5, 5), 3, [1, 1, 1, 1], 1),
+    (12, 20, (7, 7), 3, [1, 1, 1, 1], 1), (16, 12, (13, 13), 3, [1, 1, 1, 1], 2), (9, 7, (13, 11), 3, [0, 1, 2, 0], 1),
+    (8, 8, (12, 12), 3, [1, 1, 1, 1], 8), (8, 16, (9, 10), 5, [2, 2, 2, 2], 1), (6, 10, (10, 9), 4, [1, 2, 2, 1], 1),
+    (16, 32, (11, 11), 1, [0, 0, 0, 0], 1), (4, 8, (2, 14), 3, [1, 1, 1, 1], 1), (8, 8, (34, 33), 3, [1, 1, 1, 1], 1)])
+def test_conv_relu_stride2_on_small_maps(c, m, hw, k, pads, group):
+    attrs = dict(kernel_shape=[k, k], strides=[2, 2], pads=pads, group=group)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["conv"], **attrs),
+             helper.make_node("Relu", ["conv"], ["relu"]),
+             helper.make_node("Conv", ["x", "w"], ["plain"], **attrs)]
+    inits = [_init("w", _randn(m, c // group, k, k) / np.sqrt(c * k)), _init("b", _randn(m))]
+    model = _model(nodes, [("x", F, ["b", c, *hw])], [("relu", F, None), ("plain", F, None)], inits, opset=17)
+    x2 = _randn(2, c, *hw)
+    x2[1, 0, 0, -1] = np.nan  # a NaN reaches exactly the outputs whose window holds it
+    x2[0, c - 1, hw[0] // 2, 0] = np.inf
+    x2[1, c // 2, -1, hw[1] // 2] = -np.inf
+    _check_runs(model, [[x2], [_randn(3, c, *hw)], [_randn(1, c, *hw)]], rtol=1e-4, atol=1e-5)

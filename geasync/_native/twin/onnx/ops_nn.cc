@@ -155,6 +155,9 @@ struct DirectConvArgs {
   // Flat (AVX-512, stride 1, small maps): positions run over the padded plane read as one long row, so that a
   // chunk spans several output rows; keep[p] marks chunk p's lanes on outputs (column < ow), first[p] is where
   // the first of them goes in y (the kept lanes of a chunk are consecutive outputs).
+  // With s2 as well: four phase planes per channel [cg][2][2][ph][pw] (row phase a, column phase b: padded row
+  // 2 r' + a, column 2 c' + b), so that tap (i, j) of flat position q reads plane (i & 1, j & 1) at
+  // q + (i / 2) pw + j / 2: a stride-1 flat conv with a ceil(k / 2) kernel on each plane.
   bool flat = false;
   const uint16_t *keep = nullptr;
   const int64_t *first = nullptr;
@@ -477,7 +480,7 @@ __attribute__((target("avx512f"))) void DepthwiseConvAvx512Impl(const DirectConv
 // 8-wide map (ResNet's last stages at small inputs) used 6 or 8 of 16 lanes: 2.1-2.4x onnxruntime's time.
 // kNV chunks from p0 for the channel block mb (an odd last chunk alone: such maps have few chunks, a repeated
 // one was a third of the work at 6x6).
-template <int kNV>
+template <int kNV, bool kS2>
 __attribute__((target("avx512f"), always_inline)) inline void FlatChunksAvx512(const DirectConvArgs &a, int64_t mb,
                                                                               int64_t p0) {
   const int64_t K = a.cg * a.kh * a.kw, plane = a.ph * a.pw, out_sp = a.oh * a.ow;
@@ -494,11 +497,12 @@ __attribute__((target("avx512f"), always_inline)) inline void FlatChunksAvx512(c
   }
   for (int64_t c = 0; c < a.cg; ++c) {
     for (int64_t i = 0; i < a.kh; ++i) {
-      const int64_t roff = c * plane + i * a.pw;
+      const int64_t roff = kS2 ? (4 * c + 2 * (i & 1)) * plane + (i >> 1) * a.pw : c * plane + i * a.pw;
       for (int64_t j = 0; j < a.kw; ++j, w += kConvMB) {
+        const int64_t toff = roff + (kS2 ? (j & 1) * plane + (j >> 1) : j);
         __m512 x[kNV];
 #pragma GCC unroll 4
-        for (int v = 0; v < kNV; ++v) x[v] = _mm512_loadu_ps(base[v] + roff + j);
+        for (int v = 0; v < kNV; ++v) x[v] = _mm512_loadu_ps(base[v] + toff);
 #pragma GCC unroll 8
         for (int m = 0; m < kConvMB; ++m) {
           const __m512 sc = _mm512_set1_ps(w[m]);
@@ -524,19 +528,52 @@ __attribute__((target("avx512f"), always_inline)) inline void FlatChunksAvx512(c
   }
 }
 
+template <bool kS2>
 __attribute__((target("avx512f"))) void DirectConvFlatAvx512(const DirectConvArgs &a) {
   const int64_t P = ((a.oh - 1) * a.pw + a.ow + kConvLanes - 1) / kConvLanes;
   const int64_t nmb = (a.mg + kConvMB - 1) / kConvMB;
   for (int64_t mb = 0; mb < nmb; ++mb) {
     int64_t p0 = 0;
-    for (; p0 + kConvNV <= P; p0 += kConvNV) FlatChunksAvx512<kConvNV>(a, mb, p0);
-    if (p0 < P) FlatChunksAvx512<1>(a, mb, p0);
+    for (; p0 + kConvNV <= P; p0 += kConvNV) FlatChunksAvx512<kConvNV, kS2>(a, mb, p0);
+    if (p0 < P) FlatChunksAvx512<1, kS2>(a, mb, p0);
   }
 }
 
+// The four phase planes of DirectConvArgs::flat at stride 2 from a group's cg channels of X (H x Wd, pads pt, pl
+// before): per padded row, 32 columns from two masked loads (zeros outside X), split into even and odd columns by
+// permutes. Element by element with a call per row this took as long as the convolution on 11x11 maps.
+__attribute__((target("avx512f"))) void PhasePlanes4Avx512(const float *x, float *xp, int64_t cg, int64_t H,
+                                                           int64_t Wd, int64_t pt, int64_t pl, int64_t ph,
+                                                           int64_t pw) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t c = 0; c < cg; ++c)
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t r = 0; r < ph; ++r) {
+        float *d0 = xp + ((c * 4 + 2 * a) * ph + r) * pw, *d1 = d0 + ph * pw;
+        const int64_t ir = 2 * r + a - pt;
+        for (int64_t c0 = 0; c0 < pw; c0 += kConvLanes) {
+          const __mmask16 st = static_cast<__mmask16>((1u << std::min<int64_t>(kConvLanes, pw - c0)) - 1u);
+          // lanes l of the 32 padded columns 2 c0 + l: input column base + l, inside X for l in [lo, hi)
+          const int64_t base = 2 * c0 - pl;
+          const int64_t lo = std::clamp<int64_t>(-base, 0, 32), hi = std::clamp<int64_t>(Wd - base, lo, 32);
+          const uint64_t in = ir < 0 || ir >= H ? 0 : ((uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1);
+          __m512 v0 = zero, v1 = zero;
+          if (in) {
+            const float *src = x + (c * H + ir) * Wd + base;
+            v0 = _mm512_maskz_loadu_ps(static_cast<__mmask16>(in & 0xFFFF), src);
+            v1 = _mm512_maskz_loadu_ps(static_cast<__mmask16>(in >> 16), src + kConvLanes);
+          }
+          _mm512_mask_storeu_ps(d0 + c0, st, _mm512_permutex2var_ps(v0, even, v1));
+          _mm512_mask_storeu_ps(d1 + c0, st, _mm512_permutex2var_ps(v0, odd, v1));
+        }
+      }
+}
+
 void DirectConvAvx512Any(const DirectConvArgs &a) {
+  if (a.flat) return a.s2 ? DirectConvFlatAvx512<true>(a) : DirectConvFlatAvx512<false>(a);
   if (a.s2) return DirectConvAvx512<true>(a);
-  if (a.flat) return DirectConvFlatAvx512(a);
   if (a.cg == 1 && a.mg == 1) {
     if (a.kw == 3) DepthwiseConvAvx512Impl<3>(a);
     else DepthwiseConvAvx512Impl<0>(a);
@@ -684,10 +721,11 @@ class ConvKernel : public Kernel {
             w_.s[1] == 2 && w_.s[2] == 2;
       for (size_t i = 0; i < kMaxSpatial; ++i) dconv_ = dconv_ && (s2_ || w_.s[i] == 1) && w_.d[i] == 1;
       s2_ = s2_ && dconv_;
-      // Flat positions where they fill more lanes than row chunks do (ow + kw - 1 < 16 * ceil(ow / 16)); not
-      // for the depthwise kernel, which has its own row blocking.
-      const int64_t ow = w_.out[2], flat_pw = ow + w_.k[2] - 1;
-      flat_ = dconv_ && !s2_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && !(cg_ == 1 && mg_ == 1) &&
+      // Flat positions where they fill more lanes than row chunks do (a flat row, ow + kw - 1 at stride 1,
+      // ow + (kw - 1) / 2 on the phase planes at stride 2, under 16 * ceil(ow / 16)); not for the depthwise
+      // kernel at stride 1, which has its own row blocking.
+      const int64_t ow = w_.out[2], flat_pw = ow + (s2_ ? (w_.k[2] - 1) / 2 : w_.k[2] - 1);
+      flat_ = dconv_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && (s2_ || !(cg_ == 1 && mg_ == 1)) &&
               flat_pw < (ow + kConvLanes - 1) / kConvLanes * kConvLanes;
     }
 #endif
@@ -714,6 +752,10 @@ class ConvKernel : public Kernel {
   // The flat layout: rows of exactly the padded width, and each chunk's kept lanes and first output.
   void InitFlat() {
     pw_ = w_.out[2] + w_.k[2] - 1;
+    if (s2_) {  // per phase plane: rows r + i / 2, columns c + j / 2
+      ph_ = w_.out[1] + (w_.k[1] - 1) / 2;
+      pw_ = w_.out[2] + (w_.k[2] - 1) / 2;
+    }
     const int64_t oh = w_.out[1], ow = w_.out[2], q_end = (oh - 1) * pw_ + ow;
     const int64_t chunks = (q_end + kConvLanes - 1) / kConvLanes;
     flat_keep_.assign(static_cast<size_t>(chunks), 0);
@@ -770,10 +812,12 @@ class ConvKernel : public Kernel {
     const size_t filter = wu_.empty() ? Align64(WinogradFilterFloats(C_, M_) * sizeof(T)) : 0;
     return std::max(DirectScratchBytes(), filter + Align64(WinogradScratchBytes(ws_)));
   }
+  // The padded input's planes per channel: column phases at stride 2, and row phases too for flat positions.
+  int64_t Planes() const { return s2_ ? (flat_ ? 4 : 2) : 1; }
   // The direct kernel's or im2col's scratch (also the fallback of a Winograd run).
   size_t DirectScratchBytes() const {
     if (dconv_)
-      return Align64(static_cast<size_t>(cg_ * (s2_ ? 2 : 1) * ph_ * pw_ + (flat_ ? kConvLanes : 0)) * sizeof(T)) +
+      return Align64(static_cast<size_t>(cg_ * Planes() * ph_ * pw_ + (flat_ ? kConvLanes : 0)) * sizeof(T)) +
              (fused_ ? 0 : Align64(PackFloats() * sizeof(T)) + Align64(BiasFloats() * sizeof(T)));
     return direct_ ? 0 : Align64(static_cast<size_t>(cg_ * kk_ * out_sp_) * sizeof(T));
   }
@@ -882,7 +926,7 @@ class ConvKernel : public Kernel {
   void RunDirect(const T *X, const T *W, const T *B, T *Y) {
     T *xp = static_cast<T *>(scratch_);
     const size_t pad_bytes =
-        Align64(static_cast<size_t>(cg_ * (s2_ ? 2 : 1) * ph_ * pw_ + (flat_ ? kConvLanes : 0)) * sizeof(T));
+        Align64(static_cast<size_t>(cg_ * Planes() * ph_ * pw_ + (flat_ ? kConvLanes : 0)) * sizeof(T));
     const T *wp = wp_.data(), *bp = bp_.data();
     if (!fused_) {
       T *w = reinterpret_cast<T *>(static_cast<char *>(scratch_) + pad_bytes);
@@ -896,7 +940,8 @@ class ConvKernel : public Kernel {
     for (int64_t n = 0; n < N_; ++n) {
       for (int64_t g = 0; g < G_; ++g) {
         const T *xg = X + (n * C_ + g * cg_) * in_sp_;
-        if (s2_) PhasePlanes(xg, xp);
+        if (s2_ && flat_) PhasePlanes4Avx512(xg, xp, cg_, w_.in[1], w_.in[2], w_.pb[1], w_.pb[2], ph_, pw_);
+        else if (s2_) PhasePlanes(xg, xp);
         for (int64_t c = 0; c < (s2_ ? 0 : cg_); ++c) {
           for (int64_t r = 0; r < ph_; ++r) {
             T *dst = xp + (c * ph_ + r) * pw_;
@@ -935,14 +980,16 @@ class ConvKernel : public Kernel {
   }
 #endif
 
-  // Stride 2: per channel, the padded input's even and odd columns as two planes of ph_ x pw_ (zeros outside X).
+  // Stride 2: per channel, the padded input's even and odd columns as two planes of ph_ x pw_ (zeros outside X);
+  // flat, its even and odd rows of each as well (four planes, DirectConvArgs::flat).
   void PhasePlanes(const T *xg, T *xp) const {
     const int64_t H = w_.in[1], Wd = w_.in[2], pt = w_.pb[1], pl = w_.pb[2];
+    const int64_t np = Planes();
     for (int64_t c = 0; c < cg_; ++c)
-      for (int64_t p = 0; p < 2; ++p)
+      for (int64_t pp = 0; pp < np; ++pp)
         for (int64_t r = 0; r < ph_; ++r) {
-          T *__restrict dst = xp + ((c * 2 + p) * ph_ + r) * pw_;
-          const int64_t ir = r - pt;
+          T *__restrict dst = xp + ((c * np + pp) * ph_ + r) * pw_;
+          const int64_t p = pp & 1, ir = (np == 4 ? 2 * r + (pp >> 1) : r) - pt;
           if (ir < 0 || ir >= H) {
             std::fill(dst, dst + pw_, T(0));
             continue;
