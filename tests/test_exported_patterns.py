@@ -397,3 +397,11 @@ def test_conv_relu_stride2_on_small_maps(c, m, hw, k, pads, group):
     x2[0, c - 1, hw[0] // 2, 0] = np.inf
     x2[1, c // 2, -1, hw[1] // 2] = -np.inf
     _check_runs(model, [[x2], [_randn(3, c, *hw)], [_randn(1, c, *hw)]], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("isa", ["baseline", "avx2"])
+def test_small_map_convs_fallback_instruction_sets(isa):
+    """The small-map conv tests above with the twin capped at the fallback instruction sets (AVX2 has its own flat
+    stride-2 kernel)."""
+    from onnx_cases import rerun_file_with_instruction_set
+    rerun_file_with_instruction_set(__file__, isa, select="small_maps")

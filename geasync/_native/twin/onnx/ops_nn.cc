@@ -161,6 +161,7 @@ struct DirectConvArgs {
   bool flat = false;
   const uint16_t *keep = nullptr;
   const int64_t *first = nullptr;
+  float *yflat = nullptr;  // AVX2 flat: [mg][16 * chunks] outputs at their flat positions, rows copied out after
 };
 
 #ifdef TWIN_HAVE_X86
@@ -582,7 +583,68 @@ void DirectConvAvx512Any(const DirectConvArgs &a) {
   DirectConvAvx512<false>(a);
 }
 
+// Flat positions with AVX2 (DirectConvArgs::flat): kMC channels x one 16-position chunk as ConvChannelsAvx2, stored
+// whole at the chunk's flat positions in a.yflat (AVX2 has no compress to drop the padding lanes in a register).
+template <int kMC, bool kS2>
+__attribute__((target("avx2,fma"), always_inline)) inline void FlatChannelsAvx2(const DirectConvArgs &a, int64_t p,
+                                                                               int64_t m0, int64_t ystride) {
+  const int64_t K = a.cg * a.kh * a.kw, plane = a.ph * a.pw;
+  auto weights_of = [&](int64_t ch) { return (ch / kConvMB) * K * kConvMB + ch % kConvMB; };
+  const float *w = a.wpack + weights_of(m0);
+  int64_t off[kMC];
+#pragma GCC unroll 8
+  for (int m = 0; m < kMC; ++m) off[m] = weights_of(m0 + m) - weights_of(m0);
+  const float *base = a.xp + p * 16;
+  __m256 lo[kMC], hi[kMC];
+#pragma GCC unroll 8
+  for (int m = 0; m < kMC; ++m) lo[m] = hi[m] = _mm256_set1_ps(a.bias[m0 + m]);
+  for (int64_t c = 0; c < a.cg; ++c) {
+    for (int64_t i = 0; i < a.kh; ++i) {
+      const int64_t roff = kS2 ? (4 * c + 2 * (i & 1)) * plane + (i >> 1) * a.pw : c * plane + i * a.pw;
+      for (int64_t j = 0; j < a.kw; ++j, w += kConvMB) {
+        const float *tap = base + roff + (kS2 ? (j & 1) * plane + (j >> 1) : j);
+        const __m256 x0 = _mm256_loadu_ps(tap), x1 = _mm256_loadu_ps(tap + 8);
+#pragma GCC unroll 8
+        for (int m = 0; m < kMC; ++m) {
+          const __m256 wm = _mm256_broadcast_ss(w + off[m]);
+          lo[m] = _mm256_fmadd_ps(wm, x0, lo[m]);
+          hi[m] = _mm256_fmadd_ps(wm, x1, hi[m]);
+        }
+      }
+    }
+  }
+  float *yb = a.yflat + m0 * ystride + p * 16;
+#pragma GCC unroll 8
+  for (int m = 0; m < kMC; ++m) {
+    StoreConvHalf(yb + m * ystride, lo[m], 8, a.relu);
+    StoreConvHalf(yb + m * ystride + 8, hi[m], 8, a.relu);
+  }
+}
+template <bool kS2>
+__attribute__((target("avx2,fma"))) void DirectConvFlatAvx2(const DirectConvArgs &a) {
+  const int64_t P = ((a.oh - 1) * a.pw + a.ow + 15) / 16, ystride = P * 16;
+  // one chunk through every channel block: the input it reads stays in cache while the weights pass
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t m0 = 0; m0 < a.mg;) {
+      const int64_t left = a.mg - m0, take = left >= 9 || left == 6 ? 6 : left > 6 ? 4 : left;  // as above
+      switch (take) {
+        case 6: FlatChannelsAvx2<6, kS2>(a, p, m0, ystride); break;
+        case 5: FlatChannelsAvx2<5, kS2>(a, p, m0, ystride); break;
+        case 4: FlatChannelsAvx2<4, kS2>(a, p, m0, ystride); break;
+        case 3: FlatChannelsAvx2<3, kS2>(a, p, m0, ystride); break;
+        case 2: FlatChannelsAvx2<2, kS2>(a, p, m0, ystride); break;
+        default: FlatChannelsAvx2<1, kS2>(a, p, m0, ystride); break;
+      }
+      m0 += take;
+    }
+  for (int64_t m = 0; m < a.mg; ++m)
+    for (int64_t r = 0; r < a.oh; ++r)
+      std::memcpy(a.y + (m * a.oh + r) * a.ow, a.yflat + m * ystride + r * a.pw,
+                  static_cast<size_t>(a.ow) * sizeof(float));
+}
+
 __attribute__((target("avx2,fma"))) void DirectConvAvx2(const DirectConvArgs &a) {
+  if (a.flat) return a.s2 ? DirectConvFlatAvx2<true>(a) : DirectConvFlatAvx2<false>(a);
   if (a.cg == 1 && a.mg == 1 && !a.s2) {
     if (a.kw == 3) DepthwiseConvAvx2Impl<3>(a);
     else DepthwiseConvAvx2Impl<0>(a);
@@ -725,7 +787,9 @@ class ConvKernel : public Kernel {
       // ow + (kw - 1) / 2 on the phase planes at stride 2, under 16 * ceil(ow / 16)); not for the depthwise
       // kernel at stride 1, which has its own row blocking.
       const int64_t ow = w_.out[2], flat_pw = ow + (s2_ ? (w_.k[2] - 1) / 2 : w_.k[2] - 1);
-      flat_ = dconv_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && (s2_ || !(cg_ == 1 && mg_ == 1)) &&
+      // AVX2 (stride 2 only): the same positions, the outputs through a flat scratch.
+      const bool avx512 = vmath::ActiveIsa() == vmath::Isa::kAvx512;
+      flat_ = dconv_ && (avx512 || s2_) && (s2_ || !(cg_ == 1 && mg_ == 1)) &&
               flat_pw < (ow + kConvLanes - 1) / kConvLanes * kConvLanes;
     }
 #endif
@@ -758,6 +822,7 @@ class ConvKernel : public Kernel {
     }
     const int64_t oh = w_.out[1], ow = w_.out[2], q_end = (oh - 1) * pw_ + ow;
     const int64_t chunks = (q_end + kConvLanes - 1) / kConvLanes;
+    if (vmath::ActiveIsa() != vmath::Isa::kAvx512) flat_out_ = mg_ * chunks * kConvLanes;
     flat_keep_.assign(static_cast<size_t>(chunks), 0);
     flat_first_.assign(static_cast<size_t>(chunks), 0);
     for (int64_t p = 0; p < chunks; ++p) {
@@ -825,7 +890,8 @@ class ConvKernel : public Kernel {
   size_t DirectScratchBytes() const {
     if (dconv_)
       return Align64(static_cast<size_t>(cg_ * Planes() * ph_ * pw_ + (flat_ ? kConvLanes : 0)) * sizeof(T)) +
-             (fused_ ? 0 : Align64(PackFloats() * sizeof(T)) + Align64(BiasFloats() * sizeof(T)));
+             (fused_ ? 0 : Align64(PackFloats() * sizeof(T)) + Align64(BiasFloats() * sizeof(T))) +
+             Align64(static_cast<size_t>(flat_out_) * sizeof(T));
     return direct_ ? 0 : Align64(static_cast<size_t>(cg_ * kk_ * out_sp_) * sizeof(T));
   }
   bool Run(const void *const *in, void *const *out, std::string *) override {
@@ -935,6 +1001,9 @@ class ConvKernel : public Kernel {
     const size_t pad_bytes =
         Align64(static_cast<size_t>(cg_ * Planes() * ph_ * pw_ + (flat_ ? kConvLanes : 0)) * sizeof(T));
     const T *wp = wp_.data(), *bp = bp_.data();
+    // the AVX2 flat outputs last in the scratch (DirectScratchBytes)
+    T *yflat = reinterpret_cast<T *>(static_cast<char *>(scratch_) + DirectScratchBytes() -
+                                     Align64(static_cast<size_t>(flat_out_) * sizeof(T)));
     if (!fused_) {
       T *w = reinterpret_cast<T *>(static_cast<char *>(scratch_) + pad_bytes);
       T *b = reinterpret_cast<T *>(reinterpret_cast<char *>(w) + Align64(PackFloats() * sizeof(T)));
@@ -954,7 +1023,7 @@ class ConvKernel : public Kernel {
     for (int64_t n = 0; n < N_; ++n) {
       for (int64_t g = 0; g < G_; ++g) {
         const T *xg = X + (n * C_ + g * cg_) * in_sp_;
-        if (s2_ && flat_) PhasePlanes4Avx512(xg, xp, cg_, w_.in[1], w_.in[2], w_.pb[1], w_.pb[2], ph_, pw_);
+        if (s2_ && flat_ && vmath::ActiveIsa() == vmath::Isa::kAvx512) PhasePlanes4Avx512(xg, xp, cg_, w_.in[1], w_.in[2], w_.pb[1], w_.pb[2], ph_, pw_);
         else if (s2_) PhasePlanes(xg, xp);
         for (int64_t c = 0; c < (s2_ ? 0 : cg_); ++c) {
           for (int64_t r = 0; r < ph_; ++r) {
@@ -987,6 +1056,7 @@ class ConvKernel : public Kernel {
         a.flat = flat_;
         a.keep = flat_keep_.data();
         a.first = flat_first_.data();
+        a.yflat = yflat;
         if (vmath::ActiveIsa() == vmath::Isa::kAvx512) DirectConvAvx512Any(a);
         else DirectConvAvx2(a);
       }
@@ -1032,6 +1102,7 @@ class ConvKernel : public Kernel {
   bool flat_ = false;                  // AVX-512 flat positions (DirectConvFlatAvx512)
   std::vector<uint16_t> flat_keep_;    // per flat chunk: the lanes on outputs
   std::vector<int64_t> flat_first_;    // per flat chunk: its first output's offset in a channel's map
+  int64_t flat_out_ = 0;               // AVX2 flat: floats of the flat outputs' scratch
   std::vector<T> wp_, bp_;             // its packed weights and bias (fused form; weights alone if const_w_)
   bool const_w_ = false;               // wp_ packed from constant weights (not fused: the bias is packed per run)
   bool wino_ = false;                  // Winograd F(2x2, 3x3) (float), falling back to the paths above
