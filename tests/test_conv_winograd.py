@@ -79,7 +79,8 @@ def check(shape, m, pads, *, bias=True, relu=False, const_weights=True, x=None, 
 
 
 @pytest.mark.parametrize("shape,m,pads", [
-    ((1, 64, 8, 8), 64, [1, 1, 1, 1]),     # even H, W: whole tiles
+    ((1, 64, 8, 8), 64, [1, 1, 1, 1]),     # even H, W: whole tiles (the flat direct kernel on AVX-512)
+    ((1, 64, 10, 10), 64, [1, 1, 1, 1]),   # even H, W: whole tiles, Winograd on AVX-512 too
     ((1, 65, 7, 9), 64, [1, 1, 1, 1]),     # odd H, W: a partial last tile row and column
     ((2, 48, 6, 5), 96, [0, 1, 2, 0]),     # N = 2, asymmetric pads
     ((1, 64, 1, 1), 64, [1, 1, 1, 1]),     # 1x1 image: one tile, one output
