@@ -162,6 +162,10 @@ struct DirectConvArgs {
   const uint16_t *keep = nullptr;
   const int64_t *first = nullptr;
   float *yflat = nullptr;  // AVX2 flat: [mg][16 * chunks] outputs at their flat positions, rows copied out after
+  // AVX-512 flat (not depthwise): nimg images' planes, img floats apart in xp, their outputs ynext floats apart
+  // in y, their chunks blocked together (a 3x3 or 4x4 map has one or two chunks: alone they ran 8 or 16
+  // accumulators and read every weight once per image).
+  int64_t nimg = 1, img = 0, ynext = 0;
 };
 
 #ifdef TWIN_HAVE_X86
@@ -483,12 +487,18 @@ __attribute__((target("avx512f"))) void DepthwiseConvAvx512Impl(const DirectConv
 // one was a third of the work at 6x6).
 template <int kNV, bool kS2>
 __attribute__((target("avx512f"), always_inline)) inline void FlatChunksAvx512(const DirectConvArgs &a, int64_t mb,
-                                                                              int64_t p0) {
+                                                                              int64_t t0, int64_t P) {
   const int64_t K = a.cg * a.kh * a.kw, plane = a.ph * a.pw, out_sp = a.oh * a.ow;
   const float *w = a.wpack + mb * K * kConvMB;
   const int64_t mcount = std::min<int64_t>(kConvMB, a.mg - mb * kConvMB);
   const float *base[kNV];
-  for (int v = 0; v < kNV; ++v) base[v] = a.xp + (p0 + v) * kConvLanes;
+  int64_t pv[kNV], yv[kNV];  // chunk t = n P + p: chunk p of image n
+  for (int v = 0; v < kNV; ++v) {
+    const int64_t n = (t0 + v) / P;
+    pv[v] = t0 + v - n * P;
+    base[v] = a.xp + n * a.img + pv[v] * kConvLanes;
+    yv[v] = n * a.ynext + a.first[pv[v]];
+  }
   __m512 acc[kConvMB][kNV];
 #pragma GCC unroll 8
   for (int m = 0; m < kConvMB; ++m) {
@@ -520,10 +530,10 @@ __attribute__((target("avx512f"), always_inline)) inline void FlatChunksAvx512(c
     for (int v = 0; v < kNV; ++v) {
       __m512 r = acc[m][v];
       if (a.relu) r = _mm512_mask_max_ps(r, static_cast<__mmask16>(0xFFFF), zero, r);  // as DirectConvAvx512
-      const unsigned keep = a.keep[p0 + v];
+      const unsigned keep = a.keep[pv[v]];
       // compress in a register (a compressing store to memory is microcoded on some cores), then store
       const unsigned n = static_cast<unsigned>(__builtin_popcount(keep));
-      _mm512_mask_storeu_ps(yb + m * out_sp + a.first[p0 + v], static_cast<__mmask16>((1u << n) - 1u),
+      _mm512_mask_storeu_ps(yb + m * out_sp + yv[v], static_cast<__mmask16>((1u << n) - 1u),
                             _mm512_maskz_compress_ps(static_cast<__mmask16>(keep), r));
     }
   }
@@ -533,10 +543,11 @@ template <bool kS2>
 __attribute__((target("avx512f"))) void DirectConvFlatAvx512(const DirectConvArgs &a) {
   const int64_t P = ((a.oh - 1) * a.pw + a.ow + kConvLanes - 1) / kConvLanes;
   const int64_t nmb = (a.mg + kConvMB - 1) / kConvMB;
+  const int64_t T = a.nimg * P;
   for (int64_t mb = 0; mb < nmb; ++mb) {
-    int64_t p0 = 0;
-    for (; p0 + kConvNV <= P; p0 += kConvNV) FlatChunksAvx512<kConvNV, kS2>(a, mb, p0);
-    if (p0 < P) FlatChunksAvx512<1, kS2>(a, mb, p0);
+    int64_t t0 = 0;
+    for (; t0 + kConvNV <= T; t0 += kConvNV) FlatChunksAvx512<kConvNV, kS2>(a, mb, t0, P);
+    if (t0 < T) FlatChunksAvx512<1, kS2>(a, mb, t0, P);
   }
 }
 
@@ -926,10 +937,18 @@ class ConvKernel : public Kernel {
   }
   // The padded input's planes per channel: column phases at stride 2, and row phases too for flat positions.
   int64_t Planes() const { return s2_ ? (flat_ ? 4 : 2) : 1; }
+  // AVX-512 flat, not depthwise: the images' chunks blocked together (DirectConvArgs::nimg)
+  bool FoldImages() const {
+    return flat_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && !(cg_ == 1 && mg_ == 1);
+  }
+  // The padded planes of one image (all of them when FoldImages), and a chunk's overrun past the last.
+  int64_t PadFloats() const {
+    return cg_ * Planes() * ph_ * pw_ * (FoldImages() ? N_ : 1) + (flat_ ? kConvLanes : 0);
+  }
   // The direct kernel's or im2col's scratch (also the fallback of a Winograd run).
   size_t DirectScratchBytes() const {
     if (dconv_)
-      return Align64(static_cast<size_t>(cg_ * Planes() * ph_ * pw_ + (flat_ ? kConvLanes : 0)) * sizeof(T)) +
+      return Align64(static_cast<size_t>(PadFloats()) * sizeof(T)) +
              (fused_ ? 0 : Align64(PackFloats() * sizeof(T)) + Align64(BiasFloats() * sizeof(T))) +
              Align64(static_cast<size_t>(flat_out_) * sizeof(T));
     return direct_ ? 0 : Align64(static_cast<size_t>(cg_ * kk_ * out_sp_) * sizeof(T));
@@ -1037,9 +1056,8 @@ class ConvKernel : public Kernel {
 
 #ifdef TWIN_HAVE_X86
   void RunDirect(const T *X, const T *W, const T *B, T *Y) {
-    T *xp = static_cast<T *>(scratch_);
-    const size_t pad_bytes =
-        Align64(static_cast<size_t>(cg_ * Planes() * ph_ * pw_ + (flat_ ? kConvLanes : 0)) * sizeof(T));
+    T *const xp0 = static_cast<T *>(scratch_);
+    const size_t pad_bytes = Align64(static_cast<size_t>(PadFloats()) * sizeof(T));
     const T *wp = wp_.data(), *bp = bp_.data();
     // the AVX2 flat outputs last in the scratch (DirectScratchBytes)
     T *yflat = reinterpret_cast<T *>(static_cast<char *>(scratch_) + DirectScratchBytes() -
@@ -1060,10 +1078,14 @@ class ConvKernel : public Kernel {
     }
     const int64_t H = w_.in[1], Wd = w_.in[2], pt = w_.pb[1], pl = w_.pb[2];
     const int64_t K = cg_ * kk_;
-    for (int64_t n = 0; n < N_; ++n) {
-      for (int64_t g = 0; g < G_; ++g) {
+    const bool fold = FoldImages();
+    const int64_t img = cg_ * Planes() * ph_ * pw_;
+    for (int64_t g = 0; g < G_; ++g) {
+      for (int64_t n = 0; n < N_; ++n) {
         const T *xg = X + (n * C_ + g * cg_) * in_sp_;
-        if (s2_ && flat_ && vmath::ActiveIsa() == vmath::Isa::kAvx512) PhasePlanes4Avx512(xg, xp, cg_, w_.in[1], w_.in[2], w_.pb[1], w_.pb[2], ph_, pw_);
+        T *const xp = fold ? xp0 + n * img : xp0;
+        if (s2_ && flat_ && vmath::ActiveIsa() == vmath::Isa::kAvx512)
+          PhasePlanes4Avx512(xg, xp, cg_, w_.in[1], w_.in[2], w_.pb[1], w_.pb[2], ph_, pw_);
         else if (s2_) PhasePlanes(xg, xp);
         for (int64_t c = 0; c < (s2_ ? 0 : cg_); ++c) {
           for (int64_t r = 0; r < ph_; ++r) {
@@ -1078,8 +1100,12 @@ class ConvKernel : public Kernel {
             std::fill(dst + pl + Wd, dst + pw_, T(0));
           }
         }
+        if (fold && n + 1 < N_) continue;  // the last image's planes done: all of them in one call
         DirectConvArgs a;
-        a.xp = xp;
+        a.xp = fold ? xp0 : xp;
+        a.nimg = fold ? N_ : 1;
+        a.img = img;
+        a.ynext = M_ * out_sp_;
         a.cg = cg_;
         a.ph = ph_;
         a.pw = pw_;
@@ -1090,7 +1116,7 @@ class ConvKernel : public Kernel {
         a.wpack = wp + g * nmb_ * kConvMB * K;
         a.bias = bp + g * nmb_ * kConvMB;
         a.mg = mg_;
-        a.y = Y + (n * M_ + g * mg_) * out_sp_;
+        a.y = Y + ((fold ? 0 : n) * M_ + g * mg_) * out_sp_;
         a.relu = relu_;
         a.s2 = s2_;
         a.flat = flat_;
