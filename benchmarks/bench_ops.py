@@ -494,6 +494,40 @@ def dtype_and_sweep_cases(size: str):
     yield "Split (axis 1, 2 outputs)", split, [x]
 
 
+# Shapes met in PyTorch-exported models (ResNet / MobileNet blocks at batch 3, an audio front end), per size: a
+# small-map conv's (N, C, H, W), a stride-2 conv's, and the STFT's (batch, samples, n_fft).
+EXPORTED = {"small": ((1, 8, 6, 6), (1, 8, 7, 7), (1, 1024, 64)),
+            "64k": ((3, 32, 8, 8), (3, 16, 11, 11), (3, 16000, 64)),
+            "1M": ((3, 64, 16, 16), (3, 32, 32, 32), (3, 16000, 400))}
+
+
+def exported_model_cases(size: str):
+    """Operators whose shapes a sweep of PyTorch-exported models found slow: 3x3 convolutions on feature maps narrower
+    than a vector register (stride 1 and 2), the STFT of an audio front end, and the pooling spellings of the
+    TorchScript exporter (a window over the whole map, a non-square window)."""
+    (n, c, h, w), (n2, c2, h2, w2), (b, samples, n_fft) = EXPORTED[size]
+    s1 = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], [("x", F, [n, c, h, w])],
+                    [("y", F, [n, c, h, w])], initializers=[("w", rand((c, c, 3, 3), -0.2, 0.2, 21))], opset=OPSET)
+    yield f"Conv 3x3 s1 {c}->{c} on {n}x{h}x{w}", s1, [rand([n, c, h, w])]
+    ho, wo = (h2 + 1) // 2, (w2 + 1) // 2
+    s2 = make_model([helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1])],
+                    [("x", F, [n2, c2, h2, w2])], [("y", F, [n2, 2 * c2, ho, wo])],
+                    initializers=[("w", rand((2 * c2, c2, 3, 3), -0.2, 0.2, 22))], opset=OPSET)
+    yield f"Conv 3x3 s2 {c2}->{2 * c2} on {n2}x{h2}x{w2}", s2, [rand([n2, c2, h2, w2])]
+    hop = max(n_fft // 4, 1)
+    frames = (samples - n_fft) // hop + 1
+    window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)).astype(np.float32)
+    stft = make_model([helper.make_node("STFT", ["x", "step", "win"], ["y"], onesided=1)], [("x", F, [b, samples, 1])],
+                      [("y", F, [b, frames, n_fft // 2 + 1, 2])],
+                      initializers=[("step", np.array(hop, np.int64)), ("win", window)], opset=17)
+    yield f"STFT n_fft {n_fft} hop {hop} ({b}x{samples})", stft, [rand([b, samples, 1])]
+    x = rand([n, c, h, w])
+    yield f"MaxPool over the whole {h}x{w} map", *single_op("MaxPool", x, kernel_shape=[h, w])
+    xa = rand([n2, c2, 4 * (h2 // 4), 3 * (w2 // 3)])
+    yield f"AveragePool 4x3 s 4x3 on {n2}x{c2}x{xa.shape[2]}x{xa.shape[3]}", *single_op(
+        "AveragePool", xa, kernel_shape=[4, 3], strides=[4, 3])
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
@@ -508,6 +542,7 @@ FAMILIES = {
     "inverse trig, casts, scans": more_single_op_cases,
     "layouts, 3-D pooling, axes": layout_reduce_cases,
     "dtypes, sweep findings": dtype_and_sweep_cases,
+    "exported-model shapes": exported_model_cases,
 }
 
 
