@@ -10,7 +10,6 @@ from ``_inflight``), ``run_graph_in_thread``, ``statistics()``, ``async with`` /
 
 from __future__ import annotations
 
-import copy
 import math
 import sys
 import threading
@@ -165,7 +164,6 @@ class Session:
         self._modes = ModeRegistry(added=(self._specs, self._spec_errors))  # either holds every added graph
         self._compiling = 0  # requests waiting for their graph's compile before the first RunGraphAsync
         self._compile_threads: set[object] = set()  # compiles running, some maybe left by cancelled requests
-        self._compile_jobs: dict[int, _CompileJob] = {}  # per graph: its first compile, while it runs
         self._starting = 0  # requests started before aclose() that hold no session slot yet
         self._generation = _lib.generation
         max_memory = _max_memory_bytes(own_opts)
@@ -645,10 +643,9 @@ class Session:
         self._graph_caps[graph_id] = cap
         return cap
 
-    def _compile_declared(self, graph_id: int, context: str, job: "_CompileJob") -> None:
+    def _compile_declared(self, graph_id: int, context: str) -> None:
         # On a worker thread, which runs on when the request that started it is cancelled (aclose() waits for it).
         # Under the session's lock, so close() cannot destroy the handle meanwhile.
-        job.started = True
         me = object()
         self._compile_threads.add(me)
         try:
@@ -656,12 +653,7 @@ class Session:
                 handle = self._handle
                 if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
                     _lib.compile_graph(handle, graph_id, None, context)
-        except Exception as exc:
-            job.error = exc
         finally:
-            if self._compile_jobs.get(graph_id) is job:
-                del self._compile_jobs[graph_id]  # the next request after a failure tries again
-            job.done = True
             self._compile_threads.discard(me)
 
     def _watch(self, hub: _hub.Hub) -> None:
@@ -725,24 +717,12 @@ class Session:
             key = object()
             counters.waiters[key] = since  # counted waiting meanwhile, and failed or cancelled if it ends here
             try:
-                # One worker thread per graph, however many requests arrive during its compile: on CANN a compile
-                # takes seconds to minutes, and a thread per request would hold the thread pool's tokens (other
-                # to_thread work of the application) for all that time.
-                while True:
-                    job = self._compile_jobs.get(graph_id)
-                    if job is None:
-                        job = self._compile_jobs[graph_id] = _CompileJob()
-                        await self._start_compile(graph_id, job)
-                        if job.error is not None:
-                            raise job.error
-                    else:
-                        await job.wait()
-                        if job.error is not None:
-                            raise job.error_copy()
-                    # a job whose first request was cancelled before its worker started ends without a compile:
-                    # a request still waiting then starts one
-                    if job.started or not self._ask(_lib.is_graph_need_rebuild, graph_id):
-                        break
+                # The session by weak reference: a worker thread reports its result before it drops its call's
+                # arguments, and a session dropped right after its first run must be collected (and warned about).
+                # abandon_on_cancel: a request cancelled meanwhile raises at once (CANN compiles for seconds to
+                # minutes); the compile runs on, and the requests after it find the graph compiled.
+                await anyio.to_thread.run_sync(_compile_declared, weakref.ref(self), graph_id,
+                                               _async_context(graph_id), abandon_on_cancel=True)
             except BaseException as exc:
                 if isinstance(exc, Exception):
                     counters.failed += 1
@@ -753,20 +733,6 @@ class Session:
                 del counters.waiters[key]
                 self._compiling -= 1
         return self._graph_cap(graph_id)
-
-    async def _start_compile(self, graph_id: int, job: "_CompileJob") -> None:
-        try:
-            # The session by weak reference: a worker thread reports its result before it drops its call's
-            # arguments, and a session dropped right after its first run must be collected (and warned about).
-            # abandon_on_cancel: a request cancelled meanwhile raises at once; the compile runs on, and the
-            # requests after it find the graph compiled.
-            await anyio.to_thread.run_sync(_compile_declared, weakref.ref(self), graph_id, _async_context(graph_id),
-                                           job, abandon_on_cancel=True)
-        finally:
-            if not job.started:  # cancelled while waiting for a worker thread: no compile is under way
-                if self._compile_jobs.get(graph_id) is job:
-                    del self._compile_jobs[graph_id]
-                job.done = True
 
     async def _run_async(self, graph_id: int, prepared: AsyncInputs) -> List[Tensor]:
         counters = self._graph_stats.get(graph_id)
@@ -935,40 +901,10 @@ class Session:
         self._ask(_lib.unregister_external_allocator, address, "Stream.close()")
 
 
-def _compile_declared(ref: "weakref.ref[Session]", graph_id: int, context: str, job: "_CompileJob") -> None:
+def _compile_declared(ref: "weakref.ref[Session]", graph_id: int, context: str) -> None:
     session = ref()
     if session is not None:
-        session._compile_declared(graph_id, context, job)
-    else:
-        job.started = job.done = True
-
-
-class _CompileJob:
-    """A graph's first compile, running on one worker thread; the requests that arrive meanwhile wait for it by
-    polling (on whichever loop they run: the thread can wake none of them), backing off to 20 ms: a compile takes
-    milliseconds on the twin and seconds on an NPU."""
-
-    __slots__ = ("started", "done", "error")
-
-    def __init__(self) -> None:
-        self.started = False  # set by the worker thread as it begins
-        self.done = False
-        self.error: Optional[Exception] = None
-
-    def error_copy(self) -> Exception:
-        """The compile's error for one more request: one exception object raised in several tasks would pile up
-        their tracebacks."""
-        assert self.error is not None
-        try:
-            return copy.copy(self.error).with_traceback(None)
-        except Exception:  # an exception type that cannot be rebuilt from its args
-            return self.error
-
-    async def wait(self) -> None:
-        delay = 0.0005
-        while not self.done and _lib.same_process():  # a forked child: the parent's thread never ends here
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 0.02)
+        session._compile_declared(graph_id, context)
 
 
 class _RunRequest(Pins, _hub.RunRequest):
