@@ -23,18 +23,20 @@ namespace vmath {
 namespace {
 
 
+// One element-wise loop per instruction set (the compiler vectorises F for each), picked at run time; T is float or
+// double, FnT the matching array-function type.
 #if defined(__x86_64__)
-#define TWIN_VMATH_VARIANTS(Name, F)                                                                            \
-  __attribute__((target("avx512f,avx512dq"))) void Name##Avx512(const float *x, float *y, int64_t n) {          \
+#define TWIN_VMATH_VARIANTS_T(Name, F, T, FnT)                                                                  \
+  __attribute__((target("avx512f,avx512dq"))) void Name##Avx512(const T *x, T *y, int64_t n) {                  \
     for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                                             \
   }                                                                                                             \
-  __attribute__((target("avx2,fma"))) void Name##Avx2(const float *x, float *y, int64_t n) {                    \
+  __attribute__((target("avx2,fma"))) void Name##Avx2(const T *x, T *y, int64_t n) {                            \
     for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                                             \
   }                                                                                                             \
-  void Name##Baseline(const float *x, float *y, int64_t n) {                                                    \
+  void Name##Baseline(const T *x, T *y, int64_t n) {                                                            \
     for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                                             \
   }                                                                                                             \
-  ArrayFn Pick##Name() {                                                                                        \
+  FnT Pick##Name() {                                                                                            \
     switch (ActiveIsa()) {                                                                                      \
       case Isa::kAvx512: return Name##Avx512;                                                                   \
       case Isa::kAvx2: return Name##Avx2;                                                                       \
@@ -42,12 +44,13 @@ namespace {
     }                                                                                                           \
   }
 #else
-#define TWIN_VMATH_VARIANTS(Name, F)                                                       \
-  void Name##Baseline(const float *x, float *y, int64_t n) {                               \
+#define TWIN_VMATH_VARIANTS_T(Name, F, T, FnT)                                             \
+  void Name##Baseline(const T *x, T *y, int64_t n) {                                       \
     for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                        \
   }                                                                                        \
-  ArrayFn Pick##Name() { return Name##Baseline; }
+  FnT Pick##Name() { return Name##Baseline; }
 #endif
+#define TWIN_VMATH_VARIANTS(Name, F) TWIN_VMATH_VARIANTS_T(Name, F, float, ArrayFn)
 
 // exp over the whole float range. The AVX-512 variant applies 2^n with vscalefps, which rounds once into the
 // denormal range and overflows to inf by itself: the inline Exp's integer clamp, two-step scaling and two selects
@@ -212,31 +215,7 @@ TWIN_VMATH_INLINE float Floor(float x) { return __builtin_floorf(x); }
 TWIN_VMATH_INLINE float Ceil(float x) { return __builtin_ceilf(x); }
 TWIN_VMATH_INLINE float Round(float x) { return __builtin_nearbyintf(x); }
 // float64 kernels: the same loops over doubles (the int64 <-> double bit tricks vectorise on AVX2 as well).
-#if defined(__x86_64__)
-#define TWIN_VMATH_VARIANTS_D(Name, F)                                                                          \
-  __attribute__((target("avx512f,avx512dq"))) void Name##Avx512(const double *x, double *y, int64_t n) {        \
-    for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                                             \
-  }                                                                                                             \
-  __attribute__((target("avx2,fma"))) void Name##Avx2(const double *x, double *y, int64_t n) {                  \
-    for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                                             \
-  }                                                                                                             \
-  void Name##Baseline(const double *x, double *y, int64_t n) {                                                  \
-    for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                                             \
-  }                                                                                                             \
-  ArrayFnD Pick##Name() {                                                                                       \
-    switch (ActiveIsa()) {                                                                                      \
-      case Isa::kAvx512: return Name##Avx512;                                                                   \
-      case Isa::kAvx2: return Name##Avx2;                                                                       \
-      default: return Name##Baseline;                                                                           \
-    }                                                                                                           \
-  }
-#else
-#define TWIN_VMATH_VARIANTS_D(Name, F)                                                     \
-  void Name##Baseline(const double *x, double *y, int64_t n) {                             \
-    for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);                                        \
-  }                                                                                        \
-  ArrayFnD Pick##Name() { return Name##Baseline; }
-#endif
+#define TWIN_VMATH_VARIANTS_D(Name, F) TWIN_VMATH_VARIANTS_T(Name, F, double, ArrayFnD)
 TWIN_VMATH_VARIANTS_D(ExpDouble, ExpD)
 TWIN_VMATH_VARIANTS_D(TanhDouble, TanhD)
 TWIN_VMATH_VARIANTS_D(SigmoidDouble, SigmoidD)
