@@ -10,6 +10,7 @@ from ``_inflight``), ``run_graph_in_thread``, ``statistics()``, ``async with`` /
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 import threading
@@ -164,6 +165,7 @@ class Session:
         self._modes = ModeRegistry(added=(self._specs, self._spec_errors))  # either holds every added graph
         self._compiling = 0  # requests waiting for their graph's compile before the first RunGraphAsync
         self._compile_threads: set[object] = set()  # compiles running, some maybe left by cancelled requests
+        self._compile_gates: dict[tuple[int, _hub.Hub], _CompileGate] = {}  # per graph and loop, while in use
         self._starting = 0  # requests started before aclose() that hold no session slot yet
         self._generation = _lib.generation
         max_memory = _max_memory_bytes(own_opts)
@@ -712,17 +714,15 @@ class Session:
         RunGraphAsync of a graph nobody compiled, geasync compiles it from its declared inputs (CompileGraph), off
         the event loop: symbolic dims give a dynamic-shape model that takes any size, and a request that does not
         fit the graph fails alone at run time instead of stopping the session."""
-        if self._ask(_lib.is_graph_need_rebuild, graph_id):
+        gate = (graph_id, _hub.current_hub())
+        # a request that arrives while others still wait for the compile queues behind them: runs reach the
+        # runtime in the order they were asked for
+        if gate in self._compile_gates or self._ask(_lib.is_graph_need_rebuild, graph_id):
             self._compiling += 1  # aclose() waits for these requests too
             key = object()
             counters.waiters[key] = since  # counted waiting meanwhile, and failed or cancelled if it ends here
             try:
-                # The session by weak reference: a worker thread reports its result before it drops its call's
-                # arguments, and a session dropped right after its first run must be collected (and warned about).
-                # abandon_on_cancel: a request cancelled meanwhile raises at once (CANN compiles for seconds to
-                # minutes); the compile runs on, and the requests after it find the graph compiled.
-                await anyio.to_thread.run_sync(_compile_declared, weakref.ref(self), graph_id,
-                                               _async_context(graph_id), abandon_on_cancel=True)
+                await self._compile_once(gate)
             except BaseException as exc:
                 if isinstance(exc, Exception):
                     counters.failed += 1
@@ -734,6 +734,43 @@ class Session:
                 self._compiling -= 1
         return self._graph_cap(graph_id)
 
+    async def _compile_once(self, key: Tuple[int, _hub.Hub]) -> None:
+        """The graph's first compile, on one worker thread however many requests arrive during it: they queue in
+        arrival order on the graph's gate (per loop), holding no thread. On CANN a compile takes seconds to
+        minutes, and a thread per request would hold the thread pool's tokens, which the application's other
+        ``to_thread`` work needs, all that time. The requests that waited for a failed compile fail with its error
+        (each its own copy); one that arrives after the failure tries again."""
+        graph_id = key[0]
+        gate = self._compile_gates.get(key)
+        if gate is None:
+            gate = self._compile_gates[key] = _CompileGate()
+        gate.users += 1
+        seen = gate.finished  # a compile that finishes after this arrived is one it waited for
+        try:
+            async with gate.lock:
+                if gate.failure is not None and gate.failure[0] > seen:
+                    raise _error_copy(gate.failure[1])
+                if not self._ask(_lib.is_graph_need_rebuild, graph_id):
+                    return  # compiled while it waited
+                attempt = gate.finished + 1
+                try:
+                    # The session by weak reference: a worker thread reports its result before it drops its
+                    # call's arguments, and a session dropped right after its first run must be collected (and
+                    # warned about). abandon_on_cancel: a request cancelled meanwhile raises at once; the compile
+                    # runs on (aclose() waits for it), and the next request in line waits for it on the session's
+                    # lock, in a thread of its own.
+                    await anyio.to_thread.run_sync(_compile_declared, weakref.ref(self), graph_id,
+                                                   _async_context(graph_id), abandon_on_cancel=True)
+                except Exception as exc:
+                    gate.failure = (attempt, exc)
+                    raise
+                finally:
+                    gate.finished = attempt
+        finally:
+            gate.users -= 1
+            if not gate.users:
+                del self._compile_gates[key]
+
     async def _run_async(self, graph_id: int, prepared: AsyncInputs) -> List[Tensor]:
         counters = self._graph_stats.get(graph_id)
         if counters is None:
@@ -741,6 +778,8 @@ class Session:
         counters.submitted += 1
         started_open = not self._closing  # aclose() lets the requests started before it finish
         cap = self._graph_caps.get(graph_id, _UNKNOWN)
+        if self._compile_gates:  # requests still wait for a first compile: this one may have to queue behind them
+            cap = _UNKNOWN
         slots = self._slots
         if cap is not None or not slots.try_acquire():  # the usual case (a slot at once, no await) skips this
             # Until it holds a session slot (in_flight), a request started before aclose() is counted here, so
@@ -905,6 +944,27 @@ def _compile_declared(ref: "weakref.ref[Session]", graph_id: int, context: str) 
     session = ref()
     if session is not None:
         session._compile_declared(graph_id, context)
+
+
+class _CompileGate:
+    """A graph's first compile as seen from one loop: the requests that wait for it, in arrival order."""
+
+    __slots__ = ("lock", "users", "finished", "failure")
+
+    def __init__(self) -> None:
+        self.lock = anyio.Lock()  # FIFO on every backend
+        self.users = 0
+        self.finished = 0  # compiles tried, counted as each ends
+        self.failure: Optional[Tuple[int, Exception]] = None  # the last failed one, by its count
+
+
+def _error_copy(error: Exception) -> Exception:
+    """One compile's error for one more request: one exception object raised in several tasks would pile up their
+    tracebacks."""
+    try:
+        return copy.copy(error).with_traceback(None)
+    except Exception:  # an exception type that cannot be rebuilt from its args
+        return error
 
 
 class _RunRequest(Pins, _hub.RunRequest):

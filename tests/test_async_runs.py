@@ -243,6 +243,133 @@ async def test_compile_failure_reaches_the_awaiting_task():
         assert s.statistics().in_flight == 0
 
 
+async def test_requests_arriving_during_a_first_compile_share_one_worker_thread(monkeypatch):
+    """A graph's first compile runs on one worker thread however many requests arrive meanwhile (on an NPU it
+    takes seconds: a thread per request would hold the thread pool for that long); each request then runs, or
+    fails with the compile's error it waited for, and the request after a failed compile tries again."""
+    from geasync import _lib, session as session_module
+
+    compile_graph, compiles = _lib.compile_graph, []
+    declared, threads = session_module._compile_declared, []
+    fail = [False]
+
+    def on_a_worker(*args):
+        threads.append(1)
+        declared(*args)
+
+    def slow_compile(*args):
+        compiles.append(1)
+        time.sleep(0.1)
+        if fail[0]:
+            raise ga.GeError(ga.errors.FAILED, "injected compile failure", "CompileGraph")
+        compile_graph(*args)
+
+    monkeypatch.setattr(_lib, "compile_graph", slow_compile)
+    monkeypatch.setattr(session_module, "_compile_declared", on_a_worker)
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        s.add_graph(2, ga.Graph.from_onnx(add_model()))
+        results: list = []
+
+        async def one(graph_id: int) -> None:
+            try:
+                (c,) = await s.run_graph_async(graph_id, [a, a])
+                results.append(c.numpy())
+            except ga.GeError as exc:
+                results.append(exc)
+
+        fail[0] = True
+        async with anyio.create_task_group() as tg:
+            for _ in range(30):
+                tg.start_soon(one, 2)
+        assert (len(threads), len(compiles)) == (1, 1)
+        errors = [r for r in results if isinstance(r, ga.GeError)]
+        assert len(errors) == 30 and all("injected compile failure" in str(e) for e in errors)
+        assert len({id(e) for e in errors}) == 30  # each task its own exception object
+        fail[0] = False
+        results.clear()
+        async with anyio.create_task_group() as tg:
+            for _ in range(50):
+                tg.start_soon(one, 1)
+        assert (len(threads), len(compiles)) == (2, 2)  # one for the 50 requests
+        assert len(results) == 50
+        for c in results:
+            np.testing.assert_array_equal(c, a + a)
+        (c,) = await s.run_graph_async(2, [a, a])  # after a failed compile, the next request compiles again
+        np.testing.assert_array_equal(c.numpy(), a + a)
+        assert (len(threads), len(compiles)) == (3, 3)
+        # the request that starts the compile is cancelled before a worker thread takes it: one waiting starts it
+        s.add_graph(3, ga.Graph.from_onnx(add_model()))
+        results.clear()
+
+        async def cancelled_at_once() -> None:
+            with anyio.move_on_after(0):
+                await s.run_graph_async(3, [a, a])
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancelled_at_once)
+                await anyio.sleep(0)
+                for _ in range(5):
+                    tg.start_soon(one, 3)
+        assert len(results) == 5 and all(isinstance(r, np.ndarray) for r in results), results
+        assert len(compiles) == 4
+        # cancelled during the compile: it leaves at once, the compile runs on, and the next request in line waits
+        # for it on a thread of its own (one, not one each) and finds the graph compiled
+        s.add_graph(4, ga.Graph.from_onnx(add_model()))
+        results.clear()
+        threads.clear()
+
+        async def cancelled_during_compile() -> None:
+            with anyio.move_on_after(0.03):
+                await s.run_graph_async(4, [a, a])
+            results.append("left")
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancelled_during_compile)
+                await anyio.sleep(0.01)
+                for _ in range(5):
+                    tg.start_soon(one, 4)
+        assert results[0] == "left" and len(results) == 6, results
+        assert all(isinstance(r, np.ndarray) for r in results[1:]), results
+        assert (len(threads), len(compiles)) == (2, 5)
+        st = s.statistics()
+        assert (st.graphs[2].failed, st.graphs[2].submitted, st.graphs[1].completed) == (30, 31, 50), st
+        assert (st.graphs[4].cancelled, st.graphs[4].completed) == (1, 5), st
+
+
+async def test_requests_reach_the_runtime_in_arrival_order_across_a_first_compile(monkeypatch):
+    """Requests that arrive during a graph's first compile, and while the ones before them leave its queue, run
+    in the order they were made (GE runs a graph's runs in order: completions come back in that order too)."""
+    from geasync import _lib
+
+    compile_graph = _lib.compile_graph
+
+    def slow_compile(*args):
+        time.sleep(0.05)
+        compile_graph(*args)
+
+    monkeypatch.setattr(_lib, "compile_graph", slow_compile)
+    model, n = slow_chain(0.003)  # completions far enough apart that each wakes its task alone (trio shuffles)
+    x = np.ones((n, n), np.float32)
+    w = np.eye(n, dtype=np.float32)
+    order: list = []
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+
+        async def one(i: int) -> None:
+            await s.run_graph_async(1, [x, w])
+            order.append(i)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(40):  # over ~80 ms: before, during and after the compile's queue drains
+                tg.start_soon(one, i)
+                await anyio.sleep(0.002)
+    assert order == list(range(40)), order
+
+
 async def test_timeout_raises_timeouterror_and_the_run_still_completes():
     model, n = slow_chain(0.05)
     x = np.random.default_rng(3).standard_normal((n, n)).astype(np.float32)
