@@ -399,9 +399,12 @@ class Session:
         prepared = None if inputs is None else prepare_inputs(inputs, spec=spec, api="compile_graph",
                                                               graph_id=graph_id)
         with self._native(context) as handle:
-            fixes_inputs = (prepared is not None and spec is not None
-                            and _lib.is_graph_need_rebuild(handle, graph_id))
+            needed = _lib.is_graph_need_rebuild(handle, graph_id)
+            fixes_inputs = prepared is not None and spec is not None and needed
+            started = now()
             _lib.compile_graph(handle, graph_id, prepared, context)
+        if needed:
+            logger.info("session %s, graph %d compiled in %.3f s (compile_graph)", self._id, graph_id, now() - started)
         self._graph_caps.pop(graph_id, None)
         if fixes_inputs:  # GE ignores the inputs of a graph already compiled
             assert spec is not None
@@ -654,7 +657,12 @@ class Session:
             with self._lock:
                 handle = self._handle
                 if handle is not None and _lib.is_graph_need_rebuild(handle, graph_id):
+                    # On CANN this takes seconds to minutes, and the first requests wait for it: say so
+                    logger.info("session %s, graph %d: compiling for its first run_graph_async", self._id, graph_id)
+                    started = now()
                     _lib.compile_graph(handle, graph_id, None, context)
+                    logger.info("session %s, graph %d compiled in %.3f s (first run_graph_async)", self._id,
+                                graph_id, now() - started)
         finally:
             self._compile_threads.discard(me)
 

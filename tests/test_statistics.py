@@ -11,6 +11,7 @@ import contextlib
 import gc
 import json
 import logging
+import re
 import threading
 import time
 import weakref
@@ -256,6 +257,23 @@ async def test_lost_callbacks_are_counted_abandoned_and_logged(anyio_backend, ca
         assert not caplog.records  # reported once
         (y,) = await s.run_graph_async(1, [A, A])
         assert s.statistics().abandoned == 1
+
+
+async def test_compiles_are_logged_once_with_their_duration(anyio_backend, caplog):
+    with caplog.at_level(logging.INFO, logger="geasync"):
+        async with ga.Session() as s:
+            s.add_graph(1, ga.Graph.from_onnx(add_model()))
+            s.add_graph(2, ga.Graph.from_onnx(add_model()))
+            for _ in range(2):  # the second run finds the graph compiled
+                await s.run_graph_async(1, [A, A])
+                s.compile_graph(2)
+    lines = [r.getMessage() for r in caplog.records if "compil" in r.getMessage()]
+    assert sum(re.search(r"graph 1 compiled in \d+\.\d+ s \(first run_graph_async\)", m) is not None
+               for m in lines) == 1, lines
+    assert sum("graph 1: compiling for its first run_graph_async" in m for m in lines) == 1, lines
+    assert sum(re.search(r"graph 2 compiled in \d+\.\d+ s \(compile_graph\)", m) is not None
+               for m in lines) == 1, lines
+    assert len(lines) == 3, lines
 
 
 async def test_as_dict_is_plain_data(anyio_backend):
