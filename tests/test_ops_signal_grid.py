@@ -210,14 +210,32 @@ def test_stft_random(session, onesided, window, frame):
         _check(session, m, feeds, rtol=1e-9, atol=1e-9, want=[np.stack([r.real, r.imag], -1)])
 
 
-@pytest.mark.parametrize("n", [1, 2, 64, 256, 100])
-def test_dft_long_lengths(session, n):
+# Each transform: 1, 2, 61 (a prime) and 30 by the direct sum; powers of two by radix-2; the others by mixed radix
+# (36 = 4*3*3, 70 = 2*5*7, 98 = 2*7*7, 100, 210 = 2*3*5*7, 400 = 4*4*5*5, 1000 = 4*2*5*5*5, 192 = 4*4*4*3) or, with a
+# prime factor over 64, Bluestein's convolution (127, 134 = 2*67, 1018 = 2*509).
+@pytest.mark.parametrize("inverse", [0, 1])
+@pytest.mark.parametrize("n", [1, 2, 30, 61, 64, 256, 36, 70, 98, 100, 192, 210, 400, 1000, 127, 134, 1018])
+def test_dft_long_lengths(session, n, inverse):
     rng = np.random.default_rng(17)
-    m = _model([helper.make_node("DFT", ["x", "n", "axis"], ["y"])],
+    m = _model([helper.make_node("DFT", ["x", "n", "axis"], ["y"], inverse=inverse)],
                [_vi("x", D, [3, 70, 2]), _vi("n", I64, []), _vi("axis", I64, [])], [_vi("y", D)])
     x = rng.standard_normal((3, 70, 2))
     _check(session, m, [x, np.array(n, np.int64), np.array(1, np.int64)], rtol=1e-9, atol=1e-9,
-           want=[_np_dft(x, 1, n, 0, 0)])
+           want=[_np_dft(x, 1, n, inverse, 0)])
+
+
+@pytest.mark.parametrize("frame,step", [(400, 160), (254, 100)])  # mixed radix; Bluestein (254 = 2*127)
+def test_stft_speech_frames(session, frame, step):
+    """A 25 ms Hann window at 16 kHz with a 10 ms hop (speech models' front end), in float32 as exported."""
+    rng = np.random.default_rng(6)
+    m = _model([helper.make_node("STFT", ["sig", "step", "win"], ["y"], onesided=1)],
+               [_vi("sig", F, [1, 4000, 1]), _vi("step", I64, []), _vi("win", F, [frame])], [_vi("y", F)], opset=17)
+    x = rng.standard_normal((1, 4000, 1)).astype(np.float32)
+    w = np.hanning(frame).astype(np.float32)
+    frames = np.stack([x[:, s:s + frame, 0].astype(np.float64) * w for s in range(0, 4001 - frame, step)], 1)
+    r = np.fft.rfft(frames, axis=-1)
+    _check(session, m, [x, np.array(step, np.int64), w], rtol=1e-5, atol=1e-4,
+           want=[np.stack([r.real, r.imag], -1).astype(np.float32)])
 
 
 def test_stft_refusal(session):
