@@ -528,6 +528,32 @@ def exported_model_cases(size: str):
         "AveragePool", xa, kernel_shape=[4, 3], strides=[4, 3])
 
 
+# Pooling and small-conv shapes that measured well behind onnxruntime, per size: (N, C, H, W) of the pools' input,
+# then the convs' (N, C, H) on square maps.
+GAPS = {"small": ((1, 3, 9, 9), (1, 4, 5)), "64k": ((4, 16, 28, 28), (1, 64, 7)), "1M": ((1, 64, 57, 55), (4, 64, 14))}
+
+
+def gap_cases(size: str):
+    """Windows side by side along the row (kernel == stride 3, 4x3 stride (4, 3)), AveragePool 3x3 stride 2 with
+    pads, dilated 3x3 Conv, 3x3 ConvTranspose at stride 1 and 3x3 Conv on maps of a few pixels with many channels."""
+    x = rand(list(GAPS[size][0]))
+    for op in ("AveragePool", "MaxPool"):
+        for k in ([3, 3], [4, 3]):
+            yield f"{op} {k[0]}x{k[1]} s {k[0]}x{k[1]} on {'x'.join(map(str, x.shape))}", *single_op(
+                op, x, kernel_shape=k, strides=k)
+    yield f"AveragePool 3x3 s2 p1 on {'x'.join(map(str, x.shape))}", *single_op(
+        "AveragePool", x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    n, c, h = GAPS[size][1]
+    xc = rand([n, c, h, h])
+    w = [("w", rand((c, c, 3, 3), -0.2, 0.2, 23))]
+    yield f"Conv 3x3 dilation 2 {c}->{c} on {n}x{h}x{h}", *single_op(
+        "Conv", xc, initializers=w, kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2])
+    yield f"ConvTranspose 3x3 s1 {c}->{c} on {n}x{h}x{h}", *single_op(
+        "ConvTranspose", xc, initializers=w, kernel_shape=[3, 3])
+    yield f"Conv 3x3 p1 {c}->{c} on {n}x{h}x{h} (small map)", *single_op(
+        "Conv", xc, initializers=w, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
@@ -543,6 +569,7 @@ FAMILIES = {
     "layouts, 3-D pooling, axes": layout_reduce_cases,
     "dtypes, sweep findings": dtype_and_sweep_cases,
     "exported-model shapes": exported_model_cases,
+    "pooling / conv gaps": gap_cases,
 }
 
 

@@ -1475,6 +1475,79 @@ __attribute__((target("avx2"))) void AvgRowsAvx2(const PoolRows &r, double scale
   SumRowsBody(r, acc);
   for (int64_t j = 0; j < r.n; ++j) y[j] = static_cast<float>(acc[j] * scale);
 }
+// Column strides 3..8 with kernel == stride along the row (windows side by side, e.g. 3x3 stride 3, 4x3 stride
+// (4, 3)): outputs j..j+7 read the columns j * kSw + [0, 8 * nr) as nr whole registers, and tap kw of the eight is
+// picked out of them by a permute per register that holds some of its lanes and a blend (constants once the loops
+// are unrolled, so the registers stay registers), instead of SumRowsBody's / MaxRowsBody's scalar strided loops
+// (gathers measured slower still). Blocks at the row's end load masked up to r.avail (masked loads never fault)
+// and store masked up to n.
+// Average: the general loop's sums (double, from +0.0, window order) and its one division, so its bits; div 0 (no
+// tap counted): 0. Max: the first tap, then max(v, m) = v > m ? v : m, as MaxRowsBody.
+using DeintRowsFn = void (*)(const PoolRows &, double, float *);
+template <int kSw, bool kMax>
+__attribute__((target("avx2"))) void DeintRowsAvx2(const PoolRows &r, double div, float *y) {
+  constexpr int kNr = (7 * kSw + kSw - 1) / 8 + 1;
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256d d = _mm256_set1_pd(div);
+  for (int64_t j = 0; j < r.n; j += 8) {
+    const int64_t c = j * kSw;
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    __m256 m = _mm256_setzero_ps();
+    for (int64_t kh = 0; kh < r.rows; ++kh) {
+      const float *xr = r.x + kh * r.w + c;
+      __m256 R[kNr];
+      if (c + 8 * kNr <= r.avail) {
+#pragma GCC unroll 16
+        for (int q = 0; q < kNr; ++q) R[q] = _mm256_loadu_ps(xr + 8 * q);
+      } else {
+#pragma GCC unroll 16
+        for (int q = 0; q < kNr; ++q) {
+          const int64_t left = std::max<int64_t>(0, std::min<int64_t>(8, r.avail - c - 8 * q));
+          R[q] = _mm256_maskload_ps(xr + 8 * q, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left)), iota));
+        }
+      }
+#pragma GCC unroll 16
+      for (int kw = 0; kw < kSw; ++kw) {
+        // lane l: column l * kSw + kw, in register (l * kSw + kw) / 8 at lane (l * kSw + kw) % 8
+        const __m256i col = _mm256_add_epi32(_mm256_mullo_epi32(iota, _mm256_set1_epi32(kSw)), _mm256_set1_epi32(kw));
+        const __m256i lane = _mm256_and_si256(col, _mm256_set1_epi32(7));
+        const __m256i reg = _mm256_srli_epi32(col, 3);
+        __m256 v = _mm256_permutevar8x32_ps(R[kw / 8], lane);
+#pragma GCC unroll 16
+        for (int q = kw / 8 + 1; q <= (7 * kSw + kw) / 8; ++q)
+          v = _mm256_blendv_ps(v, _mm256_permutevar8x32_ps(R[q], lane),
+                               _mm256_castsi256_ps(_mm256_cmpeq_epi32(reg, _mm256_set1_epi32(q))));
+        if constexpr (kMax) {
+          m = kh == 0 && kw == 0 ? v : _mm256_max_ps(v, m);
+        } else {
+          lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+          hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+        }
+      }
+    }
+    if constexpr (!kMax) {
+      m = _mm256_setzero_ps();
+      if (div != 0.0)
+        m = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(_mm256_div_pd(lo, d))),
+                                 _mm256_cvtpd_ps(_mm256_div_pd(hi, d)), 1);
+    }
+    if (j + 8 <= r.n) _mm256_storeu_ps(y + j, m);
+    else _mm256_maskstore_ps(y + j, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(r.n - j)), iota), m);
+  }
+}
+template <bool kMax>
+DeintRowsFn DeintRowsFor(int64_t sw, int64_t kw) {
+  if (sw != kw) return nullptr;
+  switch (sw) {
+    case 3: return DeintRowsAvx2<3, kMax>;
+    case 4: return DeintRowsAvx2<4, kMax>;
+    case 5: return DeintRowsAvx2<5, kMax>;
+    case 6: return DeintRowsAvx2<6, kMax>;
+    case 7: return DeintRowsAvx2<7, kMax>;
+    case 8: return DeintRowsAvx2<8, kMax>;
+    default: return nullptr;
+  }
+}
 // One 2-D plane vectorised as a whole rather than per output row (per-row work dominates short rows), at any
 // stride (no dilation). The plane is copied once into a buffer xp that holds, per (row phase, column phase) of the
 // stride, the padded plane's rows R = SH * r + rp and columns C = SW * c + cp as a plane of Hq rows of pitch Wq; the
@@ -2173,6 +2246,11 @@ __attribute__((target("avx512f"))) void SepMaxInAvx512(const SepMaxInPlace &g, i
 #else
 void MaxRowsAvx2(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
 void AvgRowsAvx2(const PoolRows &, double, double *, float *) {}
+using DeintRowsFn = void (*)(const PoolRows &, double, float *);
+template <bool kMax>
+DeintRowsFn DeintRowsFor(int64_t, int64_t) {
+  return nullptr;
+}
 void AvgRowsSeparableAvx2(const PoolRows &, double, double *, float *) {}
 #endif
 
@@ -2331,6 +2409,7 @@ class PoolKernel : public Kernel {
     plane2d_ = std::is_same<S, float>::value && w_.in[0] == 1 && w_.k[0] == 1 && w_.d[1] == 1 && w_.d[2] == 1;
 #ifdef TWIN_HAVE_X86
     avx2_ = vmath::ActiveIsa() != vmath::Isa::kBaseline;
+    if (avx2_ && plane2d_) deint_ = DeintRowsFor<kMax>(w_.s[2], w_.k[2]);
 #endif
     inner_lo_ = inner_hi_ = 0;
     for (int64_t o = 0; o < w_.out[2]; ++o) {
@@ -2387,7 +2466,10 @@ class PoolKernel : public Kernel {
     const int64_t PB = Hq * Wq;
     const int64_t B = PB > 2 * OH * Wq ? 1 : std::max<int64_t>(1, std::min<int64_t>(NC_, kFlatBatchGrid / PB));
     const bool flat_max = SH == 1 && SW == 1;
-    if (plane2d_ && avx2_ && OH > 0 && OW > 0 && W <= kFlatMaxW && PB <= kFlatMaxGrid && (!kMax || flat_max)) {
+    // AveragePool at column strides 3..8 keeps RunPlane2d's DeintRowsAvx2 rows: the grid's copy-in is scalar there
+    // (one double store per input value): 2.5-3.5x slower at 3x3 stride 3 on 14x14 to 57x55 planes, measured.
+    const bool flat_avg = !kMax && !deint_;
+    if (plane2d_ && avx2_ && OH > 0 && OW > 0 && W <= kFlatMaxW && PB <= kFlatMaxGrid && (flat_avg || flat_max)) {
       flat_off_.clear();
       for (int64_t kh = 0; kh < KH; ++kh)
         for (int64_t kw = 0; kw < KW; ++kw)
@@ -2846,11 +2928,16 @@ class PoolKernel : public Kernel {
           continue;
         }
         const PoolRows r{x + (t1.start + t1.lo) * W + c0, W, t1.hi - t1.lo, KW, SW, n, W - c0};
-        avx2_ ? MaxRowsAvx2(r, yo) : MaxRowsBase(r, yo);
+        if (deint_) deint_(r, 0.0, yo);
+        else avx2_ ? MaxRowsAvx2(r, yo) : MaxRowsBase(r, yo);
       } else {
         double *acc = acc_.data();
         const PoolRows r{x + (t1.start + t1.lo) * W + c0, W, t1.hi - t1.lo, KW, SW, n, W - c0};
         const int64_t div = count_pad_ ? t1.padded * taps_[2][inner_lo_].padded : (t1.hi - t1.lo) * KW;
+        if (deint_) {
+          deint_(r, static_cast<double>(div), yo);
+          continue;
+        }
         if (avx2_) {
           AvgRowsAvx2(r, div ? 1.0 / static_cast<double>(div) : 0.0, acc, yo);
           continue;
@@ -2956,6 +3043,7 @@ class PoolKernel : public Kernel {
   std::vector<int32_t> in_pidx_;   // ... pairs of rows: permute indices
   std::vector<int64_t> in_pdidx_;  // ... pairs of rows: divisor lanes
   bool avx2_ = false;                    // RunPlane2d's row loops in their AVX2 build
+  DeintRowsFn deint_ = nullptr;          // ... at column strides 3..8 == the window's width: DeintRowsAvx2
   bool pool2x2_ = false;       // simple_ with a 2x2 window and stride 2: MaxPool2x2Avx512
   bool pool2x2_avx2_ = false;  // the same on a CPU (or GEASYNC_TWIN_SIMD cap) without AVX-512: MaxPool2x2Avx2
   bool sep_max_ = false;        // float MaxPool without dilation that RunPlane2d does not take: RunSeparableMax
