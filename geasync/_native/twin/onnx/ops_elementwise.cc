@@ -637,6 +637,9 @@ bool InferCompare(InferCtx *c, std::string *reason) {
 
 template <class Op>
 std::unique_ptr<Kernel> PrepareCompare(const KernelCtx &c, std::string *reason) {
+  // float16 / bfloat16: widened exactly by the vector conversions and compared as float (the per-element widening
+  // of the generic loop measured 20-40x onnxruntime)
+  if (HasHalfTypes(c)) return PrepareViaFloat(c, PrepareCompare<Op>, reason);
   BroadcastN bc = MakeBc({&c.in[0]->dims, &c.in[1]->dims}, c.out[0].dims);
   std::unique_ptr<Kernel> k;
   VisitType(c.in[0]->dtype, [&](auto tag) { k = std::make_unique<CompareKernel<decltype(tag), Op>>(bc); });
@@ -1135,6 +1138,56 @@ std::unique_ptr<Kernel> PrepareGelu(const KernelCtx &c, std::string *reason) {
 
 // ---- IsNaN / IsInf: float in, bool out ----
 
+// float64 / float16 IsNaN / IsInf on the bits (integer compares the compiler vectorises, per instruction set like
+// the compares above; the per-element float loops measured 3-4x onnxruntime, through float32 2.4-3.3x). U: the
+// bits' type; the exponent-all-ones pattern of +inf and -inf.
+template <class U>
+struct ClassBits;
+template <>
+struct ClassBits<uint64_t> {
+  static constexpr uint64_t kAbs = 0x7FFFFFFFFFFFFFFFull, kInf = 0x7FF0000000000000ull, kNegInf = ~kAbs | kInf;
+};
+template <>
+struct ClassBits<uint16_t> {
+  static constexpr uint16_t kAbs = 0x7FFF, kInf = 0x7C00, kNegInf = 0xFC00;
+};
+
+template <class U>
+inline void BitsClass(const void *in, uint8_t *y, int64_t n, bool nan, bool pos, bool neg) {
+  using B = ClassBits<U>;
+  const U *b = static_cast<const U *>(in);
+  if (nan) {
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<uint8_t>(static_cast<U>(b[i] & B::kAbs) > B::kInf);
+  } else {
+    const U p = B::kInf, m = B::kNegInf;
+    const uint8_t pos_on = pos ? 1 : 0, neg_on = neg ? 1 : 0;
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = static_cast<uint8_t>((static_cast<uint8_t>(b[i] == p) & pos_on) | (static_cast<uint8_t>(b[i] == m) & neg_on));
+  }
+}
+#if defined(__x86_64__)
+template <class U>
+__attribute__((target("avx512f,avx512bw,avx512dq"))) void BitsClassAvx512(const void *x, uint8_t *y, int64_t n,
+                                                                          bool nan, bool pos, bool neg) {
+  BitsClass<U>(x, y, n, nan, pos, neg);
+}
+template <class U>
+__attribute__((target("avx2"))) void BitsClassAvx2(const void *x, uint8_t *y, int64_t n, bool nan, bool pos,
+                                                   bool neg) {
+  BitsClass<U>(x, y, n, nan, pos, neg);
+}
+#endif
+
+using BitsClassFn = void (*)(const void *, uint8_t *, int64_t, bool, bool, bool);
+template <class U>
+BitsClassFn PickBitsClass() {
+#if defined(__x86_64__)
+  if (vmath::ActiveIsa() == vmath::Isa::kAvx512) return BitsClassAvx512<U>;
+  if (vmath::ActiveIsa() == vmath::Isa::kAvx2) return BitsClassAvx2<U>;
+#endif
+  return BitsClass<U>;
+}
+
 template <class S>
 class IsClassKernel : public Kernel {
  public:
@@ -1145,6 +1198,10 @@ class IsClassKernel : public Kernel {
     uint8_t *y = static_cast<uint8_t *>(out[0]);
     if constexpr (std::is_same<S, float>::value) {
       RunFloat32(x, y);
+      return true;
+    }
+    if constexpr (std::is_same<S, double>::value || std::is_same<S, Half>::value) {
+      run_bits_(x, y, n_, nan_, pos_, neg_);
       return true;
     }
     const C inf = std::numeric_limits<C>::infinity();
@@ -1161,6 +1218,7 @@ class IsClassKernel : public Kernel {
 
   int64_t n_;
   bool nan_, pos_, neg_;
+  BitsClassFn run_bits_ = PickBitsClass<std::conditional_t<sizeof(S) == 8, uint64_t, uint16_t>>();
 };
 
 bool InferIsClass(InferCtx *c, std::string *reason) {
@@ -1177,6 +1235,8 @@ template <bool kNan>
 std::unique_ptr<Kernel> PrepareIsClass(const KernelCtx &c, std::string *reason) {
   UnaryParams p;
   if (!UnaryParam(*c.node, &p, reason)) return nullptr;
+  // bfloat16: widened exactly (NaN stays NaN, inf stays inf) by the vector conversions
+  if (c.in[0]->dtype == ElemType::kBf16) return PrepareViaFloat(c, PrepareIsClass<kNan>, reason);
   const int64_t n = c.out[0].NumElements();
   std::unique_ptr<Kernel> k;
   VisitType(c.in[0]->dtype, [&](auto tag) {

@@ -78,6 +78,9 @@ enum CompareKind { kGreaterOrEqual, kLessOrEqual };
 
 template <CompareKind kKind>
 std::unique_ptr<Kernel> PrepareCompare(const KernelCtx &c, std::string *reason) {
+  // float16 / bfloat16: widened exactly by the vector conversions (the per-element widening measured 12-35x
+  // onnxruntime)
+  if (HasHalfTypes(c)) return PrepareViaFloat(c, PrepareCompare<kKind>, reason);
   std::unique_ptr<Kernel> k;
   VisitType(c.in[0]->dtype, [&](auto tag) {
     using S = decltype(tag);
