@@ -5,6 +5,8 @@ through int32. The last test reruns the file with the fallback instruction sets.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from onnx.reference import ReferenceEvaluator
@@ -22,7 +24,8 @@ def onnx_type(dtype):
 
 
 def reference(model, feeds):
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's mean of an empty slice
         return [np.asarray(r) for r in ReferenceEvaluator(model).run(None, feeds)]
 
 
@@ -145,6 +148,60 @@ def test_float64_to_bfloat16_rounds_once():
     (got,) = run_twin(model, {"x": x})
     (want,) = reference(model, {"x": x})
     np.testing.assert_array_equal(got, want)
+
+
+# ---- reductions: float64 Max / Min rows by vector lanes, short float32 rows by the ordered loop ----
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("cols", [1, 3, 7, 8, 15, 16, 17, 33, 1024])
+@pytest.mark.parametrize("special", ["none", "nan", "inf", "zeros", "nan_and_inf"])
+def test_float64_row_extremum(op, cols, special):
+    x = RNG.standard_normal((9, cols))
+    if special in ("nan", "nan_and_inf"):
+        x[1, cols // 2] = np.nan
+        x[4, -1] = np.nan
+    if special in ("inf", "nan_and_inf"):
+        x[2, 0] = np.inf
+        x[3, cols - 1] = -np.inf
+        x[1, 0] = np.inf
+    if special == "zeros":
+        x[5] = -0.0
+        x[6] = 0.0
+        x[6, cols // 2] = -0.0
+        x[7] = -np.abs(x[7])
+        x[7, -1] = 0.0
+    model = make_model([helper.make_node(op, ["x", "a"], ["y"], keepdims=0)], [("x", F64, list(x.shape))],
+                       [("y", F64, None)], initializers=[("a", np.array([-1], np.int64))], opset=18)
+    (got,) = run_twin(model, {"x": x})
+    (want,) = reference(model, {"x": x})
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin", "ReduceSum", "ReduceMean", "ReduceL1", "ReduceL2"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("shape, axes", [((257, 3), [-1]), ((64, 7), [-1]), ((33, 8), [1]), ((5, 6, 3), [0, 2]),
+                                         ((0, 3), [-1]), ((4, 0), [-1])], ids=str)
+def test_short_row_reductions(op, dtype, shape, axes):
+    if op in ("ReduceL1", "ReduceL2") and dtype == np.int32:
+        pytest.skip("covered by the float cases")
+    if op == "ReduceMean" and dtype == np.int32 and 0 in shape:
+        pytest.skip("the mean of nothing is NaN: no int32 value")
+    x = (RNG.standard_normal(shape) * 10).astype(dtype)
+    if dtype != np.int32 and x.size > 8:
+        x.reshape(-1)[5] = np.nan
+    t = onnx_type(dtype)
+    model = make_model([helper.make_node(op, ["x", "a"], ["y"], keepdims=1)], [("x", t, list(shape))],
+                       [("y", t, None)], initializers=[("a", np.array(axes, np.int64))], opset=18)
+    (got,) = run_twin(model, {"x": x})
+    (want,) = reference(model, {"x": x})
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if dtype == np.int32 or op in ("ReduceMax", "ReduceMin"):
+        np.testing.assert_array_equal(got, want)
+    else:
+        # the reference sums float32 in float32, the twin in double: the cancellation error is the reference's
+        f32 = dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-6 if f32 else 1e-13, atol=1e-4 if f32 else 1e-11, equal_nan=True)
 
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
