@@ -204,6 +204,35 @@ def test_short_row_reductions(op, dtype, shape, axes):
         np.testing.assert_allclose(got, want, rtol=1e-6 if f32 else 1e-13, atol=1e-4 if f32 else 1e-11, equal_nan=True)
 
 
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("cols", [1, 2, 3, 7, 8, 9])
+@pytest.mark.parametrize("last", [0, 1])
+def test_short_row_arg_extremum(op, cols, last):
+    # ties (few distinct values), NaN first / later in a row, signed zeros
+    x = RNG.integers(-2, 3, (257, cols)).astype(np.float32)
+    x[3, -1] = np.nan
+    x[4, 0] = np.nan
+    x[5] = -0.0
+    x[5, -1] = 0.0
+    model = make_model([helper.make_node(op, ["x"], ["y"], axis=-1, keepdims=0, select_last_index=last)],
+                       [("x", F32, list(x.shape))], [("y", TensorProto.INT64, None)], opset=13)
+    (got,) = run_twin(model, {"x": x})
+    (want,) = reference(model, {"x": x})
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.int64])
+@pytest.mark.parametrize("channels", [2, 3, 4])
+@pytest.mark.parametrize("hw", [(1, 1), (3, 5), (16, 17)], ids=str)
+def test_transpose_nhwc_to_nchw_few_channels(dtype, channels, hw):
+    x = (RNG.standard_normal((2, *hw, channels)) * 100).astype(dtype)
+    t = onnx_type(dtype)
+    model = make_model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 3, 1, 2])], [("x", t, list(x.shape))],
+                       [("y", t, None)], opset=13)
+    (got,) = run_twin(model, {"x": x})
+    np.testing.assert_array_equal(got, x.transpose(0, 3, 1, 2))
+
+
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
 def test_fallback_instruction_sets_pass_the_same_checks(isa):
     rerun_file_with_instruction_set(__file__, isa)

@@ -298,8 +298,10 @@ __attribute__((target("avx2"))) void TransposeTiled8Avx2(const void *xv, void *y
 #endif
 template <class T, int R>
 void Deinterleave(const T *__restrict x, T *__restrict y, int64_t cols) {
-  for (int i = 0; i < R; ++i)
-    for (int64_t j = 0; j < cols; ++j) y[i * cols + j] = x[j * R + i];
+  // one pass over x, R output streams: the group of R loads vectorises as loads and permutes (R passes of stride-R
+  // loads stayed scalar: 3 channels measured 9x onnxruntime)
+  for (int64_t j = 0; j < cols; ++j)
+    for (int i = 0; i < R; ++i) y[i * cols + j] = x[j * R + i];
 }
 // y[i][j] = x[j * rows + i] for C columns: C planes interleaved (the tiles leave a row of 2-4 to their edge loop).
 template <class T, int C>
