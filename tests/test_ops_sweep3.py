@@ -204,6 +204,22 @@ def test_short_row_reductions(op, dtype, shape, axes):
         np.testing.assert_allclose(got, want, rtol=1e-6 if f32 else 1e-13, atol=1e-4 if f32 else 1e-11, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, axes", [((1001, 3), [0]), ((7, 5, 3), [1]), ((33, 9), [1]), ((0, 3), [0])], ids=str)
+def test_reduce_l1_of_signed_values(dtype, shape, axes):
+    x = (RNG.standard_normal(shape) * 10).astype(dtype)
+    if x.size > 20:
+        x.reshape(-1)[[3, 7]] = [-0.0, np.nan]
+        x.reshape(-1)[11] = -np.inf
+    model = make_model([helper.make_node("ReduceL1", ["x", "a"], ["y"], keepdims=0)],
+                       [("x", onnx_type(dtype), list(shape))], [("y", onnx_type(dtype), None)],
+                       initializers=[("a", np.array(axes, np.int64))], opset=18)
+    (got,) = run_twin(model, {"x": x})
+    want = np.abs(x.astype(np.float64)).sum(axis=tuple(axes)).astype(dtype)
+    np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+    assert not np.signbit(got[~np.isnan(got)]).any()
+
+
 @pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
 @pytest.mark.parametrize("cols", [1, 2, 3, 7, 8, 9])
 @pytest.mark.parametrize("last", [0, 1])
