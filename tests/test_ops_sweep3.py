@@ -249,6 +249,17 @@ def test_transpose_nhwc_to_nchw_few_channels(dtype, channels, hw):
     np.testing.assert_array_equal(got, x.transpose(0, 3, 1, 2))
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+@pytest.mark.parametrize("hw", [(1, 1), (3, 5), (16, 17)], ids=str)
+def test_transpose_nchw_to_nhwc_eight_channels(dtype, hw):
+    x = (RNG.standard_normal((2, 8, *hw)) * 100).astype(dtype)
+    t = onnx_type(dtype)
+    model = make_model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])], [("x", t, list(x.shape))],
+                       [("y", t, None)], opset=13)
+    (got,) = run_twin(model, {"x": x})
+    np.testing.assert_array_equal(got, x.transpose(0, 2, 3, 1))
+
+
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
 def test_fallback_instruction_sets_pass_the_same_checks(isa):
     rerun_file_with_instruction_set(__file__, isa)

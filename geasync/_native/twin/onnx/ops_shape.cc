@@ -374,6 +374,8 @@ class TransposeKernel : public Kernel {
     if (is == rows && cols == 2) return Interleave<T, 2>(x, y, rows);
     if (is == rows && cols == 3) return Interleave<T, 3>(x, y, rows);
     if (is == rows && cols == 4) return Interleave<T, 4>(x, y, rows);
+    // 8 float32 columns (NCHW -> NHWC of 8 channels): the tiles measured 2.1x onnxruntime, this loop 1.1x
+    if (sizeof(T) == 4 && is == rows && cols == 8) return Interleave<T, 8>(x, y, rows);
 #if defined(__x86_64__)
     if constexpr (sizeof(T) == 4) {
       static const bool avx2 = vmath::ActiveIsa() != vmath::Isa::kBaseline;
