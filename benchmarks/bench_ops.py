@@ -554,6 +554,55 @@ def gap_cases(size: str):
         "Conv", xc, initializers=w, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
 
 
+def sweep3_cases(size: str):
+    """A third sweep's findings (float16 comparisons / classes and casts to and from float16, float64 classes and
+    narrowing casts, reductions and ArgMax over rows of 3, float64 ReduceMax rows, ReduceL1 over the leading axis,
+    NHWC <-> NCHW of 3 and 8 channels) and representative others it measured (integer element-wise ops with
+    broadcasts, bitwise ops)."""
+    rows, cols = SIZES[size]
+    n = rows * cols
+    x = rand((rows, cols), -50, 50)
+    h = x.astype(np.float16)
+    hs = np.asarray(rand((cols,), -50, 50, 1).astype(np.float16))
+    for op in ("Equal", "Less", "GreaterOrEqual"):
+        yield f"{op} float16 (row broadcast)", *single_op(op, h, out_type=TensorProto.BOOL, extra=[("b", hs)])
+    hx = h.copy()
+    hx.reshape(-1)[::7] = np.inf
+    for op in ("IsNaN", "IsInf"):
+        yield f"{op} float16", *single_op(op, hx, out_type=TensorProto.BOOL)
+        yield f"{op} float64", *single_op(op, hx.astype(np.float64), out_type=TensorProto.BOOL)
+    for src, dst in ((np.float64, np.float16), (np.float16, np.float64), (np.float16, np.int32), (np.int32, np.float16),
+                     (np.int8, np.float16), (np.float16, np.bool_), (np.bool_, np.float16), (np.float64, np.int16),
+                     (np.float64, np.int32)):
+        xs = (x > 0) if src == np.bool_ else x.astype(src)
+        t = helper.np_dtype_to_tensor_dtype(np.dtype(dst))
+        yield (f"Cast ({np.dtype(src).name} -> {np.dtype(dst).name})",
+               *single_op("Cast", xs, out_type=t, to=t))
+    xi = (x * 10).astype(np.int32)
+    bi = (rand((cols,), 1, 50, 2) * 10).astype(np.int32)
+    yield "Add int32 (row broadcast)", *single_op("Add", xi, out_type=TensorProto.INT32, extra=[("b", bi)])
+    yield "Mul int8 (column broadcast)", *single_op("Mul", xi.astype(np.int8), out_type=TensorProto.INT8,
+                                                    extra=[("b", xi[:, :1].astype(np.int8))])
+    yield "BitwiseAnd int64", *single_op("BitwiseAnd", xi.astype(np.int64), out_type=TensorProto.INT64,
+                                         extra=[("b", (xi + 3).astype(np.int64))])
+    yield "Mod float64 fmod=1", *single_op("Mod", x.astype(np.float64), out_type=TensorProto.DOUBLE,
+                                           extra=[("b", rand((rows, cols), 1, 3, 3).astype(np.float64))], fmod=1)
+    short = rand((max(n // 3, 1), 3), seed=4)
+    last = [("a", np.array([-1], np.int64))]
+    for op in ("ReduceSum", "ReduceMax", "ReduceL2", "ReduceLogSumExp"):
+        yield f"{op} (rows of 3)", *single_op(op, short, initializers=last, keepdims=1)
+    yield "ArgMax (rows of 3)", *single_op("ArgMax", short, out_type=TensorProto.INT64, axis=-1)
+    yield "ReduceL1 (axis 0 of rows of 3)", *single_op("ReduceL1", short, initializers=[("a", np.array([0], np.int64))],
+                                                        keepdims=1)
+    yield "ReduceMax float64 (axis -1)", *single_op("ReduceMax", x.astype(np.float64), out_type=TensorProto.DOUBLE,
+                                                    initializers=last, keepdims=1)
+    side = max(int(np.sqrt(n // 24)), 1)
+    nhwc = rand((1, side, side, 3), seed=5)
+    yield "Transpose NHWC -> NCHW, 3 channels", *single_op("Transpose", nhwc, perm=[0, 3, 1, 2])
+    nchw = rand((1, 8, side, side), seed=6)
+    yield "Transpose NCHW -> NHWC, 8 channels", *single_op("Transpose", nchw, perm=[0, 2, 3, 1])
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
@@ -570,6 +619,7 @@ FAMILIES = {
     "dtypes, sweep findings": dtype_and_sweep_cases,
     "exported-model shapes": exported_model_cases,
     "pooling / conv gaps": gap_cases,
+    "sweep 3: dtypes, short rows, layouts": sweep3_cases,
 }
 
 
