@@ -233,3 +233,29 @@ def test_outputs_stay_right_once_the_runtime_stops_naming_new_layouts():
     """
     from test_adversarial import run_isolated
     assert run_isolated(code, timeout=110).stdout.startswith("ok")
+
+
+def test_large_output_memory_is_reused_only_once_released():
+    """Host outputs of 16 MiB and more are kept for reuse when released (fresh pages from the system made such a
+    run several times slower): a reused block is never one a live output still holds, whatever the sizes."""
+    big = 9 << 20  # 36 MiB of float32
+    with ga.Session() as s:
+        for graph_id, n in ((1, big), (2, big // 2 + 3), (3, big + big // 2)):
+            s.add_graph(graph_id, ga.Graph.from_onnx(make_model([helper.make_node("Neg", ["x"], ["y"])],
+                                                                [("x", TensorProto.FLOAT, [n])],
+                                                                [("y", TensorProto.FLOAT, [n])])))
+        rng = np.random.default_rng(5)
+        held = []
+        for step, graph_id in enumerate([1, 1, 2, 3, 1, 2, 1, 3, 3, 1]):
+            n = {1: big, 2: big // 2 + 3, 3: big + big // 2}[graph_id]
+            x = rng.standard_normal(n, dtype=np.float32)
+            (y,) = s.run_graph(graph_id, [x])
+            held.append((y.numpy(), -x))
+            if step % 3 == 2:  # release the oldest: its block may serve a later run
+                del held[0]
+            for got, want in held:  # a reused block never overwrote an output still held
+                np.testing.assert_array_equal(got, want)
+        del y, got, want  # the last views
+        held.clear()
+    counts = live()
+    assert counts["tensors"] == 0 and counts.get("twin_host_output_blocks", 0) == 0, counts

@@ -20,6 +20,8 @@
 namespace ge {
 // Defined in ge_session.cc: stops a session's threads and marks it unusable.
 void FinalizeSessionImpl(SessionImpl *s);
+// Defined in ge_output_memory.cc: frees the large host output blocks kept for reuse.
+void ReleaseKeptHostOutputBlocks();
 }  // namespace ge
 
 namespace twin {
@@ -373,6 +375,7 @@ Status GEFinalizeV2() {
     twin::g_initialized.store(false, std::memory_order_release);
   }
   twin::SessionRegistry::FinalizeAll();
+  ReleaseKeptHostOutputBlocks();
   return SUCCESS;
 }
 

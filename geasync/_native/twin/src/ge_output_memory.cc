@@ -2,6 +2,9 @@
 // are owned through TensorData managers as GE hands them out; device outputs come from the external allocator
 // registered for the stream (a process-wide map, as GE's) or the graph's built-in per-stream allocator.
 #include <algorithm>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "acl/acl_rt.h"
 #include "ge_session_internal.h"
@@ -12,11 +15,85 @@ std::atomic<int64_t> g_live_host_blocks{0};
 std::atomic<int64_t> g_live_mem_blocks{0};
 constexpr size_t kHostOutputSlack = 64;
 
+// Host output blocks of 16 MiB and more, kept for reuse once freed. glibc serves a block over its mmap threshold
+// (32 MiB at most) with fresh pages every time, and their page faults made a run with a 32 MiB output 6x slower than
+// onnxruntime's, which reuses its arena. A few blocks, bounded in bytes; the oldest go back to the system first.
+// Never destroyed: an output may be freed while the process exits, after static destructors ran.
+class LargeBlockCache {
+ public:
+  static constexpr size_t kMinBytes = size_t(16) << 20;
+  static constexpr size_t kMaxBlocks = 4;
+  static constexpr size_t kMaxBytes = size_t(512) << 20;
+
+  // A kept block of at least `bytes` (and at most twice that, the smallest such), or nullptr; *cap: its size.
+  void *Take(size_t bytes, size_t *cap) {
+    std::lock_guard<std::mutex> lk(mu_);
+    size_t best = blocks_.size();
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      const size_t c = blocks_[i].second;
+      if (c >= bytes && c / 2 <= bytes && (best == blocks_.size() || c < blocks_[best].second)) best = i;
+    }
+    if (best == blocks_.size()) return nullptr;
+    void *data = blocks_[best].first;
+    *cap = blocks_[best].second;
+    bytes_ -= *cap;
+    blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(best));
+    return data;
+  }
+
+  // Keeps a freed block, or frees it (and the oldest kept ones over the bounds).
+  void Give(void *data, size_t cap) {
+    std::vector<void *> evicted;
+    if (cap > kMaxBytes) {
+      evicted.push_back(data);
+    } else {
+      std::lock_guard<std::mutex> lk(mu_);
+      blocks_.emplace_back(data, cap);
+      bytes_ += cap;
+      while (blocks_.size() > kMaxBlocks || bytes_ > kMaxBytes) {
+        evicted.push_back(blocks_.front().first);
+        bytes_ -= blocks_.front().second;
+        blocks_.erase(blocks_.begin());
+      }
+    }
+    for (void *p : evicted) std::free(p);  // outside the lock: unmapping takes a while
+  }
+
+  void Clear() {
+    std::vector<std::pair<void *, size_t>> all;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      all.swap(blocks_);
+      bytes_ = 0;
+    }
+    for (auto &b : all) std::free(b.first);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<void *, size_t>> blocks_;  // oldest first
+  size_t bytes_ = 0;
+};
+
+LargeBlockCache &LargeBlocks() {
+  static LargeBlockCache *cache = new LargeBlockCache;
+  return *cache;
+}
+
 // Host output memory owned through a TensorData manager, as GE hands out RunGraph / RunGraphAsync outputs.
 struct HostBlock {
   void *data;
+  size_t cap;  // bytes allocated
   std::atomic<int> refs{1};
 };
+
+void FreeHostData(void *data, size_t cap) {
+  if (cap >= LargeBlockCache::kMinBytes) {
+    LargeBlocks().Give(data, cap);
+  } else {
+    std::free(data);
+  }
+}
 
 graphStatus HostBlockManager(gert::TensorAddress addr, gert::TensorOperateType op, void **out) {
   auto *b = static_cast<HostBlock *>(addr);
@@ -26,7 +103,7 @@ graphStatus HostBlockManager(gert::TensorAddress addr, gert::TensorOperateType o
       return GRAPH_SUCCESS;
     case gert::kFreeTensor:
       if (b->refs.fetch_sub(1) == 1) {
-        std::free(b->data);
+        FreeHostData(b->data, b->cap);
         delete b;
         g_live_host_blocks.fetch_sub(1);
       }
@@ -149,6 +226,7 @@ Status AllocateDeviceOutputs(Allocator &alloc, const std::vector<ODesc> &descs, 
 }  // namespace
 
 int64_t LiveHostOutputBlocks() { return g_live_host_blocks.load(); }
+void ReleaseKeptHostOutputBlocks() { LargeBlocks().Clear(); }
 int64_t LiveDeviceOutputBlocks() { return g_live_mem_blocks.load(); }
 
 Status MakeHostOutputs(const Plan &plan, std::vector<gert::Tensor> &outputs, std::vector<void *> *ptrs) {
@@ -161,10 +239,12 @@ Status MakeHostOutputs(const Plan &plan, std::vector<gert::Tensor> &outputs, std
     // 64 spare bytes at the end: the binding copies small outputs into numpy arrays, which malloc often places
     // right after this block; without them, a block of a power-of-two size puts that array 16 bytes past it modulo
     // 4 KiB, where glibc's `rep movsb` runs 6x slower on AMD Zen 3/4 (glibc bug 30994; see CopyBytes).
-    void *data = std::malloc(bytes + kHostOutputSlack);
-    auto *block = data == nullptr ? nullptr : new (std::nothrow) HostBlock{data};
+    size_t cap = bytes + kHostOutputSlack;
+    void *data = cap >= LargeBlockCache::kMinBytes ? LargeBlocks().Take(cap, &cap) : nullptr;
+    if (data == nullptr) data = std::malloc(cap);
+    auto *block = data == nullptr ? nullptr : new (std::nothrow) HostBlock{data, cap};
     if (block == nullptr) {
-      std::free(data);
+      if (data != nullptr) FreeHostData(data, cap);
       twin::ReportError("out of host memory for a " + std::to_string(bytes) + "-byte output");
       return MEMALLOC_FAILED;
     }
