@@ -521,6 +521,12 @@ def exported_model_cases(size: str):
                       [("y", F, [b, frames, n_fft // 2 + 1, 2])],
                       initializers=[("step", np.array(hop, np.int64)), ("win", window)], opset=17)
     yield f"STFT n_fft {n_fft} hop {hop} ({b}x{samples})", stft, [rand([b, samples, 1])]
+    # complex DFTs of lengths that are not powers of two: mixed radix (n_fft), a large prime factor (2 * 67)
+    rows = max(b * samples // (2 * n_fft), 1)
+    for length in (n_fft if n_fft & (n_fft - 1) else n_fft - 4, 134):
+        dft = make_model([helper.make_node("DFT", ["x"], ["y"], axis=1)], [("x", F, [rows, length, 2])],
+                         [("y", F, [rows, length, 2])], opset=17)
+        yield f"DFT {rows}x{length} complex", dft, [rand([rows, length, 2])]
     x = rand([n, c, h, w])
     yield f"MaxPool over the whole {h}x{w} map", *single_op("MaxPool", x, kernel_shape=[h, w])
     xa = rand([n2, c2, 4 * (h2 // 4), 3 * (w2 // 3)])
