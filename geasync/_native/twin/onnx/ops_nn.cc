@@ -799,6 +799,49 @@ bool InferConv(InferCtx *c, std::string *reason) {
   return true;
 }
 
+// One image of ConvKernel's small-map depthwise path: xt [in position][C], wt [tap][C] -> yt [out position][C].
+template <class T>
+__attribute__((always_inline)) inline void TinyDepthwiseBody(const Window &w, const T *xt, const T *wt, const T *B,
+                                                             bool relu, int64_t C, T *yt) {
+  int64_t q = 0;
+  for (int64_t o0 = 0; o0 < w.out[0]; ++o0)
+    for (int64_t o1 = 0; o1 < w.out[1]; ++o1)
+      for (int64_t o2 = 0; o2 < w.out[2]; ++o2, ++q) {
+        T *__restrict acc = yt + q * C;
+        for (int64_t c = 0; c < C; ++c) acc[c] = B ? B[c] : T(0);
+        for (int64_t k0 = 0; k0 < w.k[0]; ++k0) {
+          const int64_t i0 = o0 * w.s[0] - w.pb[0] + k0 * w.d[0];
+          if (i0 < 0 || i0 >= w.in[0]) continue;
+          for (int64_t k1 = 0; k1 < w.k[1]; ++k1) {
+            const int64_t i1 = o1 * w.s[1] - w.pb[1] + k1 * w.d[1];
+            if (i1 < 0 || i1 >= w.in[1]) continue;
+            for (int64_t k2 = 0; k2 < w.k[2]; ++k2) {
+              const int64_t i2 = o2 * w.s[2] - w.pb[2] + k2 * w.d[2];
+              if (i2 < 0 || i2 >= w.in[2]) continue;
+              const T *__restrict xr = xt + ((i0 * w.in[1] + i1) * w.in[2] + i2) * C;
+              const T *__restrict wr = wt + ((k0 * w.k[1] + k1) * w.k[2] + k2) * C;
+              for (int64_t c = 0; c < C; ++c) acc[c] += xr[c] * wr[c];
+            }
+          }
+        }
+        if (relu)
+          for (int64_t c = 0; c < C; ++c) acc[c] = acc[c] < T(0) ? T(0) : acc[c];
+      }
+}
+
+template <class T>
+void TinyDepthwiseImage(const Window &w, const T *xt, const T *wt, const T *B, bool relu, int64_t C, T *yt) {
+  TinyDepthwiseBody(w, xt, wt, B, relu, C, yt);
+}
+
+#ifdef TWIN_HAVE_X86
+template <class T>
+__attribute__((target("avx2,fma"))) void TinyDepthwiseImageAvx2(const Window &w, const T *xt, const T *wt,
+                                                                const T *B, bool relu, int64_t C, T *yt) {
+  TinyDepthwiseBody(w, xt, wt, B, relu, C, yt);
+}
+#endif
+
 template <class T>
 class ConvKernel : public Kernel {
  public:
@@ -844,6 +887,15 @@ class ConvKernel : public Kernel {
 #ifdef TWIN_HAVE_X86
     avx2_ = vmath::ActiveIsa() != vmath::Isa::kBaseline;
 #endif
+    // Depthwise (one channel in, one out per group) on a small map: the per-channel paths spend their time on each
+    // channel's setup and padding (a 16-lane chunk for a 2x2 output), so the channels go last and each tap is one
+    // contiguous multiply-add over all of them (MobileNetV3's 5x5 depthwise convs on 2x2 and 4x4 maps: 4-6x of
+    // onnxruntime before).
+    tiny_dw_ = cg_ == 1 && mg_ == 1 && G_ >= 8 && out_sp_ > 0 && out_sp_ <= 64 && in_sp_ <= 256 && kk_ > 1;
+    if (tiny_dw_) {
+      dconv_ = s2_ = flat_ = wino_ = false;
+      if (fused_) PackTaps(fw_.data(), &wt_);
+    }
     if (dconv_) {
       ph_ = w_.out[1] + w_.k[1] - 1;
       pw_ = (w_.out[2] + kConvLanes - 1) / kConvLanes * kConvLanes + w_.k[2] - 1;
@@ -902,6 +954,7 @@ class ConvKernel : public Kernel {
   // Weights known when the plan is built: the Winograd filter transform and the direct kernel's weight packing
   // are done once, here (the packing, strided stores, was ~9% of a 64->64 3x3 stride-2 conv on 16x16).
   void UseConstantWeights(const T *W) {
+    if (tiny_dw_ && !fused_) PackTaps(W, &wt_);
     if (dconv_ && !fused_) {
       std::vector<T> no_bias(BiasFloats());
       wp_.resize(PackFloats());
@@ -931,6 +984,9 @@ class ConvKernel : public Kernel {
       }
   }
   size_t scratch_bytes() const override {
+    if (tiny_dw_)
+      return Align64(static_cast<size_t>((in_sp_ + out_sp_) * C_) * sizeof(T)) +
+             (wt_.empty() ? Align64(static_cast<size_t>(kk_ * C_) * sizeof(T)) : 0);
     if (!wino_) return DirectScratchBytes();
     const size_t filter = wu_.empty() ? Align64(WinogradFilterFloats(C_, M_) * sizeof(T)) : 0;
     return std::max(DirectScratchBytes(), filter + Align64(WinogradScratchBytes(ws_)));
@@ -958,6 +1014,10 @@ class ConvKernel : public Kernel {
     const T *W = fused_ ? fw_.data() : static_cast<const T *>(in[1]);
     const T *B = fused_ ? fb_.data() : has_bias_ ? static_cast<const T *>(in[2]) : nullptr;
     T *Y = static_cast<T *>(out[0]);
+    if (tiny_dw_) {
+      RunTinyDepthwise(X, W, B, Y);
+      return true;
+    }
     if constexpr (std::is_same<T, float>::value) {
       if (wino_ && RunWinograd(X, W, B, Y)) return true;
     }
@@ -1038,6 +1098,42 @@ class ConvKernel : public Kernel {
               }
             }
           }
+    }
+  }
+
+  // Depthwise weights [C][taps] -> [taps][C].
+  void PackTaps(const T *W, std::vector<T> *wt) const {
+    wt->resize(static_cast<size_t>(kk_ * C_));
+    for (int64_t c = 0; c < C_; ++c)
+      for (int64_t k = 0; k < kk_; ++k) (*wt)[static_cast<size_t>(k * C_ + c)] = W[c * kk_ + k];
+  }
+  // Per image: X to [position][channel], every output position the sum over its taps inside the input (padding
+  // contributes nothing, so it is skipped, not stored), each tap a multiply-add over the contiguous channels; then
+  // back to [channel][position]. Any stride, dilation and padding (1-D, 2-D and 3-D windows).
+  void RunTinyDepthwise(const T *X, const T *W, const T *B, T *Y) {
+    T *xt = static_cast<T *>(scratch_);
+    T *yt = xt + in_sp_ * C_;
+    const T *wt = wt_.data();
+    if (wt_.empty()) {
+      T *t = reinterpret_cast<T *>(static_cast<char *>(scratch_) +
+                                   Align64(static_cast<size_t>((in_sp_ + out_sp_) * C_) * sizeof(T)));
+      for (int64_t c = 0; c < C_; ++c)
+        for (int64_t k = 0; k < kk_; ++k) t[k * C_ + c] = W[c * kk_ + k];
+      wt = t;
+    }
+    const int64_t C = C_;
+    for (int64_t n = 0; n < N_; ++n) {
+      const T *xn = X + n * C * in_sp_;
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t p = 0; p < in_sp_; ++p) xt[p * C + c] = xn[c * in_sp_ + p];
+#ifdef TWIN_HAVE_X86
+      if (avx2_) TinyDepthwiseImageAvx2(w_, xt, wt, B, relu_, C, yt);
+      else
+#endif
+        TinyDepthwiseImage(w_, xt, wt, B, relu_, C, yt);
+      T *yn = Y + n * C * out_sp_;
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t p = 0; p < out_sp_; ++p) yn[c * out_sp_ + p] = yt[p * C + c];
     }
   }
 
@@ -1172,6 +1268,8 @@ class ConvKernel : public Kernel {
   std::vector<T> wp_, bp_;             // its packed weights and bias (fused form; weights alone if const_w_)
   bool const_w_ = false;               // wp_ packed from constant weights (not fused: the bias is packed per run)
   bool wino_ = false;                  // Winograd F(2x2, 3x3) (float), falling back to the paths above
+  bool tiny_dw_ = false;               // depthwise on a small map, channels last (RunTinyDepthwise)
+  std::vector<T> wt_;                  // its weights as [tap][channel] when known at plan time
   WinogradShape ws_{};
   std::vector<float> wu_;              // its transformed filter when the weights are constant
 };
@@ -3082,6 +3180,14 @@ std::unique_ptr<Kernel> PreparePool(const KernelCtx &c, std::string *reason) {
   return k;
 }
 
+// float16 / bfloat16 MaxPool through float32: the maximum of values a half type holds is one of them, so the
+// result is the same, and the float kernels' row paths apply (the generic per-element loop took 20x onnxruntime on
+// a float16-converted ResNet's 3x3 stride-2 stem pool). AveragePool keeps its own loop: its float path sums in
+// double and rounds through float32 first, which could move a half result by an ulp.
+std::unique_ptr<Kernel> PrepareMaxPool(const KernelCtx &c, std::string *reason) {
+  return HasHalfTypes(c) ? PrepareViaFloat(c, PreparePool<true>, reason) : PreparePool<true>(c, reason);
+}
+
 // ---- GlobalAveragePool ----
 
 bool InferGlobalPool(InferCtx *c, std::string *reason) {
@@ -3428,7 +3534,7 @@ std::unique_ptr<Kernel> PrepareLayerNorm(const KernelCtx &c, std::string *reason
 
 void RegisterNNOps(std::vector<OpDef> *ops) {
   ops->push_back({"Conv", 2, 3, 1, 1, nullptr, InferConv, PrepareConv, true});
-  ops->push_back({"MaxPool", 1, 1, 1, 2, CheckPool, InferPool, PreparePool<true>, true});
+  ops->push_back({"MaxPool", 1, 1, 1, 2, CheckPool, InferPool, PrepareMaxPool, true});
   ops->push_back({"AveragePool", 1, 1, 1, 1, CheckPool, InferPool, PreparePool<false>, true});
   ops->push_back({"GlobalAveragePool", 1, 1, 1, 1, nullptr, InferGlobalPool, PrepareGlobalPool, true});
   ops->push_back({"BatchNormalization", 5, 5, 1, 3, CheckBatchNorm, InferBatchNorm, PrepareBatchNorm, true});
