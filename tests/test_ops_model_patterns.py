@@ -281,3 +281,28 @@ def test_float16_maxpool(ceil_mode, with_indices):
     x[1, 2, 5, 5] = np.nan
     # exact: the maximum of float16 values is one of them
     _check_runs(model, [[x], [_randn(1, 8, 9, 12).astype(np.float16)]], rtol=0, atol=0)
+
+
+# ---- quantize_static, QOperator format: the standard-domain part (QuantizeLinear, QLinearConv with an int32 bias,
+# QLinearMatMul, DequantizeLinear); onnxruntime's QLinearAdd / QLinearGlobalAveragePool are refused (above) ----
+
+def test_quantize_static_qoperator_conv_matmul():
+    c_in, c_out, classes = 3, 6, 4
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "x_s", "x_zp"], ["xq"]),
+        helper.make_node("QLinearConv", ["xq", "x_s", "x_zp", "w_q", "w_s", "w_zp", "c_s", "c_zp", "b_q"], ["cq"],
+                         pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Reshape", ["cq", "flat"], ["fq"]),
+        helper.make_node("QLinearMatMul", ["fq", "c_s", "c_zp", "m_q", "m_s", "m_zp", "y_s", "y_zp"], ["yq"]),
+        helper.make_node("DequantizeLinear", ["yq", "y_s", "y_zp"], ["y"]),
+    ]
+    w_s = (RNG.random(c_out) * 0.01 + 0.005).astype(np.float32)  # per output channel, as per_channel=True writes
+    inits = [_init("x_s", 4 / 255), _init("x_zp", 128, np.uint8),
+             _init("w_q", RNG.integers(-127, 128, (c_out, c_in, 3, 3)), np.int8), _init("w_s", w_s),
+             _init("w_zp", np.zeros(c_out), np.int8), _init("c_s", 0.02), _init("c_zp", 100, np.uint8),
+             _init("b_q", RNG.integers(-500, 500, c_out), np.int32), _init("flat", [0, -1], np.int64),
+             _init("m_q", RNG.integers(-127, 128, (c_out * 4 * 4, classes)), np.int8), _init("m_s", 0.002),
+             _init("m_zp", 0, np.int8), _init("y_s", 0.05), _init("y_zp", 128, np.uint8)]
+    model = _model(nodes, [("x", F, ["batch", c_in, 8, 8])], [("y", F, ["batch", classes])], inits)
+    # Integer accumulation is exact; the requantisation's rounding can break a tie differently: one output step.
+    _check_runs(model, [[_randn(2, c_in, 8, 8)], [_randn(1, c_in, 8, 8)]], rtol=0, quantum=0.05 + 1e-6)
