@@ -165,7 +165,8 @@ class Session:
         self._modes = ModeRegistry(added=(self._specs, self._spec_errors))  # either holds every added graph
         self._compiling = 0  # requests waiting for their graph's compile before the first RunGraphAsync
         self._compile_threads: set[object] = set()  # compiles running, some maybe left by cancelled requests
-        self._compile_gates: dict[tuple[int, _hub.Hub], _CompileGate] = {}  # per graph and loop, while in use
+        self._compile_gates: dict[int, _CompileGate] = {}  # per graph, while requests wait for its first compile
+        self._gates_lock = threading.Lock()  # a session's loops may run in several threads
         self._starting = 0  # requests started before aclose() that hold no session slot yet
         self._generation = _lib.generation
         max_memory = _max_memory_bytes(own_opts)
@@ -722,15 +723,14 @@ class Session:
         RunGraphAsync of a graph nobody compiled, geasync compiles it from its declared inputs (CompileGraph), off
         the event loop: symbolic dims give a dynamic-shape model that takes any size, and a request that does not
         fit the graph fails alone at run time instead of stopping the session."""
-        gate = (graph_id, _hub.current_hub())
         # a request that arrives while others still wait for the compile queues behind them: runs reach the
         # runtime in the order they were asked for
-        if gate in self._compile_gates or self._ask(_lib.is_graph_need_rebuild, graph_id):
+        if graph_id in self._compile_gates or self._ask(_lib.is_graph_need_rebuild, graph_id):
             self._compiling += 1  # aclose() waits for these requests too
             key = object()
             counters.waiters[key] = since  # counted waiting meanwhile, and failed or cancelled if it ends here
             try:
-                await self._compile_once(gate)
+                await self._compile_once(graph_id)
             except BaseException as exc:
                 if isinstance(exc, Exception):
                     counters.failed += 1
@@ -742,20 +742,22 @@ class Session:
                 self._compiling -= 1
         return self._graph_cap(graph_id)
 
-    async def _compile_once(self, key: Tuple[int, _hub.Hub]) -> None:
+    async def _compile_once(self, graph_id: int) -> None:
         """The graph's first compile, on one worker thread however many requests arrive during it: they queue in
-        arrival order on the graph's gate (per loop), holding no thread. On CANN a compile takes seconds to
-        minutes, and a thread per request would hold the thread pool's tokens, which the application's other
-        ``to_thread`` work needs, all that time. The requests that waited for a failed compile fail with its error
+        arrival order on the graph's gate (whatever their loops), holding no thread. On CANN a compile takes
+        seconds to minutes, and a thread per request would hold the thread pool's tokens, which the application's
+        other ``to_thread`` work needs, all that time. The requests that waited for a failed compile fail with its error
         (each its own copy); one that arrives after the failure tries again."""
-        graph_id = key[0]
-        gate = self._compile_gates.get(key)
-        if gate is None:
-            gate = self._compile_gates[key] = _CompileGate()
-        gate.users += 1
-        seen = gate.finished  # a compile that finishes after this arrived is one it waited for
+        with self._gates_lock:
+            gate = self._compile_gates.get(graph_id)
+            if gate is None:
+                gate = self._compile_gates[graph_id] = _CompileGate()
+            gate.users += 1
+            seen = gate.finished  # a compile that finishes after this arrived is one it waited for
         try:
-            async with gate.lock:
+            # One turn at a time, in arrival order; a turn granted to a request whose loop is gone passes on
+            await gate.turn.acquire()
+            try:
                 if gate.failure is not None and gate.failure[0] > seen:
                     raise _error_copy(gate.failure[1])
                 if not self._ask(_lib.is_graph_need_rebuild, graph_id):
@@ -765,8 +767,8 @@ class Session:
                     # The session by weak reference: a worker thread reports its result before it drops its
                     # call's arguments, and a session dropped right after its first run must be collected (and
                     # warned about). abandon_on_cancel: a request cancelled meanwhile raises at once; the compile
-                    # runs on (aclose() waits for it), and the next request in line waits for it on the session's
-                    # lock, in a thread of its own.
+                    # runs on (aclose() waits for it), and the next request in line waits for it on the
+                    # session's lock, in a thread of its own.
                     await anyio.to_thread.run_sync(_compile_declared, weakref.ref(self), graph_id,
                                                    _async_context(graph_id), abandon_on_cancel=True)
                 except Exception as exc:
@@ -774,10 +776,13 @@ class Session:
                     raise
                 finally:
                     gate.finished = attempt
+            finally:
+                gate.turn.release()
         finally:
-            gate.users -= 1
-            if not gate.users:
-                del self._compile_gates[key]
+            with self._gates_lock:
+                gate.users -= 1
+                if not gate.users:
+                    del self._compile_gates[graph_id]
 
     async def _run_async(self, graph_id: int, prepared: AsyncInputs) -> List[Tensor]:
         counters = self._graph_stats.get(graph_id)
@@ -955,12 +960,12 @@ def _compile_declared(ref: "weakref.ref[Session]", graph_id: int, context: str) 
 
 
 class _CompileGate:
-    """A graph's first compile as seen from one loop: the requests that wait for it, in arrival order."""
+    """A graph's first compile: the requests that wait for it, in arrival order, whatever their loops."""
 
-    __slots__ = ("lock", "users", "finished", "failure")
+    __slots__ = ("turn", "users", "finished", "failure")
 
     def __init__(self) -> None:
-        self.lock = anyio.Lock()  # FIFO on every backend
+        self.turn = InFlightBound(1)
         self.users = 0
         self.finished = 0  # compiles tried, counted as each ends
         self.failure: Optional[Tuple[int, Exception]] = None  # the last failed one, by its count
