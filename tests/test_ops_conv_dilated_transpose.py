@@ -2,8 +2,8 @@
 only the input rows / columns congruent to p - pads_begin mod d) on the fast direct / Winograd kernels, and 3x3
 ConvTranspose at stride 1. Checked against onnx.reference on odd sizes, groups (depthwise too), bias or not, pads
 (asymmetric, auto_pad SAME_UPPER / SAME_LOWER), batches, weights as an input, a folded BatchNormalization + Relu,
-output_padding / output_shape (ConvTranspose without groups), on the CPU's best instruction set and (dilated Conv)
-on the AVX2 / baseline fallbacks."""
+output_padding / output_shape (ConvTranspose, which at stride 1 runs as that Conv with flipped, transposed weights;
+without groups), on the CPU's best instruction set and on the AVX2 / baseline fallbacks."""
 import warnings
 
 import numpy as np
@@ -150,6 +150,15 @@ def test_convtranspose_stride1(xs, ws, attrs, bias):
     _check("ConvTranspose", xs, ws, bias=bias, **attrs)
 
 
+@pytest.mark.parametrize("xs,ws,attrs", [_TRANSPOSE[0], _TRANSPOSE[2]])
+def test_convtranspose_stride1_weights_as_input(xs, ws, attrs):
+    _check("ConvTranspose", xs, ws, const_w=False, seed=3, **attrs)
+
+
+def test_convtranspose_stride1_1d():
+    _check("ConvTranspose", (2, 16, 40), (16, 8, 3), pads=[1, 0])
+
+
 @pytest.mark.parametrize("isa", ["avx2", "baseline"])
 def test_fallback_instruction_sets(isa):
-    rerun_file_with_instruction_set(__file__, isa, "test_dilated")
+    rerun_file_with_instruction_set(__file__, isa, "test_dilated or stride1")

@@ -165,6 +165,14 @@ bool InferSameFloat(InferCtx *c, std::string *reason);
 std::unique_ptr<Kernel> PrepareFusedConv(const KernelCtx &conv, const std::vector<double> *scale,
                                          const std::vector<double> *shift, bool relu, std::string *reason);
 
+// A float32 Conv at stride 1 without dilation on [N, C, H, W] (1-D: H = 1, kh = 1), pads {top, left, bottom, right},
+// weights [M, C / group, kh, kw] as input 1 (bias, if any, input 2), for ops that reduce to one (ConvTranspose at
+// stride 1). `w`, when not null, is input 1's constant value. nullptr unless one of Conv's direct / Winograd
+// kernels takes it (the caller keeps its own path).
+std::unique_ptr<Kernel> MakeFastConvFloat(int64_t N, int64_t C, int64_t M, int64_t group, int64_t H, int64_t W,
+                                          int64_t kh, int64_t kw, const int64_t pads[4], bool has_bias,
+                                          const float *w);
+
 // Conv's geometry (attributes, auto_pad, output sizes) for kernels outside ops_nn.cc that lay out their own
 // columns (ConvInteger / QLinearConv). Spatial dims padded to 3 with size-1 dims; conv.in = {X, W} descs.
 struct ConvShape {

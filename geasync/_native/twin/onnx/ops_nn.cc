@@ -1022,6 +1022,8 @@ class ConvKernel : public Kernel {
       WinogradTransformFilter(W, M_, C_, wu_.data());
     }
   }
+  // On the direct or Winograd kernel (not im2col + GEMM), for MakeFastConvFloat.
+  bool Fast() const { return dconv_ || wino_; }
   size_t PackFloats() const { return static_cast<size_t>(G_ * nmb_ * kConvMB * cg_ * kk_); }
   size_t BiasFloats() const { return static_cast<size_t>(G_ * nmb_ * kConvMB); }
   // Weights [M][cg][kk] -> per group, per block of kConvMB channels: [cg * kk][kConvMB]; bias padded likewise.
@@ -1459,6 +1461,22 @@ std::unique_ptr<Kernel> PrepareFusedConv(const KernelCtx &c, const std::vector<d
     fb[m] = static_cast<float>((B ? B[m] : 0.0) * a + b);
   }
   return std::make_unique<ConvKernel<float>>(w, xd[0], xd[1], M, group, std::move(fw), std::move(fb), relu);
+}
+
+std::unique_ptr<Kernel> MakeFastConvFloat(int64_t N, int64_t C, int64_t M, int64_t group, int64_t H, int64_t W,
+                                          int64_t kh, int64_t kw, const int64_t pads[4], bool has_bias,
+                                          const float *w) {
+  Window win;
+  win.nsp = H == 1 && kh == 1 ? 1 : 2;
+  win.in[1] = H, win.in[2] = W, win.k[1] = kh, win.k[2] = kw;
+  win.pb[1] = pads[0], win.pb[2] = pads[1], win.pe[1] = pads[2], win.pe[2] = pads[3];
+  win.out[1] = H + pads[0] + pads[2] - kh + 1;
+  win.out[2] = W + pads[1] + pads[3] - kw + 1;
+  if (win.out[1] < 1 || win.out[2] < 1) return nullptr;
+  auto k = std::make_unique<ConvKernel<float>>(win, N, C, M, group, has_bias);
+  if (!k->Fast()) return nullptr;
+  if (w) k->UseConstantWeights(w);
+  return k;
 }
 
 bool ConvShapeOf(const KernelCtx &c, ConvShape *shape, std::string *reason) {
