@@ -73,6 +73,32 @@ def assert_close(got, want, rtol, atol):
             np.testing.assert_array_equal(g, w)
 
 
+def check_runs(model, feed_sets, rtol=1e-5, atol=1e-5, quantum=None, evaluator=None):
+    """One graph run on every feed set (different batch / sequence sizes), each against onnx.reference (or
+    ``evaluator``). ``quantum``: float outputs may differ by that much, and integer outputs by one step, where a
+    quantised value's rounding tie breaks differently."""
+    names = [i.name for i in model.graph.input]
+    ref = evaluator or ReferenceEvaluator(model)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        for feeds in feed_sets:
+            outs = s.run_graph(1, list(feeds))
+            got = [o.numpy().copy() for o in outs]
+            del outs
+            want = ref.run(None, dict(zip(names, feeds, strict=True)))
+            assert len(got) == len(want)
+            for g, w in zip(got, want, strict=True):
+                w = np.asarray(w)
+                assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+                if w.dtype.kind == "f":
+                    tol = atol if quantum is None else quantum
+                    np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=tol)
+                elif quantum is not None:
+                    assert np.max(np.abs(g.astype(np.int64) - w.astype(np.int64)), initial=0) <= 1
+                else:
+                    np.testing.assert_array_equal(g, w)
+
+
 def gemm_edge_operands(m, k, n, seed):
     """float32 A (m x k) and B (k x n), k >= 12 and n >= 21, whose product meets the IEEE edge cases at known places:
     a NaN in A's first row, inf * 0 (column 7 of A's last row), inf - inf and -inf (column 11), denormal products

@@ -16,7 +16,7 @@ from geasync import _check
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx_cases import check_runs  # noqa: E402
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 RNG = np.random.default_rng(2026)
@@ -34,27 +34,6 @@ def _model(nodes, inputs, outputs, inits=(), opset=18):
     graph = helper.make_graph(nodes, "exported", [helper.make_tensor_value_info(*i) for i in inputs],
                               [helper.make_tensor_value_info(*o) for o in outputs], initializer=list(inits))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _check_runs(model, feed_sets, rtol=1e-5, atol=1e-5):
-    """One graph, run on every feed set (different batch / sequence sizes), each run against onnx.reference."""
-    names = [i.name for i in model.graph.input]
-    ref = ReferenceEvaluator(model)
-    with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(model))
-        for feeds in feed_sets:
-            outs = s.run_graph(1, list(feeds))
-            got = [o.numpy().copy() for o in outs]
-            del outs
-            want = ref.run(None, dict(zip(names, feeds, strict=True)))
-            assert len(got) == len(want)
-            for g, w in zip(got, want, strict=True):
-                w = np.asarray(w)
-                assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
-                if w.dtype.kind == "f":
-                    np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-                else:
-                    np.testing.assert_array_equal(g, w)
 
 
 def _randn(*shape):
@@ -110,7 +89,7 @@ def _causal_block(d=8, heads=2, vocab=11, max_t=9):
 
 def test_dynamo_causal_attention_with_dynamic_batch_and_sequence():
     model = _causal_block()
-    _check_runs(model, [[RNG.integers(0, 11, (2, 7))], [RNG.integers(0, 11, (3, 4))], [RNG.integers(0, 11, (1, 1))]],
+    check_runs(model, [[RNG.integers(0, 11, (2, 7))], [RNG.integers(0, 11, (3, 4))], [RNG.integers(0, 11, (1, 1))]],
                 rtol=1e-4)
 
 
@@ -141,7 +120,7 @@ def test_dynamo_key_padding_mask_to_additive_mask():
         mask = np.arange(t)[None, :] >= np.maximum(lengths, 1)[:, None]  # padding after each sequence's length
         return [_randn(b, 3, t, t), mask]
 
-    _check_runs(model, [feeds(2, 5), feeds(4, 3)])
+    check_runs(model, [feeds(2, 5), feeds(4, 3)])
 
 
 # ---- opset 23: RMSNormalization, Gelu and Attention as the dynamo exporter writes them ----
@@ -169,7 +148,7 @@ def test_opset23_rmsnorm_gelu_attention():
         keep = np.arange(6)[None, :] < (np.arange(b) % 3 + 4)[:, None]
         return [_randn(b, 6, 8), keep.reshape(b, 1, 1, 6)]
 
-    _check_runs(model, [feeds(2), feeds(3)], rtol=1e-4)
+    check_runs(model, [feeds(2), feeds(3)], rtol=1e-4)
 
 
 # ---- TorchScript exporter (opsets 14 / 17): LayerNorm and RMSNorm spelled out, shapes by Shape + Gather ----
@@ -209,7 +188,7 @@ def test_torchscript_decomposed_norms_and_shape_gathers(opset):
     if axes_attr:
         inits = inits[1:]
     model = _model(nodes, [("x", F, ["b", "t", 6])], [("out", F, None), ("shape_mod", I64, [3])], inits, opset=opset)
-    _check_runs(model, [[_randn(2, 5, 6)], [_randn(3, 8, 6)]], rtol=1e-4)
+    check_runs(model, [[_randn(2, 5, 6)], [_randn(3, 8, 6)]], rtol=1e-4)
 
 
 # ---- RNNs: the initial state sized by the dynamic batch (TorchScript: ConstantOfShape; dynamo: Expand) ----
@@ -240,7 +219,7 @@ def test_rnn_with_batch_sized_initial_state(op, direction):
              _init("R", 0.4 * _randn(dirs, gates * hidden, hidden)),
              _init("Bias", 0.1 * _randn(dirs, 2 * gates * hidden))]
     model = _model(nodes, [("x", F, ["b", "t", feat])], [("y", F, None), ("Y_h", F, None)], inits, opset=17)
-    _check_runs(model, [[_randn(2, 6, feat)], [_randn(3, 2, feat)]], rtol=1e-4)
+    check_runs(model, [[_randn(2, 6, feat)], [_randn(3, 2, feat)]], rtol=1e-4)
 
 
 # ---- Resize / pools / flips / indexing as the exporters spell them ----
@@ -258,7 +237,7 @@ def test_resize_by_scales_and_by_sizes(mode, ctm):
     ]
     inits = [_init("scales", [1.0, 1.0, 2.0, 2.0], np.float32), _i64("hw", 7, 5)]
     model = _model(nodes, [("x", F, ["b", 2, 6, 9])], [("up", F, None), ("fixed", F, None)], inits)
-    _check_runs(model, [[_randn(2, 2, 6, 9)], [_randn(1, 2, 6, 9)]])
+    check_runs(model, [[_randn(2, 2, 6, 9)], [_randn(1, 2, 6, 9)]])
 
 
 def test_pools_flip_and_index_patterns():
@@ -283,7 +262,7 @@ def test_pools_flip_and_index_patterns():
     model = _model(nodes, [("x", F, ["b", 3, 11, 13])],
                    [(n, t, None) for n, t in [("mp", F), ("ap", F), ("ap_pad", F), ("flip", F), ("strided", F),
                                               ("adv", F), ("cs", F), ("tv", F), ("ti", I64), ("am", I64)]], inits)
-    _check_runs(model, [[_randn(2, 3, 11, 13)], [_randn(3, 3, 11, 13)]])
+    check_runs(model, [[_randn(2, 3, 11, 13)], [_randn(3, 3, 11, 13)]])
 
 
 # ---- export_modules_as_functions: refused, with the same advice by `geasync check` as by loading ----
@@ -307,7 +286,7 @@ def test_local_function_advice_is_the_same_in_check_and_load():
     assert problem in ei.value.error_message
     import onnx.inliner
 
-    _check_runs(onnx.inliner.inline_local_functions(model), [[_randn(2, 3)], [_randn(5, 3)]])
+    check_runs(onnx.inliner.inline_local_functions(model), [[_randn(2, 3)], [_randn(5, 3)]])
 
 
 # ---- torch.stft(center=True, return_complex=True).abs() as the dynamo exporter writes it ----
@@ -329,7 +308,7 @@ def test_dynamo_stft_magnitude(n_fft, hop):
              _i64("m1_plen", -1, length + 2 * half), _i64("m1", -1), _init("hop", hop, np.int64),
              _init("window", window), _init("n_fft", n_fft, np.int64)]
     model = _model(nodes, [("x", F, ["b", length])], [("mag", F, None)], inits)
-    _check_runs(model, [[_randn(2, length)], [_randn(3, length)]], rtol=1e-4, atol=1e-4)
+    check_runs(model, [[_randn(2, length)], [_randn(3, length)]], rtol=1e-4, atol=1e-4)
 
 
 # ---- nn.EmbeddingBag through the dynamo exporter: a Loop that SequenceInserts a row per bag ----
@@ -375,7 +354,7 @@ def test_conv_relu_on_small_maps(c, m, hw, k, pad, group):
     x2 = _randn(2, c, *hw)
     x2[1, 0, 0, -1] = np.nan  # a NaN reaches exactly the outputs whose window holds it
     x2[0, c - 1, hw[0] // 2, 0] = np.inf
-    _check_runs(model, [[x2], [_randn(3, c, *hw)], [_randn(1, c, *hw)]], rtol=1e-4, atol=1e-5)
+    check_runs(model, [[x2], [_randn(3, c, *hw)], [_randn(1, c, *hw)]], rtol=1e-4, atol=1e-5)
 
 
 # ---- ResNet downsampling at small inputs: stride-2 convolutions on maps a few columns wide ----
@@ -397,7 +376,7 @@ def test_conv_relu_stride2_on_small_maps(c, m, hw, k, pads, group):
     x2[1, 0, 0, -1] = np.nan  # a NaN reaches exactly the outputs whose window holds it
     x2[0, c - 1, hw[0] // 2, 0] = np.inf
     x2[1, c // 2, -1, hw[1] // 2] = -np.inf
-    _check_runs(model, [[x2], [_randn(3, c, *hw)], [_randn(1, c, *hw)]], rtol=1e-4, atol=1e-5)
+    check_runs(model, [[x2], [_randn(3, c, *hw)], [_randn(1, c, *hw)]], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])

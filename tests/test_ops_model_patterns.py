@@ -18,6 +18,7 @@ import geasync as ga
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx_cases import check_runs  # noqa: E402
 
 F, F16, I64, U8, I8 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64, TensorProto.UINT8, TensorProto.INT8
 RNG = np.random.default_rng(2027)
@@ -55,28 +56,7 @@ def _reference(model):
 
 
 def _check_runs(model, feed_sets, rtol=1e-5, atol=1e-5, quantum=None):
-    """One graph run on every feed set, each against onnx.reference. ``quantum``: float outputs may differ by that
-    much (one step of a quantised value) where a rounding tie breaks differently."""
-    names = [i.name for i in model.graph.input]
-    ref = _reference(model)
-    with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(model))
-        for feeds in feed_sets:
-            outs = s.run_graph(1, list(feeds))
-            got = [o.numpy().copy() for o in outs]
-            del outs
-            want = ref.run(None, dict(zip(names, feeds, strict=True)))
-            assert len(got) == len(want)
-            for g, w in zip(got, want, strict=True):
-                w = np.asarray(w)
-                assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
-                if w.dtype.kind == "f":
-                    tol = atol if quantum is None else quantum
-                    np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=tol)
-                elif quantum is not None:  # quantised integers: at most one step apart
-                    assert np.max(np.abs(g.astype(np.int64) - w.astype(np.int64)), initial=0) <= 1
-                else:
-                    np.testing.assert_array_equal(g, w)
+    check_runs(model, feed_sets, rtol=rtol, atol=atol, quantum=quantum, evaluator=_reference(model))
 
 
 def _randn(*shape):
