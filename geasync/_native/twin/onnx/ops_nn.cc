@@ -1766,10 +1766,13 @@ __attribute__((target("avx2"))) void DeintRowsAvx2(const PoolRows &r, double div
         const __m256i lane = _mm256_and_si256(col, _mm256_set1_epi32(7));
         const __m256i reg = _mm256_srli_epi32(col, 3);
         __m256 v = _mm256_permutevar8x32_ps(R[kw / 8], lane);
+        // a constant trip count (the bounds fold once kw is): GCC cannot honour the unroll over kw-dependent bounds
+        // at -O1 (the sanitizer build)
 #pragma GCC unroll 16
-        for (int q = kw / 8 + 1; q <= (7 * kSw + kw) / 8; ++q)
-          v = _mm256_blendv_ps(v, _mm256_permutevar8x32_ps(R[q], lane),
-                               _mm256_castsi256_ps(_mm256_cmpeq_epi32(reg, _mm256_set1_epi32(q))));
+        for (int q = 1; q < kNr; ++q)
+          if (q > kw / 8 && q <= (7 * kSw + kw) / 8)
+            v = _mm256_blendv_ps(v, _mm256_permutevar8x32_ps(R[q], lane),
+                                 _mm256_castsi256_ps(_mm256_cmpeq_epi32(reg, _mm256_set1_epi32(q))));
         if constexpr (kMax) {
           m = kh == 0 && kw == 0 ? v : _mm256_max_ps(v, m);
         } else {
