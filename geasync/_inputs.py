@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence, TypeVar
 
-from . import _lib
+from . import _dtypes, _lib
 from ._metadata import TensorInfo
 from .errors import PARAM_INVALID, GeError, InputError, InputTypeError
 
@@ -21,6 +21,13 @@ _MAX_REMEMBERED_SHAPES = 64  # per input: bounds the memory a stream of distinct
 _API = "geasync input check"
 GRAPH_NOT_EXIST = 1343242242
 _V = TypeVar("_V")
+
+
+def _ge_dtype_or_none(dtype: Any) -> Optional[int]:
+    try:
+        return _lib.ge_dtype(dtype)
+    except TypeError:  # a declared dtype GE lacks (complex): the run reports it
+        return None
 
 
 def run_context(api: str, graph_id: int) -> str:
@@ -54,7 +61,7 @@ class GraphSpec:
         self.names = tuple(i.name for i in self.inputs)
         self.index = {name: k for k, name in enumerate(self.names)}
         self.count = len(self.inputs)
-        self.want_dtypes = [None if i.dtype is None else _lib._NP_TO_GE.get(i.dtype) for i in self.inputs]
+        self.want_dtypes = [None if i.dtype is None else _ge_dtype_or_none(i.dtype) for i in self.inputs]
         # per input: None (any shape) or a tuple with an int per fixed dim and None per free one
         self.patterns = [None if i.shape is None else tuple(d if type(d) is int else None for d in i.shape)
                          for i in self.inputs]
@@ -94,7 +101,7 @@ class GraphSpec:
         if want is not None and dt != want:
             given = _lib._GE_TO_NP[dt]
             raise self._error(InputTypeError, f"input {i} ({info.name!r}): dtype {given} does not match the graph's "
-                              f"{info.dtype} (convert it: array.astype(np.{info.dtype}))", api, i)
+                              f"{info.dtype} (convert it: array.astype({_dtypes.dtype_name(info.dtype)}))", api, i)
         pattern = self.patterns[i]
         if pattern is not None and (len(shape) != len(pattern) or
                                     any(p is not None and p != d for p, d in zip(pattern, shape, strict=True))):

@@ -20,7 +20,7 @@ from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from . import _version
+from . import _dtypes, _version
 from ._preload import preload
 from .errors import FAILED, GeError
 
@@ -151,7 +151,16 @@ _NP_TO_GE: dict[np.dtype, int] = {
     np.dtype(np.bool_): 12,
 }
 _GE_TO_NP: dict[int, np.dtype] = {v: k for k, v in _NP_TO_GE.items()}
+DT_BF16 = 27  # numpy has no bfloat16: ml_dtypes' joins both maps on first need (see _bfloat16)
 MAX_DIMS = 25
+
+
+def _bfloat16() -> np.dtype | None:
+    dt = _dtypes.bfloat16()
+    if dt is not None:
+        _NP_TO_GE.setdefault(dt, DT_BF16)
+        _GE_TO_NP.setdefault(DT_BF16, dt)
+    return dt
 
 
 def ge_dtype(dtype: Any) -> int:
@@ -160,14 +169,24 @@ def ge_dtype(dtype: Any) -> int:
     try:
         return _NP_TO_GE[dt]
     except KeyError:
-        supported = ", ".join(sorted(str(d) for d in _NP_TO_GE))
-        raise TypeError(f"dtype {dt} has no GE equivalent; supported: {supported}") from None
+        if dt.name == "bfloat16" and dt == _bfloat16():
+            return DT_BF16
+        supported = ", ".join(sorted(str(d) for d in _NP_TO_GE if d.name != "bfloat16"))
+        raise TypeError(f"dtype {dt} has no GE equivalent; supported: {supported}, and bfloat16 as "
+                        "ml_dtypes.bfloat16") from None
 
 
 def np_dtype(ge_type: int) -> np.dtype:
     try:
         return _GE_TO_NP[ge_type]
     except KeyError:
+        if ge_type == DT_BF16:
+            dt = _bfloat16()
+            if dt is not None:
+                return dt
+            raise GeError(FAILED, "the runtime returned a bfloat16 tensor, which numpy cannot represent without "
+                          "ml_dtypes: pip install ml_dtypes (or Cast the graph's output to float32)",
+                          "geasync") from None
         raise GeError(FAILED, f"the runtime returned a tensor of ge::DataType {ge_type}, which numpy "
                       "cannot represent", "geasync") from None
 
@@ -403,6 +422,8 @@ _layouts: dict[int, tuple[np.dtype, tuple[int, ...], int] | None] = {}
 def _learn_layout(o: Any) -> tuple[np.dtype, tuple[int, ...], int] | None:
     """What an output's description means for _wrap_outputs (kept under its layout id when it has one)."""
     dt = _GE_TO_NP.get(o.dtype)
+    if dt is None and o.dtype == DT_BF16:
+        dt = _bfloat16()
     entry = None
     size = o.size
     if dt is not None and o.placement == PLACEMENT_HOST and size <= OUTPUT_COPY_MAX:  # noqa: F821 (bound with

@@ -18,13 +18,16 @@ from typing import Iterator, NamedTuple, Optional, Union
 
 import numpy as np
 
+from . import _dtypes
+
 __all__ = ["TensorInfo", "ModelFormatError", "read_io"]
 
 Dim = Union[int, str, None]
 _Buffer = Union[bytes, memoryview]
 _Value = Union[int, tuple[int, int], None]  # a field's value: see _fields
 
-# TensorProto.DataType -> numpy (types numpy has no dtype for, e.g. bfloat16 or float8, map to None)
+# TensorProto.DataType -> numpy (types numpy has no dtype for, e.g. float8 or string, map to None; bfloat16 maps to
+# ml_dtypes' when that is installed: see _dtypes)
 _ONNX_TO_NP: dict[int, np.dtype] = {
     1: np.dtype(np.float32), 2: np.dtype(np.uint8), 3: np.dtype(np.int8), 4: np.dtype(np.uint16),
     5: np.dtype(np.int16), 6: np.dtype(np.int32), 7: np.dtype(np.int64), 9: np.dtype(np.bool_),
@@ -32,11 +35,14 @@ _ONNX_TO_NP: dict[int, np.dtype] = {
     14: np.dtype(np.complex64), 15: np.dtype(np.complex128),
 }
 
+_ONNX_BFLOAT16 = 16
+
 
 class TensorInfo(NamedTuple):
     """A declared graph input or output.
 
-    ``dtype``: a numpy dtype, or None when the model declares none or one numpy lacks (bfloat16, float8, string).
+    ``dtype``: a numpy dtype, or None when the model declares none or one numpy lacks (float8, string; bfloat16
+    when ml_dtypes is not installed).
     ``shape``: a tuple with an int per fixed dim, the dim's name (str) per named symbolic dim and None per unnamed
     one; or None when the model gives no shape at all (any rank).
     """
@@ -160,7 +166,8 @@ def _value_info(buf: _Buffer, start: int, end: int) -> TensorInfo:
             for f, w, v in _fields(buf, s, e):
                 if f == 1:
                     elem_type, shape = _tensor_type(buf, *_span(w, v, s))
-    return TensorInfo(name, _ONNX_TO_NP.get(elem_type), shape)
+    dtype = _dtypes.bfloat16() if elem_type == _ONNX_BFLOAT16 else _ONNX_TO_NP.get(elem_type)
+    return TensorInfo(name, dtype, shape)
 
 
 def _tensor_name(buf: _Buffer, start: int, end: int) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 
-from . import _lib
+from . import _dtypes, _lib
 from ._inputs import run_context, unknown_graph_feeds_error
 
 __all__ = ["Tensor"]
@@ -315,7 +315,7 @@ def _not_an_array(x: Any, i: int, what: str, spec: Any, api: str, graph_id: int)
     """The TypeError for an input that is neither a Tensor nor an array, naming the call, the graph and the input."""
     name = f" ({spec.names[i]!r})" if spec is not None and i < spec.count else ""
     want = spec.inputs[i].dtype if spec is not None and i < spec.count else None
-    convert = f"np.asarray(value, dtype=np.{want})" if want is not None else "np.asarray(value)"
+    convert = f"np.asarray(value, dtype={_dtypes.dtype_name(want)})" if want is not None else "np.asarray(value)"
     return TypeError(f"{run_context(api, graph_id)}: {what}[{i}]{name} must be a geasync.Tensor or a numpy.ndarray, "
                      f"got {type(x).__name__} (pass {convert})")
 
@@ -328,6 +328,6 @@ def _unusable_input(exc: Exception, x: NDArray[Any], i: int, what: str, spec: An
     hint = ""
     if isinstance(exc, TypeError):
         want = spec.inputs[i].dtype if spec is not None and i < spec.count else None
-        hint = (f" (convert it: array.astype(np.{want}))" if want is not None else
+        hint = (f" (convert it: array.astype({_dtypes.dtype_name(want)}))" if want is not None else
                 " (convert it to one of those: array.astype(...))")
     return type(exc)(f"{where}: {exc}{hint}")

@@ -79,10 +79,18 @@ def test_initializer_backed_inputs_are_not_inputs():
 
 
 def test_dtype_numpy_lacks_is_none():
+    model = make_model([helper.make_node("Cast", ["x"], ["y"], to=F)], [("x", TensorProto.FLOAT8E4M3FN, [2])],
+                       [("y", F, [2])], opset=19)
+    (x,) = ga.Graph.from_onnx(model).inputs
+    assert x.dtype is None and x.shape == (2,)
+
+
+def test_bfloat16_is_ml_dtypes_bfloat16():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
     model = make_model([helper.make_node("Cast", ["x"], ["y"], to=F)], [("x", TensorProto.BFLOAT16, [2])],
                        [("y", F, [2])])
     (x,) = ga.Graph.from_onnx(model).inputs
-    assert x.dtype is None and x.shape == (2,)
+    assert x.dtype == np.dtype(ml_dtypes.bfloat16) and x.shape == (2,)
 
 
 def _onnx_view(info):

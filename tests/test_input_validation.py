@@ -252,14 +252,26 @@ def test_input_errors_pickle():
     assert type(again) is ga.InputTypeError and str(again) == str(ei.value) and again.input_name == "b"
 
 
-def test_bfloat16_declared_input_is_not_dtype_checked_here():
-    """numpy has no bfloat16: the declaration is listed with dtype None, and the runtime has the last word."""
+def test_bfloat16_declared_input_is_checked_as_ml_dtypes_bfloat16():
+    pytest.importorskip("ml_dtypes")
     model = make_model([helper.make_node("Cast", ["x"], ["y"], to=F)], [("x", TensorProto.BFLOAT16, [2])],
                        [("y", F, [2])])
     with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(model))
-        assert s.graph_inputs(1)[0].dtype is None
-        with pytest.raises(ga.GeError) as ei:
+        with pytest.raises(ga.InputTypeError, match=r"does not match the graph's bfloat16 .*ml_dtypes\.bfloat16"):
+            s.run_graph(1, [np.ones(2, np.float32)])
+
+
+def test_float8_declared_input_is_not_dtype_checked_here():
+    """numpy has no float8: the declaration is listed with dtype None, and the runtime has the last word (the twin
+    refuses the type when the graph is added, naming it)."""
+    model = make_model([helper.make_node("Cast", ["x"], ["y"], to=F)], [("x", TensorProto.FLOAT8E4M3FN, [2])],
+                       [("y", F, [2])], opset=19)
+    g = ga.Graph.from_onnx(model)
+    assert g.inputs[0].dtype is None
+    with ga.Session() as s:
+        with pytest.raises(ga.GeError, match="FLOAT8E4M3FN") as ei:
+            s.add_graph(1, g)
             s.run_graph(1, [np.ones(2, np.float32)])
         assert not isinstance(ei.value, ga.InputError)
 

@@ -101,16 +101,16 @@ def test_only_lib_touches_the_native_extensions():
 
 
 def test_lib_is_the_bottom_layer():
-    """The ffi chokepoint depends on nothing above it (errors and the library preloader only)."""
-    allowed = {"geasync.errors", "geasync._preload", "geasync._version"}
+    """The ffi chokepoint depends on nothing above it (errors, the library preloader and the optional dtypes only)."""
+    allowed = {"geasync.errors", "geasync._preload", "geasync._version", "geasync._dtypes"}
     assert _graph()[FFI_OWNER] <= allowed | NATIVE_MODULES, _graph()[FFI_OWNER]
 
 
 # Bottom to top (docs/architecture.md). A module may import modules of its own layer or below, never above.
 LAYERS: list[set[str]] = [
-    # foundations: no geasync imports
-    {"errors", "_version", "_preload", "_metadata", "_options", "_stats", "_external_data", "_toolkit", "_loops",
-     "_cffi_build"},
+    # foundations: no geasync imports but each other's (_metadata reads _dtypes)
+    {"errors", "_version", "_preload", "_dtypes", "_metadata", "_options", "_stats", "_external_data", "_toolkit",
+     "_loops", "_cffi_build"},
     {"_lib"},  # the ffi chokepoint
     # native values and what describes them
     {"_inputs", "tensor", "graph", "allocator", "_faults", "samples", "_check"},
