@@ -221,6 +221,8 @@ def test_onnxruntime_contrib_ops_are_refused_by_name_and_domain(op, inputs):
 @pytest.mark.parametrize("c, hw, k, stride, dil, bias", [
     (576, 2, 5, 1, 1, True), (96, 8, 5, 2, 1, True), (88, 8, 3, 1, 1, False), (24, 5, 3, 2, 2, True),
     (16, 4, 3, 1, 1, True),
+    # channel counts that take every register block of the AVX2 kernel (64 + 8, 16 + 8 + a tail of 4, 16 + 4)
+    (72, 3, 3, 1, 1, False), (28, 4, 5, 1, 1, True), (20, 8, 5, 2, 1, True), (672, 4, 5, 1, 1, True),
 ])
 def test_depthwise_conv_on_small_maps(c, hw, k, stride, dil, bias):
     pad = dil * (k - 1) // 2
@@ -245,6 +247,22 @@ def test_depthwise_conv_folded_batchnorm_relu():
     x = _randn(3, c, hw, hw)
     x[0, 0, 0, 0] = np.nan  # NaN stays NaN through the fused Relu
     _check_runs(model, [[x], [_randn(1, c, hw, hw)]], rtol=1e-4, atol=1e-4)
+
+
+# ---- a float16-converted EfficientNet's squeeze-excite: GlobalAveragePool on float16 maps, late 2x2 and 1x1 ones
+# included (widened to float32 once, summed in double: the float16 result of the exact mean) ----
+
+@pytest.mark.parametrize("shape", [(2, 144, 16, 16), (2, 40, 2, 2), (3, 24, 1, 1), (1, 8, 7, 7), (2, 5, 3, 1, 2)])
+def test_float16_global_average_pool(shape):
+    x = _randn(*shape).astype(np.float16)
+    x.reshape(-1)[0] = np.float16(60000.0)  # float16 sums would overflow; the mean does not
+    model = _model([helper.make_node("GlobalAveragePool", ["x"], ["y"])], [("x", F16, list(shape))],
+                   [("y", F16, None)])
+    want = x.astype(np.float64).mean(axis=tuple(range(2, len(shape))), keepdims=True).astype(np.float16)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        (got,) = s.run_graph(1, [x])
+    np.testing.assert_array_equal(got.numpy(), want)
 
 
 # ---- a float16-converted ResNet's stem: MaxPool 3x3 stride 2 (pads, ceil_mode, Indices) on float16 values ----

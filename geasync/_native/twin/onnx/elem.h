@@ -114,6 +114,10 @@ bool KernelInts(const KernelCtx &c, size_t i, std::vector<int64_t> *vals);
 void HalfToFloatArray(const uint16_t *x, float *y, int64_t n);
 void FloatToHalfArray(const float *x, uint16_t *y, int64_t n);
 
+// y[i][j] = x[i + j * is] for a rows x cols float32 output (8x8 AVX2 blocks where the CPU has them, as Transpose
+// uses). Defined in ops_shape.cc.
+void TransposeFloats(const float *x, float *y, int64_t rows, int64_t cols, int64_t is);
+
 // Prepares a float16/bfloat16 node through its float32 kernel: 16-bit inputs are widened into scratch, the float
 // kernel runs, 16-bit outputs are rounded back. Inputs/outputs of other dtypes pass through unchanged.
 std::unique_ptr<Kernel> PrepareViaFloat(const KernelCtx &c, PrepareFn float_prepare, std::string *reason);

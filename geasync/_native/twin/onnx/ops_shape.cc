@@ -454,6 +454,15 @@ std::unique_ptr<Kernel> PrepareTranspose(const KernelCtx &c, std::string *reason
 
 }  // namespace
 
+void TransposeFloats(const float *x, float *y, int64_t rows, int64_t cols, int64_t is) {
+#if defined(__x86_64__)
+  static const bool avx2 = vmath::ActiveIsa() != vmath::Isa::kBaseline;
+  if (avx2) return TransposeTiled4Avx2(x, y, rows, cols, is);
+#endif
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) y[i * cols + j] = x[i + j * is];
+}
+
 void RegisterShapeOps(std::vector<OpDef> *ops) {
   ops->push_back({"Identity", 1, 1, 1, 1, nullptr, InferIdentity, PrepareCopy, true});
   ops->push_back({"Reshape", 1, 2, 1, 1, CheckReshape, InferReshape, PrepareCopy, true});
