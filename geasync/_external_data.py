@@ -10,6 +10,7 @@ beyond the file's end raises ValueError naming the tensor.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterator
 
 _WIRE_VARINT, _WIRE_I64, _WIRE_LEN, _WIRE_I32 = 0, 1, 2, 5
@@ -79,11 +80,18 @@ def _read_external(name: str, entries: dict[str, str], model_dir: str) -> bytes:
     except ValueError:
         raise ValueError(f"tensor {name!r}: external data offset/length are not integers") from None
     try:
-        size = os.path.getsize(path)
-        if offset < 0 or offset > size or (length is not None and (length < 0 or offset + length > size)):
-            raise ValueError(f"tensor {name!r}: external data range offset={offset} length={length} lies beyond "
-                             f"the end of {location!r} ({size} bytes)")
-        with open(path, "rb") as f:
+        # O_NONBLOCK: opening a FIFO (or a device) named by a hostile model must not wait for a writer forever; only
+        # a regular file is read, and its size is taken from the file opened, not from the path
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            raise ValueError(f"tensor {name!r}: external data location {location!r} is not a regular file")
+        with os.fdopen(fd, "rb") as f:
+            size = info.st_size
+            if offset < 0 or offset > size or (length is not None and (length < 0 or offset + length > size)):
+                raise ValueError(f"tensor {name!r}: external data range offset={offset} length={length} lies beyond "
+                                 f"the end of {location!r} ({size} bytes)")
             f.seek(offset)
             return f.read(size - offset if length is None else length)
     except OSError as exc:

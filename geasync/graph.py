@@ -94,4 +94,7 @@ def _with_external_data(model: bytes, path: str) -> bytes:
     """Initializers stored as external data, read from their files beside the model (ValueError if unsafe)."""
     from ._external_data import inline_external_data
 
-    return inline_external_data(model, os.path.dirname(os.path.abspath(path)))
+    try:
+        return inline_external_data(model, os.path.dirname(os.path.abspath(path)))
+    except ValueError as exc:  # name the call and the model: the message names only the tensor and its file
+        raise type(exc)(f"Graph.from_onnx({path!r}): {exc}") from None

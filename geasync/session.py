@@ -62,11 +62,12 @@ class CompiledGraphSummary:
     output_dtypes: list[Optional[np.dtype[Any]]]  # None: a ge::DataType numpy lacks
 
 
-def _check_graph_id(graph_id: Any) -> int:
+def _check_graph_id(graph_id: Any, api: str = "") -> int:
+    where = f"{api}: " if api else ""  # the call, so that a bad id in a larger program is found
     if not isinstance(graph_id, int) or isinstance(graph_id, bool):
-        raise TypeError(f"graph_id must be an int, got {type(graph_id).__name__}")
+        raise TypeError(f"{where}graph_id must be an int, got {type(graph_id).__name__} (pass int(graph_id))")
     if not 0 <= graph_id <= 0xFFFFFFFF:
-        raise ValueError(f"graph_id must fit in uint32, got {graph_id}")
+        raise ValueError(f"{where}graph_id must fit in uint32, got {graph_id} (0 to 4294967295)")
     return graph_id
 
 
@@ -128,7 +129,7 @@ class Session:
         self._watchdog: Optional[Timer] = None  # the abandoned-run check, on the loop of _watch_hub (close cancels)
         self._watch_hub: Any = None
         self._default_allocators: set[int] = set()  # streams given geasync's device allocator by this session
-        opts = _check_options(options, "options")
+        opts = _check_options(options, "Session(): options")
         # geasync's own options ("geasync.*") are checked here and never reach the runtime
         ge_opts, own_opts = split_options(opts, SESSION_OPTIONS, "Session() options")
         if not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) or max_in_flight < 1:
@@ -363,11 +364,12 @@ class Session:
         self._add(graph_id, graph, options, clone=True)
 
     def _add(self, graph_id: Any, graph: Any, options: Any, clone: bool) -> None:
-        _check_graph_id(graph_id)
+        _check_graph_id(graph_id, f"Session.{'add_graph_clone' if clone else 'add_graph'}()")
         if not isinstance(graph, Graph):
             raise TypeError(f"graph must be a geasync.Graph, got {type(graph).__name__}")
         api = "add_graph_clone" if clone else "add_graph"
-        opts, _ = split_options(_check_options(options, "options"), GRAPH_OPTIONS, f"Session.{api}() options")
+        opts, _ = split_options(_check_options(options, f"Session.{api}(): options"), GRAPH_OPTIONS,
+                                  f"Session.{api}() options")
         context = f"Session.{api}(graph_id={graph_id})"
         with self._native(context) as handle:
             _lib.add_graph(handle, graph_id, graph._handle(context), opts, clone, context)
@@ -378,7 +380,7 @@ class Session:
 
     def remove_graph(self, graph_id: int) -> None:
         """Remove a graph; a running graph is removed once its runs finish (GE defers it)."""
-        _check_graph_id(graph_id)
+        _check_graph_id(graph_id, "Session.remove_graph()")
         context = f"Session.remove_graph(graph_id={graph_id})"
         with self._native(context) as handle:
             _lib.remove_graph(handle, graph_id, context)
@@ -391,7 +393,7 @@ class Session:
     def compile_graph(self, graph_id: int, inputs: Optional[Inputs] = None) -> None:
         """Compile now (runs compile on demand). ``inputs`` (Tensors/arrays, a list or a ``{name: array}`` mapping)
         set the Data nodes' shapes and dtypes: later runs must then match them (GE fixes the Data nodes)."""
-        _check_graph_id(graph_id)
+        _check_graph_id(graph_id, "Session.compile_graph()")
         context = f"Session.compile_graph(graph_id={graph_id})"
         self._live(context)
         spec = self._specs.get(graph_id)
@@ -414,23 +416,24 @@ class Session:
 
     def load_graph(self, graph_id: int, options: Optional[Options] = None, stream: Optional[StreamLike] = None) -> None:
         """Load now (compiling first if needed); runs load on demand."""
-        _check_graph_id(graph_id)
-        opts, _ = split_options(_check_options(options, "options"), LOAD_OPTIONS, "Session.load_graph() options")
+        _check_graph_id(graph_id, "Session.load_graph()")
+        opts, _ = split_options(_check_options(options, "Session.load_graph(): options"), LOAD_OPTIONS,
+                                  "Session.load_graph() options")
         if stream is not None:
-            stream_address(stream, "stream")  # its type, before the session is asked
+            stream_address(stream, f"Session.load_graph(graph_id={graph_id}): stream")  # before the session is asked
         context = f"Session.load_graph(graph_id={graph_id})"
         with self._native(context) as handle, \
                 (nullcontext(0) if stream is None else stream_in_use(stream, "stream")) as address:
             _lib.load_graph(handle, graph_id, opts, address, context)
 
     def is_graph_need_rebuild(self, graph_id: int) -> bool:
-        _check_graph_id(graph_id)
+        _check_graph_id(graph_id, "Session.is_graph_need_rebuild()")
         with self._native("Session.is_graph_need_rebuild()") as handle:
             return _lib.is_graph_need_rebuild(handle, graph_id)
 
     def get_compiled_graph_summary(self, graph_id: int) -> CompiledGraphSummary:
         """GE's summary of a compiled graph; GeError (GE_GRAPH_NOT_BUILT) if it is not compiled yet."""
-        _check_graph_id(graph_id)
+        _check_graph_id(graph_id, "Session.get_compiled_graph_summary()")
         context = f"Session.get_compiled_graph_summary(graph_id={graph_id})"
         with self._native(context) as handle:
             s = _lib.compiled_graph_summary(handle, graph_id, context)
@@ -467,7 +470,7 @@ class Session:
         return dict(zip(names, outputs, strict=True))
 
     def _spec(self, graph_id: Any, api: str) -> GraphSpec:
-        _check_graph_id(graph_id)
+        _check_graph_id(graph_id, api if "." in api else f"Session.{api}()")
         spec = self._specs.get(graph_id)
         if spec is None:
             error = self._spec_errors.get(graph_id)
@@ -498,7 +501,7 @@ class Session:
         mapping. They are checked against the graph's declared inputs first (``InputError``). The outputs come in the
         graph's output order (``graph_outputs``; ``output_dict`` keys them by name)."""
         if type(graph_id) is not int or not 0 <= graph_id <= 0xFFFFFFFF:
-            _check_graph_id(graph_id)  # raises with the reason
+            _check_graph_id(graph_id, "Session.run_graph()")  # raises with the reason
         # rows describe the inputs; keep (Tensors and their owners) and the rows' buffers stay alive until return
         rows, keep, _, _ = input_rows(inputs, "inputs", False, self._specs.get(graph_id), "run_graph", graph_id)
         context = "Session.run_graph(graph_id={graph_id})"  # formatted only where it is raised with
@@ -555,8 +558,8 @@ class Session:
         memory comes from the allocator registered for the stream; a stream with none gets geasync's device
         allocator.
         """
-        _check_graph_id(graph_id)
-        stream_address(stream, "stream")  # its type, before the inputs
+        _check_graph_id(graph_id, "Session.run_graph_with_stream_async()")
+        stream_address(stream, f"Session.run_graph_with_stream_async(graph_id={graph_id}): stream")  # before inputs
         prepared = prepare_inputs(inputs, require_list=True, spec=self._specs.get(graph_id),
                                   api="run_graph_with_stream_async", graph_id=graph_id)
         context = f"Session.run_graph_with_stream_async(graph_id={graph_id})"
@@ -602,7 +605,7 @@ class Session:
         """
         # every run takes this path: the checks are inlined and the context string is made only for an error
         if type(graph_id) is not int or not 0 <= graph_id <= 0xFFFFFFFF:
-            _check_graph_id(graph_id)
+            _check_graph_id(graph_id, "Session.run_graph_async()")
         if timeout is not None:
             timeout = check_timeout(timeout, "Session.run_graph_async")
         spec = self._specs.get(graph_id)
@@ -930,7 +933,7 @@ class Session:
     # --- allocators ---
     def register_external_allocator(self, stream: StreamLike, allocator: Allocator) -> None:
         """Use ``allocator`` for output memory of runs on ``stream`` (process-wide, the last registration wins)."""
-        address = stream_address(stream, "stream")
+        address = stream_address(stream, "Session.register_external_allocator(): stream")
         if not isinstance(allocator, Allocator):
             raise TypeError(f"allocator must be a geasync.Allocator instance, got {type(allocator).__name__}")
         context = "Session.register_external_allocator()"
@@ -940,7 +943,7 @@ class Session:
         mark_allocator(address, None)
 
     def unregister_external_allocator(self, stream: StreamLike) -> None:
-        address = stream_address(stream, "stream")
+        address = stream_address(stream, "Session.unregister_external_allocator(): stream")
         context = "Session.unregister_external_allocator()"
         with self._native(context) as handle:
             _lib.unregister_external_allocator(handle, address, context)

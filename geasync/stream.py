@@ -17,10 +17,13 @@ from typing import Any, Iterator, Optional
 import anyio
 
 from . import _hub, _lib, _streams
+from ._loops import check_timeout
 from ._streams import release_default_allocator
 from .errors import FAILED, GeError, SessionClosedError
 
 __all__ = ["Stream", "stream_address"]
+
+_MAX_SYNC_MS = 2**31 - 1  # aclrtSynchronizeStreamWithTimeout's timeout is an int32 of milliseconds
 
 
 class Stream:
@@ -29,6 +32,9 @@ class Stream:
     def __init__(self, device_id: int = -1) -> None:
         if not isinstance(device_id, int) or isinstance(device_id, bool):
             raise TypeError(f"device_id must be an int, got {type(device_id).__name__}")
+        if device_id < -1:  # -1 is the default device; any other negative id would be taken for it silently
+            raise ValueError(f"Stream(): device_id must be a device number >= 0, or -1 for the default device, got "
+                             f"{device_id}")
         _lib.ensure_initialized()
         self._lock = threading.Lock()
         self._address = 0
@@ -81,9 +87,15 @@ class Stream:
     def synchronize(self, timeout: float | None = None) -> None:
         """Block until every task enqueued so far has finished (aclrtSynchronizeStream, GIL released).
 
-        ``timeout`` in seconds; on expiry a GeError with ACL_ERROR_RT_STREAM_SYNC_TIMEOUT is raised.
+        ``timeout`` in seconds (None or inf: no limit); on expiry a GeError with ACL_ERROR_RT_STREAM_SYNC_TIMEOUT is
+        raised.
         """
-        ms = -1 if timeout is None else max(1, int(timeout * 1000))
+        ms = -1
+        if timeout is not None:
+            seconds = check_timeout(timeout, "Stream.synchronize()")  # TypeError / ValueError (NaN) naming the API
+            # ACL takes an int32 of milliseconds: a longer timeout (about 24 days) is as good as none
+            if seconds * 1000 < _MAX_SYNC_MS:
+                ms = max(1, int(seconds * 1000))
         with self._using() as address:
             _lib.stream_synchronize(address, ms, "Stream.synchronize()")
         _streams.reap()
@@ -206,5 +218,8 @@ def stream_address(stream: Any, what: str) -> int:
     if isinstance(stream, Stream):
         return stream.address
     if isinstance(stream, int) and not isinstance(stream, bool):
+        if not 0 <= stream < 2**64:  # the native side would take it modulo 2^64: another address, or a null stream
+            raise ValueError(f"{what} must be a stream's address (int(stream) of a geasync.Stream, a pointer-sized "
+                             f"int >= 0), got {stream}")
         return stream
     raise TypeError(f"{what} must be an int (stream address) or a geasync.Stream, got {type(stream).__name__}")

@@ -169,6 +169,9 @@ class Tensor:
 
     def to_device(self, device_id: int = -1) -> "Tensor":
         """A copy in device memory (aclrtMalloc + aclrtMemcpy host->device)."""
+        if not isinstance(device_id, int) or isinstance(device_id, bool) or device_id < -1:
+            raise ValueError(f"Tensor.to_device(): device_id must be a device number >= 0, or -1 for the default "
+                             f"device, got {device_id!r}")
         nbytes = self.nbytes
         _lib.ensure_initialized()
         owner = _lib.device_buffer(nbytes, device_id, "Tensor.to_device()")
