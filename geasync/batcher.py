@@ -334,6 +334,8 @@ class Batcher:
                                      "the stream that produced it is synchronized, tensor.to_host())")
                 x = x.numpy()
             a = x
+            if isinstance(a, np.ndarray) and type(a) is not np.ndarray:
+                a = np.asarray(a)  # a subclass (np.matrix, a memmap...) as its plain array, as Session runs take it
             if type(a) is not np.ndarray:
                 raise TypeError(f"Batcher.run: inputs[{i}] must be a numpy.ndarray or a geasync.Tensor, got "
                                 f"{type(x).__name__}")
@@ -351,19 +353,21 @@ class Batcher:
             arrays.append(a)
         if rows < 1:
             raise ValueError(f"Batcher.run(graph={self.graph}): a request needs at least one row on axis {axis}")
-        if rows > self._max_batch_size:
-            raise ValueError(f"Batcher.run(graph={self.graph}): {rows} rows exceed {self._bound_by}; split the "
-                             "request or raise " + ("max_batch_size" if self._bound_by.startswith("max_batch_size")
-                                                    else "the sizes of batch_sizes"))
         key = tuple((a.dtype, a.shape[:axis] + a.shape[axis + 1:]) for a in arrays)
         known = self._fitting.get(key)
         if known is None:
+            # before the row bound: an input missing its batch dim (x[0] for x[None]) is a shape error, whose
+            # message says so, not a request of 784 "rows"
             if self._inputs is not None:
                 self._check_declared(arrays)
             if len(self._fitting) < 64:
                 self._fitting[key] = key  # requests of this signature fit: skip the check next time
         else:
             key = known
+        if rows > self._max_batch_size:
+            raise ValueError(f"Batcher.run(graph={self.graph}): {rows} rows exceed {self._bound_by}; split the "
+                             "request or raise " + ("max_batch_size" if self._bound_by.startswith("max_batch_size")
+                                                    else "the sizes of batch_sizes"))
         if len(arrays) == 1 and axis == 0:
             self._last_dtype, self._last_tail, self._last_key = key[0][0], key[0][1], key
             self._last_shape = arrays[0].shape
