@@ -197,9 +197,17 @@ def _load_inputs(specs: Sequence[str], info: Any, model: str) -> list[Any]:
             raise UsageError(f"--input {spec!r}: {model} has no input {name!r}; its inputs: "
                              + ", ".join(_describe(i) for i in info.inputs))
         try:
-            given[name] = np.load(file, allow_pickle=False)
+            loaded = np.load(file, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise UsageError(f"--input {spec!r}: cannot load {file!r} as a .npy array: {exc}") from None
+        if not isinstance(loaded, np.ndarray):  # np.load opens a .npz archive (several arrays) as an NpzFile
+            names = ", ".join(getattr(loaded, "files", []))
+            close = getattr(loaded, "close", None)
+            if close is not None:
+                close()
+            raise UsageError(f"--input {spec!r}: {file!r} is a .npz archive (arrays: {names or 'none'}), not one "
+                             "array; save each input with np.save(FILE.npy, array)")
+        given[name] = loaded
     missing = [_describe(i) for i in info.inputs if i.name not in given]
     if missing:
         raise UsageError(f"{model} needs these inputs too: {', '.join(missing)} (--input NAME=FILE.npy)")

@@ -6,6 +6,8 @@ under a timeout, so a regression fails its test, not the suite."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 
 import anyio
@@ -238,3 +240,17 @@ async def test_batcher_reports_a_missing_batch_dim_as_a_shape_error(anyio_backen
                 batcher.run([np.ones((9, 784), np.float32)])
             (y,) = await batcher.run([x])
             assert y.shape == (2, 10)
+
+
+# --- 5. the command line -----------------------------------------------------------------------------------------
+
+def test_cli_run_refuses_an_npz_archive_as_an_input_with_a_usage_error(tmp_path):
+    # before: np.load returned an NpzFile, which reached Session.run_graph and ended in a TypeError traceback
+    model = tmp_path / "mlp.onnx"
+    model.write_bytes(ga.samples.mlp().model_bytes)
+    np.savez(tmp_path / "x.npz", x=np.zeros((1, 784), np.float32))
+    r = subprocess.run([sys.executable, "-m", "geasync", "run", str(model), "--input", f"x={tmp_path / 'x.npz'}"],
+                       capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert r.returncode == 2, r.stderr  # a bad command line, not a failed run
+    assert "Traceback" not in r.stderr
+    assert "is a .npz archive (arrays: x), not one array; save each input with np.save" in r.stderr
