@@ -38,6 +38,7 @@ from numpy.typing import NDArray
 
 from . import _lib
 from ._loops import TrioWaiter, check_timeout, fail_after, running_loop, trio_token
+from ._inputs import no_graph_error
 from ._metadata import TensorInfo
 from ._stats import Histogram, HistogramSnapshot, logger, now
 from ._types import Inputs
@@ -164,6 +165,9 @@ class Batcher:
             raise ValueError(f"Batcher: batch_axis must be an int >= 0 (the axis of every input that counts its "
                              f"rows), got {batch_axis!r}")
         for graph_id in graph_ids:
+            if graph_id not in session._specs and graph_id not in session._spec_errors and not session.closed:
+                # said here, naming the Batcher, rather than by the compile it would start
+                raise no_graph_error(graph_id, f"Batcher(graph={graph_id})")
             session._modes.check(graph_id, RUN_GRAPH_ASYNC, f"Batcher(graph={graph_id})")
         self._graph_id = graph_ids[0]
         self._inputs, self._output_axes = _layout(session, graph_ids[0], batch_axis, self._sizes, explicit_sizes)

@@ -242,6 +242,16 @@ async def test_batcher_reports_a_missing_batch_dim_as_a_shape_error(anyio_backen
             assert y.shape == (2, 10)
 
 
+def test_a_batcher_over_a_graph_the_session_lacks_names_the_batcher():
+    # before: "GeSession::CompileGraph failed ... in Session.compile_graph(graph_id=99)", a call the user never made
+    with ga.Session() as s:
+        s.add_graph(1, ga.samples.mlp())
+        with pytest.raises(ga.GeError, match=r"in Batcher\(graph=99\): graph_id=99 does not exist in this session "
+                                             r"\(add it with add_graph\)"):
+            ga.Batcher(s, 99)
+        assert s.is_graph_need_rebuild(1)  # nothing was compiled on the way
+
+
 # --- 5. the command line -----------------------------------------------------------------------------------------
 
 def test_cli_run_refuses_an_npz_archive_as_an_input_with_a_usage_error(tmp_path):
@@ -254,3 +264,4 @@ def test_cli_run_refuses_an_npz_archive_as_an_input_with_a_usage_error(tmp_path)
     assert r.returncode == 2, r.stderr  # a bad command line, not a failed run
     assert "Traceback" not in r.stderr
     assert "is a .npz archive (arrays: x), not one array; save each input with np.save" in r.stderr
+
