@@ -609,6 +609,84 @@ def sweep3_cases(size: str):
     yield "Transpose NCHW -> NHWC, 8 channels", *single_op("Transpose", nchw, perm=[0, 2, 3, 1])
 
 
+def conv_sweep_cases(size: str):
+    """Shapes other people's models use (1M size only): Conv1d (audio / text, plain and depthwise), Conv3d (video),
+    ConvTranspose stride 2 (2-D k 2/3/4 with output_padding, 1-D), 2-D convs with asymmetric pads, 1x7 / 7x1 kernels,
+    stride 2, grouped, the 7x7 s2 first layer at batch 1 and 8; pools with ceil_mode / count_include_pad, 1-D and 3-D,
+    global and Lp pools; Resize in its modes and coordinate transformations, up and down."""
+    if size != "1M":
+        return
+
+    def conv(name, x, w, op="Conv", **attrs):
+        wt = [("w", rand(w, -0.2, 0.2, 31))]
+        return f"{name} on {'x'.join(map(str, x.shape))}", *single_op(op, x, initializers=wt, **attrs)
+
+    for c_in, c_out, k, s, length in ((128, 128, 3, 1, 4096), (64, 128, 5, 2, 16000), (256, 256, 7, 1, 1024),
+                                      (64, 64, 11, 1, 4096), (512, 512, 3, 2, 1024)):
+        yield conv(f"Conv1d k{k} s{s} {c_in}->{c_out}", rand([1, c_in, length], seed=32), [c_out, c_in, k],
+                   kernel_shape=[k], strides=[s], pads=[k // 2, k // 2])
+    for c, k, length in ((512, 3, 1024), (256, 7, 4096), (128, 11, 16000)):
+        yield conv(f"Conv1d depthwise k{k} {c}", rand([1, c, length], seed=33), [c, 1, k], kernel_shape=[k],
+                   pads=[k // 2, k // 2], group=c)
+    for c_in, c_out, d, h in ((16, 32, 8, 56), (64, 64, 4, 28)):
+        yield conv(f"Conv3d 3x3x3 p1 {c_in}->{c_out}", rand([1, c_in, d, h, h], seed=34), [c_out, c_in, 3, 3, 3],
+                   kernel_shape=[3, 3, 3], pads=[1] * 6)
+    x = rand([1, 64, 56, 56], seed=35)
+    yield conv("ConvTranspose 2x2 s2 64->32", x, [64, 32, 2, 2], op="ConvTranspose", kernel_shape=[2, 2],
+               strides=[2, 2])
+    yield conv("ConvTranspose 3x3 s2 p1 op1 64->32", x, [64, 32, 3, 3], op="ConvTranspose", kernel_shape=[3, 3],
+               strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])
+    yield conv("ConvTranspose 4x4 s2 p1 64->32", x, [64, 32, 4, 4], op="ConvTranspose", kernel_shape=[4, 4],
+               strides=[2, 2], pads=[1, 1, 1, 1])
+    yield conv("ConvTranspose1d k4 s2 p1 128->64", rand([1, 128, 2048], seed=36), [128, 64, 4], op="ConvTranspose",
+               kernel_shape=[4], strides=[2], pads=[1, 1])
+    yield conv("Conv 3x3 s2 pads 0,0,1,1 64->128", x, [128, 64, 3, 3], kernel_shape=[3, 3], strides=[2, 2],
+               pads=[0, 0, 1, 1])
+    yield conv("Conv 3x3 s2 p1 64->128", x, [128, 64, 3, 3], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    yield conv("Conv 1x1 s2 64->128", x, [128, 64, 1, 1], kernel_shape=[1, 1], strides=[2, 2])
+    for n in (1, 8):
+        xi = rand([n, 128, 17, 17], seed=37)
+        yield conv("Conv 1x7 128->128", xi, [128, 128, 1, 7], kernel_shape=[1, 7], pads=[0, 3, 0, 3])
+        yield conv("Conv 7x1 128->128", xi, [128, 128, 7, 1], kernel_shape=[7, 1], pads=[3, 0, 3, 0])
+    for g in (2, 8, 32):
+        yield conv(f"Conv 3x3 p1 groups {g} 128->128", x.repeat(2, axis=1), [128, 128 // g, 3, 3],
+                   kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=g)
+    for n, h in ((1, 224), (8, 112)):
+        yield conv("Conv 7x7 s2 p3 3->64", rand([n, 3, h, h], seed=38), [64, 3, 7, 7], kernel_shape=[7, 7],
+                   strides=[2, 2], pads=[3, 3, 3, 3])
+    xp = rand([1, 64, 112, 112], seed=39)
+    name = "x".join(map(str, xp.shape))
+    yield f"MaxPool 3x3 s2 ceil on {name}", *single_op("MaxPool", xp, kernel_shape=[3, 3], strides=[2, 2],
+                                                       ceil_mode=1)
+    yield f"AveragePool 3x3 s2 p1 ceil count_pad on {name}", *single_op(
+        "AveragePool", xp, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1)
+    yield f"AveragePool 2x2 s2 ceil on {name}", *single_op("AveragePool", xp[:, :, :111, :111].copy(),
+                                                           kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+    yield f"LpPool p2 3x3 s2 on {name}", *single_op("LpPool", xp, kernel_shape=[3, 3], strides=[2, 2], p=2)
+    x1 = rand([1, 256, 4096], seed=40)
+    for op in ("MaxPool", "AveragePool"):
+        yield f"{op}1d k3 s2 p1 on 1x256x4096", *single_op(op, x1, kernel_shape=[3], strides=[2], pads=[1, 1])
+    x3 = rand([1, 32, 16, 56, 56], seed=41)
+    yield "MaxPool3d 2x2x2 s2 on 1x32x16x56x56", *single_op("MaxPool", x3, kernel_shape=[2, 2, 2], strides=[2, 2, 2])
+    yield "AveragePool3d 3x3x3 s2 p1 on 1x32x16x56x56", *single_op(
+        "AveragePool", x3, kernel_shape=[3, 3, 3], strides=[2, 2, 2], pads=[1] * 6)
+    for shape in ((1, 2048, 7, 7), (1, 256, 56, 56)):
+        xg = rand(list(shape), seed=42)
+        for op in ("GlobalAveragePool", "GlobalMaxPool"):
+            yield f"{op} on {'x'.join(map(str, shape))}", *single_op(op, xg)
+    xr = rand([1, 32, 128, 128], seed=43)
+    empty = ("roi", np.zeros(0, np.float32))
+    for mode, ctm, scale, extra in (("nearest", "asymmetric", 2.0, {"nearest_mode": "floor"}),
+                                    ("nearest", "half_pixel", 2.0, {}),
+                                    ("linear", "half_pixel", 2.0, {}), ("linear", "align_corners", 2.0, {}),
+                                    ("linear", "pytorch_half_pixel", 0.5, {}), ("linear", "half_pixel", 0.5, {}),
+                                    ("nearest", "asymmetric", 0.5, {}), ("cubic", "half_pixel", 2.0, {}),
+                                    ("cubic", "align_corners", 0.5, {}), ("linear", "asymmetric", 1.5, {})):
+        sc = ("sc", np.array([1, 1, scale, scale], np.float32))
+        yield f"Resize {mode} {ctm} x{scale} on 1x32x128x128", *single_op(
+            "Resize", xr, initializers=[empty, sc], mode=mode, coordinate_transformation_mode=ctm, **extra)
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
@@ -626,6 +704,7 @@ FAMILIES = {
     "exported-model shapes": exported_model_cases,
     "pooling / conv gaps": gap_cases,
     "sweep 3: dtypes, short rows, layouts": sweep3_cases,
+    "conv sweep": conv_sweep_cases,
 }
 
 

@@ -436,7 +436,18 @@ class NearestKernel : public Kernel {
   NearestKernel(std::vector<int64_t> in_dims, std::vector<int64_t> out_dims, std::vector<std::vector<int64_t>> src,
                 size_t esize, std::vector<uint8_t> extrap)
       : in_dims_(std::move(in_dims)), out_dims_(std::move(out_dims)), src_(std::move(src)), esize_(esize),
-        extrap_(std::move(extrap)), in_strides_(Strides(in_dims_)) {}
+        extrap_(std::move(extrap)), in_strides_(Strides(in_dims_)) {
+    // repeat_ = f when the last axis reads source j / f at output j (integer upsampling with floor-like rounding).
+    const int64_t last = src_.empty() ? 0 : static_cast<int64_t>(src_.back().size());
+    const int64_t in_last = in_dims_.empty() ? 0 : in_dims_.back();
+    if (in_last > 0 && last > in_last && last % in_last == 0) {
+      const std::vector<int64_t> &lsrc = src_.back();
+      const int64_t f = last / in_last;
+      bool ok = true;
+      for (int64_t j = 0; j < last && ok; ++j) ok = lsrc[j] == j / f;
+      if (ok) repeat_ = f;
+    }
+  }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     int64_t total = 1;
     for (int64_t d : out_dims_) total *= d;
@@ -451,6 +462,8 @@ class NearestKernel : public Kernel {
     const int64_t last = out_dims_[rank - 1];
     std::vector<int64_t> pos(rank, 0);
     const std::vector<int64_t> &lsrc = src_[rank - 1];
+    const size_t row_bytes = static_cast<size_t>(last) * esize_;
+    int64_t prev_base = -1;
     for (int64_t row = 0; row < total / last; ++row) {
       int64_t base = 0;
       bool ex = false;
@@ -459,8 +472,24 @@ class NearestKernel : public Kernel {
         ex = ex || s < 0;
         base += s * in_strides_[d];
       }
-      uint8_t *yr = y + static_cast<size_t>(row * last) * esize_;
-      if (esize_ == 4 && !ex) {
+      uint8_t *yr = y + static_cast<size_t>(row) * row_bytes;
+      if (!ex && base == prev_base) {
+        // Upsampling repeats whole rows: the previous output row already holds this one.
+        std::memcpy(yr, yr - row_bytes, row_bytes);
+      } else if (esize_ == 4 && !ex && repeat_ == 2) {
+        // Each source element twice (2x upsampling, the common case): one 64-bit store per pair.
+        const uint32_t *xs = reinterpret_cast<const uint32_t *>(x) + base;
+        for (int64_t j = 0; j < last / 2; ++j) {
+          const uint64_t v = xs[j];
+          const uint64_t pair = v | (v << 32);
+          std::memcpy(yr + 8 * j, &pair, 8);
+        }
+      } else if (esize_ == 4 && !ex && repeat_ > 0) {
+        const uint32_t *xs = reinterpret_cast<const uint32_t *>(x) + base;
+        uint32_t *yd = reinterpret_cast<uint32_t *>(yr);
+        for (int64_t j = 0; j < last / repeat_; ++j)
+          for (int64_t k = 0; k < repeat_; ++k) yd[j * repeat_ + k] = xs[j];
+      } else if (esize_ == 4 && !ex) {
         const uint32_t *xs = reinterpret_cast<const uint32_t *>(x) + base;
         uint32_t *yd = reinterpret_cast<uint32_t *>(yr);
         for (int64_t j = 0; j < last; ++j) yd[j] = lsrc[j] < 0 ? Extrap32() : xs[lsrc[j]];
@@ -470,6 +499,7 @@ class NearestKernel : public Kernel {
           std::memcpy(yr + j * esize_, from, esize_);
         }
       }
+      prev_base = ex ? -1 : base;
       for (size_t d = rank - 1; d-- > 0;) {
         if (++pos[d] < out_dims_[d]) break;
         pos[d] = 0;
@@ -489,6 +519,7 @@ class NearestKernel : public Kernel {
   size_t esize_;
   std::vector<uint8_t> extrap_;
   std::vector<int64_t> in_strides_;
+  int64_t repeat_ = 0;  // 0: no repeat pattern on the last axis
 };
 
 // Linear / cubic: widen to double, one weighted pass per resized axis, round back.
