@@ -479,7 +479,16 @@ class NearestKernel : public Kernel {
       } else if (esize_ == 4 && !ex && repeat_ == 2) {
         // Each source element twice (2x upsampling, the common case): one 64-bit store per pair.
         const uint32_t *xs = reinterpret_cast<const uint32_t *>(x) + base;
-        for (int64_t j = 0; j < last / 2; ++j) {
+        int64_t j = 0;
+#if defined(__x86_64__)
+        // Four sources to eight outputs per step (SSE2, every x86-64): the 64-bit form below stays scalar.
+        for (; j + 4 <= last / 2; j += 4) {
+          const __m128 v = _mm_loadu_ps(reinterpret_cast<const float *>(xs + j));
+          _mm_storeu_ps(reinterpret_cast<float *>(yr + 8 * j), _mm_unpacklo_ps(v, v));
+          _mm_storeu_ps(reinterpret_cast<float *>(yr + 8 * j + 16), _mm_unpackhi_ps(v, v));
+        }
+#endif
+        for (; j < last / 2; ++j) {
           const uint64_t v = xs[j];
           const uint64_t pair = v | (v << 32);
           std::memcpy(yr + 8 * j, &pair, 8);
