@@ -1,7 +1,7 @@
 """Shapes from the "conv sweep" benchmark family (benchmarks/bench_ops.py) whose kernels changed: ConvTranspose at
 stride > 1 (the scatter-add of the GEMM's columns now bounds each output row once, so the taps that fall off an edge
 are the ones the pads / output_padding / odd sizes decide), Resize nearest (whole repeated rows copied from the
-previous output row, integer last-axis repeats written as runs) and AveragePool / Conv shapes it measured. Each is
+previous output row, integer last-axis repeats written as runs) and Conv3d (im2col in blocks of output rows). Each is
 checked against onnx.reference at small sizes."""
 import numpy as np
 import pytest
@@ -80,3 +80,24 @@ def test_resize_nearest(shape, scales, ctm, nearest, dtype):
     (want,) = reference(model, [x])
     assert got[0].shape == want.shape
     np.testing.assert_array_equal(got[0], want)  # a gather: the same bits
+
+
+# Conv3d through im2col in blocks of output rows (about 1 MB of columns each): maps whose column matrix spans
+# several blocks, a block boundary inside a depth slice, strides, pads, dilation, groups, batch and bias.
+_CONV3D = [
+    ((1, 4, 8, 24, 24), (6, 4, 3, 3, 3), (1, 1, 1), (1, 1, 1, 1, 1, 1), (1, 1, 1), 1),
+    ((2, 4, 6, 30, 26), (6, 2, 3, 3, 3), (1, 1, 1), (1, 0, 1, 1, 2, 0), (1, 1, 1), 2),
+    ((1, 8, 7, 40, 33), (4, 8, 3, 3, 3), (2, 1, 2), (1, 1, 1, 1, 1, 1), (1, 1, 1), 1),
+    ((1, 3, 9, 36, 36), (4, 3, 3, 5, 5), (1, 1, 1), (2, 2, 2, 2, 2, 2), (1, 2, 2), 1),
+]
+
+
+@pytest.mark.parametrize("xs,ws,strides,pads,dil,group", _CONV3D)
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv3d_column_blocks(xs, ws, strides, pads, dil, group, bias):
+    x = RNG.standard_normal(xs).astype(np.float32)
+    inits = [("w", (RNG.standard_normal(ws) * 0.2).astype(np.float32))]
+    if bias:
+        inits.append(("b", RNG.standard_normal(ws[0]).astype(np.float32)))
+    model, feeds = _one("Conv", x, inits, strides=list(strides), pads=list(pads), dilations=list(dil), group=group)
+    _check(model, feeds, rtol=1e-4, atol=1e-4)

@@ -934,6 +934,11 @@ class ConvKernel : public Kernel {
     out_sp_ = w_.out[0] * w_.out[1] * w_.out[2];
     direct_ = kk_ == 1 && w_.s[0] == 1 && w_.s[1] == 1 && w_.s[2] == 1;
     for (size_t i = 0; i < kMaxSpatial; ++i) direct_ = direct_ && w_.pb[i] == 0 && w_.pe[i] == 0;
+    if (!direct_ && w_.out[0] > 1 && out_sp_ > 0) {  // 3-D: column blocks of about 1 MB (see Run)
+      const int64_t row_bytes = cg_ * kk_ * w_.out[2] * static_cast<int64_t>(sizeof(T));
+      const int64_t rows = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(row_bytes, 1));
+      if (rows < w_.out[0] * w_.out[1]) col_rows_ = rows;
+    }
 #ifdef TWIN_HAVE_X86
     if constexpr (std::is_same<T, float>::value) {
       dconv_ = !direct_ && kk_ > 1 && out_sp_ > 0 && w_.in[0] == 1 && w_.k[0] == 1 && w_.pb[0] == 0 &&
@@ -1136,7 +1141,9 @@ class ConvKernel : public Kernel {
       return Align64(static_cast<size_t>(PadFloats()) * sizeof(T)) +
              (fused_ ? 0 : Align64(PackFloats() * sizeof(T)) + Align64(BiasFloats() * sizeof(T))) +
              Align64(static_cast<size_t>(flat_out_) * sizeof(T));
-    return direct_ ? 0 : Align64(static_cast<size_t>(cg_ * kk_ * out_sp_) * sizeof(T));
+    if (direct_) return 0;
+    const int64_t rows = col_rows_ > 0 ? col_rows_ : w_.out[0] * w_.out[1];
+    return Align64(static_cast<size_t>(cg_ * kk_ * rows * w_.out[2]) * sizeof(T));
   }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const T *X = static_cast<const T *>(in[0]);
@@ -1166,16 +1173,27 @@ class ConvKernel : public Kernel {
         const T *xg = X + (n * C_ + g * cg_) * in_sp_;
         T *yg = Y + (n * M_ + g * mg_) * out_sp_;
         const T *b_src = xg;
-        if (!direct_) {
-          Im2Col(xg, col);
-          b_src = col;
-        }
         T beta = T(0);
         if (B) {
           for (int64_t m = 0; m < mg_; ++m) std::fill(yg + m * out_sp_, yg + (m + 1) * out_sp_, B[g * mg_ + m]);
           beta = T(1);
         }
-        Gemm<T>(false, false, mg_, out_sp_, K, T(1), W + g * mg_ * K, K, b_src, out_sp_, beta, yg, out_sp_);
+        if (!direct_ && col_rows_ > 0) {
+          // Column blocks of col_rows_ output rows: a whole-image column matrix far past the caches was written
+          // and read back from memory (Conv3d 16->32 3x3x3 on 8x56x56: 43 MB, 1.8x onnxruntime's time).
+          const int64_t rows = w_.out[0] * w_.out[1], ow = w_.out[2];
+          for (int64_t r0 = 0; r0 < rows; r0 += col_rows_) {
+            const int64_t r1 = std::min(rows, r0 + col_rows_), np = (r1 - r0) * ow;
+            Im2Col(xg, col, r0, r1);
+            Gemm<T>(false, false, mg_, np, K, T(1), W + g * mg_ * K, K, col, np, beta, yg + r0 * ow, out_sp_);
+          }
+        } else {
+          if (!direct_) {
+            Im2Col(xg, col);
+            b_src = col;
+          }
+          Gemm<T>(false, false, mg_, out_sp_, K, T(1), W + g * mg_ * K, K, b_src, out_sp_, beta, yg, out_sp_);
+        }
         if (relu_) {
           T *__restrict p = yg;
           const int64_t n = mg_ * out_sp_;
@@ -1266,18 +1284,22 @@ class ConvKernel : public Kernel {
     return true;
   }
 
-  // col[(c, kd, kh, kw), (od, oh, ow)] = x[c, od*s - pb + kd*d, ...] or 0 outside the input.
-  void Im2Col(const T *x, T *col) const {
+  // col[(c, kd, kh, kw), (od, oh, ow)] = x[c, od*s - pb + kd*d, ...] or 0 outside the input, for the output rows
+  // (od, oh) numbered od * out[1] + oh in [r0, r1).
+  void Im2Col(const T *x, T *col, int64_t r0 = 0, int64_t r1 = -1) const {
+    if (r1 < 0) r1 = w_.out[0] * w_.out[1];
     T *dst = col;
     for (int64_t c = 0; c < cg_; ++c) {
       const T *xc = x + c * in_sp_;
       for (int64_t k0 = 0; k0 < w_.k[0]; ++k0)
         for (int64_t k1 = 0; k1 < w_.k[1]; ++k1)
           for (int64_t k2 = 0; k2 < w_.k[2]; ++k2) {
-            for (int64_t o0 = 0; o0 < w_.out[0]; ++o0) {
+            for (int64_t o0 = r0 / w_.out[1]; o0 * w_.out[1] < r1; ++o0) {
               const int64_t i0 = o0 * w_.s[0] - w_.pb[0] + k0 * w_.d[0];
               const bool in0 = i0 >= 0 && i0 < w_.in[0];
-              for (int64_t o1 = 0; o1 < w_.out[1]; ++o1) {
+              const int64_t o1_lo = std::max<int64_t>(r0 - o0 * w_.out[1], 0);
+              const int64_t o1_hi = std::min(r1 - o0 * w_.out[1], w_.out[1]);
+              for (int64_t o1 = o1_lo; o1 < o1_hi; ++o1) {
                 const int64_t i1 = o1 * w_.s[1] - w_.pb[1] + k1 * w_.d[1];
                 if (!in0 || i1 < 0 || i1 >= w_.in[1]) {
                   std::fill(dst, dst + w_.out[2], T(0));
@@ -1484,6 +1506,7 @@ class ConvKernel : public Kernel {
   bool const_w_ = false;               // wp_ packed from constant weights (not fused: the bias is packed per run)
   bool wino_ = false;                  // Winograd F(2x2, 3x3) (float), falling back to the paths above
   bool tiny_dw_ = false;               // depthwise on a small map, channels last (RunTinyDepthwise)
+  int64_t col_rows_ = 0;               // im2col in blocks of this many output rows (0: the whole image at once)
   std::vector<T> wt_;                  // its weights as [tap][channel] when known at plan time
   DwTapLists dw_taps_;                 // its taps inside the input per output position
   WinogradShape ws_{};
