@@ -1,7 +1,8 @@
 """Shapes from the "conv sweep" benchmark family (benchmarks/bench_ops.py) whose kernels changed: ConvTranspose at
 stride > 1 (the scatter-add of the GEMM's columns now bounds each output row once, so the taps that fall off an edge
 are the ones the pads / output_padding / odd sizes decide), Resize nearest (whole repeated rows copied from the
-previous output row, integer last-axis repeats written as runs) and Conv3d (im2col in blocks of output rows). Each is
+previous output row, integer last-axis repeats written as runs), Conv3d (im2col in blocks of output rows) and batches
+of 1x7 / 7x1 convs (images blocked together only while their planes are small). Each is
 checked against onnx.reference at small sizes."""
 import numpy as np
 import pytest
@@ -100,4 +101,16 @@ def test_conv3d_column_blocks(xs, ws, strides, pads, dil, group, bias):
     if bias:
         inits.append(("b", RNG.standard_normal(ws[0]).astype(np.float32)))
     model, feeds = _one("Conv", x, inits, strides=list(strides), pads=list(pads), dilations=list(dil), group=group)
+    _check(model, feeds, rtol=1e-4, atol=1e-4)
+
+
+# Inception's 1x7 / 7x1 convs on 17x17 maps through the flat direct kernel: batch 2 has its images' planes blocked
+# together (under 512 KB of them), batch 3 runs them image by image (past that).
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("kernel,pads", [((1, 7), (0, 3, 0, 3)), ((7, 1), (3, 0, 3, 0))])
+def test_conv_1x7_batches(n, kernel, pads):
+    x = RNG.standard_normal((n, 128, 17, 17)).astype(np.float32)
+    inits = [("w", (RNG.standard_normal((24, 128, *kernel)) * 0.1).astype(np.float32)),
+             ("b", RNG.standard_normal(24).astype(np.float32))]
+    model, feeds = _one("Conv", x, inits, kernel_shape=list(kernel), pads=list(pads))
     _check(model, feeds, rtol=1e-4, atol=1e-4)

@@ -1128,8 +1128,11 @@ class ConvKernel : public Kernel {
   // The padded input's planes per channel: column phases at stride 2, and row phases too for flat positions.
   int64_t Planes() const { return s2_ ? (flat_ ? 4 : 2) : 1; }
   // AVX-512 flat, not depthwise: the images' chunks blocked together (DirectConvArgs::nimg)
+  // Only while the folded planes stay within about half an L2 (folding 8 images of 128x17x23 planes, 1.6 MB, made
+  // Inception's 1x7 / 7x1 convs at batch 8 2.7x slower per image than at batch 1).
   bool FoldImages() const {
-    return flat_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && !(cg_ == 1 && mg_ == 1);
+    return flat_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && !(cg_ == 1 && mg_ == 1) &&
+           cg_ * Planes() * ph_ * pw_ * N_ * static_cast<int64_t>(sizeof(T)) <= (int64_t(512) << 10);
   }
   // The padded planes of one image (all of them when FoldImages), and a chunk's overrun past the last.
   int64_t PadFloats() const {
