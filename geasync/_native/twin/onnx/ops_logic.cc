@@ -1,4 +1,4 @@
-// Broadcasting comparisons, logic, bitwise and integer-style ops: GreaterOrEqual, LessOrEqual, Xor,
+// Broadcasting logic, bitwise and integer-style ops: Xor,
 // BitwiseAnd/Or/Xor/Not, BitShift, Mod; and the variadic broadcasting Sum and Mean.
 // Mod with fmod=0 takes the sign of the divisor (Python / numpy.mod), fmod=1 that of the dividend (C fmod);
 // an integer x mod 0 is 0 (numpy's result), never a trap.
@@ -72,25 +72,6 @@ class BinaryKernel : public Kernel {
 template <class S, class SO, class F>
 std::unique_ptr<Kernel> MakeBinary(const KernelCtx &c, F f) {
   return std::make_unique<BinaryKernel<S, SO, F>>(MakeBroadcast2(c.in[0]->dims, c.in[1]->dims, c.out[0].dims), f);
-}
-
-enum CompareKind { kGreaterOrEqual, kLessOrEqual };
-
-template <CompareKind kKind>
-std::unique_ptr<Kernel> PrepareCompare(const KernelCtx &c, std::string *reason) {
-  // float16 / bfloat16: widened exactly by the vector conversions (the per-element widening measured 12-35x
-  // onnxruntime)
-  if (HasHalfTypes(c)) return PrepareViaFloat(c, PrepareCompare<kKind>, reason);
-  std::unique_ptr<Kernel> k;
-  VisitType(c.in[0]->dtype, [&](auto tag) {
-    using S = decltype(tag);
-    k = MakeBinary<S, uint8_t>(c, [](S a, S b) {
-      const auto x = Num<S>::Load(a), y = Num<S>::Load(b);
-      return static_cast<uint8_t>(kKind == kGreaterOrEqual ? x >= y : x <= y);
-    });
-  });
-  if (!k) *reason = DtypeNotSupported(c.in[0]->dtype);
-  return k;
 }
 
 std::unique_ptr<Kernel> PrepareXor(const KernelCtx &c, std::string *) {
@@ -333,10 +314,6 @@ std::unique_ptr<Kernel> PrepareSum(const KernelCtx &c, std::string *reason) {
 }  // namespace
 
 void RegisterLogicOps(std::vector<OpDef> *ops) {
-  ops->push_back({"GreaterOrEqual", 2, 2, 1, 1, nullptr, InferNary<NumericType, true>,
-                  PrepareCompare<kGreaterOrEqual>, true});
-  ops->push_back({"LessOrEqual", 2, 2, 1, 1, nullptr, InferNary<NumericType, true>, PrepareCompare<kLessOrEqual>,
-                  true});
   ops->push_back({"Xor", 2, 2, 1, 1, nullptr, InferNary<BoolOnly, true>, PrepareXor, true});
   ops->push_back({"BitwiseAnd", 2, 2, 1, 1, nullptr, InferNary<IntOnly, false>, PrepareBitwise<kAnd>, true});
   ops->push_back({"BitwiseOr", 2, 2, 1, 1, nullptr, InferNary<IntOnly, false>, PrepareBitwise<kOr>, true});
