@@ -10,8 +10,13 @@
 #include <cmath>
 #include <type_traits>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "binary_loop.h"
 #include "elem.h"
+#include "vmath.h"
 
 namespace twin {
 namespace onnx {
@@ -183,10 +188,79 @@ bool CheckMod(const Node &n, int64_t, std::string *reason) {
   return true;
 }
 
+#if defined(__x86_64__)
+// float64 Mod, four lanes at a time: for finite a and b != 0 with |a / b| < 2^51, q = trunc(a / b) is the true
+// quotient's integer part or, when a / b rounds up onto an integer, one more in magnitude (the rounding cannot
+// fall below an integer it passes); a - q * b by one FMA is then the exact remainder (fmod's result is always
+// representable), and the second case shows as a remainder of the wrong sign. Lanes failing either test (NaN,
+// infinities, b = 0, large quotients, the rounded-up quotient) take std::fmod. A zero remainder takes a's sign, as
+// fmod's does; for fmod=0 the remainder then moves to the divisor's sign, as FloatMod does. libm's fmod measured
+// 3.5-3.9x onnxruntime here.
+template <bool kFmod>
+__attribute__((target("avx2,fma"))) void ModRunF64Avx2(const double *a, const double *b, double *o, int64_t n,
+                                                       int64_t ia, int64_t ib) {
+  const __m256d sign = _mm256_set1_pd(-0.0), big = _mm256_set1_pd(2251799813685248.0);  // 2^51
+  const __m256d dmax = _mm256_set1_pd(DBL_MAX), zero = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256d av = ia ? _mm256_loadu_pd(a + i) : _mm256_set1_pd(*a);
+    const __m256d bv = ib ? _mm256_loadu_pd(b + i) : _mm256_set1_pd(*b);
+    const __m256d abs_a = _mm256_andnot_pd(sign, av), abs_b = _mm256_andnot_pd(sign, bv);
+    const __m256d q = _mm256_round_pd(_mm256_div_pd(av, bv), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m256d r = _mm256_fnmadd_pd(q, bv, av);
+    const __m256d in_range = _mm256_and_pd(_mm256_cmp_pd(abs_b, dmax, _CMP_LE_OQ),
+                                           _mm256_cmp_pd(abs_a, _mm256_mul_pd(big, abs_b), _CMP_LT_OQ));
+    // a wrong quotient shows as a nonzero r of the other sign than a (sign bits compared: blendv and movemask
+    // read only the sign bit); r | sign(a) is then fmod's result, a signed zero included
+    const int wrong = _mm256_movemask_pd(_mm256_xor_pd(r, av)) & ~_mm256_movemask_pd(_mm256_cmp_pd(r, zero, _CMP_EQ_OQ));
+    r = _mm256_or_pd(r, _mm256_and_pd(av, sign));
+    const int good = _mm256_movemask_pd(in_range) & ~wrong;
+    if (!kFmod) {
+      // python mod: a nonzero remainder of the other sign than b gets b added; a zero one takes b's sign
+      const __m256d rz = _mm256_cmp_pd(r, zero, _CMP_EQ_OQ);
+      r = _mm256_blendv_pd(r, _mm256_add_pd(r, bv), _mm256_andnot_pd(rz, _mm256_xor_pd(r, bv)));
+      r = _mm256_blendv_pd(r, _mm256_and_pd(bv, sign), rz);
+    }
+    _mm256_storeu_pd(o + i, r);
+    if (good != 15)
+      for (int l = 0; l < 4; ++l)
+        if (!(good >> l & 1)) o[i + l] = FloatMod(a[ia ? i + l : 0], b[ib ? i + l : 0], kFmod);
+  }
+  for (; i < n; ++i) o[i] = FloatMod(a[ia ? i : 0], b[ib ? i : 0], kFmod);
+}
+
+template <bool kFmod>
+class ModF64Kernel : public Kernel {
+ public:
+  explicit ModF64Kernel(BroadcastN bc) : bc_(std::move(bc)), ctr_(bc_.dims.size()) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const double *a = static_cast<const double *>(in[0]);
+    const double *b = static_cast<const double *>(in[1]);
+    double *o = static_cast<double *>(out[0]);
+    const int64_t ia = bc_.strides[0].back(), ib = bc_.strides[1].back();
+    ForEachRunN(bc_, ctr_.data(), [&](const int64_t *off, int64_t oo, int64_t n) {
+      ModRunF64Avx2<kFmod>(a + off[0], b + off[1], o + oo, n, ia, ib);
+    });
+    return true;
+  }
+
+ private:
+  BroadcastN bc_;
+  std::vector<int64_t> ctr_;
+};
+#endif
+
 std::unique_ptr<Kernel> PrepareMod(const KernelCtx &c, std::string *reason) {
   int64_t fmod_attr;
   if (!AttrInt(*c.node, "fmod", 0, &fmod_attr, reason)) return nullptr;
   const bool fmod = fmod_attr != 0;
+#if defined(__x86_64__)
+  if (c.in[0]->dtype == ElemType::kDouble && vmath::ActiveIsa() != vmath::Isa::kBaseline) {
+    BroadcastN bc = MakeBroadcast2(c.in[0]->dims, c.in[1]->dims, c.out[0].dims);
+    if (fmod) return std::make_unique<ModF64Kernel<true>>(std::move(bc));
+    return std::make_unique<ModF64Kernel<false>>(std::move(bc));
+  }
+#endif
   std::unique_ptr<Kernel> k;
   VisitType(c.in[0]->dtype, [&](auto tag) {
     using S = decltype(tag);
