@@ -953,6 +953,29 @@ void FloatUnaryInto(const float *x, float *y, int64_t n, UnaryParams p) {
 // float16 / bfloat16: blocks widened into a float32 buffer on the stack (F16C conversions for float16), the float32
 // kernel, rounded back once: the same values as computing each element in float, without a per-element conversion
 // call. A block is read before it is written, so the step may run in place.
+// Sign of float16 / bfloat16 on the bits (kInf: the infinity pattern, kOne: 1.0): a NaN stays itself, +-0 gives
+// +0 (as SignF), anything else +-1 with the input's sign; in uint16 lanes, without the float round trip (which
+// measured 2.1x onnxruntime).
+template <uint16_t kInf, uint16_t kOne>
+class HalfSignKernel : public Kernel {
+ public:
+  explicit HalfSignKernel(int64_t n) : n_(n) {}
+  bool InPlaceOver(size_t i) const override { return i == 0; }
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const uint16_t *x = static_cast<const uint16_t *>(in[0]);
+    uint16_t *y = static_cast<uint16_t *>(out[0]);
+    for (int64_t i = 0; i < n_; ++i) {
+      const uint16_t h = x[i], a = static_cast<uint16_t>(h & 0x7fff);
+      const uint16_t one = a == 0 ? uint16_t{0} : static_cast<uint16_t>(kOne | (h & 0x8000));
+      y[i] = a > kInf ? h : one;
+    }
+    return true;
+  }
+
+ private:
+  int64_t n_;
+};
+
 template <class S, class Op>
 class HalfUnaryKernel : public Kernel {
  public:
@@ -1119,6 +1142,10 @@ std::unique_ptr<Kernel> PrepareUnary(const KernelCtx &c, std::string *reason) {
     if (c.out[0].dtype == ElemType::kDouble) return std::make_unique<SqrtDoubleKernel>(n);
   if (c.out[0].dtype == ElemType::kDouble)
     if (const vmath::ArrayFnD fn = DoubleArrayOf<Op>()) return std::make_unique<DoubleArrayKernel>(n, fn);
+  if constexpr (std::is_same<Op, SignF>::value) {
+    if (c.out[0].dtype == ElemType::kFloat16) return std::make_unique<HalfSignKernel<0x7c00, 0x3c00>>(n);
+    if (c.out[0].dtype == ElemType::kBf16) return std::make_unique<HalfSignKernel<0x7f80, 0x3f80>>(n);
+  }
   if constexpr (UnaryStorageAllowed<kTypes, float>()) {
     if (c.out[0].dtype == ElemType::kFloat16) return std::make_unique<HalfUnaryKernel<Half, Op>>(n, p);
     if (c.out[0].dtype == ElemType::kBf16) return std::make_unique<HalfUnaryKernel<BF16, Op>>(n, p);
