@@ -259,6 +259,44 @@ void TransposeTiled1Sse2(const void *xv, void *yv, int64_t rows, int64_t cols, i
     for (int64_t j = j_begin; j < cols; ++j) y[i * cols + j] = x[i + j * is];
   }
 }
+// The same for 2-byte elements (float16, bfloat16, int16) in 8x8 blocks of SSE2 registers: interleaves of 16-, 32-
+// and 64-bit pairs (the generic tiles measured 1.6-1.9x onnxruntime on float16 matrices). Moved as bits.
+void TransposeTiled2Sse2(const void *xv, void *yv, int64_t rows, int64_t cols, int64_t is) {
+  const uint16_t *x = static_cast<const uint16_t *>(xv);
+  uint16_t *y = static_cast<uint16_t *>(yv);
+  const int64_t rows8 = rows & ~int64_t{7}, cols8 = cols & ~int64_t{7};
+  constexpr int64_t kColBlock = 2048;
+  for (int64_t j0 = 0; j0 < cols8; j0 += kColBlock)
+    for (int64_t i = 0; i < rows8; i += 8)
+      for (int64_t j = j0; j < std::min(cols8, j0 + kColBlock); j += 8) {
+        const uint16_t *src = x + i + j * is;
+        __m128i v[8], a[8], b[8];  // (fully unrolled, so that the arrays are registers)
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; ++r) v[r] = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src + r * is));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          a[2 * k] = _mm_unpacklo_epi16(v[2 * k], v[2 * k + 1]);
+          a[2 * k + 1] = _mm_unpackhi_epi16(v[2 * k], v[2 * k + 1]);
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {  // rows 4h..4h+3: a[4h..4h+3] hold their pairs
+          b[4 * h] = _mm_unpacklo_epi32(a[4 * h], a[4 * h + 2]);
+          b[4 * h + 1] = _mm_unpackhi_epi32(a[4 * h], a[4 * h + 2]);
+          b[4 * h + 2] = _mm_unpacklo_epi32(a[4 * h + 1], a[4 * h + 3]);
+          b[4 * h + 3] = _mm_unpackhi_epi32(a[4 * h + 1], a[4 * h + 3]);
+        }
+        uint16_t *dst = y + i * cols + j;
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          _mm_storeu_si128(reinterpret_cast<__m128i *>(dst + 2 * k * cols), _mm_unpacklo_epi64(b[k], b[4 + k]));
+          _mm_storeu_si128(reinterpret_cast<__m128i *>(dst + (2 * k + 1) * cols), _mm_unpackhi_epi64(b[k], b[4 + k]));
+        }
+      }
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t j_begin = i < rows8 ? cols8 : 0;
+    for (int64_t j = j_begin; j < cols; ++j) y[i * cols + j] = x[i + j * is];
+  }
+}
 // The same for 8-byte elements in 4x4 blocks (int64, double, and pairs of floats moved as one: the element loop of
 // the generic tiles measured 1.7x onnxruntime there). Moved as integers: any bits, NaN payloads included, as they are.
 __attribute__((target("avx2"))) void TransposeTiled8Avx2(const void *xv, void *yv, int64_t rows, int64_t cols,
@@ -382,6 +420,7 @@ class TransposeKernel : public Kernel {
       if (avx2) return TransposeTiled4Avx2(x, y, rows, cols, is);
     }
     if constexpr (sizeof(T) == 1) return TransposeTiled1Sse2(x, y, rows, cols, is);
+    if constexpr (sizeof(T) == 2) return TransposeTiled2Sse2(x, y, rows, cols, is);
     if constexpr (sizeof(T) == 8) {
       static const bool avx2 = vmath::ActiveIsa() != vmath::Isa::kBaseline;
       if (avx2) return TransposeTiled8Avx2(x, y, rows, cols, is);
