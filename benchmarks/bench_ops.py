@@ -687,6 +687,58 @@ def conv_sweep_cases(size: str):
             "Resize", xr, initializers=[empty, sc], mode=mode, coordinate_transformation_mode=ctm, **extra)
 
 
+def sweep4_cases(size: str):
+    """A fourth sweep: the gaps the third left (ArgMax / ArgMin and ReduceLogSumExp over short rows, float64 Mod and
+    comparisons, variadic / broadcast Max and Min over rows of 8-16, GatherND, float16 Transpose and Sign,
+    ScatterElements with reduction=add) and what a dtype / broadcast / axis sweep found beside them."""
+    rows, cols = SIZES[size]
+    n = rows * cols
+    x = rand((rows, cols), -50, 50)
+    short = rand((max(n // 3, 1), 3), seed=4)
+    for op in ("ArgMax", "ArgMin"):
+        yield f"{op} (rows of 3, keepdims 0)", *single_op(op, short, out_type=TensorProto.INT64, axis=-1, keepdims=0)
+    yield "ArgMin (axis 0, 16 columns)", *single_op("ArgMin", x.reshape(-1, 16) if n >= 16 else x,
+                                                    out_type=TensorProto.INT64, axis=0)
+    last = [("a", np.array([-1], np.int64))]
+    for w in (3, 8):
+        xs = rand((max(n // w, 1), w), seed=5)
+        yield f"ReduceLogSumExp (rows of {w})", *single_op("ReduceLogSumExp", xs, initializers=last, keepdims=0)
+    d = x.astype(np.float64)
+    b = rand((rows, cols), 1, 3, 3).astype(np.float64)
+    yield "Mod float64 fmod=1", *single_op("Mod", d, out_type=TensorProto.DOUBLE, extra=[("b", b)], fmod=1)
+    yield "Mod float64 fmod=1 (scalar)", *single_op("Mod", d, out_type=TensorProto.DOUBLE,
+                                                    extra=[("b", np.array(1.7, np.float64))], fmod=1)
+    for op in ("GreaterOrEqual", "LessOrEqual"):
+        yield f"{op} float64", *single_op(op, d, out_type=TensorProto.BOOL, extra=[("b", b * 20 - 40)])
+        yield f"{op} float64 (row broadcast)", *single_op(op, d, out_type=TensorProto.BOOL,
+                                                          extra=[("b", b[0] * 20 - 40)])
+    for w in (8, 16):
+        xw = rand((max(n // w, 1), w), seed=6)
+        yw = rand((max(n // w, 1), w), seed=7)
+        bw = rand((w,), seed=8)
+        for op in ("Max", "Min"):
+            yield f"{op} 3 inputs (rows of {w}, row broadcast)", *single_op(op, xw, extra=[("c", yw), ("b", bw)])
+            yield f"{op} (rows of {w}, row broadcast)", *single_op(op, xw, extra=[("b", bw)])
+    k = max(n // 8, 1)
+    rng = np.random.default_rng(9)
+    idx2 = np.stack([rng.integers(0, rows, k), rng.integers(0, cols, k)], axis=1).astype(np.int64)
+    yield "GatherND (scalars, indices [k, 2])", *single_op("GatherND", x, initializers=[("i", idx2)])
+    idx1 = rng.integers(0, rows, (rows, 1)).astype(np.int64)
+    yield "GatherND (rows, indices [k, 1])", *single_op("GatherND", x, initializers=[("i", idx1)])
+    h = x.astype(np.float16)
+    yield "Transpose float16 2-D", *single_op("Transpose", h, out_type=TensorProto.FLOAT16, perm=[1, 0])
+    h3 = h.reshape(-1, 64) if n >= 64 else h
+    yield "Transpose float16 2-D (64 columns)", *single_op("Transpose", h3, out_type=TensorProto.FLOAT16, perm=[1, 0])
+    yield "Sign float16", *single_op("Sign", h, out_type=TensorProto.FLOAT16)
+    upd = rand((rows, cols), seed=10)
+    sidx = rng.integers(0, rows, (rows, cols)).astype(np.int64)
+    yield "ScatterElements add (axis 0)", *single_op("ScatterElements", x, extra=[("i", sidx)],
+                                                     initializers=[("u", upd)], axis=0, reduction="add")
+    sidx1 = rng.integers(0, cols, (rows, cols)).astype(np.int64)
+    yield "ScatterElements add (axis 1)", *single_op("ScatterElements", x, extra=[("i", sidx1)],
+                                                     initializers=[("u", upd)], axis=1, reduction="add")
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
@@ -705,6 +757,7 @@ FAMILIES = {
     "pooling / conv gaps": gap_cases,
     "sweep 3: dtypes, short rows, layouts": sweep3_cases,
     "conv sweep": conv_sweep_cases,
+    "sweep 4: gaps left, dtype / axis sweep": sweep4_cases,
 }
 
 
@@ -762,6 +815,7 @@ def main(argv=None) -> int:
                          "and each side's time the median of its rounds' medians")
     ap.add_argument("--sizes", default="small,64k,1M", help="comma-separated subset of: " + ", ".join(SIZES))
     ap.add_argument("--only", default="", help="only cases whose name contains one of these (comma-separated)")
+    ap.add_argument("--family", default="", help="only families whose name contains one of these (comma-separated)")
     ap.add_argument("--out", type=pathlib.Path, default=None, help="also write the table (markdown) here")
     ap.add_argument("--run-only", action="store_true",
                     help="time Session.run_graph alone (by default every output is also read with .numpy(), as "
@@ -776,11 +830,14 @@ def main(argv=None) -> int:
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     sizes = [s for s in args.sizes.split(",") if s]
     only = [s for s in args.only.split(",") if s]
+    fams = [s for s in args.family.split(",") if s]
     rows = []
     with ga.Session() as session:
         run, numpy = session.run_graph, ga.Tensor.numpy
         gid = 0
         for family, cases in FAMILIES.items():
+            if fams and not any(f in family for f in fams):
+                continue
             for size in sizes:
                 for name, model, feeds in cases(size):
                     if only and not any(o in name for o in only):
