@@ -108,3 +108,29 @@ def test_decoder_step_with_a_growing_kv_cache():
         mask[0, : p // 2] = 0  # left padding of the first sequence
         sets.append([_x(b, 1, d), _x(b, p, d), _x(b, p, d), mask])
     check_runs(model, sets)
+
+
+# ---- models saved by onnxruntime after its extended optimizations: its own operators, refused by name, domain and
+# with what to do instead ----
+
+@pytest.mark.parametrize("op, domain, inputs", [
+    ("FusedMatMul", "com.microsoft", ["x", "x"]),          # every transformer at ORT_ENABLE_EXTENDED
+    ("FusedConv", "com.microsoft", ["i", "k"]),            # CNNs (Conv + activation)
+    ("Conv", "com.microsoft.nchwc", ["i", "k"]),           # CNNs at ORT_ENABLE_ALL (blocked layout)
+    ("SimplifiedLayerNormalization", "", ["x", "g"]),      # T5 / Llama RMS norm, in the default domain
+])
+def test_onnxruntime_optimized_model_operators_are_refused_with_a_way_out(op, domain, inputs):
+    import geasync as ga
+
+    nodes = [helper.make_node(op, inputs, ["y"], domain=domain, name=f"ort_{op}")]
+    inits = [numpy_helper.from_array(np.ones(4, np.float32), "g"), _w("k", (2, 3, 1, 1))]
+    graph = helper.make_graph(nodes, "model", [helper.make_tensor_value_info("x", F, [4, 4]),
+                                               helper.make_tensor_value_info("i", F, [1, 3, 2, 2])],
+                              [helper.make_tensor_value_info("y", F, None)], initializer=inits)
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    model = helper.make_model(graph, opset_imports=opsets)
+    with ga.Session() as s, pytest.raises(ga.GeError) as err:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+    msg = str(err.value)
+    assert f"ort_{op}" in msg and op in msg and "ORT_ENABLE_BASIC" in msg, msg
+    assert (f"domain '{domain}'" in msg) if domain else ("not an ONNX operator" in msg), msg

@@ -72,6 +72,26 @@ std::string UnsupportedOpProblem(const Node &n) {
   const std::string &t = n.op_type;
   if (t.rfind("Sequence", 0) == 0 || t == "ConcatFromSequence" || t == "SplitToSequence")
     msg += " (the twin has no ONNX sequence values: no operator that makes or reads a sequence runs on it)";
+  // onnxruntime's extended optimizations write this fusion (T5 / Llama RMS norms) in the default domain.
+  if (t == "SimplifiedLayerNormalization")
+    msg += " (an onnxruntime fusion written in the default domain, not an ONNX operator: load the model as "
+           "exported, or as onnxruntime saves it at graph_optimization_level ORT_ENABLE_BASIC at most; opset 23 "
+           "has RMSNormalization)";
+  return msg;
+}
+
+// An operator of a domain other than ONNX's default one. onnxruntime's graph optimizations (saved with
+// optimized_model_filepath at ORT_ENABLE_EXTENDED / ALL), its transformer optimizer and quantize_static's QOperator
+// format write com.microsoft operators (FusedMatMul, FusedConv, SkipLayerNormalization, QLinearAdd, ...) and
+// com.microsoft.nchwc layouts; the message says how to get a model without them.
+std::string UnsupportedDomainProblem(const Node &n) {
+  std::string msg = n.Where() + "operator domain '" + n.domain + "' is not supported by the twin";
+  if (n.domain.rfind("com.microsoft", 0) == 0)
+    msg += " (" + n.op_type +
+           " is an onnxruntime operator, not ONNX; the twin runs the default ONNX domain only: load the model as "
+           "exported, or as onnxruntime saves it at graph_optimization_level ORT_ENABLE_BASIC at most, without "
+           "onnxruntime.transformers.optimizer fusions, and quantised with quantize_static's QDQ format, not "
+           "QOperator)";
   return msg;
 }
 
@@ -703,7 +723,7 @@ bool ModelBuilder::CheckNode(size_t k, Node &n) {
   if (functions_->count({n.domain, n.op_type}))  // as GE's parser: no model-local functions
     return Fail(LocalFunctionProblem(n));
   if (!n.domain.empty() && n.domain != "ai.onnx")
-    return Fail(n.Where() + "operator domain '" + n.domain + "' is not supported by the twin");
+    return Fail(UnsupportedDomainProblem(n));
   n.op = FindOp(n.op_type);
   if (!n.op) return Fail(UnsupportedOpProblem(n));
   if (!CheckArity(n) || !CheckRequiredIo(n)) return false;
@@ -919,7 +939,7 @@ void CheckNodes(RawGraph &g, int64_t opset, const FunctionNames &functions, std:
       continue;
     }
     if (!n.domain.empty() && n.domain != "ai.onnx") {
-      problems->push_back(n.Where() + "operator domain '" + n.domain + "' is not supported by the twin");
+      problems->push_back(UnsupportedDomainProblem(n));
       continue;
     }
     n.op = FindOp(n.op_type);
