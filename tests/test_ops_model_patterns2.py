@@ -134,3 +134,24 @@ def test_onnxruntime_optimized_model_operators_are_refused_with_a_way_out(op, do
     msg = str(err.value)
     assert f"ort_{op}" in msg and op in msg and "ORT_ENABLE_BASIC" in msg, msg
     assert (f"domain '{domain}'" in msg) if domain else ("not an ONNX operator" in msg), msg
+
+
+def test_stft_of_a_real_signal_without_the_component_axis():
+    """torch.onnx.export's TorchScript exporter (opset 17) writes torch.stft (Whisper's log-mel front end) with a
+    [batch, length] signal, no trailing component axis; onnxruntime runs it as a real signal. Checked against
+    onnx.reference on the same graph with the axis added (the reference needs it)."""
+    n_fft, hop = 16, 4
+    window = numpy_helper.from_array(np.hanning(n_fft).astype(np.float32), "win")
+    hop_t = numpy_helper.from_array(np.array(hop, np.int64), "hop")
+    axis = numpy_helper.from_array(np.array([-1], np.int64), "ax")
+
+    def graph(unsqueeze):
+        nodes = [helper.make_node("Unsqueeze", ["audio", "ax"], ["sig"])] if unsqueeze else []
+        nodes += [helper.make_node("STFT", ["sig" if unsqueeze else "audio", "hop", "win"], ["spec"], onesided=1),
+                  helper.make_node("ReduceL2", ["spec", "ax"], ["mag"], keepdims=0)]
+        return _model(nodes, [("audio", F, ["B", "N"])], [("mag", F, None)], [window, hop_t, axis], opset=18)
+
+    from onnx.reference import ReferenceEvaluator
+
+    check_runs(graph(False), [[_x(2, 64)], [_x(1, 103)]], rtol=1e-4, atol=1e-5,
+               evaluator=ReferenceEvaluator(graph(True)))

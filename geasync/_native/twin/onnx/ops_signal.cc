@@ -433,12 +433,18 @@ bool StftShape(InferCtx *c, StftGeom *g, std::string *reason) {
     *reason = "attribute 'onesided' must be 0 or 1";
     return false;
   }
-  if (!FloatSignal(x, "input 'signal'", reason)) return false;
-  if (x.dims.size() != 3) {
-    *reason = "input 'signal' must be [batch, length, 1 or 2], got " + DescStr(x);
+  if (x.dims.size() != 2 && !FloatSignal(x, "input 'signal'", reason)) return false;
+  if (!IsFloatType(x.dtype)) {
+    *reason = "input 'signal' must be a float tensor, got " + DescStr(x);
     return false;
   }
-  g->batch = x.dims[0], g->len = x.dims[1], g->comp = x.dims[2];
+  // A real [batch, length] signal too: torch.onnx.export's TorchScript exporter (opset 17) writes torch.stft's
+  // signal without the trailing component axis (Whisper's log-mel front end), and onnxruntime runs it as real.
+  if (x.dims.size() != 3 && x.dims.size() != 2) {
+    *reason = "input 'signal' must be [batch, length, 1 or 2] (or a real [batch, length]), got " + DescStr(x);
+    return false;
+  }
+  g->batch = x.dims[0], g->len = x.dims[1], g->comp = x.dims.size() == 3 ? x.dims[2] : 1;
   g->has_window = c->has(2);
   if (g->has_window) {
     const TensorDesc &w = *c->in[2];
