@@ -730,14 +730,15 @@ def sweep4_cases(size: str):
     h3 = h.reshape(-1, 64) if n >= 64 else h
     yield "Transpose float16 2-D (64 columns)", *single_op("Transpose", h3, out_type=TensorProto.FLOAT16, perm=[1, 0])
     yield "Sign float16", *single_op("Sign", h, out_type=TensorProto.FLOAT16)
-    c3 = x.reshape(CUBE[size]).astype(np.float64)
+    c3 = rand(CUBE[size], seed=44).astype(np.float64)  # x has other sizes than the cube at "small"
     mid = [("a", np.array([1], np.int64))]
     for op in ("ReduceMax", "ReduceMin"):
         yield f"{op} float64 (middle axis)", *single_op(op, c3, out_type=TensorProto.DOUBLE, initializers=mid,
                                                         keepdims=1)
     yield "ReduceMax float64 (rows of 32)", *single_op("ReduceMax", c3.reshape(-1, 32), out_type=TensorProto.DOUBLE,
                                                        initializers=last, keepdims=1)
-    yield "ReduceMax (rows of 32)", *single_op("ReduceMax", x.reshape(-1, 32), initializers=last, keepdims=1)
+    yield "ReduceMax (rows of 32)", *single_op("ReduceMax", c3.astype(np.float32).reshape(-1, 32), initializers=last,
+                                               keepdims=1)
     upd = rand((rows, cols), seed=10)
     sidx = rng.integers(0, rows, (rows, cols)).astype(np.int64)
     yield "ScatterElements add (axis 0)", *single_op("ScatterElements", x, extra=[("i", sidx)],

@@ -41,3 +41,17 @@ def test_ops_benchmark_runs_and_prints_its_rows(tmp_path):
         assert f"| {case} | small |" in table, case
     assert "OPENBLAS_CORETYPE" in table and "Worst ratio:" in table
     assert "| NO |" not in table  # the twin's outputs agree with onnxruntime's
+
+
+def test_every_ops_benchmark_case_builds_at_every_size():
+    """Each family's cases build their models and feeds at every size (a case written for one size only once made
+    the default run stop half-way); only their construction, no timing."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_ops
+    finally:
+        sys.path.pop(0)
+    for size in ("small", "64k", "1M"):
+        for family, cases in bench_ops.FAMILIES.items():
+            names = [name for name, _model, _feeds in cases(size)]
+            assert len(names) == len(set(names)), (family, size)
