@@ -44,6 +44,7 @@ async def test_dropped_callback_times_out_and_close_releases_it(anyio_backend):
     before = live()
     async with ga.Session() as s:
         s.add_graph(1, add_graph())
+        s.compile_graph(1)  # else a slow first compile can outlast the timeout: the run never reaches the runtime
         ga.twin.inject_fault(s, 1, "drop_callback", nth=1)
         with pytest.raises(TimeoutError):
             await s.run_graph_async(1, [A, A], timeout=0.2)

@@ -242,6 +242,7 @@ async def test_timed_out_requests_are_cancelled_not_completed(anyio_backend):
 async def test_lost_callbacks_are_counted_abandoned_and_logged(anyio_backend, caplog):
     async with ga.Session(abandon_after=0.05) as s:
         s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        s.compile_graph(1)  # else a slow first compile can outlast the timeout: the run never reaches the runtime
         ga.twin.inject_fault(s, 1, "drop_callback", nth=1)
         with pytest.raises(TimeoutError):
             await s.run_graph_async(1, [A, A], timeout=0.1)
@@ -347,6 +348,7 @@ async def test_abandoned_runs_are_logged_once_without_anyone_reading_statistics(
     caplog.set_level(logging.WARNING, logger="geasync")
     async with ga.Session(abandon_after=0.1) as s:
         s.add_graph(7, ga.Graph.from_onnx(add_model()))
+        s.compile_graph(7)  # else a slow first compile can outlast the timeout: the run never reaches the runtime
         ga.twin.inject_fault(s, 7, "drop_callback", nth=1)
         with pytest.raises(TimeoutError):
             await s.run_graph_async(7, [A, A], timeout=0.01)
@@ -395,6 +397,7 @@ def test_the_abandoned_check_follows_the_session_to_a_new_loop(caplog):
     caplog.set_level(logging.WARNING, logger="geasync")
     with ga.Session(abandon_after=0.03) as s:
         s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        s.compile_graph(1)  # else a slow first compile can outlast the 5 ms timeout: the run never reaches GE
 
         async def lose_one(expected: int) -> None:
             ga.twin.inject_fault(s, 1, "drop_callback", nth=1)
