@@ -1,6 +1,8 @@
 // Helpers of elem.h: reading shape-determining integer inputs, row-major strides.
 #include "elem.h"
 
+#include "shared_const.h"
+
 namespace twin {
 namespace onnx {
 namespace {
@@ -140,7 +142,7 @@ class ViaFloatKernel : public Kernel {
     bool is_const = false;  // input widened at prepare time
   };
   ViaFloatKernel(std::unique_ptr<Kernel> inner, std::vector<Port> ins, std::vector<Port> outs,
-                 std::vector<std::vector<float>> consts, size_t own_bytes)
+                 std::vector<std::shared_ptr<const std::vector<float>>> consts, size_t own_bytes)
       : inner_(std::move(inner)), ins_(std::move(ins)), outs_(std::move(outs)), consts_(std::move(consts)),
         own_bytes_(own_bytes), in_ptrs_(ins_.size()), out_ptrs_(outs_.size()) {}
   size_t scratch_bytes() const override { return own_bytes_ + inner_->scratch_bytes(); }
@@ -158,7 +160,7 @@ class ViaFloatKernel : public Kernel {
       if (!p.half || !in[i]) {
         in_ptrs_[i] = in[i];
       } else if (p.is_const) {
-        in_ptrs_[i] = consts_[i].empty() ? EmptyTensorData() : consts_[i].data();
+        in_ptrs_[i] = consts_[i]->empty() ? EmptyTensorData() : consts_[i]->data();
       } else {
         float *f = reinterpret_cast<float *>(base + p.off);
         Widen(p.type, in[i], f, p.n);
@@ -176,7 +178,7 @@ class ViaFloatKernel : public Kernel {
  private:
   std::unique_ptr<Kernel> inner_;
   std::vector<Port> ins_, outs_;
-  std::vector<std::vector<float>> consts_;
+  std::vector<std::shared_ptr<const std::vector<float>>> consts_;  // widened constants, shared between plans
   size_t own_bytes_;
   std::vector<const void *> in_ptrs_;
   std::vector<void *> out_ptrs_;
@@ -196,7 +198,7 @@ std::unique_ptr<Kernel> PrepareViaFloat(const KernelCtx &c, PrepareFn float_prep
   KernelCtx fc = c;
   std::vector<TensorDesc> in_descs(c.in.size());
   std::vector<ViaFloatKernel::Port> ins(c.in.size()), outs(c.out.size());
-  std::vector<std::vector<float>> consts(c.in.size());
+  std::vector<std::shared_ptr<const std::vector<float>>> consts(c.in.size());
   size_t bytes = 0;
   for (size_t i = 0; i < c.in.size(); ++i) {
     if (!c.in[i]) continue;
@@ -210,9 +212,16 @@ std::unique_ptr<Kernel> PrepareViaFloat(const KernelCtx &c, PrepareFn float_prep
     fc.in[i] = &in_descs[i];
     if (c.in_data[i]) {
       p.is_const = true;
-      consts[i].resize(static_cast<size_t>(p.n));
-      Widen(p.type, c.in_data[i], consts[i].data(), p.n);
-      fc.in_data[i] = consts[i].empty() ? EmptyTensorData() : consts[i].data();
+      // Shared with the other plans of the graph: a float16 model's weights widened once, not once per shape
+      const int64_t n = p.n;
+      const ElemType type = p.type;
+      const void *src = c.in_data[i];
+      consts[i] = SharedDerived<float>(src, "widened to float32", {static_cast<int64_t>(type), n},
+                                       [&](std::vector<float> *v) {
+                                         v->resize(static_cast<size_t>(n));
+                                         Widen(type, src, v->data(), n);
+                                       });
+      fc.in_data[i] = consts[i]->empty() ? EmptyTensorData() : consts[i]->data();
     } else {
       p.off = bytes;
       bytes += Align64(static_cast<size_t>(p.n) * 4);

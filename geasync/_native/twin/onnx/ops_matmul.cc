@@ -9,6 +9,7 @@
 #include "broadcast.h"
 #include "gemm.h"
 #include "gemm_panel.h"
+#include "shared_const.h"
 #include "elem.h"
 
 namespace twin {
@@ -43,8 +44,9 @@ constexpr int64_t kPanelMaxFloats = int64_t(1) << 24;
 
 // op(B) of a constant float32 B in panels, when the product's rows suit the panel kernel: more than the small-GEMM
 // kernel's rows (it reads B once without packing), at most kPanelMaxRows. Otherwise empty (width 0).
+// The pack depends on B alone, so every plan of the graph (one per input shape) shares it.
 struct PanelB {
-  std::vector<float> pack;
+  std::shared_ptr<const std::vector<float>> pack;
   int width = 0;
 
   void Init(const void *b, bool b_transposed, int64_t rows, int64_t N, int64_t K) {
@@ -52,9 +54,12 @@ struct PanelB {
     if (!b || !w || rows <= kSmallGemmMaxRows || rows > kPanelMaxRows || N <= 0 || K <= 0) return;
     if (PackedSize(N, K, w) > kPanelMaxFloats) return;
     width = w;
-    pack.resize(static_cast<size_t>(PackedSize(N, K, width)));
-    PackPanels(static_cast<const float *>(b), b_transposed, N, K, width, pack.data());
+    pack = SharedDerived<float>(b, "matmul panels", {b_transposed, N, K, width}, [&](std::vector<float> *v) {
+      v->resize(static_cast<size_t>(PackedSize(N, K, width)));
+      PackPanels(static_cast<const float *>(b), b_transposed, N, K, width, v->data());
+    });
   }
+  const float *data() const { return pack->data(); }
 };
 
 // ---- MatMul ----
@@ -127,7 +132,7 @@ class MatMulKernel : public Kernel {
     if constexpr (std::is_same<T, float>::value) {
       if (panel_.width) {
         const int64_t rows = M_ * static_cast<int64_t>(a_off_.size());
-        RunPanels({A, K_, rows, K_, panel_.pack.data(), N_, C, N_}, panel_.width);
+        RunPanels({A, K_, rows, K_, panel_.data(), N_, C, N_}, panel_.width);
         return true;
       }
     }
@@ -274,7 +279,7 @@ class GemmKernel : public Kernel {
     }
     if constexpr (std::is_same<T, float>::value) {
       if (panel_.width) {  // Y = alpha * A op(B) (+ Y: BLAS's beta == 1 below)
-        RunPanels({static_cast<const float *>(in[0]), K_, M_, K_, panel_.pack.data(), N_, Y, N_, g_.alpha, add_c},
+        RunPanels({static_cast<const float *>(in[0]), K_, M_, K_, panel_.data(), N_, Y, N_, g_.alpha, add_c},
                   panel_.width);
         return true;
       }

@@ -24,6 +24,7 @@
 #include "elem.h"
 #include "gemm.h"
 #include "row_reduce.h"
+#include "shared_const.h"
 #include "vmath.h"
 
 namespace twin {
@@ -970,7 +971,7 @@ class ConvKernel : public Kernel {
     if (tiny_dw_) {
       dconv_ = s2_ = flat_ = wino_ = false;
       dw_taps_ = ListDwTaps(w_);
-      if (fused_) PackTaps(fw_.data(), &wt_);
+      if (fused_) wt_ = std::make_shared<const std::vector<T>>(PackTaps(fw_.data()));
     }
     if (dconv_) {
       ph_ = w_.out[1] + w_.k[1] - 1;
@@ -982,9 +983,10 @@ class ConvKernel : public Kernel {
       nmb_ = (mg_ + kConvMB - 1) / kConvMB;
       if (flat_) InitFlat();
       if (fused_) {
-        wp_.resize(PackFloats());
+        std::vector<T> wp(PackFloats());
         bp_.resize(BiasFloats());
-        Pack(fw_.data(), fb_.data(), wp_.data(), bp_.data());
+        Pack(fw_.data(), fb_.data(), wp.data(), bp_.data());
+        wp_ = std::make_shared<const std::vector<T>>(std::move(wp));
       }
     }
     if constexpr (std::is_same<T, float>::value) InitPhases();
@@ -1084,18 +1086,25 @@ class ConvKernel : public Kernel {
   // Weights known when the plan is built: the Winograd filter transform and the direct kernel's weight packing
   // are done once, here (the packing, strided stores, was ~9% of a 64->64 3x3 stride-2 conv on 16x16).
   void UseConstantWeights(const T *W) {
-    if (tiny_dw_ && !fused_) PackTaps(W, &wt_);
+    // Shared with the graph's other plans (one per input shape), which derive the same from the same weights
+    const int64_t t_size = sizeof(T);
+    if (tiny_dw_ && !fused_)
+      wt_ = SharedDerived<T>(W, "conv taps", {t_size, kk_, C_}, [&](std::vector<T> *v) { *v = PackTaps(W); });
     for (auto &g : phase_groups_) g.k->UseConstantWeights(W);
     if (dconv_ && !fused_) {
-      std::vector<T> no_bias(BiasFloats());
-      wp_.resize(PackFloats());
-      Pack(W, nullptr, wp_.data(), no_bias.data());
+      wp_ = SharedDerived<T>(W, "conv blocks", {t_size, G_, nmb_, mg_, cg_, kk_}, [&](std::vector<T> *v) {
+        std::vector<T> no_bias(BiasFloats());
+        v->resize(PackFloats());
+        Pack(W, nullptr, v->data(), no_bias.data());
+      });
       const_w_ = true;
     }
     if constexpr (std::is_same<T, float>::value) {
       if (!wino_) return;
-      wu_.resize(WinogradFilterFloats(C_, M_));
-      WinogradTransformFilter(W, M_, C_, wu_.data());
+      wu_ = SharedDerived<float>(W, "winograd filter", {M_, C_}, [&](std::vector<float> *v) {
+        v->resize(WinogradFilterFloats(C_, M_));
+        WinogradTransformFilter(W, M_, C_, v->data());
+      });
     }
   }
   // On the direct or Winograd kernel (not im2col + GEMM), for MakeFastConvFloat.
@@ -1119,10 +1128,10 @@ class ConvKernel : public Kernel {
   size_t scratch_bytes() const override {
     if (tiny_dw_)
       return Align64(static_cast<size_t>((in_sp_ + out_sp_) * C_) * sizeof(T)) +
-             (wt_.empty() ? Align64(static_cast<size_t>(kk_ * C_) * sizeof(T)) : 0);
+             (!wt_ ? Align64(static_cast<size_t>(kk_ * C_) * sizeof(T)) : 0);
     if (!phase_groups_.empty()) return PhaseScratch().total;
     if (!wino_) return DirectScratchBytes();
-    const size_t filter = wu_.empty() ? Align64(WinogradFilterFloats(C_, M_) * sizeof(T)) : 0;
+    const size_t filter = !wu_ ? Align64(WinogradFilterFloats(C_, M_) * sizeof(T)) : 0;
     return std::max(DirectScratchBytes(), filter + Align64(WinogradScratchBytes(ws_)));
   }
   // The padded input's planes per channel: column phases at stride 2, and row phases too for flat positions.
@@ -1336,10 +1345,11 @@ class ConvKernel : public Kernel {
   }
 
   // Depthwise weights [C][taps] -> [taps][C].
-  void PackTaps(const T *W, std::vector<T> *wt) const {
-    wt->resize(static_cast<size_t>(kk_ * C_));
+  std::vector<T> PackTaps(const T *W) const {
+    std::vector<T> wt(static_cast<size_t>(kk_ * C_));
     for (int64_t c = 0; c < C_; ++c)
-      for (int64_t k = 0; k < kk_; ++k) (*wt)[static_cast<size_t>(k * C_ + c)] = W[c * kk_ + k];
+      for (int64_t k = 0; k < kk_; ++k) wt[static_cast<size_t>(k * C_ + c)] = W[c * kk_ + k];
+    return wt;
   }
   // Per image: X to [position][channel], every output position the sum over its taps inside the input (padding
   // contributes nothing, so it is skipped, not stored), each tap a multiply-add over the contiguous channels; then
@@ -1347,8 +1357,8 @@ class ConvKernel : public Kernel {
   void RunTinyDepthwise(const T *X, const T *W, const T *B, T *Y) {
     T *xt = static_cast<T *>(scratch_);
     T *yt = xt + in_sp_ * C_;
-    const T *wt = wt_.data();
-    if (wt_.empty()) {
+    const T *wt = wt_ ? wt_->data() : nullptr;
+    if (!wt_) {
       T *t = reinterpret_cast<T *>(static_cast<char *>(scratch_) +
                                    Align64(static_cast<size_t>((in_sp_ + out_sp_) * C_) * sizeof(T)));
       for (int64_t c = 0; c < C_; ++c)
@@ -1379,9 +1389,9 @@ class ConvKernel : public Kernel {
 
   // False when an output came out non-finite: the caller recomputes the run on the direct path.
   bool RunWinograd(const float *X, const float *W, const float *B, float *Y) {
-    const float *u = wu_.data();
+    const float *u = wu_ ? wu_->data() : nullptr;
     char *scratch = static_cast<char *>(scratch_);
-    if (wu_.empty()) {
+    if (!wu_) {
       float *t = reinterpret_cast<float *>(scratch);
       WinogradTransformFilter(W, M_, C_, t);
       u = t;
@@ -1394,7 +1404,7 @@ class ConvKernel : public Kernel {
   void RunDirect(const T *X, const T *W, const T *B, T *Y) {
     T *const xp0 = static_cast<T *>(scratch_);
     const size_t pad_bytes = Align64(static_cast<size_t>(PadFloats()) * sizeof(T));
-    const T *wp = wp_.data(), *bp = bp_.data();
+    const T *wp = wp_ ? wp_->data() : nullptr, *bp = bp_.data();
     // the AVX2 flat outputs last in the scratch (DirectScratchBytes)
     T *yflat = reinterpret_cast<T *>(static_cast<char *>(scratch_) + DirectScratchBytes() -
                                      Align64(static_cast<size_t>(flat_out_) * sizeof(T)));
@@ -1405,7 +1415,7 @@ class ConvKernel : public Kernel {
         for (int64_t g = 0; g < G_; ++g)
           for (int64_t m = 0; m < nmb_ * kConvMB; ++m)
             b[g * nmb_ * kConvMB + m] = B && m < mg_ ? B[g * mg_ + m] : T(0);
-        wp = wp_.data();
+        wp = wp_->data();
       } else {
         Pack(W, B, w, b);
         wp = w;
@@ -1505,15 +1515,16 @@ class ConvKernel : public Kernel {
   std::vector<uint16_t> flat_keep_;    // per flat chunk: the lanes on outputs
   std::vector<int64_t> flat_first_;    // per flat chunk: its first output's offset in a channel's map
   int64_t flat_out_ = 0;               // AVX2 flat: floats of the flat outputs' scratch
-  std::vector<T> wp_, bp_;             // its packed weights and bias (fused form; weights alone if const_w_)
+  std::shared_ptr<const std::vector<T>> wp_;  // its packed weights (fused form; from the weights alone if const_w_)
+  std::vector<T> bp_;                  // its packed bias (fused form)
   bool const_w_ = false;               // wp_ packed from constant weights (not fused: the bias is packed per run)
   bool wino_ = false;                  // Winograd F(2x2, 3x3) (float), falling back to the paths above
   bool tiny_dw_ = false;               // depthwise on a small map, channels last (RunTinyDepthwise)
   int64_t col_rows_ = 0;               // im2col in blocks of this many output rows (0: the whole image at once)
-  std::vector<T> wt_;                  // its weights as [tap][channel] when known at plan time
+  std::shared_ptr<const std::vector<T>> wt_;  // its weights as [tap][channel] when known at plan time
   DwTapLists dw_taps_;                 // its taps inside the input per output position
   WinogradShape ws_{};
-  std::vector<float> wu_;              // its transformed filter when the weights are constant
+  std::shared_ptr<const std::vector<float>> wu_;  // its transformed filter when the weights are constant
   std::vector<PhaseGroup> phase_groups_;  // dilation by phases (InitPhases)
 };
 
