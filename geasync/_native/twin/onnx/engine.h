@@ -131,6 +131,10 @@ struct CompileOptions {
   // Bytes the plan may hold (intermediates, folded constants, the outputs a run allocates); a plan that needs
   // more is refused with an error naming the need and the limit. 0: DefaultMemoryLimit().
   uint64_t max_memory_bytes = 0;
+  // A plan of the same model compiled for other input descs: kernels prepared for the same input and output descs
+  // are shared with it instead of prepared again. The two plans must then not run at the same time (the twin runs
+  // one plan of a graph at a time).
+  std::shared_ptr<const Plan> donor;
 };
 
 // The limit of plans compiled without one: the machine's physical memory (a plan beyond it can never run).

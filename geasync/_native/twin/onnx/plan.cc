@@ -70,7 +70,8 @@ class ArenaAllocator {
 
 struct Step {
   const Node *node = nullptr;
-  std::unique_ptr<Kernel> kernel;
+  std::shared_ptr<Kernel> kernel;  // may be shared with the graph's other plans (CompileOptions::donor)
+  void *scratch = nullptr;         // its scratch in this plan's arena, bound before each Run
   std::vector<int> in_vals, out_vals;  // value ids; -1 omitted input; out slots index into slot table
   size_t scratch_bytes = 0, scratch_off = 0;
   std::vector<const void *> in_ptrs;   // filled at Run (preallocated)
@@ -96,6 +97,8 @@ class PlanImpl : public Plan {
   bool Build(std::shared_ptr<const Model> model, const std::vector<TensorDesc> &inputs, uint64_t memory_limit,
              std::string *err, const std::vector<const void *> *bound = nullptr);
   int missing_value() const { return a_.missing_value; }
+  // A plan of the same model whose kernels this Build may take over (CompileOptions::donor); during Build only.
+  void set_donor(const PlanImpl *donor) { donor_ = donor; }
 
  private:
   // Build's working tables, per value id (then per slot for the omitted outputs of runtime nodes).
@@ -118,7 +121,9 @@ class PlanImpl : public Plan {
   bool PrepareSteps(BuildState *b, std::string *err);
   KernelCtx KernelCtxFor(size_t k) const;
   bool PrepareStep(size_t k, BuildState *b, std::string *err);
-  void AssignOutputSlots(const std::vector<int> &node_outputs, const KernelCtx &kc, Step *s, BuildState *b);
+  std::shared_ptr<Kernel> DonorKernel(size_t k) const;
+  void AssignOutputSlots(const std::vector<int> &node_outputs, const std::vector<TensorDesc> &out, Step *s,
+                         BuildState *b);
   std::vector<size_t> LayOutArena(const BuildState &b);
   int InPlaceSource(size_t st, const BuildState &b, const std::vector<int> &last_use) const;
   bool WithinArenaLimits(const std::vector<TensorDesc> &inputs, uint64_t memory_limit, std::string *err) const;
@@ -137,6 +142,8 @@ class PlanImpl : public Plan {
   std::vector<TensorDesc> input_descs_, output_descs_;
   size_t const_bytes_ = 0, workspace_bytes_ = 0;
   std::vector<Step> steps_;
+  std::vector<int> step_of_node_;  // per node: its step (-1: folded, fused into another, or a dropped copy)
+  const PlanImpl *donor_ = nullptr;
   // Slots: one per value id, then one per omitted output of a runtime node. ptr_[slot] is fixed at compile for
   // constants and arena slots, rebound at each Run for graph inputs and outputs.
   std::vector<void *> ptr_;
@@ -268,6 +275,7 @@ void PlanImpl::CountUses(BuildState *b) const {
 // One step per runtime node, its kernel prepared for the static shapes (or fused with the nodes after it).
 bool PlanImpl::PrepareSteps(BuildState *b, std::string *err) {
   b->absorbed.assign(m_->nodes_.size(), 0);
+  step_of_node_.assign(m_->nodes_.size(), -1);
   b->source.resize(m_->values_.size());
   for (size_t v = 0; v < b->source.size(); ++v) b->source[v] = static_cast<int>(v);
   for (size_t k = 0; k < m_->nodes_.size(); ++k) {
@@ -293,16 +301,19 @@ KernelCtx PlanImpl::KernelCtxFor(size_t k) const {
 
 bool PlanImpl::PrepareStep(size_t k, BuildState *b, std::string *err) {
   const Node &n = m_->nodes_[k];
-  const KernelCtx kc = KernelCtxFor(k);
   Step s;
   s.node = &n;
-  std::string reason;
   std::vector<int> fused_outputs;
-  if (n.op_type == "Conv") s.kernel = TryFuseConv(kc, b->uses, b->sole_user, &b->absorbed, &fused_outputs);
-  if (!s.kernel) s.kernel = n.op->prepare(kc, &reason);
+  if (donor_) s.kernel = DonorKernel(k);
   if (!s.kernel) {
-    *err = n.Where() + reason;
-    return false;
+    const KernelCtx kc = KernelCtxFor(k);
+    if (n.op_type == "Conv") s.kernel = TryFuseConv(kc, b->uses, b->sole_user, &b->absorbed, &fused_outputs);
+    std::string reason;
+    if (!s.kernel) s.kernel = n.op->prepare(kc, &reason);
+    if (!s.kernel) {
+      *err = n.Where() + reason;
+      return false;
+    }
   }
   s.in_vals = n.inputs;
   for (int &v : s.in_vals)
@@ -317,24 +328,45 @@ bool PlanImpl::PrepareStep(size_t k, BuildState *b, std::string *err) {
     b->source[out0] = s.in_vals[0];
     return true;
   }
-  AssignOutputSlots(fused_outputs.empty() ? n.outputs : fused_outputs, kc, &s, b);
+  AssignOutputSlots(fused_outputs.empty() ? n.outputs : fused_outputs, a_.node_out[k], &s, b);
   s.scratch_bytes = s.kernel->scratch_bytes();
   s.in_ptrs.resize(s.in_vals.size());
   s.out_ptrs.resize(s.out_vals.size());
+  step_of_node_[k] = static_cast<int>(steps_.size());
   steps_.push_back(std::move(s));
   return true;
 }
 
+// The donor's kernel for node k when it was prepared for exactly what this plan would prepare it for: the same
+// input and output descs, the same constant inputs (by address: the model's own, so the kernel refers to nothing the
+// donor owns). A decoder's plan for a new past length shares every kernel but those around attention, and sharing
+// them skips preparing them again and freeing them with the donor. Conv is left out (its kernel may have absorbed
+// the nodes after it), as are nondeterministic ops (their generator's state would be shared).
+std::shared_ptr<Kernel> PlanImpl::DonorKernel(size_t k) const {
+  const PlanImpl &d = *donor_;
+  if (d.m_ != m_ || k >= d.step_of_node_.size() || d.step_of_node_[k] < 0) return nullptr;
+  const Node &n = m_->nodes_[k];
+  if (!n.op->foldable || n.nondeterministic || n.op_type == "Conv") return nullptr;
+  const auto same = [](const TensorDesc &x, const TensorDesc &y) { return x.dtype == y.dtype && x.dims == y.dims; };
+  for (int vid : n.inputs)
+    if (vid >= 0 && (a_.cdata[vid] != d.a_.cdata[vid] || !same(a_.desc[vid], d.a_.desc[vid]))) return nullptr;
+  const std::vector<TensorDesc> &out = a_.node_out[k], &dout = d.a_.node_out[k];
+  if (out.size() != dout.size()) return nullptr;
+  for (size_t o = 0; o < out.size(); ++o)
+    if (!same(out[o], dout[o])) return nullptr;
+  return d.steps_[static_cast<size_t>(d.step_of_node_[k])].kernel;
+}
+
 // A step's outputs: their value slots (an omitted optional output gets a slot of its own: kernels still need
 // somewhere to write it); every output not bound to a graph output lives in the arena.
-void PlanImpl::AssignOutputSlots(const std::vector<int> &node_outputs, const KernelCtx &kc, Step *s,
+void PlanImpl::AssignOutputSlots(const std::vector<int> &node_outputs, const std::vector<TensorDesc> &out, Step *s,
                                  BuildState *b) {
   for (size_t o = 0; o < node_outputs.size(); ++o) {
     int vid = node_outputs[o];
     if (vid < 0) {
       vid = static_cast<int>(ptr_.size());
       ptr_.push_back(nullptr);
-      b->slot_bytes.push_back(kc.out[o].Bytes());
+      b->slot_bytes.push_back(out[o].Bytes());
       b->in_arena.push_back(0);
     }
     s->out_vals.push_back(vid);
@@ -499,7 +531,7 @@ bool PlanImpl::AllocateArena(std::string *err) {
   for (size_t v = 0; v < arena_offset_.size(); ++v)
     if (arena_offset_[v] != SIZE_MAX) ptr_[v] = base + arena_offset_[v];
   for (Step &s : steps_)
-    if (s.scratch_bytes) s.kernel->set_scratch(base + s.scratch_off);
+    if (s.scratch_bytes) s.scratch = base + s.scratch_off;
   return true;
 }
 
@@ -544,6 +576,7 @@ bool PlanImpl::Run(const std::vector<const void *> &inputs, const std::vector<vo
         Step &s = steps_[st];
         for (size_t i = 0; i < s.in_vals.size(); ++i) s.in_ptrs[i] = s.in_vals[i] < 0 ? nullptr : ptr_[s.in_vals[i]];
         for (size_t o = 0; o < s.out_vals.size(); ++o) s.out_ptrs[o] = ptr_[s.out_vals[o]];
+        if (s.scratch_bytes) s.kernel->set_scratch(s.scratch);  // per run: a shared kernel has a place in each plan
         std::string reason;
         if (!s.kernel->Run(s.in_ptrs.data(), s.out_ptrs.data(), &reason)) {
           err = s.node->Where() + reason;
@@ -668,7 +701,10 @@ std::unique_ptr<Plan> CompilePlan(std::shared_ptr<const Model> model, const std:
     } else {
       const uint64_t limit = options.max_memory_bytes ? options.max_memory_bytes : DefaultMemoryLimit();
       std::unique_ptr<PlanImpl> plan(new PlanImpl());
-      if (plan->Build(model, inputs, limit, &err)) return plan;
+      plan->set_donor(dynamic_cast<const PlanImpl *>(options.donor.get()));
+      const bool built = plan->Build(model, inputs, limit, &err);
+      plan->set_donor(nullptr);
+      if (built) return plan;
       const ModelImpl *m = dynamic_cast<const ModelImpl *>(model.get());
       if (options.allow_value_dependent && m && plan->missing_value() >= 0) {
         std::vector<char> value_inputs(m->inputs_.size(), 0);

@@ -86,6 +86,10 @@ void SeedKnownValues(const ModelImpl &m, const std::vector<TensorDesc> &inputs, 
 
 // Runs the op's inference rule on the node's input descs; on failure also records a missing value-dependent input.
 bool InferNode(const ModelImpl &m, const Node &n, bool compile, InferCtx *ctx, Analysis *a, std::string *err) {
+  // ctx is Analyze's, reused node after node (its vectors keep their capacity: a plan per new shape is built often)
+  ctx->in.clear();
+  ctx->in_data.clear();
+  ctx->missing_input = -1;
   ctx->node = &n;
   ctx->opset = m.opset_;
   ctx->need_static = compile;
@@ -94,7 +98,11 @@ bool InferNode(const ModelImpl &m, const Node &n, bool compile, InferCtx *ctx, A
     ctx->in.push_back(vid < 0 ? nullptr : &a->desc[vid]);
     ctx->in_data.push_back(vid < 0 ? nullptr : a->cdata[vid]);
   }
-  ctx->out.assign(n.outputs.size(), TensorDesc());
+  ctx->out.resize(n.outputs.size());
+  for (TensorDesc &d : ctx->out) {
+    d.dtype = ElemType::kUndefined;
+    d.dims.clear();
+  }
   std::string reason;
   if (n.op->infer(ctx, &reason)) return true;
   *err = n.Where() + reason;
@@ -226,9 +234,8 @@ bool FoldNode(const ModelImpl &m, const Node &n, const InferCtx &ctx, Analysis *
   return true;
 }
 
-bool AnalyzeNode(const ModelImpl &m, size_t k, bool compile, Analysis *a, std::string *err) {
+bool AnalyzeNode(const ModelImpl &m, size_t k, bool compile, InferCtx &ctx, Analysis *a, std::string *err) {
   const Node &n = m.nodes_[k];
-  InferCtx ctx;
   if (!InferNode(m, n, compile, &ctx, a, err)) return false;
   int64_t total;
   if (!RecordNodeOutputs(n, ctx, compile, a, &total, err)) return false;
@@ -249,8 +256,9 @@ bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool com
              const std::vector<const void *> *bound) {
   if (!CheckInputDescs(m, inputs, compile, err)) return false;
   SeedKnownValues(m, inputs, bound, a);
+  InferCtx ctx;
   for (size_t k = 0; k < m.nodes_.size(); ++k)
-    if (!AnalyzeNode(m, k, compile, a, err)) return false;
+    if (!AnalyzeNode(m, k, compile, ctx, a, err)) return false;
   return true;
 }
 

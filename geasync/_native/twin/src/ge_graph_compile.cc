@@ -4,7 +4,11 @@
 
 namespace ge {
 namespace {
-constexpr size_t kMaxPlansPerGraph = 16;  // shape-specialised plans kept per graph (dynamic shapes)
+// Shape-specialised plans kept per graph (dynamic shapes): 16, and up to 64 while their intermediates take at most
+// 256 MB in all. A decoder's plans (one per past length, their weights shared) are small, and a service decoding
+// request after request meets the same lengths again; a CNN's plans for large maps are not.
+constexpr size_t kPlansKept = 16, kMaxPlansKept = 64;
+constexpr uint64_t kPlanWorkspaceBudget = uint64_t(256) << 20;
 
 // Whether a cached plan was specialised for these input descriptions (compared in place: a run looks its plan up
 // on every call, and a formatted key cost more than the rest of the lookup).
@@ -85,14 +89,23 @@ std::shared_ptr<Plan> GetPlan(GraphNode &node, const std::vector<ODesc> &descs, 
   }
   std::string error;
   const twin::onnx::StopFlagScope stop(&node.stopping);
-  auto plan = twin::onnx::CompilePlan(node.model, descs, ValueDependentOk(node), &error);
+  twin::onnx::CompileOptions options = ValueDependentOk(node);
+  // The last plan used lends the kernels the new shapes leave as they were (a decoder's next past length: all but
+  // those around attention); runs of a graph's plans never overlap (exec_mu), as sharing requires.
+  if (!node.plans.empty()) options.donor = node.plans.front().second;
+  auto plan = twin::onnx::CompilePlan(node.model, descs, options, &error);
   if (!plan) {
     twin::ReportError(std::string(api) + ": graph (graph_id=" + std::to_string(node.id) +
                       ") cannot run with these inputs: " + error);
     return nullptr;
   }
   node.plans.emplace_front(descs, std::shared_ptr<Plan>(std::move(plan)));
-  if (node.plans.size() > kMaxPlansPerGraph) node.plans.pop_back();
+  uint64_t workspace = 0;
+  for (const auto &p : node.plans) workspace += p.second->workspace_bytes();
+  while (node.plans.size() > kMaxPlansKept || (node.plans.size() > kPlansKept && workspace > kPlanWorkspaceBudget)) {
+    workspace -= node.plans.back().second->workspace_bytes();
+    node.plans.pop_back();
+  }
   return node.plans.front().second;
 }
 }  // namespace ge
