@@ -748,6 +748,61 @@ def sweep4_cases(size: str):
                                                      initializers=[("u", upd)], axis=1, reduction="add")
 
 
+def conv_sweep2_cases(size: str):
+    """A second conv sweep (1M size only): the rows "pooling / conv gaps" left above 1.5x (dilated 3x3 on 7x7 /
+    14x14 maps, depthwise 3x3 stride 2 on 32x32, 1x1 on 2x2 maps of several images), 1x1 convs on small maps at
+    batch 2-16 (ResNet's last stage, a classifier head as a 1x1 conv on 1x1 maps), depthwise 3x3 / 5x5 with bias,
+    grouped 3x3, dilated Conv1d (WaveNet / TCN), strided 1x1, SAME_UPPER pads, ConvTranspose with groups /
+    dilations / output_padding, float16."""
+    if size != "1M":
+        return
+
+    def conv(name, x, w, op="Conv", bias=False, **attrs):
+        init = [("w", rand(w, -0.2, 0.2, 51).astype(x.dtype))]
+        if bias:
+            init.append(("b", rand([w[1] * attrs.get("group", 1) if op == "ConvTranspose" else w[0]], seed=52)
+                         .astype(x.dtype)))
+        t = helper.np_dtype_to_tensor_dtype(x.dtype)
+        return f"{name} on {'x'.join(map(str, x.shape))}", *single_op(op, x, out_type=t, initializers=init, **attrs)
+
+    for n, h in ((1, 7), (4, 14)):
+        yield conv("Conv 3x3 dilation 2 64->64", rand([n, 64, h, h], seed=53), [64, 64, 3, 3], kernel_shape=[3, 3],
+                   dilations=[2, 2], pads=[2, 2, 2, 2])
+    yield conv("Conv depthwise 3x3 s2 p1 96", rand([2, 96, 32, 32], seed=54), [96, 1, 3, 3], kernel_shape=[3, 3],
+               strides=[2, 2], pads=[1, 1, 1, 1], group=96)
+    for n, c, m in ((1, 256, 512), (2, 256, 512), (4, 512, 512)):
+        yield conv(f"Conv 1x1 {c}->{m}", rand([n, c, 2, 2], seed=55), [m, c, 1, 1], kernel_shape=[1, 1])
+    yield conv("Conv 1x1 bias 1280->1000", rand([8, 1280, 1, 1], seed=56), [1000, 1280, 1, 1], bias=True,
+               kernel_shape=[1, 1])
+    for n in (2, 8):
+        yield conv("Conv 1x1 bias 512->2048", rand([n, 512, 7, 7], seed=57), [2048, 512, 1, 1], bias=True,
+                   kernel_shape=[1, 1])
+        yield conv("Conv 1x1 bias 2048->512", rand([n, 2048, 7, 7], seed=57), [512, 2048, 1, 1], bias=True,
+                   kernel_shape=[1, 1])
+    yield conv("Conv 3x3 p1 bias 256->256", rand([8, 256, 14, 14], seed=58), [256, 256, 3, 3], bias=True,
+               kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    yield conv("Conv depthwise 3x3 p1 bias 576", rand([2, 576, 14, 14], seed=59), [576, 1, 3, 3], bias=True,
+               kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=576)
+    yield conv("Conv depthwise 5x5 p2 bias 240", rand([1, 240, 14, 14], seed=60), [240, 1, 5, 5], bias=True,
+               kernel_shape=[5, 5], pads=[2, 2, 2, 2], group=240)
+    yield conv("Conv 3x3 p1 groups 2 256->256", rand([2, 256, 14, 14], seed=61), [256, 128, 3, 3],
+               kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=2)
+    for c, k, d, length in ((64, 2, 16, 4096), (256, 3, 64, 1024), (64, 3, 32, 16000)):
+        yield conv(f"Conv1d k{k} dilation {d} {c}->{c}", rand([1, c, length], seed=62), [c, c, k], kernel_shape=[k],
+                   dilations=[d], pads=[d * (k - 1), 0])
+    yield conv("Conv 1x1 s2 256->512", rand([2, 256, 28, 28], seed=63), [512, 256, 1, 1], kernel_shape=[1, 1],
+               strides=[2, 2])
+    yield conv("Conv 3x3 s2 SAME_UPPER 64->128", rand([1, 64, 56, 56], seed=64), [128, 64, 3, 3],
+               kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER")
+    yield conv("ConvTranspose 3x3 s2 p1 op1 groups 2 64->64", rand([2, 64, 14, 14], seed=65), [64, 32, 3, 3],
+               op="ConvTranspose", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1],
+               group=2)
+    yield conv("ConvTranspose 3x3 dilation 2 64->64", rand([1, 64, 28, 28], seed=66), [64, 64, 3, 3],
+               op="ConvTranspose", kernel_shape=[3, 3], dilations=[2, 2])
+    yield conv("Conv float16 depthwise 3x3 p1 128", rand([1, 128, 28, 28], seed=67).astype(np.float16),
+               [128, 1, 3, 3], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=128)
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
@@ -767,6 +822,7 @@ FAMILIES = {
     "sweep 3: dtypes, short rows, layouts": sweep3_cases,
     "conv sweep": conv_sweep_cases,
     "sweep 4: gaps left, dtype / axis sweep": sweep4_cases,
+    "conv sweep 2": conv_sweep2_cases,
 }
 
 

@@ -935,6 +935,13 @@ class ConvKernel : public Kernel {
     out_sp_ = w_.out[0] * w_.out[1] * w_.out[2];
     direct_ = kk_ == 1 && w_.s[0] == 1 && w_.s[1] == 1 && w_.s[2] == 1;
     for (size_t i = 0; i < kMaxSpatial; ++i) direct_ = direct_ && w_.pb[i] == 0 && w_.pe[i] == 0;
+    // A 1x1 conv on small maps of several images (late ResNet stages, a classifier head as a 1x1 conv on 1x1
+    // maps): one GEMM per image has N = a map's positions, and OpenBLAS repacks the weights on every call (batch 8
+    // of 1280->1000 on 1x1 maps: 13.6x onnxruntime, 512->2048 on 8x7x7: 1.56x). The images' maps side by side make
+    // one GEMM. Not when each image already has 4+ columns and the stack fewer than 16: OpenBLAS took 1.75x as long
+    // for one GEMM with 8 columns as for two with 4 (256->512 on 2x2x2).
+    const int64_t stacked = N_ * out_sp_;
+    stack1x1_ = direct_ && N_ > 1 && out_sp_ > 0 && out_sp_ <= 64 && (out_sp_ < 4 || stacked >= 16);
     if (!direct_ && w_.out[0] > 1 && out_sp_ > 0) {  // 3-D: column blocks of about 1 MB (see Run)
       const int64_t row_bytes = cg_ * kk_ * w_.out[2] * static_cast<int64_t>(sizeof(T));
       const int64_t rows = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(row_bytes, 1));
@@ -967,7 +974,14 @@ class ConvKernel : public Kernel {
     // channel's setup and padding (a 16-lane chunk for a 2x2 output), so the channels go last and each tap is one
     // contiguous multiply-add over all of them (MobileNetV3's 5x5 depthwise convs on 2x2 and 4x4 maps: 4-6x of
     // onnxruntime before).
-    tiny_dw_ = cg_ == 1 && mg_ == 1 && G_ >= 8 && out_sp_ > 0 && out_sp_ <= 64 && in_sp_ <= 256 && kk_ > 1;
+    // At stride 2 also on maps up to 16x16 out of 32x32: the flat stride-2 kernel's per-channel phase planes cost
+    // more than its convolution there (MobileNet's 3x3 s2 on 2x96x32x32: 3.1-4.2x onnxruntime, here 2.4x); at
+    // stride 1 the per-channel kernels stay ahead on 14x14 (576 channels: 1.54x -> 1.63x this way).
+    bool s2only = true;
+    for (size_t i = 0; i < kMaxSpatial; ++i) s2only = s2only && (w_.k[i] == 1 || w_.s[i] == 2);
+    const bool small = out_sp_ <= 64 && in_sp_ <= 256;
+    tiny_dw_ = cg_ == 1 && mg_ == 1 && G_ >= 8 && out_sp_ > 0 && kk_ > 1 &&
+               (small || (s2only && out_sp_ <= 256 && in_sp_ <= 1024));
     if (tiny_dw_) {
       dconv_ = s2_ = flat_ = wino_ = false;
       dw_taps_ = ListDwTaps(w_);
@@ -1130,6 +1144,7 @@ class ConvKernel : public Kernel {
       return Align64(static_cast<size_t>((in_sp_ + out_sp_) * C_) * sizeof(T)) +
              (!wt_ ? Align64(static_cast<size_t>(kk_ * C_) * sizeof(T)) : 0);
     if (!phase_groups_.empty()) return PhaseScratch().total;
+    if (stack1x1_) return Align64(static_cast<size_t>(N_ * out_sp_ * (cg_ + mg_)) * sizeof(T));
     if (!wino_) return DirectScratchBytes();
     const size_t filter = !wu_ ? Align64(WinogradFilterFloats(C_, M_) * sizeof(T)) : 0;
     return std::max(DirectScratchBytes(), filter + Align64(WinogradScratchBytes(ws_)));
@@ -1167,6 +1182,10 @@ class ConvKernel : public Kernel {
       return true;
     }
     if (!phase_groups_.empty()) return RunPhases(in, Y);
+    if (stack1x1_) {
+      RunStacked1x1(X, W, B, Y);
+      return true;
+    }
     if constexpr (std::is_same<T, float>::value) {
       if (wino_ && RunWinograd(X, W, B, Y)) return true;
     }
@@ -1341,6 +1360,29 @@ class ConvKernel : public Kernel {
               }
             }
           }
+    }
+  }
+
+  // stack1x1_: per group, the images' maps side by side as one [cg][N * P] matrix, one GEMM into [mg][N * P], then
+  // back to the images' layout.
+  void RunStacked1x1(const T *X, const T *W, const T *B, T *Y) {
+    const int64_t P = out_sp_, NP = N_ * P;
+    T *xs = static_cast<T *>(scratch_), *ys = xs + cg_ * NP;
+    for (int64_t g = 0; g < G_; ++g) {
+      for (int64_t n = 0; n < N_; ++n)
+        for (int64_t k = 0; k < cg_; ++k) std::copy_n(X + (n * C_ + g * cg_ + k) * P, P, xs + k * NP + n * P);
+      T beta = T(0);
+      if (B) {
+        for (int64_t m = 0; m < mg_; ++m) std::fill(ys + m * NP, ys + (m + 1) * NP, B[g * mg_ + m]);
+        beta = T(1);
+      }
+      Gemm<T>(false, false, mg_, NP, cg_, T(1), W + g * mg_ * cg_, cg_, xs, NP, beta, ys, NP);
+      for (int64_t n = 0; n < N_; ++n)
+        for (int64_t m = 0; m < mg_; ++m) {
+          const T *__restrict src = ys + m * NP + n * P;
+          T *__restrict dst = Y + (n * M_ + g * mg_ + m) * P;
+          for (int64_t p = 0; p < P; ++p) dst[p] = relu_ && src[p] < T(0) ? T(0) : src[p];
+        }
     }
   }
 
@@ -1526,6 +1568,7 @@ class ConvKernel : public Kernel {
   WinogradShape ws_{};
   std::shared_ptr<const std::vector<float>> wu_;  // its transformed filter when the weights are constant
   std::vector<PhaseGroup> phase_groups_;  // dilation by phases (InitPhases)
+  bool stack1x1_ = false;              // 1x1 on small maps of several images (RunStacked1x1)
 };
 
 // A Conv kernel's window (from X's and W's static spatial dims) and its group count.
