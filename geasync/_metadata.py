@@ -20,7 +20,7 @@ import numpy as np
 
 from . import _dtypes
 
-__all__ = ["TensorInfo", "ModelFormatError", "read_io"]
+__all__ = ["TensorInfo", "ModelFormatError", "UnsupportedOpsetError", "read_io", "check_opsets"]
 
 Dim = Union[int, str, None]
 _Buffer = Union[bytes, memoryview]
@@ -63,6 +63,17 @@ class TensorInfo(NamedTuple):
 class ModelFormatError(ValueError):
     """The bytes are not a well-formed ONNX ModelProto (the message gives the byte offset)."""
 
+
+class UnsupportedOpsetError(ValueError):
+    """The model imports an operator set version newer than the runtime knows (GE's parser refuses it)."""
+
+
+# The newest version of each ONNX operator-set domain the runtime knows: those of the onnx release the twin's operators
+# and the conformance suite follow (onnx 1.23). A model importing a newer one is refused, as GE's parser does, rather
+# than run with the semantics of an older version. Domains not listed (a vendor's custom ops) are not bounded here:
+# an operator of theirs is refused by the parser when the model uses one.
+MAX_OPSETS: dict[str, int] = {"": 28, "ai.onnx": 28, "ai.onnx.ml": 5, "ai.onnx.preview.training": 1,
+                              "ai.onnx.preview": 1}
 
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 
@@ -201,3 +212,40 @@ def read_io(model: bytes) -> tuple[tuple[TensorInfo, ...], tuple[TensorInfo, ...
                 (inputs if field == 11 else outputs).append(_value_info(buf, s, e))
     initializers.discard("")  # GE matches inputs to named initializers only
     return tuple(i for i in inputs if i.name not in initializers), tuple(outputs)
+
+
+def read_opsets(model: bytes) -> list[tuple[str, int]]:
+    """The (domain, version) pairs ModelProto bytes import (``opset_import``), in order; ModelFormatError if the bytes
+    are not a ModelProto."""
+    buf: _Buffer = memoryview(model).cast("B") if not isinstance(model, bytes) else model
+    opsets: list[tuple[str, int]] = []
+    for field, wire, value in _fields(buf, 0, len(buf)):
+        if field == 8:  # OperatorSetIdProto: domain (1), version (2)
+            s, e = _span(wire, value, 0)
+            domain, version = "", 0
+            for f, w, v in _fields(buf, s, e):
+                if f == 1:
+                    domain = _text(buf, _span(w, v, s))
+                elif f == 2:
+                    version = _int64(w, v, s)
+            opsets.append((domain, version))
+    return opsets
+
+
+def check_opsets(model: bytes, where: str) -> None:
+    """UnsupportedOpsetError, naming ``where``, the domain, its version and the newest one supported, if the model
+    imports an operator set newer than MAX_OPSETS. Bytes that are not a ModelProto pass: the parser says what is
+    wrong with them when the graph is added."""
+    try:
+        opsets = read_opsets(model)
+    except ModelFormatError:
+        return
+    for domain, version in opsets:
+        newest = MAX_OPSETS.get(domain)
+        if newest is not None and version > newest:
+            hint = (f" (e.g. torch.onnx.export(..., opset_version={newest}), or onnx.version_converter)"
+                    if domain in ("", "ai.onnx") else "")
+            raise UnsupportedOpsetError(
+                f"{where}: the model imports opset {version} of domain {domain or 'ai.onnx'!r}"
+                f"{' (the default domain)' if not domain else ''}, newer than the highest supported, {newest}: "
+                f"GE's ONNX parser refuses it. Export the model for an opset of at most {newest}{hint}")

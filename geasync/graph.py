@@ -1,8 +1,9 @@
 """``Graph``: an ONNX model to add to a Session (GE parses it with ``aclgrphParseONNXFromMem``).
 
 The model is parsed when it is first added, so corrupt bytes or unsupported operators are reported by
-``Session.add_graph`` with GE's message. As in GE, one Graph object can be added once; add it again with
-``Session.add_graph_clone`` or make a new Graph.
+``Session.add_graph`` with GE's message; a model importing an operator set newer than the runtime supports (see
+``geasync._metadata.MAX_OPSETS``) is refused when the Graph is made (``UnsupportedOpsetError``, a ValueError). As in
+GE, one Graph object can be added once; add it again with ``Session.add_graph_clone`` or make a new Graph.
 
 ``Graph.inputs`` / ``Graph.outputs`` list the declared inputs and outputs (name, numpy dtype, shape) before any run,
 read from the model bytes themselves (see ``geasync._metadata``), so they are the same on every backend.
@@ -15,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from . import _lib
-from ._metadata import TensorInfo, read_io
+from ._metadata import TensorInfo, check_opsets, read_io
 
 if TYPE_CHECKING:
     from onnx import ModelProto  # optional: geasync reads ONNX bytes itself
@@ -32,6 +33,9 @@ class Graph:
         if not isinstance(model, (bytes, bytearray, memoryview)):
             raise TypeError(f"model must be ONNX ModelProto bytes, got {type(model).__name__}")
         self._model = bytes(model)
+        # refused now, not at add_graph: an opset newer than the runtime knows is the one model problem found
+        # without parsing the graph (UnsupportedOpsetError, a ValueError)
+        check_opsets(self._model, "Graph" if name is None else f"Graph.from_onnx({name!r})")
         self._name = name
         self._native: Any = None
         self._lock = threading.Lock()
