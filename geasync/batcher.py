@@ -240,7 +240,9 @@ class Batcher:
         ``inputs`` as for ``run_graph_async`` (a list, or a ``{name: array}`` mapping), each with the same batch dim
         (>= 1) on ``batch_axis``; a request that does not fit the graph's declared inputs is refused with InputError
         before it joins a batch. Arguments are checked when it is called (as ``run_graph_async`` does). ``timeout``
-        (seconds; default: the batcher's) raises TimeoutError; the request's rows are dropped from its batch."""
+        (seconds; default: the batcher's) raises TimeoutError; the request's rows are dropped from its batch. A
+        timeout of 0 or less is a deadline already past: TimeoutError at once on every loop, no batch takes the
+        request (counted cancelled)."""
         a: Any = inputs[0] if type(inputs) is list and len(inputs) == 1 else None
         # the common request: one array of the last signature seen (its key object is reused, so batching compares
         # keys by identity), most often of the last shape too
@@ -260,6 +262,8 @@ class Batcher:
                 return self._run(arrays, rows, key)  # awaited directly: one coroutine per request
         else:
             timeout = check_timeout(timeout, "Batcher.run")
+        if timeout <= 0:
+            return self._expired(timeout)
         if self._trio:
             return self._run_with_timeout(arrays, rows, key, timeout)
         return self._run(arrays, rows, key, timeout)
@@ -277,6 +281,13 @@ class Batcher:
             if deadline.expired():
                 raise self._timed_out(timeout) from None
             raise
+
+    async def _expired(self, timeout: float) -> list[Tensor]:
+        # A deadline already past: TimeoutError when awaited, on every loop, and no batch takes the request (asyncio
+        # ran it, and trio ran it and then raised)
+        self._submitted += 1
+        self._cancelled += 1
+        raise self._timed_out(timeout)
 
     def _timed_out(self, timeout: float) -> TimeoutError:
         return TimeoutError(f"Batcher.run(graph={self.graph}): no result within {timeout} s (the request's timeout)")

@@ -11,6 +11,7 @@ from ``_inflight``), ``run_graph_in_thread``, ``statistics()``, ``async with`` /
 from __future__ import annotations
 
 import copy
+import gc
 import math
 import sys
 import threading
@@ -33,7 +34,7 @@ from ._metadata import ModelFormatError, TensorInfo
 from ._options import GRAPH_OPTIONS, LOAD_OPTIONS, SESSION_OPTIONS, split_options
 from ._stats import GraphCounters, SessionStatistics, logger, merged_histogram, now
 from ._inflight import InFlightBound
-from ._loops import Timer, call_repeatedly, check_timeout, fail_after
+from ._loops import Timer, call_repeatedly, check_timeout, fail_after, running_loop
 from ._modes import RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry
 from ._pins import FREEZER, PinnedBytes, Pins
 from .allocator import Allocator
@@ -302,11 +303,19 @@ class Session:
         releases them (GE drops what it has not started)."""
         self._closing = True
         try:
+            collect_in, collect_at = 0.05, time.monotonic() + 0.05
             # a forked child: the parent's runs complete in the parent only, and the child has nothing to wait for
             while _lib.same_process() and (
                     self._slots.in_flight - self._unawaited > 0 or self._slots.waiting or self._compiling
                     or self._compile_threads
                     or self._starting or any(cap is not None and cap.waiting for cap in self._graph_caps.values())):
+                if (self._compiling or self._starting) and time.monotonic() >= collect_at:
+                    # A request whose loop was closed while it waited (for a compile or a slot) never resumes: it
+                    # stays counted until the collector frees its task, whose cleanup only then runs. Collected
+                    # now and then (backing off: a CANN compile really takes minutes), not left to chance.
+                    gc.collect()
+                    collect_in = min(collect_in * 2, 5.0)
+                    collect_at = time.monotonic() + collect_in
                 await anyio.sleep(0.002)
         finally:
             self.close()
@@ -600,8 +609,10 @@ class Session:
         declared inputs at once, so a bad request raises ``InputError`` and never reaches GE). Works under asyncio,
         uvloop and trio. At most ``max_in_flight`` requests of the session are submitted at once; further ones wait
         here. Cancelling the awaiting task (or ``timeout``, in seconds) raises at once, but the inputs stay pinned
-        until the runtime reports completion. Arguments are checked when it is called (a TypeError, an InputError, a
-        closed session or a run-mode conflict raises at once), the run starts when it is awaited.
+        until the runtime reports completion. A ``timeout`` of 0 or less is a deadline already past: awaiting raises
+        TimeoutError at once on every loop, and nothing is submitted (counted cancelled in ``statistics()``).
+        Arguments are checked when it is called (a TypeError, an InputError, a closed session or a run-mode conflict
+        raises at once), the run starts when it is awaited.
         """
         # every run takes this path: the checks are inlined and the context string is made only for an error
         if type(graph_id) is not int or not 0 <= graph_id <= 0xFFFFFFFF:
@@ -620,7 +631,19 @@ class Session:
             self._modes.claim(graph_id, RUN_GRAPH_ASYNC, _async_context(graph_id))
         if timeout is None:
             return self._run_async(graph_id, prepared)  # awaited directly: one coroutine per request
+        if timeout <= 0:
+            return self._expired(graph_id, timeout)
         return self._run_async_with_timeout(graph_id, prepared, timeout)
+
+    async def _expired(self, graph_id: int, timeout: float) -> List[Tensor]:
+        # A deadline already past: TimeoutError when awaited, nothing submitted, on every loop. Left to the loop's
+        # timeout, asyncio and trio both submitted the run and then raised, and counted it cancelled on one and
+        # completed on the other.
+        counters = self._counters(graph_id)
+        counters.submitted += 1
+        counters.cancelled += 1
+        raise TimeoutError(f"{_async_context(graph_id)}: no result within {timeout} s (the request's timeout, "
+                           "already expired: nothing was submitted)")
 
     async def _run_async_with_timeout(self, graph_id: int, prepared: AsyncInputs, timeout: float) -> List[Tensor]:
         deadline = fail_after(timeout)
@@ -760,27 +783,20 @@ class Session:
         try:
             # One turn at a time, in arrival order; a turn granted to a request whose loop is gone passes on
             await gate.turn.acquire()
+            turn = _Turn(gate, running_loop())
             try:
                 if gate.failure is not None and gate.failure[0] > seen:
                     raise _error_copy(gate.failure[1])
                 if not self._ask(_lib.is_graph_need_rebuild, graph_id):
                     return  # compiled while it waited
-                attempt = gate.finished + 1
-                try:
-                    # The session by weak reference: a worker thread reports its result before it drops its
-                    # call's arguments, and a session dropped right after its first run must be collected (and
-                    # warned about). abandon_on_cancel: a request cancelled meanwhile raises at once; the compile
-                    # runs on (aclose() waits for it), and the next request in line waits for it on the
-                    # session's lock, in a thread of its own.
-                    await anyio.to_thread.run_sync(_compile_declared, weakref.ref(self), graph_id,
-                                                   _async_context(graph_id), abandon_on_cancel=True)
-                except Exception as exc:
-                    gate.failure = (attempt, exc)
-                    raise
-                finally:
-                    gate.finished = attempt
+                # The session by weak reference: a worker thread reports its result before it drops its call's
+                # arguments, and a session dropped right after its first run must be collected (and warned about).
+                # A request cancelled meanwhile raises at once; the compile runs on (aclose() waits for it), and the
+                # next request in line waits for it on the session's lock, in a thread of its own.
+                await _off_loop(_compile_in_turn, turn, gate.finished + 1, weakref.ref(self), graph_id,
+                                _async_context(graph_id))
             finally:
-                gate.turn.release()
+                turn.pass_on()
         finally:
             with self._gates_lock:
                 gate.users -= 1
@@ -956,10 +972,70 @@ class Session:
         self._ask(_lib.unregister_external_allocator, address, "Stream.close()")
 
 
+async def _off_loop(call: Callable[..., None], *args: Any) -> None:
+    """``call(*args)`` in a worker thread, awaited; a caller cancelled meanwhile raises at once and the call runs on.
+    On asyncio (uvloop included) in the loop's default executor, which closing the loop (``asyncio.run`` returning,
+    ``loop.close()``) shuts down: anyio's asyncio worker threads hold the loop's root task (and, through its
+    coroutine, whatever it references: a session), and once their loop is closed with that task still pending they
+    wait for more work for good."""
+    loop = running_loop()
+    if loop is not None:
+        await loop.run_in_executor(None, call, *args)
+    else:
+        await anyio.to_thread.run_sync(call, *args, abandon_on_cancel=True)
+
+
 def _compile_declared(ref: "weakref.ref[Session]", graph_id: int, context: str) -> None:
     session = ref()
     if session is not None:
         session._compile_declared(graph_id, context)
+
+
+class _Turn:
+    """A request's turn at a graph's first compile. The request passes it on when it resumes after the compile, so
+    requests reach the runtime in arrival order. If its loop was closed meanwhile it never resumes (until the
+    collector frees its task): then the worker thread that ran the compile passes it on, so the requests of other
+    loops do not wait for the collector."""
+
+    __slots__ = ("_gate", "_loop", "_lock", "_started", "_passed")
+
+    def __init__(self, gate: "_CompileGate", loop: Any) -> None:
+        self._gate = gate
+        self._loop = loop  # the request's asyncio loop; None on trio, whose runs end only once their tasks have
+        self._lock = threading.Lock()
+        self._started = self._passed = False
+
+    def start(self) -> bool:
+        """The worker thread takes up the compile: False if the request gave up (and passed the turn on) first."""
+        with self._lock:
+            self._started = not self._passed
+            return self._started
+
+    def pass_on(self) -> None:
+        with self._lock:
+            if self._passed:
+                return
+            self._passed = True
+        self._gate.turn.release()
+
+    def orphaned(self) -> bool:
+        return self._loop is not None and self._loop.is_closed()
+
+
+def _compile_in_turn(turn: _Turn, attempt: int, ref: "weakref.ref[Session]", graph_id: int, context: str) -> None:
+    # On a worker thread: the compile of the request holding ``turn`` (unless it gave up before this started)
+    if not turn.start():
+        return
+    gate = turn._gate
+    try:
+        _compile_declared(ref, graph_id, context)
+    except Exception as exc:
+        gate.failure = (attempt, exc)
+        raise
+    finally:
+        gate.finished = attempt
+        if turn.orphaned():
+            turn.pass_on()
 
 
 class _CompileGate:
