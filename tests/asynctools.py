@@ -91,13 +91,19 @@ class Ticker:
         self._stop = False
 
     async def run(self) -> None:
-        last = time.perf_counter()
+        self._last = time.perf_counter()
         while not self._stop:
             await anyio.sleep(self.period)
             now = time.perf_counter()
-            self.max_gap = max(self.max_gap, now - last)
-            last = now
+            self.max_gap = max(self.max_gap, now - self._last)
+            self._last = now
             self.ticks += 1
+
+    def reset(self) -> float:
+        """Measures from now on (the gap under way counts from now); returns the time."""
+        self._last = now = time.perf_counter()
+        self.max_gap = 0.0
+        return now
 
     def stop(self) -> None:
         self._stop = True
