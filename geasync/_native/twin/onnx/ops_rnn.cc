@@ -13,6 +13,7 @@
 #include "elem.h"
 #include "gemm.h"
 #include "gemm_panel.h"
+#include "shared_const.h"
 #include "vmath.h"
 
 namespace twin {
@@ -287,16 +288,23 @@ class RnnKernel : public Kernel {
     }
   }
   // R known when the graph is prepared (an initializer): its per-direction transposes are made once here.
+  // Shared with the graph's other plans (one per sequence length / batch), which derive the same from the same R.
   void UseConstantR(const T *R) {
-    const int64_t GH = G_ * H_;
+    const int64_t GH = G_ * H_, t_size = sizeof(T);
     if constexpr (std::is_same<T, float>::value)
       if (panel_w_) {
-        packs_const_.resize(static_cast<size_t>(r_.dirs * PackSizePerDir()));
-        for (int d = 0; d < r_.dirs; ++d) Pack(R + d * GH * H_, packs_const_.data() + d * PackSizePerDir());
+        packs_const_ = SharedDerived<T>(R, "rnn panels", {r_.dirs, GH, H_, panel_w_, RecurrentCols(), SeparateHBlock()},
+                                        [&](std::vector<T> *v) {
+                                          v->resize(static_cast<size_t>(r_.dirs * PackSizePerDir()));
+                                          for (int d = 0; d < r_.dirs; ++d)
+                                            Pack(R + d * GH * H_, v->data() + d * PackSizePerDir());
+                                        });
         return;
       }
-    rt_const_.resize(static_cast<size_t>(r_.dirs * GH * H_));
-    for (int d = 0; d < r_.dirs; ++d) Transpose(R + d * GH * H_, GH, H_, rt_const_.data() + d * GH * H_);
+    rt_const_ = SharedDerived<T>(R, "rnn R transposed", {t_size, r_.dirs, GH, H_}, [&](std::vector<T> *v) {
+      v->resize(static_cast<size_t>(r_.dirs * GH * H_));
+      for (int d = 0; d < r_.dirs; ++d) Transpose(R + d * GH * H_, GH, H_, v->data() + d * GH * H_);
+    });
   }
   size_t scratch_bytes() const override {
     // x_dir [seq*batch, in], xw [seq*batch, GH], hr [batch, GH], h, c [batch, H], pre, act [batch, GH],
@@ -385,10 +393,10 @@ class RnnKernel : public Kernel {
     // and separately its h block).
     const T *rt = buf_.rt, *pack = buf_.pack;
     if (panel_w_) {
-      if (!packs_const_.empty()) pack = packs_const_.data() + d * PackSizePerDir();
+      if (packs_const_) pack = packs_const_->data() + d * PackSizePerDir();
       else Pack(Rd, buf_.pack);
-    } else if (!rt_const_.empty()) {
-      rt = rt_const_.data() + d * GH * H_;
+    } else if (rt_const_) {
+      rt = rt_const_->data() + d * GH * H_;
     } else {
       Transpose(Rd, GH, H_, buf_.rt);
     }
@@ -554,9 +562,9 @@ class RnnKernel : public Kernel {
   int n_in_, n_out_;
   Buffers buf_{};
   LstmRowFn lstm_row_ = nullptr;  // the fused LSTM row (float32, default activations), else null
-  std::vector<T> rt_const_;       // R^T per direction when R is constant, else empty
+  std::shared_ptr<const std::vector<T>> rt_const_;     // R^T per direction when R is constant, else null
   int panel_w_ = 0;               // columns per panel of the panel kernel (float32), 0 without it
-  std::vector<T> packs_const_;    // R's panels per direction when R is constant, else empty
+  std::shared_ptr<const std::vector<T>> packs_const_;  // R's panels per direction when R is constant, else null
 };
 
 std::unique_ptr<Kernel> PrepareRnn(const KernelCtx &kc, std::string *reason) {
