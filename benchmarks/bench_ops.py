@@ -802,6 +802,35 @@ def conv_sweep2_cases(size: str):
     yield conv("Conv float16 depthwise 3x3 p1 128", rand([1, 128, 28, 28], seed=67).astype(np.float16),
                [128, 1, 3, 3], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=128)
 
+def quant_model_cases(size: str):
+    """Quantised models: QuantizeLinear / DequantizeLinear with 16-bit activations (quantize_static's QUInt16 /
+    QInt16, opset 21), per tensor and per channel, and a QDQ Conv whose weight is a DequantizeLinear of an int8
+    initializer above the 1 MiB folding limit (a resnet18 layer4 convolution)."""
+    rows, cols = SIZES[size]
+    shape = [rows, cols]
+    rng = np.random.default_rng(46)
+    for name, qt, npt in (("u16", TensorProto.UINT16, np.uint16), ("s16", TensorProto.INT16, np.int16)):
+        zero = ("z", np.array(7, npt))
+        q = make_model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])], [("x", F, shape)],
+                       [("y", qt, shape)], initializers=[("s", np.array(1e-4, np.float32)), zero], opset=21)
+        yield f"QuantizeLinear {name} {rows}x{cols}", q, [rand(shape)]
+        ints = rng.integers(np.iinfo(npt).min, np.iinfo(npt).max, shape, npt, endpoint=True)
+        dq = make_model([helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"])], [("x", qt, shape)],
+                        [("y", F, shape)], initializers=[("s", np.array(1e-4, np.float32)), zero], opset=21)
+        yield f"DequantizeLinear {name} {rows}x{cols}", dq, [ints]
+        dqa = make_model([helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], axis=1)], [("x", qt, shape)],
+                         [("y", F, shape)], initializers=[("s", rand((cols,), 1e-4, 3e-4, 1)),
+                                                          ("z", np.full(cols, 3, npt))], opset=21)
+        yield f"DequantizeLinear {name} per-axis {rows}x{cols}", dqa, [ints]
+    c = {"small": 8, "64k": 256, "1M": 512}[size]
+    w = rng.integers(-128, 128, (c, c, 3, 3), np.int8)
+    conv = make_model([helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
+                       helper.make_node("Conv", ["x", "wf"], ["y"], pads=[1, 1, 1, 1])],
+                      [("x", F, [2, c, 2, 2])], [("y", F, [2, c, 2, 2])],
+                      initializers=[("w", w), ("ws", rand((c,), 1e-3, 2e-3, 2)), ("wz", np.zeros(c, np.int8))],
+                      opset=OPSET)
+    yield f"QDQ Conv 3x3 {c}->{c} on 2x2 (int8 per-channel weight)", conv, [rand((2, c, 2, 2))]
+
 
 FAMILIES = {
     "element-wise": elementwise_cases,
@@ -823,6 +852,8 @@ FAMILIES = {
     "conv sweep": conv_sweep_cases,
     "sweep 4: gaps left, dtype / axis sweep": sweep4_cases,
     "conv sweep 2": conv_sweep2_cases,
+
+    "quant models": quant_model_cases,
 }
 
 

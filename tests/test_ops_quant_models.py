@@ -75,3 +75,47 @@ def test_constant_of_shape_filling_a_big_output_is_still_computed_at_run_time():
     np.testing.assert_array_equal(got, np.full((1024, 1024), 3.0, np.float32))
     assert const_bytes < 1 << 20, const_bytes
 
+
+SIXTEEN_BIT = [(TensorProto.UINT16, np.uint16), (TensorProto.INT16, np.int16)]
+
+
+@pytest.mark.parametrize(("qt", "npt"), SIXTEEN_BIT)
+@pytest.mark.parametrize("n", [1, 37, 4099])
+def test_sixteen_bit_quantize_dequantize_per_tensor(qt, npt, n):
+    """quantize_static with 16-bit activations (QUInt16 / QInt16, opset 21): QuantizeLinear and DequantizeLinear per
+    tensor through the vectorised loops (and their tails), with values past both ends of the range, exact halves
+    (rounded to even) and NaN (the type's lowest value)."""
+    info = np.iinfo(npt)
+    scale, zero = np.float32(0.5), npt(7 if info.min == 0 else -3)
+    x = (RNG.standard_normal(n) * info.max * 0.6).astype(np.float32)
+    x[: min(n, 8)] = [info.max * 2.0, info.min * 2.0 - 10, 0.25, 0.75, -1.25, 2.5, np.nan, -0.0][: min(n, 8)]
+    x[8:16] = (np.arange(8, 16)[: max(0, min(n, 16) - 8)] + 0.5) * float(scale)
+    q = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"])
+    dq = helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])
+    inits = [numpy_helper.from_array(np.array(scale), "s"), numpy_helper.from_array(np.array(zero), "z")]
+    model = _model([q, dq], [("x", F, [n])], [("q", qt, [n]), ("y", F, [n])], inits, opset=21)
+    model.ir_version = 10
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        got = [o.numpy().copy() for o in s.run_graph(1, [x])]
+    want_q = np.clip(np.round(np.nan_to_num(x / scale, nan=-np.inf)) + zero, info.min, info.max).astype(npt)
+    np.testing.assert_array_equal(got[0], want_q)
+    np.testing.assert_array_equal(got[1], (want_q.astype(np.float32) - np.float32(zero)) * scale)
+
+
+@pytest.mark.parametrize(("qt", "npt"), SIXTEEN_BIT)
+@pytest.mark.parametrize(("shape", "axis"), [((3, 5), 1), ((2, 4, 6), 1), ((4, 3), 0)])
+def test_sixteen_bit_dequantize_per_axis(qt, npt, shape, axis):
+    """DequantizeLinear of 16-bit values with a scale and zero point per slice of an axis (last, middle, first)."""
+    info = np.iinfo(npt)
+    x = RNG.integers(info.min, info.max, shape, npt, endpoint=True)
+    c = shape[axis]
+    scale = RNG.uniform(1e-3, 1e-2, c).astype(np.float32)
+    zero = RNG.integers(info.min, info.max, c, npt, endpoint=True)
+    inits = [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(zero, "z")]
+    model = _model([helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], axis=axis)],
+                   [("x", qt, list(shape))], [("y", F, list(shape))], inits, opset=21)
+    model.ir_version = 10
+    got, _ = _run(model, [x])
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
