@@ -119,3 +119,70 @@ def test_sixteen_bit_dequantize_per_axis(qt, npt, shape, axis):
     got, _ = _run(model, [x])
     want = ReferenceEvaluator(model).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, want)
+
+
+def _four_bit(name, values, signed, raw):
+    """A 4-bit initializer (INT4 / UINT4) holding values, packed two a byte (low nibble first) in raw_data or in
+    int32_data."""
+    qt = TensorProto.INT4 if signed else TensorProto.UINT4
+    if not raw:
+        return helper.make_tensor(name, qt, values.shape, values.flatten().tolist())
+    nibbles = (values.flatten().astype(np.int64) & 0xF).tolist() + [0]
+    packed = bytes(nibbles[i] | (nibbles[i + 1] << 4) for i in range(0, values.size, 2))
+    return helper.make_tensor(name, qt, values.shape, packed, raw=True)
+
+
+@pytest.mark.parametrize("signed", [True, False])
+@pytest.mark.parametrize("raw", [True, False])
+@pytest.mark.parametrize("layout", ["per channel", "per tensor", "blocked"])
+def test_four_bit_weights_dequantized(signed, raw, layout):
+    """quantize_static with QInt4 / QUInt4 weights (opset 21) stores them as INT4 / UINT4 initializers read by
+    DequantizeLinear (per channel, per tensor, or in blocks along K): the twin reads them (an odd count leaves half
+    a byte of padding) and computes what onnx.reference does."""
+    k, n = 9, 5
+    lo, hi = (-8, 7) if signed else (0, 15)
+    w = RNG.integers(lo, hi, (k, n), endpoint=True)
+    w[0, :2] = [lo, hi]
+    attrs, s_shape = {}, ()
+    if layout == "per channel":
+        attrs, s_shape = {"axis": 1}, (n,)
+    elif layout == "blocked":
+        attrs, s_shape = {"axis": 0, "block_size": 4}, (3, n)
+    scale = RNG.uniform(0.01, 0.1, s_shape).astype(np.float32)
+    zero = RNG.integers(lo, hi, s_shape, endpoint=True)
+    inits = [_four_bit("w", w, signed, raw), numpy_helper.from_array(scale, "s"),
+             _four_bit("z", np.asarray(zero), signed, raw)]
+    nodes = [helper.make_node("DequantizeLinear", ["w", "s", "z"], ["wf"], **attrs),
+             helper.make_node("MatMul", ["x", "wf"], ["y"])]
+    model = _model(nodes, [("x", F, [3, k])], [("y", F, None)], inits, opset=21)
+    model.ir_version = 10
+    x = RNG.standard_normal((3, k)).astype(np.float32)
+    got, _ = _run(model, [x])
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    wf = (w - (zero if layout != "blocked" else np.repeat(zero, 4, axis=0)[:k])) * (
+        scale if layout != "blocked" else np.repeat(scale, 4, axis=0)[:k])
+    np.testing.assert_allclose(got, x @ wf.astype(np.float32), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("reader", ["Cast", "graph output", "Constant"])
+def test_four_bit_values_outside_dequantize_linear_are_refused(reader):
+    """Held one a byte, a 4-bit value read by anything but DequantizeLinear would show the wider type: refused at
+    add_graph, naming the tensor, its type and the reader."""
+    w = _four_bit("w", np.array([[1, -2], [3, 7]]), True, True)
+    if reader == "Cast":
+        model = _model([helper.make_node("Cast", ["w"], ["y"], to=F)], [], [("y", F, None)], [w], opset=21)
+    elif reader == "graph output":
+        model = _model([], [], [("w", TensorProto.INT4, [2, 2])], [w], opset=21)
+    else:
+        model = _model([helper.make_node("Constant", [], ["c"], value=w),
+                        helper.make_node("DequantizeLinear", ["c", "s"], ["y"])], [], [("y", F, None)],
+                       [numpy_helper.from_array(np.array(0.5, np.float32), "s")], opset=21)
+    model.ir_version = 10
+    with ga.Session() as s, pytest.raises(ga.GeError) as info:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        s.run_graph(1, [])
+    message = str(info.value)
+    assert "INT4" in message and "'w'" in message and "DequantizeLinear" in message, message
+    if reader == "Cast":
+        assert "Cast" in message, message

@@ -92,6 +92,10 @@ std::string UnsupportedDomainProblem(const Node &n) {
            "exported, or as onnxruntime saves it at graph_optimization_level ORT_ENABLE_BASIC at most, without "
            "onnxruntime.transformers.optimizer fusions, and quantised with quantize_static's QDQ format, not "
            "QOperator)";
+  // Below opset 21 onnxruntime's quantizer writes 4-bit (and 16-bit) QDQ in its own domain.
+  if (n.domain == "com.microsoft" && (n.op_type == "DequantizeLinear" || n.op_type == "QuantizeLinear"))
+    msg += "; for 4-bit or 16-bit types convert the model to opset 21 (onnx.version_converter) before quantising: "
+           "then onnxruntime writes the standard operator";
   return msg;
 }
 
@@ -239,10 +243,57 @@ bool CopyTensorData(const uint8_t *base, const TensorFields &f, ElemType et, siz
 
 // Decodes a TensorProto. Returns false with *err for wire-level corruption; a semantic problem (unsupported dtype,
 // external data, size mismatch) leaves *semantic non-empty and returns true.
+// 4-bit integers (ONNX INT4 = 22, UINT4 = 21), two a byte with the first in the low nibble, in raw_data or one byte
+// an int32_data entry: unpacked one a byte, sign-extended for INT4. quantize_static writes them for QInt4 / QUInt4
+// weights (opset 21).
+constexpr int64_t kOnnxUint4 = 21, kOnnxInt4 = 22;
+
+void Widen4Bit(const uint8_t *base, const TensorFields *f, ConstTensor *t, const std::string &who,
+               std::string *semantic) {
+  const bool is_signed = f->data_type == kOnnxInt4;
+  if (f->has_external || f->data_location == 1 || f->has_segment) return;  // SupportedTensor says why
+  for (int64_t d : f->dims) {
+    if (d < 0) {
+      *semantic = who + " has negative dimension " + std::to_string(d);
+      return;
+    }
+  }
+  int64_t n;
+  std::string reason;
+  if (!CheckedNumElements(f->dims, &n, &reason)) {
+    *semantic = who + ": " + reason;
+    return;
+  }
+  const size_t count = static_cast<size_t>(n), packed = (count + 1) / 2;
+  std::vector<uint8_t> bytes;
+  if (f->has_raw) {
+    bytes.assign(base + f->raw_off, base + f->raw_off + f->raw_len);
+  } else {
+    for (uint64_t v : f->int32_data) bytes.push_back(static_cast<uint8_t>(v));
+  }
+  if (bytes.size() != packed) {
+    *semantic = who + " holds " + std::to_string(bytes.size()) + " bytes of 4-bit values but its shape " +
+                ShapeStr(f->dims) + " needs " + std::to_string(packed);
+    return;
+  }
+  t->data.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    const int nibble = (bytes[i / 2] >> (4 * (i % 2))) & 0xF;
+    t->data[i] = static_cast<uint8_t>(is_signed && nibble >= 8 ? nibble - 16 : nibble);
+  }
+  t->desc.dtype = is_signed ? ElemType::kInt8 : ElemType::kUint8;
+  t->desc.dims = f->dims;
+  t->widened_from = f->data_type;
+}
+
 bool DecodeTensor(const uint8_t *base, ProtoReader r, ConstTensor *t, std::string *semantic, std::string *err) {
   TensorFields f;
   if (!ReadTensorFields(base, r, &f, &t->name, err)) return false;
   const std::string who = "tensor '" + t->name + "'";
+  if ((f.data_type == kOnnxInt4 || f.data_type == kOnnxUint4) && !f.has_strings) {
+    Widen4Bit(base, &f, t, who, semantic);
+    if (t->widened_from || !semantic->empty()) return true;
+  }
   ElemType et;
   int64_t n;
   if (!SupportedTensor(f, who, &et, &n, semantic)) return true;
@@ -293,6 +344,9 @@ bool DecodeAttribute(const uint8_t *base, ProtoReader r, Attribute *a, int depth
           auto t = std::make_shared<ConstTensor>();
           std::string sem;
           ok = DecodeTensor(base, sub, t.get(), &sem, err);
+          if (ok && t->widened_from && sem.empty())  // only initializers may hold 4-bit values (as DequantizeLinear's)
+            sem = "tensor '" + t->name + "' has data type " + OnnxTypeName(t->widened_from) +
+                  ", which the twin supports only in initializers read by DequantizeLinear";
           if (ok && !sem.empty() && semantic->empty()) *semantic = sem;
           a->t = t;
         }
@@ -585,8 +639,8 @@ class ModelBuilder {
   }
 
   bool Build() {
-    return ReadHeader() && AddInitializers() && AddGraphInputs() && AddNodes() && ResolveNodeInputs() &&
-           SortNodes() && AddGraphOutputs();
+    return ReadHeader() && AddInitializers() && AddGraphInputs() && AddNodes() && CheckWidenedReaders() &&
+           ResolveNodeInputs() && SortNodes() && AddGraphOutputs();
   }
 
  private:
@@ -602,6 +656,7 @@ class ModelBuilder {
   bool AddGraphInputs();
   bool AddGraphInput(const RawValueInfo &vi);
   bool AddNodes();
+  bool CheckWidenedReaders();
   bool CheckNode(size_t k, Node &n);
   bool CheckArity(const Node &n);
   bool CheckRequiredIo(const Node &n);
@@ -712,6 +767,33 @@ bool ModelBuilder::AddNodes() {
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
     Node &n = g_.nodes[k].node;
     if (!CheckNode(k, n) || !AddNodeOutputs(k, n)) return false;
+  }
+  return true;
+}
+
+// A 4-bit initializer, held as int8 / uint8, may only be read as DequantizeLinear's x or zero point: there the
+// wider type gives the same float results; anywhere else its type would show.
+bool ModelBuilder::CheckWidenedReaders() {
+  std::map<std::string, const ConstTensor *> widened;
+  for (const auto &t : g_.initializers)
+    if (t->widened_from) widened.emplace(t->name, t.get());
+  if (widened.empty()) return true;
+  auto refuse = [&](const ConstTensor &t, const std::string &reader) {
+    return Fail("initializer '" + t.name + "' has data type " + OnnxTypeName(t.widened_from) + ", which the twin " +
+                "supports only as the input or zero point of DequantizeLinear, but " + reader + " reads it");
+  };
+  for (const RawNode &rn : g_.nodes) {
+    const Node &n = rn.node;
+    for (size_t i = 0; i < n.input_names.size(); ++i) {
+      auto it = widened.find(n.input_names[i]);
+      if (it == widened.end()) continue;
+      if (n.op_type != "DequantizeLinear" || (i != 0 && i != 2))
+        return refuse(*it->second, "node '" + n.name + "' (op " + n.op_type + ", input " + std::to_string(i) + ")");
+    }
+  }
+  for (const RawValueInfo &vi : g_.outputs) {
+    auto it = widened.find(vi.name);
+    if (it != widened.end()) return refuse(*it->second, "the graph output");
   }
   return true;
 }

@@ -24,6 +24,9 @@ struct ConstTensor {
   std::string name;
   TensorDesc desc;
   std::vector<uint8_t> data;
+  // ONNX type INT4 / UINT4 stored one value a byte as int8 / uint8 (0 otherwise): exact for DequantizeLinear, the
+  // only reader the model builder lets such an initializer have.
+  int64_t widened_from = 0;
 };
 
 // AttributeProto.AttributeType values.
