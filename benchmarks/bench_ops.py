@@ -802,6 +802,7 @@ def conv_sweep2_cases(size: str):
     yield conv("Conv float16 depthwise 3x3 p1 128", rand([1, 128, 28, 28], seed=67).astype(np.float16),
                [128, 1, 3, 3], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=128)
 
+
 def quant_model_cases(size: str):
     """Quantised models: QuantizeLinear / DequantizeLinear with 16-bit activations (quantize_static's QUInt16 /
     QInt16, opset 21), per tensor and per channel, and a QDQ Conv whose weight is a DequantizeLinear of an int8
