@@ -111,3 +111,30 @@ def test_weights_of_a_removed_graph_are_not_reused_by_a_new_one():
                 np.testing.assert_allclose(y.numpy(), x @ w, rtol=1e-4, atol=1e-4)
                 del y
             s.remove_graph(gid)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads /proc/self/statm")
+def test_a_dequantised_weight_is_folded_once_for_every_shape():
+    """A QDQ model's weight (DequantizeLinear of an int8 initializer) is folded to float32 when a plan is built; the
+    plans of other shapes share that copy (and its packed panels) instead of folding it again."""
+    k, n = 1024, 4096  # 16 MB once dequantised
+    rng = np.random.default_rng(5)
+    wq = rng.integers(-127, 128, (k, n), dtype=np.int8)
+    scale = np.float32(0.01)
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "ws"], ["w"]), helper.make_node("MatMul", ["x", "w"], ["y"])]
+    model = make_model(nodes, [("x", F, ["M", k])], [("y", F, ["M", n])],
+                       initializers=[("wq", wq), ("ws", np.array(scale, np.float32))], opset=21)
+    w = wq.astype(np.float32) * scale
+    xs = [rng.standard_normal((m, k)).astype(np.float32) for m in range(9, 34)]
+    wants = [(x.astype(np.float64) @ w).astype(np.float32) for x in xs]
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        s.run_graph(1, [xs[0]])
+        before = rss_bytes()
+        for x, want in zip(xs[1:], wants[1:], strict=True):
+            (y,) = s.run_graph(1, [x])
+            np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-3)
+            del y
+        grown = rss_bytes() - before
+    folded = k * n * 4
+    assert grown < 2 * folded, f"grew by {grown / 2**20:.0f} MB over 24 shapes ({folded / 2**20:.0f} MB folded weight)"

@@ -15,6 +15,9 @@ struct Analysis {
   std::vector<TensorDesc> desc;     // per value id
   std::vector<const void *> cdata;  // per value id: contents if known at compile time, else nullptr
   std::vector<char> node_folded;    // per node (topo order): computed at compile time, no kernel at run
+  // per value id: contents that follow from the model alone (initializers, Constants and what is folded from them
+  // only), the same in every plan: folded once and shared by the graph's plans
+  std::vector<char> model_const;
   std::vector<std::vector<TensorDesc>> node_out;  // per node: descs of all outputs, omitted ones included
   std::vector<std::shared_ptr<std::vector<uint8_t>>> folded_storage;  // owns folded values
   size_t folded_bytes = 0;

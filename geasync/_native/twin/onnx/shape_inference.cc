@@ -7,6 +7,7 @@
 #include "analysis.h"
 #include "common.h"
 #include "op_registry.h"
+#include "shared_const.h"
 
 namespace twin {
 namespace onnx {
@@ -73,6 +74,7 @@ void SeedKnownValues(const ModelImpl &m, const std::vector<TensorDesc> &inputs, 
   a->desc.assign(nv, TensorDesc());
   a->cdata.assign(nv, nullptr);
   a->node_folded.assign(m.nodes_.size(), 0);
+  a->model_const.assign(nv, 0);
   a->node_out.assign(m.nodes_.size(), {});
   a->missing_value = -1;
   for (size_t i = 0; i < m.input_values_.size(); ++i) {
@@ -86,6 +88,7 @@ void SeedKnownValues(const ModelImpl &m, const std::vector<TensorDesc> &inputs, 
     const ConstTensor &t = *m.initializers_[val.index];
     a->desc[v] = t.desc;
     a->cdata[v] = t.data.empty() ? EmptyTensorData() : t.data.data();
+    a->model_const[v] = 1;
   }
 }
 
@@ -213,6 +216,11 @@ bool RunFoldKernel(const Node &n, const InferCtx &ctx, Kernel *kernel,
   return false;
 }
 
+// Folded outputs shared by the plans of a model (FoldNode), kept alive by each plan holding one of them.
+struct SharedFold {
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> bufs;
+};
+
 // Fold: run the kernel now, keep the results as constants.
 bool FoldNode(const ModelImpl &m, const Node &n, const InferCtx &ctx, Analysis *a, std::string *err) {
   KernelCtx kctx;
@@ -231,10 +239,29 @@ bool FoldNode(const ModelImpl &m, const Node &n, const InferCtx &ctx, Analysis *
   if (!FoldWithinMemoryLimit(n, ctx, *kernel, *a, err)) return false;
   std::vector<std::shared_ptr<std::vector<uint8_t>>> bufs;
   std::vector<void *> outs;
-  if (!RunFoldKernel(n, ctx, kernel.get(), &bufs, &outs, err)) return false;
+  bool from_model = true;
+  for (int vid : n.inputs) from_model = from_model && (vid < 0 || a->model_const[vid]);
+  if (from_model) {
+    // The same in every plan of the model (a dequantised or widened weight: megabytes): folded once, shared. The
+    // node is the key: the model owns it, and every plan holding the result holds the model.
+    auto made = std::static_pointer_cast<const SharedFold>(SharedDerivedRaw(&n, "folded node", {}, [&]() {
+      auto f = std::make_shared<SharedFold>();
+      std::vector<void *> ptrs;
+      if (!RunFoldKernel(n, ctx, kernel.get(), &f->bufs, &ptrs, err)) f.reset();
+      return std::shared_ptr<const void>(std::move(f));
+    }));
+    if (!made) return false;
+    for (const auto &b : made->bufs) {
+      bufs.emplace_back(made, b.get());  // owns the whole fold: its entry stays alive with this plan
+      outs.push_back(b->empty() ? const_cast<void *>(EmptyTensorData()) : b->data());
+    }
+  } else if (!RunFoldKernel(n, ctx, kernel.get(), &bufs, &outs, err)) {
+    return false;
+  }
   for (size_t o = 0; o < n.outputs.size(); ++o) {
     if (n.outputs[o] < 0) continue;
     a->cdata[n.outputs[o]] = outs[o];
+    a->model_const[n.outputs[o]] = from_model;
     a->folded_bytes += bufs[o]->size();
     a->folded_storage.push_back(bufs[o]);
   }
@@ -249,6 +276,7 @@ bool AnalyzeNode(const ModelImpl &m, size_t k, bool compile, InferCtx &ctx, Anal
   a->node_out[k] = ctx.out;
   if (n.const_value) {  // Constant: its value was decoded with the model
     a->cdata[n.outputs[0]] = n.const_value->data.empty() ? EmptyTensorData() : n.const_value->data.data();
+    a->model_const[n.outputs[0]] = 1;
     a->node_folded[k] = 1;
     return true;
   }

@@ -46,6 +46,7 @@ std::shared_ptr<const void> SharedDerivedRaw(const void *source, const char *tag
   // Built outside the lock (packing a large weight takes milliseconds); two plans building the same entry at
   // once both build it, and the second keeps the first's.
   std::shared_ptr<const void> made = build();
+  if (!made) return nullptr;  // the build failed: nothing to share
   std::lock_guard<std::mutex> lk(t.mu);
   std::weak_ptr<const void> &slot = t.entries[key];
   if (std::shared_ptr<const void> live = slot.lock()) return live;

@@ -20,8 +20,8 @@
 namespace twin {
 namespace onnx {
 
-// The shared entry for (source, tag, params), built by build() if none is alive. tag must be a string literal,
-// one per derivation and element type.
+// The shared entry for (source, tag, params), built by build() if none is alive (a build returning null is a
+// failure, returned and not kept). tag must be a string literal, one per derivation and element type.
 std::shared_ptr<const void> SharedDerivedRaw(const void *source, const char *tag, std::initializer_list<int64_t> params,
                                              const std::function<std::shared_ptr<const void>()> &build);
 
