@@ -1,5 +1,6 @@
 """The benchmarks still run (with tiny sizes): they measure, these tests only check that they work and report."""
 
+import re
 import subprocess
 
 import pytest
@@ -55,3 +56,17 @@ def test_every_ops_benchmark_case_builds_at_every_size():
         for family, cases in bench_ops.FAMILIES.items():
             names = [name for name, _model, _feeds in cases(size)]
             assert len(names) == len(set(names)), (family, size)
+
+
+def test_decode_benchmark_runs_and_prints_its_rows(tmp_path):
+    pytest.importorskip("onnxruntime", reason="bench_decode compares with onnxruntime (the bench extra)")
+    out = tmp_path / "decode.md"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_decode.py"), "--layers", "1",
+                           "--d-model", "32", "--heads", "2", "--tokens", "4", "--sequences", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    table = out.read_text()
+    for row in ("| first (every length new) |", "| 2: the same lengths again |", "| one length, repeated |"):
+        assert row in table, row
+    err = re.search(r"on one step: (\d\.\de[+-]\d+)", table)
+    assert err and float(err.group(1)) < 1e-4, table  # the twin's steps agree with onnxruntime's
