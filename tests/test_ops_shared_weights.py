@@ -138,3 +138,48 @@ def test_a_dequantised_weight_is_folded_once_for_every_shape():
         grown = rss_bytes() - before
     folded = k * n * 4
     assert grown < 2 * folded, f"grew by {grown / 2**20:.0f} MB over 24 shapes ({folded / 2**20:.0f} MB folded weight)"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads /proc/self/statm")
+def test_integer_weights_packed_once_for_every_shape():
+    """quantize_dynamic's pattern: MatMulInteger of the activations by a constant int8 weight, at every sequence
+    length; the packed weight is shared by the plans, and every product is exact."""
+    k, n = 1024, 4096  # 4 MB of int8, 8 MB packed as int16 (a copy per plan: 24 x 8 MB)
+    rng = np.random.default_rng(6)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    nodes = [helper.make_node("MatMulInteger", ["a", "b", "az"], ["y"])]
+    model = make_model(nodes, [("a", TensorProto.UINT8, ["M", k]), ("az", TensorProto.UINT8, [])],
+                       [("y", TensorProto.INT32, ["M", n])], initializers=[("b", b)], opset=17)
+    az = np.array(128, np.uint8)
+    xs = [rng.integers(0, 256, (m, k), dtype=np.uint8) for m in range(1, 26)]
+    wants = [(x.astype(np.int64) - 128) @ b.astype(np.int64) for x in xs]
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        s.run_graph(1, [xs[0], az])
+        before = rss_bytes()
+        for x, want in zip(xs[1:], wants[1:], strict=True):
+            (y,) = s.run_graph(1, [x, az])
+            np.testing.assert_array_equal(y.numpy(), want)
+            del y
+        grown = rss_bytes() - before
+    assert grown < 8 * b.nbytes, f"grew by {grown / 2**20:.0f} MB over 24 shapes ({b.nbytes / 2**20:.0f} MB weight)"
+
+
+def test_integer_conv_weights_shared_across_sizes():
+    """ConvInteger with a constant weight and zero point at many input sizes: exact at each (plans share the
+    packed weight)."""
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(7)
+    w = rng.integers(-128, 128, (16, 8, 3, 3), dtype=np.int8)
+    wz = np.array(3, np.int8)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1, 1, 1, 1])
+    model = make_model([node], [("x", TensorProto.UINT8, ["N", 8, "H", "W"])], [("y", TensorProto.INT32, None)],
+                       initializers=[("w", w), ("xz", np.array(100, np.uint8)), ("wz", wz)], opset=17)
+    ref = ReferenceEvaluator(model)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        for nb, hh, ww in [(1, 5, 5), (2, 7, 6), (1, 12, 12), (3, 4, 9)] + [(1, m, m) for m in range(3, 21)]:
+            x = rng.integers(0, 256, (nb, 8, hh, ww), dtype=np.uint8)
+            (y,) = s.run_graph(1, [x])
+            np.testing.assert_array_equal(y.numpy(), ref.run(None, {"x": x})[0], err_msg=f"x {x.shape}")

@@ -20,6 +20,7 @@
 #include "broadcast.h"
 #include "elem.h"
 #include "int_gemm.h"
+#include "shared_const.h"
 #include "vmath.h"
 
 namespace twin {
@@ -689,14 +690,20 @@ class IntMatMul {
     (void)reason;
     return true;
   }
-  // Packs every B matrix with its zero points now (both constant), so that Run only packs A.
+  // Packs every B matrix with its zero points now (both constant), so that Run only packs A. Shared with the
+  // graph's other plans (one per sequence length), which pack the same from the same constants.
   void PrepackB(const void *B, const void *bzp, int64_t bzp_n) {
-    std::vector<int32_t> z;
-    ZeroPoints(bt_, bzp, bzp_n, &z);
-    const size_t per = BBytes();
-    b_packed_.assign(per * static_cast<size_t>(b_count_), 0);
-    for (int64_t i = 0; i < b_count_; ++i) PackB(static_cast<const int8_t *>(B) + i * K_ * N_, z.data(), bzp_n > 1,
-                                                 b_packed_.data() + i * per);
+    const int64_t zp_at = static_cast<int64_t>(reinterpret_cast<uintptr_t>(bzp));
+    b_packed_ = SharedDerived<uint8_t>(
+        B, "integer matmul B", {static_cast<int64_t>(bt_), zp_at, bzp_n, K_, N_, b_count_, quad_},
+        [&](std::vector<uint8_t> *v) {
+          std::vector<int32_t> z;
+          ZeroPoints(bt_, bzp, bzp_n, &z);
+          const size_t per = BBytes();
+          v->assign(per * static_cast<size_t>(b_count_), 0);
+          for (int64_t i = 0; i < b_count_; ++i)
+            PackB(static_cast<const int8_t *>(B) + i * K_ * N_, z.data(), bzp_n > 1, v->data() + i * per);
+        });
     prepacked_ = true;
   }
   size_t scratch_bytes() const { return ABytes() + (prepacked_ ? 0 : BBytes()); }
@@ -720,7 +727,7 @@ class IntMatMul {
         if (quad_) intgemm::QuadPackA(at_ == ElemType::kInt8, src, K_, M_, K_, azp_.data(), azp_n > 1, ap);
         else intgemm::PackA(at_ == ElemType::kInt8, src, K_, M_, K_, azp_.data(), azp_n > 1, A16(ap));
       }
-      const uint8_t *bq = b_packed_.data() + static_cast<size_t>(b_idx_[q]) * bsize;
+      const uint8_t *bq = prepacked_ ? b_packed_->data() + static_cast<size_t>(b_idx_[q]) * bsize : nullptr;
       if (!prepacked_) {
         if (b_idx_[q] != last_b) {
           last_b = b_idx_[q];
@@ -747,7 +754,7 @@ class IntMatMul {
   ElemType at_ = ElemType::kUint8, bt_ = ElemType::kUint8;
   int64_t M_ = 0, K_ = 0, N_ = 0, batch_ = 0, b_count_ = 1;
   std::vector<int64_t> a_idx_, b_idx_;
-  std::vector<uint8_t> b_packed_;  // the int16 or the byte layout (BBytes per matrix)
+  std::shared_ptr<const std::vector<uint8_t>> b_packed_;  // the int16 or the byte layout (BBytes per matrix)
   bool prepacked_ = false;
   bool quad_ = intgemm::QuadPath();
 };
@@ -990,24 +997,33 @@ class ConvViaGemm : public Kernel {
   }
   // Packs the weights with their zero points now (both constant).
   void PrepackW(const void *w, const void *wzp) {
-    w_packed_.assign(intgemm::PackedAElems(s_.M, K_), 0);
-    PackW(w, wzp, w_packed_.data());
+    // shared with the graph's other plans (one per input size), which pack the same from the same constants
+    const int64_t zp_at = static_cast<int64_t>(reinterpret_cast<uintptr_t>(wzp));
+    const int64_t zn = io_.wzp >= 0 ? counts_[io_.wzp] : 0;
+    const int64_t wt = static_cast<int64_t>(types_[io_.w]);
+    const int64_t zt = static_cast<int64_t>(types_[io_.wzp >= 0 ? io_.wzp : io_.w]);
+    w_packed_ = SharedDerived<int16_t>(w, "integer conv W", {wt, zt, zp_at, zn, s_.M, K_},
+                                       [&](std::vector<int16_t> *v) {
+                                         v->assign(intgemm::PackedAElems(s_.M, K_), 0);
+                                         PackW(w, wzp, v->data());
+                                       });
   }
   size_t scratch_bytes() const override {
-    return Pad(w_packed_.empty() ? intgemm::PackedAElems(s_.M, K_) * 2 : 0) + Pad(PadBytes()) +
+    return Pad(!w_packed_ ? intgemm::PackedAElems(s_.M, K_) * 2 : 0) + Pad(PadBytes()) +
            Pad(intgemm::PackedBElems(K_, chunk_) * 2) + (io_.ys >= 0 ? Pad(mg_ * P_ * 4) : 0);
   }
   bool Run(const void *const *in_raw, void *const *out, std::string *) override {
     const Ins in(in_raw, n_in_);
     char *sp = static_cast<char *>(scratch_);
-    int16_t *wp = w_packed_.empty() ? reinterpret_cast<int16_t *>(sp) : w_packed_.data();
-    sp += Pad(w_packed_.empty() ? intgemm::PackedAElems(s_.M, K_) * 2 : 0);
+    int16_t *w_scratch = reinterpret_cast<int16_t *>(sp);  // the weights packed per run when not constant
+    const int16_t *wp = w_packed_ ? w_packed_->data() : w_scratch;
+    sp += Pad(!w_packed_ ? intgemm::PackedAElems(s_.M, K_) * 2 : 0);
     uint8_t *xpad = reinterpret_cast<uint8_t *>(sp);
     sp += Pad(PadBytes());
     int16_t *bp = reinterpret_cast<int16_t *>(sp);
     int32_t *acc = reinterpret_cast<int32_t *>(sp + Pad(intgemm::PackedBElems(K_, chunk_) * 2));  // QLinearConv's
     if (s_.N == 0 || s_.M == 0 || P_ == 0) return true;
-    if (w_packed_.empty()) PackW(in[io_.w], io_.wzp >= 0 ? in[io_.wzp] : nullptr, wp);
+    if (!w_packed_) PackW(in[io_.w], io_.wzp >= 0 ? in[io_.wzp] : nullptr, w_scratch);
     const bool xs8 = types_[io_.x] == ElemType::kInt8;
     const int32_t xzp = io_.xzp >= 0 && in[io_.xzp] ? static_cast<int32_t>(LoadAny(types_[io_.xzp], in[io_.xzp], 0)) : 0;
     const uint8_t zbyte = static_cast<uint8_t>(xzp & 0xFF);  // the zero point's 8-bit pattern (int8 or uint8)
@@ -1098,7 +1114,7 @@ class ConvViaGemm : public Kernel {
   int64_t cg_ = 0, mg_ = 0, K_ = 0, P_ = 0;
   int64_t e_[3] = {1, 1, 1}, pplane_ = 1, chunk_ = 16;
   std::vector<int64_t> tap_, pos_;  // offsets into the padded image of each tap (c, kd, kh, kw) and output pixel
-  std::vector<int16_t> w_packed_;  // the constant weights, packed at prepare time
+  std::shared_ptr<const std::vector<int16_t>> w_packed_;  // the constant weights, packed at prepare time
 };
 
 std::unique_ptr<Kernel> PrepareConvVia(const KernelCtx &kc, ConvIO io, std::string *reason) {
