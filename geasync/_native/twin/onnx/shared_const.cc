@@ -58,13 +58,5 @@ std::shared_ptr<const void> SharedDerivedRaw(const void *source, const char *tag
   return made;
 }
 
-size_t SharedDerivedCount() {
-  Table &t = table();
-  std::lock_guard<std::mutex> lk(t.mu);
-  size_t n = 0;
-  for (const auto &e : t.entries) n += e.second.expired() ? 0 : 1;
-  return n;
-}
-
 }  // namespace onnx
 }  // namespace twin

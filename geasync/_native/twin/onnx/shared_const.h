@@ -37,8 +37,5 @@ std::shared_ptr<const std::vector<T>> SharedDerived(const void *source, const ch
   return std::static_pointer_cast<const std::vector<T>>(p);
 }
 
-// Live entries (tests and statistics).
-size_t SharedDerivedCount();
-
 }  // namespace onnx
 }  // namespace twin
