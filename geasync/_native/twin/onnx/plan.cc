@@ -338,8 +338,8 @@ bool PlanImpl::PrepareStep(size_t k, BuildState *b, std::string *err) {
 }
 
 // The donor's kernel for node k when it was prepared for exactly what this plan would prepare it for: the same
-// input and output descs, the same constant inputs (by address: the model's own, so the kernel refers to nothing the
-// donor owns). A decoder's plan for a new past length shares every kernel but those around attention, and sharing
+// input and output descs, the same constant inputs (by address: the model's own or folds both plans hold, so the
+// kernel refers to nothing only the donor owns). A decoder's plan for a new past length shares every kernel but those around attention, and sharing
 // them skips preparing them again and freeing them with the donor. Conv is left out (its kernel may have absorbed
 // the nodes after it), as are nondeterministic ops (their generator's state would be shared).
 std::shared_ptr<Kernel> PlanImpl::DonorKernel(size_t k) const {
