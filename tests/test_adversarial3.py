@@ -82,11 +82,13 @@ print("ok")
 
 
 @pytest.mark.parametrize("flavour", ["asyncio", "uvloop"])
-def test_a_loop_closed_during_a_first_compile_leaves_no_session_and_no_thread(flavour):
+def test_a_loop_closed_during_a_first_compile_leaves_no_session_and_no_thread(flavour, tmp_path):
     if flavour == "uvloop":
         pytest.importorskip("uvloop")
     script = _LOOP_CLOSED_DURING_COMPILE.format(tests=str(ROOT / "tests"))
-    done = subprocess.run([sys.executable, "-c", script, flavour], capture_output=True, text=True, timeout=50)
+    # run outside the source tree: from its root, `python -c` imports the unbuilt sources instead of the install
+    done = subprocess.run([sys.executable, "-c", script, flavour], capture_output=True, text=True, timeout=50,
+                          cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
