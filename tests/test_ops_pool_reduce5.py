@@ -10,7 +10,7 @@ pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
-import geasync as ga  # noqa: E402
+from onnx_cases import run_twin  # noqa: E402
 
 RNG = np.random.default_rng(4605)
 
@@ -25,9 +25,7 @@ def _model(op, x, n_out=1, **attrs):
 
 
 def _twin(model, x):
-    with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(model))
-        return [t.numpy() for t in s.run_graph(1, [x])]
+    return run_twin(model, {"x": x})
 
 
 def _reference(model, x):
