@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Callable
-
 from . import _loops
 
 
@@ -18,11 +16,17 @@ class InFlightBound:
         self.limit = limit
         self.in_flight = 0
         self._lock = threading.Lock()
-        self._waiters: collections.deque[Callable[[], bool]] = collections.deque()
+        self._waiters: collections.deque[_loops.WakeUp] = collections.deque()
+        self._sent: collections.deque[_loops.WakeUp] = collections.deque()  # wake-ups in transit to other loops
 
     @property
     def waiting(self) -> int:
         return len(self._waiters)
+
+    def waiting_on_live_loops(self) -> bool:
+        """Someone waits whose loop can still resume it (a closed loop's tasks never do)."""
+        with self._lock:
+            return any(not w.orphaned() for w in self._waiters)
 
     def try_acquire(self) -> bool:
         with self._lock:
@@ -34,8 +38,10 @@ class InFlightBound:
     async def acquire(self) -> None:
         if self.try_acquire():
             return
+        if self._sent:
+            self._reclaim()
         wake_up = _loops.wake_up(on_lost=self.release)  # a slot granted to a waiter that gave up passes on
-        if self._park(wake_up.set):
+        if self._park(wake_up):
             return
         try:
             await wake_up.wait()
@@ -43,25 +49,35 @@ class InFlightBound:
             if wake_up.abandon():
                 self.release()  # granted, but the task was cancelled before it could use the slot
             else:
-                self._unpark(wake_up.set)
+                self._unpark(wake_up)
             raise
 
-    def _park(self, grant: Callable[[], bool]) -> bool:
+    def _park(self, waiter: _loops.WakeUp) -> bool:
         """Queues a waiter; returns True if a slot was free after all (no wait needed)."""
         with self._lock:
             if self.in_flight < self.limit and not self._waiters:
                 self.in_flight += 1
                 return True
-            self._waiters.append(grant)
+            self._waiters.append(waiter)
             return False
 
-    def _unpark(self, grant: Callable[[], bool]) -> None:
+    def _unpark(self, waiter: _loops.WakeUp) -> None:
         """A waiter gave up: forget it now, so ``waiting`` does not count it."""
         with self._lock:
             try:
-                self._waiters.remove(grant)
+                self._waiters.remove(waiter)
             except ValueError:  # already granted
                 pass
+
+    def _reclaim(self) -> None:
+        """Takes back the slots sent to waiters whose loop was closed before the wake-up arrived: their tasks never
+        resume (an application may even keep them), and only the collector closing them would free the slots."""
+        with self._lock:
+            sent = [w for w in self._sent if w.in_transit()]
+            self._sent = collections.deque(sent)
+        lost = sum(w.reclaim() for w in sent)
+        if lost:
+            self.release(lost)
 
     def release(self, n: int = 1) -> None:
         """Frees ``n`` slots: each goes to the oldest waiter, else back to the pool."""
@@ -70,7 +86,46 @@ class InFlightBound:
                 if not self._waiters:
                     self.in_flight -= n
                     return
-                grant = self._waiters.popleft()
+                waiter = self._waiters.popleft()
             # The slot passes to the waiter (in_flight unchanged); skip waiters that gave up.
-            if grant():
+            if waiter.set():
                 n -= 1
+                if waiter.in_transit():  # woken from another thread: remembered until it arrives
+                    with self._lock:
+                        sent = self._sent
+                        while sent and not sent[0].in_transit():
+                            sent.popleft()
+                        sent.append(waiter)
+
+
+class WaitersByLoop:
+    """Requests counted by the loop they wait on, so that aclose() waits only for those a loop can still resume:
+    a request whose loop was closed while it waited never ends (unless the collector frees its task, which the
+    application may keep)."""
+
+    __slots__ = ("_counts", "_lock")
+
+    def __init__(self) -> None:
+        self._counts: dict[object, int] = {}  # loop (None on trio) -> requests
+        self._lock = threading.Lock()  # a session's loops may run in several threads
+
+    def add(self) -> object:
+        loop = _loops.running_loop()
+        with self._lock:
+            self._counts[loop] = self._counts.get(loop, 0) + 1
+        return loop
+
+    def remove(self, loop: object) -> None:
+        with self._lock:
+            left = self._counts[loop] - 1
+            if left:
+                self._counts[loop] = left
+            else:
+                del self._counts[loop]
+
+    def __bool__(self) -> bool:
+        return bool(self._counts)
+
+    def on_live_loops(self) -> bool:
+        with self._lock:
+            return any(loop is None or not loop.is_closed() for loop in self._counts)  # type: ignore[attr-defined]

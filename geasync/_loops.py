@@ -166,8 +166,18 @@ class WakeUp(Protocol):
         """Parks the calling task until ``set``; raises when it is cancelled."""
 
     def abandon(self) -> bool:
-        """After ``wait`` raised: True if a wake-up had been delivered (what it granted now belongs to the caller);
-        else one still in transit calls ``on_lost`` instead of waking anyone."""
+        """After ``wait`` raised: True if a wake-up had been sent, delivered or not (what it granted now belongs to
+        the caller); else False, and a wake-up that reaches the task later calls ``on_lost`` instead of waking it."""
+
+    def in_transit(self) -> bool:
+        """A wake-up was sent from another thread and has not arrived yet."""
+
+    def orphaned(self) -> bool:
+        """The task's loop is closed: it never resumes on its own."""
+
+    def reclaim(self) -> bool:
+        """From any thread: True (once) if a wake-up was sent to a loop that was closed before it arrived: the task
+        will never take what it granted, which now belongs to the caller."""
 
 
 def wake_up(on_lost: Callable[[], None]) -> WakeUp:
@@ -180,40 +190,75 @@ def wake_up(on_lost: Callable[[], None]) -> WakeUp:
     return _TrioWakeUp()
 
 
+# _AsyncioWakeUp's states. Who owns what a wake-up granted: the task once GRANTED; the caller of abandon() or
+# reclaim() once TAKEN; on_lost once LOST; the waker while WAITING or GAVE_UP (set() refuses).
+_WAITING, _SENT, _GRANTED, _GAVE_UP, _TAKEN, _LOST = range(6)
+
+
 class _AsyncioWakeUp:
-    __slots__ = ("_loop", "_future", "_on_lost")
+    __slots__ = ("_loop", "_future", "_on_lost", "_state", "_lock")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, on_lost: Callable[[], None]) -> None:
         self._loop = loop
         self._future: asyncio.Future[None] = loop.create_future()
         self._on_lost = on_lost
+        self._state = _WAITING
+        self._lock = threading.Lock()  # set() from other threads races abandon() (on the loop, or the collector's)
 
     def set(self) -> bool:
-        if self._future.done():
-            return False
-        if running_loop() is self._loop:
-            self._future.set_result(None)
+        with self._lock:
+            if self._state != _WAITING or self._future.done():
+                return False
+            if running_loop() is self._loop:
+                self._state = _GRANTED
+                self._future.set_result(None)
+                return True
+            try:
+                self._loop.call_soon_threadsafe(self._deliver)
+            except RuntimeError:  # its loop is closed: nobody will take what the wake-up grants
+                return False
+            self._state = _SENT
             return True
-        try:
-            self._loop.call_soon_threadsafe(self._deliver)
-        except RuntimeError:  # its loop is closed: nobody will take what the wake-up grants
-            return False
-        return True
+
+    def in_transit(self) -> bool:
+        return self._state == _SENT
+
+    def orphaned(self) -> bool:
+        return self._loop.is_closed()
 
     def _deliver(self) -> None:
-        if self._future.done():
-            self._on_lost()  # the task gave up while the wake-up was in transit
-        else:
-            self._future.set_result(None)
+        with self._lock:
+            if self._state != _SENT:
+                return  # taken by abandon() or reclaim() meanwhile
+            lost = self._future.done()  # the task gave up while the wake-up was in transit
+            self._state = _LOST if lost else _GRANTED
+            if not lost:
+                self._future.set_result(None)
+        if lost:
+            self._on_lost()
 
     async def wait(self) -> None:
         await self._future
 
     def abandon(self) -> bool:
-        if self._future.done() and not self._future.cancelled():
-            return True
-        self._future.cancel()
+        with self._lock:
+            if self._state in (_GRANTED, _SENT):
+                self._state = _TAKEN if self._state == _SENT else _GRANTED
+                return True
+            if self._state == _WAITING:
+                self._state = _GAVE_UP
+        try:
+            self._future.cancel()
+        except RuntimeError:  # its loop is closed (the collector closes the task): cancelled all the same
+            pass
         return False
+
+    def reclaim(self) -> bool:
+        with self._lock:
+            if self._state == _SENT and self._loop.is_closed():
+                self._state = _TAKEN
+                return True
+            return False
 
 
 class _TrioWakeUp:
@@ -233,17 +278,23 @@ class _TrioWakeUp:
         import trio
 
         with self._lock:
-            if self._abandoned:
+            if self._abandoned or self._granted:
                 return False
+            if threading.get_ident() == self._thread:
+                self._event.set()
+            else:
+                try:
+                    self._token.run_sync_soon(self._event.set)
+                except trio.RunFinishedError:  # its run is over: nobody will take what the wake-up grants
+                    return False
             self._granted = True
-        if threading.get_ident() == self._thread:
-            self._event.set()
-        else:
-            try:
-                self._token.run_sync_soon(self._event.set)
-            except trio.RunFinishedError:  # its run is over: nobody will take what the wake-up grants
-                return False
-        return True
+            return True
+
+    def in_transit(self) -> bool:
+        return False  # a trio run ends only once its tasks have: a task that parked here wakes, or is cancelled
+
+    def orphaned(self) -> bool:
+        return False
 
     async def wait(self) -> None:
         await self._event.wait()
@@ -252,6 +303,9 @@ class _TrioWakeUp:
         with self._lock:
             self._abandoned = not self._granted
             return self._granted
+
+    def reclaim(self) -> bool:
+        return False
 
 
 class Timer(Protocol):

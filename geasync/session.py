@@ -33,7 +33,7 @@ from ._inputs import GraphSpec, no_graph_error
 from ._metadata import ModelFormatError, TensorInfo
 from ._options import GRAPH_OPTIONS, LOAD_OPTIONS, SESSION_OPTIONS, split_options
 from ._stats import GraphCounters, SessionStatistics, logger, merged_histogram, now
-from ._inflight import InFlightBound
+from ._inflight import InFlightBound, WaitersByLoop
 from ._loops import Timer, call_repeatedly, check_timeout, fail_after, running_loop
 from ._modes import RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry
 from ._pins import FREEZER, PinnedBytes, Pins
@@ -102,6 +102,7 @@ def _check_options(options: Any, what: str) -> Dict[str, str]:
 DEFAULT_MAX_IN_FLIGHT = 512  # below GE's per-model queue (1024), so RunGraphAsync never fails or blocks for space
 DYNAMIC_GRAPH_PENDING_LIMIT = 32  # GE's executor thread waits beyond 32 pending callbacks of a dynamic-shape graph
 _UNKNOWN: Any = object()
+_NOT_COUNTED: Any = object()  # a request started after aclose() began: not among those aclose() waits for
 # A RunGraphAsync request's inputs as tensor.input_rows returns them: (rows, keep, arrays, nbytes)
 AsyncInputs = Tuple[List[InputRow], Optional[List[Any]], Tuple[Any, ...], int]
 
@@ -165,11 +166,11 @@ class Session:
         self._specs: dict[int, GraphSpec] = {}  # per graph: declared inputs/outputs, for the input check
         self._spec_errors: dict[int, ModelFormatError] = {}  # graphs GE took whose metadata geasync cannot read
         self._modes = ModeRegistry(added=(self._specs, self._spec_errors))  # either holds every added graph
-        self._compiling = 0  # requests waiting for their graph's compile before the first RunGraphAsync
+        self._compiling = WaitersByLoop()  # requests waiting for their graph's compile before the first RunGraphAsync
         self._compile_threads: set[object] = set()  # compiles running, some maybe left by cancelled requests
         self._compile_gates: dict[int, _CompileGate] = {}  # per graph, while requests wait for its first compile
         self._gates_lock = threading.Lock()  # a session's loops may run in several threads
-        self._starting = 0  # requests started before aclose() that hold no session slot yet
+        self._starting = WaitersByLoop()  # requests started before aclose() that hold no session slot yet
         self._generation = _lib.generation
         max_memory = _max_memory_bytes(own_opts)
         self._handle = _lib.session_create(ge_opts, "Session.__init__()")
@@ -305,14 +306,15 @@ class Session:
         try:
             collect_in, collect_at = 0.05, time.monotonic() + 0.05
             # a forked child: the parent's runs complete in the parent only, and the child has nothing to wait for
+            # A request whose loop was closed while it waited (for a compile or a slot) never resumes, and is not
+            # waited for: the collector runs its cleanup when it frees its task (if the application lets it go).
             while _lib.same_process() and (
-                    self._slots.in_flight - self._unawaited > 0 or self._slots.waiting or self._compiling
-                    or self._compile_threads
-                    or self._starting or any(cap is not None and cap.waiting for cap in self._graph_caps.values())):
+                    self._slots.in_flight - self._unawaited > 0 or self._slots.waiting_on_live_loops()
+                    or self._compiling.on_live_loops() or self._compile_threads or self._starting.on_live_loops()
+                    or any(cap is not None and cap.waiting_on_live_loops() for cap in self._graph_caps.values())):
                 if (self._compiling or self._starting) and time.monotonic() >= collect_at:
-                    # A request whose loop was closed while it waited (for a compile or a slot) never resumes: it
-                    # stays counted until the collector frees its task, whose cleanup only then runs. Collected
-                    # now and then (backing off: a CANN compile really takes minutes), not left to chance.
+                    # now and then (backing off: a CANN compile really takes minutes), so that such a request's
+                    # cleanup is not left to chance
                     gc.collect()
                     collect_in = min(collect_in * 2, 5.0)
                     collect_at = time.monotonic() + collect_in
@@ -752,7 +754,7 @@ class Session:
         # a request that arrives while others still wait for the compile queues behind them: runs reach the
         # runtime in the order they were asked for
         if graph_id in self._compile_gates or self._ask(_lib.is_graph_need_rebuild, graph_id):
-            self._compiling += 1  # aclose() waits for these requests too
+            loop = self._compiling.add()  # aclose() waits for these requests too
             key = object()
             counters.waiters[key] = since  # counted waiting meanwhile, and failed or cancelled if it ends here
             try:
@@ -765,7 +767,7 @@ class Session:
                 raise
             finally:
                 del counters.waiters[key]
-                self._compiling -= 1
+                self._compiling.remove(loop)
         return self._graph_cap(graph_id)
 
     async def _compile_once(self, graph_id: int) -> None:
@@ -781,9 +783,14 @@ class Session:
             gate.users += 1
             seen = gate.finished  # a compile that finishes after this arrived is one it waited for
         try:
-            # One turn at a time, in arrival order; a turn granted to a request whose loop is gone passes on
+            # One turn at a time, in arrival order; a turn granted to a request whose loop is gone passes on, and so
+            # does one whose loop was closed after its compile ended (after the worker thread looked): that request
+            # never resumes to pass it on, and the application may keep its task from the collector.
+            holder = gate.holder
+            if holder is not None and holder.compiled and holder.orphaned():
+                holder.pass_on()
             await gate.turn.acquire()
-            turn = _Turn(gate, running_loop())
+            turn = gate.holder = _Turn(gate, running_loop())
             try:
                 if gate.failure is not None and gate.failure[0] > seen:
                     raise _error_copy(gate.failure[1])
@@ -816,7 +823,7 @@ class Session:
         if cap is not None or not slots.try_acquire():  # the usual case (a slot at once, no await) skips this
             # Until it holds a session slot (in_flight), a request started before aclose() is counted here, so
             # aclose() also waits for one that was just granted a place under the graph's bound and has not resumed.
-            self._starting += started_open
+            loop = self._starting.add() if started_open else _NOT_COUNTED
             try:
                 since = 0.0  # when it began to wait, for the oldest waiting age (across every wait)
                 if cap is _UNKNOWN:
@@ -834,7 +841,8 @@ class Session:
                         cap.release()
                     raise
             finally:
-                self._starting -= started_open
+                if loop is not _NOT_COUNTED:
+                    self._starting.remove(loop)
         try:
             if self._handle is None or (self._closing and not started_open):  # closed while it waited for a slot
                 self._live(_async_context(graph_id))
@@ -997,13 +1005,14 @@ class _Turn:
     collector frees its task): then the worker thread that ran the compile passes it on, so the requests of other
     loops do not wait for the collector."""
 
-    __slots__ = ("_gate", "_loop", "_lock", "_started", "_passed")
+    __slots__ = ("_gate", "_loop", "_lock", "_started", "_passed", "compiled")
 
     def __init__(self, gate: "_CompileGate", loop: Any) -> None:
         self._gate = gate
         self._loop = loop  # the request's asyncio loop; None on trio, whose runs end only once their tasks have
         self._lock = threading.Lock()
         self._started = self._passed = False
+        self.compiled = False  # the worker thread is done with the compile
 
     def start(self) -> bool:
         """The worker thread takes up the compile: False if the request gave up (and passed the turn on) first."""
@@ -1034,6 +1043,7 @@ def _compile_in_turn(turn: _Turn, attempt: int, ref: "weakref.ref[Session]", gra
         raise
     finally:
         gate.finished = attempt
+        turn.compiled = True
         if turn.orphaned():
             turn.pass_on()
 
@@ -1041,10 +1051,11 @@ def _compile_in_turn(turn: _Turn, attempt: int, ref: "weakref.ref[Session]", gra
 class _CompileGate:
     """A graph's first compile: the requests that wait for it, in arrival order, whatever their loops."""
 
-    __slots__ = ("turn", "users", "finished", "failure")
+    __slots__ = ("turn", "holder", "users", "finished", "failure")
 
     def __init__(self) -> None:
         self.turn = InFlightBound(1)
+        self.holder: Optional[_Turn] = None  # the request whose turn it is (or was last)
         self.users = 0
         self.finished = 0  # compiles tried, counted as each ends
         self.failure: Optional[Tuple[int, Exception]] = None  # the last failed one, by its count
