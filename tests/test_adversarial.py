@@ -314,20 +314,25 @@ def test_requests_batched_when_the_loop_closed_are_released(pause, keep):
 
 # --- 4. a slot granted to a waiter whose loop is closed --------------------------------------------------------
 
+# A session with one slot and a graph whose run takes 0.3 s; unraisable exceptions are collected in `reported`.
+_ONE_SLOT_SESSION = """
+import asyncio, gc, sys, threading, warnings
+warnings.simplefilter("ignore")
+import numpy as np
+import geasync as ga
+from asynctools import slow_chain
+
+reported = []
+sys.unraisablehook = lambda args: reported.append(args.exc_type)
+model, n = slow_chain(0.3)
+x, w = np.ones((n, n), np.float32), np.eye(n, dtype=np.float32)
+s = ga.Session(max_in_flight=1)
+s.add_graph(1, ga.Graph.from_onnx(model))
+"""
+
+
 def test_slot_granted_to_a_closed_loop_passes_on_and_the_reaper_survives():
     code = """
-    import asyncio, gc, sys, threading, warnings
-    warnings.simplefilter("ignore")
-    import numpy as np
-    import geasync as ga
-    from asynctools import slow_chain
-
-    reported = []
-    sys.unraisablehook = lambda args: reported.append(args.exc_type)
-    model, n = slow_chain(0.3)
-    x, w = np.ones((n, n), np.float32), np.eye(n, dtype=np.float32)
-    s = ga.Session(max_in_flight=1)
-    s.add_graph(1, ga.Graph.from_onnx(model))
 
     def start_and_close(count):
         loop = asyncio.new_event_loop()
@@ -350,7 +355,7 @@ def test_slot_granted_to_a_closed_loop_passes_on_and_the_reaper_survives():
     assert TypeError not in reported, reported
     print("ok", s.statistics().in_flight)
     """
-    out = run_isolated(code, timeout=90).stdout
+    out = run_isolated(_ONE_SLOT_SESSION + textwrap.dedent(code), timeout=90).stdout
     assert "ok 0" in out, out
 
 
@@ -359,18 +364,6 @@ def test_slot_sent_to_a_loop_closed_before_it_arrived_is_taken_back():
     before the wake-up arrives; the application keeps the waiting task. The slot used to be lost for good (the
     session's only slot here: every later request waited forever), and aclose() waited for that request."""
     code = """
-    import asyncio, sys, threading, warnings
-    warnings.simplefilter("ignore")
-    import numpy as np
-    import geasync as ga
-    from asynctools import slow_chain
-
-    reported = []
-    sys.unraisablehook = lambda args: reported.append(args.exc_type)
-    model, n = slow_chain(0.3)
-    x, w = np.ones((n, n), np.float32), np.eye(n, dtype=np.float32)
-    s = ga.Session(max_in_flight=1)
-    s.add_graph(1, ga.Graph.from_onnx(model))
     s.compile_graph(1)  # the requests below wait for the slot only
     holding = threading.Event()
 
@@ -402,7 +395,7 @@ def test_slot_sent_to_a_loop_closed_before_it_arrived_is_taken_back():
     assert np.array_equal(out[0].numpy(), x)
     print("ok", s.statistics().in_flight, reported, task.done())
     """
-    out = run_isolated(code, timeout=90).stdout
+    out = run_isolated(_ONE_SLOT_SESSION + textwrap.dedent(code), timeout=90).stdout
     assert "ok 0 [] False" in out, out
 
 
