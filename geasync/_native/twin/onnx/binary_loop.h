@@ -32,8 +32,8 @@ void BinaryBroadcastLoop(const BroadcastN &bc, int64_t *ctr, const SA *a, const 
   });
 }
 
-inline BroadcastN MakeBroadcast2(const std::vector<int64_t> &a, const std::vector<int64_t> &b,
-                                 const std::vector<int64_t> &out) {
+inline BroadcastN MakeBroadcast2(const Dims &a, const Dims &b,
+                                 const Dims &out) {
   BroadcastN bc;
   bc.Init({&a, &b}, out);
   return bc;

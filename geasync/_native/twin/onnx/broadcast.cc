@@ -6,10 +6,9 @@
 namespace twin {
 namespace onnx {
 
-bool BroadcastShapes(const std::vector<int64_t> &a, const std::vector<int64_t> &b, std::vector<int64_t> *out,
-                     std::string *reason) {
+bool BroadcastShapes(const Dims &a, const Dims &b, Dims *out, std::string *reason) {
   const size_t r = std::max(a.size(), b.size());
-  std::vector<int64_t> res(r);
+  Dims res(r);
   for (size_t i = 0; i < r; ++i) {
     int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
     int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
@@ -26,6 +25,13 @@ bool BroadcastShapes(const std::vector<int64_t> &a, const std::vector<int64_t> &
     res[i] = d;
   }
   *out = std::move(res);
+  return true;
+}
+
+bool BroadcastShapes(const Dims &a, const Dims &b, std::vector<int64_t> *out, std::string *reason) {
+  Dims res;
+  if (!BroadcastShapes(a, b, &res, reason)) return false;
+  out->assign(res.begin(), res.end());
   return true;
 }
 
@@ -70,14 +76,14 @@ void Broadcast2::Init(const std::vector<int64_t> &a, const std::vector<int64_t> 
   }
 }
 
-void BroadcastN::Init(const std::vector<const std::vector<int64_t> *> &ins, const std::vector<int64_t> &out) {
+void BroadcastN::Init(std::initializer_list<const Dims *> ins, const Dims &out) {
   n = ins.size();
   const size_t r = out.size();
   total = 1;
   for (int64_t d : out) total *= d;
-  std::vector<std::vector<int64_t>> full(n);
+  Dims full[kMaxOperands];
   for (size_t k = 0; k < n; ++k) {
-    const std::vector<int64_t> &s = *ins[k];
+    const Dims &s = *ins.begin()[k];
     full[k].assign(r, 0);
     int64_t acc = 1;
     for (size_t i = r; i-- > 0;) {

@@ -2,6 +2,7 @@
 // iteration plan whose innermost loop is contiguous or scalar for each operand.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -11,8 +12,8 @@ namespace twin {
 namespace onnx {
 
 // Broadcast result of a and b; -1 propagates. False + reason on a definite mismatch.
-bool BroadcastShapes(const std::vector<int64_t> &a, const std::vector<int64_t> &b, std::vector<int64_t> *out,
-                     std::string *reason);
+bool BroadcastShapes(const Dims &a, const Dims &b, Dims *out, std::string *reason);
+bool BroadcastShapes(const Dims &a, const Dims &b, std::vector<int64_t> *out, std::string *reason);
 
 // Iteration plan for out = f(a, b) with static shapes. Size-1 output dims are dropped and mergeable dims
 // collapsed; the innermost stride of each operand is 0 (broadcast) or 1.
@@ -51,11 +52,11 @@ void ForEachRun(const Broadcast2 &bc, const T *a, const T *b, T *out, int64_t *c
 struct BroadcastN {
   static constexpr size_t kMaxOperands = 4;
   size_t n = 0;
-  std::vector<int64_t> dims;                 // collapsed output dims (at least one)
-  std::vector<int64_t> strides[kMaxOperands];  // element strides per collapsed dim, 0 where broadcast
+  Dims dims;                 // collapsed output dims (at least one)
+  Dims strides[kMaxOperands];  // element strides per collapsed dim, 0 where broadcast
   int64_t total = 0;
 
-  void Init(const std::vector<const std::vector<int64_t> *> &ins, const std::vector<int64_t> &out);
+  void Init(std::initializer_list<const Dims *> ins, const Dims &out);  // at most kMaxOperands
 };
 
 // Calls f(offsets, out_offset, run_length) for each innermost run; offsets[k] is operand k's element offset and

@@ -20,13 +20,13 @@ constexpr size_t kMaxRank = 32;
 
 // Product of dims with overflow/limit checks. Unknown (-1) dims are skipped in the check and make *n -1.
 // Returns false (with reason) for negative dims other than -1 or a product above kMaxElements.
-bool CheckedNumElements(const std::vector<int64_t> &dims, int64_t *n, std::string *reason);
+bool CheckedNumElements(const Dims &dims, int64_t *n, std::string *reason);
 
 // Product of dims[lo, hi): 0 if any is 0, -1 if any is unknown (< 0), kMaxElements + 1 if it exceeds
 // kMaxElements (never overflows: the caller's limit check rejects it), else the product.
-int64_t DimsProduct(const std::vector<int64_t> &dims, size_t lo, size_t hi);
+int64_t DimsProduct(const Dims &dims, size_t lo, size_t hi);
 
-std::string ShapeStr(const std::vector<int64_t> &dims);
+std::string ShapeStr(const Dims &dims);
 std::string DescStr(const TensorDesc &d);
 
 // ONNX TensorProto.DataType <-> ElemType. Returns false for types the twin cannot represent.

@@ -100,7 +100,7 @@ bool KernelInts(const KernelCtx &c, size_t i, std::vector<int64_t> *vals) {
   return true;
 }
 
-std::vector<int64_t> Strides(const std::vector<int64_t> &dims) {
+std::vector<int64_t> Strides(const Dims &dims) {
   std::vector<int64_t> s(dims.size());
   int64_t acc = 1;
   for (size_t i = dims.size(); i-- > 0;) {

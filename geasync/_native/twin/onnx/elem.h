@@ -125,7 +125,7 @@ std::unique_ptr<Kernel> PrepareViaFloat(const KernelCtx &c, PrepareFn float_prep
 bool HasHalfTypes(const KernelCtx &c);
 
 // Row-major strides of dims.
-std::vector<int64_t> Strides(const std::vector<int64_t> &dims);
+std::vector<int64_t> Strides(const Dims &dims);
 
 }  // namespace onnx
 }  // namespace twin

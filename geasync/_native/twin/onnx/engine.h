@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "small_vec.h"
+
 namespace twin {
 namespace onnx {
 
@@ -42,7 +44,7 @@ const char *ElemTypeName(ElemType t);
 constexpr int64_t kUnknownRankDim = -2;
 struct TensorDesc {
   ElemType dtype = ElemType::kUndefined;
-  std::vector<int64_t> dims;
+  Dims dims;
 
   bool IsStatic() const;       // no -1 dims (and not an unknown rank)
   bool IsUnknownRank() const { return dims.size() == 1 && dims[0] == kUnknownRankDim; }

@@ -148,6 +148,12 @@ bool AttrChoice(const Node &n, const char *name, std::initializer_list<const cha
 // The convolutions' and pools' auto_pad: NOTSET (the default), SAME_UPPER, SAME_LOWER or VALID.
 bool ReadAutoPad(const Node &n, std::string *mode, std::string *reason);
 bool AttrInts(const Node &n, const char *name, std::vector<int64_t> *v, bool *present, std::string *reason);
+inline bool AttrInts(const Node &n, const char *name, Dims *v, bool *present, std::string *reason) {
+  std::vector<int64_t> read;
+  if (!AttrInts(n, name, &read, present, reason)) return false;
+  *v = read;
+  return true;
+}
 // An ints attribute that must have `want` values; absent: `want` copies of def. present may be nullptr.
 bool ReadIntsAttr(const Node &n, const char *name, size_t want, int64_t def, std::vector<int64_t> *v, bool *present,
                   std::string *reason);

@@ -138,7 +138,7 @@ void InPlaceLoop(const BroadcastN &bc, int64_t *ctr, S *o, const S *b, F f) {
   });
 }
 
-BroadcastN MakeBc(const std::vector<const std::vector<int64_t> *> &ins, const std::vector<int64_t> &out) {
+BroadcastN MakeBc(std::initializer_list<const Dims *> ins, const Dims &out) {
   BroadcastN bc;
   bc.Init(ins, out);
   return bc;
@@ -522,7 +522,7 @@ std::unique_ptr<Kernel> PrepareVariadic(const KernelCtx &c, std::string *reason)
   if (HasHalfTypes(c)) return PrepareViaFloat(c, PrepareVariadic<Op>, reason);
   const auto &od = c.out[0].dims;
   std::vector<BroadcastN> bcs;  // inputs 0 and 1 together (0 alone for one input), then one per further input
-  const std::vector<int64_t> &second = c.in.size() > 1 ? c.in[1]->dims : c.in[0]->dims;
+  const Dims &second = c.in.size() > 1 ? c.in[1]->dims : c.in[0]->dims;
   bcs.push_back(MakeBc({&c.in[0]->dims, &second}, od));
   for (size_t k = 2; k < c.in.size(); ++k) bcs.push_back(MakeBc({&od, &c.in[k]->dims}, od));
   size_t rank = 1;

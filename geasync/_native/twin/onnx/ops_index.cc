@@ -27,7 +27,7 @@ struct AxisView {
   int64_t outer = 1, n = 1, inner = 1;
 };
 
-AxisView ViewAt(const std::vector<int64_t> &dims, int64_t axis) {
+AxisView ViewAt(const Dims &dims, int64_t axis) {
   AxisView v;
   for (int64_t i = 0; i < axis; ++i) v.outer *= dims[i];
   v.n = dims.empty() ? 1 : dims[axis];
@@ -488,7 +488,7 @@ bool InferGatherElements(InferCtx *c, std::string *reason) {
 
 // Element offsets in a tensor of dims `data` for each position of a tensor of dims `walk`, with the axis term
 // left out (added per element from the index): off[p] = sum_{d != axis} coord_d(p) * stride_data[d].
-std::vector<int64_t> WalkOffsets(const std::vector<int64_t> &walk, const std::vector<int64_t> &data, int64_t axis) {
+std::vector<int64_t> WalkOffsets(const Dims &walk, const Dims &data, int64_t axis) {
   const std::vector<int64_t> ds = Strides(data);
   int64_t n = 1;
   for (int64_t d : walk) n *= d;
@@ -713,7 +713,7 @@ struct NDGeometry {
   std::vector<int64_t> dims, strides;  // the k indexed data dims and their element strides within a block
 };
 
-NDGeometry MakeND(const std::vector<int64_t> &data, const std::vector<int64_t> &idx, int64_t b) {
+NDGeometry MakeND(const Dims &data, const Dims &idx, int64_t b) {
   NDGeometry g;
   g.k = idx.back();
   for (int64_t i = 0; i < b; ++i) g.batch *= data[i];

@@ -57,7 +57,7 @@ bool InferLoss(InferCtx *c, std::string *reason) {
   Reduction r;
   if (!ReadReduction(*c->node, &r, reason)) return false;
   if (x.IsUnknownRank() || t.IsUnknownRank()) {
-    c->out[0] = TensorDesc{x.dtype, r == Reduction::kNone ? t.dims : std::vector<int64_t>{}};
+    c->out[0] = TensorDesc{x.dtype, r == Reduction::kNone ? t.dims : Dims{}};
     for (size_t o = 1; o < c->out.size(); ++o) c->out[o] = x;
     return true;
   }

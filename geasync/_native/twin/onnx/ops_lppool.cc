@@ -42,7 +42,7 @@ bool KernelShape(const Node &n, size_t nsp, std::vector<int64_t> *ks, std::strin
   return true;
 }
 
-bool LpGeometry(const Node &node, const std::vector<int64_t> &x, PoolGeom *g, std::string *reason) {
+bool LpGeometry(const Node &node, const Dims &x, PoolGeom *g, std::string *reason) {
   if (x.size() < 3 || x.size() > 5) {
     *reason = "input " + ShapeStr(x) + " must be [N, C, d1(, d2(, d3))]";
     return false;
@@ -263,7 +263,7 @@ std::unique_ptr<Kernel> PrepareGlobalLpPool(const KernelCtx &c, std::string *rea
 // ---- MaxUnpool ----
 
 // The unpooled shape (N, C, (in - 1) * stride - pads + kernel) that the indices address.
-bool UnpoolShape(const Node &node, const std::vector<int64_t> &x, std::vector<int64_t> *shape, std::string *reason) {
+bool UnpoolShape(const Node &node, const Dims &x, std::vector<int64_t> *shape, std::string *reason) {
   if (x.size() < 3 || x.size() > 5) {
     *reason = "input " + ShapeStr(x) + " must be [N, C, d1(, d2(, d3))]";
     return false;

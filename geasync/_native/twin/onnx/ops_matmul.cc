@@ -65,18 +65,18 @@ struct PanelB {
 // ---- MatMul ----
 
 struct MatMulShape {
-  std::vector<int64_t> a_batch, b_batch, batch;  // batch dims (broadcast)
+  Dims a_batch, b_batch, batch;  // batch dims (broadcast)
   int64_t M = 0, K = 0, N = 0, Kb = 0;
   bool a_vec = false, b_vec = false;
 };
 
-bool MatMulDims(const std::vector<int64_t> &a, const std::vector<int64_t> &b, MatMulShape *s, std::vector<int64_t> *out,
+bool MatMulDims(const Dims &a, const Dims &b, MatMulShape *s, Dims *out,
                 std::string *reason) {
   if (a.empty() || b.empty()) {
     *reason = "inputs must have rank >= 1, got shapes " + ShapeStr(a) + " and " + ShapeStr(b);
     return false;
   }
-  std::vector<int64_t> a2 = a, b2 = b;
+  Dims a2 = a, b2 = b;
   s->a_vec = a.size() == 1;
   s->b_vec = b.size() == 1;
   if (s->a_vec) a2.insert(a2.begin(), 1);
@@ -155,7 +155,7 @@ class MatMulKernel : public Kernel {
 
 std::unique_ptr<Kernel> PrepareMatMulFloat(const KernelCtx &c, std::string *reason) {
   MatMulShape s;
-  std::vector<int64_t> out;
+  Dims out;
   if (!MatMulDims(c.in[0]->dims, c.in[1]->dims, &s, &out, reason)) return nullptr;
   // Batch offsets: walk the broadcast batch index space once, here, so Run does not.
   const size_t r = s.batch.size();

@@ -4009,7 +4009,7 @@ class LayerNormKernel : public Kernel {
 };
 
 // Index into a tensor of shape `small` (unidirectionally broadcast to `full`) for each element of `full`.
-std::vector<int64_t> BroadcastIndex(const std::vector<int64_t> &full, const std::vector<int64_t> &small) {
+std::vector<int64_t> BroadcastIndex(const Dims &full, const Dims &small) {
   int64_t n = 1;
   for (int64_t d : full) n *= d;
   std::vector<int64_t> idx(static_cast<size_t>(n));

@@ -31,7 +31,7 @@ bool SameDtype(const InferCtx &c, size_t i, std::string *reason) {
 }
 
 // Index into `small` (right-aligned unidirectional broadcast to `full`) for each element of `full`.
-std::vector<int64_t> BroadcastIdx(const std::vector<int64_t> &full, const std::vector<int64_t> &small) {
+std::vector<int64_t> BroadcastIdx(const Dims &full, const Dims &small) {
   const int64_t n = DimsProduct(full, 0, full.size());
   std::vector<int64_t> idx(static_cast<size_t>(n));
   const size_t r = full.size(), off = r - small.size();
@@ -50,7 +50,7 @@ std::vector<int64_t> BroadcastIdx(const std::vector<int64_t> &full, const std::v
   return idx;
 }
 
-bool Broadcasts(const std::vector<int64_t> &full, const std::vector<int64_t> &small) {
+bool Broadcasts(const Dims &full, const Dims &small) {
   if (small.size() > full.size()) return false;
   for (size_t i = 0; i < small.size(); ++i) {
     const int64_t f = full[full.size() - small.size() + i], s = small[i];

@@ -211,7 +211,7 @@ class GatherMapKernel : public Kernel {
   CopyFn copy_ = PickCopy();
 };
 
-std::unique_ptr<Kernel> MakeGatherMap(ElemType t, const std::vector<int64_t> &in_dims,
+std::unique_ptr<Kernel> MakeGatherMap(ElemType t, const Dims &in_dims,
                                       std::vector<std::vector<int64_t>> maps, int fill_input, std::string *reason) {
   std::unique_ptr<Kernel> k;
   VisitWidth(t, [&](auto u) { k = std::make_unique<GatherMapKernel<decltype(u)>>(in_dims, std::move(maps), fill_input); });

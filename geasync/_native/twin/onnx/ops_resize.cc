@@ -168,7 +168,7 @@ ValueState ReadFloats(InferCtx *c, int i, std::vector<double> *v, std::string *r
 // Output dims and per-axis scales. *unknown: scales/sizes are not known at this point (dims become -1).
 bool Geometry(InferCtx *c, const ResizeAttrs &r, std::vector<int64_t> *out, std::vector<double> *scales,
               bool *unknown, std::string *reason) {
-  const std::vector<int64_t> &in = c->in[0]->dims;
+  const Dims &in = c->in[0]->dims;
   const int64_t rank = static_cast<int64_t>(in.size());
   *unknown = false;
   std::vector<int64_t> axes;
@@ -812,7 +812,7 @@ std::unique_ptr<Kernel> PrepareResize(const KernelCtx &kc, std::string *reason) 
     *reason = "internal error: Resize geometry changed between inference and prepare";
     return nullptr;
   }
-  const std::vector<int64_t> &in = kc.in[0]->dims;
+  const Dims &in = kc.in[0]->dims;
   const size_t rank = in.size();
   std::vector<double> roi;
   if (r.ctm == Ctm::kTfCrop) {

@@ -72,10 +72,11 @@ struct Step {
   const Node *node = nullptr;
   std::shared_ptr<Kernel> kernel;  // may be shared with the graph's other plans (CompileOptions::donor)
   void *scratch = nullptr;         // its scratch in this plan's arena, bound before each Run
-  std::vector<int> in_vals, out_vals;  // value ids; -1 omitted input; out slots index into slot table
+  // inline for up to 4 inputs / outputs: a plan built per new input shape allocates none for most steps
+  SmallVec<int, 4> in_vals, out_vals;  // value ids; -1 omitted input; out slots index into slot table
   size_t scratch_bytes = 0, scratch_off = 0;
-  std::vector<const void *> in_ptrs;   // filled at Run (preallocated)
-  std::vector<void *> out_ptrs;
+  SmallVec<const void *, 4> in_ptrs;   // filled at Run (preallocated)
+  SmallVec<void *, 4> out_ptrs;
 };
 
 struct FinalCopy {

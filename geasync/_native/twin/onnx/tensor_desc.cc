@@ -75,7 +75,7 @@ size_t TensorDesc::Bytes() const {
   return static_cast<size_t>(n) * ElemSize(dtype);
 }
 
-bool CheckedNumElements(const std::vector<int64_t> &dims, int64_t *n, std::string *reason) {
+bool CheckedNumElements(const Dims &dims, int64_t *n, std::string *reason) {
   if (dims.size() > kMaxRank) {
     *reason = "rank " + std::to_string(dims.size()) + " exceeds the supported maximum of " + std::to_string(kMaxRank);
     return false;
@@ -102,7 +102,7 @@ bool CheckedNumElements(const std::vector<int64_t> &dims, int64_t *n, std::strin
   return true;
 }
 
-int64_t DimsProduct(const std::vector<int64_t> &dims, size_t lo, size_t hi) {
+int64_t DimsProduct(const Dims &dims, size_t lo, size_t hi) {
   int64_t p = 1;
   bool unknown = false;
   for (size_t i = lo; i < hi; ++i) {
@@ -116,7 +116,7 @@ int64_t DimsProduct(const std::vector<int64_t> &dims, size_t lo, size_t hi) {
   return unknown ? -1 : p;
 }
 
-std::string ShapeStr(const std::vector<int64_t> &dims) {
+std::string ShapeStr(const Dims &dims) {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) {
     if (i) s += ",";

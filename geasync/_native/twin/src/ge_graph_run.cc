@@ -23,7 +23,7 @@ const char *ModeApi(RunMode m) {
   }
 }
 
-std::string DimsToString(const std::vector<int64_t> &dims) {
+std::string DimsToString(const twin::onnx::Dims &dims) {
   std::ostringstream os;
   os << "[";
   for (size_t i = 0; i < dims.size(); ++i) os << (i ? ", " : "") << dims[i];

@@ -169,7 +169,7 @@ ExternalAllocators &Externals() {
 }
 
 // A tensor's shape as gert holds it: origin = storage (the twin does no format transforms).
-gert::StorageShape StorageShapeOf(const std::vector<int64_t> &dims) {
+gert::StorageShape StorageShapeOf(const twin::onnx::Dims &dims) {
   gert::StorageShape shape;
   for (int64_t v : dims) {
     shape.MutableOriginShape().AppendDim(v);
