@@ -833,6 +833,38 @@ def quant_model_cases(size: str):
     yield f"QDQ Conv 3x3 {c}->{c} on 2x2 (int8 per-channel weight)", conv, [rand((2, c, 2, 2))]
 
 
+def qdq_fusion_cases(size: str):
+    """QuantizeLinear -> DequantizeLinear pairs as quantize_static writes them between the layers of QDQ models (one
+    fused float -> float kernel in the twin), alone and after a Conv -> Relu, u8 and s8 activations. onnxruntime runs
+    the Conv block as one integer Conv that rounds its int32 sum once, so its output differs from the graph as
+    written by one quantisation step in places: the block's "agree" column says NO for that reason."""
+    rows, cols = SIZES[size]
+    shape = [rows, cols]
+    for name, zero in (("u8", np.array(128, np.uint8)), ("s8", np.array(-3, np.int8))):
+        pair = make_model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+                           helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])], [("x", F, shape)],
+                          [("y", F, shape)], initializers=[("s", np.array(0.02, np.float32)), ("z", zero)],
+                          opset=OPSET)
+        yield f"QuantizeLinear -> DequantizeLinear {name} {rows}x{cols}", pair, [rand(shape)]
+    c, hw = {"small": (4, 4), "64k": (16, 64), "1M": (64, 128)}[size]
+    rng = np.random.default_rng(47)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
+             helper.make_node("Conv", ["xd", "wf", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c", "s", "z"], ["cq"]),
+             helper.make_node("DequantizeLinear", ["cq", "s", "z"], ["cd"]),
+             helper.make_node("Relu", ["cd"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "s", "z"], ["rq"]),
+             helper.make_node("DequantizeLinear", ["rq", "s", "z"], ["y"])]
+    block = make_model(nodes, [("x", F, [1, c, hw, hw])], [("y", F, [1, c, hw, hw])],
+                       initializers=[("s", np.array(0.05, np.float32)), ("z", np.array(128, np.uint8)),
+                                     ("w", rng.integers(-128, 128, (c, c, 3, 3), np.int8)),
+                                     ("ws", rand((c,), 1e-3, 2e-3, 3)), ("wz", np.zeros(c, np.int8)),
+                                     ("b", rand((c,), -1, 1, 4))], opset=OPSET)
+    yield f"QDQ Conv 3x3 {c}->{c} on {hw}x{hw} -> Relu, u8 activations", block, [rand((1, c, hw, hw))]
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
@@ -855,6 +887,7 @@ FAMILIES = {
     "conv sweep 2": conv_sweep2_cases,
 
     "quant models": quant_model_cases,
+    "qdq fusion": qdq_fusion_cases,
 }
 
 

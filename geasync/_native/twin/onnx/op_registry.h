@@ -171,6 +171,10 @@ bool InferSameFloat(InferCtx *c, std::string *reason);
 std::unique_ptr<Kernel> PrepareFusedConv(const KernelCtx &conv, const std::vector<double> *scale,
                                          const std::vector<double> *shift, bool relu, std::string *reason);
 
+// Plan-level fusion: QuantizeLinear -> DequantizeLinear (per tensor, float32, constant scales and zero points) as one
+// float -> float kernel with the pair's exact results; nullptr when the pair does not qualify.
+std::unique_ptr<Kernel> PrepareQuantDequant(const KernelCtx &q, const KernelCtx &dq);
+
 // A float32 Conv at stride 1 without dilation on [N, C, H, W] (1-D: H = 1, kh = 1), pads {top, left, bottom, right},
 // weights [M, C / group, kh, kw] as input 1 (bias, if any, input 2), for ops that reduce to one (ConvTranspose at
 // stride 1). `w`, when not null, is input 1's constant value. nullptr unless one of Conv's direct / Winograd

@@ -434,6 +434,100 @@ std::unique_ptr<Kernel> PrepareDequantize(const KernelCtx &kc, std::string *reas
   }
 }
 
+// ---- QuantizeLinear -> DequantizeLinear ("fake quantisation"), fused at plan level ----
+
+// y = (round_even(clamp(x / s, lo - zq, hi - zq)) + (zq - zd)) * sd: the unfused pair's float arithmetic step by step
+// (clamping before rounding rounds the same: the bounds are integers; the integers stay exact in float), with
+// NaN -> lo - zq like QuantizeLinear's NaN -> lo. No 8-bit intermediate is written or read back.
+struct FakeQuantParams {
+  float s, lo, hi, shift, sd;  // lo / hi: the type's range minus zq; shift: zq - zd
+};
+__attribute__((always_inline)) inline void FakeQuantBody(const float *x, const FakeQuantParams &p, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] / p.s;
+    const float c = v != v ? p.lo : std::min(p.hi, std::max(p.lo, v));
+    y[i] = (RoundEven(c) + p.shift) * p.sd;
+  }
+}
+void FakeQuantBaseline(const float *x, const FakeQuantParams &p, float *y, int64_t n) { FakeQuantBody(x, p, y, n); }
+#if defined(__x86_64__)
+// maxps returns its second operand when either is NaN, so NaN lands on lo; roundps / roundscaleps with
+// "nearest" round half to even.
+__attribute__((target("avx2"))) void FakeQuantAvx2(const float *x, const FakeQuantParams &p, float *y, int64_t n) {
+  const __m256 vs = _mm256_set1_ps(p.s), vlo = _mm256_set1_ps(p.lo), vhi = _mm256_set1_ps(p.hi),
+               vsh = _mm256_set1_ps(p.shift), vsd = _mm256_set1_ps(p.sd);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_div_ps(_mm256_loadu_ps(x + i), vs);
+    const __m256 r = _mm256_round_ps(_mm256_min_ps(_mm256_max_ps(v, vlo), vhi), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_add_ps(r, vsh), vsd));
+  }
+  FakeQuantBody(x + i, p, y + i, n - i);
+}
+__attribute__((target("avx512f"))) void FakeQuantAvx512(const float *x, const FakeQuantParams &p, float *y, int64_t n) {
+  const __m512 vs = _mm512_set1_ps(p.s), vlo = _mm512_set1_ps(p.lo), vhi = _mm512_set1_ps(p.hi),
+               vsh = _mm512_set1_ps(p.shift), vsd = _mm512_set1_ps(p.sd);
+  const __mmask16 all = 0xFFFF;  // masked forms, as QuantizeAvx512
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_div_ps(_mm512_loadu_ps(x + i), vs);
+    const __m512 c = _mm512_mask_min_ps(v, all, _mm512_mask_max_ps(v, all, v, vlo), vhi);
+    const __m512 r = _mm512_mask_roundscale_ps(c, all, c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_add_ps(r, vsh), vsd));
+  }
+  FakeQuantBody(x + i, p, y + i, n - i);
+}
+#endif
+
+class FakeQuantKernel : public Kernel {
+ public:
+  FakeQuantKernel(FakeQuantParams p, int64_t n) : p_(p), n_(n) {}
+  bool Run(const void *const *in, void *const *out, std::string *) override {
+    const float *x = static_cast<const float *>(in[0]);
+    float *y = static_cast<float *>(out[0]);
+#if defined(__x86_64__)
+    if (vmath::ActiveIsa() == vmath::Isa::kAvx512) return FakeQuantAvx512(x, p_, y, n_), true;
+    if (vmath::ActiveIsa() != vmath::Isa::kBaseline) return FakeQuantAvx2(x, p_, y, n_), true;
+#endif
+    FakeQuantBaseline(x, p_, y, n_);
+    return true;
+  }
+  bool InPlaceOver(size_t i) const override { return i == 0; }
+
+ private:
+  FakeQuantParams p_;
+  int64_t n_;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> PrepareQuantDequant(const KernelCtx &q, const KernelCtx &dq) {
+  // Per tensor only, float32 in and out, constant float32 scales and zero points (what quantize_static writes for
+  // activations); anything else keeps the two kernels.
+  auto scalar = [](const KernelCtx &c, size_t i) {
+    return c.has(i) && c.in_data[i] && c.in[i]->NumElements() == 1 && c.in[i]->dims.size() <= 1;
+  };
+  if (q.in[0]->dtype != ElemType::kFloat || q.in[1]->dtype != ElemType::kFloat || dq.in[1]->dtype != ElemType::kFloat ||
+      dq.out[0].dtype != ElemType::kFloat || !IsQuantType(q.out[0].dtype) || !scalar(q, 1) || !scalar(dq, 1) ||
+      (q.has(2) && !scalar(q, 2)) || (dq.has(2) && !scalar(dq, 2)))
+    return nullptr;
+  const ElemType zt = q.out[0].dtype;
+  if ((q.has(2) && q.in[2]->dtype != zt) || (dq.has(2) && dq.in[2]->dtype != zt)) return nullptr;
+  int64_t lo, hi;
+  TypeRange(zt, &lo, &hi);
+  const float zq = q.has(2) ? static_cast<float>(LoadAny(zt, q.in_data[2], 0)) : 0.f;
+  const float zd = dq.has(2) ? static_cast<float>(LoadAny(zt, dq.in_data[2], 0)) : 0.f;
+  FakeQuantParams p;
+  p.s = *static_cast<const float *>(q.in_data[1]);
+  p.sd = *static_cast<const float *>(dq.in_data[1]);
+  p.lo = static_cast<float>(lo) - zq;
+  p.hi = static_cast<float>(hi) - zq;
+  p.shift = zq - zd;
+  return std::make_unique<FakeQuantKernel>(p, q.in[0]->NumElements());
+}
+
+namespace {
+
 // ---- DynamicQuantizeLinear ----
 
 bool InferDynamicQuantize(InferCtx *c, std::string *reason) {

@@ -136,6 +136,9 @@ class PlanImpl : public Plan {
   std::unique_ptr<Kernel> TryFuseConv(const KernelCtx &kc, const std::vector<int> &uses,
                                       const std::vector<int> &sole_user, std::vector<char> *absorbed,
                                       std::vector<int> *outputs);
+  std::unique_ptr<Kernel> TryFuseQdq(const KernelCtx &kc, const std::vector<int> &uses,
+                                     const std::vector<int> &sole_user, std::vector<char> *absorbed,
+                                     std::vector<int> *outputs);
 
   std::shared_ptr<const Model> model_;  // keeps initializers and Constant values alive
   const ModelImpl *m_ = nullptr;
@@ -309,6 +312,7 @@ bool PlanImpl::PrepareStep(size_t k, BuildState *b, std::string *err) {
   if (!s.kernel) {
     const KernelCtx kc = KernelCtxFor(k);
     if (n.op_type == "Conv") s.kernel = TryFuseConv(kc, b->uses, b->sole_user, &b->absorbed, &fused_outputs);
+    if (n.op_type == "QuantizeLinear") s.kernel = TryFuseQdq(kc, b->uses, b->sole_user, &b->absorbed, &fused_outputs);
     std::string reason;
     if (!s.kernel) s.kernel = n.op->prepare(kc, &reason);
     if (!s.kernel) {
@@ -347,7 +351,8 @@ std::shared_ptr<Kernel> PlanImpl::DonorKernel(size_t k) const {
   const PlanImpl &d = *donor_;
   if (d.m_ != m_ || k >= d.step_of_node_.size() || d.step_of_node_[k] < 0) return nullptr;
   const Node &n = m_->nodes_[k];
-  if (!n.op->foldable || n.nondeterministic || n.op_type == "Conv") return nullptr;
+  // (Conv and QuantizeLinear: the donor's kernel may be a fusion that also wrote a later node's output.)
+  if (!n.op->foldable || n.nondeterministic || n.op_type == "Conv" || n.op_type == "QuantizeLinear") return nullptr;
   const auto same = [](const TensorDesc &x, const TensorDesc &y) { return x.dtype == y.dtype && x.dims == y.dims; };
   for (int vid : n.inputs)
     if (vid >= 0 && (a_.cdata[vid] != d.a_.cdata[vid] || !same(a_.desc[vid], d.a_.desc[vid]))) return nullptr;
@@ -518,6 +523,26 @@ std::unique_ptr<Kernel> PlanImpl::TryFuseConv(const KernelCtx &kc, const std::ve
   if (!k) return nullptr;
   for (int j : eat) (*absorbed)[j] = 1;
   outputs->assign(1, v);
+  return k;
+}
+
+// QuantizeLinear -> DequantizeLinear whose 8/16-bit intermediate has no other reader and is not a graph output (the
+// "fake quantisation" between layers of QDQ models): one float -> float kernel (PrepareQuantDequant), which halves the
+// pair's memory traffic and may run in place.
+std::unique_ptr<Kernel> PlanImpl::TryFuseQdq(const KernelCtx &kc, const std::vector<int> &uses,
+                                             const std::vector<int> &sole_user, std::vector<char> *absorbed,
+                                             std::vector<int> *outputs) {
+  const Node &q = *kc.node;
+  if (q.outputs.size() != 1 || q.outputs[0] < 0 || uses[q.outputs[0]] != 1) return nullptr;
+  const int j = sole_user[q.outputs[0]];
+  const Node &d = m_->nodes_[j];
+  if (a_.node_folded[j] || d.op_type != "DequantizeLinear" || d.domain != q.domain || d.inputs.empty() ||
+      d.inputs[0] != q.outputs[0] || d.outputs.size() != 1 || d.outputs[0] < 0)
+    return nullptr;
+  auto k = PrepareQuantDequant(kc, KernelCtxFor(static_cast<size_t>(j)));
+  if (!k) return nullptr;
+  (*absorbed)[j] = 1;
+  outputs->assign(1, d.outputs[0]);
   return k;
 }
 
