@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import collections
 import threading
+from typing import Callable, Optional
+
 from . import _loops
+
+_WATCH_FIRST, _WATCH_MAX = 0.05, 1.0  # seconds between a waiter's looks for grants lost to closed loops
+_SENT_SWEEP = 64
 
 
 class InFlightBound:
@@ -17,7 +22,8 @@ class InFlightBound:
         self.in_flight = 0
         self._lock = threading.Lock()
         self._waiters: collections.deque[_loops.WakeUp] = collections.deque()
-        self._sent: collections.deque[_loops.WakeUp] = collections.deque()  # wake-ups in transit to other loops
+        # wake-ups sent whose task has not resumed yet: a loop closed meanwhile would keep their slots for good
+        self._sent: collections.deque[_loops.WakeUp] = collections.deque()
 
     @property
     def waiting(self) -> int:
@@ -38,11 +44,14 @@ class InFlightBound:
     async def acquire(self) -> None:
         if self.try_acquire():
             return
-        if self._sent:
-            self._reclaim()
+        self.recover()
         wake_up = _loops.wake_up(on_lost=self.release)  # a slot granted to a waiter that gave up passes on
         if self._park(wake_up):
             return
+        # Only asyncio loops can be closed under their tasks (a trio run ends once its tasks have): while this waits,
+        # it looks now and then for what was granted to tasks that never resume, so that waiting on a live loop
+        # never depends on someone else arriving (or on aclose()) to notice them.
+        watch = _loops.call_repeatedly(_WATCH_FIRST, self._watch_tick()) if _loops.running_loop() else None
         try:
             await wake_up.wait()
         except BaseException:
@@ -51,6 +60,26 @@ class InFlightBound:
             else:
                 self._unpark(wake_up)
             raise
+        finally:
+            if watch is not None:
+                watch.cancel()
+
+    def _watch_tick(self) -> Callable[[], Optional[float]]:
+        delay = _WATCH_FIRST
+
+        def tick() -> Optional[float]:
+            nonlocal delay
+            self.recover()
+            delay = min(delay * 2, _WATCH_MAX)  # backing off: a waiter may wait long, and thousands may wait
+            return delay
+
+        return tick
+
+    def recover(self) -> None:
+        """Takes back what was granted to tasks whose loop was closed before they resumed (overridden by the compile
+        gate, which also passes on the turn of a compile whose request's loop is closed)."""
+        if self._sent:
+            self._reclaim()
 
     def _park(self, waiter: _loops.WakeUp) -> bool:
         """Queues a waiter; returns True if a slot was free after all (no wait needed)."""
@@ -75,7 +104,7 @@ class InFlightBound:
         with self._lock:
             sent = [w for w in self._sent if w.in_transit()]
             self._sent = collections.deque(sent)
-        lost = sum(w.reclaim() for w in sent)
+        lost = sum(w.reclaim() for w in sent)  # (a reclaimed one leaves _sent at the next look: in_transit() is False)
         if lost:
             self.release(lost)
 
@@ -90,11 +119,13 @@ class InFlightBound:
             # The slot passes to the waiter (in_flight unchanged); skip waiters that gave up.
             if waiter.set():
                 n -= 1
-                if waiter.in_transit():  # woken from another thread: remembered until it arrives
+                if waiter.in_transit():  # remembered until its task resumes (its loop may stop, then close)
                     with self._lock:
                         sent = self._sent
                         while sent and not sent[0].in_transit():
                             sent.popleft()
+                        if len(sent) >= _SENT_SWEEP:  # one stuck at the head (its loop stopped) keeps no others
+                            self._sent = sent = collections.deque(w for w in sent if w.in_transit())
                         sent.append(waiter)
 
 

@@ -170,14 +170,15 @@ class WakeUp(Protocol):
         the caller); else False, and a wake-up that reaches the task later calls ``on_lost`` instead of waking it."""
 
     def in_transit(self) -> bool:
-        """A wake-up was sent from another thread and has not arrived yet."""
+        """A wake-up was sent (from any thread, delivered or not) and its task has not resumed yet."""
 
     def orphaned(self) -> bool:
         """The task's loop is closed: it never resumes on its own."""
 
     def reclaim(self) -> bool:
-        """From any thread: True (once) if a wake-up was sent to a loop that was closed before it arrived: the task
-        will never take what it granted, which now belongs to the caller."""
+        """From any thread: True (once) if a wake-up was sent to a task whose loop was closed before the task resumed
+        (before the wake-up arrived, or after, before the task's next step): the task will never take what it
+        granted, which now belongs to the caller."""
 
 
 def wake_up(on_lost: Callable[[], None]) -> WakeUp:
@@ -190,9 +191,11 @@ def wake_up(on_lost: Callable[[], None]) -> WakeUp:
     return _TrioWakeUp()
 
 
-# _AsyncioWakeUp's states. Who owns what a wake-up granted: the task once GRANTED; the caller of abandon() or
-# reclaim() once TAKEN; on_lost once LOST; the waker while WAITING or GAVE_UP (set() refuses).
-_WAITING, _SENT, _GRANTED, _GAVE_UP, _TAKEN, _LOST = range(6)
+# _AsyncioWakeUp's states. Who owns what a wake-up granted: the task once GRANTED (set on its loop, its next step
+# due) or RESUMED; the caller of abandon() or reclaim() once TAKEN; on_lost once LOST; the waker while WAITING or
+# GAVE_UP (set() refuses). A loop stopped between delivering a wake-up and the task's step, then closed, leaves the
+# task GRANTED for good: reclaim() takes that back too.
+_WAITING, _SENT, _GRANTED, _GAVE_UP, _TAKEN, _LOST, _RESUMED = range(7)
 
 
 class _AsyncioWakeUp:
@@ -221,7 +224,7 @@ class _AsyncioWakeUp:
             return True
 
     def in_transit(self) -> bool:
-        return self._state == _SENT
+        return self._state == _SENT or self._state == _GRANTED
 
     def orphaned(self) -> bool:
         return self._loop.is_closed()
@@ -239,23 +242,30 @@ class _AsyncioWakeUp:
 
     async def wait(self) -> None:
         await self._future
+        # on the loop's thread, so never while reclaim() sees the loop closed: it owns what was granted from now on
+        self._state = _RESUMED
 
     def abandon(self) -> bool:
         with self._lock:
             if self._state in (_GRANTED, _SENT):
-                self._state = _TAKEN if self._state == _SENT else _GRANTED
+                self._state = _TAKEN  # reclaim() must not take it again (the collector may close a GRANTED task)
                 return True
             if self._state == _WAITING:
                 self._state = _GAVE_UP
+        if self._loop.is_closed():
+            # The collector is closing the task's coroutines (in any order): cancelling would clear the future's
+            # callbacks, the task's last reference, and free the task's outer coroutine in the middle of closing this
+            # one ("ValueError: coroutine already executing", reported as unraisable). Its callbacks never run anyway.
+            return False
         try:
             self._future.cancel()
-        except RuntimeError:  # its loop is closed (the collector closes the task): cancelled all the same
+        except RuntimeError:  # its loop was closed meanwhile: cancelled all the same
             pass
         return False
 
     def reclaim(self) -> bool:
         with self._lock:
-            if self._state == _SENT and self._loop.is_closed():
+            if (self._state == _SENT or self._state == _GRANTED) and self._loop.is_closed():
                 self._state = _TAKEN
                 return True
             return False

@@ -602,7 +602,16 @@ class Batcher:
 
             trio.lowlevel.spawn_system_task(self._run_batch, batch, name="geasync-batch")
         else:
-            task = self._loop.create_task(self._run_batch(batch))
+            run = self._run_batch(batch)
+            try:
+                task = self._loop.create_task(run)
+            except RuntimeError:  # its loop is closed (the collector is finishing one of its batches): none runs
+                run.close()
+                self._in_flight -= 1
+                self._batches -= 1
+                self._fail(batch, BatcherClosedError(f"Batcher(graph={self.graph}): the event loop was closed before "
+                                                     "this request's batch ran"))
+                return
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 

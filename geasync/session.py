@@ -312,6 +312,7 @@ class Session:
                     self._slots.in_flight - self._unawaited > 0 or self._slots.waiting_on_live_loops()
                     or self._compiling.on_live_loops() or self._compile_threads or self._starting.on_live_loops()
                     or any(cap is not None and cap.waiting_on_live_loops() for cap in self._graph_caps.values())):
+                self._recover_lost_grants()
                 if (self._compiling or self._starting) and time.monotonic() >= collect_at:
                     # now and then (backing off: a CANN compile really takes minutes), so that such a request's
                     # cleanup is not left to chance
@@ -321,6 +322,18 @@ class Session:
                 await anyio.sleep(0.002)
         finally:
             self.close()
+
+    def _recover_lost_grants(self) -> None:
+        """Takes back the slots, places and compile turns granted to requests whose loop was closed before they
+        resumed (a closed loop's waiters are not waited for, so nobody else may look)."""
+        self._slots.recover()
+        for cap in list(self._graph_caps.values()):
+            if cap is not None:
+                cap.recover()
+        with self._gates_lock:
+            gates = list(self._compile_gates.values())
+        for gate in gates:
+            gate.turn.recover()
 
     def __enter__(self) -> "Session":
         return self
@@ -785,10 +798,8 @@ class Session:
         try:
             # One turn at a time, in arrival order; a turn granted to a request whose loop is gone passes on, and so
             # does one whose loop was closed after its compile ended (after the worker thread looked): that request
-            # never resumes to pass it on, and the application may keep its task from the collector.
-            holder = gate.holder
-            if holder is not None and holder.compiled and holder.orphaned():
-                holder.pass_on()
+            # never resumes to pass it on, and the application may keep its task from the collector. Arrivals and
+            # the requests waiting on live loops look for both (_GateTurn.recover).
             await gate.turn.acquire()
             turn = gate.holder = _Turn(gate, running_loop())
             try:
@@ -1054,11 +1065,25 @@ class _CompileGate:
     __slots__ = ("turn", "holder", "users", "finished", "failure")
 
     def __init__(self) -> None:
-        self.turn = InFlightBound(1)
+        self.turn = _GateTurn(self)
         self.holder: Optional[_Turn] = None  # the request whose turn it is (or was last)
         self.users = 0
         self.finished = 0  # compiles tried, counted as each ends
         self.failure: Optional[Tuple[int, Exception]] = None  # the last failed one, by its count
+
+
+class _GateTurn(InFlightBound):
+    """A compile gate's single turn."""
+
+    def __init__(self, gate: _CompileGate) -> None:
+        super().__init__(1)
+        self._gate = gate  # (a cycle: the gate holds this)
+
+    def recover(self) -> None:
+        super().recover()
+        holder = self._gate.holder
+        if holder is not None and holder.compiled and holder.orphaned():
+            holder.pass_on()
 
 
 def _error_copy(error: Exception) -> Exception:
