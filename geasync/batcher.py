@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import functools
 import itertools
 import math
@@ -457,6 +458,8 @@ class Batcher:
                 return await self._runner(arrays)  # no padding needed: the caller's own arrays and outputs
             except BaseException as exc:
                 self._alone_failed(exc)
+                if isinstance(exc, GeError):
+                    raise self._named(exc).with_traceback(exc.__traceback__) from exc.__cause__
                 raise
             finally:
                 self._in_flight -= 1
@@ -516,11 +519,28 @@ class Batcher:
             return self._split(alone, await self._runner(inputs), total)[0]
         except BaseException as exc:
             self._alone_failed(exc)
+            if isinstance(exc, GeError):
+                raise self._named(exc).with_traceback(exc.__traceback__) from exc.__cause__
             raise
         finally:
             self._in_flight -= 1
             self._alone_done += 1
             self._dispatch()
+
+    def _named(self, exc: GeError) -> GeError:
+        """The session's error for a run this batcher asked for, as one of this batcher's: its caller called
+        Batcher.run, not Session.run_graph_async (a copy: one object raised in several tasks would pile up their
+        tracebacks, and a compile's error is shared with the session's other requests)."""
+        where = f"Batcher.run(graph={self.graph})"
+        if exc.context.startswith("Batcher"):
+            return exc
+        try:
+            named = copy.copy(exc)
+        except Exception:  # an error type that cannot be rebuilt from its args: named as it is
+            return exc
+        named.context = f"{where} through {exc.context}" if exc.context else where
+        named.args = (named._format(),)
+        return named
 
     def _alone_failed(self, exc: BaseException) -> None:
         """A request run alone ended with ``exc``: an error fails it, anything else (a cancellation) cancels it."""
@@ -697,11 +717,11 @@ class Batcher:
             self._sizes_hist.observe(total)
             outputs = await self._runner(inputs)
         except (SessionBrokenError, SessionClosedError, BatcherClosedError) as exc:
-            self._fail(batch, exc)
+            self._fail(batch, self._named(exc) if isinstance(exc, GeError) else exc)
             return
         except Exception as exc:
             if len(batch) == 1:
-                self._fail(batch, exc)
+                self._fail(batch, self._named(exc) if isinstance(exc, GeError) else exc)
                 return
             if not retry:
                 logger.info("batch of %d requests to graph %s failed (%s); retrying its halves", len(batch),

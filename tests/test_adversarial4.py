@@ -309,3 +309,45 @@ def test_loops_stopped_and_closed_at_random_under_waiting_requests(loop, seed, t
     out = run_isolated(code, tmp_path, timeout=120)
     assert "ok [] 0 0 0 0 [] True" in out, out
 
+
+# --- errors raised through a Batcher name it ---------------------------------------------------------------------
+
+@pytest.mark.anyio
+@pytest.mark.timeout(60, method="thread")
+@pytest.mark.parametrize("together", [1, 6], ids=["alone", "batched"])
+async def test_an_error_through_a_batcher_names_batcher_run(together):
+    """A run a Batcher asked for fails: its callers called Batcher.run, so the error names Batcher.run and the graph
+    (it used to name Session.run_graph_async only, which the application never called)."""
+    import anyio
+    import numpy as np
+
+    import geasync as ga
+    from conftest import add_model
+
+    with ga.Session() as s:
+        s.add_graph(7, ga.Graph.from_onnx(add_model(("N", 16))))
+        s.compile_graph(7)
+        ga.twin.inject_fault(s, 7, "fail_run", nth=0)  # every run fails
+        async with ga.Batcher(s, 7, max_batch_size=8, max_delay=0.01) as batcher:
+            errors: list = []
+
+            async def one() -> None:
+                a = np.ones((1, 16), np.float32)
+                try:
+                    await batcher.run([a, a])
+                except ga.GeError as exc:
+                    errors.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(together):
+                    tg.start_soon(one)
+        assert len(errors) == together
+        for exc in errors:
+            assert exc.context.startswith("Batcher.run(graph=7)"), exc.context
+            assert " in Batcher.run(graph=7) through Session.run_graph_async(graph_id=7)" in str(exc), str(exc)
+            assert exc.status == ga.errors.INTERNAL_ERROR
+        # the session's own requests still name what they called
+        ga.twin.inject_fault(s, 7, "fail_run", nth=0)
+        with pytest.raises(ga.GeError) as info:
+            await s.run_graph_async(7, [np.ones((1, 16), np.float32)] * 2)
+        assert info.value.context == "Session.run_graph_async(graph_id=7)", info.value.context
