@@ -324,6 +324,9 @@ def test_loop_gone_with_work_in_flight_leaks_nothing(kind, how):
     try:
         s.add_graph(1, ga.Graph.from_onnx(model))
         s.compile_graph(1)  # up front: a first request would wait for the compile on a worker thread first
+        # the first run holds the graph (the others queue behind it) for longer than the loop lives, however loaded
+        # the machine: the loop goes away with all of them in flight, not with some of them done already
+        ga.twin.inject_fault(s, 1, "delay_run", nth=1, delay=1.0)
         xs = [np.full((n, n), i, np.float32) for i in range(12)]
         refs = [weakref.ref(x) for x in xs]
         inputs = [[x, w] for x in xs]

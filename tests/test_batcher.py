@@ -546,10 +546,13 @@ def test_aclose_returns_when_the_batchers_loop_was_closed_with_requests_in_it():
 
     with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
-        ga.twin.inject_fault(s, 1, "delay_run", nth=0, delay=0.1)
+        # every run's completion is held until the loop is closed: its batches are in flight then, however slowly the
+        # loop ran (a delay used to let a loaded machine finish them first)
+        ga.twin.inject_fault(s, 1, "stall_callback", nth=0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Task was destroyed but it is pending": what this test does
             close_the_loop_then_the_batcher(s)
+            ga.twin.release_stalled(s, 1)
             deadline = time.monotonic() + 5
             while s.statistics().in_flight and time.monotonic() < deadline:  # the runs its tasks were waiting for
                 time.sleep(0.01)

@@ -521,6 +521,8 @@ async def test_the_oldest_waiting_age_covers_requests_waiting_for_a_slot(anyio_b
         s.add_graph(2, ga.Graph.from_onnx(add_model()))
         await s.run_graph_async(2, [A, A])
         assert s.statistics().oldest_waiting_age is None
+        # the first run's completion is held until the checks are done: a loaded machine cannot end it before them
+        ga.twin.inject_fault(s, 1, "stall_callback", nth=1)
         async with anyio.create_task_group() as tg:
             tg.start_soon(s.run_graph_async, 1, [x, w])
             await wait_until(lambda: s.statistics().in_flight == 1, "the first run in flight")
@@ -535,6 +537,7 @@ async def test_the_oldest_waiting_age_covers_requests_waiting_for_a_slot(anyio_b
             assert st.as_dict()["graphs"][1]["oldest_waiting_age"] == st.oldest_waiting_age
             later = s.statistics().oldest_waiting_age
             assert later >= st.oldest_waiting_age  # the same request, still waiting
+            ga.twin.release_stalled(s, 1)
         st = s.statistics()
         assert (st.waiting, st.oldest_waiting_age, st.graphs[1].oldest_waiting_age) == (0, None, None), st
 
