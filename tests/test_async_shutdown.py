@@ -159,8 +159,9 @@ async def test_sync_close_with_work_in_flight_breaks_awaiting_tasks_without_hang
     st = s.statistics()
     assert (st.in_flight, st.pinned_bytes) == (0, 0), st
     assert st.failed >= len(broken)
-    gc.collect()
-    assert sum(r() is not None for r in refs) == 0, "inputs outlived the session's completions"
+    # (polled: the thread that delivered the last completion may still hold its request for a moment)
+    await wait_until(lambda: gc.collect() >= 0 and sum(r() is not None for r in refs) == 0,
+                     "the inputs to be released after the session's completions")
     await wait_for_counters(baseline)
 
 
