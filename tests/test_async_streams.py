@@ -79,14 +79,18 @@ async def test_query_transitions():
         s.add_graph(1, ga.Graph.from_onnx(model))
         async with ga.Stream() as stream:
             assert stream.query() is True  # nothing enqueued yet
+            # each enqueue below starts its work 0.5 s late: the query right after it sees the stream busy however
+            # long a loaded machine stalls between the two (~50-150 ms of work alone was not always enough)
+            ga.twin.inject_fault(s, 1, "delay_run", nth=1, delay=0.5)
             outs = [s.run_graph_with_stream_async(1, stream, [x, w]) for _ in range(3)]  # ~150 ms of work
-            busy = stream.query()  # True would mean it waited for the work (no timing check: loaded CI machines stall)
+            busy = stream.query()  # True would mean it waited for the work
             assert busy is False, "the stream reported done right after ~150 ms of work was enqueued"
             with anyio.fail_after(20):
                 await stream.synchronize_async()
             await until_query_true(stream)
             assert stream.query() is True  # stays done without new work
             # Polling query() from the loop also sees the transition.
+            ga.twin.inject_fault(s, 1, "delay_run", nth=1, delay=0.5)
             outs += [s.run_graph_with_stream_async(1, stream, [x, w])]
             seen = [stream.query()]
             deadline = time.monotonic() + 20
