@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 from . import _loops
 
-_WATCH_FIRST, _WATCH_MAX = 0.05, 1.0  # seconds between a waiter's looks for grants lost to closed loops
+_WATCH_MAX = 1.0  # at most this many seconds between a waiter's looks for grants lost to closed loops
 _SENT_SWEEP = 64
 
 
@@ -48,24 +48,20 @@ class InFlightBound:
         wake_up = _loops.wake_up(on_lost=self.release)  # a slot granted to a waiter that gave up passes on
         if self._park(wake_up):
             return
-        # Only asyncio loops can be closed under their tasks (a trio run ends once its tasks have): while this waits,
-        # it looks now and then for what was granted to tasks that never resume, so that waiting on a live loop
-        # never depends on someone else arriving (or on aclose()) to notice them.
-        watch = _loops.call_repeatedly(_WATCH_FIRST, self._watch_tick()) if _loops.running_loop() else None
+        # While this waits (on any loop, trio's too) it looks now and then for what was granted to tasks of asyncio
+        # loops closed before they resumed, so that waiting never depends on someone else arriving (or on aclose())
+        # to notice them.
         try:
-            await wake_up.wait()
+            await wake_up.wait(self._watch_tick())
         except BaseException:
             if wake_up.abandon():
                 self.release()  # granted, but the task was cancelled before it could use the slot
             else:
                 self._unpark(wake_up)
             raise
-        finally:
-            if watch is not None:
-                watch.cancel()
 
     def _watch_tick(self) -> Callable[[], Optional[float]]:
-        delay = _WATCH_FIRST
+        delay = _loops.WATCH_FIRST
 
         def tick() -> Optional[float]:
             nonlocal delay

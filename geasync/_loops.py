@@ -162,8 +162,9 @@ class WakeUp(Protocol):
     def set(self) -> bool:
         """From any thread: wakes the task; False if it gave up already or its loop is gone."""
 
-    async def wait(self) -> None:
-        """Parks the calling task until ``set``; raises when it is cancelled."""
+    async def wait(self, watch: Optional[Callable[[], Optional[float]]] = None) -> None:
+        """Parks the calling task until ``set``; raises when it is cancelled. ``watch`` (if given) is called on the
+        task's loop meanwhile, after a first delay, then after each delay it returns (None: no more)."""
 
     def abandon(self) -> bool:
         """After ``wait`` raised: True if a wake-up had been sent, delivered or not (what it granted now belongs to
@@ -179,6 +180,9 @@ class WakeUp(Protocol):
         """From any thread: True (once) if a wake-up was sent to a task whose loop was closed before the task resumed
         (before the wake-up arrived, or after, before the task's next step): the task will never take what it
         granted, which now belongs to the caller."""
+
+
+WATCH_FIRST = 0.05  # seconds before a waiter's first watch call
 
 
 def wake_up(on_lost: Callable[[], None]) -> WakeUp:
@@ -240,8 +244,15 @@ class _AsyncioWakeUp:
         if lost:
             self._on_lost()
 
-    async def wait(self) -> None:
-        await self._future
+    async def wait(self, watch: Optional[Callable[[], Optional[float]]] = None) -> None:
+        if watch is None:
+            await self._future
+        else:
+            timer = _AsyncioTimer(self._loop, WATCH_FIRST, watch)  # a loop timer: cheaper than a timeout's scope
+            try:
+                await self._future
+            finally:
+                timer.cancel()
         # on the loop's thread, so never while reclaim() sees the loop closed: it owns what was granted from now on
         self._state = _RESUMED
 
@@ -306,8 +317,22 @@ class _TrioWakeUp:
     def orphaned(self) -> bool:
         return False
 
-    async def wait(self) -> None:
-        await self._event.wait()
+    async def wait(self, watch: Optional[Callable[[], Optional[float]]] = None) -> None:
+        if watch is None:
+            await self._event.wait()
+            return
+        import trio
+
+        # waits in slices (a timer's system task per waiter costs far more than a cancel scope)
+        delay: Optional[float] = WATCH_FIRST
+        while True:
+            if delay is None:
+                await self._event.wait()
+                return
+            with trio.move_on_after(delay):
+                await self._event.wait()
+                return
+            delay = watch()
 
     def abandon(self) -> bool:
         with self._lock:

@@ -228,7 +228,29 @@ def worker(kind, seed, gid):
     except BaseException as exc:
         errors.append((kind, "worker", repr(exc)))
 
+def on_trio(seed, gid):
+    # a trio run (its tasks always resume: a run ends once they have) shares the sessions with the loops closed
+    # around it: its requests wait behind theirs for the compile's turn and for slots, and must all complete
+    import trio
+    r = random.Random(seed)
+    arrays = [np.full((1, 16), r.random(), np.float32) for _ in range(6)]
+    inputs.extend(arrays)
+    outs = [None] * len(arrays)
+
+    async def one(i, gid):
+        outs[i] = (await small.run_graph_async(gid, [arrays[i], arrays[i]], timeout=20))[0].numpy()
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            for i in range(len(arrays)):
+                nursery.start_soon(one, i, gid if i % 2 else 1)
+    trio.run(main)
+    if not all(np.array_equal(o, a + a) for o, a in zip(outs, arrays)):
+        errors.append(("trio", "wrong outputs"))
+
 def scenario(kind, seed, gid):
+    if kind == "trio":
+        return on_trio(seed, gid)
     r = random.Random(seed)
     loop = new_loop()
     expected = []
@@ -282,7 +304,7 @@ for round in range(ROUNDS):
     gid = 100 + round
     small.add_graph(gid, ga.Graph.from_onnx(add_model((1, 16))))  # its first async request compiles it
     compile_graphs.append((gid, (1, 16)))
-    kinds = ["compile", "compile", "slot", "cap", "batcher"]
+    kinds = ["compile", "compile", "slot", "cap", "batcher", "trio"]
     threads = [threading.Thread(target=worker, args=(k, rng.random(), gid)) for k in kinds]
     for t in threads:
         t.start()
@@ -300,11 +322,11 @@ print("ok", errors, in1, in2, frozen, extra, reported, took1 < 15 and took2 < 15
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("loop", LOOPS)
 def test_loops_stopped_and_closed_at_random_under_waiting_requests(loop, seed, tmp_path):
-    """Loops in several threads share two sessions; their requests wait for a first compile, a session slot
-    (max_in_flight=2), a dynamic-shape graph's cap, or in a Batcher, and each loop is stopped at a random point, then
-    closed (its tasks dropped or kept), closed after one more iteration, or run again (at once or later: its requests
-    must all complete). A fresh loop's requests then complete in bounded time, aclose() returns, and nothing stays in
-    flight, pinned read-only or running in a thread."""
+    """Loops in several threads share two sessions (with a trio run); their requests wait for a first compile, a
+    session slot (max_in_flight=2), a dynamic-shape graph's cap, or in a Batcher, and each loop is stopped at a random
+    point, then closed (its tasks dropped or kept), closed after one more iteration, or run again (at once or later:
+    its requests must all complete), while the trio run's requests complete. A fresh loop's requests then complete
+    in bounded time, aclose() returns, and nothing stays in flight, pinned read-only or running in a thread."""
     code = _STRESS.replace("LOOP_KIND", loop).replace("SEED", str(seed)).replace("ROUNDS", "3")
     out = run_isolated(code, tmp_path, timeout=120)
     assert "ok [] 0 0 0 0 [] True" in out, out
