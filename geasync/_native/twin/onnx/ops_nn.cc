@@ -167,6 +167,10 @@ struct DirectConvArgs {
   // in y, their chunks blocked together (a 3x3 or 4x4 map has one or two chunks: alone they ran 8 or 16
   // accumulators and read every weight once per image).
   int64_t nimg = 1, img = 0, ynext = 0;
+  // Dilations (AVX-512, stride 1, not depthwise): tap (i, j) reads the padded plane at i dh rows, j dw columns.
+  int64_t dh = 1, dw = 1;
+  // Depthwise at stride 1 (AVX-512): pw a multiple of 16 and xp 64-byte aligned (DepthwiseAlignedAvx512).
+  bool aligned = false;
 };
 
 #ifdef TWIN_HAVE_X86
@@ -275,9 +279,9 @@ __attribute__((target("avx512f"))) void DirectConvAvx512(const DirectConvArgs &a
       const float *w = wb;
       for (int64_t c = 0; c < a.cg; ++c) {
         for (int64_t i = 0; i < a.kh; ++i) {
-          const int64_t roff = (kS2 ? 2 * c : c) * plane + i * a.pw;
+          const int64_t roff = (kS2 ? 2 * c : c) * plane + i * a.dh * a.pw;
           for (int64_t j = 0; j < a.kw; ++j, w += kConvMB) {
-            const int64_t toff = roff + (kS2 ? (j & 1) * plane + (j >> 1) : j);
+            const int64_t toff = roff + (kS2 ? (j & 1) * plane + (j >> 1) : j * a.dw);
             __m512 x[kConvNV];
 #pragma GCC unroll 4
             for (int v = 0; v < kConvNV; ++v) x[v] = _mm512_loadu_ps(base[v] + toff);
@@ -482,6 +486,64 @@ __attribute__((target("avx512f"))) void DepthwiseConvAvx512Impl(const DirectConv
   for (; r < a.oh; ++r)
     for (int64_t c0 = 0; c0 < a.ow; c0 += kConvLanes) DepthwiseRowsAvx512<1, kKw>(a, r, c0);
 }
+// Depthwise at stride 1 with AVX-512 and 3, 5 or 7 taps per row (EfficientNet's 5x5, ConvNeXt's 7x7): the rows
+// kernel above loads every tap's 16 inputs unaligned, mostly across two cache lines, and each input row once per
+// output row that reads it (1.7-2.0x onnxruntime on 7x7 and 5x5). Here kR output rows x one 16-wide chunk read
+// each input row once, as two aligned vectors, and make the kw shifted windows from them in registers (valignd);
+// each accumulator still gets the bias, then one FMA per tap in (kh, kw) order, so the same bits.
+template <int J>
+__attribute__((target("avx512f"), always_inline)) inline __m512 ShiftLanes(__m512 lo, __m512 hi) {
+  // the all-ones mask: GCC 12's -Wmaybe-uninitialized on the unmasked form's undefined source
+  return _mm512_castsi512_ps(
+      _mm512_maskz_alignr_epi32(static_cast<__mmask16>(0xFFFF), _mm512_castps_si512(hi), _mm512_castps_si512(lo), J));
+}
+template <int kKw, int J = 0>
+__attribute__((target("avx512f"), always_inline)) inline void ShiftsOf(__m512 lo, __m512 hi, __m512 *s) {
+  s[J] = ShiftLanes<J>(lo, hi);
+  if constexpr (J + 1 < kKw) ShiftsOf<kKw, J + 1>(lo, hi, s);
+}
+template <int kR, int kKw>
+__attribute__((target("avx512f"), always_inline)) inline void DepthwiseAlignedRows(const DirectConvArgs &a, int64_t r,
+                                                                                    int64_t c0) {
+  __m512 acc[kR];
+#pragma GCC unroll 8
+  for (int q = 0; q < kR; ++q) acc[q] = _mm512_set1_ps(a.bias[0]);
+  const int64_t rows = kR + a.kh - 1;
+  for (int64_t R = 0; R < rows; ++R) {
+    const float *x = a.xp + (r + R) * a.pw + c0;
+    __m512 s[kKw];
+    ShiftsOf<kKw>(_mm512_load_ps(x), _mm512_load_ps(x + kConvLanes), s);
+#pragma GCC unroll 8
+    for (int q = 0; q < kR; ++q) {
+      const int64_t i = R - q;  // output row r + q reads input row r + R through kernel row i
+      if (i < 0 || i >= a.kh) continue;
+      const float *w = a.wpack + i * kKw * kConvMB;  // tap t's weight at w[t * kConvMB]
+#pragma GCC unroll 8
+      for (int j = 0; j < kKw; ++j) acc[q] = _mm512_fmadd_ps(_mm512_set1_ps(w[j * kConvMB]), s[j], acc[q]);
+    }
+  }
+  const int64_t valid = std::min<int64_t>(kConvLanes, a.ow - c0);
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int q = 0; q < kR; ++q) {
+    __m512 v = acc[q];
+    if (a.relu) v = _mm512_mask_max_ps(v, static_cast<__mmask16>(0xFFFF), zero, v);  // as DirectConvAvx512
+    float *dst = a.y + (r + q) * a.ow + c0;
+    if (valid == kConvLanes) _mm512_storeu_ps(dst, v);
+    else _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << valid) - 1u), v);
+  }
+}
+template <int kKw>
+__attribute__((target("avx512f"))) void DepthwiseAlignedAvx512(const DirectConvArgs &a) {
+  int64_t r = 0;
+  for (; r + 8 <= a.oh; r += 8)
+    for (int64_t c0 = 0; c0 < a.ow; c0 += kConvLanes) DepthwiseAlignedRows<8, kKw>(a, r, c0);
+  for (; r + 4 <= a.oh; r += 4)
+    for (int64_t c0 = 0; c0 < a.ow; c0 += kConvLanes) DepthwiseAlignedRows<4, kKw>(a, r, c0);
+  for (; r < a.oh; ++r)
+    for (int64_t c0 = 0; c0 < a.ow; c0 += kConvLanes) DepthwiseAlignedRows<1, kKw>(a, r, c0);
+}
+
 // The direct convolution over flat positions (DirectConvArgs::flat). With 16-wide chunks of single rows a 6- or
 // 8-wide map (ResNet's last stages at small inputs) used 6 or 8 of 16 lanes: 2.1-2.4x onnxruntime's time.
 // kNV chunks from p0 for the channel block mb (an odd last chunk alone: such maps have few chunks, a repeated
@@ -509,9 +571,9 @@ __attribute__((target("avx512f"), always_inline)) inline void FlatChunksAvx512(c
   }
   for (int64_t c = 0; c < a.cg; ++c) {
     for (int64_t i = 0; i < a.kh; ++i) {
-      const int64_t roff = kS2 ? (4 * c + 2 * (i & 1)) * plane + (i >> 1) * a.pw : c * plane + i * a.pw;
+      const int64_t roff = kS2 ? (4 * c + 2 * (i & 1)) * plane + (i >> 1) * a.pw : c * plane + i * a.dh * a.pw;
       for (int64_t j = 0; j < a.kw; ++j, w += kConvMB) {
-        const int64_t toff = roff + (kS2 ? (j & 1) * plane + (j >> 1) : j);
+        const int64_t toff = roff + (kS2 ? (j & 1) * plane + (j >> 1) : j * a.dw);
         __m512 x[kNV];
 #pragma GCC unroll 4
         for (int v = 0; v < kNV; ++v) x[v] = _mm512_loadu_ps(base[v] + toff);
@@ -624,6 +686,9 @@ void DirectConvAvx512Any(const DirectConvArgs &a) {
   if (a.flat) return a.s2 ? DirectConvFlatAvx512<true>(a) : DirectConvFlatAvx512<false>(a);
   if (a.s2) return DirectConvAvx512<true>(a);
   if (a.cg == 1 && a.mg == 1) {
+    if (a.aligned && a.kw == 3) return DepthwiseAlignedAvx512<3>(a);
+    if (a.aligned && a.kw == 5) return DepthwiseAlignedAvx512<5>(a);
+    if (a.aligned && a.kw == 7) return DepthwiseAlignedAvx512<7>(a);
     if (a.kw == 3) DepthwiseConvAvx512Impl<3>(a);
     else DepthwiseConvAvx512Impl<0>(a);
     return;
@@ -954,16 +1019,29 @@ class ConvKernel : public Kernel {
       // Stride 2: the same kernels over two column phases of the padded input (no im2col).
       s2_ = dconv_ && S2Pays(vmath::ActiveIsa(), cg_ * kk_) && w_.s[0] == 1 &&
             w_.s[1] == 2 && w_.s[2] == 2;
-      for (size_t i = 0; i < kMaxSpatial; ++i) dconv_ = dconv_ && (s2_ || w_.s[i] == 1) && w_.d[i] == 1;
+      // Dilation with AVX-512 at stride 1 (not depthwise): the taps read the padded planes d apart. The phases
+      // (InitPhases) copied the input apart and the outputs back (dilated Conv1d, WaveNet / TCN: 1.6-2.1x
+      // onnxruntime), and maps under 8 columns per phase went to im2col (3x3 dilation 2 on 7x7: 1.9-2.4x).
+      bool dil_ok = vmath::ActiveIsa() == vmath::Isa::kAvx512 && !(cg_ == 1 && mg_ == 1) && w_.d[0] == 1;
+      for (size_t i = 0; i < kMaxSpatial; ++i) dil_ok = dil_ok && w_.s[i] == 1;
+      for (size_t i = 0; i < kMaxSpatial; ++i)
+        dconv_ = dconv_ && (s2_ || w_.s[i] == 1) && (w_.d[i] == 1 || dil_ok);
       s2_ = s2_ && dconv_;
       // Flat positions where they fill more lanes than row chunks do (a flat row, ow + kw - 1 at stride 1,
       // ow + (kw - 1) / 2 on the phase planes at stride 2, under 16 * ceil(ow / 16)); not for the depthwise
       // kernel at stride 1, which has its own row blocking.
-      const int64_t ow = w_.out[2], flat_pw = ow + (s2_ ? (w_.k[2] - 1) / 2 : w_.k[2] - 1);
+      const int64_t ow = w_.out[2], flat_pw = ow + (s2_ ? (w_.k[2] - 1) / 2 : (w_.k[2] - 1) * w_.d[2]);
       // AVX2 (stride 2 only): the same positions, the outputs through a flat scratch.
       const bool avx512 = vmath::ActiveIsa() == vmath::Isa::kAvx512;
       flat_ = dconv_ && (avx512 || s2_) && (s2_ || !(cg_ == 1 && mg_ == 1)) &&
               flat_pw < (ow + kConvLanes - 1) / kConvLanes * kConvLanes;
+      // Dilated on a small map: when under half the lanes hold outputs (the padding rows d (k - 1) wide), im2col
+      // stays ahead (3x3 dilation 4 on 7x7: 3.0x -> 3.7x onnxruntime this way; dilation 2, 61% of the lanes:
+      // 2.3x -> 2.1x).
+      const bool dilated = w_.d[1] > 1 || w_.d[2] > 1;
+      const int64_t lanes = flat_ ? ((w_.out[1] - 1) * flat_pw + ow + kConvLanes - 1) / kConvLanes * kConvLanes
+                                  : w_.out[1] * ((ow + kConvLanes - 1) / kConvLanes * kConvLanes);
+      if (dconv_ && dilated && 2 * w_.out[1] * ow < lanes) dconv_ = s2_ = flat_ = false;
     }
 #endif
     if constexpr (std::is_same<T, float>::value) InitWinograd();
@@ -988,14 +1066,19 @@ class ConvKernel : public Kernel {
       if (fused_) wt_ = std::make_shared<const std::vector<T>>(PackTaps(fw_.data()));
     }
     if (dconv_) {
-      ph_ = w_.out[1] + w_.k[1] - 1;
-      pw_ = (w_.out[2] + kConvLanes - 1) / kConvLanes * kConvLanes + w_.k[2] - 1;
+      ph_ = w_.out[1] + (w_.k[1] - 1) * w_.d[1];
+      pw_ = (w_.out[2] + kConvLanes - 1) / kConvLanes * kConvLanes + (w_.k[2] - 1) * w_.d[2];
       if (s2_) {  // per phase: rows 2 (oh - 1) + kh, columns past every chunk's last tap
         ph_ = 2 * (w_.out[1] - 1) + w_.k[1];
         pw_ = (w_.out[2] + kConvLanes - 1) / kConvLanes * kConvLanes + (w_.k[2] - 1) / 2;
       }
       nmb_ = (mg_ + kConvMB - 1) / kConvMB;
       if (flat_) InitFlat();
+      // Depthwise at stride 1 with AVX-512, 3 / 5 / 7 taps per row: rows of a multiple of 16 (aligned loads)
+      const int64_t kw = w_.k[2];
+      dw_aligned_ = vmath::ActiveIsa() == vmath::Isa::kAvx512 && !s2_ && !flat_ && cg_ == 1 && mg_ == 1 &&
+                    w_.d[1] == 1 && w_.d[2] == 1 && (kw == 3 || kw == 5 || kw == 7);
+      if (dw_aligned_) pw_ = (pw_ + kConvLanes - 1) / kConvLanes * kConvLanes;
       if (fused_) {
         std::vector<T> wp(PackFloats());
         bp_.resize(BiasFloats());
@@ -1011,7 +1094,7 @@ class ConvKernel : public Kernel {
   // images of one call (more work per call for the small maps they are). im2col + GEMM was 1.5-2.1x onnxruntime
   // (its column buffer about as costly as the GEMM).
   void InitPhases() {
-    bool ok = !direct_ && !tiny_dw_ && out_sp_ > 0 && w_.in[0] == 1 && w_.k[0] == 1 && w_.pb[0] == 0 && w_.pe[0] == 0 &&
+    bool ok = !direct_ && !dconv_ && !tiny_dw_ && out_sp_ > 0 && w_.in[0] == 1 && w_.k[0] == 1 && w_.pb[0] == 0 && w_.pe[0] == 0 &&
               (w_.d[1] > 1 || w_.d[2] > 1);
     for (size_t i = 0; i < kMaxSpatial; ++i) ok = ok && w_.s[i] == 1;
     // Phase maps under 8 columns measured no faster than im2col (64->64 on 14x14, phases of 5x5 and 7x7).
@@ -1060,7 +1143,7 @@ class ConvKernel : public Kernel {
   }
   // The flat layout: rows of exactly the padded width, and each chunk's kept lanes and first output.
   void InitFlat() {
-    pw_ = w_.out[2] + w_.k[2] - 1;
+    pw_ = w_.out[2] + (w_.k[2] - 1) * w_.d[2];
     if (s2_) {  // per phase plane: rows r + i / 2, columns c + j / 2
       ph_ = w_.out[1] + (w_.k[1] - 1) / 2;
       pw_ = w_.out[2] + (w_.k[2] - 1) / 2;
@@ -1499,6 +1582,9 @@ class ConvKernel : public Kernel {
         a.pw = pw_;
         a.kh = w_.k[1];
         a.kw = w_.k[2];
+        a.dh = w_.d[1];
+        a.dw = w_.d[2];
+        a.aligned = dw_aligned_;
         a.oh = w_.out[1];
         a.ow = w_.out[2];
         a.wpack = wp + g * nmb_ * kConvMB * K;
@@ -1554,6 +1640,7 @@ class ConvKernel : public Kernel {
   bool s2_ = false;                    // the direct convolution at stride 2 (AVX2 / AVX-512), over column phases
   int64_t ph_ = 0, pw_ = 0, nmb_ = 0;  // its padded input rows/row length and channel blocks
   bool flat_ = false;                  // AVX-512 flat positions (DirectConvFlatAvx512)
+  bool dw_aligned_ = false;            // AVX-512 depthwise rows of a multiple of 16 (DepthwiseAlignedAvx512)
   std::vector<uint16_t> flat_keep_;    // per flat chunk: the lanes on outputs
   std::vector<int64_t> flat_first_;    // per flat chunk: its first output's offset in a channel's map
   int64_t flat_out_ = 0;               // AVX2 flat: floats of the flat outputs' scratch
