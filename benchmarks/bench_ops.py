@@ -803,6 +803,61 @@ def conv_sweep2_cases(size: str):
                [128, 1, 3, 3], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=128)
 
 
+def conv_sweep3_cases(size: str):
+    """A third conv sweep (1M size only): dilated 3x3 on small maps (DeepLab / ASPP), dilated Conv1d (WaveNet / TCN),
+    depthwise 3x3 stride 2 (MobileNet / EfficientNet downsampling), depthwise 5x5 on 14x14 and 7x7 (EfficientNet,
+    ConvNeXt), depthwise with channel multiplier 2, ResNeXt's groups of 32, and Conv + bias followed by the
+    activations exported models put after it (Relu, Clip 0..6, HardSwish, Sigmoid-Mul)."""
+    if size != "1M":
+        return
+
+    def conv(name, x, w, bias=False, after=None, **attrs):
+        init = [("w", rand(w, -0.2, 0.2, 71))]
+        if bias:
+            init.append(("b", rand([w[0]], seed=72)))
+        nodes = [helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["c" if after else "y"], **attrs)]
+        if after == "Clip":
+            init += [("lo", np.array(0, np.float32)), ("hi", np.array(6, np.float32))]
+            nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["y"]))
+        elif after == "SiLU":
+            nodes += [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+        elif after:
+            nodes.append(helper.make_node(after, ["c"], ["y"]))
+        model = make_model(nodes, [("x", F, list(x.shape))], [("y", F, None)], initializers=init, opset=OPSET)
+        return f"{name} on {'x'.join(map(str, x.shape))}", model, [x]
+
+    for n, h in ((1, 7), (4, 14)):
+        for d in (2, 4):
+            yield conv(f"Conv 3x3 dilation {d} 64->64", rand([n, 64, h, h], seed=73), [64, 64, 3, 3],
+                       kernel_shape=[3, 3], dilations=[d, d], pads=[d] * 4)
+    for c, k, d, length in ((64, 2, 16, 4096), (256, 3, 64, 1024), (64, 3, 32, 16000), (32, 2, 2, 8192),
+                            (128, 3, 8, 4096)):
+        yield conv(f"Conv1d k{k} dilation {d} {c}->{c}", rand([1, c, length], seed=74), [c, c, k], kernel_shape=[k],
+                   dilations=[d], pads=[d * (k - 1), 0])
+    for shape in ((2, 96, 32, 32), (1, 144, 56, 56), (1, 240, 28, 28)):
+        yield conv(f"Conv depthwise 3x3 s2 p1 {shape[1]}", rand(list(shape), seed=75), [shape[1], 1, 3, 3],
+                   kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4, group=shape[1])
+    for c in (480, 672):
+        for s in (1, 2):
+            yield conv(f"Conv depthwise 5x5 s{s} p2 {c}", rand([1, c, 14, 14], seed=76), [c, 1, 5, 5],
+                       kernel_shape=[5, 5], strides=[s, s], pads=[2] * 4, group=c)
+    for c, h in ((96, 56), (192, 28), (384, 14), (768, 7)):
+        yield conv(f"Conv depthwise 7x7 p3 bias {c}", rand([1, c, h, h], seed=77), [c, 1, 7, 7], bias=True,
+                   kernel_shape=[7, 7], pads=[3] * 4, group=c)
+    for s in (1, 2):
+        yield conv(f"Conv depthwise x2 3x3 s{s} p1 32->64", rand([1, 32, 56, 56], seed=78), [64, 1, 3, 3],
+                   kernel_shape=[3, 3], strides=[s, s], pads=[1] * 4, group=32)
+    for c, h in ((256, 56), (512, 28), (1024, 14)):
+        yield conv(f"Conv 3x3 p1 groups 32 {c}->{c}", rand([1, c, h, h], seed=79), [c, c // 32, 3, 3],
+                   kernel_shape=[3, 3], pads=[1] * 4, group=32)
+    for after in ("Relu", "Clip", "HardSwish", "SiLU"):
+        yield conv(f"Conv 3x3 p1 bias + {after} 64->64", rand([1, 64, 28, 28], seed=80), [64, 64, 3, 3], bias=True,
+                   after=after, kernel_shape=[3, 3], pads=[1] * 4)
+        yield conv(f"Conv depthwise 3x3 p1 bias + {after} 144", rand([1, 144, 56, 56], seed=81), [144, 1, 3, 3],
+                   bias=True, after=after, kernel_shape=[3, 3], pads=[1] * 4, group=144)
+        yield conv(f"Conv 1x1 bias + {after} 96->576", rand([1, 96, 14, 14], seed=82), [576, 96, 1, 1], bias=True,
+                   after=after, kernel_shape=[1, 1])
+
 def quant_model_cases(size: str):
     """Quantised models: QuantizeLinear / DequantizeLinear with 16-bit activations (quantize_static's QUInt16 /
     QInt16, opset 21), per tensor and per channel, and a QDQ Conv whose weight is a DequantizeLinear of an int8
@@ -885,6 +940,7 @@ FAMILIES = {
     "conv sweep": conv_sweep_cases,
     "sweep 4: gaps left, dtype / axis sweep": sweep4_cases,
     "conv sweep 2": conv_sweep2_cases,
+    "conv sweep 3": conv_sweep3_cases,
 
     "quant models": quant_model_cases,
     "qdq fusion": qdq_fusion_cases,
