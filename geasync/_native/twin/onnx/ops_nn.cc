@@ -446,6 +446,22 @@ __attribute__((target("avx2,fma"))) void DepthwiseConvAvx2Impl(const DirectConvA
     for (int64_t c0 = 0; c0 < a.ow; c0 += 16) DepthwiseRowsAvx2<1, kKw>(a, r, c0);
 }
 
+// Stores kR rows of one 16-wide output chunk (the last chunk of a row masked), with the fused Relu if any.
+template <int kR>
+__attribute__((target("avx512f"), always_inline)) inline void StoreDepthwiseRows(const DirectConvArgs &a, int64_t r,
+                                                                                  int64_t c0, const __m512 *acc) {
+  const int64_t valid = std::min<int64_t>(kConvLanes, a.ow - c0);
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int q = 0; q < kR; ++q) {
+    __m512 v = acc[q];
+    if (a.relu) v = _mm512_mask_max_ps(v, static_cast<__mmask16>(0xFFFF), zero, v);  // as DirectConvAvx512
+    float *dst = a.y + (r + q) * a.ow + c0;
+    if (valid == kConvLanes) _mm512_storeu_ps(dst, v);
+    else _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << valid) - 1u), v);
+  }
+}
+
 // The depthwise rows with AVX-512: kR output rows x one 16-wide chunk, one accumulator each (the general AVX-512
 // block would spend 7 of its 8 channel accumulators on absent channels); the same additions in the same order.
 template <int kR, int kKw>
@@ -465,16 +481,7 @@ __attribute__((target("avx512f"), always_inline)) inline void DepthwiseRowsAvx51
       for (int q = 0; q < kR; ++q) acc[q] = _mm512_fmadd_ps(wt, _mm512_loadu_ps(base + q * a.pw), acc[q]);
     }
   }
-  const int64_t valid = std::min<int64_t>(kConvLanes, a.ow - c0);
-  const __m512 zero = _mm512_setzero_ps();
-#pragma GCC unroll 8
-  for (int q = 0; q < kR; ++q) {
-    __m512 v = acc[q];
-    if (a.relu) v = _mm512_mask_max_ps(v, static_cast<__mmask16>(0xFFFF), zero, v);  // as DirectConvAvx512
-    float *dst = a.y + (r + q) * a.ow + c0;
-    if (valid == kConvLanes) _mm512_storeu_ps(dst, v);
-    else _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << valid) - 1u), v);
-  }
+  StoreDepthwiseRows<kR>(a, r, c0, acc);
 }
 template <int kKw>
 __attribute__((target("avx512f"))) void DepthwiseConvAvx512Impl(const DirectConvArgs &a) {
@@ -522,16 +529,7 @@ __attribute__((target("avx512f"), always_inline)) inline void DepthwiseAlignedRo
       for (int j = 0; j < kKw; ++j) acc[q] = _mm512_fmadd_ps(_mm512_set1_ps(w[j * kConvMB]), s[j], acc[q]);
     }
   }
-  const int64_t valid = std::min<int64_t>(kConvLanes, a.ow - c0);
-  const __m512 zero = _mm512_setzero_ps();
-#pragma GCC unroll 8
-  for (int q = 0; q < kR; ++q) {
-    __m512 v = acc[q];
-    if (a.relu) v = _mm512_mask_max_ps(v, static_cast<__mmask16>(0xFFFF), zero, v);  // as DirectConvAvx512
-    float *dst = a.y + (r + q) * a.ow + c0;
-    if (valid == kConvLanes) _mm512_storeu_ps(dst, v);
-    else _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << valid) - 1u), v);
-  }
+  StoreDepthwiseRows<kR>(a, r, c0, acc);
 }
 template <int kKw>
 __attribute__((target("avx512f"))) void DepthwiseAlignedAvx512(const DirectConvArgs &a) {
