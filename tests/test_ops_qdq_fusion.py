@@ -15,7 +15,7 @@ import geasync as ga
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402  (a test dependency)
 from onnx.reference import ReferenceEvaluator  # noqa: E402
-from onnx_cases import rerun_file_with_instruction_set  # noqa: E402
+from onnx_cases import rerun_file_with_instruction_set, run_twin  # noqa: E402
 
 F32 = TensorProto.FLOAT
 QTYPES = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8, np.uint16: TensorProto.UINT16,
@@ -29,12 +29,7 @@ def _model(nodes, inputs, outputs, inits=(), opset=21):
 
 
 def _run(model, feeds):
-    names = [i.name for i in model.graph.input]
-    with ga.Session() as s:
-        s.add_graph(1, ga.Graph.from_onnx(model))
-        outs = s.run_graph(1, [feeds[n] for n in names])
-        got = [o.numpy().copy() for o in outs]
-        del outs
+    got = run_twin(model, feeds)
     with np.errstate(all="ignore"), warnings.catch_warnings():  # NaN / inf cast to int32 in the reference
         warnings.simplefilter("ignore")
         want = [np.asarray(w) for w in ReferenceEvaluator(model).run(None, feeds)]
