@@ -11,7 +11,8 @@ Threading: the twin's GEMMs use OpenBLAS with GEASYNC_BLAS_THREADS threads (defa
 own model thread, so one BLAS thread per graph never oversubscribes the cores); onnxruntime gets the same number
 of intra-op threads and one inter-op thread (sequential execution). Both are driven from Python with one
 synchronous call per inference that hands back numpy arrays (twin: Session.run_graph and .numpy() of its outputs;
-onnxruntime: InferenceSession.run), inputs prepared once.
+onnxruntime: InferenceSession.run), inputs prepared once. With --ort-defaults onnxruntime keeps its default
+SessionOptions (an intra-op thread per physical core) while the twin keeps its own: the out-of-the-box comparison.
 Latency is the median over repeated calls after warm-up; the ratio column is twin / onnxruntime (lower is better,
 the target is <= 1.5). Throughput: the model is added to the twin once per core (each graph has its own model
 thread) and requests go round-robin; onnxruntime gets a thread pool with one worker per core, one shared session
@@ -172,16 +173,24 @@ def main() -> int:
                     help="comma-separated batch sizes")
     ap.add_argument("--in-flight", type=int, default=256, help="requests in flight for the throughput rows (0: skip)")
     ap.add_argument("--requests", type=int, default=2048, help="requests per throughput measurement")
+    ap.add_argument("--ort-defaults", action="store_true",
+                    help="onnxruntime with its default SessionOptions (intra-op threads: one per physical core) "
+                         "instead of the twin's thread count: what a user comparing both out of the box sees")
     args = ap.parse_args()
 
     import onnxruntime as ort
 
     threads = blas_threads()
     so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if args.ort_defaults:
+        threading = (f"twin: {threads} BLAS thread(s) (GEASYNC_BLAS_THREADS); onnxruntime: its default "
+                     f"SessionOptions (intra-op threads: one per physical core)")
+    else:
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        threading = f"{threads} BLAS / intra-op thread(s)"
 
     rows = []
     models = all_models()
@@ -213,8 +222,7 @@ def main() -> int:
     throughput = [] if args.in_flight <= 0 else measure_throughput(models, so, args)
 
     header = (f"Twin vs onnxruntime {ort.__version__} latency (median, microseconds per inference, one synchronous "
-              f"call from Python; twin: run_graph and .numpy() of its outputs), {threads} BLAS / intra-op "
-              f"thread(s), {os.cpu_count()} cores, "
+              f"call from Python; twin: run_graph and .numpy() of its outputs), {threading}, {os.cpu_count()} cores, "
               f"{platform.machine()}, Python {platform.python_version()}.")
     lines = [header, "", "| model | batch | twin (us) | onnxruntime (us) | twin / onnxruntime | max rel. error twin | "
              "max rel. error ort |", "|---|---:|---:|---:|---:|---:|---:|"]
@@ -236,7 +244,8 @@ def main() -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("# Model latency: twin vs onnxruntime\n\n"
-                            "Produced by `python benchmarks/bench_models.py --out benchmarks/results/models.md`.\n\n"
+                            f"Produced by `python benchmarks/bench_models.py{' --ort-defaults' * args.ort_defaults} "
+                            f"--out {args.out}`.\n\n"
                             + text + "\n")
     return 0
 
