@@ -165,6 +165,22 @@ class GraphCounters:
         else:
             logger.warning("%s: a run took %.3f s, over slow_after (%g s)", self.label, latency, self.slow_after)
 
+    def drained(self) -> bool:
+        """No run is waiting or in flight, and the counters add up (no step caught half-way)."""
+        return (not self.live and not self.waiters
+                and self.submitted == self.completed + self.failed + self.cancelled)
+
+    def absorb(self, other: "GraphCounters") -> None:
+        """Adds a drained graph's counts and latencies to these (a removed graph's, kept in the session's totals)."""
+        self.submitted += other.submitted
+        self.completed += other.completed
+        self.failed += other.failed
+        self.cancelled += other.cancelled
+        mine, theirs = self.latency, other.latency
+        mine.counts = [a + b for a, b in zip(mine.counts, theirs.counts, strict=True)]
+        mine.total += theirs.total
+        mine.count += theirs.count
+
     def snapshot(self, graph_id: int, abandon_after: float) -> "GraphStatistics":
         # An event loop's thread counts its runs without a lock, and one step of a run changes two counters
         # (submitted, then waiting or in flight; completed, then no longer in flight). Read from another thread (a
@@ -241,7 +257,9 @@ __all__ = ["logger", "Histogram", "HistogramSnapshot", "GraphCounters", "GraphSt
 
 @dataclass(frozen=True)
 class SessionStatistics:
-    """A snapshot of a session's runs in every mode (``Session.statistics()``), totals of ``graphs``.
+    """A snapshot of a session's runs in every mode (``Session.statistics()``): totals over every graph the session
+    has run, those in ``graphs`` (the graphs added now) and those removed since (a removed graph leaves ``graphs``;
+    its runs stay counted here, so no total ever goes down).
 
     ``submitted == completed + failed + cancelled + in_flight + waiting``: a run is submitted when geasync takes it
     (after its arguments and run mode are checked); ``waiting`` is for a slot (``max_in_flight``, or the 32-callback

@@ -144,6 +144,11 @@ class Session:
         self._abandon_after = float(abandon_after)
         self._slow_after = math.inf if slow_after is None else float(slow_after)  # inf: one float compare per run
         self._graph_stats: dict[int, GraphCounters] = {}  # per graph id, every run mode
+        # Removed graphs leave the per-graph statistics but stay in the session's totals: their counters wait in
+        # _retiring (graph id, counters) while runs of theirs are in flight, then are folded into _retired. A
+        # service that adds and removes graphs for ever keeps a bounded amount.
+        self._retiring: list[tuple[int, GraphCounters]] = []
+        self._retired = GraphCounters()
         self._stats_lock = threading.Lock()  # for runs counted off the loop's thread (sync, in-thread, stream)
         # Runs in flight that started at or before this time were logged abandoned already: a run turns abandoned
         # in start order, so one mark logs each once, without a set of the logged ones
@@ -289,7 +294,7 @@ class Session:
         if watchdog is not None:
             watchdog.cancel()
         if handle is not None and _lib.same_process():
-            in_flight = sum(len(c.live) for c in self._graph_stats.values())
+            in_flight = sum(len(c.live) for _, c in self._all_counters())
             logger.debug("session %s closing with %d runs in flight", self._id, in_flight)
             # another thread's submit, RunGraph, compile... still uses the handle; at exit, left to the process's end
             if self._wait_for_native_calls():
@@ -409,6 +414,11 @@ class Session:
         with self._native(context) as handle:
             _lib.remove_graph(handle, graph_id, context)
         logger.debug("session %s, graph %d removed", self._id, graph_id)
+        with self._stats_lock:
+            counters = self._graph_stats.pop(graph_id, None)
+            if counters is not None:
+                self._retiring.append((graph_id, counters))
+            self._fold_retired()
         self._modes.reset(graph_id)
         self._graph_caps.pop(graph_id, None)
         self._specs.pop(graph_id, None)
@@ -740,7 +750,7 @@ class Session:
         with self._stats_lock:
             t = now()
             mark = self._abandon_mark
-            for graph_id, counters in list(self._graph_stats.items()):
+            for graph_id, counters in self._all_counters():
                 starts = list(counters.live.values())
                 in_flight = in_flight or bool(starts)
                 fresh = [s for s in starts if mark < s <= t - after]
@@ -924,8 +934,10 @@ class Session:
         _streams.reap()
         self._check_abandoned()
         with self._stats_lock:
+            self._fold_retired()
             graphs = {gid: c.snapshot(gid, self._abandon_after) for gid, c in list(self._graph_stats.items())}
-        per = graphs.values()
+            removed = [c.snapshot(gid, self._abandon_after) for gid, c in [(0, self._retired), *self._retiring]]
+        per = [*graphs.values(), *removed]  # the totals include removed graphs' runs
         ages = [g.oldest_age for g in per if g.oldest_age is not None]
         waits = [g.oldest_waiting_age for g in per if g.oldest_waiting_age is not None]
         return SessionStatistics(
@@ -936,6 +948,23 @@ class Session:
             abandoned=sum(g.abandoned for g in per), oldest_age=max(ages) if ages else None,
             latency=merged_histogram([g.latency for g in per]), graphs=graphs,
             oldest_waiting_age=max(waits) if waits else None)
+
+    def _all_counters(self) -> list[tuple[int, GraphCounters]]:
+        """Every graph's counters that may have runs in flight: the added graphs', and removed ones' not yet
+        folded into the totals."""
+        return [*self._graph_stats.items(), *self._retiring]
+
+    def _fold_retired(self) -> None:
+        """Folds the removed graphs' counters whose runs have all ended into the totals (under _stats_lock). A run
+        that took its graph's counters just before the removal and counts itself just after it is lost from the
+        totals: it fails anyway, as its graph is gone."""
+        keep = []
+        for graph_id, counters in self._retiring:
+            if counters.drained():
+                self._retired.absorb(counters)
+            else:
+                keep.append((graph_id, counters))
+        self._retiring = keep
 
     def _counters(self, graph_id: int) -> GraphCounters:
         counters = self._graph_stats.get(graph_id)

@@ -557,3 +557,62 @@ async def test_the_oldest_waiting_age_covers_the_dynamic_graph_bound(anyio_backe
             assert st.oldest_age >= st.oldest_waiting_age, st  # the in-flight ones were there first
             ga.twin.clear_faults(s, 1)
         assert s.statistics().oldest_waiting_age is None
+
+
+async def test_removed_graphs_leave_graphs_and_stay_in_the_totals(anyio_backend):
+    async with ga.Session() as s:
+        for gid in (1, 2, 3, 4):
+            s.add_graph(gid, ga.Graph.from_onnx(add_model()))
+        await s.run_graph_async(1, [A, A])
+        await s.run_graph_async(2, [A, A])
+        with ga.twin.fault(s, 2, "fail_run", nth=1):
+            with pytest.raises(ga.GeError):
+                await s.run_graph_async(2, [A, A])
+        s.run_graph(4, [A, A])
+        s.remove_graph(2)
+        s.remove_graph(4)
+        st = s.statistics()
+        assert_adds_up(st)
+        assert sorted(st.graphs) == [1]  # graph 3 has not run yet
+        assert (st.submitted, st.completed, st.failed, st.latency.count) == (4, 3, 1, 3), st
+        # a run still in flight when its graph is removed (GE removes the graph once it ends) counts in flight,
+        # then completed, in the totals only
+        ga.twin.inject_fault(s, 3, "delay_run", nth=1, delay=0.3)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(s.run_graph_async, 3, [A, A])
+            await wait_until(lambda: s.statistics().in_flight == 1, "graph 3's run to start")
+            s.remove_graph(3)
+            st = s.statistics()
+            assert_adds_up(st)
+            assert sorted(st.graphs) == [1] and (st.in_flight, st.submitted) == (1, 5), st
+        st = s.statistics()
+        assert_adds_up(st)
+        assert (st.in_flight, st.submitted, st.completed, st.latency.count) == (0, 5, 4, 4), st
+
+
+def test_adding_and_removing_graphs_for_ever_keeps_the_statistics_bounded():
+    """A service that loads a new version of a model under a new graph id and removes the old one, for ever: the
+    statistics of removed graphs are folded into the totals instead of kept per graph id."""
+    import tracemalloc
+
+    model = add_model().SerializeToString()
+    with ga.Session() as s:
+        def cycle(first: int, count: int) -> None:
+            for gid in range(first, first + count):
+                s.add_graph(gid, ga.Graph.from_onnx(model))
+                s.run_graph(gid, [A, A])
+                s.remove_graph(gid)
+
+        cycle(1, 200)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            cycle(1000, 2000)  # kept per graph id, their counters took ~600 bytes each (1.2 MB)
+            gc.collect()
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        st = s.statistics()
+        assert st.graphs == {} and (st.submitted, st.completed) == (2200, 2200), st
+        assert grown < 200_000, f"{grown} bytes kept after 2000 graphs added, run and removed"
