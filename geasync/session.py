@@ -972,8 +972,12 @@ class Session:
             with self._stats_lock:
                 counters = self._graph_stats.get(graph_id)
                 if counters is None:
-                    counters = self._graph_stats[graph_id] = GraphCounters(
-                        f"session {self._id}, graph {graph_id}", self._slow_after)
+                    counters = GraphCounters(f"session {self._id}, graph {graph_id}", self._slow_after)
+                    if graph_id in self._specs or graph_id in self._spec_errors:
+                        self._graph_stats[graph_id] = counters
+                    else:  # no such graph: its run fails, counted in the totals only (ids tried stay unbounded)
+                        self._fold_retired()
+                        self._retiring.append((graph_id, counters))
         return counters
 
     def _count_start(self, graph_id: int) -> object:

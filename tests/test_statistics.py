@@ -616,3 +616,32 @@ def test_adding_and_removing_graphs_for_ever_keeps_the_statistics_bounded():
         st = s.statistics()
         assert st.graphs == {} and (st.submitted, st.completed) == (2200, 2200), st
         assert grown < 200_000, f"{grown} bytes kept after 2000 graphs added, run and removed"
+
+
+async def test_runs_on_graph_ids_never_added_count_in_the_totals_only(anyio_backend):
+    """Each id tried would otherwise keep a per-graph entry: a client probing ids must not grow the session."""
+    async with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        for gid in range(100, 150):
+            with pytest.raises(ga.GeError, match=f"graph_id={gid}"):
+                await s.run_graph_async(gid, [A, A])
+            with pytest.raises(ga.GeError, match=f"graph_id={gid + 1000}"):
+                s.run_graph(gid + 1000, [A, A])
+        await s.run_graph_async(1, [A, A])
+        st = s.statistics()
+        assert_adds_up(st)
+        assert sorted(st.graphs) == [1] and (st.submitted, st.failed, st.completed) == (101, 100, 1), st
+        import tracemalloc
+
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for gid in range(5000, 7000):
+                with pytest.raises(ga.GeError):
+                    s.run_graph(gid, [A, A])
+            gc.collect()
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert grown < 200_000, f"{grown} bytes kept after runs on 2000 unknown graph ids"
+        assert s.statistics().failed == 2100
