@@ -710,6 +710,16 @@ def drain_idle_loops() -> None:
             hub.drain()
 
 
+def loops_with_requests(belongs: Callable[[Request], bool]) -> list[AbstractEventLoop]:
+    """The asyncio loops whose hub holds a request for which ``belongs`` is true (from any thread: a snapshot, for
+    a diagnostic)."""
+    found = []
+    for loop, hub in list(_asyncio_hubs.items()):
+        if not hub.orphaned and any(belongs(r) for r in list(hub._requests.values())):
+            found.append(loop)
+    return found
+
+
 def drain_current() -> None:
     """Settles what has already been delivered to the running loop's hub (no-op outside a loop or without a hub).
     Used after a session close, so the requests it abandoned fail in their tasks now, not one loop turn later."""

@@ -34,6 +34,11 @@ class InFlightBound:
         with self._lock:
             return any(not w.orphaned() for w in self._waiters)
 
+    def waiting_loops(self) -> list[object]:
+        """The asyncio loops of the waiters (for aclose()'s warning; trio's are None)."""
+        with self._lock:
+            return [w.loop for w in self._waiters]
+
     def try_acquire(self) -> bool:
         with self._lock:
             if self.in_flight < self.limit and not self._waiters:
@@ -152,6 +157,10 @@ class WaitersByLoop:
 
     def __bool__(self) -> bool:
         return bool(self._counts)
+
+    def loops(self) -> list[object]:
+        with self._lock:
+            return list(self._counts)
 
     def on_live_loops(self) -> bool:
         with self._lock:

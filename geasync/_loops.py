@@ -176,6 +176,10 @@ class WakeUp(Protocol):
     def orphaned(self) -> bool:
         """The task's loop is closed: it never resumes on its own."""
 
+    @property
+    def loop(self) -> Optional[asyncio.AbstractEventLoop]:
+        """The task's asyncio loop (None on trio)."""
+
     def reclaim(self) -> bool:
         """From any thread: True (once) if a wake-up was sent to a task whose loop was closed before the task resumed
         (before the wake-up arrived, or after, before the task's next step): the task will never take what it
@@ -232,6 +236,10 @@ class _AsyncioWakeUp:
 
     def orphaned(self) -> bool:
         return self._loop.is_closed()
+
+    @property
+    def loop(self) -> Optional[asyncio.AbstractEventLoop]:
+        return self._loop
 
     def _deliver(self) -> None:
         with self._lock:
@@ -316,6 +324,10 @@ class _TrioWakeUp:
 
     def orphaned(self) -> bool:
         return False
+
+    @property
+    def loop(self) -> Optional[asyncio.AbstractEventLoop]:
+        return None
 
     async def wait(self, watch: Optional[Callable[[], Optional[float]]] = None) -> None:
         if watch is None:

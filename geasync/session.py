@@ -99,6 +99,10 @@ def _check_options(options: Any, what: str) -> Dict[str, str]:
     return options
 
 
+# Seconds aclose() waits for requests of event loops that are not running (stopped, not closed) before it logs a
+# warning naming them; then again at doubling intervals (up to ACLOSE_WARN_MAX).
+ACLOSE_WARN_AFTER = 10.0
+ACLOSE_WARN_MAX = 300.0
 DEFAULT_MAX_IN_FLIGHT = 512  # below GE's per-model queue (1024), so RunGraphAsync never fails or blocks for space
 DYNAMIC_GRAPH_PENDING_LIMIT = 32  # GE's executor thread waits beyond 32 pending callbacks of a dynamic-shape graph
 _UNKNOWN: Any = object()
@@ -310,6 +314,9 @@ class Session:
         self._closing = True
         try:
             collect_in, collect_at = 0.05, time.monotonic() + 0.05
+            started = time.monotonic()
+            warn_in = ACLOSE_WARN_AFTER
+            warn_at = started + warn_in
             # a forked child: the parent's runs complete in the parent only, and the child has nothing to wait for
             # A request whose loop was closed while it waited (for a compile or a slot) never resumes, and is not
             # waited for: the collector runs its cleanup when it frees its task (if the application lets it go).
@@ -324,9 +331,38 @@ class Session:
                     gc.collect()
                     collect_in = min(collect_in * 2, 5.0)
                     collect_at = time.monotonic() + collect_in
+                if time.monotonic() >= warn_at:
+                    self._warn_stopped_loops(time.monotonic() - started)
+                    warn_in = min(warn_in * 2, ACLOSE_WARN_MAX)
+                    warn_at = time.monotonic() + warn_in
                 await anyio.sleep(0.002)
         finally:
             self.close()
+
+    def _warn_stopped_loops(self, waited: float) -> None:
+        """aclose() still waits: if requests it waits for belong to asyncio loops that are stopped (not closed), say
+        so, naming the loops and graphs. Such a loop keeps its requests (run again, they complete), so aclose() does
+        not give them up; only the application can run or close the loop, or cancel aclose() to drop them."""
+        loops: list[Any] = list(self._slots.waiting_loops())
+        for cap in list(self._graph_caps.values()):
+            if cap is not None:
+                loops.extend(cap.waiting_loops())
+        loops.extend(self._compiling.loops())
+        loops.extend(self._starting.loops())
+        loops.extend(_hub.loops_with_requests(lambda r: getattr(r, "session", None) is self))
+        stopped: dict[int, Any] = {}
+        for loop in loops:
+            if loop is not None and not loop.is_running() and not loop.is_closed():
+                stopped[id(loop)] = loop
+        if not stopped:
+            return
+        graphs = sorted(gid for gid, c in list(self._graph_stats.items()) if c.live or c.waiters)
+        names = ", ".join(f"{type(loop).__name__} at {id(loop):#x}" for loop in stopped.values())
+        logger.warning(
+            "session %s: aclose() has waited %.0f s for requests of graph(s) %s; some belong to event loop(s) that are "
+            "stopped but not closed (%s): they complete when their loop runs again, or are given up when it is "
+            "closed. Cancel aclose() (e.g. with asyncio.timeout) to close the session now and drop them",
+            self._id, waited, ", ".join(map(str, graphs)) or "-", names)
 
     def _recover_lost_grants(self) -> None:
         """Takes back the slots, places and compile turns granted to requests whose loop was closed before they

@@ -1,0 +1,146 @@
+"""Adversarial tests, part 5: shutdown with requests of loops that are stopped (not closed), futures of loops that
+go away in the Batcher, stream and pool layers, and usage patterns of test runners and structured concurrency
+(per-test loops, task groups cancelling siblings, tiny timeouts in a loop, Ctrl-C during asyncio.run).
+
+Scenarios that stop or close loops under a session run in a fresh interpreter (a hang stays inside it).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import add_model
+
+TESTS = Path(__file__).resolve().parent
+LOOPS = ["asyncio", "uvloop"]
+
+_PRELUDE = """
+import asyncio, gc, logging, sys, threading, time, warnings
+warnings.simplefilter("ignore")
+import numpy as np
+import geasync as ga
+
+reported = []
+sys.unraisablehook = lambda args: reported.append((args.exc_type.__name__, str(args.exc_value)))
+logged = []
+
+class _Keep(logging.Handler):
+    def emit(self, record):
+        logged.append(record.getMessage())
+
+logging.getLogger("geasync").addHandler(_Keep())
+
+def new_loop():
+    if LOOP == "uvloop":
+        import uvloop
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+def run_one_iteration(loop):
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+"""
+
+
+def run_isolated(code: str, tmp_path: Path, timeout: float = 60.0) -> str:
+    """Runs ``code`` (after the prelude) in a fresh interpreter outside the source tree; a hang fails the test.
+    ``add.onnx`` there is add_model((1, 16)) (the child does not import onnx: seconds on a loaded machine)."""
+    (tmp_path / "add.onnx").write_bytes(add_model((1, 16)).SerializeToString())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    try:
+        r = subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(code)], capture_output=True, text=True,
+                           timeout=timeout, env=env, cwd=str(tmp_path))
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"hung for {timeout} s; output so far:\n{exc.stdout}\n{exc.stderr}")
+    assert r.returncode == 0, f"exit status {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return r.stdout
+
+
+# --- 1. Session.aclose() with requests of a stopped (not closed) loop ---------------------------------------------
+
+_STOPPED = """
+LOOP = "LOOP_KIND"
+import geasync.session as gs
+gs.ACLOSE_WARN_AFTER = 0.3
+x = np.ones((1, 16), np.float32)
+w = np.zeros((1, 16), np.float32)
+s = ga.Session(max_in_flight=1)
+s.add_graph(7, ga.Graph.from_onnx("add.onnx"))
+s.compile_graph(7)
+ga.twin.inject_fault(s, 7, "delay_run", delay=0.3)  # keeps the first run in flight while its loop stops
+l1 = new_loop()
+t1 = l1.create_task(s.run_graph_async(7, [x, w]))  # in flight
+t2 = l1.create_task(s.run_graph_async(7, [x, w]))  # waits for the slot
+run_one_iteration(l1)
+closing = {}
+
+def close_elsewhere():
+    async def go():
+        t0 = time.monotonic()
+        await asyncio.wait_for(s.aclose(), 20)
+        closing["took"] = time.monotonic() - t0
+    try:
+        asyncio.run(go())
+    except BaseException as exc:
+        closing["err"] = repr(exc)
+
+th = threading.Thread(target=close_elsewhere)
+th.start()
+deadline = time.monotonic() + 10
+while not logged and time.monotonic() < deadline:
+    time.sleep(0.02)
+time.sleep(0.2)
+still_waiting = th.is_alive()  # a stopped loop keeps its requests: aclose() waits for them
+"""
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_aclose_waits_for_a_stopped_loops_requests_and_names_the_loop(loop, tmp_path):
+    """A loop stopped with a request in flight and one waiting for a slot: aclose() on another loop waits (run
+    again, the loop completes both), and after ACLOSE_WARN_AFTER it logs a warning naming the graph and the loop.
+    Before, it waited silently for good."""
+    code = _STOPPED + textwrap.dedent("""
+    l1.run_until_complete(asyncio.gather(t1, t2))  # run again: both complete, then aclose() returns
+    th.join(20)
+    ok = all(np.array_equal(t.result()[0].numpy(), x) for t in (t1, t2))
+    print("ok", still_waiting, ok, not th.is_alive(), closing, s.statistics().in_flight, reported)
+    print("LOG", logged[0] if logged else None)
+    """)
+    out = run_isolated(code.replace("LOOP_KIND", loop), tmp_path)
+    assert "ok True True True {'took'" in out and " 0 []" in out, out
+    log = out.split("LOG ", 1)[1]
+    assert "graph(s) 7" in log and "stopped but not closed" in log and "Loop at 0x" in log, log
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_aclose_returns_once_the_stopped_loop_is_closed(loop, tmp_path):
+    """The same, but the stopped loop is then closed: its requests are given up, their slot passes on, and aclose()
+    returns with nothing left in flight."""
+    code = _STOPPED + textwrap.dedent("""
+    l1.close()
+    th.join(20)
+    print("ok", still_waiting, not th.is_alive(), closing, s.statistics().in_flight, reported)
+    """)
+    out = run_isolated(code.replace("LOOP_KIND", loop), tmp_path)
+    assert "ok True True {'took'" in out and " 0 []" in out, out
+
+
+def test_aclose_bounded_by_a_timeout_closes_at_once(tmp_path):
+    """The documented way out: aclose() cancelled by a timeout closes the session now; the stopped loop's tasks get
+    the session's closing error when it runs again, and nothing stays in flight."""
+    code = _STOPPED.replace("wait_for(s.aclose(), 20)", "wait_for(s.aclose(), 1.0)") + textwrap.dedent("""
+    th.join(20)
+    l1.run_until_complete(asyncio.gather(t1, t2, return_exceptions=True))
+    outcomes = sorted(type(t.result()).__name__ if not t.exception() else type(t.exception()).__name__
+                      for t in (t1, t2))
+    print("ok", still_waiting, closing, s.closed, outcomes, s.statistics().in_flight, reported)
+    """)
+    out = run_isolated(code.replace("LOOP_KIND", "asyncio"), tmp_path)
+    assert "ok True {'err': 'TimeoutError()'} True" in out and " 0 []" in out, out
+    assert "'list'" in out or "SessionBrokenError" in out or "SessionClosedError" in out, out
