@@ -144,3 +144,37 @@ def test_aclose_bounded_by_a_timeout_closes_at_once(tmp_path):
     out = run_isolated(code.replace("LOOP_KIND", "asyncio"), tmp_path)
     assert "ok True {'err': 'TimeoutError()'} True" in out and " 0 []" in out, out
     assert "'list'" in out or "SessionBrokenError" in out or "SessionClosedError" in out, out
+
+
+# --- 2. GraphPool: a request whose loop closed before it resumed -------------------------------------------------
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_pool_instance_of_a_request_whose_loop_closed_is_not_shunned(loop, tmp_path):
+    """GraphPool counted an instance's requests itself, down when the awaiting task resumed: a task whose loop was
+    closed meanwhile (kept by the application) left its instance counted busy for good, and from then on two
+    concurrent requests both went to the other instance, one after the other."""
+    code = """
+    LOOP = "LOOP_KIND"
+    s = ga.Session(max_in_flight=8)
+    pool = ga.GraphPool.add(s, ga.Graph.from_onnx("add.onnx"), graph_ids=[1, 2], load=True)
+    x = np.ones((1, 16), np.float32)
+    for gid in (1, 2):
+        s.compile_graph(gid)
+    ga.twin.inject_fault(s, 1, "delay_run", delay=0.2)
+    l1 = new_loop()
+    kept = l1.create_task(pool.run_graph_async([x, x]))  # goes to instance 1
+    run_one_iteration(l1)
+    l1.close()
+    deadline = time.monotonic() + 10
+    while s.statistics().in_flight and time.monotonic() < deadline:
+        time.sleep(0.02)  # the reaper finishes the closed loop's run
+
+    async def two():
+        before = {g: st.submitted for g, st in s.statistics().graphs.items()}
+        await asyncio.gather(pool.run_graph_async([x, x]), pool.run_graph_async([x, x]))
+        return sorted(st.submitted - before.get(g, 0) for g, st in s.statistics().graphs.items())
+
+    print("ok", asyncio.run(two()), s.statistics().in_flight, kept.done())
+    """
+    out = run_isolated(code.replace("LOOP_KIND", loop), tmp_path)
+    assert "ok [1, 1] 0 False" in out, out
