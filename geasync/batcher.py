@@ -28,6 +28,7 @@ import functools
 import itertools
 import math
 import os
+import time
 import weakref
 from _thread import get_ident
 from dataclasses import asdict, dataclass
@@ -37,7 +38,7 @@ import anyio
 import numpy as np
 from numpy.typing import NDArray
 
-from . import _lib
+from . import _lib, session as _session
 from ._loops import TrioWaiter, check_timeout, fail_after, running_loop, trio_token
 from ._inputs import no_graph_error
 from ._metadata import TensorInfo
@@ -316,10 +317,39 @@ class Batcher:
             # its loop was closed with requests in it, never to run: their tasks are gone (the garbage collector
             # finishes their coroutines, which settles the statistics), and so is any batch they were in
             return
+        owner = self._loop
+        if not self._trio and owner is not None and running_loop() is not owner:
+            await self._aclose_elsewhere(owner)
+            return
         self._dispatch()
         while self._in_flight or self._queue:
             self._dispatch()
             await anyio.sleep(0.001)
+
+    async def _aclose_elsewhere(self, owner: asyncio.AbstractEventLoop) -> None:
+        """aclose() awaited on another loop than the batcher's: the queue and the batches belong to the batcher's
+        loop (its thread), so they are flushed there; this waits for them unless that loop is closed meanwhile
+        (they are given up with it). Dispatching here used to create the batch's task on the other loop from this
+        thread, and a close of that loop during the wait left aclose() waiting for good. A loop that is stopped (not
+        closed) keeps its requests: waited for, with a warning as Session.aclose() logs."""
+        try:
+            owner.call_soon_threadsafe(self._dispatch)
+        except RuntimeError:  # closed meanwhile
+            return
+        started = time.monotonic()
+        warn_in = _session.ACLOSE_WARN_AFTER
+        warn_at = started + warn_in
+        while (self._in_flight or self._queue) and not owner.is_closed():
+            if time.monotonic() >= warn_at:
+                if not owner.is_running():
+                    logger.warning("session %s: Batcher(graph=%s).aclose() has waited %.0f s for %d queued requests "
+                                   "and %d batches of its event loop (%s at %#x), which is stopped but not closed: "
+                                   "they run when it runs again, or are given up when it is closed",
+                                   self.session._id, self.graph, time.monotonic() - started, len(self._queue),
+                                   self._in_flight, type(owner).__name__, id(owner))
+                warn_in = min(warn_in * 2, _session.ACLOSE_WARN_MAX)
+                warn_at = time.monotonic() + warn_in
+            await anyio.sleep(0.002)
 
     async def __aenter__(self) -> "Batcher":
         return self

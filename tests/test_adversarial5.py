@@ -50,8 +50,10 @@ def run_one_iteration(loop):
 
 def run_isolated(code: str, tmp_path: Path, timeout: float = 60.0) -> str:
     """Runs ``code`` (after the prelude) in a fresh interpreter outside the source tree; a hang fails the test.
-    ``add.onnx`` there is add_model((1, 16)) (the child does not import onnx: seconds on a loaded machine)."""
+    ``add.onnx`` there is add_model((1, 16)), ``addn.onnx`` add_model(("N", 16)) (the child does not import onnx:
+    seconds on a loaded machine)."""
     (tmp_path / "add.onnx").write_bytes(add_model((1, 16)).SerializeToString())
+    (tmp_path / "addn.onnx").write_bytes(add_model(("N", 16)).SerializeToString())  # for Batchers
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     try:
         r = subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(code)], capture_output=True, text=True,
@@ -178,3 +180,78 @@ def test_pool_instance_of_a_request_whose_loop_closed_is_not_shunned(loop, tmp_p
     """
     out = run_isolated(code.replace("LOOP_KIND", loop), tmp_path)
     assert "ok [1, 1] 0 False" in out, out
+
+
+# --- 3. Batcher.aclose() awaited on another loop than the batcher's ----------------------------------------------
+
+_BATCHER = """
+LOOP = "LOOP_KIND"
+import geasync.session as gs
+gs.ACLOSE_WARN_AFTER = 0.3
+s = ga.Session(max_in_flight=8)
+s.add_graph(1, ga.Graph.from_onnx("addn.onnx"))
+s.compile_graph(1)
+ga.twin.inject_fault(s, 1, "delay_run", delay=0.3)
+x = np.ones((1, 16), np.float32)
+l1 = new_loop()
+
+async def make():
+    return ga.Batcher(s, 1, max_batch_size=8, max_delay=0.05, max_concurrent_batches=1)
+
+b = l1.run_until_complete(make())
+
+async def one():
+    return await b.run([x, x])
+
+tasks = [l1.create_task(one()) for _ in range(2)]  # one batch in flight, one request queued
+run_one_iteration(l1)
+closing = {}
+
+def close_elsewhere():
+    async def go():
+        await asyncio.wait_for(b.aclose(), 20)
+    try:
+        asyncio.run(go())
+        closing["ok"] = True
+    except BaseException as exc:
+        closing["err"] = repr(exc)
+
+th = threading.Thread(target=close_elsewhere)
+th.start()
+deadline = time.monotonic() + 10
+while not logged and time.monotonic() < deadline:
+    time.sleep(0.02)
+still_waiting = th.is_alive()
+"""
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_batcher_aclose_on_another_loop_returns_when_the_batchers_loop_closes(loop, tmp_path):
+    """Batcher.aclose() on another loop while the batcher's loop is stopped with a batch in flight and a request
+    queued, and that loop is then closed: aclose() used to dispatch the queue from its own thread (a task created
+    on the stopped loop from another thread, never run) and then wait for good."""
+    code = _BATCHER + textwrap.dedent("""
+    l1.close()
+    th.join(20)
+    print("ok", still_waiting, not th.is_alive(), closing, reported)
+    print("LOG", logged[0] if logged else None)
+    """)
+    out = run_isolated(code.replace("LOOP_KIND", loop), tmp_path)
+    assert "ok True True {'ok': True} []" in out, out
+    log = out.split("LOG ", 1)[1]
+    assert "Batcher(graph=1).aclose()" in log and "stopped but not closed" in log, log
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_batcher_aclose_on_another_loop_waits_for_the_stopped_loop_run_again(loop, tmp_path):
+    """The same loop run again instead: its queued request is flushed there (aclose() runs what is queued), both
+    requests complete, and aclose() returns."""
+    code = _BATCHER + textwrap.dedent("""
+    l1.run_until_complete(asyncio.gather(*tasks))
+    th.join(20)
+    ok = all(np.array_equal(t.result()[0].numpy(), 2 * x) for t in tasks)
+    st = b.statistics()
+    print("ok", still_waiting, ok, not th.is_alive(), closing, st.completed, st.batches_in_flight, reported)
+    """)
+    out = run_isolated(code.replace("LOOP_KIND", loop), tmp_path)
+    assert "ok True True True {'ok': True} 2 0 []" in out, out
