@@ -43,6 +43,16 @@ def loop_flavour() -> Flavour:
     raise RuntimeError("geasync's async API must be awaited inside an asyncio (or uvloop) or trio event loop")
 
 
+def require_loop(api: str) -> None:
+    """RuntimeError naming ``api`` unless the calling thread runs an asyncio (or uvloop) or trio loop. For the
+    error paths and first steps of the async API: a coroutine driven by hand, or by another framework, in a thread
+    without a loop used to fail deep inside (anyio's NoEventLoopError, or a message naming no API)."""
+    if running_loop() is None and trio_token() is None:
+        raise RuntimeError(f"{api} must be awaited inside an asyncio (or uvloop) or trio event loop, and this "
+                           "thread runs none; from another thread, hand the coroutine to the loop's thread (e.g. "
+                           "asyncio.run_coroutine_threadsafe) or use the synchronous API (run_graph)")
+
+
 class Deadline(Protocol):
     """What fail_after returns: an async context manager that knows whether it expired (so a TimeoutError it
     raised can be told from one raised inside it)."""

@@ -34,7 +34,7 @@ from ._metadata import ModelFormatError, TensorInfo
 from ._options import GRAPH_OPTIONS, LOAD_OPTIONS, SESSION_OPTIONS, split_options
 from ._stats import GraphCounters, SessionStatistics, logger, merged_histogram, now
 from ._inflight import InFlightBound, WaitersByLoop
-from ._loops import Timer, call_repeatedly, check_timeout, fail_after, running_loop
+from ._loops import Timer, call_repeatedly, check_timeout, fail_after, require_loop, running_loop
 from ._modes import RUN_GRAPH, RUN_GRAPH_ASYNC, RUN_GRAPH_WITH_STREAM_ASYNC, ModeRegistry
 from ._pins import FREEZER, PinnedBytes, Pins
 from .allocator import Allocator
@@ -707,6 +707,8 @@ class Session:
                            "already expired: nothing was submitted)")
 
     async def _run_async_with_timeout(self, graph_id: int, prepared: AsyncInputs, timeout: float) -> List[Tensor]:
+        if running_loop() is None:  # (trio's is None too: checked there)
+            require_loop(_async_context(graph_id))
         deadline = fail_after(timeout)
         try:
             async with deadline:
@@ -880,6 +882,12 @@ class Session:
         if cap is not None or not slots.try_acquire():  # the usual case (a slot at once, no await) skips this
             # Until it holds a session slot (in_flight), a request started before aclose() is counted here, so
             # aclose() also waits for one that was just granted a place under the graph's bound and has not resumed.
+            if running_loop() is None:  # (trio's is None too: checked there)
+                try:
+                    require_loop(_async_context(graph_id))
+                except RuntimeError:
+                    counters.failed += 1
+                    raise
             loop = self._starting.add() if started_open else _NOT_COUNTED
             try:
                 since = 0.0  # when it began to wait, for the oldest waiting age (across every wait)
@@ -912,6 +920,7 @@ class Session:
             slots.release()
             if cap is not None:
                 cap.release()
+            require_loop(_async_context(graph_id))  # (current_hub's own error names no API)
             raise
         try:
             hub.start(request)
@@ -960,6 +969,7 @@ class Session:
 
         Cancelling waits for the worker to finish the run (the inputs are in use until then).
         """
+        require_loop(f"Session.run_graph_in_thread(graph_id={graph_id})")
         return await anyio.to_thread.run_sync(self.run_graph, graph_id, inputs)
 
     def statistics(self) -> SessionStatistics:

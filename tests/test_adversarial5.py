@@ -13,7 +13,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+import geasync as ga
 
 from conftest import add_model
 
@@ -255,3 +258,154 @@ def test_batcher_aclose_on_another_loop_waits_for_the_stopped_loop_run_again(loo
     """)
     out = run_isolated(code.replace("LOOP_KIND", loop), tmp_path)
     assert "ok True True True {'ok': True} 2 0 []" in out, out
+
+
+# --- 4. usage patterns: no loop, task groups, tiny timeouts, Ctrl-C ---------------------------------------------
+
+BACKENDS = [("asyncio", {}), ("asyncio", {"use_uvloop": True}), ("trio", {})]
+BACKEND_IDS = ["asyncio", "uvloop", "trio"]
+
+
+def _settled(s: ga.Session, timeout: float = 10.0) -> ga.SessionStatistics:
+    """The session's statistics once nothing is in flight or waiting (runs given up complete in the runtime)."""
+    import time
+    deadline = time.monotonic() + timeout
+    while True:
+        st = s.statistics()
+        if (st.in_flight == 0 and st.waiting == 0) or time.monotonic() > deadline:
+            return st
+        time.sleep(0.01)
+
+
+def _balanced(st: ga.SessionStatistics) -> bool:
+    return st.submitted == st.completed + st.failed + st.cancelled + st.in_flight + st.waiting
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_async_api_awaited_outside_any_loop_names_the_api(compiled):
+    """A coroutine of the async API driven by hand in a thread that runs no loop: a RuntimeError naming the API
+    (it was anyio's NoEventLoopError, or a message naming no API), nothing left waiting, the statistics balanced."""
+    import threading
+
+    s = ga.Session()
+    s.add_graph(1, ga.Graph.from_onnx(add_model((1, 16))))
+    if compiled:
+        s.compile_graph(1)
+    x = np.ones((1, 16), np.float32)
+    errors: list[str] = []
+
+    def drive() -> None:
+        for coro in (s.run_graph_async(1, [x, x]), s.run_graph_async(1, [x, x], timeout=1.0),
+                     s.run_graph_in_thread(1, [x, x])):
+            try:
+                coro.send(None)
+            except RuntimeError as exc:
+                errors.append(str(exc))
+            finally:
+                coro.close()
+
+    th = threading.Thread(target=drive)
+    th.start()
+    th.join(10)
+    assert len(errors) == 3, errors
+    assert "Session.run_graph_async(graph_id=1) must be awaited inside an asyncio" in errors[0], errors
+    assert "Session.run_graph_async(graph_id=1) must be awaited" in errors[1], errors
+    assert "Session.run_graph_in_thread(graph_id=1) must be awaited" in errors[2], errors
+    st = s.statistics()
+    assert st.in_flight == st.waiting == 0 and _balanced(st), st
+    s.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=BACKEND_IDS)
+def test_task_group_cancelling_siblings_mid_run(backend):
+    """A task group (asyncio's TaskGroup semantics through anyio; a trio nursery) whose one task fails while its
+    siblings wait for slots or runs in flight: they are cancelled, the failure propagates, nothing stays in flight
+    or waiting, and the session still runs and closes."""
+    import anyio
+
+    s = ga.Session(max_in_flight=3)
+    s.add_graph(1, ga.Graph.from_onnx(add_model((1, 16))))
+    x = np.ones((1, 16), np.float32)
+    ga.twin.inject_fault(s, 1, "delay_run", delay=0.05)
+
+    async def main() -> None:
+        async def runner() -> None:
+            while True:
+                await s.run_graph_async(1, [x, x])
+
+        async def failing() -> None:
+            await anyio.sleep(0.02)
+            raise ValueError("boom")
+
+        for _ in range(3):
+            with pytest.raises(BaseException) as info:
+                async with anyio.create_task_group() as tg:
+                    for _ in range(8):
+                        tg.start_soon(runner)
+                    tg.start_soon(failing)
+            assert "boom" in repr(info.value)
+        out = await s.run_graph_async(1, [x, x], timeout=10)
+        assert np.array_equal(out[0].numpy(), 2 * x)
+        with anyio.fail_after(10):
+            await s.aclose()
+
+    anyio.run(main, backend=backend[0], backend_options=backend[1])
+    st = _settled(s)
+    assert st.in_flight == st.waiting == 0 and _balanced(st) and st.cancelled >= 3, st
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=BACKEND_IDS)
+def test_tiny_timeouts_in_a_loop_leak_nothing(backend):
+    """Thousands of requests under tiny timeouts (the request's own, and a deadline around it), session and
+    Batcher: every one ends as completed or cancelled, the statistics settle to nothing in flight, nothing stays
+    pinned, and native objects do not grow."""
+    import anyio
+
+    from conftest import live
+
+    s = ga.Session(max_in_flight=4)
+    s.add_graph(1, ga.Graph.from_onnx(add_model((1, 16))))
+    s.add_graph(2, ga.Graph.from_onnx(add_model(("N", 16))))
+    s.compile_graph(1)
+    s.compile_graph(2)
+    x = np.ones((1, 16), np.float32)
+    n = 1500
+    outcomes = {"ok": 0, "timeout": 0}
+
+    async def main() -> None:
+        batcher = ga.Batcher(s, 2, max_batch_size=8, max_delay=0.0005)
+
+        async def one(i: int) -> None:
+            tiny = (i % 7) * 2e-5
+            try:
+                if i % 3 == 0:
+                    await s.run_graph_async(1, [x, x], timeout=tiny or 1e-6)
+                elif i % 3 == 1:
+                    with anyio.fail_after(tiny or 1e-6):
+                        await s.run_graph_async(1, [x, x])
+                else:
+                    await batcher.run([x, x], timeout=tiny or 1e-6)
+                outcomes["ok"] += 1
+            except TimeoutError:
+                outcomes["timeout"] += 1
+
+        async with anyio.create_task_group() as tg:
+            for i in range(n):
+                tg.start_soon(one, i)
+                if i % 16 == 0:
+                    await anyio.sleep(0)
+        await batcher.aclose()
+        bst = batcher.statistics()
+        assert bst.queued == bst.running == bst.batches_in_flight == 0, bst
+        assert bst.submitted == bst.completed + bst.failed + bst.cancelled, bst
+
+    anyio.run(main, backend=backend[0], backend_options=backend[1])  # warms up the paths
+    before = live()
+    anyio.run(main, backend=backend[0], backend_options=backend[1])
+    st = _settled(s)
+    assert outcomes["ok"] + outcomes["timeout"] == 2 * n and outcomes["timeout"] > 0 and outcomes["ok"] > 0, outcomes
+    assert st.in_flight == st.waiting == st.pinned_bytes == 0 and _balanced(st), st
+    s.close()
+    after = live()
+    grown = {k: after.get(k, 0) - v for k, v in before.items() if after.get(k, 0) > v}
+    assert not grown, grown
