@@ -140,8 +140,9 @@ class _GeasyncModel:
                 await asyncio.sleep(0.01)
             return self._final
         self._closed = True
-        if self._exporter is not None:
-            self._exporter.cancel()
+        exporter, self._exporter = self._exporter, None
+        if exporter is not None:
+            _cancel(exporter)
         if self._batcher is not None:
             await self._batcher.aclose()
         await self._session.aclose()
@@ -237,7 +238,8 @@ class _GeasyncModel:
 
     # --- metrics ---
     def _ensure_exporter(self) -> None:
-        if self._exporter is None and not self._closed:
+        exporter = self._exporter
+        if (exporter is None or exporter.get_loop().is_closed()) and not self._closed:  # (gone with its loop)
             self._exporter = asyncio.get_running_loop().create_task(self._export_statistics())
 
     async def _export_statistics(self) -> None:
@@ -251,6 +253,26 @@ class _GeasyncModel:
 # The deployment, made by a call rather than as a class decorator: type checkers then see a serve.Deployment
 # (GeasyncModel.options(...).bind(...) type-checks in users' code), which is what the decorator makes at run time.
 GeasyncModel: serve.Deployment = serve.deployment(name="GeasyncModel", max_ongoing_requests=1024)(_GeasyncModel)
+
+
+def _cancel(task: "asyncio.Task[Any]") -> None:
+    """Cancels ``task`` from any thread. Its loop may be another one than the caller's (cancelled on its own
+    thread), or closed: the task went with it, and cancelling it would schedule its wake-up on the closed loop
+    ("Event loop is closed", which made close() fail before it closed the session)."""
+    loop = task.get_loop()
+    if loop.is_closed():
+        return
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        task.cancel()
+        return
+    try:
+        loop.call_soon_threadsafe(task.cancel)
+    except RuntimeError:  # closed meanwhile
+        pass
 
 
 def _replica_id() -> str:

@@ -7,6 +7,7 @@ Scenarios that stop or close loops under a session run in a fresh interpreter (a
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -559,3 +560,31 @@ def test_session_scoped_session_used_from_per_test_loops(runner, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SETTLED 0 0 0 True" in r.stdout, r.stdout
     assert ("7 passed" if runner == "pytest-asyncio" else "14 passed") in r.stdout, r.stdout
+
+
+# --- 6. the Ray Serve replica closed from another loop -----------------------------------------------------------
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray Serve is in the test extra")
+def test_serve_replica_closed_on_another_loop_after_its_loop_closed(tmp_path):
+    """The replica's statistics exporter is a task of the loop of its first request; close() from another loop
+    after that loop was closed cancelled it there, which raised "Event loop is closed" and left the session open.
+    Now close() closes the session and reports nothing in flight; a replica used from a new loop exports again."""
+    code = """
+    LOOP = "asyncio"
+    from geasync.serve import _GeasyncModel
+    m = _GeasyncModel(open("addn.onnx", "rb").read(), max_batch_size=1)
+    x = np.ones((1, 16), np.float32)
+    l1 = new_loop()
+    first = l1.run_until_complete(m.infer([x, x]))[0]
+    l1.close()
+
+    async def later():
+        out = (await m.infer([x, x]))[0]  # a new loop: its own exporter
+        return out, await m.close()
+
+    out, final = asyncio.run(later())
+    print("ok", np.array_equal(first, 2 * x), np.array_equal(out, 2 * x), final["session"]["in_flight"],
+          m._session.closed, reported)
+    """
+    out = run_isolated(code, tmp_path, timeout=120)
+    assert "ok True True 0 True []" in out, out
