@@ -920,6 +920,20 @@ def qdq_fusion_cases(size: str):
     yield f"QDQ Conv 3x3 {c}->{c} on {hw}x{hw} -> Relu, u8 activations", block, [rand((1, c, hw, hw))]
 
 
+def model_patterns3_cases(size: str):
+    """Shapes from the model families of docs/operators.md ("families tried", round 3): a float16 UNet's bilinear 2x
+    upsampling (Resize, half_pixel, on a float16 tensor; the twin widens each plane to float32 and runs its plane
+    kernel, 6.5x onnxruntime's time before)."""
+    c, hw = {"small": (2, 4), "64k": (16, 32), "1M": (16, 128)}[size]
+    for n in (1, 8):
+        x = rand((n, c, hw, hw), seed=48).astype(np.float16)
+        model = make_model([helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear",
+                                             coordinate_transformation_mode="half_pixel")],
+                           [("x", TensorProto.FLOAT16, list(x.shape))], [("y", TensorProto.FLOAT16, None)],
+                           initializers=[("s", np.array([1, 1, 2, 2], np.float32))], opset=OPSET)
+        yield f"Resize linear 2x float16 {n}x{c}x{hw}x{hw}", model, [x]
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
@@ -944,6 +958,7 @@ FAMILIES = {
 
     "quant models": quant_model_cases,
     "qdq fusion": qdq_fusion_cases,
+    "model patterns 3": model_patterns3_cases,
 }
 
 
