@@ -934,6 +934,111 @@ def model_patterns3_cases(size: str):
         yield f"Resize linear 2x float16 {n}x{c}x{hw}x{hw}", model, [x]
 
 
+def pool_reduce7_cases(size: str):
+    """A seventh sweep: AveragePool 3x3 at strides 2 (pads 1, both count_include_pad) and 3, short-axis reductions
+    (rows of 3; a middle axis of 4 with a long inner extent; the leading axis of 4) for every dtype each reduction
+    allows, Cast from bool and the integer casts, and element-wise ops on the narrow / unsigned integer dtypes,
+    float16 and bool with the broadcasts exported graphs use ([N,1]x[1,M], [N,C,1,1]x[N,C,H,W], [1]x[...] and the
+    reverse order)."""
+    rows, cols = SIZES[size]
+    n = rows * cols
+    shape = list(POOL[size])
+    xp = rand(shape, seed=70)
+    for cip in (0, 1):
+        yield f"AveragePool 3x3 s2 p1 count_pad {cip}", *single_op(
+            "AveragePool", xp, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=cip)
+    yield "AveragePool 3x3 s3", *single_op("AveragePool", xp, kernel_shape=[3, 3], strides=[3, 3])
+    last = [("a", np.array([-1], np.int64))]
+    mid = [("a", np.array([1], np.int64))]
+    first = [("a", np.array([0], np.int64))]
+    short = rand((max(n // 3, 1), 3), 0.5, 2, seed=71)
+    cube = rand((max(n // (4 * 64), 1), 4, 64) if n >= 256 else (1, 4, 4), 0.5, 2, seed=72)
+    lead = rand((4, max(n // 4, 1)), 0.5, 2, seed=73)
+    dtypes = {"float": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64}
+    red_types = {"ReduceMax": dtypes, "ReduceMin": dtypes, "ReduceSum": dtypes, "ReduceProd": dtypes,
+                 "ReduceMean": dtypes, "ReduceL1": dtypes, "ReduceSumSquare": dtypes,
+                 "ReduceLogSum": {"float": np.float32, "float64": np.float64}}
+    for op, types in red_types.items():
+        for tname, dt in types.items():
+            t = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+            scale = 1 if np.dtype(dt).kind == "f" else 10
+            for where, arr, axes in (("rows of 3", short, last), ("middle axis of 4", cube, mid),
+                                     ("leading axis of 4", lead, first)):
+                yield (f"{op} {tname} ({where})",
+                       *single_op(op, (arr * scale).astype(dt), out_type=t, initializers=axes, keepdims=1))
+    for op in ("ArgMax", "ArgMin"):
+        for tname, dt in dtypes.items():
+            for where, arr, ax in (("rows of 3", short, -1), ("middle axis of 4", cube, 1),
+                                   ("leading axis of 4", lead, 0)):
+                yield (f"{op} {tname} ({where})",
+                       *single_op(op, (arr * 10).astype(dt), out_type=TensorProto.INT64, axis=ax, keepdims=1))
+    x = rand((rows, cols), -50, 50, seed=74)
+    casts = [np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64, np.float16,
+             np.float32, np.float64]
+    for src in casts:
+        for dst in casts:
+            if src == dst:
+                continue
+            xs = (x > 0) if src == np.bool_ else np.abs(x).astype(src)
+            t = helper.np_dtype_to_tensor_dtype(np.dtype(dst))
+            yield f"Cast ({np.dtype(src).name} -> {np.dtype(dst).name})", *single_op("Cast", xs, out_type=t, to=t)
+    ints = (np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.uint64)
+    pos = np.abs(x) + 1
+    for dt in ints:
+        t = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+        name = np.dtype(dt).name
+        a = (pos * 2).astype(dt)
+        b = rand((rows, cols), 1, 7, seed=75).astype(dt)
+        for op in ("Add", "Sub", "Mul", "Div", "Max", "Min", "Mod", "BitwiseAnd"):
+            if op in ("Max", "Min") and name in ("int16", "uint16"):
+                continue  # onnxruntime has no kernel for these
+            yield f"{op} {name}", *single_op(op, a, out_type=t, extra=[("b", b)])
+        yield f"Add {name} ([N,1] x [1,M])", *single_op("Add", a[:, :1].copy(), out_type=t,
+                                                        extra=[("b", b[:1].copy())])
+        yield f"Mul {name} ([1] x [...])", *single_op("Mul", b[0, :1].copy(), out_type=t, extra=[("b", a)])
+        if np.dtype(dt).kind == "u":
+            yield f"BitShift {name} LEFT", *single_op("BitShift", a, out_type=t, extra=[("b", b % 4)],
+                                                      direction="LEFT")
+    i64 = (x * 10).astype(np.int64)
+    h = x.astype(np.float16)
+    for op in ("Equal", "Less", "Greater"):
+        yield f"{op} int64", *single_op(op, i64, out_type=TensorProto.BOOL, extra=[("b", i64[::-1].copy())])
+        yield f"{op} float16", *single_op(op, h, out_type=TensorProto.BOOL, extra=[("b", h[::-1].copy())])
+    cond = x > 0
+    yield "Where (scalar else branch)", single_where(cond, x, np.array(0, np.float32), False), [cond, x]
+    yield "Where (scalar then branch)", single_where(cond, x, np.array(0, np.float32), True), [cond, x]
+    bb = x[::-1] > 0
+    yield "Not bool", *single_op("Not", cond, out_type=TensorProto.BOOL)
+    for op in ("And", "Or", "Xor"):
+        yield f"{op} bool", *single_op(op, cond, out_type=TensorProto.BOOL, extra=[("b", bb)])
+    H = TensorProto.FLOAT16
+    hb = rand((rows, cols), -3, 3, seed=76).astype(np.float16)
+    hsmall = (x / 20).astype(np.float16)
+    for op in ("Add", "Mul"):
+        yield f"{op} float16", *single_op(op, hsmall, out_type=H, extra=[("b", hb)])
+    for op in ("Relu", "Sigmoid", "Tanh", "Erf"):
+        yield f"{op} float16", *single_op(op, hsmall, out_type=H)
+    side = max(int(np.sqrt(n // 16)), 1)
+    nchw = rand((1, 16, side, side), seed=77)
+    scale = rand((1, 16, 1, 1), seed=78)
+    for op in ("Add", "Mul"):
+        yield f"{op} [N,C,1,1] x [N,C,H,W]", *single_op(op, scale, extra=[("b", nchw)])
+        yield f"{op} [N,C,H,W] x [N,C,1,1]", *single_op(op, nchw, extra=[("b", scale)])
+    one = np.array([1.5], np.float32)
+    yield "Sub [1] x [N,M]", *single_op("Sub", one, extra=[("b", x)])
+    yield "Sub [N,M] x [1]", *single_op("Sub", x, extra=[("b", one)])
+    yield "Add float [N,1] x [1,M]", *single_op("Add", x[:, :1].copy(), extra=[("b", x[:1].copy())])
+    yield "Add float [1,M] x [N,1]", *single_op("Add", x[:1].copy(), extra=[("b", x[:, :1].copy())])
+
+
+def single_where(cond, x, scalar, scalar_first: bool):
+    """Where(cond, x, scalar) or Where(cond, scalar, x), the scalar an initializer as exporters emit it."""
+    names = ["c", "s", "x"] if scalar_first else ["c", "x", "s"]
+    return make_model([helper.make_node("Where", names, ["y"])],
+                      [("c", TensorProto.BOOL, list(cond.shape)), ("x", F, list(x.shape))], [("y", F, None)],
+                      initializers=[("s", scalar)], opset=OPSET)
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
@@ -955,6 +1060,7 @@ FAMILIES = {
     "sweep 4: gaps left, dtype / axis sweep": sweep4_cases,
     "conv sweep 2": conv_sweep2_cases,
     "conv sweep 3": conv_sweep3_cases,
+    "pool reduce 7": pool_reduce7_cases,
 
     "quant models": quant_model_cases,
     "qdq fusion": qdq_fusion_cases,
