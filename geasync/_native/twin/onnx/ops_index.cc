@@ -165,6 +165,68 @@ __attribute__((target("avx2"))) void ArgColumnsAvx2(const float *x, int64_t n, i
   for (; j + 8 <= inner; j += 8) ArgColumnsBlock<kMax, kLast, 1>(x + j, n, inner, y + j);
   if (j < inner) ArgColumnsBlock<kMax, kLast, 1>(x + inner - 8, n, inner, y + inner - 8);
 }
+
+// The same for float64, 4 lanes a vector: the row index kept as int64 in the lanes (blended as doubles), stored as
+// it is. The scalar fold's NaN tests and branches measured 6-11x onnxruntime on random rows of 3 and columns of 4.
+template <bool kMax, bool kLast>
+__attribute__((target("avx2"), always_inline)) inline __m256d ArgTakePd(__m256d bv, __m256d cv) {
+  const __m256d bnan = _mm256_cmp_pd(bv, bv, _CMP_UNORD_Q);
+  if (kLast) {
+    const __m256d cnan = _mm256_cmp_pd(cv, cv, _CMP_UNORD_Q);
+    return _mm256_or_pd(cnan, _mm256_cmp_pd(cv, bv, kMax ? _CMP_GE_OQ : _CMP_LE_OQ));
+  }
+  return _mm256_andnot_pd(bnan, _mm256_cmp_pd(cv, bv, kMax ? _CMP_NLE_UQ : _CMP_NGE_UQ));
+}
+template <bool kMax, bool kLast, int kVecs>
+__attribute__((target("avx2"), always_inline)) inline void ArgColumnsBlockPd(const double *p, int64_t n,
+                                                                             int64_t stride, int64_t *y) {
+  __m256d bv[kVecs];
+  __m256d bi[kVecs];
+  for (int v = 0; v < kVecs; ++v) {
+    bv[v] = _mm256_loadu_pd(p + 4 * v);
+    bi[v] = _mm256_setzero_pd();
+  }
+  __m256i k = _mm256_setzero_si256();
+  const __m256i one = _mm256_set1_epi64x(1);
+  for (int64_t t = 1; t < n; ++t) {
+    p += stride;
+    k = _mm256_add_epi64(k, one);
+    for (int v = 0; v < kVecs; ++v) {
+      const __m256d cv = _mm256_loadu_pd(p + 4 * v);
+      const __m256d take = ArgTakePd<kMax, kLast>(bv[v], cv);
+      bv[v] = _mm256_blendv_pd(bv[v], cv, take);
+      bi[v] = _mm256_blendv_pd(bi[v], _mm256_castsi256_pd(k), take);
+    }
+  }
+  for (int v = 0; v < kVecs; ++v) _mm256_storeu_si256(reinterpret_cast<__m256i *>(y + 4 * v), _mm256_castpd_si256(bi[v]));
+}
+template <bool kMax, bool kLast>
+__attribute__((target("avx2"))) int64_t ArgShortRowsAvx2Pd(const double *x, int64_t rows, int n, int64_t *y) {
+  const __m128i lane = _mm_mullo_epi32(_mm_setr_epi32(0, 1, 2, 3), _mm_set1_epi32(n));
+  // the masked form with a zero source: GCC 12 warns that the unmasked gather reads an uninitialised operand
+  const __m256d all = _mm256_castsi256_pd(_mm256_set1_epi64x(-1)), zero = _mm256_setzero_pd();
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const double *p = x + r * n;
+    __m256d bv = _mm256_mask_i32gather_pd(zero, p, lane, all, 8), bi = zero;
+    for (int t = 1; t < n; ++t) {
+      const __m256d cv = _mm256_mask_i32gather_pd(zero, p + t, lane, all, 8);
+      const __m256d take = ArgTakePd<kMax, kLast>(bv, cv);
+      bv = _mm256_blendv_pd(bv, cv, take);
+      bi = _mm256_blendv_pd(bi, _mm256_castsi256_pd(_mm256_set1_epi64x(t)), take);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(y + r), _mm256_castpd_si256(bi));
+  }
+  return r;
+}
+template <bool kMax, bool kLast>
+__attribute__((target("avx2"))) void ArgColumnsAvx2Pd(const double *x, int64_t n, int64_t inner, int64_t *y) {
+  int64_t j = 0;
+  for (; j + 16 <= inner; j += 16) ArgColumnsBlockPd<kMax, kLast, 4>(x + j, n, inner, y + j);
+  for (; j + 8 <= inner; j += 8) ArgColumnsBlockPd<kMax, kLast, 2>(x + j, n, inner, y + j);
+  for (; j + 4 <= inner; j += 4) ArgColumnsBlockPd<kMax, kLast, 1>(x + j, n, inner, y + j);
+  if (j < inner) ArgColumnsBlockPd<kMax, kLast, 1>(x + inner - 4, n, inner, y + inner - 4);
+}
 #endif
 
 template <class S, bool kMax>
@@ -240,7 +302,7 @@ class ArgKernel : public Kernel {
     }
     return false;
   }
-  // float32 rows shorter than a vector, 8 at a time; returns the rows done.
+  // float32 rows shorter than a vector, 8 at a time (float64: 4); returns the rows done.
   int64_t ShortRows([[maybe_unused]] const S *x, [[maybe_unused]] int64_t *y) const {
 #if defined(__x86_64__)
     if constexpr (std::is_same<S, float>::value) {
@@ -248,16 +310,28 @@ class ArgKernel : public Kernel {
       const int n = static_cast<int>(v_.n);
       return last_ ? ArgShortRowsAvx2<kMax, true>(x, v_.outer, n, y) : ArgShortRowsAvx2<kMax, false>(x, v_.outer, n, y);
     }
+    if constexpr (std::is_same<S, double>::value) {
+      if (v_.n >= 8 || vmath::ActiveIsa() == vmath::Isa::kBaseline) return 0;
+      const int n = static_cast<int>(v_.n);
+      return last_ ? ArgShortRowsAvx2Pd<kMax, true>(x, v_.outer, n, y)
+                   : ArgShortRowsAvx2Pd<kMax, false>(x, v_.outer, n, y);
+    }
 #endif
     return 0;
   }
-  // float32 columns (a leading or middle axis) in AVX2 registers.
+  // float32 / float64 columns (a leading or middle axis) in AVX2 registers.
   bool FastColumns([[maybe_unused]] const S *slab, [[maybe_unused]] int64_t *y) const {
 #if defined(__x86_64__)
     if constexpr (std::is_same<S, float>::value) {
       if (v_.inner < 8 || v_.n > std::numeric_limits<int32_t>::max() || vmath::ActiveIsa() == vmath::Isa::kBaseline) return false;
       if (last_) ArgColumnsAvx2<kMax, true>(slab, v_.n, v_.inner, y);
       else ArgColumnsAvx2<kMax, false>(slab, v_.n, v_.inner, y);
+      return true;
+    }
+    if constexpr (std::is_same<S, double>::value) {
+      if (v_.inner < 4 || vmath::ActiveIsa() == vmath::Isa::kBaseline) return false;
+      if (last_) ArgColumnsAvx2Pd<kMax, true>(slab, v_.n, v_.inner, y);
+      else ArgColumnsAvx2Pd<kMax, false>(slab, v_.n, v_.inner, y);
       return true;
     }
 #endif
