@@ -250,6 +250,30 @@ def test_cast_loops(src, dst):
     np.testing.assert_array_equal(got, x.astype(dst))
 
 
+@pytest.mark.parametrize("src, dst", [(np.float32, np.uint32), (np.float32, np.uint64), (np.float64, np.uint32),
+                                      (np.float64, np.uint64)], ids=str)
+def test_cast_float_to_unsigned_loops(src, dst):
+    """In range (the values numpy and the ONNX spec agree on): fractions truncated, the ends of the range, and
+    float values past 2^63 (uint64 converts them without the signed 64-bit step)."""
+    top = float(np.iinfo(dst).max)
+    x = np.concatenate([RNG.uniform(0, 1000, 500), RNG.uniform(0, top, 500) * RNG.uniform(0, 1, 500),
+                        [0.0, -0.0, 0.999, 1.0, 2.0 ** 31, 2.0 ** 32 - 2 ** 11, 2.0 ** 63, 2.0 ** 64 - 2 ** 40]])
+    x = x[x < top].astype(src)
+    x = x[x.astype(np.float64) < top]  # float32 rounding may reach the top
+    model = model_of([helper.make_node("Cast", ["x"], ["y"], to=ONNX_OF[np.dtype(dst)])], [("x", x)], [("y", dst)])
+    np.testing.assert_array_equal(run_twin(model, {"x": x})[0], x.astype(dst))
+
+
+@pytest.mark.parametrize("src, dst", [(np.uint8, np.uint64), (np.uint8, np.int64), (np.int8, np.int32),
+                                      (np.int64, np.uint8), (np.uint16, np.int64), (np.int32, np.int16),
+                                      (np.uint64, np.int8)], ids=str)
+def test_cast_integer_loops(src, dst):
+    """Widening (zero / sign extension) and narrowing (the low bits: the wrap ONNX and numpy use)."""
+    x = _cast_source(src)
+    model = model_of([helper.make_node("Cast", ["x"], ["y"], to=ONNX_OF[np.dtype(dst)])], [("x", x)], [("y", dst)])
+    np.testing.assert_array_equal(run_twin(model, {"x": x})[0], x.astype(dst))
+
+
 # ---- comparisons per instruction set ----
 
 CMP_TYPES = [np.float32, np.float64, np.float16] + INTS
