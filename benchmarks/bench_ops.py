@@ -858,6 +858,46 @@ def conv_sweep3_cases(size: str):
         yield conv(f"Conv 1x1 bias + {after} 96->576", rand([1, 96, 14, 14], seed=82), [576, 96, 1, 1], bias=True,
                    after=after, kernel_shape=[1, 1])
 
+def conv_sweep4_cases(size: str):
+    """A fourth conv sweep (1M size only): what unknown models use and earlier sweeps did not measure:
+    ConvTranspose for UNet / decoder / GAN upsampling (2x2 s2, 4x4 s2 p1, 3x3 s2 p1 output_padding 1, depthwise),
+    1-D ConvTranspose for audio vocoders, Conv1d k=1 / 3 / 5 (speech / TTS), a small Conv3d, and depthwise 3x3 / 5x5
+    stride 2 on the maps MobileNet / EfficientNet downsample."""
+    if size != "1M":
+        return
+
+    def conv(op, name, x, w, **attrs):
+        init = [("w", rand(w, -0.2, 0.2, 91))]
+        node = helper.make_node(op, ["x", "w"], ["y"], **attrs)
+        model = make_model([node], [("x", F, list(x.shape))], [("y", F, None)], initializers=init, opset=OPSET)
+        return f"{name} on {'x'.join(map(str, x.shape))}", model, [x]
+
+    for c, m, h in ((64, 32, 32), (128, 64, 16), (256, 128, 8), (32, 16, 64)):
+        yield conv("ConvTranspose", f"ConvTranspose 2x2 s2 {c}->{m}", rand([1, c, h, h], seed=92), [c, m, 2, 2],
+                   kernel_shape=[2, 2], strides=[2, 2])
+    for c, m, h in ((128, 64, 16), (64, 32, 32), (256, 128, 8)):
+        yield conv("ConvTranspose", f"ConvTranspose 4x4 s2 p1 {c}->{m}", rand([1, c, h, h], seed=93), [c, m, 4, 4],
+                   kernel_shape=[4, 4], strides=[2, 2], pads=[1] * 4)
+    for c, m, h in ((64, 32, 32), (128, 64, 16)):
+        yield conv("ConvTranspose", f"ConvTranspose 3x3 s2 p1 op1 {c}->{m}", rand([1, c, h, h], seed=94),
+                   [c, m, 3, 3], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4, output_padding=[1, 1])
+    yield conv("ConvTranspose", "ConvTranspose depthwise 4x4 s2 p1 64", rand([1, 64, 32, 32], seed=95), [64, 1, 4, 4],
+               kernel_shape=[4, 4], strides=[2, 2], pads=[1] * 4, group=64)
+    yield conv("ConvTranspose", "ConvTranspose 2x2 s2 groups 4 128->128", rand([1, 128, 16, 16], seed=96),
+               [128, 32, 2, 2], kernel_shape=[2, 2], strides=[2, 2], group=4)
+    for c, m, k, s, p, length in ((512, 256, 16, 8, 4, 64), (256, 128, 16, 8, 4, 512), (128, 64, 4, 2, 1, 2048)):
+        yield conv("ConvTranspose", f"ConvTranspose1d k{k} s{s} p{p} {c}->{m}", rand([1, c, length], seed=97),
+                   [c, m, k], kernel_shape=[k], strides=[s], pads=[p, p])
+    for c, m, k, length in ((256, 256, 1, 1000), (256, 256, 3, 500), (80, 256, 5, 400), (512, 512, 5, 200)):
+        yield conv("Conv", f"Conv1d k{k} p{k // 2} {c}->{m}", rand([1, c, length], seed=98), [m, c, k],
+                   kernel_shape=[k], pads=[k // 2] * 2)
+    yield conv("Conv", "Conv3d 3x3x3 p1 16->16", rand([1, 16, 8, 32, 32], seed=99), [16, 16, 3, 3, 3],
+               kernel_shape=[3, 3, 3], pads=[1] * 6)
+    for c, h, k in ((32, 112, 3), (144, 56, 3), (240, 28, 5), (672, 14, 5), (96, 112, 3), (192, 20, 5)):
+        yield conv("Conv", f"Conv depthwise {k}x{k} s2 p{k // 2} {c}", rand([1, c, h, h], seed=100), [c, 1, k, k],
+                   kernel_shape=[k, k], strides=[2, 2], pads=[k // 2] * 4, group=c)
+
+
 def quant_model_cases(size: str):
     """Quantised models: QuantizeLinear / DequantizeLinear with 16-bit activations (quantize_static's QUInt16 /
     QInt16, opset 21), per tensor and per channel, and a QDQ Conv whose weight is a DequantizeLinear of an int8
@@ -1061,6 +1101,7 @@ FAMILIES = {
     "conv sweep 2": conv_sweep2_cases,
     "conv sweep 3": conv_sweep3_cases,
     "pool reduce 7": pool_reduce7_cases,
+    "conv sweep 4": conv_sweep4_cases,
 
     "quant models": quant_model_cases,
     "qdq fusion": qdq_fusion_cases,
