@@ -19,7 +19,7 @@ from .batcher import Batcher, BatcherClosedError, BatcherStatistics
 from ._stats import SessionStatistics
 from .errors import (ExecutionModeError, GeError, InputError, InputTypeError, SessionBrokenError,
                      SessionClosedError)
-from ._metadata import ModelFormatError, TensorInfo
+from ._metadata import ModelFormatError, TensorInfo, UnsupportedOpsetError
 from .graph import Graph
 from .pool import GraphPool
 from .session import CompiledGraphSummary, Session
@@ -56,6 +56,7 @@ __all__ = [
     "Tensor",
     "TensorInfo",
     "TensorLike",
+    "UnsupportedOpsetError",
     "backends",
     "current_backend",
     "finalize",

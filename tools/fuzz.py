@@ -90,7 +90,7 @@ class Harness:
         gid = self.graph_id
         try:
             s.add_graph(gid, ga.Graph(model_bytes))
-        except ga.GeError:
+        except self.expected():  # refused with a clear error (GeError, ModelFormatError, UnsupportedOpsetError, ...)
             return
         try:
             inputs = inputs_of() if inputs_of is not None else None
