@@ -73,6 +73,31 @@ def assert_close(got, want, rtol, atol):
             np.testing.assert_array_equal(g, w)
 
 
+def conv_model(op, x, w, b=None, w_input=False, relu=False, **attrs):
+    """A one-op float32 Conv / ConvTranspose model (weights an initializer, or an input with ``w_input``; an
+    optional bias and a Relu after it) and its feeds."""
+    from conftest import make_model
+
+    t = TensorProto.FLOAT
+    inits = [] if w_input else [("w", w)]
+    if b is not None:
+        inits.append(("b", b))
+    nodes = [helper.make_node(op, ["x", "w"] + (["b"] if b is not None else []), ["c"], **attrs)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    ins = [("x", t, list(x.shape))] + ([("w", t, list(w.shape))] if w_input else [])
+    model = make_model(nodes, ins, [("y" if relu else "c", t, None)], initializers=inits, opset=19)
+    return model, ({"x": x, "w": w} if w_input else {"x": x})
+
+
+def check_twin(model, feeds, tol=1e-4):
+    """The twin's outputs for ``feeds`` (a {name: array} mapping) within ``tol`` of onnx.reference's; returned."""
+    names = [i.name for i in model.graph.input]
+    got = run_twin(model, feeds)
+    assert_close(got, reference(model, [feeds[n] for n in names]), tol, tol)
+    return got
+
+
 def check_runs(model, feed_sets, rtol=1e-5, atol=1e-5, quantum=None, evaluator=None):
     """One graph run on every feed set (different batch / sequence sizes), each against onnx.reference (or
     ``evaluator``). ``quantum``: float outputs may differ by that much, and integer outputs by one step, where a

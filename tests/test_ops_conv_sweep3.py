@@ -6,30 +6,9 @@ import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
-from conftest import TensorProto, helper, make_model  # noqa: E402
-from onnx_cases import assert_close, reference, run_twin  # noqa: E402
+from onnx_cases import check_twin, conv_model, run_twin  # noqa: E402
 
 RNG = np.random.default_rng(4711)
-
-
-def _conv_model(x, w, b=None, w_input=False, relu=False, **attrs):
-    t = TensorProto.FLOAT
-    inits = [] if w_input else [("w", w)]
-    if b is not None:
-        inits.append(("b", b))
-    nodes = [helper.make_node("Conv", ["x", "w"] + (["b"] if b is not None else []), ["c"], **attrs)]
-    if relu:
-        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
-    ins = [("x", t, list(x.shape))] + ([("w", t, list(w.shape))] if w_input else [])
-    model = make_model(nodes, ins, [("y" if relu else "c", t, None)], initializers=inits, opset=19)
-    return model, ({"x": x, "w": w} if w_input else {"x": x})
-
-
-def _check(model, feeds):
-    names = [i.name for i in model.graph.input]
-    got = run_twin(model, feeds)
-    assert_close(got, reference(model, [feeds[n] for n in names]), 1e-4, 1e-4)
-    return got
 
 
 # (x shape, M, kernel, dilations, pads, group): 2-D maps from 5x5 to 20x20 (flat and row layouts, maps that fall
@@ -54,12 +33,13 @@ def test_dilated_conv(xs, m, k, d, pads, group, bias):
     x = RNG.standard_normal(xs).astype(np.float32)
     w = RNG.standard_normal((m, xs[1] // group) + k).astype(np.float32)
     b = RNG.standard_normal(m).astype(np.float32) if bias else None
-    got = _check(*_conv_model(x, w, b, kernel_shape=list(k), dilations=list(d), pads=list(pads), group=group))
+    got = check_twin(*conv_model("Conv", x, w, b, kernel_shape=list(k), dilations=list(d), pads=list(pads),
+                                 group=group))
     # a causal 1-D conv: output t reads inputs up to t only, so changing the last input changes the last output alone
     if len(xs) == 3 and pads[1] == 0:
         x2 = x.copy()
         x2[..., -1] += 1.0
-        got2 = run_twin(*_conv_model(x2, w, b, kernel_shape=list(k), dilations=list(d), pads=list(pads),
+        got2 = run_twin(*conv_model("Conv", x2, w, b, kernel_shape=list(k), dilations=list(d), pads=list(pads),
                                      group=group))
         np.testing.assert_array_equal(got2[0][..., :-1], got[0][..., :-1])
         assert not np.array_equal(got2[0][..., -1], got[0][..., -1])
@@ -70,7 +50,7 @@ def test_dilated_conv_relu_and_weight_input(w_input):
     x = RNG.standard_normal((2, 16, 14, 14)).astype(np.float32)
     w = RNG.standard_normal((24, 16, 3, 3)).astype(np.float32)
     b = RNG.standard_normal(24).astype(np.float32)
-    got = _check(*_conv_model(x, w, b, w_input=w_input, relu=True, kernel_shape=[3, 3], dilations=[2, 2],
+    got = check_twin(*conv_model("Conv", x, w, b, w_input=w_input, relu=True, kernel_shape=[3, 3], dilations=[2, 2],
                               pads=[2, 2, 2, 2]))
     assert (got[0] >= 0).all() and (got[0] == 0).any()
 
@@ -80,7 +60,7 @@ def test_dilated_conv_nan_stays_local():
     x = np.zeros((1, 8, 12, 12), np.float32)
     x[0, 3, 6, 6] = np.nan
     w = np.ones((8, 8, 3, 3), np.float32)
-    got = run_twin(*_conv_model(x, w, kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2]))[0]
+    got = run_twin(*conv_model("Conv", x, w, kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2]))[0]
     nan_at = {(int(r), int(c)) for r, c in zip(*np.nonzero(np.isnan(got[0, 0])), strict=True)}
     assert nan_at == {(6 + a, 6 + b) for a in (-2, 0, 2) for b in (-2, 0, 2)}
 
@@ -104,11 +84,11 @@ def test_depthwise_stride1(xs, k, pads, bias):
     x = RNG.standard_normal(xs).astype(np.float32)
     w = RNG.standard_normal((c, 1) + k).astype(np.float32)
     b = RNG.standard_normal(c).astype(np.float32) if bias else None
-    got = _check(*_conv_model(x, w, b, kernel_shape=list(k), pads=list(pads), group=c))
+    got = check_twin(*conv_model("Conv", x, w, b, kernel_shape=list(k), pads=list(pads), group=c))
     # channels stay apart: zeroing one channel's input leaves the other channels' outputs as they were
     x2 = x.copy()
     x2[:, 0] = 0
-    got2 = run_twin(*_conv_model(x2, w, b, kernel_shape=list(k), pads=list(pads), group=c))
+    got2 = run_twin(*conv_model("Conv", x2, w, b, kernel_shape=list(k), pads=list(pads), group=c))
     np.testing.assert_array_equal(got2[0][:, 1:], got[0][:, 1:])
 
 
@@ -117,6 +97,6 @@ def test_depthwise_7x7_relu_and_weight_input(w_input):
     x = RNG.standard_normal((1, 16, 20, 20)).astype(np.float32)
     w = RNG.standard_normal((16, 1, 7, 7)).astype(np.float32)
     b = RNG.standard_normal(16).astype(np.float32)
-    got = _check(*_conv_model(x, w, b, w_input=w_input, relu=True, kernel_shape=[7, 7], pads=[3, 3, 3, 3],
+    got = check_twin(*conv_model("Conv", x, w, b, w_input=w_input, relu=True, kernel_shape=[7, 7], pads=[3, 3, 3, 3],
                               group=16))
     assert (got[0] >= 0).all() and (got[0] == 0).any()

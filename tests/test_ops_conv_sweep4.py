@@ -7,30 +7,9 @@ import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
-from conftest import TensorProto, helper, make_model  # noqa: E402
-from onnx_cases import assert_close, reference, run_twin  # noqa: E402
+from onnx_cases import check_twin, conv_model, reference, run_twin  # noqa: E402
 
 RNG = np.random.default_rng(4848)
-
-
-def _model(op, x, w, b=None, w_input=False, relu=False, **attrs):
-    t = TensorProto.FLOAT
-    inits = [] if w_input else [("w", w)]
-    if b is not None:
-        inits.append(("b", b))
-    nodes = [helper.make_node(op, ["x", "w"] + (["b"] if b is not None else []), ["c"], **attrs)]
-    if relu:
-        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
-    ins = [("x", t, list(x.shape))] + ([("w", t, list(w.shape))] if w_input else [])
-    model = make_model(nodes, ins, [("y" if relu else "c", t, None)], initializers=inits, opset=19)
-    return model, ({"x": x, "w": w} if w_input else {"x": x})
-
-
-def _check(model, feeds):
-    names = [i.name for i in model.graph.input]
-    got = run_twin(model, feeds)
-    assert_close(got, reference(model, [feeds[n] for n in names]), 1e-4, 1e-4)
-    return got
 
 
 # (x shape, kernel, pads): output rows of 8 to 40 columns (one and several chunks, a partial last one), odd input
@@ -55,7 +34,7 @@ def test_depthwise_stride2(xs, k, pads, bias, relu, w_input):
     x = RNG.standard_normal(xs).astype(np.float32)
     w = RNG.standard_normal((c, 1, k, k)).astype(np.float32)
     b = RNG.standard_normal(c).astype(np.float32) if bias else None
-    got = _check(*_model("Conv", x, w, b, w_input=w_input, relu=relu, kernel_shape=[k, k], strides=[2, 2],
+    got = check_twin(*conv_model("Conv", x, w, b, w_input=w_input, relu=relu, kernel_shape=[k, k], strides=[2, 2],
                          pads=list(pads), group=c))[0]
     if relu:
         assert (got >= 0).all() and (got > 0).any()
@@ -67,7 +46,7 @@ def test_depthwise_stride2_nan_and_channel_independence():
     x = RNG.standard_normal((1, 8, 34, 36)).astype(np.float32)
     x[0, 3, 11, 21] = np.nan
     w = RNG.standard_normal((8, 1, 3, 3)).astype(np.float32)
-    got = _check(*_model("Conv", x, w, kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4, group=8))[0]
+    got = check_twin(*conv_model("Conv", x, w, kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4, group=8))[0]
     nan = np.isnan(got)
     assert nan[0, 3, 5:7, 10:12].all() and nan.sum() == 4  # odd row and column: rows 5-6 x columns 10-11
 
@@ -96,16 +75,16 @@ def test_upsampling_and_sequence_shapes(op, xs, ws, attrs):
     group = attrs.get("group", 1)
     b = RNG.standard_normal(ws[1] * group if op == "ConvTranspose" else ws[0]).astype(np.float32)
     if op == "Conv" or group == 1:
-        _check(*_model(op, x, w, b, **attrs))
+        check_twin(*conv_model(op, x, w, b, **attrs))
         return
     # onnx.reference's grouped ConvTranspose fails on some shapes (a broadcast error) or adds the bias per group
     # wrongly: the oracle is one ungrouped ConvTranspose per group, concatenated, plus the bias
-    got = run_twin(*_model(op, x, w, b, **attrs))[0]
+    got = run_twin(*conv_model(op, x, w, b, **attrs))[0]
     ungrouped = {k: v for k, v in attrs.items() if k != "group"}
     cg = xs[1] // group
     parts = []
     for g in range(group):
-        part, feeds = _model(op, x[:, g * cg:(g + 1) * cg].copy(), w[g * cg:(g + 1) * cg].copy(), **ungrouped)
+        part, feeds = conv_model(op, x[:, g * cg:(g + 1) * cg].copy(), w[g * cg:(g + 1) * cg].copy(), **ungrouped)
         parts.append(reference(part, [feeds["x"]])[0])
     want = np.concatenate(parts, axis=1) + b.reshape((1, -1) + (1,) * (x.ndim - 2))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
