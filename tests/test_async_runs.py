@@ -475,13 +475,17 @@ async def test_statistics_waiting_drops_when_a_waiter_gives_up():
 
 async def test_max_in_flight_bounds_concurrency():
     n_req, limit = 100, 4
-    n = 128
+    n = 256  # a run (~2 ms) outlasts a loop iteration however slow the build (ASan): the slots fill up
     w = (np.eye(n) * 0.5).astype(np.float32)
     xs = [np.full((n, n), i, np.float32) for i in range(n_req)]
     samples = {"max_in_flight": 0, "max_native": 0, "max_waiting": 0, "count": 0}
     results: dict = {}
     async with ga.Session(max_in_flight=limit) as s:
         s.add_graph(1, ga.Graph.from_onnx(chain_model(n, 2)))
+        # Compiled first: the requests then take the free slots at once, all in one loop iteration. Without it they
+        # pass the first compile's gate one per iteration, and on a slow build each run could end before the next
+        # one starts, so the sampler never saw all the slots taken (seen once under ASan: max 3 of 4).
+        s.compile_graph(1, [xs[0], w])
         finished = anyio.Event()
 
         async def sampler():
