@@ -235,3 +235,53 @@ def test_gru_rnn_transposed_r(session, op, hid, batch, const):
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
 def test_fallback_instruction_sets_pass_the_same_checks(isa):
     rerun_file_with_instruction_set(__file__, isa)
+
+
+def _converted(model, src, dst):
+    """``model`` with its ``src`` tensors (initializers, inputs, outputs) as ``dst`` (sequence_lens stays int32)."""
+    out = type(model)()
+    out.CopyFrom(model)
+    for init in out.graph.initializer:
+        a = numpy_helper.to_array(init)
+        if a.dtype == src:
+            init.CopyFrom(numpy_helper.from_array(a.astype(dst), init.name))
+    for v in list(out.graph.input) + list(out.graph.output):
+        if v.type.tensor_type.elem_type == helper.np_dtype_to_tensor_dtype(np.dtype(src)):
+            v.type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(dst))
+    return out
+
+
+_HALF_CASES = [
+    ("LSTM", dict()),
+    ("LSTM", dict(dirs=2, direction="bidirectional", h0=True, c0=True, peep=True)),
+    ("LSTM", dict(layout=1, h0=True, c0=True)),
+    ("LSTM", dict(direction="reverse", bias=False, h0=True)),
+    ("GRU", dict()),
+    ("GRU", dict(dirs=2, direction="bidirectional", h0=True, linear_before_reset=1)),
+    ("RNN", dict(layout=1)),
+    ("RNN", dict(dirs=2, direction="bidirectional", h0=True)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_HALF_CASES)))
+@pytest.mark.parametrize("hid", [5, 16])
+@pytest.mark.parametrize("const", [True, False], ids=["const", "inputs"])
+def test_float16_runs_the_float32_kernel_on_widened_data(session, case, hid, const):
+    """float16 X / W / R / B / states: the float32 kernel on the exactly widened values, each output rounded to
+    float16 once. So the result is the float32 model's on the same values, rounded to float16 (within one float16
+    step: the float32 sums may land on the other side of a rounding boundary), and close to onnx.reference's
+    float16 evaluation, which rounds after every operation."""
+    op, kw = _HALF_CASES[case]
+    model, feeds, _ = _case(op, 4, 3, 6, hid, const=const, seed=hid + case, **kw)
+    half = _converted(model, F32, np.float16)
+    hfeeds = [f.astype(np.float16) if f.dtype == F32 else f for f in feeds]
+    widened = [f.astype(F32) if f.dtype == np.float16 else f for f in hfeeds]
+    want32 = reference(_converted(half, np.float16, F32), widened)
+    got = run_once(session, half, hfeeds)
+    assert [g.dtype for g in got] == [np.float16] * len(got)
+    for g, w in zip(got, want32, strict=True):
+        step = np.spacing(np.abs(w).astype(np.float16)).astype(F32)  # one float16 step at each value
+        assert np.all(np.abs(g.astype(F32) - w) <= step + 1e-7), float(np.max(np.abs(g.astype(F32) - w) / step))
+    with np.errstate(all="ignore"):
+        want16 = reference(half, hfeeds)
+    assert_close([g.astype(F32) for g in got], [w.astype(F32) for w in want16], rtol=1e-2, atol=2e-3)

@@ -1,7 +1,7 @@
 // Recurrent layers: RNN, GRU and LSTM (forward, reverse, bidirectional; layout 0 and 1; sequence_lens; initial
 // states; LSTM peepholes and input_forget; clip; linear_before_reset; every activation ONNX lists for them).
 // The input projection X W^T of all time steps is one GEMM per direction; each step then does one H R^T GEMM and
-// the gate arithmetic. float32 and float64.
+// the gate arithmetic. float32 and float64; float16 runs the float32 kernel on widened copies (see HalfRnnKernel).
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no per-file optimize pragma
 #pragma GCC optimize("O3", "no-trapping-math")
 #endif
@@ -152,7 +152,7 @@ bool InferRnn(InferCtx *c, std::string *reason) {
     return false;
   }
   const TensorDesc &x = *c->in[0], &w = *c->in[1], &rr = *c->in[2];
-  if (x.dtype != ElemType::kFloat && x.dtype != ElemType::kDouble) {
+  if (x.dtype != ElemType::kFloat && x.dtype != ElemType::kDouble && x.dtype != ElemType::kFloat16) {
     *reason = DtypeNotSupported(x.dtype);
     return false;
   }
@@ -567,6 +567,93 @@ class RnnKernel : public Kernel {
   std::shared_ptr<const std::vector<T>> packs_const_;  // R's panels per direction when R is constant, else null
 };
 
+// float16: the float32 kernel on float32 copies of the float16 inputs (exact), its outputs narrowed to float16 at
+// the end (one rounding per element, where a float16 evaluation would round after every operation: the results are
+// at least as close to the exact values). Constant inputs (the weights) are widened once, shared like the packed
+// weights; the rest are widened each run into the step's scratch. As NPUs run a float16 LSTM: float16 data, float32
+// arithmetic inside.
+class HalfRnnKernel : public Kernel {
+ public:
+  HalfRnnKernel(const KernelCtx &kc, const RnnAttrs &r, int64_t seq, int64_t batch) {
+    n_in_ = std::min(kc.in.size(), kMaxIn);  // (the op takes at most 8 inputs and 3 outputs)
+    n_out_ = std::min(kc.out.size(), kMaxOut);
+    const int n_in = static_cast<int>(n_in_), n_out = static_cast<int>(n_out_);
+    inner_ = std::make_unique<RnnKernel<float>>(r, seq, batch, kc.in[0]->dims[2], n_in, n_out);
+    size_t at = Round(inner_->scratch_bytes());
+    for (int i = 0; i < n_in; ++i) {
+      In &in = ins_[i];
+      in.half = kc.in[i] && kc.in[i]->dtype == ElemType::kFloat16;  // (null: an optional input left out)
+      if (!in.half) continue;
+      in.n = kc.in[i]->NumElements();
+      const void *data = i < static_cast<int>(kc.in_data.size()) ? kc.in_data[i] : nullptr;
+      if (data) {
+        const int64_t n = in.n;
+        in.widened = SharedDerived<float>(data, "rnn float16 widened", {n}, [&](std::vector<float> *v) {
+          v->resize(static_cast<size_t>(n));
+          HalfToFloatArray(static_cast<const uint16_t *>(data), v->data(), n);
+        });
+      } else {
+        in.offset = at;
+        at += Round(sizeof(float) * static_cast<size_t>(in.n));
+      }
+    }
+    for (int o = 0; o < n_out; ++o) {
+      outs_[o].n = kc.out[o].NumElements();
+      outs_[o].offset = at;
+      at += Round(sizeof(float) * static_cast<size_t>(outs_[o].n));
+    }
+    scratch_total_ = at;
+    // after the widened weights exist: R's panels are derived from (and keyed by) the widened copy
+    if (ins_[2].widened) inner_->UseConstantR(ins_[2].widened->data());
+  }
+  size_t scratch_bytes() const override { return scratch_total_; }
+  bool Run(const void *const *in, void *const *out, std::string *reason) override {
+    char *base = static_cast<char *>(scratch_);
+    const void *fin[kMaxIn] = {};
+    void *fout[kMaxOut] = {};
+    for (size_t i = 0; i < n_in_; ++i) {
+      const In &d = ins_[i];
+      if (!in[i]) continue;  // an optional input left out
+      if (!d.half) {
+        fin[i] = in[i];  // sequence_lens (int32)
+      } else if (d.widened) {
+        fin[i] = d.widened->data();
+      } else {
+        float *w = reinterpret_cast<float *>(base + d.offset);
+        HalfToFloatArray(static_cast<const uint16_t *>(in[i]), w, d.n);
+        fin[i] = w;
+      }
+    }
+    for (size_t o = 0; o < n_out_; ++o)
+      if (out[o]) fout[o] = base + outs_[o].offset;
+    inner_->set_scratch(base);
+    if (!inner_->Run(fin, fout, reason)) return false;
+    for (size_t o = 0; o < n_out_; ++o)
+      if (out[o]) FloatToHalfArray(static_cast<const float *>(fout[o]), static_cast<uint16_t *>(out[o]), outs_[o].n);
+    return true;
+  }
+
+ private:
+  static constexpr size_t kMaxIn = 8, kMaxOut = 3;
+  static size_t Round(size_t b) { return (b + 63) / 64 * 64; }
+  struct In {
+    bool half = false;
+    int64_t n = 0;
+    size_t offset = 0;
+    std::shared_ptr<const std::vector<float>> widened;  // a constant input, widened once
+  };
+  struct Out {
+    int64_t n = 0;
+    size_t offset = 0;
+  };
+  size_t n_in_ = 0, n_out_ = 0;
+  // Declared before inner_: the widened constants outlive the kernel whose derived data is keyed by their address.
+  In ins_[kMaxIn];
+  Out outs_[kMaxOut];
+  size_t scratch_total_ = 0;
+  std::unique_ptr<RnnKernel<float>> inner_;
+};
+
 std::unique_ptr<Kernel> PrepareRnn(const KernelCtx &kc, std::string *reason) {
   RnnAttrs r;
   if (!ReadRnnAttrs(*kc.node, &r, reason)) return nullptr;
@@ -575,6 +662,7 @@ std::unique_ptr<Kernel> PrepareRnn(const KernelCtx &kc, std::string *reason) {
   const int64_t seq = xd[r.layout == 0 ? 0 : 1], batch = xd[r.layout == 0 ? 1 : 0];
   const int n_in = static_cast<int>(kc.in.size()), n_out = static_cast<int>(kc.out.size());
   const void *R = kc.in_data.size() > 2 ? kc.in_data[2] : nullptr;
+  if (kc.in[0]->dtype == ElemType::kFloat16) return std::make_unique<HalfRnnKernel>(kc, r, seq, batch);
   if (kc.in[0]->dtype == ElemType::kFloat) {
     auto k = std::make_unique<RnnKernel<float>>(r, seq, batch, xd[2], n_in, n_out);
     if (R) k->UseConstantR(static_cast<const float *>(R));
