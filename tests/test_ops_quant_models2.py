@@ -198,3 +198,82 @@ def test_bench_models_build_and_quantize_in_every_variant():
         assert {"Conv", "Relu", "Add", "GlobalAveragePool", "Gemm"} <= ops
     assert "MaxPool" in {n.op_type for n in bq.make_resnet(224).graph.node}
     assert any(a.name == "group" and a.i > 1 for n in bq.make_mobilenet(56).graph.node for a in n.attribute)
+
+
+# ---- DequantizeLinear -> Conv -> QuantizeLinear as one integer convolution ----
+
+def _qdq_conv(xt, *, c=16, m=12, hw=9, k=3, group=1, stride=1, per_channel=True, xs=2.0 ** -4, ys=1.0,
+              xzp=None, yzp=None, wscale=2.0 ** -6, bias=True, seed=0, extra_reader=False, conv_output=False):
+    """x (8-bit) -> DequantizeLinear -> Conv (weights: DequantizeLinear of int8, bias: DequantizeLinear of int32 at
+    x_scale * w_scale, as quantize_static writes them) -> QuantizeLinear -> DequantizeLinear -> y. Power-of-two
+    scales (the default) make every float step of the graph exact, ties included, whatever the summation order."""
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(xt)
+    xzp = (int(info.min) + int(info.max) + 1) // 2 if xzp is None else xzp
+    yzp = xzp if yzp is None else yzp
+    w = rng.integers(-128, 128, (m, c // group, k, k)).astype(np.int8)
+    if per_channel:
+        ws = (np.float32(wscale) * np.float32(2.0) ** rng.integers(-2, 3, m)).astype(np.float32)
+    else:
+        ws = np.float32(wscale)
+    b = rng.integers(-3000, 3000, m).astype(np.int32)
+    arr = numpy_helper.from_array
+    inits = [arr(np.float32(xs), "xs"), arr(np.array(xzp, xt), "xz"), arr(w, "w"), arr(np.asarray(ws), "ws"),
+             arr(np.zeros(np.shape(ws), np.int8), "wz"), arr(np.float32(ys), "ys"), arr(np.array(yzp, xt), "yz"),
+             arr(b, "b"), arr((np.float32(xs) * np.asarray(ws, np.float32)).astype(np.float32), "bs")]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
+             helper.make_node("DequantizeLinear", ["b", "bs"], ["bf"], axis=0),
+             helper.make_node("Conv", ["xf", "wf"] + (["bf"] if bias else []), ["cf"], pads=[k // 2] * 4,
+                              strides=[stride, stride], group=group),
+             helper.make_node("QuantizeLinear", ["cf", "ys", "yz"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    outs = [helper.make_tensor_value_info("y", F, None), helper.make_tensor_value_info("yq", QT[xt], None)]
+    if extra_reader:  # the dequantised input read by a second node too
+        nodes.append(helper.make_node("Relu", ["xf"], ["r"]))
+        outs.append(helper.make_tensor_value_info("r", F, None))
+    if conv_output:  # the Conv's float output is a graph output: no fusion
+        outs.append(helper.make_tensor_value_info("cf", F, None))
+    g = helper.make_graph(nodes, "qdqconv", [helper.make_tensor_value_info("x", QT[xt], [1, c, hw, hw])], outs,
+                          initializer=inits)
+    x = rng.integers(info.min, int(info.max) + 1, (1, c, hw, hw)).astype(xt)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]), x
+
+
+@pytest.mark.parametrize("xt", [np.uint8, np.int8])
+@pytest.mark.parametrize("shape", [dict(), dict(k=1), dict(stride=2), dict(group=4), dict(c=12, m=12, group=12),
+                                   dict(per_channel=False), dict(bias=False), dict(extra_reader=True),
+                                   dict(conv_output=True)])
+def test_qdq_conv_exact_with_power_of_two_scales(xt, shape):
+    """Power-of-two scales: the graph's float arithmetic is exact, so the integer convolution must give the
+    reference's integers exactly, half-way requantisations (frequent here) included."""
+    model, x = _qdq_conv(xt, **shape)
+    got = _check_exact(model, x)
+    info = np.iinfo(xt)
+    ends = np.isin(got[1], [info.min, info.max]).mean()
+    assert len(np.unique(got[1])) > 20 and ends < 0.3, (len(np.unique(got[1])), ends)
+
+
+@pytest.mark.parametrize("xt,xzp,yzp,ys", [(np.uint8, 0, 0, 1.0), (np.uint8, 255, 255, 1.0), (np.uint8, 0, 255, 1.0),
+                                           (np.int8, -128, 127, 1.0), (np.uint8, 128, 128, 2.0 ** -6),
+                                           (np.int8, 0, 0, 2.0 ** -6)])
+def test_qdq_conv_zero_points_at_the_ends_and_saturation(xt, xzp, yzp, ys):
+    """Zero points at the ends of the range (the padding is the zero point's value) and output scales so small that
+    most results saturate at both ends."""
+    model, x = _qdq_conv(xt, xzp=xzp, yzp=yzp, ys=ys, seed=3)
+    got = _check_exact(model, x)
+    if ys < 0.5:
+        info = np.iinfo(xt)
+        assert (got[1] == info.min).sum() > 20 and (got[1] == info.max).sum() > 20
+
+
+@pytest.mark.parametrize("xt", [np.uint8, np.int8])
+def test_qdq_conv_any_scales_within_one_step(xt):
+    """Scales as calibration gives them (not powers of two): the float graph rounds its partial sums, in an order the
+    reference leaves to numpy; the integer sum is exact, so a result may differ by one step where the float Conv
+    lands within rounding of a half, and nowhere else (rarely: at most 1% here)."""
+    model, x = _qdq_conv(xt, c=64, m=32, hw=14, xs=0.0173, ys=0.0411, wscale=0.00371, seed=5)
+    got = run_twin(model, {"x": x})
+    want = ReferenceEvaluator(model).run(None, {"x": x})
+    d = np.abs(got[1].astype(np.int64) - want[1].astype(np.int64))
+    assert d.max() <= 1 and d.mean() <= 0.01, (d.max(), d.mean())

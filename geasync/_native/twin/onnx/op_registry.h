@@ -175,6 +175,12 @@ std::unique_ptr<Kernel> PrepareFusedConv(const KernelCtx &conv, const std::vecto
 // float -> float kernel with the pair's exact results; nullptr when the pair does not qualify.
 std::unique_ptr<Kernel> PrepareQuantDequant(const KernelCtx &q, const KernelCtx &dq);
 
+// Plan-level fusion: DequantizeLinear (8-bit activations, per tensor) -> Conv (weights a folded DequantizeLinear of
+// an 8-bit initializer, per tensor or per output channel; bias a float constant) -> QuantizeLinear (8-bit, per
+// tensor) as one integer convolution (ops_quant.cc QdqConvKernel); nullptr when the nodes do not qualify.
+std::unique_ptr<Kernel> PrepareQdqConv(const KernelCtx &conv, const KernelCtx &dqx, const KernelCtx &dqw,
+                                       const KernelCtx &q);
+
 // A float32 Conv at stride 1 without dilation on [N, C, H, W] (1-D: H = 1, kh = 1), pads {top, left, bottom, right},
 // weights [M, C / group, kh, kw] as input 1 (bias, if any, input 2), for ops that reduce to one (ConvTranspose at
 // stride 1). `w`, when not null, is input 1's constant value. nullptr unless one of Conv's direct / Winograd

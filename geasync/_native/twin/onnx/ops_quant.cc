@@ -1171,6 +1171,13 @@ class ConvViaGemm : public Kernel {
   // The reference's float32 requantisation of output channels m0 .. m0 + mg: (sum + bias) * (x_scale * w_scale /
   // y_scale) + y_zero_point, rounded half to even and saturated. y: the group's first output byte.
   void Requantize(const Ins &in, const int32_t *acc, int64_t m0, char *y) const {
+    if (!qdq_.xw.empty()) {
+      for (int64_t j = 0; j < mg_; ++j) {
+        if (yt_ == ElemType::kUint8) RequantizeQdq(acc + j * P_, m0 + j, reinterpret_cast<uint8_t *>(y) + j * P_);
+        else RequantizeQdq(acc + j * P_, m0 + j, reinterpret_cast<int8_t *>(y) + j * P_);
+      }
+      return;
+    }
     const float xs = static_cast<float>(LoadAny(types_[io_.xs], in[io_.xs], 0));
     const float ys = static_cast<float>(LoadAny(types_[io_.ys], in[io_.ys], 0));
     const float yzp = io_.yzp >= 0 && in[io_.yzp] ? static_cast<float>(LoadAny(types_[io_.yzp], in[io_.yzp], 0)) : 0.f;
@@ -1198,6 +1205,27 @@ class ConvViaGemm : public Kernel {
 #endif
     RequantPlaneFloat(acc, static_cast<double>(bias), f, yzp, lo, hi, out, P_);
   }
+  // DequantizeLinear -> Conv -> QuantizeLinear (PrepareQdqConv): the Conv's float value taken as the exact sum
+  // times x_scale * w_scale[m] plus the float bias, rounded once to float, then QuantizeLinear's own float steps
+  // (v / y_scale, clamped, rounded half to even, plus the zero point).
+  template <class Y>
+  void RequantizeQdq(const int32_t *__restrict acc, int64_t m, Y *__restrict out) const {
+    const double xw = qdq_.xw[static_cast<size_t>(m)], b = qdq_.bias[static_cast<size_t>(m)];
+    const float ys = qdq_.ys, zp = qdq_.yzp, lo = static_cast<float>(lo_) - zp, hi = static_cast<float>(hi_) - zp;
+    for (int64_t i = 0; i < P_; ++i) {
+      const float v = static_cast<float>(static_cast<double>(acc[i]) * xw + b);
+      const float q = std::min(hi, std::max(lo, v / ys));  // maxps-style: a NaN quotient lands on lo
+      out[i] = static_cast<Y>(static_cast<int32_t>(RoundEven(q) + zp));
+    }
+  }
+
+ public:
+  struct QdqRequant {
+    std::vector<double> xw, bias;  // per output channel: x_scale * w_scale[m] (exact in double), the float bias
+    float ys = 1.f, yzp = 0.f;
+  } qdq_;
+
+ private:
   static size_t Pad(int64_t bytes) { return static_cast<size_t>((bytes + 63) / 64 * 64); }
   ConvShape s_;
   ConvIO io_;
@@ -1209,6 +1237,9 @@ class ConvViaGemm : public Kernel {
   int64_t e_[3] = {1, 1, 1}, pplane_ = 1, chunk_ = 16;
   std::vector<int64_t> tap_, pos_;  // offsets into the padded image of each tap (c, kd, kh, kw) and output pixel
   std::shared_ptr<const std::vector<int16_t>> w_packed_;  // the constant weights, packed at prepare time
+
+ public:
+  bool w_packed() const { return w_packed_ != nullptr; }
 };
 
 std::unique_ptr<Kernel> PrepareConvVia(const KernelCtx &kc, ConvIO io, std::string *reason) {
@@ -1258,7 +1289,109 @@ std::unique_ptr<Kernel> PrepareQLinearConv(const KernelCtx &kc, std::string *rea
   return PrepareConvVia(kc, io, reason);
 }
 
+// DequantizeLinear -> Conv -> QuantizeLinear as QDQ models write every quantised convolution: the Conv's float
+// input is a DequantizeLinear output, (q - zx) * sx rounded to float with |q - zx| <= 255, so q comes back exactly as
+// round_even(x / sx) + zx (the quotient is within a few float ulps of an integer of at most 255); the weights are
+// the int8 / uint8 initializer the folded weight DequantizeLinear read. The exact int32 sums (ConvViaGemm) then
+// replace the float Conv's rounded partial sums; see RequantizeQdq for the output.
+class QdqConvKernel : public Kernel {
+ public:
+  QdqConvKernel(std::unique_ptr<ConvViaGemm> conv, std::vector<const void *> consts, int64_t x_elems, float xs,
+                float xzp, bool xs8)
+      : conv_(std::move(conv)), consts_(std::move(consts)), n_(x_elems), xs_(xs), xzp_(xzp), xs8_(xs8) {}
+  size_t scratch_bytes() const override { return XBytes() + conv_->scratch_bytes(); }
+  bool Run(const void *const *in, void *const *out, std::string *reason) override {
+    char *sp = static_cast<char *>(scratch_);
+    const float *x = static_cast<const float *>(in[0]);
+    if (xs8_) QuantizeFloats(x, xs_, xzp_, reinterpret_cast<int8_t *>(sp), n_);
+    else QuantizeFloats(x, xs_, xzp_, reinterpret_cast<uint8_t *>(sp), n_);
+    conv_->set_scratch(sp + XBytes());
+    std::vector<const void *> ins = consts_;
+    ins[0] = sp;
+    return conv_->Run(ins.data(), out, reason);
+  }
+
+ private:
+  size_t XBytes() const { return static_cast<size_t>((n_ + 63) / 64 * 64); }
+  std::unique_ptr<ConvViaGemm> conv_;
+  std::vector<const void *> consts_;  // QLinearConv's inputs by position; [0] is the requantised input
+  int64_t n_;
+  float xs_, xzp_;
+  bool xs8_;
+};
+
 }  // namespace
+
+std::unique_ptr<Kernel> PrepareQdqConv(const KernelCtx &conv, const KernelCtx &dqx, const KernelCtx &dqw,
+                                       const KernelCtx &q) {
+  // Every scale and zero point constant; x and y per tensor; W per tensor or per output channel (axis 0).
+  const auto is8 = [](const TensorDesc *d) { return d && IsInt8ish(d->dtype); };
+  const auto const_at = [](const KernelCtx &c, size_t i) { return c.has(i) && c.in_data[i]; };
+  const auto one_float = [&](const KernelCtx &c, size_t i) {
+    return const_at(c, i) && c.in[i]->dtype == ElemType::kFloat && c.in[i]->NumElements() == 1;
+  };
+  if (conv.in.size() < 2 || conv.out.size() != 1 || conv.out[0].dtype != ElemType::kFloat) return nullptr;
+  if (!is8(dqx.in[0]) || !one_float(dqx, 1) || dqx.out.size() != 1 || dqx.out[0].dtype != ElemType::kFloat)
+    return nullptr;
+  if (dqx.has(2) && (!const_at(dqx, 2) || dqx.in[2]->NumElements() != 1)) return nullptr;
+  if (q.has(2) && !is8(q.in[2])) return nullptr;
+  if (!one_float(q, 1) || q.out.size() != 1 || !IsInt8ish(q.out[0].dtype)) return nullptr;
+  if (q.has(2) && (!const_at(q, 2) || q.in[2]->NumElements() != 1)) return nullptr;
+  if (!is8(dqw.in[0]) || !const_at(dqw, 0) || !const_at(dqw, 1) || dqw.in[1]->dtype != ElemType::kFloat) return nullptr;
+  const TensorDesc &wd = *dqw.in[0];
+  if (wd.dims.size() < 3) return nullptr;
+  const int64_t M = wd.dims[0], ns = dqw.in[1]->NumElements();
+  int64_t axis = 1, block = 0;
+  std::string r;
+  if (!AttrInt(*dqw.node, "axis", 1, &axis, &r) || !AttrInt(*dqw.node, "block_size", 0, &block, &r) || block != 0)
+    return nullptr;
+  if (ns != 1 && !(ns == M && (axis == 0 || axis == -static_cast<int64_t>(wd.dims.size())))) return nullptr;
+  if (dqw.has(2) && (!const_at(dqw, 2) || dqw.in[2]->NumElements() != ns)) return nullptr;
+  // The float bias, if any: a constant (a folded DequantizeLinear of int32 values in QDQ models).
+  const float *bias = nullptr;
+  if (conv.has(2)) {
+    if (!const_at(conv, 2) || conv.in[2]->dtype != ElemType::kFloat || conv.in[2]->NumElements() != M) return nullptr;
+    bias = static_cast<const float *>(conv.in_data[2]);
+  }
+  const float xs = *static_cast<const float *>(dqx.in_data[1]), ys = *static_cast<const float *>(q.in_data[1]);
+  // Normal, finite scales only: the input's integers come back exactly from x / xs, and the requantisation's
+  // quotients are QuantizeLinear's (a zero, NaN or subnormal scale keeps the unfused nodes).
+  const auto usable = [](float v) { return std::isfinite(v) && v > 0 && v >= 1e-30f && v <= 1e30f; };
+  if (!usable(xs) || !usable(ys)) return nullptr;
+  std::vector<double> xw(static_cast<size_t>(M));
+  for (int64_t m = 0; m < M; ++m) {
+    const float ws = static_cast<const float *>(dqw.in_data[1])[ns == 1 ? 0 : m];
+    if (!usable(ws)) return nullptr;
+    xw[static_cast<size_t>(m)] = static_cast<double>(xs) * static_cast<double>(ws);
+  }
+  // QLinearConv's inputs by position: x (the requantised copy, bound at run time), x_scale, x_zero_point, w,
+  // w_scale, w_zero_point, y_scale, y_zero_point (the bias is applied in float by RequantizeQdq).
+  TensorDesc xq{dqx.in[0]->dtype, conv.in[0]->dims};
+  KernelCtx kc;
+  kc.node = conv.node;
+  kc.opset = conv.opset;
+  kc.in = {&xq, dqx.in[1], dqx.has(2) ? dqx.in[2] : nullptr, dqw.in[0], dqw.in[1], dqw.has(2) ? dqw.in[2] : nullptr,
+           q.in[1], q.has(2) ? q.in[2] : nullptr};
+  kc.in_data = {nullptr, dqx.in_data[1], dqx.has(2) ? dqx.in_data[2] : nullptr, dqw.in_data[0], dqw.in_data[1],
+                dqw.has(2) ? dqw.in_data[2] : nullptr, q.in_data[1], q.has(2) ? q.in_data[2] : nullptr};
+  kc.out = q.out;
+  std::string reason;
+  std::unique_ptr<Kernel> k = PrepareConvVia(kc, ConvIO{0, 3, 2, 5, 1, 4, 6, 7, -1}, &reason);
+  if (!k) return nullptr;
+  std::unique_ptr<ConvViaGemm> cv(static_cast<ConvViaGemm *>(k.release()));
+  if (!cv->w_packed()) return nullptr;  // constant weights only (packed once)
+  cv->qdq_.xw = std::move(xw);
+  cv->qdq_.bias.assign(static_cast<size_t>(M), 0.0);
+  if (bias)
+    for (int64_t m = 0; m < M; ++m) cv->qdq_.bias[static_cast<size_t>(m)] = bias[m];
+  cv->qdq_.ys = ys;
+  cv->qdq_.yzp = q.has(2) ? static_cast<float>(LoadAny(q.in[2]->dtype, q.in_data[2], 0)) : 0.f;
+  const float xzp = dqx.has(2) ? static_cast<float>(LoadAny(dqx.in[2]->dtype, dqx.in_data[2], 0)) : 0.f;
+  std::vector<const void *> consts(kc.in_data.begin(), kc.in_data.end());
+  consts.resize(kMaxIns, nullptr);
+  return std::make_unique<QdqConvKernel>(std::move(cv), std::move(consts), conv.in[0]->NumElements(), xs, xzp,
+                                         dqx.in[0]->dtype == ElemType::kInt8);
+}
 
 void RegisterQuantOps(std::vector<OpDef> *ops) {
   ops->push_back({"QuantizeLinear", 2, 3, 1, 1, nullptr, InferQuantize, PrepareQuantize, true});

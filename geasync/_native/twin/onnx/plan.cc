@@ -2,6 +2,7 @@
 // lifetime-based reuse, graph outputs written straight into the caller's buffers. Run does no heap allocation.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <list>
 #include <mutex>
 #include <new>
@@ -139,6 +140,9 @@ class PlanImpl : public Plan {
   std::unique_ptr<Kernel> TryFuseQdq(const KernelCtx &kc, const std::vector<int> &uses,
                                      const std::vector<int> &sole_user, std::vector<char> *absorbed,
                                      std::vector<int> *outputs);
+  std::unique_ptr<Kernel> TryFuseQdqConv(size_t k, const KernelCtx &kc, const std::vector<int> &uses,
+                                         const std::vector<int> &sole_user, std::vector<char> *absorbed,
+                                         std::vector<int> *outputs);
 
   std::shared_ptr<const Model> model_;  // keeps initializers and Constant values alive
   const ModelImpl *m_ = nullptr;
@@ -311,7 +315,9 @@ bool PlanImpl::PrepareStep(size_t k, BuildState *b, std::string *err) {
   if (donor_) s.kernel = DonorKernel(k);
   if (!s.kernel) {
     const KernelCtx kc = KernelCtxFor(k);
-    if (n.op_type == "Conv") s.kernel = TryFuseConv(kc, b->uses, b->sole_user, &b->absorbed, &fused_outputs);
+    if (n.op_type == "Conv") s.kernel = TryFuseQdqConv(k, kc, b->uses, b->sole_user, &b->absorbed, &fused_outputs);
+    if (n.op_type == "Conv" && !s.kernel)
+      s.kernel = TryFuseConv(kc, b->uses, b->sole_user, &b->absorbed, &fused_outputs);
     if (n.op_type == "QuantizeLinear") s.kernel = TryFuseQdq(kc, b->uses, b->sole_user, &b->absorbed, &fused_outputs);
     std::string reason;
     if (!s.kernel) s.kernel = n.op->prepare(kc, &reason);
@@ -544,6 +550,49 @@ std::unique_ptr<Kernel> PlanImpl::TryFuseQdq(const KernelCtx &kc, const std::vec
   (*absorbed)[j] = 1;
   outputs->assign(1, d.outputs[0]);
   return k;
+}
+
+// DequantizeLinear -> Conv -> QuantizeLinear (every convolution of a QDQ model) as one integer convolution on the
+// 8-bit values (PrepareQdqConv): the Conv's float output must have the QuantizeLinear as its only reader. The
+// DequantizeLinear feeding the Conv stays (other readers, or a fused QuantizeLinear -> DequantizeLinear pair, may
+// read its float output); the kernel recovers its 8-bit input from those floats exactly. GEASYNC_QDQ_CONV=float
+// keeps the float Conv (the graph as written, summed in float).
+std::unique_ptr<Kernel> PlanImpl::TryFuseQdqConv(size_t k, const KernelCtx &kc, const std::vector<int> &uses,
+                                                 const std::vector<int> &sole_user, std::vector<char> *absorbed,
+                                                 std::vector<int> *outputs) {
+  static const bool off = [] {
+    const char *e = std::getenv("GEASYNC_QDQ_CONV");
+    return e && std::string(e) == "float";
+  }();
+  const Node &conv = *kc.node;
+  if (off || conv.inputs.size() < 2 || conv.outputs.size() != 1 || conv.outputs[0] < 0) return nullptr;
+  const int v = conv.outputs[0];
+  if (uses[v] != 1) return nullptr;
+  const int qj = sole_user[v];
+  const Node &q = m_->nodes_[qj];
+  if (a_.node_folded[qj] || q.op_type != "QuantizeLinear" || !q.domain.empty() || q.inputs.empty() ||
+      q.inputs[0] != v || q.outputs.size() != 1 || q.outputs[0] < 0)
+    return nullptr;
+  // The nodes writing the Conv's input and weights (earlier in topological order).
+  const auto producer = [&](int value) -> int {
+    for (size_t j = k; j-- > 0;)
+      for (int o : m_->nodes_[j].outputs)
+        if (o == value) return static_cast<int>(j);
+    return -1;
+  };
+  if (conv.inputs[0] < 0 || conv.inputs[1] < 0 || !a_.cdata[conv.inputs[1]]) return nullptr;
+  const int dx = producer(conv.inputs[0]), dw = producer(conv.inputs[1]);
+  if (dx < 0 || dw < 0 || a_.node_folded[dx] || !a_.node_folded[dw]) return nullptr;
+  const Node &nx = m_->nodes_[dx], &nw = m_->nodes_[dw];
+  if (nx.op_type != "DequantizeLinear" || nw.op_type != "DequantizeLinear" || !nx.domain.empty() ||
+      !nw.domain.empty() || nx.outputs.size() != 1 || nw.outputs.size() != 1)
+    return nullptr;
+  auto kern = PrepareQdqConv(kc, KernelCtxFor(static_cast<size_t>(dx)), KernelCtxFor(static_cast<size_t>(dw)),
+                             KernelCtxFor(static_cast<size_t>(qj)));
+  if (!kern) return nullptr;
+  (*absorbed)[qj] = 1;
+  outputs->assign(1, q.outputs[0]);
+  return kern;
 }
 
 bool PlanImpl::AllocateArena(std::string *err) {
