@@ -898,6 +898,36 @@ def conv_sweep4_cases(size: str):
                    kernel_shape=[k, k], strides=[2, 2], pads=[k // 2] * 4, group=c)
 
 
+def conv_sweep5_cases(size: str):
+    """A fifth conv sweep (1M size only): the conv rows still above 1.5x onnxruntime after the fourth: dilated 3x3
+    on 7x7 / 8x8 / 14x14 / 28x28 maps (ASPP, FCN-ResNet50's dilated layer4), depthwise 7x7 on ConvNeXt's late maps,
+    Conv3d 3x3x3, depthwise 5x5 stride 2 to 7x7 / 14x14."""
+    if size != "1M":
+        return
+
+    def conv(name, x, w, bias=False, **attrs):
+        init = [("w", rand(w, -0.2, 0.2, 111))]
+        if bias:
+            init.append(("b", rand([w[0]], seed=112)))
+        node = helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["y"], **attrs)
+        model = make_model([node], [("x", F, list(x.shape))], [("y", F, None)], initializers=init, opset=OPSET)
+        return f"{name} on {'x'.join(map(str, x.shape))}", model, [x]
+
+    for c, h in ((64, 7), (512, 8), (64, 14), (64, 28)):
+        for d in (2, 4):
+            yield conv(f"Conv 3x3 dilation {d} {c}->{c}", rand([1, c, h, h], seed=113), [c, c, 3, 3],
+                       kernel_shape=[3, 3], dilations=[d, d], pads=[d] * 4)
+    for c, h in ((768, 7), (384, 14), (192, 28)):
+        yield conv(f"Conv depthwise 7x7 p3 bias {c}", rand([1, c, h, h], seed=114), [c, 1, 7, 7], bias=True,
+                   kernel_shape=[7, 7], pads=[3] * 4, group=c)
+    for c, m, d, h in ((16, 16, 8, 32), (32, 32, 8, 16), (64, 64, 4, 14)):
+        yield conv(f"Conv3d 3x3x3 p1 {c}->{m}", rand([1, c, d, h, h], seed=115), [m, c, 3, 3, 3],
+                   kernel_shape=[3, 3, 3], pads=[1] * 6)
+    for c, h in ((672, 14), (480, 28), (240, 28)):
+        yield conv(f"Conv depthwise 5x5 s2 p2 {c}", rand([1, c, h, h], seed=116), [c, 1, 5, 5],
+                   kernel_shape=[5, 5], strides=[2, 2], pads=[2] * 4, group=c)
+
+
 def quant_model_cases(size: str):
     """Quantised models: QuantizeLinear / DequantizeLinear with 16-bit activations (quantize_static's QUInt16 /
     QInt16, opset 21), per tensor and per channel, and a QDQ Conv whose weight is a DequantizeLinear of an int8
@@ -1102,6 +1132,7 @@ FAMILIES = {
     "conv sweep 3": conv_sweep3_cases,
     "pool reduce 7": pool_reduce7_cases,
     "conv sweep 4": conv_sweep4_cases,
+    "conv sweep 5": conv_sweep5_cases,
 
     "quant models": quant_model_cases,
     "qdq fusion": qdq_fusion_cases,

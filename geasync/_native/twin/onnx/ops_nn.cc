@@ -23,6 +23,7 @@
 #include "conv_winograd.h"
 #include "elem.h"
 #include "gemm.h"
+#include "gemm_panel.h"
 #include "row_reduce.h"
 #include "shared_const.h"
 #include "vmath.h"
@@ -1020,6 +1021,87 @@ __attribute__((target("avx2,fma"))) void TinyDepthwiseImageAvx2(const DwTapLists
       yt[q * C + c] = relu && a < 0.0f ? 0.0f : a;
     }
 }
+// Depthwise channels last with AVX-512 at stride 1 or 2, no dilation, 3 / 5 / 7 taps per row (ConvNeXt's 7x7 on
+// 768x7x7, EfficientNet's 5x5 stride 2 to 7x7): kJ outputs of one row x 16 channels in registers and the row's kKw
+// weights in registers, each input column loaded once per kernel row and used by every output that reads it. The
+// AVX2 kernel above loads an input and a weight per FMA (1.4-1.8x onnxruntime on these). The input comes with its
+// columns zero-padded (xp: rows of pw positions), so the taps of a row need no bounds; rows outside the input are
+// skipped. Each output: its bias, then one FMA per tap in (kh, kw) order (a padded column adds 0 * w).
+struct DwClArgs {
+  const float *xp;  // [H][pw][C], column 0 = input column -pl
+  int64_t H, pw, C, kh, pt, OW;
+  const float *wt;  // [tap][C]
+  const float *B;
+  bool relu;
+  float *yt;  // [out position][C]
+};
+template <int kKw, int kS, int kJ>
+__attribute__((target("avx512f"))) void DwClBlock(const DwClArgs &a, int64_t c0, __mmask16 m, int64_t oh,
+                                                   int64_t ow0) {
+  const int64_t C = a.C;
+  __m512 acc[kJ];
+  const __m512 b = a.B ? _mm512_maskz_loadu_ps(m, a.B + c0) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int j = 0; j < kJ; ++j) acc[j] = b;
+  for (int64_t kh = 0; kh < a.kh; ++kh) {
+    const int64_t ih = oh * kS - a.pt + kh;
+    if (ih < 0 || ih >= a.H) continue;
+    __m512 w[kKw];
+#pragma GCC unroll 8
+    for (int k = 0; k < kKw; ++k) w[k] = _mm512_maskz_loadu_ps(m, a.wt + (kh * kKw + k) * C + c0);
+    const float *x = a.xp + (ih * a.pw + ow0 * kS) * C + c0;
+#pragma GCC unroll 24
+    for (int i = 0; i < (kJ - 1) * kS + kKw; ++i) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + i * C);
+#pragma GCC unroll 8
+      for (int j = 0; j < kJ; ++j) {
+        const int k = i - j * kS;
+        if (k >= 0 && k < kKw) acc[j] = _mm512_fmadd_ps(xv, w[k], acc[j]);
+      }
+    }
+  }
+  float *y = a.yt + (oh * a.OW + ow0) * C + c0;
+#pragma GCC unroll 8
+  for (int j = 0; j < kJ; ++j) {
+    // max(0, acc) keeps a NaN acc (the second operand), as the scalar `acc < 0 ? 0 : acc` (full-mask form: see
+    // StoreDepthwiseRows)
+    const __m512 v = a.relu ? _mm512_mask_max_ps(acc[j], static_cast<__mmask16>(0xFFFF), _mm512_setzero_ps(), acc[j])
+                            : acc[j];
+    _mm512_mask_storeu_ps(y + j * C, m, v);
+  }
+}
+template <int kKw, int kS>
+__attribute__((target("avx512f"))) void DwClImage(const DwClArgs &a, int64_t OH) {
+  for (int64_t c0 = 0; c0 < a.C; c0 += 16) {
+    const int64_t n = std::min<int64_t>(16, a.C - c0);
+    const __mmask16 m = static_cast<__mmask16>(n == 16 ? 0xFFFFu : (1u << n) - 1u);
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      int64_t ow0 = 0;
+      for (; ow0 + 8 <= a.OW; ow0 += 8) DwClBlock<kKw, kS, 8>(a, c0, m, oh, ow0);
+      switch (a.OW - ow0) {
+        case 7: DwClBlock<kKw, kS, 7>(a, c0, m, oh, ow0); break;
+        case 6: DwClBlock<kKw, kS, 6>(a, c0, m, oh, ow0); break;
+        case 5: DwClBlock<kKw, kS, 5>(a, c0, m, oh, ow0); break;
+        case 4: DwClBlock<kKw, kS, 4>(a, c0, m, oh, ow0); break;
+        case 3: DwClBlock<kKw, kS, 3>(a, c0, m, oh, ow0); break;
+        case 2: DwClBlock<kKw, kS, 2>(a, c0, m, oh, ow0); break;
+        case 1: DwClBlock<kKw, kS, 1>(a, c0, m, oh, ow0); break;
+        default: break;
+      }
+    }
+  }
+}
+void DwClImageAvx512(const DwClArgs &a, int64_t OH, int64_t kw, int64_t s) {
+  if (s == 1) {
+    if (kw == 3) DwClImage<3, 1>(a, OH);
+    else if (kw == 5) DwClImage<5, 1>(a, OH);
+    else DwClImage<7, 1>(a, OH);
+  } else {
+    if (kw == 3) DwClImage<3, 2>(a, OH);
+    else if (kw == 5) DwClImage<5, 2>(a, OH);
+    else DwClImage<7, 2>(a, OH);
+  }
+}
 #endif
 
 template <class T>
@@ -1117,6 +1199,14 @@ class ConvKernel : public Kernel {
       if (dw_s2_) tiny_dw_ = dconv_ = s2_ = flat_ = wino_ = false;
     }
 #endif
+#ifdef TWIN_HAVE_X86
+    if constexpr (std::is_same<T, float>::value) {
+      dwcl_ = tiny_dw_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && w_.in[0] == 1 && w_.k[0] == 1 &&
+              w_.pb[0] == 0 && w_.pe[0] == 0 && w_.s[1] == w_.s[2] && (w_.s[2] == 1 || w_.s[2] == 2) &&
+              w_.d[1] == 1 && w_.d[2] == 1 && (w_.k[2] == 3 || w_.k[2] == 5 || w_.k[2] == 7);
+      if (dwcl_) dwcl_pw_ = (w_.out[2] - 1) * w_.s[2] + w_.k[2];
+    }
+#endif
     if (tiny_dw_) {
       dconv_ = s2_ = flat_ = wino_ = false;
       dw_taps_ = ListDwTaps(w_);
@@ -1144,6 +1234,124 @@ class ConvKernel : public Kernel {
       }
     }
     if constexpr (std::is_same<T, float>::value) InitPhases();
+    if constexpr (std::is_same<T, float>::value) InitChannelsLast();
+  }
+  // Dilated convs on small maps that the phases leave to im2col (phase maps under 8 columns: 3x3 dilation 2 / 4 on
+  // 7x7, 8x8, 14x14, FCN's dilated layer4 on 512x8x8): im2col + GEMM there has N = the map's positions (49-64,
+  // 2.1-3.0x onnxruntime). Channels last instead: the taps' input rows are contiguous runs of C floats, and the
+  // GEMM has the positions as rows and the output channels as columns, against weights packed into panels once
+  // (PackPanels), so its N is the channel count.
+  void InitChannelsLast() {
+    const int width = PanelWidth();
+    bool dilated = false;
+    for (size_t i = 0; i < kMaxSpatial; ++i) dilated = dilated || w_.d[i] > 1;
+    // Also ahead of the direct kernel's dilated taps on such maps (CL_DCONV).
+    if (width == 0 || !dilated || G_ != 1 || direct_ || (dconv_ && out_sp_ > kClOverDirect) || wino_ || tiny_dw_ ||
+        dw_s2_ || !phase_groups_.empty() || out_sp_ <= 0 || out_sp_ > kClMaxPositions || M_ < 16 || C_ < 8)
+      return;
+    dconv_ = s2_ = flat_ = false;
+    cl_width_ = width;
+    cl_ = true;
+    const int64_t K = C_ * kk_;
+    // Blocks of positions (a multiple of the panel kernel's 8 rows), and K in chunks such that a chunk of the
+    // block's columns and one weight panel of it stay in L2 together (~384 KB): 3x3 512->512 on 8x8 (K = 4608)
+    // otherwise streamed its 9.4 MB of weights or its columns from memory per panel.
+    cl_rows_ = std::min<int64_t>(out_sp_, 256);
+    cl_kc_ = std::min<int64_t>(K, std::max<int64_t>(64, (int64_t(384) << 10) / ((cl_rows_ + width) * 4)));
+    if (fused_) {
+      std::vector<float> pk(static_cast<size_t>(PackedSize(M_, K, cl_width_)));
+      std::vector<float> perm(static_cast<size_t>(M_ * K));
+      PackChannelsLast(reinterpret_cast<const float *>(fw_.data()), perm.data(), pk.data());
+      wcl_ = std::make_shared<const std::vector<float>>(std::move(pk));
+    }
+  }
+  // W [M][C][taps] -> [taps * C][M] (perm), then each chunk of cl_kc_ rows of it into panels, chunk after chunk.
+  void PackChannelsLast(const float *W, float *perm, float *pack) const {
+    const int64_t K = C_ * kk_;
+    for (int64_t m = 0; m < M_; ++m)
+      for (int64_t c = 0; c < C_; ++c)
+        for (int64_t t = 0; t < kk_; ++t) perm[(t * C_ + c) * M_ + m] = W[(m * C_ + c) * kk_ + t];
+    for (int64_t k0 = 0; k0 < K; k0 += cl_kc_)
+      PackPanels(perm + k0 * M_, false, M_, std::min(cl_kc_, K - k0), cl_width_,
+                 pack + PackedSize(M_, k0, cl_width_));
+  }
+  struct ClLayout {
+    size_t col = 0, yt = 0, perm = 0, pack = 0, total = 0;
+  };
+  ClLayout ClScratch() const {
+    const size_t f = sizeof(float);
+    const int64_t K = C_ * kk_;
+    ClLayout l;
+    l.col = Align64(static_cast<size_t>(in_sp_ * C_) * f);
+    l.yt = l.col + Align64(static_cast<size_t>(cl_rows_ * K) * f);
+    l.perm = l.yt + Align64(static_cast<size_t>(out_sp_ * M_) * f);
+    l.pack = l.perm + (wcl_ ? 0 : Align64(static_cast<size_t>(M_ * K) * f));
+    l.total = l.pack + (wcl_ ? 0 : Align64(static_cast<size_t>(PackedSize(M_, K, cl_width_)) * f));
+    return l;
+  }
+  void RunChannelsLast(const float *X, const float *W, const float *B, float *Y) {
+    const ClLayout l = ClScratch();
+    char *base = static_cast<char *>(scratch_);
+    float *xt = reinterpret_cast<float *>(base), *col = reinterpret_cast<float *>(base + l.col);
+    float *yt = reinterpret_cast<float *>(base + l.yt);
+    const float *pack = wcl_ ? wcl_->data() : nullptr;
+    if (!wcl_) {
+      float *pk = reinterpret_cast<float *>(base + l.pack);
+      PackChannelsLast(W, reinterpret_cast<float *>(base + l.perm), pk);
+      pack = pk;
+    }
+    const int64_t C = C_, M = M_, K = C * kk_;
+    const int64_t o1n = w_.out[1], o2n = w_.out[2];
+    for (int64_t n = 0; n < N_; ++n) {
+      TransposeFloats(X + n * C * in_sp_, xt, in_sp_, C, in_sp_);  // xt [position][C]
+      for (int64_t p = 0; p < out_sp_; ++p) {
+        float *y = yt + p * M;
+        if (B) std::copy_n(B, M, y);
+        else std::fill(y, y + M, 0.0f);
+      }
+      for (int64_t p0 = 0; p0 < out_sp_; p0 += cl_rows_) {
+        const int64_t p1 = std::min(out_sp_, p0 + cl_rows_);
+        float *dst = col;
+        for (int64_t p = p0; p < p1; ++p) {
+          const int64_t o0 = p / (o1n * o2n), o1 = p / o2n % o1n, o2 = p % o2n;
+          for (int64_t k0 = 0; k0 < w_.k[0]; ++k0) {
+            const int64_t i0 = o0 * w_.s[0] - w_.pb[0] + k0 * w_.d[0];
+            const bool in0 = i0 >= 0 && i0 < w_.in[0];
+            for (int64_t k1 = 0; k1 < w_.k[1]; ++k1) {
+              const int64_t i1 = o1 * w_.s[1] - w_.pb[1] + k1 * w_.d[1];
+              const bool in1 = in0 && i1 >= 0 && i1 < w_.in[1];
+              for (int64_t k2 = 0; k2 < w_.k[2]; ++k2, dst += C) {
+                const int64_t i2 = o2 * w_.s[2] - w_.pb[2] + k2 * w_.d[2];
+                if (in1 && i2 >= 0 && i2 < w_.in[2]) {
+                  const float *__restrict src = xt + ((i0 * w_.in[1] + i1) * w_.in[2] + i2) * C;
+                  float *__restrict d = dst;
+                  for (int64_t c = 0; c < C; ++c) d[c] = src[c];
+                } else {
+                  std::fill(dst, dst + C, 0.0f);
+                }
+              }
+            }
+          }
+        }
+        for (int64_t k0 = 0; k0 < K; k0 += cl_kc_) {
+          PanelGemm g;
+          g.A = col + k0;
+          g.lda = K;
+          g.rows = p1 - p0;
+          g.K = std::min(cl_kc_, K - k0);
+          g.pack = pack + PackedSize(M, k0, cl_width_);
+          g.N = M;
+          g.C = yt + p0 * M;
+          g.ldc = M;
+          g.accumulate = true;
+          RunPanels(g, cl_width_);
+        }
+      }
+      float *yn = Y + n * M * out_sp_;
+      TransposeFloats(yt, yn, M, out_sp_, M);
+      if (relu_)
+        for (int64_t i = 0; i < M * out_sp_; ++i) yn[i] = yn[i] < 0.0f ? 0.0f : yn[i];
+    }
   }
   // Dilation d at stride 1 by phases: the outputs (d a + p) of a phase p read only the input rows (columns) that are
   // congruent to p - pads_begin mod d, so each of the d1 x d2 phases is an undilated conv with the same weights on
@@ -1254,6 +1462,13 @@ class ConvKernel : public Kernel {
       const_w_ = true;
     }
     if constexpr (std::is_same<T, float>::value) {
+      if (cl_ && !fused_)
+        wcl_ = SharedDerived<float>(W, "conv channels-last panels", {int64_t(cl_width_), M_, C_, kk_},
+                                    [&](std::vector<float> *v) {
+                                      std::vector<float> perm(static_cast<size_t>(M_ * C_ * kk_));
+                                      v->resize(static_cast<size_t>(PackedSize(M_, C_ * kk_, cl_width_)));
+                                      PackChannelsLast(W, perm.data(), v->data());
+                                    });
       if (!wino_) return;
       wu_ = SharedDerived<float>(W, "winograd filter", {M_, C_}, [&](std::vector<float> *v) {
         v->resize(WinogradFilterFloats(C_, M_));
@@ -1282,9 +1497,10 @@ class ConvKernel : public Kernel {
   size_t scratch_bytes() const override {
     if (dw_s2_) return 0;
     if (tiny_dw_)
-      return Align64(static_cast<size_t>((in_sp_ + out_sp_) * C_) * sizeof(T)) +
+      return Align64(static_cast<size_t>(DwInFloats() + DwOutFloats()) * sizeof(T)) +
              (!wt_ ? Align64(static_cast<size_t>(kk_ * C_) * sizeof(T)) : 0);
     if (!phase_groups_.empty()) return PhaseScratch().total;
+    if (cl_) return ClScratch().total;
     if (stack1x1_) return Align64(static_cast<size_t>(N_ * out_sp_ * (cg_ + mg_)) * sizeof(T));
     if (!wino_) return DirectScratchBytes();
     const size_t filter = !wu_ ? Align64(WinogradFilterFloats(C_, M_) * sizeof(T)) : 0;
@@ -1335,6 +1551,12 @@ class ConvKernel : public Kernel {
     }
 #endif
     if (!phase_groups_.empty()) return RunPhases(in, Y);
+    if constexpr (std::is_same<T, float>::value) {
+      if (cl_) {
+        RunChannelsLast(X, W, B, Y);
+        return true;
+      }
+    }
     if (stack1x1_) {
       RunStacked1x1(X, W, B, Y);
       return true;
@@ -1549,13 +1771,17 @@ class ConvKernel : public Kernel {
   // Per image: X to [position][channel], every output position the sum over its taps inside the input (padding
   // contributes nothing, so it is skipped, not stored), each tap a multiply-add over the contiguous channels; then
   // back to [channel][position]. Any stride, dilation and padding (1-D, 2-D and 3-D windows).
+  // Floats of the channels-last input: padded rows for the AVX-512 kernel (dwcl_), else the plain map.
+  // dwcl_ also keeps the plain transposed map after the outputs (DwOutFloats).
+  int64_t DwInFloats() const { return (dwcl_ ? w_.in[1] * dwcl_pw_ : in_sp_) * C_; }
+  int64_t DwOutFloats() const { return (out_sp_ + (dwcl_ ? in_sp_ : 0)) * C_; }
   void RunTinyDepthwise(const T *X, const T *W, const T *B, T *Y) {
     T *xt = static_cast<T *>(scratch_);
-    T *yt = xt + in_sp_ * C_;
+    T *yt = xt + DwInFloats();
     const T *wt = wt_ ? wt_->data() : nullptr;
     if (!wt_) {
       T *t = reinterpret_cast<T *>(static_cast<char *>(scratch_) +
-                                   Align64(static_cast<size_t>((in_sp_ + out_sp_) * C_) * sizeof(T)));
+                                   Align64(static_cast<size_t>(DwInFloats() + DwOutFloats()) * sizeof(T)));
       for (int64_t c = 0; c < C_; ++c)
         for (int64_t k = 0; k < kk_; ++k) t[k * C_ + c] = W[c * kk_ + k];
       wt = t;
@@ -1565,6 +1791,27 @@ class ConvKernel : public Kernel {
       const T *xn = X + n * C * in_sp_;
       T *yn = Y + n * C * out_sp_;
       if constexpr (std::is_same<T, float>::value) {
+#ifdef TWIN_HAVE_X86
+        if (dwcl_) {
+          // One transpose of the whole map (per row, 7-position transposes took longer than the convolution),
+          // then its rows into the padded rows.
+          const int64_t H = w_.in[1], Wd = w_.in[2], pw = dwcl_pw_, pl = w_.pb[2];
+          const int64_t ncols = std::max<int64_t>(0, std::min(Wd, pw - pl));
+          float *plain = yt + out_sp_ * C;
+          TransposeFloats(xn, plain, in_sp_, C, in_sp_);
+          for (int64_t ih = 0; ih < H; ++ih) {
+            float *row = xt + ih * pw * C;
+            const int64_t lead = std::min(pl, pw);
+            std::fill(row, row + lead * C, 0.0f);
+            if (ncols > 0) CopyBytes(row + pl * C, plain + ih * Wd * C, static_cast<size_t>(ncols * C) * sizeof(float));
+            std::fill(row + (lead + ncols) * C, row + pw * C, 0.0f);
+          }
+          DwClArgs a{xt, H, pw, C, w_.k[1], w_.pb[1], w_.out[2], wt, B, relu_, yt};
+          DwClImageAvx512(a, w_.out[1], w_.k[2], w_.s[2]);
+          TransposeFloats(yt, yn, C, out_sp_, C);
+          continue;
+        }
+#endif
         TransposeFloats(xn, xt, in_sp_, C, in_sp_);
 #ifdef TWIN_HAVE_X86
         if (avx2_) TinyDepthwiseImageAvx2(dw_taps_, xt, wt, B, relu_, C, yt);
@@ -1720,6 +1967,8 @@ class ConvKernel : public Kernel {
   bool wino_ = false;                  // Winograd F(2x2, 3x3) (float), falling back to the paths above
   bool dw_s2_ = false;                 // depthwise at stride 2, AVX-512, from the input planes (DepthwiseS2PlaneAvx512)
   bool tiny_dw_ = false;               // depthwise on a small map, channels last (RunTinyDepthwise)
+  bool dwcl_ = false;                  // its AVX-512 row-blocked kernel (DwClImageAvx512)
+  int64_t dwcl_pw_ = 0;                // its padded row length (positions)
   int64_t col_rows_ = 0;               // im2col in blocks of this many output rows (0: the whole image at once)
   std::shared_ptr<const std::vector<T>> wt_;  // its weights as [tap][channel] when known at plan time
   DwTapLists dw_taps_;                 // its taps inside the input per output position
@@ -1727,6 +1976,13 @@ class ConvKernel : public Kernel {
   std::shared_ptr<const std::vector<float>> wu_;  // its transformed filter when the weights are constant
   std::vector<PhaseGroup> phase_groups_;  // dilation by phases (InitPhases)
   bool stack1x1_ = false;              // 1x1 on small maps of several images (RunStacked1x1)
+  static constexpr int64_t kClMaxPositions = 1024;
+  static constexpr int64_t kClOverDirect = 256;
+  bool cl_ = false;                    // channels last, positions x panels GEMM (InitChannelsLast)
+  int cl_width_ = 0;                   // its panel width (PanelWidth)
+  int64_t cl_rows_ = 0;                // its positions per column block
+  int64_t cl_kc_ = 0;                  // its K per GEMM call
+  std::shared_ptr<const std::vector<float>> wcl_;  // its packed panels when the weights are known at plan time
 };
 
 // A Conv kernel's window (from X's and W's static spatial dims) and its group count.
