@@ -63,7 +63,7 @@ def test_dilated_grouped():
     check_twin(*conv_model("Conv", x, w, kernel_shape=[3, 3], dilations=[2, 2], pads=[2] * 4, group=2))
 
 
-# (x shape, kernel, stride, pads)
+# (x shape, kernel, stride, pads): maps up to 28x28 (the small-map rule and the larger maps the kernel takes).
 _DW = [
     ((1, 768, 7, 7), 7, 1, (3, 3, 3, 3)),
     ((2, 40, 7, 7), 7, 1, (3, 3, 3, 3)),
@@ -77,6 +77,10 @@ _DW = [
     ((1, 20, 9, 9), 7, 2, (3, 3, 3, 3)),
     ((1, 16, 6, 6), 5, 2, (0, 0, 0, 0)),
     ((1, 16, 7, 7), 3, 1, (4, 4, 4, 4)),
+    ((1, 40, 14, 14), 7, 1, (3, 3, 3, 3)),
+    ((1, 24, 28, 28), 5, 2, (2, 2, 2, 2)),
+    ((2, 19, 27, 29), 3, 1, (1, 1, 1, 1)),
+    ((1, 16, 25, 23), 7, 2, (3, 2, 1, 3)),
 ]
 
 
