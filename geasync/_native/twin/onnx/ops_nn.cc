@@ -1248,15 +1248,16 @@ class ConvKernel : public Kernel {
     if constexpr (std::is_same<T, float>::value) InitChannelsLast();
   }
   // Dilated convs on small maps that the phases leave to im2col (phase maps under 8 columns: 3x3 dilation 2 / 4 on
-  // 7x7, 8x8, 14x14, FCN's dilated layer4 on 512x8x8): im2col + GEMM there has N = the map's positions (49-64,
-  // 2.1-3.0x onnxruntime). Channels last instead: the taps' input rows are contiguous runs of C floats, and the
-  // GEMM has the positions as rows and the output channels as columns, against weights packed into panels once
-  // (PackPanels), so its N is the channel count.
+  // 7x7, 8x8, 14x14, FCN's dilated layer4 on 512x8x8): im2col + GEMM there has N = the map's positions (49-64),
+  // the direct kernel's dilated taps mostly idle lanes (2.0-3.0x onnxruntime on 64x7x7, 2.0-2.5x on 512x8x8 at
+  // dilation 4). Channels last instead: the taps' input rows are contiguous runs of C floats, and the GEMM has the
+  // positions as rows and the output channels as columns, against weights packed into panels once (PackPanels), so
+  // its N is the channel count (64x7x7: 1.38x / 1.84x at dilation 2 / 4; 512x8x8: 1.0x / 1.2x).
   void InitChannelsLast() {
     const int width = PanelWidth();
     bool dilated = false;
     for (size_t i = 0; i < kMaxSpatial; ++i) dilated = dilated || w_.d[i] > 1;
-    // Also ahead of the direct kernel's dilated taps on such maps (CL_DCONV).
+    // Also ahead of the direct kernel's dilated taps on maps up to kClOverDirect positions.
     if (width == 0 || !dilated || G_ != 1 || direct_ || (dconv_ && out_sp_ > kClOverDirect) || wino_ || tiny_dw_ ||
         dw_s2_ || !phase_groups_.empty() || out_sp_ <= 0 || out_sp_ > kClMaxPositions || M_ < 16 || C_ < 8)
       return;
@@ -1988,7 +1989,7 @@ class ConvKernel : public Kernel {
   std::vector<PhaseGroup> phase_groups_;  // dilation by phases (InitPhases)
   bool stack1x1_ = false;              // 1x1 on small maps of several images (RunStacked1x1)
   static constexpr int64_t kClMaxPositions = 1024;
-  static constexpr int64_t kClOverDirect = 256;
+  static constexpr int64_t kClOverDirect = 256;  // 14x14 measured even (1.24x / 1.46x either way), 8x8 ahead
   bool cl_ = false;                    // channels last, positions x panels GEMM (InitChannelsLast)
   int cl_width_ = 0;                   // its panel width (PanelWidth)
   int64_t cl_rows_ = 0;                // its positions per column block
