@@ -1306,9 +1306,9 @@ class QdqConvKernel : public Kernel {
     if (xs8_) QuantizeFloats(x, xs_, xzp_, reinterpret_cast<int8_t *>(sp), n_);
     else QuantizeFloats(x, xs_, xzp_, reinterpret_cast<uint8_t *>(sp), n_);
     conv_->set_scratch(sp + XBytes());
-    std::vector<const void *> ins = consts_;
-    ins[0] = sp;
-    return conv_->Run(ins.data(), out, reason);
+    Ins ins(consts_.data(), consts_.size());  // on the stack: Run allocates nothing
+    ins.p[0] = sp;
+    return conv_->Run(ins.p, out, reason);
   }
 
  private:
