@@ -426,6 +426,103 @@ TWIN_QUAD_TARGET void QuadPackBPanel(const S *src, int64_t ldb, int64_t K, int64
   _mm256_storeu_si256(reinterpret_cast<__m256i *>(colsum + 8), hi_sum);
 }
 
+// The four byte rows r[0 .. 4) (16 columns each) interleaved into a panel step [16][4], stored at dst; each
+// column's quad sum added into lo_sum (columns 0 .. 8) and hi_sum (8 .. 16).
+TWIN_QUAD_TARGET inline void QuadStoreStep(const __m128i *r, int8_t *dst, __m256i *lo_sum, __m256i *hi_sum) {
+  const __m256i ones = _mm256_set1_epi8(1);
+  const __m128i t01l = _mm_unpacklo_epi8(r[0], r[1]), t01h = _mm_unpackhi_epi8(r[0], r[1]);
+  const __m128i t23l = _mm_unpacklo_epi8(r[2], r[3]), t23h = _mm_unpackhi_epi8(r[2], r[3]);
+  const __m256i lo = _mm256_setr_m128i(_mm_unpacklo_epi16(t01l, t23l), _mm_unpackhi_epi16(t01l, t23l));
+  const __m256i hi = _mm256_setr_m128i(_mm_unpacklo_epi16(t01h, t23h), _mm_unpackhi_epi16(t01h, t23h));
+  _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst), lo);
+  _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + 32), hi);
+  *lo_sum = _mm256_dpbusd_epi32(*lo_sum, ones, lo);  // 1 times four signed bytes: each column's quad sum
+  *hi_sum = _mm256_dpbusd_epi32(*hi_sum, ones, hi);
+}
+
+// One gathered panel in the byte layout, element by element (partial panels, irregular positions): b[k][j] =
+// src[tap[k] + pos[j]] with the sign bit flipped for uint8; colsum[0 .. 16) set to the columns' sums.
+template <class S>
+void QuadGatherPanelScalar(const S *src, const int64_t *tap, int64_t K, const int64_t *pos, int64_t nr, int8_t *dst,
+                           int32_t *colsum) {
+  const uint8_t flip = std::is_signed<S>::value ? 0 : 0x80;
+  for (int64_t j = 0; j < kNr; ++j) colsum[j] = 0;
+  for (int64_t p = 0; p < KQuads(K); ++p)
+    for (int64_t j = 0; j < kNr; ++j)
+      for (int64_t h = 0; h < 4; ++h) {
+        const int64_t k = 4 * p + h;
+        const int8_t v =
+            j < nr && k < K ? static_cast<int8_t>(static_cast<uint8_t>(src[tap[k] + pos[j]]) ^ flip) : int8_t(0);
+        dst[p * 64 + j * 4 + h] = v;
+        colsum[j] += v;
+      }
+}
+
+// A full gathered panel of one or two runs (as GatherPanelAvx2): four taps' 16 bytes per step, interleaved.
+template <class S, int STEP>
+TWIN_QUAD_TARGET void QuadGatherPanel(const S *src, const int64_t *tap, int64_t K, const int64_t *pos, int r,
+                                      int8_t *dst, int32_t *colsum) {
+  const __m128i vflip = _mm_set1_epi8(static_cast<char>(std::is_signed<S>::value ? 0 : 0x80));
+  const __m128i take2 = _mm_cmpgt_epi8(_mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                       _mm_set1_epi8(static_cast<char>(r - 1)));
+  const int64_t first = pos[0], second = r < kNr ? pos[r] - STEP * r : pos[0];
+  const int64_t quads = KQuads(K), full = K / 4;
+  __m256i lo_sum = _mm256_setzero_si256(), hi_sum = lo_sum;
+  __m128i rows[4];
+  for (int64_t p = 0; p < full; ++p, dst += 64) {
+    for (int h = 0; h < 4; ++h) {
+      const S *t = src + tap[4 * p + h];
+      rows[h] = _mm_xor_si128(_mm_blendv_epi8(Load16<STEP>(t + first), Load16<STEP>(t + second), take2), vflip);
+    }
+    QuadStoreStep(rows, dst, &lo_sum, &hi_sum);
+  }
+  if (full < quads) {  // the last quad's taps past K are zero
+    for (int h = 0; h < 4; ++h) {
+      const int64_t k = 4 * full + h;
+      const S *t = src + tap[k < K ? k : 0];
+      rows[h] = k < K ? _mm_xor_si128(_mm_blendv_epi8(Load16<STEP>(t + first), Load16<STEP>(t + second), take2), vflip)
+                      : _mm_setzero_si128();
+    }
+    QuadStoreStep(rows, dst, &lo_sum, &hi_sum);
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i *>(colsum), lo_sum);
+  _mm256_storeu_si256(reinterpret_cast<__m256i *>(colsum + 8), hi_sum);
+}
+
+template <class S>
+void QuadPackBGatherAs(const S *src, const int64_t *tap, int64_t K, const int64_t *pos, int64_t n, int32_t zp,
+                       uint8_t *dst) {
+  const int64_t panel = KQuads(K) * 64, n16 = Round16(n);
+  int8_t *panels = reinterpret_cast<int8_t *>(dst);
+  int32_t *beta = reinterpret_cast<int32_t *>(dst + (n + 15) / 16 * panel);
+  int32_t *v = reinterpret_cast<int32_t *>(reinterpret_cast<uint8_t *>(beta) + Round64(static_cast<size_t>(n16) * 4));
+  for (int64_t j0 = 0; j0 < n; j0 += kNr) {
+    const int64_t nr = std::min<int64_t>(kNr, n - j0);
+    const int64_t *ps = pos + j0;
+    int8_t *d = panels + j0 / kNr * panel;
+    const int64_t step = nr > 1 ? ps[1] - ps[0] : 0;
+    if (nr == kNr && (step == 1 || step == 2)) {
+      int r = 1;  // the first run's length, then the second's end
+      while (r < kNr && ps[r] == ps[0] + step * r) ++r;
+      int e = r + 1;
+      while (e < kNr && ps[e] == ps[r] + step * (e - r)) ++e;
+      if (e >= kNr) {
+        if (step == 1) QuadGatherPanel<S, 1>(src, tap, K, ps, r, d, v + j0);
+        else QuadGatherPanel<S, 2>(src, tap, K, ps, r, d, v + j0);
+        continue;
+      }
+    }
+    QuadGatherPanelScalar(src, tap, K, ps, nr, d, v + j0);
+  }
+  // beta = zp - offB (offB: 128 for uint8, whose sign bit was flipped); v = colsum - K beta, wrapping as the sums
+  const int32_t b = zp - (std::is_signed<S>::value ? 0 : 128);
+  const uint32_t kb = static_cast<uint32_t>(K) * static_cast<uint32_t>(b);
+  for (int64_t j = 0; j < n16; ++j) {
+    beta[j] = j < n ? b : 0;
+    v[j] = j < n ? static_cast<int32_t>(static_cast<uint32_t>(v[j]) - kb) : 0;
+  }
+}
+
 // c[i][j] = d[i][j] - beta[j] u[i] - alpha[i] v[j], in int32 lanes (wrapping, as the sums do).
 TWIN_QUAD_TARGET void QuadCorrect(int64_t M, int64_t N, const int32_t *alpha, const int32_t *u, const int32_t *beta,
                                   const int32_t *v, int32_t *c, int64_t ldc) {
@@ -537,6 +634,16 @@ void QuadPackB(bool is_signed, const void *src, int64_t ldb, int64_t K, int64_t 
   }
 #else
   (void)is_signed, (void)src, (void)ldb, (void)K, (void)N, (void)zp, (void)per, (void)dst;
+#endif
+}
+
+void QuadPackBGather(bool is_signed, const void *src, const int64_t *tap, int64_t K, const int64_t *pos, int64_t p0,
+                     int64_t n, int32_t zp, uint8_t *dst) {
+#if defined(__x86_64__)
+  if (is_signed) QuadPackBGatherAs(static_cast<const int8_t *>(src), tap, K, pos + p0, n, zp, dst);
+  else QuadPackBGatherAs(static_cast<const uint8_t *>(src), tap, K, pos + p0, n, zp, dst);
+#else
+  (void)is_signed, (void)src, (void)tap, (void)K, (void)pos, (void)p0, (void)n, (void)zp, (void)dst;
 #endif
 }
 

@@ -45,6 +45,9 @@ void QuadPackA(bool is_signed, const void *src, int64_t lda, int64_t M, int64_t 
                uint8_t *dst);
 void QuadPackB(bool is_signed, const void *src, int64_t ldb, int64_t K, int64_t N, const int32_t *zp, bool per,
                uint8_t *dst);
+// B gathered from an 8-bit image in the byte layout (QuadBBytes(K, n)), as PackBGather; zp: the image's zero point.
+void QuadPackBGather(bool is_signed, const void *src, const int64_t *tap, int64_t K, const int64_t *pos, int64_t p0,
+                     int64_t n, int32_t zp, uint8_t *dst);
 void QuadGemm(int64_t M, int64_t N, int64_t K, const uint8_t *a, const uint8_t *b, int32_t *c, int64_t ldc);
 
 }  // namespace intgemm

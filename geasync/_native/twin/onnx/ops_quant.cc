@@ -1086,7 +1086,7 @@ class ConvViaGemm : public Kernel {
         for (int64_t o2 = 0; o2 < s_.out[2]; ++o2)
           pos_.push_back((o0 * s_.s[0] * e_[1] + o1 * s_.s[1]) * e_[2] + o2 * s_.s[2]);
     // Pixels per packed chunk: about 192 KB of packed columns, whole 16-column panels.
-    const int64_t panel_bytes = std::max<int64_t>(1, intgemm::KPairs(K_)) * 64;
+    const int64_t panel_bytes = std::max<int64_t>(1, quad_ ? intgemm::KQuads(K_) : intgemm::KPairs(K_)) * 64;
     chunk_ = std::min<int64_t>(std::max<int64_t>(1, 196608 / panel_bytes) * 16, (P_ + 15) / 16 * 16);
   }
   // Packs the weights with their zero points now (both constant).
@@ -1096,28 +1096,39 @@ class ConvViaGemm : public Kernel {
     const int64_t zn = io_.wzp >= 0 ? counts_[io_.wzp] : 0;
     const int64_t wt = static_cast<int64_t>(types_[io_.w]);
     const int64_t zt = static_cast<int64_t>(types_[io_.wzp >= 0 ? io_.wzp : io_.w]);
+    if (quad_) {
+      wq_packed_ = SharedDerived<uint8_t>(w, "integer conv W bytes", {wt, zt, zp_at, zn, s_.M, K_, s_.group},
+                                          [&](std::vector<uint8_t> *v) {
+                                            v->assign(WqBytes(), 0);
+                                            PackWq(w, wzp, v->data());
+                                          });
+      return;
+    }
     w_packed_ = SharedDerived<int16_t>(w, "integer conv W", {wt, zt, zp_at, zn, s_.M, K_},
                                        [&](std::vector<int16_t> *v) {
                                          v->assign(intgemm::PackedAElems(s_.M, K_), 0);
                                          PackW(w, wzp, v->data());
                                        });
   }
-  size_t scratch_bytes() const override {
-    return Pad(!w_packed_ ? intgemm::PackedAElems(s_.M, K_) * 2 : 0) + Pad(PadBytes()) +
-           Pad(intgemm::PackedBElems(K_, chunk_) * 2) + (io_.ys >= 0 ? Pad(mg_ * P_ * 4) : 0);
-  }
+  size_t scratch_bytes() const override { return Pad(WScratchBytes()) + Pad(PadBytes()) + Pad(BBytes()) + AccBytes(); }
   bool Run(const void *const *in_raw, void *const *out, std::string *) override {
     const Ins in(in_raw, n_in_);
     char *sp = static_cast<char *>(scratch_);
-    int16_t *w_scratch = reinterpret_cast<int16_t *>(sp);  // the weights packed per run when not constant
-    const int16_t *wp = w_packed_ ? w_packed_->data() : w_scratch;
-    sp += Pad(!w_packed_ ? intgemm::PackedAElems(s_.M, K_) * 2 : 0);
+    char *w_scratch = sp;  // the weights packed per run when not constant
+    const int16_t *wp = w_packed_ ? w_packed_->data() : reinterpret_cast<int16_t *>(w_scratch);
+    const uint8_t *wq = wq_packed_ ? wq_packed_->data() : reinterpret_cast<uint8_t *>(w_scratch);
+    sp += Pad(WScratchBytes());
     uint8_t *xpad = reinterpret_cast<uint8_t *>(sp);
     sp += Pad(PadBytes());
     int16_t *bp = reinterpret_cast<int16_t *>(sp);
-    int32_t *acc = reinterpret_cast<int32_t *>(sp + Pad(intgemm::PackedBElems(K_, chunk_) * 2));  // QLinearConv's
+    uint8_t *bq = reinterpret_cast<uint8_t *>(sp);
+    int32_t *acc = reinterpret_cast<int32_t *>(sp + Pad(BBytes()));  // QLinearConv's
     if (s_.N == 0 || s_.M == 0 || P_ == 0) return true;
-    if (!w_packed_) PackW(in[io_.w], io_.wzp >= 0 ? in[io_.wzp] : nullptr, w_scratch);
+    if (WScratchBytes() > 0) {
+      const void *wzp = io_.wzp >= 0 ? in[io_.wzp] : nullptr;
+      if (quad_) PackWq(in[io_.w], wzp, reinterpret_cast<uint8_t *>(w_scratch));
+      else PackW(in[io_.w], wzp, reinterpret_cast<int16_t *>(w_scratch));
+    }
     const bool xs8 = types_[io_.x] == ElemType::kInt8;
     const int32_t xzp = io_.xzp >= 0 && in[io_.xzp] ? static_cast<int32_t>(LoadAny(types_[io_.xzp], in[io_.xzp], 0)) : 0;
     const uint8_t zbyte = static_cast<uint8_t>(xzp & 0xFF);  // the zero point's 8-bit pattern (int8 or uint8)
@@ -1132,6 +1143,11 @@ class ConvViaGemm : public Kernel {
         int32_t *c = io_.ys < 0 ? static_cast<int32_t *>(out[0]) + y_off : acc;
         for (int64_t p0 = 0; p0 < P_; p0 += chunk_) {
           const int64_t np = std::min(chunk_, P_ - p0);
+          if (quad_) {
+            intgemm::QuadPackBGather(xs8, xpad + kSlack, tap_.data(), K_, pos_.data(), p0, np, xzp, bq);
+            intgemm::QuadGemm(mg_, np, K_, wq + g * intgemm::QuadABytes(mg_, K_), bq, c + p0, P_);
+            continue;
+          }
           intgemm::PackBGather(xs8, xpad + kSlack, tap_.data(), K_, pos_.data(), p0, np, xzp, bp);
           intgemm::Gemm(mg_, np, K_, wp + g * mg_ * wrows, bp, c + p0, P_);
         }
@@ -1161,6 +1177,23 @@ class ConvViaGemm : public Kernel {
           CopyBytes(row + lo2, x + ((c * s_.in[0] + i0) * s_.in[1] + i1) * s_.in[2], static_cast<size_t>(hi2 - lo2));
           std::memset(row + hi2, zbyte, static_cast<size_t>(e_[2] - hi2));
         }
+  }
+  // The byte path's scratch and layouts (intgemm::QuadPath): per group, the weight rows as one QuadPackA block.
+  size_t WqBytes() const { return intgemm::QuadABytes(mg_, K_) * static_cast<size_t>(s_.group); }
+  size_t WScratchBytes() const {
+    if (quad_) return wq_packed_ ? 0 : WqBytes();
+    return w_packed_ ? 0 : intgemm::PackedAElems(s_.M, K_) * 2;
+  }
+  size_t BBytes() const { return quad_ ? intgemm::QuadBBytes(K_, chunk_) : intgemm::PackedBElems(K_, chunk_) * 2; }
+  size_t AccBytes() const { return io_.ys >= 0 ? Pad(mg_ * P_ * 4) : 0; }
+  void PackWq(const void *w, const void *wzp, uint8_t *dst) const {
+    std::vector<int32_t> z;
+    const int64_t zn = io_.wzp >= 0 ? counts_[io_.wzp] : 0;
+    ZeroPoints(types_[io_.wzp >= 0 ? io_.wzp : io_.w], wzp, wzp ? zn : 0, &z);
+    const bool per = wzp && zn > 1, ws8 = types_[io_.w] == ElemType::kInt8;
+    for (int64_t g = 0; g < s_.group; ++g)
+      intgemm::QuadPackA(ws8, static_cast<const int8_t *>(w) + g * mg_ * K_, K_, mg_, K_, z.data() + (per ? g * mg_ : 0),
+                         per, dst + g * intgemm::QuadABytes(mg_, K_));
   }
   void PackW(const void *w, const void *wzp, int16_t *dst) const {
     std::vector<int32_t> z;
@@ -1237,9 +1270,12 @@ class ConvViaGemm : public Kernel {
   int64_t e_[3] = {1, 1, 1}, pplane_ = 1, chunk_ = 16;
   std::vector<int64_t> tap_, pos_;  // offsets into the padded image of each tap (c, kd, kh, kw) and output pixel
   std::shared_ptr<const std::vector<int16_t>> w_packed_;  // the constant weights, packed at prepare time
+  std::shared_ptr<const std::vector<uint8_t>> wq_packed_;  // the same in the byte path's layout
+  // AVX-512 VNNI: vpdpbusd's exact u8 x s8 quad sums (intgemm::QuadGemm), else the int16 GEMM; same int32 sums.
+  bool quad_ = intgemm::QuadPath();
 
  public:
-  bool w_packed() const { return w_packed_ != nullptr; }
+  bool w_packed() const { return w_packed_ != nullptr || wq_packed_ != nullptr; }
 };
 
 std::unique_ptr<Kernel> PrepareConvVia(const KernelCtx &kc, ConvIO io, std::string *reason) {
