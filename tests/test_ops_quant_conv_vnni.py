@@ -2,7 +2,8 @@
 into int32, exactly; zero points applied afterwards from row and column sums) against onnx.reference: ConvInteger,
 QLinearConv and the fused DequantizeLinear -> Conv -> QuantizeLinear block, with K (C kh kw / group) off every
 multiple of 4 and 64 and past one 1024-value block, zero points at the ends of the range, per-channel weights,
-groups, strides, pads, dilations and batches. Integer outputs must be exact. The file is rerun with the vector
+groups, strides, pads, dilations and batches (sums of fewer than 32 products, depthwise 3x3 among them, keep the
+int16 GEMM: checked alike). Integer outputs must be exact. The file is rerun with the vector
 kernels capped at AVX2 and at the baseline (GEASYNC_TWIN_SIMD), where the int16 GEMM runs instead: same checks."""
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ CONVS = [  # (x shape, w shape, attributes): K = w.shape[1:] product
     ((2, 2, 9, 8), (5, 2, 1, 1), {"strides": [2, 2]}),  # K 2, batch 2
     ((1, 3, 8, 19), (7, 3, 1, 1), {}),  # K 3, a partial panel
     ((1, 5, 7, 7), (6, 5, 1, 1), {"pads": [1, 0, 0, 1]}),  # K 5, pads on a 1x1 kernel
+    ((1, 33, 6, 7), (9, 33, 1, 1), {}),  # K 33: the first byte-path size, one value past a quad
+    ((2, 7, 8, 9), (5, 7, 5, 1), {"pads": [2, 0, 2, 0]}),  # K 35
     ((1, 7, 9, 9), (13, 7, 3, 3), {"pads": [1, 1, 1, 1]}),  # K 63
     ((2, 13, 6, 10), (8, 13, 5, 1), {"pads": [2, 0, 2, 0], "strides": [1, 2]}),  # K 65, stride 2 along rows
     ((1, 16, 12, 12), (16, 16, 2, 2), {"dilations": [2, 3]}),  # K 64
