@@ -127,6 +127,10 @@ class GraphCounters:
     def waiting(self) -> int:
         return len(self.waiters)
 
+    def pending(self) -> int:
+        """Runs waiting or in flight."""
+        return len(self.live) + len(self.waiters)
+
     def start(self, key: Any) -> None:
         self.live[key] = now()
 

@@ -1012,6 +1012,17 @@ class Session:
                 keep.append((graph_id, counters))
         self._retiring = keep
 
+    def _pending_runs(self, graph_ids: Sequence[int]) -> list[int]:
+        """Per graph id: its runs waiting or in flight, in every mode (0 for a graph without counters yet). For
+        GraphPool's pick, once per request: one call for all its instances, lock-free like the loop's own counting
+        (a count read mid-update is off by one run at most, which only sways a pick)."""
+        stats = self._graph_stats
+        out = []
+        for graph_id in graph_ids:
+            counters = stats.get(graph_id)
+            out.append(0 if counters is None else counters.pending())
+        return out
+
     def _counters(self, graph_id: int) -> GraphCounters:
         counters = self._graph_stats.get(graph_id)
         if counters is None:
