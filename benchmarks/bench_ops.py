@@ -188,6 +188,14 @@ def pooling_cases(size: str):
     gap = make_model([helper.make_node("GlobalAveragePool", ["x"], ["y"])], [("x", F, shape)],
                      [("y", F, [nb, c, 1, 1])], opset=OPSET)
     yield f"GlobalAveragePool on {c}x{h}x{w}", gap, [rand(shape)]
+    # MaxPool's stride-1 paths with pads and the Indices output (the general loop), where the NaN rules differ
+    for s, extra in ((1, ""), (1, " (Indices)"), (2, " (Indices)")):
+        attrs = dict(kernel_shape=[3, 3], strides=[s, s], pads=[1, 1, 1, 1])
+        out = [nb, c, (h - 1) // s + 1, (w - 1) // s + 1]
+        outs = [("y", F, out)] + ([("i", TensorProto.INT64, out)] if extra else [])
+        model = make_model([helper.make_node("MaxPool", ["x"], [o[0] for o in outs], **attrs)], [("x", F, shape)],
+                           outs, opset=OPSET)
+        yield f"MaxPool 3x3 s{s} p1{extra} on {c}x{h}x{w}", model, [rand(shape)]
 
 
 # Recurrent layers per size: (sequence length, batch, input size, hidden size).

@@ -79,8 +79,8 @@ def _average_oracle(x, out_hw, kernel, strides, pads, count_pad):
 
 
 def _max_oracle(x, out_hw, kernel, strides, pads, keep_first_nan):
-    """The first valid tap, then a later one where it is larger (keep_first_nan: the general loop's rule), or from
-    -inf (NaN taps skipped, the rule at stride 1 without pads)."""
+    """The first valid tap, then a later one where it is larger (keep_first_nan: onnx.reference's rule at strides
+    other than 1), or from -inf (NaN taps skipped, its rule at stride 1, pads or not)."""
     m = np.full(x.shape[:2] + tuple(out_hw), -np.inf, np.float32)
     started = np.zeros(m.shape, bool) | (not keep_first_nan)
     for v, inside, _ in _windows(x, out_hw, kernel, strides, pads, np.nan):
@@ -153,8 +153,8 @@ _MAX = [((3, 3), (1, 1), (1, 1, 1, 1), 0), ((3, 3), (1, 1), (0, 0, 0, 0), 0), ((
 @pytest.mark.parametrize("edges", ["none", "zeros_inf", "nan"])
 def test_maxpool_small_planes_bits(shape, kernel, strides, pads, ceil, edges):
     """Without NaN: the general loop's bits (Indices output), signed zeros included, and onnx.reference's values.
-    With NaN in some planes: those planes by the other paths, whose rules are kept (a NaN first tap kept, except at
-    stride 1 without pads, where NaN taps are skipped)."""
+    With NaN in some planes: those planes by the other paths, which keep onnx.reference's rules (a NaN first tap
+    kept, except at stride 1, where NaN taps are skipped)."""
     if not _fits(shape, kernel, pads):
         pytest.skip("the window does not fit")
     x = (RNG.standard_normal(shape) * 10).astype(np.float32)
@@ -167,8 +167,7 @@ def test_maxpool_small_planes_bits(shape, kernel, strides, pads, ceil, edges):
     (fast,) = _twin(_model("MaxPool", x, **attrs), x)
     exact, _ = _twin(_model("MaxPool", x, 2, **attrs), x)
     assert fast.shape == exact.shape
-    no_pads_s1 = not any(pads) and strides == (1, 1) and not ceil
-    want = _max_oracle(x, fast.shape[2:], kernel, strides, pads, keep_first_nan=not no_pads_s1)
+    want = _max_oracle(x, fast.shape[2:], kernel, strides, pads, keep_first_nan=strides != (1, 1))
     _same_bits(fast, want)
     if edges != "nan":
         _same_bits(fast, exact)
@@ -176,16 +175,19 @@ def test_maxpool_small_planes_bits(shape, kernel, strides, pads, ceil, edges):
             np.testing.assert_array_equal(fast, _reference(_model("MaxPool", x, **attrs), x))
 
 
-def test_maxpool_nan_first_tap_in_padded_windows():
-    # A NaN as the first valid tap of a window that starts in the pads (kept); NaN only as later taps (skipped).
+@pytest.mark.parametrize("strides", [(1, 1), (2, 2)])
+def test_maxpool_nan_first_tap_in_padded_windows(strides):
+    # A NaN as the first valid tap of a window that starts in the pads (kept at stride 2, skipped at stride 1, as
+    # onnx.reference does); NaN only as later taps (skipped).
     x = np.full((1, 2, 5, 5), 1.0, np.float32)
     x[0, 0, 0, 0] = np.nan
     x[0, 1, :, 4] = np.nan
-    attrs = _attrs((3, 3), (1, 1), (1, 1, 1, 1))
+    attrs = _attrs((3, 3), strides, (1, 1, 1, 1))
     (fast,) = _twin(_model("MaxPool", x, **attrs), x)
     exact, _ = _twin(_model("MaxPool", x, 2, **attrs), x)
     _same_bits(fast, exact)
-    assert np.isnan(fast[0, 0, 0, 0]) and not np.isnan(fast[0, 1]).any()
+    assert np.isnan(fast[0, 0, 0, 0]) == (strides != (1, 1)) and not np.isnan(fast[0, 1]).any()
+    np.testing.assert_array_equal(fast, _reference(_model("MaxPool", x, **attrs), x))
 
 
 @pytest.mark.parametrize("n,c", [(1, 1), (3, 7), (2, 33)])

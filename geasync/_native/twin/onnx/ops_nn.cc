@@ -3380,6 +3380,11 @@ class PoolKernel : public Kernel {
         taps_[i].push_back({st, a, b, pb - pa});
       }
     }
+    // onnx.reference's NaN rule: with every stride and dilation 1 (its CommonPool) NaN taps are skipped (a window
+    // of NaN only: -inf here, as a window wholly in the pads); otherwise (its _max_pool loop) a window's first valid
+    // tap is kept, NaN too, and a later tap taken only where it is larger.
+    skip_nan_ = true;
+    for (size_t i = 0; i < kMaxSpatial; ++i) skip_nan_ = skip_nan_ && w_.s[i] == 1 && w_.d[i] == 1;
     simple_ = w_.in[0] == 1 && w_.k[0] == 1;
     for (size_t i = 0; i < kMaxSpatial; ++i) simple_ = simple_ && w_.pb[i] == 0 && w_.pe[i] == 0 && w_.d[i] == 1;
     for (size_t i = 1; i < kMaxSpatial; ++i)
@@ -3403,8 +3408,8 @@ class PoolKernel : public Kernel {
 #endif
     sep_max_ = kMax && std::is_same<S, float>::value && !plane2d_;
     for (size_t i = 0; i < kMaxSpatial; ++i) sep_max_ = sep_max_ && w_.d[i] == 1;
-    // 2-D at stride 1 with pads: RunSeparableMax too (about 2x RunPlane2d's tap-by-tap rows at 3x3), with
-    // RunPlane2d's NaN rule (a NaN first tap kept, as the general loop).
+    // 2-D at stride 1 with pads: RunSeparableMax too (about 2x RunPlane2d's tap-by-tap rows at 3x3; NaN taps
+    // skipped, the stride-1 rule).
     sep_plane_ = kMax && plane2d_ && !simple_ && w_.s[1] == 1 && w_.s[2] == 1;
     if (sep_plane_) sep_max_ = true;
     // Dilated 2-D / 1-D float MaxPool: RunDilatedMax's row loops (the general loop measured 55x onnxruntime at 3x3
@@ -3754,7 +3759,10 @@ class PoolKernel : public Kernel {
                   for (int64_t k2 = t2.lo; k2 < t2.hi; ++k2) {
                     const int64_t idx = row + k2 * w_.d[2];
                     const C v = Num<S>::Load(x[idx]);
-                    if (best_i < 0 || v > best) {
+                    // (skip_nan_: the first tap that is not NaN starts the window)
+                    bool first = best_i < 0;
+                    if constexpr (std::is_floating_point<C>::value) first = first && !(skip_nan_ && std::isnan(v));
+                    if (first || (best_i >= 0 && v > best)) {
                       best = v;
                       best_i = idx;
                     }
@@ -3860,8 +3868,8 @@ class PoolKernel : public Kernel {
   // MaxPool without dilation outside RunPlane2d's 2-D planes (3-D windows): the max along the innermost axis first
   // (one row of the input at a time, by RunPlane2d's row kernels), then per output row the elementwise max of the
   // rows its window covers in the two outer axes, in the general loop's tap order (so a +-0 tie keeps the same
-  // zero). NaN taps are skipped, as onnx.reference does at stride 1 (all strides 1); at other strides it keeps a
-  // NaN first tap, as the general loop does: the row kernels return NaN exactly where a window's first tap in that
+  // zero). NaN taps are skipped, as onnx.reference does at stride 1 (all strides 1, pads or not); at other strides
+  // it keeps a NaN first tap, as the general loop does: the row kernels return NaN exactly where a window's first tap in that
   // row is NaN, which marks the rows that need that check at the end.
   void RunSeparableMax(const float *x, float *y) {
     const int64_t D = w_.in[0], H = w_.in[1], W = w_.in[2], OD = w_.out[0], OH = w_.out[1], OW = w_.out[2];
@@ -3918,7 +3926,7 @@ class PoolKernel : public Kernel {
       }
     }
     for (const char f : row_nan_) any_nan = any_nan || f;
-    const bool keep_first_nan = any_nan && (sep_plane_ || !(w_.s[0] == 1 && w_.s[1] == 1 && w_.s[2] == 1));
+    const bool keep_first_nan = any_nan && !skip_nan_;
     rows_.resize(static_cast<size_t>(w_.k[0] * w_.k[1]));
     for (int64_t od = 0; od < OD; ++od) {
       const Tap &t0 = taps_[0][od];
@@ -4100,7 +4108,8 @@ class PoolKernel : public Kernel {
   bool dil512_ = false;  // ... at column stride 1 on AVX-512: DilatedMaxRowAvx512
   std::vector<int64_t> dil_off_;
   std::vector<uint16_t> dil_mask_;  // per block of 16 outputs, per kernel column: the outputs it is valid for
-  bool sep_plane_ = false;      // ... or a 2-D plane at stride 1 with pads, RunPlane2d's NaN rule kept
+  bool sep_plane_ = false;      // ... or a 2-D plane at stride 1 with pads
+  bool skip_nan_ = false;       // every stride and dilation 1: NaN taps skipped (else a NaN first tap kept)
   std::vector<float> rowmax_;  // RunSeparableMax's innermost-axis maxima, one row of OW per input row
   std::vector<char> row_nan_;  // per input row: some window's first tap in it is NaN
   std::vector<const float *> rows_;
