@@ -936,6 +936,27 @@ def conv_sweep5_cases(size: str):
                    kernel_shape=[5, 5], strides=[2, 2], pads=[2] * 4, group=c)
 
 
+def conv_sweep6_cases(size: str):
+    """A sixth conv sweep (1M size only): dilated convs on small maps whose taps partly read padding (the channels-
+    last path by regions): 3x3 dilation 2 / 4 / 6 on 7x7 / 8x8 / 14x14 (DeepLab's ASPP at output stride 16 / 32,
+    FCN's dilated layer4), several images, a dilated Conv1d over a short sequence."""
+    if size != "1M":
+        return
+
+    def conv(name, x, w, **attrs):
+        init = [("w", rand(w, -0.2, 0.2, 121))]
+        node = helper.make_node("Conv", ["x", "w"], ["y"], **attrs)
+        model = make_model([node], [("x", F, list(x.shape))], [("y", F, None)], initializers=init, opset=OPSET)
+        return f"{name} on {'x'.join(map(str, x.shape))}", model, [x]
+
+    for n, c, h, d in ((1, 64, 7, 4), (1, 64, 7, 2), (1, 256, 7, 6), (1, 512, 8, 4), (1, 128, 14, 6),
+                       (4, 64, 7, 4), (1, 256, 4, 2)):
+        yield conv(f"Conv 3x3 dilation {d} {c}->{c}", rand([n, c, h, h], seed=122), [c, c, 3, 3],
+                   kernel_shape=[3, 3], dilations=[d, d], pads=[d] * 4)
+    yield conv("Conv1d k3 dilation 8 64->64", rand([1, 64, 24], seed=123), [64, 64, 3], kernel_shape=[3],
+               dilations=[8], pads=[8, 8])
+
+
 def quant_model_cases(size: str):
     """Quantised models: QuantizeLinear / DequantizeLinear with 16-bit activations (quantize_static's QUInt16 /
     QInt16, opset 21), per tensor and per channel, and a QDQ Conv whose weight is a DequantizeLinear of an int8
@@ -1141,6 +1162,7 @@ FAMILIES = {
     "pool reduce 7": pool_reduce7_cases,
     "conv sweep 4": conv_sweep4_cases,
     "conv sweep 5": conv_sweep5_cases,
+    "conv sweep 6": conv_sweep6_cases,
 
     "quant models": quant_model_cases,
     "qdq fusion": qdq_fusion_cases,
