@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the shim and the twin with ThreadSanitizer together with tests/native/completion_stress_test.cc (completion
-# queues, GE's runtime threads, streams and host functions under load) and runs it. Any TSan report fails it.
+# queues, GE's runtime threads, streams and host functions under load, and the intra-op pool) and runs it. Any TSan report fails it.
 #   bash tools/tsan_stress.sh [seconds]        # default 20
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,5 +45,16 @@ m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 m.ir_version = 8
 open(sys.argv[1], "wb").write(m.SerializeToString())
 PY
+# big enough for the kernels to use the intra-op pool (GEMM blocks, element-wise blocks)
+"$python" - "$build/big.onnx" <<'PY'
+import sys
+from onnx import TensorProto, helper
+v = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [256, 256]) for n in ("a", "b", "y")]
+g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["m"]), helper.make_node("Tanh", ["m"], ["t"]),
+                       helper.make_node("Add", ["t", "a"], ["y"])], "big", v[:2], v[2:])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+m.ir_version = 8
+open(sys.argv[1], "wb").write(m.SerializeToString())
+PY
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}" \
-  "$build/completion_stress_test" "$build/add.onnx" "$seconds"
+  "$build/completion_stress_test" "$build/add.onnx" "$seconds" "$build/big.onnx"

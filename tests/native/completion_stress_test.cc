@@ -2,7 +2,9 @@
 // fed by GE's runtime threads (RunGraphAsync, single and batched submits) and by ACL host functions on streams,
 // drained by consumer threads the way hubs drain them (waiting on the fd, or watching the queue after a submit),
 // with sessions created and destroyed under load and stream-mode runs alongside. Written against geasync.h (the shim's C ABI) only.
-//   completion_stress_test <add.onnx> [seconds]
+//   completion_stress_test <add.onnx> [seconds] [big.onnx]
+// big.onnx (MatMul + Tanh + Add on two [256, 256] float inputs) is run by two more threads, big enough for the
+// kernels to split their work over the intra-op pool while the other runs leave a core idle.
 // Prints "PASS ..." and exits 0 when every submitted token completed exactly once and the live counters return
 // to zero; TSan reports (halt_on_error) fail it.
 #include <poll.h>
@@ -10,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -45,6 +48,26 @@ struct Input {
       descs[k].ndim = 2;
       descs[k].dims[0] = 1;
       descs[k].dims[1] = 16;
+    }
+  }
+};
+
+// Two [256, 256] float inputs of 1/256 each.
+struct BigInput {
+  static constexpr int kSide = 256;
+  std::vector<float> a, b;
+  ga_tensor_desc descs[2];
+  BigInput() : a(kSide * kSide, 1.0f / kSide), b(kSide * kSide, 1.0f / kSide) {
+    float *bufs[2] = {a.data(), b.data()};
+    for (int k = 0; k < 2; ++k) {
+      std::memset(&descs[k], 0, sizeof(descs[k]));
+      descs[k].data = bufs[k];
+      descs[k].size = a.size() * sizeof(float);
+      descs[k].dtype = 0;      // float32
+      descs[k].placement = 1;  // host
+      descs[k].ndim = 2;
+      descs[k].dims[0] = kSide;
+      descs[k].dims[1] = kSide;
     }
   }
 };
@@ -246,7 +269,74 @@ int main(int argc, char **argv) {
     ga_cq_destroy(consumer.queue);
   };
 
+  // Big runs, synchronous and async, alone at first (the pool takes them) and then among the others.
+  std::string big_model;
+  if (argc > 3) {
+    std::ifstream big(argv[3], std::ios::binary);
+    big_model.assign(std::istreambuf_iterator<char>(big), std::istreambuf_iterator<char>());
+  }
+  std::atomic<uint64_t> big_runs{0};
+  auto big_worker = [&](bool async, Clock::time_point until) {
+    ga_status st;
+    ga_session *s = nullptr;
+    if ((st = ga_session_create(nullptr, &s)) != 0) return Fail("ga_session_create", st);
+    ga_graph *g = nullptr;
+    if ((st = ga_graph_parse_onnx(big_model.data(), big_model.size(), nullptr, &g)) != 0) return Fail("parse", st);
+    if ((st = ga_session_add_graph(s, 1, g, nullptr)) != 0) Fail("add_graph", st);
+    ga_graph_destroy(g);
+    Consumer consumer;
+    if ((st = ga_cq_create(&consumer.queue)) != 0) return Fail("ga_cq_create", st);
+    BigInput input;
+    uint64_t token = 0;
+    while (Clock::now() < until && !g_failed) {
+      if (async) {
+        consumer.submitted.fetch_add(1);
+        if ((st = ga_session_run_graph_async(s, 1, input.descs, 2, consumer.queue, ++token)) != 0) {
+          consumer.submitted.fetch_sub(1);
+          Fail("RunGraphAsync big", st);
+        }
+        while (consumer.completed < consumer.submitted.load() && !g_failed) {
+          pollfd p{ga_cq_fd(consumer.queue), POLLIN, 0};
+          poll(&p, 1, 10);
+          consumer.Drain();
+        }
+      } else {
+        ga_output_info infos[2];
+        size_t count = 0;
+        ga_outputs *overflow = nullptr;
+        if ((st = ga_session_run_graph(s, 1, input.descs, 2, infos, 2, &count, &overflow)) != 0) {
+          Fail("RunGraph big", st);
+        }
+        if (overflow) ga_outputs_destroy(overflow);
+        for (size_t i = 0; i < count && i < 2; ++i) {
+          // y = tanh(a b) + a: every element tanh(1/256) + 1/256, whichever thread computed it
+          const float want = std::tanh(1.0f / 256) + 1.0f / 256;
+          const float *y = static_cast<const float *>(infos[i].data);
+          for (size_t e = 0; st == 0 && e < infos[i].size / sizeof(float); e += 97) {
+            if (std::fabs(y[e] - want) > 1e-6f) {
+              std::fprintf(stderr, "FAIL big run: y[%zu] = %g, want %g\n", e, y[e], want);
+              g_failed = true;
+              break;
+            }
+          }
+          ga_tensor_destroy(infos[i].handle);
+        }
+      }
+      ++big_runs;
+    }
+    ga_cq_destroy(consumer.queue);
+    ga_session_destroy(s);
+  };
   std::vector<std::thread> threads;
+  if (!big_model.empty()) {
+    const auto start = Clock::now();
+    const auto alone_until = start + (deadline - start) / 5;
+    std::thread sync_alone(big_worker, false, alone_until), async_alone(big_worker, true, alone_until);
+    sync_alone.join();
+    async_alone.join();
+    threads.emplace_back(big_worker, false, deadline);
+    threads.emplace_back(big_worker, true, deadline);
+  }
   for (int i = 0; i < 4; ++i) threads.emplace_back(async_pair, i);
   threads.emplace_back(poller);
   threads.emplace_back(stream_worker);
@@ -264,6 +354,7 @@ int main(int argc, char **argv) {
   }
   ga_finalize();
   if (g_failed) return 1;
+  std::printf("big runs: %llu\n", (unsigned long long)big_runs.load());
   std::printf("PASS completion stress: %llu async completions (%llu of them polled for), %llu host functions, "
               "%llu stream runs, %llu sessions\n",
               (unsigned long long)(async_done.load() + polled_done.load()), (unsigned long long)polled_done.load(),

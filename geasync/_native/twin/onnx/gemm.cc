@@ -2,6 +2,8 @@
 // 4-way k unroll when B rows are contiguous, blocked dot products when B is transposed). No allocation.
 #include "gemm.h"
 
+#include "intra_op.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
@@ -124,6 +126,35 @@ inline void BlasGemm(bool ta, bool tb, int M, int N, int K, double alpha, const 
 }
 #endif
 
+// A GEMM big enough to share is cut into fixed blocks of op(A)'s rows (M) or of C's columns (N), each one
+// single-threaded call, run on the intra-op pool. The cut depends only on M, N, K (never on the thread count), so
+// results do not depend on how many threads ran the blocks. The longer dimension is cut: each block repacks the
+// other operand, which is then the smaller one.
+constexpr int64_t kChunkMacs = int64_t(1) << 18;  // ~10 us of one core: below this a helper's hand-off costs more
+constexpr int64_t kMaxChunks = 8;
+
+template <class T, class Call>
+bool SplitGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T *A, int64_t lda, const T *B,
+               int64_t ldb, T *C, int64_t ldc, const Call &call) {
+  if (BlasThreads() > 1) return false;  // the user chose OpenBLAS's own threads (GEASYNC_BLAS_THREADS)
+  const int64_t macs = M * N * K;
+  if (macs < 2 * kChunkMacs) return false;
+  const bool split_n = N > M;
+  const int64_t dim = split_n ? N : M;
+  const int64_t per_unit = macs / dim;
+  int64_t block = std::max<int64_t>(kChunkMacs / std::max<int64_t>(per_unit, 1), (dim + kMaxChunks - 1) / kMaxChunks);
+  block = (block + 15) / 16 * 16;
+  if (block >= dim) return false;
+  ParallelFor(dim, block, [&](int64_t lo, int64_t hi) {
+    if (split_n) {
+      call(M, hi - lo, A, trans_b ? B + lo * ldb : B + lo, C + lo);
+    } else {
+      call(hi - lo, N, trans_a ? A + lo : A + lo * lda, B, C + lo * ldc);
+    }
+  });
+  return true;
+}
+
 }  // namespace
 
 int BlasThreads() {
@@ -144,12 +175,29 @@ void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (SmallGemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
+    if (SmallGemmApplies(trans_a, trans_b, M)) {
+      if (!SplitGemm<T>(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc,
+                        [&](int64_t m, int64_t n, const T *a, const T *b, T *c) {
+                          SmallGemm(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc);
+                        })) {
+        SmallGemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      }
+      return;
+    }
   }
 #ifdef GEASYNC_HAVE_OPENBLAS
   if (FitsBlas(M) && FitsBlas(N) && FitsBlas(K) && FitsBlas(lda) && FitsBlas(ldb) && FitsBlas(ldc) &&
       FitsBlas(M * N) && FitsBlas(M * K) && FitsBlas(K * N)) {
     EnsureBlasConfigured();
+    const int ilda = static_cast<int>(std::max<int64_t>(lda, 1)), ildb = static_cast<int>(std::max<int64_t>(ldb, 1));
+    const int ildc = static_cast<int>(std::max<int64_t>(ldc, 1));
+    if (SplitGemm<T>(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc,
+                     [&](int64_t m, int64_t n, const T *a, const T *b, T *c) {
+                       BlasGemm(trans_a, trans_b, static_cast<int>(m), static_cast<int>(n), static_cast<int>(K), alpha,
+                                a, ilda, b, ildb, beta, c, ildc);
+                     })) {
+      return;
+    }
     BlasGemm(trans_a, trans_b, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A,
              static_cast<int>(std::max<int64_t>(lda, 1)), B, static_cast<int>(std::max<int64_t>(ldb, 1)), beta, C,
              static_cast<int>(std::max<int64_t>(ldc, 1)));

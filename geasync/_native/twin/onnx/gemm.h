@@ -28,6 +28,9 @@ constexpr int64_t kSmallGemmMaxRows = 4;
 bool SmallGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
+// Whether SmallGemm runs (true) for these arguments; it depends on neither N, K nor the data.
+bool SmallGemmApplies(bool trans_a, bool trans_b, int64_t M);
+
 // Threads OpenBLAS may use per call: $GEASYNC_BLAS_THREADS (clamped to [1, cores]), default 1, fixed on first use.
 // The twin runs one model thread per loaded graph, so 1 never oversubscribes the machine.
 int BlasThreads();

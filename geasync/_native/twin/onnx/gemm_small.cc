@@ -87,6 +87,16 @@ TWIN_GS_PRIM float SumLanes(V v) {  // (maskz extracts: GCC 12 warns about the p
 
 }  // namespace
 
+bool SmallGemmApplies(bool trans_a, bool trans_b, int64_t M) {
+  if (M > kSmallGemmMaxRows || (trans_a && trans_b)) return false;
+#if defined(__x86_64__)
+  const vmath::Isa isa = vmath::ActiveIsa();
+  return isa == vmath::Isa::kAvx512 || isa == vmath::Isa::kAvx2;
+#else
+  return false;
+#endif
+}
+
 bool SmallGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
   // Dot products load A rows as vectors: a transposed A (rare with few rows) stays with BLAS.

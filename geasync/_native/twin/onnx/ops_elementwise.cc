@@ -19,6 +19,7 @@
 
 #include "broadcast.h"
 #include "elem.h"
+#include "intra_op.h"
 #include "vmath.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -27,6 +28,11 @@
 namespace twin {
 namespace onnx {
 namespace {
+
+// Element-wise kernels over more than this many elements split them into blocks of this many for the intra-op
+// pool: fixed blocks (by size only) keep results independent of the thread count; 32K elements (128 KiB of float)
+// is tens of microseconds of work, well above a helper's hand-off.
+constexpr int64_t kElemGrain = int64_t(1) << 15;
 
 // Wider unsigned type for wrapping arithmetic without signed-overflow UB or int promotion surprises.
 template <class T>
@@ -194,9 +200,23 @@ class ArithKernel : public Kernel {
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const S *a = static_cast<const S *>(in[0]);
     const S *b = static_cast<const S *>(in[1]);
+    const S *bp = b;  // (the blocks' b is their begin)
     S *o = static_cast<S *>(out[0]);
     if (run_) {
       const int64_t ia = bc_.strides[0].back(), ib = bc_.strides[1].back();
+      if (bc_.total > kElemGrain && bc_.dims.size() == 1) {  // one run (same shapes, or a scalar operand): blocks
+        ParallelFor(bc_.total, kElemGrain,
+                    [&](int64_t b, int64_t e) { run_(a + b * ia, bp + b * ib, o + b, e - b, ia, ib); });
+        return true;
+      }
+      if (bc_.total > kElemGrain && bc_.dims.size() == 2) {  // rows (a bias over the last axis): blocks of rows
+        const int64_t inner = bc_.dims[1], sa = bc_.strides[0][0], sb = bc_.strides[1][0];
+        ParallelFor(bc_.dims[0], std::max<int64_t>(1, kElemGrain / std::max<int64_t>(inner, 1)),
+                    [&](int64_t r0, int64_t r1) {
+                      for (int64_t r = r0; r < r1; ++r) run_(a + r * sa, b + r * sb, o + r * inner, inner, ia, ib);
+                    });
+        return true;
+      }
       ForEachRunN(bc_, ctr_.data(), [&](const int64_t *off, int64_t oo, int64_t n) {
         run_(a + off[0], b + off[1], o + oo, n, ia, ib);
       });
@@ -920,14 +940,15 @@ class NativeUnaryKernel : public Kernel {
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const T *x = static_cast<const T *>(in[0]);
     T *y = static_cast<T *>(out[0]);
+    void (*loop)(const T *, T *, int64_t, UnaryParams) = NativeLoop<T, Op>;
 #if defined(__x86_64__)
     switch (vmath::ActiveIsa()) {
-      case vmath::Isa::kAvx512: NativeLoopAvx512<T, Op>(x, y, n_, p_); return true;
-      case vmath::Isa::kAvx2: NativeLoopAvx2<T, Op>(x, y, n_, p_); return true;
+      case vmath::Isa::kAvx512: loop = NativeLoopAvx512<T, Op>; break;
+      case vmath::Isa::kAvx2: loop = NativeLoopAvx2<T, Op>; break;
       default: break;
     }
 #endif
-    NativeLoop<T, Op>(x, y, n_, p_);
+    ParallelFor(n_, kElemGrain, [&](int64_t b, int64_t e) { loop(x + b, y + b, e - b, p_); });
     return true;
   }
 
@@ -1027,7 +1048,9 @@ class ArrayKernel : public Kernel {
   ArrayKernel(int64_t n, vmath::ArrayFn fn) : n_(n), fn_(fn) {}
   bool InPlaceOver(size_t i) const override { return i == 0; }  // vmath's array kernels allow x == y
   bool Run(const void *const *in, void *const *out, std::string *) override {
-    fn_(static_cast<const float *>(in[0]), static_cast<float *>(out[0]), n_);
+    const float *x = static_cast<const float *>(in[0]);
+    float *y = static_cast<float *>(out[0]);
+    ParallelFor(n_, kElemGrain, [&](int64_t b, int64_t e) { fn_(x + b, y + b, e - b); });
     return true;
   }
 
@@ -1042,7 +1065,9 @@ class DoubleArrayKernel : public Kernel {
   DoubleArrayKernel(int64_t n, vmath::ArrayFnD fn) : n_(n), fn_(fn) {}
   bool InPlaceOver(size_t i) const override { return i == 0; }
   bool Run(const void *const *in, void *const *out, std::string *) override {
-    fn_(static_cast<const double *>(in[0]), static_cast<double *>(out[0]), n_);
+    const double *x = static_cast<const double *>(in[0]);
+    double *y = static_cast<double *>(out[0]);
+    ParallelFor(n_, kElemGrain, [&](int64_t b, int64_t e) { fn_(x + b, y + b, e - b); });
     return true;
   }
 
@@ -1066,7 +1091,9 @@ class SqrtDoubleKernel : public Kernel {
   explicit SqrtDoubleKernel(int64_t n) : n_(n) {}
   bool InPlaceOver(size_t i) const override { return i == 0; }
   bool Run(const void *const *in, void *const *out, std::string *) override {
-    SqrtDoubleArray(static_cast<const double *>(in[0]), static_cast<double *>(out[0]), n_);
+    const double *x = static_cast<const double *>(in[0]);
+    double *y = static_cast<double *>(out[0]);
+    ParallelFor(n_, kElemGrain, [&](int64_t b, int64_t e) { SqrtDoubleArray(x + b, y + b, e - b); });
     return true;
   }
 

@@ -9,6 +9,7 @@
 
 #include "analysis.h"
 #include "common.h"
+#include "intra_op.h"
 #include "op_registry.h"
 
 namespace twin {
@@ -647,6 +648,7 @@ bool PlanImpl::Run(const std::vector<const void *> &inputs, const std::vector<vo
         ok = BindIo(outputs[j], output_descs_[j], "output", j, &p, &err);
         if (ok && output_slot_[j] >= 0) ptr_[output_slot_[j]] = p;
       }
+      const RunScope busy;  // the intra-op pool's idle-core gate counts this run
       for (size_t st = 0; ok && st < steps_.size(); ++st) {
         Step &s = steps_[st];
         for (size_t i = 0; i < s.in_vals.size(); ++i) s.in_ptrs[i] = s.in_vals[i] < 0 ? nullptr : ptr_[s.in_vals[i]];

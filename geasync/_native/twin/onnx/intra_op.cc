@@ -1,0 +1,219 @@
+// The intra-op pool (intra_op.h). Built without target_clones so the TSan build instruments it.
+#include "intra_op.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace twin {
+namespace onnx {
+namespace {
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+int Cores() {
+  const int c = static_cast<int>(std::thread::hardware_concurrency());
+  return c < 1 ? 1 : c;
+}
+
+int ComputeIntraOpThreads() {
+  const int cores = Cores();
+  int n = cores;
+  if (const char *env = std::getenv("GEASYNC_INTRA_OP_THREADS")) {
+    char *end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 1) n = static_cast<int>(std::min<long>(v, cores));
+  }
+  return n;
+}
+
+// Model runs executing kernels right now, process-wide (RunScope).
+std::atomic<int> g_busy_runs{0};
+thread_local int t_run_depth = 0;
+thread_local bool t_in_region = false;  // nested regions run serially
+
+struct Region {
+  intra_op_detail::ChunkFn fn;
+  void *ctx;
+  int64_t n, grain, chunks;
+  std::atomic<int64_t> next{0};
+  std::atomic<int> active{0};  // helpers that joined and have not left yet
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;  // written by the first failing thread only (failed.exchange)
+
+  // Claims and runs chunks until none are left.
+  void Work() {
+    for (int64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
+      const int64_t b = c * grain;
+      try {
+        fn(ctx, b, std::min(n, b + grain));
+      } catch (...) {
+        if (!failed.exchange(true)) error = std::current_exception();
+      }
+    }
+  }
+};
+
+// Helpers spin this long after their last region before they sleep: kernels of one model follow each other within
+// microseconds, and a futex wake-up costs about as much as a small chunk.
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+class Pool {
+ public:
+  static Pool &Get() {
+    static Pool *pool = new Pool();  // never destroyed: helpers stay parked on its condition variable at exit
+    return *pool;
+  }
+
+  int helpers() const { return helpers_; }
+  pid_t pid() const { return pid_; }
+
+  // Offers r to the helpers; false if another region holds the pool (the caller then works alone).
+  bool Publish(Region *r) {
+    StartOnce();
+    bool wake;
+    {
+      std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
+      if (!lk.owns_lock() || region_) return false;
+      region_ = r;
+      gen_.store(gen_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+      wake = sleepers_ > 0;
+    }
+    if (wake) cv_.notify_all();
+    return true;
+  }
+
+  // After this no helper joins r; the ones that joined finish the chunks they claimed.
+  void Retract(Region *r) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      region_ = nullptr;
+    }
+    while (r->active.load(std::memory_order_acquire) > 0) CpuRelax();
+  }
+
+ private:
+  Pool() : helpers_(IntraOpThreads() - 1), pid_(getpid()) {}
+
+  void StartOnce() {
+    std::call_once(started_, [this] {
+      // Helpers block every signal: the interpreter's handlers belong to its own threads.
+      sigset_t all, old;
+      sigfillset(&all);
+      pthread_sigmask(SIG_SETMASK, &all, &old);
+      for (int i = 0; i < helpers_; ++i) {
+        try {
+          std::thread(&Pool::HelperLoop, this).detach();
+        } catch (const std::system_error &) {
+          break;  // fewer helpers: the caller does the rest
+        }
+      }
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    });
+  }
+
+  void HelperLoop() {
+    pthread_setname_np(pthread_self(), "ge-intra-op");
+    t_in_region = true;  // a kernel a helper runs never opens a region of its own
+    uint64_t seen = 0;
+    for (;;) {
+      const auto until = std::chrono::steady_clock::now() + kSpin;
+      for (int i = 0; gen_.load(std::memory_order_acquire) == seen; ++i) {
+        if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) break;
+        CpuRelax();
+      }
+      Region *r;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        if (gen_.load(std::memory_order_relaxed) == seen) {
+          ++sleepers_;
+          cv_.wait(lk, [&] { return gen_.load(std::memory_order_relaxed) != seen; });
+          --sleepers_;
+        }
+        seen = gen_.load(std::memory_order_relaxed);
+        r = region_;
+        if (!r) continue;  // retracted before this helper got there
+        r->active.fetch_add(1, std::memory_order_relaxed);
+      }
+      r->Work();
+      r->active.fetch_sub(1, std::memory_order_release);  // r may be gone from here on
+    }
+  }
+
+  const int helpers_;
+  const pid_t pid_;
+  std::once_flag started_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Region *region_ = nullptr;     // guarded by mu_
+  std::atomic<uint64_t> gen_{0};  // written under mu_; read without it while spinning
+  int sleepers_ = 0;             // guarded by mu_
+};
+
+}  // namespace
+
+int IntraOpThreads() {
+  static const int n = ComputeIntraOpThreads();
+  return n;
+}
+
+namespace intra_op_detail {
+
+void Run(int64_t n, int64_t grain, ChunkFn fn, void *ctx) {
+  Region r;
+  r.fn = fn;
+  r.ctx = ctx;
+  r.n = n;
+  r.grain = grain;
+  r.chunks = (n - 1) / grain + 1;
+  // The helpers only take work while a core is idle; a forked child (its pool's threads did not survive the fork)
+  // and a nested region work alone.
+  const bool parallel = !t_in_region && IntraOpThreads() > 1 &&
+                        g_busy_runs.load(std::memory_order_relaxed) < Cores() && Pool::Get().helpers() > 0 &&
+                        Pool::Get().pid() == getpid();
+  if (!parallel || !Pool::Get().Publish(&r)) {
+    const bool outer = t_in_region;
+    t_in_region = true;
+    r.Work();
+    t_in_region = outer;
+  } else {
+    t_in_region = true;
+    r.Work();
+    t_in_region = false;
+    Pool::Get().Retract(&r);
+  }
+  if (r.failed.load(std::memory_order_acquire)) std::rethrow_exception(r.error);
+}
+
+}  // namespace intra_op_detail
+
+RunScope::RunScope() : counted_(t_run_depth++ == 0) {
+  if (counted_) g_busy_runs.fetch_add(1, std::memory_order_relaxed);
+}
+
+RunScope::~RunScope() {
+  --t_run_depth;
+  if (counted_) g_busy_runs.fetch_sub(1, std::memory_order_relaxed);
+}
+
+}  // namespace onnx
+}  // namespace twin

@@ -1,0 +1,61 @@
+// Intra-op parallelism: one process-wide pool of helper threads that kernels may split their work over.
+//
+// A region [0, n) is cut into chunks of `grain` items (the last one shorter): the cut depends only on n and grain,
+// never on how many threads take part, and each chunk is computed by the same code whoever runs it, so results are
+// bit-identical whatever the thread count. The calling thread always works too: chunks are claimed from an atomic
+// counter, helpers claim chunks only while they are free, and the caller waits only for chunks a helper already
+// claimed (never for a helper to wake up).
+//
+// Helpers (min(cores, $GEASYNC_INTRA_OP_THREADS) - 1, default cores - 1; 1 turns the pool off) are native threads
+// named "ge-intra-op" that never enter Python. They are offered a region only while fewer model runs execute
+// kernels than there are cores (RunScope counts them), so a busy service, with a run per core, gets no helper work
+// at all. Nested regions, regions while another region holds the pool, and regions in a forked child run serially.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+namespace twin {
+namespace onnx {
+
+// Threads (the caller included) one region may use: $GEASYNC_INTRA_OP_THREADS clamped to [1, cores], default (and
+// for values that are not a positive integer) the CPU count. Fixed on first use.
+int IntraOpThreads();
+
+namespace intra_op_detail {
+using ChunkFn = void (*)(void *ctx, int64_t begin, int64_t end);
+// Runs every chunk, on the caller and any free helper; returns when all are done (rethrows a chunk's exception).
+void Run(int64_t n, int64_t grain, ChunkFn fn, void *ctx);
+}  // namespace intra_op_detail
+
+// fn(begin, end) over [0, n) in chunks of `grain` (grain < 1 counts as 1). A region of one chunk runs inline.
+template <class F>
+inline void ParallelFor(int64_t n, int64_t grain, F &&fn) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  if (n <= grain) {  // the small-work case: no lock, no allocation, no atomic
+    fn(int64_t(0), n);
+    return;
+  }
+  using Fn = std::remove_reference_t<F>;
+  intra_op_detail::Run(
+      n, grain, [](void *ctx, int64_t b, int64_t e) { (*static_cast<Fn *>(ctx))(b, e); },
+      const_cast<void *>(static_cast<const void *>(&fn)));
+}
+
+// Marks a model run executing kernels (the idle-core gate above). Nested scopes on one thread (a control-flow op's
+// subgraph) count once.
+class RunScope {
+ public:
+  RunScope();
+  ~RunScope();
+  RunScope(const RunScope &) = delete;
+  RunScope &operator=(const RunScope &) = delete;
+
+ private:
+  bool counted_;
+};
+
+}  // namespace onnx
+}  // namespace twin

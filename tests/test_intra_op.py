@@ -1,0 +1,259 @@
+"""The twin's intra-op pool (GEASYNC_INTRA_OP_THREADS): kernels split big GEMMs, convolutions and element-wise ops
+over helper threads while a core is idle. Results must be bit-identical whatever the thread count (the split
+depends only on the problem size), match onnx.reference, survive concurrent runs and a fork, and the variable
+must fall back to its default on bad values. Each setting runs in a subprocess: the pool reads the variable once.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+# Builds the graphs, runs them and saves every output (and whether helper threads exist) to an .npz file.
+_RUN_ALL = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    sys.path.insert(0, {here!r})
+    import geasync as ga
+    from onnx import TensorProto, helper, numpy_helper
+    from test_models import make_cnn, make_mlp, make_transformer, model_input
+    from test_intra_op import elementwise_models
+
+    def helpers():
+        names = []
+        for t in os.listdir("/proc/self/task"):
+            try:
+                names.append(open(f"/proc/self/task/{{t}}/comm").read().strip())
+            except OSError:
+                pass
+        return sum(n == "ge-intra-op" for n in names)
+
+    out = {{}}
+    cases = [("cnn", make_cnn(), 16), ("transformer", make_transformer(), 8), ("mlp", make_mlp(), 96)]
+    with ga.Session() as s:
+        gid = 0
+        for name, model, batch in cases:
+            gid += 1
+            s.add_graph(gid, ga.Graph.from_onnx(model))
+            (y,) = s.run_graph(gid, [model_input(name, model, batch)])
+            out[name] = y.numpy().copy()
+        for name, (model, feeds) in elementwise_models().items():
+            gid += 1
+            s.add_graph(gid, ga.Graph.from_onnx(model))
+            ys = s.run_graph(gid, feeds)
+            for i, y in enumerate(ys):
+                out[f"{{name}}/{{i}}"] = y.numpy().copy()
+    out["helpers"] = np.array(helpers())
+    np.savez(sys.argv[1], **out)
+""")
+
+
+def elementwise_models():
+    """Element-wise graphs large enough to be split: unary float32 / float64, same-shape, bias and scalar Add/Mul."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(7)
+    big = (300, 1000)  # 300K elements: several blocks, and a last block that is not full
+
+    def model(nodes, inputs, outputs):
+        g = helper.make_graph(nodes, "g", inputs, outputs)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        return m
+
+    def vi(name, shape, t=TensorProto.FLOAT):
+        return helper.make_tensor_value_info(name, t, list(shape))
+
+    x = rng.standard_normal(big).astype(np.float32)
+    y = rng.standard_normal(big).astype(np.float32)
+    bias = rng.standard_normal(big[1:]).astype(np.float32)
+    s = np.array(1.7, np.float32)
+    xd = rng.standard_normal(big)
+    return {
+        "unary_f32": (model([helper.make_node("Tanh", ["x"], ["a"]), helper.make_node("Sigmoid", ["x"], ["b"]),
+                             helper.make_node("Relu", ["x"], ["c"]), helper.make_node("Exp", ["x"], ["d"])],
+                            [vi("x", big)], [vi(n, big) for n in "abcd"]), [x]),
+        "unary_f64": (model([helper.make_node("Exp", ["x"], ["a"]), helper.make_node("Sqrt", ["a"], ["b"]),
+                             helper.make_node("Abs", ["x"], ["c"])],
+                            [vi("x", big, TensorProto.DOUBLE)], [vi(n, big, TensorProto.DOUBLE) for n in "abc"]),
+                      [xd]),
+        "binary": (model([helper.make_node("Add", ["x", "y"], ["a"]), helper.make_node("Mul", ["x", "b"], ["m"]),
+                          helper.make_node("Div", ["m", "s"], ["d"]), helper.make_node("Sub", ["d", "y"], ["e"])],
+                         [vi("x", big), vi("y", big), vi("b", big[1:]), vi("s", [])],
+                         [vi("a", big), vi("m", big), vi("d", big), vi("e", big)]), [x, y, bias, s]),
+    }
+
+
+def _run_all(tmp_path, env_value):
+    env = dict(os.environ)
+    env.pop("GEASYNC_INTRA_OP_THREADS", None)
+    if env_value is not None:
+        env["GEASYNC_INTRA_OP_THREADS"] = env_value
+    path = tmp_path / f"out_{env_value}.npz"
+    subprocess.run([sys.executable, "-c", _RUN_ALL.format(here=str(HERE)), str(path)], env=env, check=True,
+                   timeout=300)
+    with np.load(path) as f:
+        return {k: f[k] for k in f.files}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("intra_op")
+    return {v: _run_all(tmp, v) for v in ("1", None)}
+
+
+def test_outputs_bit_identical_whatever_the_thread_count(runs):
+    serial, default = runs["1"], runs[None]
+    assert set(serial) == set(default)
+    for k in serial:
+        if k != "helpers":
+            np.testing.assert_array_equal(default[k], serial[k], err_msg=k)
+
+
+def test_outputs_match_onnx_reference(runs):
+    from onnx.reference import ReferenceEvaluator
+    from test_models import make_cnn, make_mlp, make_transformer, model_input
+
+    out = runs[None]
+    for name, make, batch in (("cnn", make_cnn, 16), ("transformer", make_transformer, 8), ("mlp", make_mlp, 96)):
+        model = make()
+        x = model_input(name, model, batch)
+        ref = ReferenceEvaluator(model).run(None, {model.graph.input[0].name: x})[0]
+        np.testing.assert_allclose(out[name], ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()), err_msg=name)
+    for name, (model, feeds) in elementwise_models().items():
+        refs = ReferenceEvaluator(model).run(None, {i.name: f for i, f in zip(model.graph.input, feeds, strict=True)})
+        for i, ref in enumerate(refs):
+            got = out[f"{name}/{i}"]
+            assert got.dtype == ref.dtype
+            np.testing.assert_allclose(got, ref, rtol=1e-6 if ref.dtype == np.float64 else 2e-6, atol=1e-6,
+                                       err_msg=f"{name}/{i}")
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the pool has no helper on one core")
+def test_helpers_start_only_when_enabled(runs):
+    assert int(runs["1"]["helpers"]) == 0
+    assert int(runs[None]["helpers"]) == os.cpu_count() - 1
+
+
+_HELPER_COUNT = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    import geasync as ga
+    from onnx import TensorProto, helper
+    g = helper.make_graph([helper.make_node("Tanh", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [512, 512])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [512, 512])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]); m.ir_version = 8
+    x = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(m))
+        y = s.run_graph(1, [x])[0].numpy()
+        assert np.allclose(y, np.tanh(x), rtol=1e-6, atol=1e-6)
+    names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+    print(sum(n == "ge-intra-op" for n in names))
+""")
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the pool has no helper on one core")
+@pytest.mark.parametrize("value", ["0", "-1", "x", "", "2x", None])
+def test_bad_values_fall_back_to_the_default(value):
+    env = dict(os.environ)
+    env.pop("GEASYNC_INTRA_OP_THREADS", None)
+    if value is not None:
+        env["GEASYNC_INTRA_OP_THREADS"] = value
+    r = subprocess.run([sys.executable, "-c", _HELPER_COUNT], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.strip()) == (os.cpu_count() or 1) - 1  # default: one thread per CPU, the caller included
+
+
+def test_one_turns_the_pool_off():
+    env = dict(os.environ, GEASYNC_INTRA_OP_THREADS="1")
+    r = subprocess.run([sys.executable, "-c", _HELPER_COUNT], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.strip()) == 0
+
+
+def test_concurrent_sessions_from_threads_are_correct():
+    """Two graphs running at once from two threads (the idle-core gate then keeps helpers out on 2 cores; on more
+    cores they share the pool): every result equals the one of a run alone."""
+    import threading
+
+    import geasync as ga
+    sys.path.insert(0, str(HERE))
+    from test_models import make_cnn, make_transformer, model_input
+
+    models = {"cnn": (make_cnn(), 16), "transformer": (make_transformer(), 8)}
+    xs = {n: model_input(n, m, b) for n, (m, b) in models.items()}
+    alone = {}
+    with ga.Session() as s:
+        for gid, (n, (m, _)) in enumerate(models.items(), 1):
+            s.add_graph(gid, ga.Graph.from_onnx(m))
+            alone[n] = s.run_graph(gid, [xs[n]])[0].numpy().copy()
+    errors = []
+
+    def worker(name):
+        try:
+            with ga.Session() as s:
+                s.add_graph(1, ga.Graph.from_onnx(models[name][0]))
+                for _ in range(6):
+                    got = s.run_graph(1, [xs[name]])[0].numpy()
+                    if not np.array_equal(got, alone[name]):
+                        errors.append(name)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in models for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+
+
+# geasync refuses a forked child of a process that initialised it (GE's threads do not survive fork): the child
+# must get that error promptly (not hang on the pool's lock), and the parent's pool must keep working.
+_FORK = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    sys.path.insert(0, {here!r})
+    import geasync as ga
+    from test_models import make_transformer, model_input
+    m = make_transformer(); x = model_input("transformer", m, 8)
+    s = ga.Session()
+    s.add_graph(1, ga.Graph.from_onnx(m))
+    want = s.run_graph(1, [x])[0].numpy().copy()  # the parent used the pool
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            with ga.Session() as c:
+                c.add_graph(1, ga.Graph.from_onnx(m))
+                c.run_graph(1, [x])
+            code = 2
+        except ga.GeError as e:
+            code = 0 if "fork" in str(e) else 3
+        finally:
+            os._exit(code)
+    for _ in range(3):
+        assert np.array_equal(s.run_graph(1, [x])[0].numpy(), want)
+    _, status = os.waitpid(pid, 0)
+    s.close()
+    print(os.waitstatus_to_exitcode(status))
+""")
+
+
+def test_fork_after_the_pool_ran():
+    r = subprocess.run([sys.executable, "-c", _FORK.format(here=str(HERE))], capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "0", r.stdout + r.stderr
