@@ -7,6 +7,10 @@
 
 #include "gemm_panel.h"
 
+#include <algorithm>
+
+#include "intra_op.h"
+
 #include "vmath.h"
 
 #if defined(__x86_64__)
@@ -177,12 +181,30 @@ void PackPanels(const float *B, bool b_transposed, int64_t N, int64_t K, int wid
     }
 }
 
-void RunPanels(const PanelGemm &g, int width) {
+namespace {
+void RunPanelsSerial(const PanelGemm &g, int width) {
 #if defined(__x86_64__)
   if (width == avx512::kPanel) return avx512::Run(g);
   if (width == avx2::kPanel) return avx2::Run(g);
 #endif
   (void)g, (void)width;
+}
+}  // namespace
+
+void RunPanels(const PanelGemm &g, int width) {
+  if (width <= 0 || g.rows <= 0 || g.N <= 0) return;
+  // Split over fixed blocks of panels (by size only, so results do not depend on the thread count): each thread
+  // streams its own part of the packed B, the cost at few rows. Blocks of >= ~10 us of one core, at most 8.
+  const int64_t panels = (g.N + width - 1) / width;
+  const int64_t per_panel = std::max<int64_t>(1, g.rows * g.K * width);
+  const int64_t grain = std::max<int64_t>((int64_t(1) << 18) / per_panel, (panels + 7) / 8);
+  ParallelFor(panels, std::max<int64_t>(grain, 1), [&](int64_t b, int64_t e) {
+    PanelGemm s = g;
+    s.pack = g.pack + b * g.K * width;
+    s.C = g.C + b * width;
+    s.N = std::min(g.N, e * width) - b * width;
+    RunPanelsSerial(s, width);
+  });
 }
 
 }  // namespace onnx
