@@ -130,7 +130,6 @@ inline void BlasGemm(bool ta, bool tb, int M, int N, int K, double alpha, const 
 // single-threaded call, run on the intra-op pool. The cut depends only on M, N, K (never on the thread count), so
 // results do not depend on how many threads ran the blocks. The longer dimension is cut: each block repacks the
 // other operand, which is then the smaller one.
-constexpr int64_t kChunkMacs = int64_t(1) << 18;  // ~10 us of one core: below this a helper's hand-off costs more
 constexpr int64_t kMaxChunks = 8;
 
 template <class T, class Call>
@@ -138,11 +137,12 @@ bool SplitGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
                int64_t ldb, T *C, int64_t ldc, const Call &call) {
   if (BlasThreads() > 1) return false;  // the user chose OpenBLAS's own threads (GEASYNC_BLAS_THREADS)
   const int64_t macs = M * N * K;
-  if (macs < 2 * kChunkMacs) return false;
+  if (macs < 2 * kMinChunkMacs) return false;
   const bool split_n = N > M;
   const int64_t dim = split_n ? N : M;
   const int64_t per_unit = macs / dim;
-  int64_t block = std::max<int64_t>(kChunkMacs / std::max<int64_t>(per_unit, 1), (dim + kMaxChunks - 1) / kMaxChunks);
+  int64_t block = std::max<int64_t>(kMinChunkMacs / std::max<int64_t>(per_unit, 1),  // >= ~25 us each
+                                    (dim + kMaxChunks - 1) / kMaxChunks);
   block = (block + 15) / 16 * 16;
   if (block >= dim) return false;
   ParallelFor(dim, block, [&](int64_t lo, int64_t hi) {

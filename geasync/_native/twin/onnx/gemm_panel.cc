@@ -194,11 +194,11 @@ void RunPanelsSerial(const PanelGemm &g, int width) {
 void RunPanels(const PanelGemm &g, int width) {
   if (width <= 0 || g.rows <= 0 || g.N <= 0) return;
   // Split over fixed blocks of panels (by size only, so results do not depend on the thread count): each thread
-  // streams its own part of the packed B, the cost at few rows. Blocks of >= ~10 us of one core, at most 8.
+  // streams its own part of the packed B, the cost at few rows. Blocks of at least kMinChunkMacs, at most 8.
   const int64_t panels = (g.N + width - 1) / width;
   const int64_t per_panel = std::max<int64_t>(1, g.rows * g.K * width);
-  const int64_t grain = std::max<int64_t>((int64_t(1) << 18) / per_panel, (panels + 7) / 8);
-  ParallelFor(panels, std::max<int64_t>(grain, 1), [&](int64_t b, int64_t e) {
+  const int64_t grain = std::max<int64_t>(kMinChunkMacs / per_panel, (panels + 7) / 8);
+  ParallelForAnyCut(panels, std::max<int64_t>(grain, 1), [&](int64_t b, int64_t e) {
     PanelGemm s = g;
     s.pack = g.pack + b * g.K * width;
     s.C = g.C + b * width;

@@ -1,8 +1,9 @@
-// The intra-op pool (intra_op.h). Built without target_clones so the TSan build instruments it.
+// The intra-op pool (intra_op.h): helper threads, regions and the idle-core gate.
 #include "intra_op.h"
 
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -46,6 +48,12 @@ int ComputeIntraOpThreads() {
   return n;
 }
 
+int64_t ClockNs(clockid_t clock) {
+  timespec ts{};
+  if (clock_gettime(clock, &ts) != 0) return 0;
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 // Model runs executing kernels right now, process-wide (RunScope).
 std::atomic<int> g_busy_runs{0};
 thread_local int t_run_depth = 0;
@@ -55,6 +63,8 @@ struct Region {
   intra_op_detail::ChunkFn fn;
   void *ctx;
   int64_t n, grain, chunks;
+  int cap = 0;     // helpers that may join (the idle-core gate's answer when the region was published)
+  int joined = 0;  // helpers that joined; cap and joined are guarded by the pool's mutex
   std::atomic<int64_t> next{0};
   std::atomic<int> active{0};  // helpers that joined and have not left yet
   std::atomic<bool> failed{false};
@@ -87,7 +97,15 @@ class Pool {
   int helpers() const { return helpers_; }
   pid_t pid() const { return pid_; }
 
-  // Offers r to the helpers; false if another region holds the pool (the caller then works alone).
+  // CPU time the helpers have used, as they last published it (after each region, and before they sleep).
+  int64_t HelperCpuNs() const {
+    int64_t sum = 0;
+    for (int i = 0; i < helpers_; ++i) sum += cpu_ns_[i].load(std::memory_order_relaxed);
+    return sum;
+  }
+
+  // Offers r (r->cap helpers at most) to the helpers; false if another region holds the pool (the caller then
+  // works alone).
   bool Publish(Region *r) {
     StartOnce();
     bool wake;
@@ -102,7 +120,8 @@ class Pool {
     return true;
   }
 
-  // After this no helper joins r; the ones that joined finish the chunks they claimed.
+  // After this no helper joins r; the ones that joined finish the chunks they claimed, and their writes are
+  // visible to the caller when this returns (the release / acquire pair on r->active).
   void Retract(Region *r) {
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -112,7 +131,10 @@ class Pool {
   }
 
  private:
-  Pool() : helpers_(IntraOpThreads() - 1), pid_(getpid()) {}
+  Pool()
+      : helpers_(IntraOpThreads() - 1),
+        pid_(getpid()),
+        cpu_ns_(new std::atomic<int64_t>[static_cast<size_t>(std::max(helpers_, 1))]()) {}
 
   void StartOnce() {
     std::call_once(started_, [this] {
@@ -122,7 +144,7 @@ class Pool {
       pthread_sigmask(SIG_SETMASK, &all, &old);
       for (int i = 0; i < helpers_; ++i) {
         try {
-          std::thread(&Pool::HelperLoop, this).detach();
+          std::thread(&Pool::HelperLoop, this, i).detach();
         } catch (const std::system_error &) {
           break;  // fewer helpers: the caller does the rest
         }
@@ -131,7 +153,9 @@ class Pool {
     });
   }
 
-  void HelperLoop() {
+  void PublishCpu(int slot) { cpu_ns_[slot].store(ClockNs(CLOCK_THREAD_CPUTIME_ID), std::memory_order_relaxed); }
+
+  void HelperLoop(int slot) {
     pthread_setname_np(pthread_self(), "ge-intra-op");
     t_in_region = true;  // a kernel a helper runs never opens a region of its own
     uint64_t seen = 0;
@@ -145,29 +169,77 @@ class Pool {
       {
         std::unique_lock<std::mutex> lk(mu_);
         if (gen_.load(std::memory_order_relaxed) == seen) {
+          lk.unlock();
+          PublishCpu(slot);  // the spinning counts too
+          lk.lock();
           ++sleepers_;
           cv_.wait(lk, [&] { return gen_.load(std::memory_order_relaxed) != seen; });
           --sleepers_;
         }
         seen = gen_.load(std::memory_order_relaxed);
         r = region_;
-        if (!r) continue;  // retracted before this helper got there
+        if (!r || r->joined >= r->cap) continue;  // retracted before this helper got there, or enough joined
+        ++r->joined;
         r->active.fetch_add(1, std::memory_order_relaxed);
       }
       r->Work();
       r->active.fetch_sub(1, std::memory_order_release);  // r may be gone from here on
+      PublishCpu(slot);
     }
   }
 
   const int helpers_;
   const pid_t pid_;
+  const std::unique_ptr<std::atomic<int64_t>[]> cpu_ns_;  // per helper: its thread's CPU time (PublishCpu)
   std::once_flag started_;
   std::mutex mu_;
   std::condition_variable cv_;
-  Region *region_ = nullptr;     // guarded by mu_
+  Region *region_ = nullptr;      // guarded by mu_
   std::atomic<uint64_t> gen_{0};  // written under mu_; read without it while spinning
-  int sleepers_ = 0;             // guarded by mu_
+  int sleepers_ = 0;              // guarded by mu_
 };
+
+// The idle-core gate. Every few milliseconds a region's caller measures the CPU time the process used over the
+// last window, apart from the helpers' own: model threads, the event loop's thread, the user's threads. The cores
+// it left idle are the helpers a region may use. Counting model runs alone is not enough: a service running one
+// graph also keeps its event loop's thread busy, and a helper would take that thread's core.
+class IdleGate {
+ public:
+  int Allowed(int helpers) {
+    const int64_t now = ClockNs(CLOCK_MONOTONIC);
+    if (now - last_wall_.load(std::memory_order_relaxed) >= kWindowNs && mu_.try_lock()) {
+      Sample(now, helpers);
+      mu_.unlock();
+    }
+    const int by_runs = Cores() - g_busy_runs.load(std::memory_order_relaxed);
+    return std::max(0, std::min(allowed_.load(std::memory_order_relaxed), by_runs));
+  }
+
+ private:
+  static constexpr int64_t kWindowNs = 2000000;
+
+  void Sample(int64_t now, int helpers) {
+    const int64_t proc = ClockNs(CLOCK_PROCESS_CPUTIME_ID), help = Pool::Get().HelperCpuNs();
+    const int64_t wall = now - last_wall_.load(std::memory_order_relaxed);
+    const double others = double((proc - last_proc_) - (help - last_help_)) / double(std::max<int64_t>(wall, 1));
+    // round the idle cores down unless a core is nearly free (0.6 of one): a half-busy core is not worth a helper
+    const int idle = static_cast<int>(double(Cores()) - others + 0.4);
+    allowed_.store(std::max(0, std::min(idle, helpers)), std::memory_order_relaxed);
+    last_proc_ = proc;
+    last_help_ = help;
+    last_wall_.store(now, std::memory_order_relaxed);
+  }
+
+  std::mutex mu_;  // one sampler at a time; the others use the last answer
+  std::atomic<int64_t> last_wall_{0};
+  std::atomic<int> allowed_{0};
+  int64_t last_proc_ = 0, last_help_ = 0;  // guarded by mu_
+};
+
+IdleGate &Gate() {
+  static IdleGate *gate = new IdleGate();
+  return *gate;
+}
 
 }  // namespace
 
@@ -178,19 +250,25 @@ int IntraOpThreads() {
 
 namespace intra_op_detail {
 
-void Run(int64_t n, int64_t grain, ChunkFn fn, void *ctx) {
+void Run(int64_t n, int64_t grain, ChunkFn fn, void *ctx, bool any_cut) {
+  // Helpers only take work while a core is idle; a forked child (its pool's threads did not survive the fork) and
+  // a nested region work alone.
+  int cap = 0;
+  if (!t_in_region && IntraOpThreads() > 1 && Pool::Get().helpers() > 0 && Pool::Get().pid() == getpid()) {
+    cap = Gate().Allowed(Pool::Get().helpers());
+  }
+  if (cap == 0 && any_cut) {  // the cut does not change the results: one call, no chunk overhead
+    fn(ctx, 0, n);
+    return;
+  }
   Region r;
   r.fn = fn;
   r.ctx = ctx;
   r.n = n;
   r.grain = grain;
   r.chunks = (n - 1) / grain + 1;
-  // The helpers only take work while a core is idle; a forked child (its pool's threads did not survive the fork)
-  // and a nested region work alone.
-  const bool parallel = !t_in_region && IntraOpThreads() > 1 &&
-                        g_busy_runs.load(std::memory_order_relaxed) < Cores() && Pool::Get().helpers() > 0 &&
-                        Pool::Get().pid() == getpid();
-  if (!parallel || !Pool::Get().Publish(&r)) {
+  r.cap = cap;
+  if (cap == 0 || !Pool::Get().Publish(&r)) {
     const bool outer = t_in_region;
     t_in_region = true;
     r.Work();

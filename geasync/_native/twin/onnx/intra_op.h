@@ -7,9 +7,10 @@
 // claimed (never for a helper to wake up).
 //
 // Helpers (min(cores, $GEASYNC_INTRA_OP_THREADS) - 1, default cores - 1; 1 turns the pool off) are native threads
-// named "ge-intra-op" that never enter Python. They are offered a region only while fewer model runs execute
-// kernels than there are cores (RunScope counts them), so a busy service, with a run per core, gets no helper work
-// at all. Nested regions, regions while another region holds the pool, and regions in a forked child run serially.
+// named "ge-intra-op" that never enter Python. A region may use only the cores the process left idle over the last
+// few milliseconds (its CPU time apart from the helpers': model threads, the event loop's thread, the user's) and
+// never more than the cores no model run holds (RunScope counts them), so a busy service gets no helper work at
+// all. Nested regions, regions while another region holds the pool, and regions in a forked child run serially.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,10 @@
 namespace twin {
 namespace onnx {
 
+// Multiply-adds below which a GEMM block is not worth a helper: ~25 us of one core. A helper woken from sleep
+// arrives tens of microseconds later, and smaller blocks (~10 us) made a transformer at batch 1 slower.
+constexpr int64_t kMinChunkMacs = int64_t(1) << 20;
+
 // Threads (the caller included) one region may use: $GEASYNC_INTRA_OP_THREADS clamped to [1, cores], default (and
 // for values that are not a positive integer) the CPU count. Fixed on first use.
 int IntraOpThreads();
@@ -26,12 +31,11 @@ int IntraOpThreads();
 namespace intra_op_detail {
 using ChunkFn = void (*)(void *ctx, int64_t begin, int64_t end);
 // Runs every chunk, on the caller and any free helper; returns when all are done (rethrows a chunk's exception).
-void Run(int64_t n, int64_t grain, ChunkFn fn, void *ctx);
-}  // namespace intra_op_detail
+// any_cut: fn's results do not depend on where [0, n) is cut, so a region no helper may join runs as one call.
+void Run(int64_t n, int64_t grain, ChunkFn fn, void *ctx, bool any_cut);
 
-// fn(begin, end) over [0, n) in chunks of `grain` (grain < 1 counts as 1). A region of one chunk runs inline.
 template <class F>
-inline void ParallelFor(int64_t n, int64_t grain, F &&fn) {
+inline void ParallelRegion(int64_t n, int64_t grain, F &&fn, bool any_cut) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   if (n <= grain) {  // the small-work case: no lock, no allocation, no atomic
@@ -41,7 +45,23 @@ inline void ParallelFor(int64_t n, int64_t grain, F &&fn) {
   using Fn = std::remove_reference_t<F>;
   intra_op_detail::Run(
       n, grain, [](void *ctx, int64_t b, int64_t e) { (*static_cast<Fn *>(ctx))(b, e); },
-      const_cast<void *>(static_cast<const void *>(&fn)));
+      const_cast<void *>(static_cast<const void *>(&fn)), any_cut);
+}
+
+}  // namespace intra_op_detail
+
+// fn(begin, end) over [0, n) in chunks of `grain` (grain < 1 counts as 1), whoever runs them: for work whose
+// results depend on the cut (a GEMM library call per block). A region of one chunk runs inline.
+template <class F>
+inline void ParallelFor(int64_t n, int64_t grain, F &&fn) {
+  intra_op_detail::ParallelRegion(n, grain, std::forward<F>(fn), false);
+}
+
+// The same for work whose results do not depend on the cut (element-wise loops over blocks of whole vectors):
+// without a helper to share it, it runs as fn(0, n), one call.
+template <class F>
+inline void ParallelForAnyCut(int64_t n, int64_t grain, F &&fn) {
+  intra_op_detail::ParallelRegion(n, grain, std::forward<F>(fn), true);
 }
 
 // Marks a model run executing kernels (the idle-core gate above). Nested scopes on one thread (a control-flow op's

@@ -30,9 +30,11 @@ namespace onnx {
 namespace {
 
 // Element-wise kernels over more than this many elements split them into blocks of this many for the intra-op
-// pool: fixed blocks (by size only) keep results independent of the thread count; 32K elements (128 KiB of float)
-// is tens of microseconds of work, well above a helper's hand-off.
+// pool (every block a whole number of vectors, so the cut does not change a result): 32K elements of unary math is
+// tens of microseconds of work, well above a helper's hand-off; binary arithmetic is about memory bandwidth, and
+// takes twice as many.
 constexpr int64_t kElemGrain = int64_t(1) << 15;
+constexpr int64_t kArithGrain = int64_t(1) << 16;
 
 // Wider unsigned type for wrapping arithmetic without signed-overflow UB or int promotion surprises.
 template <class T>
@@ -204,14 +206,14 @@ class ArithKernel : public Kernel {
     S *o = static_cast<S *>(out[0]);
     if (run_) {
       const int64_t ia = bc_.strides[0].back(), ib = bc_.strides[1].back();
-      if (bc_.total > kElemGrain && bc_.dims.size() == 1) {  // one run (same shapes, or a scalar operand): blocks
-        ParallelFor(bc_.total, kElemGrain,
+      if (bc_.total > kArithGrain && bc_.dims.size() == 1) {  // one run (same shapes, or a scalar operand): blocks
+        ParallelForAnyCut(bc_.total, kArithGrain,
                     [&](int64_t b, int64_t e) { run_(a + b * ia, bp + b * ib, o + b, e - b, ia, ib); });
         return true;
       }
-      if (bc_.total > kElemGrain && bc_.dims.size() == 2) {  // rows (a bias over the last axis): blocks of rows
+      if (bc_.total > kArithGrain && bc_.dims.size() == 2) {  // rows (a bias over the last axis): blocks of rows
         const int64_t inner = bc_.dims[1], sa = bc_.strides[0][0], sb = bc_.strides[1][0];
-        ParallelFor(bc_.dims[0], std::max<int64_t>(1, kElemGrain / std::max<int64_t>(inner, 1)),
+        ParallelForAnyCut(bc_.dims[0], std::max<int64_t>(1, kArithGrain / std::max<int64_t>(inner, 1)),
                     [&](int64_t r0, int64_t r1) {
                       for (int64_t r = r0; r < r1; ++r) run_(a + r * sa, b + r * sb, o + r * inner, inner, ia, ib);
                     });
@@ -948,7 +950,7 @@ class NativeUnaryKernel : public Kernel {
       default: break;
     }
 #endif
-    ParallelFor(n_, kElemGrain, [&](int64_t b, int64_t e) { loop(x + b, y + b, e - b, p_); });
+    ParallelForAnyCut(n_, kElemGrain, [&](int64_t b, int64_t e) { loop(x + b, y + b, e - b, p_); });
     return true;
   }
 
@@ -1050,7 +1052,7 @@ class ArrayKernel : public Kernel {
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const float *x = static_cast<const float *>(in[0]);
     float *y = static_cast<float *>(out[0]);
-    ParallelFor(n_, kElemGrain, [&](int64_t b, int64_t e) { fn_(x + b, y + b, e - b); });
+    ParallelForAnyCut(n_, kElemGrain, [&](int64_t b, int64_t e) { fn_(x + b, y + b, e - b); });
     return true;
   }
 
@@ -1067,7 +1069,7 @@ class DoubleArrayKernel : public Kernel {
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const double *x = static_cast<const double *>(in[0]);
     double *y = static_cast<double *>(out[0]);
-    ParallelFor(n_, kElemGrain, [&](int64_t b, int64_t e) { fn_(x + b, y + b, e - b); });
+    ParallelForAnyCut(n_, kElemGrain, [&](int64_t b, int64_t e) { fn_(x + b, y + b, e - b); });
     return true;
   }
 
@@ -1093,7 +1095,7 @@ class SqrtDoubleKernel : public Kernel {
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const double *x = static_cast<const double *>(in[0]);
     double *y = static_cast<double *>(out[0]);
-    ParallelFor(n_, kElemGrain, [&](int64_t b, int64_t e) { SqrtDoubleArray(x + b, y + b, e - b); });
+    ParallelForAnyCut(n_, kElemGrain, [&](int64_t b, int64_t e) { SqrtDoubleArray(x + b, y + b, e - b); });
     return true;
   }
 
