@@ -54,6 +54,9 @@ int64_t ClockNs(clockid_t clock) {
   return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+// Time threads spent spinning for work, process-wide (NoteSpin).
+std::atomic<int64_t> g_spin_ns{0};
+
 // Model runs executing kernels right now, process-wide (RunScope).
 std::atomic<int> g_busy_runs{0};
 thread_local int t_run_depth = 0;
@@ -200,7 +203,8 @@ class Pool {
 };
 
 // The idle-core gate. Every few milliseconds a region's caller measures the CPU time the process used over the
-// last window, apart from the helpers' own: model threads, the event loop's thread, the user's threads. The cores
+// last window, apart from the helpers' own and from spinning for work (NoteSpin): model threads, the event loop's
+// thread, the user's threads. The cores
 // it left idle are the helpers a region may use. Counting model runs alone is not enough: a service running one
 // graph also keeps its event loop's thread busy, and a helper would take that thread's core.
 class IdleGate {
@@ -219,7 +223,8 @@ class IdleGate {
   static constexpr int64_t kWindowNs = 2000000;
 
   void Sample(int64_t now, int helpers) {
-    const int64_t proc = ClockNs(CLOCK_PROCESS_CPUTIME_ID), help = Pool::Get().HelperCpuNs();
+    const int64_t proc = ClockNs(CLOCK_PROCESS_CPUTIME_ID);
+    const int64_t help = Pool::Get().HelperCpuNs() + g_spin_ns.load(std::memory_order_relaxed);
     const int64_t wall = now - last_wall_.load(std::memory_order_relaxed);
     const double others = double((proc - last_proc_) - (help - last_help_)) / double(std::max<int64_t>(wall, 1));
     // round the idle cores down unless a core is nearly free (0.6 of one): a half-busy core is not worth a helper
@@ -283,6 +288,8 @@ void Run(int64_t n, int64_t grain, ChunkFn fn, void *ctx, bool any_cut) {
 }
 
 }  // namespace intra_op_detail
+
+void NoteSpin(int64_t ns) { g_spin_ns.fetch_add(ns, std::memory_order_relaxed); }
 
 RunScope::RunScope() : counted_(t_run_depth++ == 0) {
   if (counted_) g_busy_runs.fetch_add(1, std::memory_order_relaxed);

@@ -64,6 +64,10 @@ inline void ParallelForAnyCut(int64_t n, int64_t grain, F &&fn) {
   intra_op_detail::ParallelRegion(n, grain, std::forward<F>(fn), true);
 }
 
+// Time a thread of the process spent spinning for work (a model thread watching its queue): the idle-core gate
+// counts it as idle, like the helpers' own time.
+void NoteSpin(int64_t ns);
+
 // Marks a model run executing kernels (the idle-core gate above). Nested scopes on one thread (a control-flow op's
 // subgraph) count once.
 class RunScope {

@@ -16,6 +16,7 @@
 
 #include "acl/acl_base.h"
 #include "ge_internal.h"
+#include "../onnx/intra_op.h"
 
 namespace ge {
 // Defined in ge_session.cc: stops a session's threads and marks it unusable.
@@ -214,7 +215,7 @@ struct WorkQueue::State {
     }
     const int budget = SpinBudgetUs();
     if (budget <= 0 || !TakeSpinSlot()) return;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(budget);
+    const auto start = std::chrono::steady_clock::now(), until = start + std::chrono::microseconds(budget);
     unsigned n = 0;
     bool hit = true;
     while (queued.load(std::memory_order_relaxed) == 0 && !stopped.load(std::memory_order_relaxed)) {
@@ -225,6 +226,9 @@ struct WorkQueue::State {
       }
     }
     ReleaseSpinSlot();
+    // (the intra-op pool's idle-core gate counts this core as idle while it spun)
+    twin::onnx::NoteSpin(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+                             .count());
     spin_misses = hit ? 0 : spin_misses + 1;
     if (spin_misses >= 8) {
       spin_misses = 0;
