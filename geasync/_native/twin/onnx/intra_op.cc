@@ -57,8 +57,10 @@ int64_t ClockNs(clockid_t clock) {
 // Time threads spent spinning for work, process-wide (NoteSpin).
 std::atomic<int64_t> g_spin_ns{0};
 
-// Model runs executing kernels right now, process-wide (RunScope).
+// Model runs executing kernels right now, process-wide (RunScope), and those of them for async submitters
+// (AsyncRunScope).
 std::atomic<int> g_busy_runs{0};
+std::atomic<int> g_async_runs{0};
 thread_local int t_run_depth = 0;
 thread_local bool t_in_region = false;  // nested regions run serially
 
@@ -215,7 +217,8 @@ class IdleGate {
       Sample(now, helpers);
       mu_.unlock();
     }
-    const int by_runs = Cores() - g_busy_runs.load(std::memory_order_relaxed);
+    const int by_runs =
+        Cores() - g_busy_runs.load(std::memory_order_relaxed) - g_async_runs.load(std::memory_order_relaxed);
     return std::max(0, std::min(allowed_.load(std::memory_order_relaxed), by_runs));
   }
 
@@ -288,6 +291,9 @@ void Run(int64_t n, int64_t grain, ChunkFn fn, void *ctx, bool any_cut) {
 }
 
 }  // namespace intra_op_detail
+
+AsyncRunScope::AsyncRunScope() { g_async_runs.fetch_add(1, std::memory_order_relaxed); }
+AsyncRunScope::~AsyncRunScope() { g_async_runs.fetch_sub(1, std::memory_order_relaxed); }
 
 void NoteSpin(int64_t ns) { g_spin_ns.fetch_add(ns, std::memory_order_relaxed); }
 

@@ -64,6 +64,18 @@ inline void ParallelForAnyCut(int64_t n, int64_t grain, F &&fn) {
   intra_op_detail::ParallelRegion(n, grain, std::forward<F>(fn), true);
 }
 
+// Marks a run for an asynchronous submitter (RunGraphAsync): whoever submitted it may be busy meanwhile (an event
+// loop serving other requests), so the gate counts a core for it besides the run's own. On two cores an async run
+// gets no helper: a busy event loop lost a fifth of its throughput to them, and the gate cannot see from here
+// whether the loop is busy while the run executes.
+class AsyncRunScope {
+ public:
+  AsyncRunScope();
+  ~AsyncRunScope();
+  AsyncRunScope(const AsyncRunScope &) = delete;
+  AsyncRunScope &operator=(const AsyncRunScope &) = delete;
+};
+
 // Time a thread of the process spent spinning for work (a model thread watching its queue): the idle-core gate
 // counts it as idle, like the helpers' own time.
 void NoteSpin(int64_t ns);

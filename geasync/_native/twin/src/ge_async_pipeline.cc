@@ -2,6 +2,7 @@
 // one model thread per graph, with GE's queue bounds, its 32 pending callbacks of a dynamic-shape graph, and its
 // stop-on-pre-run-failure rule.
 #include "ge_session_internal.h"
+#include "../onnx/intra_op.h"
 
 namespace ge {
 namespace {
@@ -92,7 +93,10 @@ void ModelStage(AsyncRun &run) {
   if (st == SUCCESS) st = ApplyFault(fault, node, "RunGraphAsync");
   std::vector<void *> out;
   if (st == SUCCESS) st = MakeHostOutputs(*plan, outs, &out);
-  if (st == SUCCESS) st = RunPlan(node, *plan, in, out, "RunGraphAsync");
+  if (st == SUCCESS) {
+    const twin::onnx::AsyncRunScope async_run;  // (the intra-op pool's gate: the submitter may be busy meanwhile)
+    st = RunPlan(node, *plan, in, out, "RunGraphAsync");
+  }
   if (st != SUCCESS) outs.clear();
   if (fault.stall) twin::WaitWhileStalled(node.session_id, node.id);
   if (!fault.drop) run.CallBack(st, outs);

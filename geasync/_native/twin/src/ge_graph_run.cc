@@ -9,6 +9,7 @@
 #include "acl/acl_rt.h"
 #include "acl_internal.h"
 #include "ge_session_internal.h"
+#include "../onnx/intra_op.h"
 
 namespace ge {
 namespace {
@@ -246,6 +247,7 @@ struct StreamRunTask {
     {
       std::lock_guard<std::mutex> lk(node->exec_mu);
       const twin::onnx::StopFlagScope stop(&node->stopping);
+      const twin::onnx::AsyncRunScope async_run;  // (the intra-op pool's gate: the submitter may be busy meanwhile)
       ok = plan->Run(in, out, &error);
     }
     if (!ok) twin::acl::SetRecentErrMsg(("RunGraphWithStreamAsync: execution failed: " + error).c_str());
