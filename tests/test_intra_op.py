@@ -257,3 +257,57 @@ def test_fork_after_the_pool_ran():
                        timeout=180)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "0", r.stdout + r.stderr
+
+
+# A big MatMul run synchronously, then asynchronously: the helpers' CPU time (from /proc) shows who shared the work.
+_WHO_WORKS = textwrap.dedent("""
+    import asyncio, os
+    import numpy as np
+    import geasync as ga
+    from onnx import TensorProto, helper
+
+    def helper_ticks():
+        ticks = 0
+        for t in os.listdir("/proc/self/task"):
+            try:
+                if open(f"/proc/self/task/{t}/comm").read().strip() == "ge-intra-op":
+                    ticks += int(open(f"/proc/self/task/{t}/stat").read().rsplit(")", 1)[1].split()[11])
+            except OSError:
+                pass
+        return ticks
+
+    v = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [768, 768]) for n in "aby"]
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "g", v[:2], v[2:])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]); m.ir_version = 8
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((768, 768)).astype(np.float32) for _ in range(2))
+    want = a.astype(np.float64) @ b
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(m))
+        s.add_graph(2, ga.Graph.from_onnx(m))  # (a graph's run mode is fixed by its first run)
+
+        async def runs():
+            for _ in range(8):
+                (y,) = await s.run_graph_async(1, [a, b])
+                assert np.allclose(y.numpy(), want, rtol=1e-4, atol=1e-3)
+        asyncio.run(runs())
+        after_async = helper_ticks()
+        for _ in range(16):
+            (y,) = s.run_graph(2, [a, b])
+            assert np.allclose(y.numpy(), want, rtol=1e-4, atol=1e-3)
+        print(after_async, helper_ticks())
+""")
+
+
+@pytest.mark.skipif(os.cpu_count() != 2 or not os.path.isdir("/proc/self/task"),
+                    reason="the gate's answer for an async run is fixed on two cores; helpers' CPU time from /proc")
+def test_sync_runs_share_work_async_runs_leave_the_core_to_the_event_loop():
+    """On two cores an async run gets no helper (its event loop may need the other core), a synchronous run of a big
+    MatMul does (its caller only waits)."""
+    env = dict(os.environ)
+    env.pop("GEASYNC_INTRA_OP_THREADS", None)
+    r = subprocess.run([sys.executable, "-c", _WHO_WORKS], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    after_async, after_sync = map(int, r.stdout.split())
+    assert after_async == 0
+    assert after_sync > 0
