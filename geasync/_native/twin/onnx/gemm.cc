@@ -137,7 +137,7 @@ bool SplitGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
                int64_t ldb, T *C, int64_t ldc, const Call &call) {
   if (BlasThreads() > 1) return false;  // the user chose OpenBLAS's own threads (GEASYNC_BLAS_THREADS)
   const int64_t macs = M * N * K;
-  if (macs < 2 * kMinChunkMacs) return false;
+  if (macs < kMinChunks * kMinChunkMacs) return false;
   const bool split_n = N > M;
   const int64_t dim = split_n ? N : M;
   const int64_t per_unit = macs / dim;

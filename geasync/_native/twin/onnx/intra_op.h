@@ -24,6 +24,10 @@ namespace onnx {
 // arrives tens of microseconds later, and smaller blocks (~10 us) made a transformer at batch 1 slower.
 constexpr int64_t kMinChunkMacs = int64_t(1) << 20;
 
+// Regions of fewer chunks run inline, as one call: with two or three, a helper woken from sleep mostly arrived
+// after the caller had claimed the last chunk (a transformer at batch 1 got 5-25% slower).
+constexpr int64_t kMinChunks = 4;
+
 // Threads (the caller included) one region may use: $GEASYNC_INTRA_OP_THREADS clamped to [1, cores], default (and
 // for values that are not a positive integer) the CPU count. Fixed on first use.
 int IntraOpThreads();
@@ -38,7 +42,7 @@ template <class F>
 inline void ParallelRegion(int64_t n, int64_t grain, F &&fn, bool any_cut) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
-  if (n <= grain) {  // the small-work case: no lock, no allocation, no atomic
+  if (n <= grain * (kMinChunks - 1)) {  // the small-work case: no lock, no allocation, no atomic
     fn(int64_t(0), n);
     return;
   }
@@ -51,7 +55,7 @@ inline void ParallelRegion(int64_t n, int64_t grain, F &&fn, bool any_cut) {
 }  // namespace intra_op_detail
 
 // fn(begin, end) over [0, n) in chunks of `grain` (grain < 1 counts as 1), whoever runs them: for work whose
-// results depend on the cut (a GEMM library call per block). A region of one chunk runs inline.
+// results depend on the cut (a GEMM library call per block). A region of fewer than kMinChunks chunks runs inline.
 template <class F>
 inline void ParallelFor(int64_t n, int64_t grain, F &&fn) {
   intra_op_detail::ParallelRegion(n, grain, std::forward<F>(fn), false);
