@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("onnx")
 from onnx_cases import check_twin, conv_model  # noqa: E402
+from test_ops_conv_sweep5 import check_dilated_conv  # noqa: E402
 
 RNG = np.random.default_rng(5050)
 
@@ -34,15 +35,7 @@ _REGIONS = [
 @pytest.mark.parametrize("xs,ws,dil,pads,strides", _REGIONS)
 @pytest.mark.parametrize("bias,relu,w_input", [(False, False, False), (True, True, False), (True, False, True)])
 def test_dilated_regions(xs, ws, dil, pads, strides, bias, relu, w_input):
-    x = RNG.standard_normal(xs).astype(np.float32)
-    w = (RNG.standard_normal(ws) / np.sqrt(ws[1] * ws[2] * ws[3])).astype(np.float32)
-    b = RNG.standard_normal(ws[0]).astype(np.float32) if bias else None
-    got = check_twin(*conv_model("Conv", x, w, b, w_input=w_input, relu=relu, kernel_shape=list(ws[2:]),
-                                 dilations=list(dil), pads=list(pads), strides=list(strides)))[0]
-    if relu:
-        assert (got >= 0).all() and (got > 0).any()
-    else:
-        assert (got < 0).any()
+    check_dilated_conv(xs, ws, dil, pads, strides, bias, relu, w_input)
 
 
 # 1-D and 3-D windows, and the outputs that see padding only equal to the bias.
