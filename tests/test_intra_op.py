@@ -19,6 +19,30 @@ pytest.importorskip("onnx")
 
 HERE = pathlib.Path(__file__).resolve().parent
 
+
+def usable_cores() -> int:
+    """The cores this process may run on: its affinity mask, and its cgroup's CPU quota (a container's limit)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    candidates = ["/sys/fs/cgroup/cpu.max"]
+    try:
+        for line in pathlib.Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                candidates.insert(0, f"/sys/fs/cgroup{line[3:]}/cpu.max")
+    except OSError:
+        pass
+    for path in candidates:
+        try:
+            quota, period = pathlib.Path(path).read_text().split()[:2]
+        except (OSError, ValueError):
+            continue
+        if quota != "max":
+            return max(1, min(cores, -(-int(quota) // int(period))))
+        break
+    return cores
+
+
+CORES = usable_cores()
+
 # Builds the graphs, runs them and saves every output (and whether helper threads exist) to an .npz file.
 _RUN_ALL = textwrap.dedent("""
     import os, sys
@@ -139,10 +163,10 @@ def test_outputs_match_onnx_reference(runs):
                                        err_msg=f"{name}/{i}")
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the pool has no helper on one core")
+@pytest.mark.skipif(CORES < 2, reason="the pool has no helper on one core")
 def test_helpers_start_only_when_enabled(runs):
     assert int(runs["1"]["helpers"]) == 0
-    assert int(runs[None]["helpers"]) == os.cpu_count() - 1
+    assert int(runs[None]["helpers"]) == CORES - 1
 
 
 _HELPER_COUNT = textwrap.dedent("""
@@ -164,7 +188,7 @@ _HELPER_COUNT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the pool has no helper on one core")
+@pytest.mark.skipif(CORES < 2, reason="the pool has no helper on one core")
 @pytest.mark.parametrize("value", ["0", "-1", "x", "", "2x", None])
 def test_bad_values_fall_back_to_the_default(value):
     env = dict(os.environ)
@@ -173,7 +197,18 @@ def test_bad_values_fall_back_to_the_default(value):
         env["GEASYNC_INTRA_OP_THREADS"] = value
     r = subprocess.run([sys.executable, "-c", _HELPER_COUNT], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert int(r.stdout.strip()) == (os.cpu_count() or 1) - 1  # default: one thread per CPU, the caller included
+    assert int(r.stdout.strip()) == CORES - 1  # default: one thread per usable core, the caller included
+
+
+@pytest.mark.skipif(CORES < 2 or not hasattr(os, "sched_setaffinity"), reason="needs two cores and affinity")
+def test_a_process_bound_to_one_cpu_starts_no_helper():
+    """taskset / a cpuset: the pool counts the CPUs the process may run on, not the machine's."""
+    script = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n" + _HELPER_COUNT
+    env = dict(os.environ)
+    env.pop("GEASYNC_INTRA_OP_THREADS", None)
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.strip()) == 0
 
 
 def test_one_turns_the_pool_off():
@@ -299,7 +334,7 @@ _WHO_WORKS = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(os.cpu_count() != 2 or not os.path.isdir("/proc/self/task"),
+@pytest.mark.skipif(CORES != 2 or not os.path.isdir("/proc/self/task"),
                     reason="the gate's answer for an async run is fixed on two cores; helpers' CPU time from /proc")
 def test_sync_runs_share_work_async_runs_leave_the_core_to_the_event_loop():
     """On two cores an async run gets no helper (its event loop may need the other core), a synchronous run of a big

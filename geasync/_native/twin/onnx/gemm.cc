@@ -94,8 +94,7 @@ void PortableGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T
 }
 
 int ComputeBlasThreads() {
-  int cores = static_cast<int>(std::thread::hardware_concurrency());
-  if (cores < 1) cores = 1;
+  const int cores = UsableCores();
   int n = 1;
   if (const char *env = std::getenv("GEASYNC_BLAS_THREADS")) {
     char *end = nullptr;

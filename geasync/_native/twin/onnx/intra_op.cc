@@ -2,6 +2,7 @@
 #include "intra_op.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -10,10 +11,13 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -32,9 +36,46 @@ inline void CpuRelax() {
 #endif
 }
 
-int Cores() {
-  const int c = static_cast<int>(std::thread::hardware_concurrency());
+// The CPU quota of the process's cgroup in CPUs, rounded up (0: none). cgroup v2's cpu.max ("max 100000" or
+// "200000 100000"), else v1's cfs_quota_us / cfs_period_us.
+int CgroupCpus() {
+  auto read = [](const std::string &path) {
+    std::ifstream f(path);
+    std::string text;
+    std::getline(f, text);
+    return text;
+  };
+  std::string dir = "/sys/fs/cgroup";
+  {
+    std::ifstream cg("/proc/self/cgroup");
+    for (std::string line; std::getline(cg, line);) {
+      if (line.rfind("0::", 0) == 0) dir += line.substr(3);  // v2: the process's own cgroup
+    }
+  }
+  for (const std::string &path : {dir + "/cpu.max", std::string("/sys/fs/cgroup/cpu.max")}) {
+    long long quota = 0, period = 0;
+    if (std::sscanf(read(path).c_str(), "%lld %lld", &quota, &period) == 2 && quota > 0 && period > 0) {
+      return static_cast<int>((quota + period - 1) / period);
+    }
+  }
+  const long long quota = std::atoll(read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").c_str());
+  const long long period = std::atoll(read("/sys/fs/cgroup/cpu/cpu.cfs_period_us").c_str());
+  return quota > 0 && period > 0 ? static_cast<int>((quota + period - 1) / period) : 0;
+}
+
+// UsableCores(): helpers beyond them would only take turns with the caller.
+int ComputeCores() {
+  int c = static_cast<int>(std::thread::hardware_concurrency());
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) c = std::min(c, CPU_COUNT(&set));
+  if (const int quota = CgroupCpus(); quota > 0) c = std::min(c, quota);
   return c < 1 ? 1 : c;
+}
+
+int Cores() {
+  static const int c = ComputeCores();
+  return c;
 }
 
 int ComputeIntraOpThreads() {
@@ -206,9 +247,9 @@ class Pool {
 
 // The idle-core gate. Every few milliseconds a region's caller measures the CPU time the process used over the
 // last window, apart from the helpers' own and from spinning for work (NoteSpin): model threads, the event loop's
-// thread, the user's threads. The cores
-// it left idle are the helpers a region may use. Counting model runs alone is not enough: a service running one
-// graph also keeps its event loop's thread busy, and a helper would take that thread's core.
+// thread, the user's threads. The cores it left idle are the helpers a region may use. Counting model runs alone
+// is not enough: a service running one graph also keeps its event loop's thread busy, and a helper would take that
+// thread's core.
 class IdleGate {
  public:
   int Allowed(int helpers) {
@@ -250,6 +291,8 @@ IdleGate &Gate() {
 }
 
 }  // namespace
+
+int UsableCores() { return Cores(); }
 
 int IntraOpThreads() {
   static const int n = ComputeIntraOpThreads();

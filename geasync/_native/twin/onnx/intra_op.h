@@ -6,11 +6,12 @@
 // counter, helpers claim chunks only while they are free, and the caller waits only for chunks a helper already
 // claimed (never for a helper to wake up).
 //
-// Helpers (min(cores, $GEASYNC_INTRA_OP_THREADS) - 1, default cores - 1; 1 turns the pool off) are native threads
-// named "ge-intra-op" that never enter Python. A region may use only the cores the process left idle over the last
-// few milliseconds (its CPU time apart from the helpers': model threads, the event loop's thread, the user's) and
-// never more than the cores no model run holds (RunScope counts them), so a busy service gets no helper work at
-// all. Nested regions, regions while another region holds the pool, and regions in a forked child run serially.
+// Helpers (min(UsableCores(), $GEASYNC_INTRA_OP_THREADS) - 1, default UsableCores() - 1; 1 turns the pool off) are
+// native threads named "ge-intra-op" that never enter Python. A region may use only the cores the process left idle
+// over the last few milliseconds (its CPU time apart from the helpers': model threads, the event loop's thread, the
+// user's) and never more than the cores no model run holds (RunScope counts them; a run for an async submitter holds
+// one more, AsyncRunScope), so a busy service gets no helper work at all. Nested regions, regions while another
+// region holds the pool, and regions in a forked child run serially.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +29,12 @@ constexpr int64_t kMinChunkMacs = int64_t(1) << 20;
 // after the caller had claimed the last chunk (a transformer at batch 1 got 5-25% slower).
 constexpr int64_t kMinChunks = 4;
 
+// The cores this process may run on: the online CPUs, fewer if its affinity mask (taskset, a cpuset) or its
+// cgroup's CPU quota (a container's CPU limit, rounded up) says so. Fixed on first use.
+int UsableCores();
+
 // Threads (the caller included) one region may use: $GEASYNC_INTRA_OP_THREADS clamped to [1, cores], default (and
-// for values that are not a positive integer) the CPU count. Fixed on first use.
+// for values that are not a positive integer) UsableCores(). Fixed on first use.
 int IntraOpThreads();
 
 namespace intra_op_detail {

@@ -175,7 +175,7 @@ inline void CpuRelax() {
 std::atomic<int> g_spinners{0};
 // Leaves a core to the threads that submit: on one core, a spinning worker would only delay them.
 bool TakeSpinSlot() {
-  static const int max_spinners = static_cast<int>(std::thread::hardware_concurrency()) - 1;
+  static const int max_spinners = twin::onnx::UsableCores() - 1;
   int now = g_spinners.load(std::memory_order_relaxed);
   while (now < max_spinners) {
     if (g_spinners.compare_exchange_weak(now, now + 1, std::memory_order_relaxed)) return true;
