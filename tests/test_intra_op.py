@@ -43,6 +43,12 @@ def usable_cores() -> int:
 
 CORES = usable_cores()
 
+
+def _python(args, **kwargs):
+    """subprocess.run of a script, from this folder: the repository root's source tree has no compiled extension
+    after a non-editable install, and `python -c` would import it first."""
+    return subprocess.run(args, cwd=str(HERE), **kwargs)
+
 # Builds the graphs, runs them and saves every output (and whether helper threads exist) to an .npz file.
 _RUN_ALL = textwrap.dedent("""
     import os, sys
@@ -124,7 +130,7 @@ def _run_all(tmp_path, env_value):
     if env_value is not None:
         env["GEASYNC_INTRA_OP_THREADS"] = env_value
     path = tmp_path / f"out_{env_value}.npz"
-    subprocess.run([sys.executable, "-c", _RUN_ALL.format(here=str(HERE)), str(path)], env=env, check=True,
+    _python([sys.executable, "-c", _RUN_ALL.format(here=str(HERE)), str(path)], env=env, check=True,
                    timeout=300)
     with np.load(path) as f:
         return {k: f[k] for k in f.files}
@@ -195,7 +201,7 @@ def test_bad_values_fall_back_to_the_default(value):
     env.pop("GEASYNC_INTRA_OP_THREADS", None)
     if value is not None:
         env["GEASYNC_INTRA_OP_THREADS"] = value
-    r = subprocess.run([sys.executable, "-c", _HELPER_COUNT], env=env, capture_output=True, text=True, timeout=120)
+    r = _python([sys.executable, "-c", _HELPER_COUNT], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert int(r.stdout.strip()) == CORES - 1  # default: one thread per usable core, the caller included
 
@@ -206,14 +212,14 @@ def test_a_process_bound_to_one_cpu_starts_no_helper():
     script = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n" + _HELPER_COUNT
     env = dict(os.environ)
     env.pop("GEASYNC_INTRA_OP_THREADS", None)
-    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    r = _python([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert int(r.stdout.strip()) == 0
 
 
 def test_one_turns_the_pool_off():
     env = dict(os.environ, GEASYNC_INTRA_OP_THREADS="1")
-    r = subprocess.run([sys.executable, "-c", _HELPER_COUNT], env=env, capture_output=True, text=True, timeout=120)
+    r = _python([sys.executable, "-c", _HELPER_COUNT], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert int(r.stdout.strip()) == 0
 
@@ -288,7 +294,7 @@ _FORK = textwrap.dedent("""
 
 
 def test_fork_after_the_pool_ran():
-    r = subprocess.run([sys.executable, "-c", _FORK.format(here=str(HERE))], capture_output=True, text=True,
+    r = _python([sys.executable, "-c", _FORK.format(here=str(HERE))], capture_output=True, text=True,
                        timeout=180)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "0", r.stdout + r.stderr
@@ -341,7 +347,7 @@ def test_sync_runs_share_work_async_runs_leave_the_core_to_the_event_loop():
     MatMul does (its caller only waits)."""
     env = dict(os.environ)
     env.pop("GEASYNC_INTRA_OP_THREADS", None)
-    r = subprocess.run([sys.executable, "-c", _WHO_WORKS], env=env, capture_output=True, text=True, timeout=300)
+    r = _python([sys.executable, "-c", _WHO_WORKS], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     after_async, after_sync = map(int, r.stdout.split())
     assert after_async == 0

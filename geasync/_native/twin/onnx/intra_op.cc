@@ -190,7 +190,10 @@ class Pool {
       pthread_sigmask(SIG_SETMASK, &all, &old);
       for (int i = 0; i < helpers_; ++i) {
         try {
-          std::thread(&Pool::HelperLoop, this, i).detach();
+          std::thread t(&Pool::HelperLoop, this, i);
+          // named here, not by the thread itself: /proc shows the helper as soon as the region that started it runs
+          pthread_setname_np(t.native_handle(), "ge-intra-op");
+          t.detach();
         } catch (const std::system_error &) {
           break;  // fewer helpers: the caller does the rest
         }
@@ -202,7 +205,6 @@ class Pool {
   void PublishCpu(int slot) { cpu_ns_[slot].store(ClockNs(CLOCK_THREAD_CPUTIME_ID), std::memory_order_relaxed); }
 
   void HelperLoop(int slot) {
-    pthread_setname_np(pthread_self(), "ge-intra-op");
     t_in_region = true;  // a kernel a helper runs never opens a region of its own
     uint64_t seen = 0;
     for (;;) {
@@ -245,7 +247,7 @@ class Pool {
   int sleepers_ = 0;              // guarded by mu_
 };
 
-// The idle-core gate. Every few milliseconds a region's caller measures the CPU time the process used over the
+// The idle-core gate. Every 50 ms a region's caller measures the CPU time the process used over the
 // last window, apart from the helpers' own and from spinning for work (NoteSpin): model threads, the event loop's
 // thread, the user's threads. The cores it left idle are the helpers a region may use. Counting model runs alone
 // is not enough: a service running one graph also keeps its event loop's thread busy, and a helper would take that
@@ -264,7 +266,9 @@ class IdleGate {
   }
 
  private:
-  static constexpr int64_t kWindowNs = 2000000;
+  // The kernel adds a running thread's CPU time to the process's clock lazily (at scheduler ticks, up to 4 ms
+  // late): over 2 ms windows two threads read as 2.7 cores. Over 50 ms the lag is a few percent of a core.
+  static constexpr int64_t kWindowNs = 50000000;
 
   void Sample(int64_t now, int helpers) {
     const int64_t proc = ClockNs(CLOCK_PROCESS_CPUTIME_ID);

@@ -8,7 +8,7 @@
 //
 // Helpers (min(UsableCores(), $GEASYNC_INTRA_OP_THREADS) - 1, default UsableCores() - 1; 1 turns the pool off) are
 // native threads named "ge-intra-op" that never enter Python. A region may use only the cores the process left idle
-// over the last few milliseconds (its CPU time apart from the helpers': model threads, the event loop's thread, the
+// over the last 50 ms (its CPU time apart from the helpers': model threads, the event loop's thread, the
 // user's) and never more than the cores no model run holds (RunScope counts them; a run for an async submitter holds
 // one more, AsyncRunScope), so a busy service gets no helper work at all. Nested regions, regions while another
 // region holds the pool, and regions in a forked child run serially.
