@@ -147,8 +147,9 @@ class _GeasyncModel:
             await self._batcher.aclose()
         await self._session.aclose()
         # after the close: nothing may stay in flight or pinned
-        self._final = {"replica": _replica_id(), "session": _as_dict(self._session.statistics()),
-                       "live": live_counters(), "closed": True}
+        final = self._session.statistics()
+        self._export_once(final)  # the gauges end on the closed session's counts, not on the last period's
+        self._final = {"replica": _replica_id(), "session": _as_dict(final), "live": live_counters(), "closed": True}
         logger.info("geasync replica closed: %s", self._final)
         if self._shutdown_report:
             tmp = f"{self._shutdown_report}.tmp"
@@ -240,14 +241,20 @@ class _GeasyncModel:
     def _ensure_exporter(self) -> None:
         exporter = self._exporter
         if (exporter is None or exporter.get_loop().is_closed()) and not self._closed:  # (gone with its loop)
+            # Exported at once, not in the task's first step: a request whose run completes while it is submitted
+            # never yields, and a close() right after it would cancel the task before that step.
+            self._export_once(self._session.statistics())
             self._exporter = asyncio.get_running_loop().create_task(self._export_statistics())
+
+    def _export_once(self, stats: Any) -> None:
+        values = _as_dict(stats)
+        for name, gauge in self._gauges.items():
+            gauge.set(float(values.get(name, 0)))
 
     async def _export_statistics(self) -> None:
         while True:
-            stats = _as_dict(self._session.statistics())
-            for name, gauge in self._gauges.items():
-                gauge.set(float(stats.get(name, 0)))
             await asyncio.sleep(_STATS_PERIOD)
+            self._export_once(self._session.statistics())
 
 
 # The deployment, made by a call rather than as a class decorator: type checkers then see a serve.Deployment
