@@ -987,11 +987,30 @@ def quant_model_cases(size: str):
     yield f"QDQ Conv 3x3 {c}->{c} on 2x2 (int8 per-channel weight)", conv, [rand((2, c, 2, 2))]
 
 
+# Cases whose onnxruntime output may differ from the graph as written (its fused integer QDQ Conv rounds the int32
+# sum once, where the graph's float Conv rounds partial sums): name -> the output's quantisation step. When the twin
+# and onnxruntime disagree there, the twin is checked against onnx.reference (the oracle) instead: within one step,
+# at under 1% of the outputs (the fused Conv's documented rule, docs/operators.md "Quantised models").
+ONE_STEP_CASES: dict[str, float] = {}
+
+
+def agrees_with_reference(model, feeds, out: np.ndarray, step: float) -> bool:
+    from onnx.reference import ReferenceEvaluator
+
+    ref = ReferenceEvaluator(model)
+    want = ref.run(None, dict(zip(ref.input_names, feeds, strict=True)))[0]
+    if want.shape != out.shape:
+        return False
+    steps = np.abs(out.astype(np.float64) - want.astype(np.float64)) / step
+    return bool(steps.max(initial=0.0) <= 1.0 + 1e-3 and np.mean(steps > 0.5) < 0.01)
+
+
 def qdq_fusion_cases(size: str):
     """QuantizeLinear -> DequantizeLinear pairs as quantize_static writes them between the layers of QDQ models (one
     fused float -> float kernel in the twin), alone and after a Conv -> Relu, u8 and s8 activations. onnxruntime runs
     the Conv block as one integer Conv that rounds its int32 sum once, so its output differs from the graph as
-    written by one quantisation step in places: the block's "agree" column says NO for that reason."""
+    written by one quantisation step in places (documented, docs/operators.md): the block's output is checked
+    against onnx.reference instead (ONE_STEP_CASES), under the twin's own documented rule."""
     rows, cols = SIZES[size]
     shape = [rows, cols]
     for name, zero in (("u8", np.array(128, np.uint8)), ("s8", np.array(-3, np.int8))):
@@ -1016,7 +1035,9 @@ def qdq_fusion_cases(size: str):
                                      ("w", rng.integers(-128, 128, (c, c, 3, 3), np.int8)),
                                      ("ws", rand((c,), 1e-3, 2e-3, 3)), ("wz", np.zeros(c, np.int8)),
                                      ("b", rand((c,), -1, 1, 4))], opset=OPSET)
-    yield f"QDQ Conv 3x3 {c}->{c} on {hw}x{hw} -> Relu, u8 activations", block, [rand((1, c, hw, hw))]
+    name = f"QDQ Conv 3x3 {c}->{c} on {hw}x{hw} -> Relu, u8 activations"
+    ONE_STEP_CASES[name] = 0.05  # the output's quantisation step (its last DequantizeLinear's scale)
+    yield name, block, [rand((1, c, hw, hw))]
 
 
 def model_patterns3_cases(size: str):
@@ -1206,6 +1227,10 @@ def vector_isa() -> str:
     return best
 
 
+def agree_cell(agree) -> str:
+    return "yes (onnx.reference; onnxruntime one step off)" if agree == "reference" else "yes" if agree else "NO"
+
+
 def outputs_agree(a: np.ndarray, b: np.ndarray) -> bool:
     if a.shape != b.shape:
         return False
@@ -1261,6 +1286,9 @@ def main(argv=None) -> int:
                         twin_out = session.run_graph(gid, feeds)[0].numpy().copy()
                         ort_out = sess.run(None, ort_feeds)[0]
                     agree = outputs_agree(twin_out, ort_out)
+                    if not agree and name in ONE_STEP_CASES:  # onnxruntime's documented difference: the oracle
+                        agree = "reference" if agrees_with_reference(model, feeds, twin_out,
+                                                                     ONE_STEP_CASES[name]) else False
                     # Paired rounds: on a shared machine a slow spell can cover one side's whole measurement
                     # (seen here: one side 1.5x slower for a second), and it then skews that side's best time; the
                     # two halves of one round see about the same machine, so their ratio stays fair.
@@ -1276,7 +1304,9 @@ def main(argv=None) -> int:
                     ratio = statistics.median(t / o for t, o in zip(twin_times, ort_times, strict=True))
                     rows.append((family, name, size, twin_us, ort_us, ratio, agree))
                     print(f"{family:<26} {name:<36} {size:>5}: twin {twin_us:10.1f} us  onnxruntime "
-                          f"{ort_us:10.1f} us  ratio {ratio:5.2f}{'' if agree else '  OUTPUTS DIFFER'}",
+                          f"{ort_us:10.1f} us  ratio {ratio:5.2f}"
+                          f"{'  (onnxruntime differs; twin agrees with onnx.reference)' if agree == 'reference' else ''}"
+                          f"{'' if agree else '  OUTPUTS DIFFER'}",
                           flush=True)
 
     coretype = os.environ.get("OPENBLAS_CORETYPE")
@@ -1291,7 +1321,7 @@ def main(argv=None) -> int:
     lines = [header, "", "| family | case | size | twin (us) | onnxruntime (us) | twin / onnxruntime | outputs agree |",
              "|---|---|---|---:|---:|---:|---|"]
     for family, name, size, t, o, r, agree in rows:
-        lines.append(f"| {family} | {name} | {size} | {t:.1f} | {o:.1f} | {r:.2f} | {'yes' if agree else 'NO'} |")
+        lines.append(f"| {family} | {name} | {size} | {t:.1f} | {o:.1f} | {r:.2f} | {agree_cell(agree)} |")
     if rows:
         worst = max(rows, key=lambda r: r[5])
         lines += ["", f"Worst ratio: {worst[5]:.2f} ({worst[1]}, {worst[2]}); target <= 1.5 for every row."]
