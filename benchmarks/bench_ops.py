@@ -1305,7 +1305,7 @@ def main(argv=None) -> int:
                     rows.append((family, name, size, twin_us, ort_us, ratio, agree))
                     print(f"{family:<26} {name:<36} {size:>5}: twin {twin_us:10.1f} us  onnxruntime "
                           f"{ort_us:10.1f} us  ratio {ratio:5.2f}"
-                          f"{'  (onnxruntime differs; twin agrees with onnx.reference)' if agree == 'reference' else ''}"
+                          f"{'  (onnxruntime differs; twin = onnx.reference)' if agree == 'reference' else ''}"
                           f"{'' if agree else '  OUTPUTS DIFFER'}",
                           flush=True)
 
