@@ -702,6 +702,28 @@ __attribute__((target("avx2"))) void RequantPlaneFloatAvx2(const int32_t *a, dou
   }
   RequantPlaneFloat(a + i, bias, f, yzp, lo, hi, y + i, n - i);
 }
+
+// The fused QDQ Conv's requantisation (ConvViaGemm::RequantizeQdq), 8 a step with the scalar loop's operations in its
+// order: double multiply, then add (no FMA: this target has none), one rounding to float, the float division,
+// maxps / minps (a NaN lands on lo), cvtps2dq rounding half to even; the zero point is an integer, added exactly.
+// Returns the values done (a multiple of 8).
+template <class Y>
+__attribute__((target("avx2"))) int64_t RequantQdqAvx2(const int32_t *a, double xw, double b, float ys, float lo,
+                                                       float hi, int32_t zp, Y *y, int64_t n) {
+  const __m256d vxw = _mm256_set1_pd(xw), vb = _mm256_set1_pd(b);
+  const __m256 vys = _mm256_set1_ps(ys), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+  const __m256i vzp = _mm256_set1_epi32(zp);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a + i));
+    const __m256d d0 = _mm256_add_pd(_mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(v)), vxw), vb);
+    const __m256d d1 = _mm256_add_pd(_mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(v, 1)), vxw), vb);
+    const __m256 f = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(d0)), _mm256_cvtpd_ps(d1), 1);
+    const __m256 q = _mm256_min_ps(_mm256_max_ps(_mm256_div_ps(f, vys), vlo), vhi);
+    Store8(_mm256_add_epi32(_mm256_cvtps_epi32(q), vzp), y + i);
+  }
+  return i;
+}
 #endif
 
 // ---- MatMulInteger / QLinearMatMul ----
@@ -1050,6 +1072,80 @@ bool InferQLinearConv(InferCtx *c, std::string *reason) {
   return InferConvVia(c, 0, 3, yt, reason);
 }
 
+// Depthwise convolutions (one input and one output channel per group) sum straight from the padded image: out[o]
+// = sum_t x[o * stride + tap[t]] * w'[t] - x_zp * sum_t w'[t], with w' = w - w_zp as int16 (|w'| <= 255) and x the
+// raw 8-bit value (the padding holds x_zp's byte, so the correction covers it too): every product and the int32 sum
+// are exact, as the reference's. The GEMM paths pack one 9-tap row per group, which measured 3x onnxruntime there.
+// w: the channel's taps padded to an even count (the pad tap's weight 0); tap: its offsets (the pad repeats the last).
+template <bool kSigned>
+void DwRowScalar(const uint8_t *row, int64_t n, int64_t stride, const int16_t *w, const int64_t *tap, int64_t taps,
+                 int32_t corr, int32_t *y) {
+  for (int64_t o = 0; o < n; ++o) {
+    const uint8_t *x = row + o * stride;
+    int32_t acc = 0;
+    for (int64_t t = 0; t < taps; ++t)
+      acc += (kSigned ? static_cast<int32_t>(static_cast<int8_t>(x[tap[t]])) : static_cast<int32_t>(x[tap[t]])) * w[t];
+    y[o] = acc - corr;
+  }
+}
+
+#if defined(__x86_64__)
+template <bool kSigned>
+__attribute__((target("avx2"))) inline __m256i Widen16(__m128i v) {
+  return kSigned ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v);
+}
+
+// Two taps a step: their bytes interleaved and widened to int16 pairs, vpmaddwd with the pair of weights (two exact
+// products summed in int32). Stride 1: 16 outputs a step from two 16-byte loads; stride 2: 8 outputs, the even
+// bytes of each 16-byte load. A row's last, partial step computes whole (into a local buffer, then copied): rows
+// narrower than a step (14 or 7 wide in late MobileNet layers) stay vectorised. Its reads pass the row's last
+// needed byte by at most 15: the padded image has 32 bytes of slack.
+template <bool kSigned>
+__attribute__((target("avx2"))) void DwRowAvx2(const uint8_t *row, int64_t n, int64_t stride, const int16_t *w,
+                                               const int64_t *tap, int64_t taps2, int32_t corr, int32_t *y) {
+  const __m256i vc = _mm256_set1_epi32(corr);
+  alignas(32) int32_t tail[16];
+  if (stride == 1) {
+    for (int64_t o = 0; o < n; o += 16) {
+      __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+      for (int64_t t = 0; t < taps2; t += 2) {
+        int32_t pr;
+        std::memcpy(&pr, w + t, 4);
+        const __m256i wp = _mm256_set1_epi32(pr);
+        const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i *>(row + o + tap[t]));
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(row + o + tap[t + 1]));
+        a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(Widen16<kSigned>(_mm_unpacklo_epi8(u, v)), wp));
+        a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(Widen16<kSigned>(_mm_unpackhi_epi8(u, v)), wp));
+      }
+      int32_t *dst = o + 16 <= n ? y + o : tail;
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst), _mm256_sub_epi32(a0, vc));
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + 8), _mm256_sub_epi32(a1, vc));
+      if (dst == tail) std::memcpy(y + o, tail, static_cast<size_t>(n - o) * 4);
+    }
+    return;
+  }
+  if (stride == 2) {
+    const __m128i even = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
+    for (int64_t o = 0; o < n; o += 8) {
+      __m256i a0 = _mm256_setzero_si256();
+      const uint8_t *x = row + 2 * o;
+      for (int64_t t = 0; t < taps2; t += 2) {
+        int32_t pr;
+        std::memcpy(&pr, w + t, 4);
+        const __m128i u = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i *>(x + tap[t])), even);
+        const __m128i v = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i *>(x + tap[t + 1])), even);
+        a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(Widen16<kSigned>(_mm_unpacklo_epi8(u, v)), _mm256_set1_epi32(pr)));
+      }
+      int32_t *dst = o + 8 <= n ? y + o : tail;
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst), _mm256_sub_epi32(a0, vc));
+      if (dst == tail) std::memcpy(y + o, tail, static_cast<size_t>(n - o) * 4);
+    }
+    return;
+  }
+  DwRowScalar<kSigned>(row, n, stride, w, tap, taps2, corr, y);
+}
+#endif
+
 // Roles of the node's inputs, by position: X, W, their zero points and (QLinearConv) scales and bias.
 struct ConvIO {
   int x, w, xzp, wzp, xs = -1, ws = -1, ys = -1, yzp = -1, bias = -1;
@@ -1088,6 +1184,13 @@ class ConvViaGemm : public Kernel {
     // The byte path for sums of 32 products or more: on depthwise 3x3 (9 taps, one row per group) its column sums
     // and corrections cost more than the bytes save (0.65-0.69 -> 0.77 ms on 128 channels of 56x56).
     quad_ = quad_ && K_ >= 32;
+    dw_ = cg_ == 1 && mg_ == 1;
+    if (dw_) {
+      dw_k2_ = (K_ + 1) / 2 * 2;
+      dw_tap_.assign(tap_.begin(), tap_.end());
+      if (dw_k2_ > K_) dw_tap_.push_back(tap_.back());
+      quad_ = false;
+    }
     // Pixels per packed chunk: about 192 KB of packed columns, whole 16-column panels.
     const int64_t panel_bytes = std::max<int64_t>(1, quad_ ? intgemm::KQuads(K_) : intgemm::KPairs(K_)) * 64;
     chunk_ = std::min<int64_t>(std::max<int64_t>(1, 196608 / panel_bytes) * 16, (P_ + 15) / 16 * 16);
@@ -1099,6 +1202,14 @@ class ConvViaGemm : public Kernel {
     const int64_t zn = io_.wzp >= 0 ? counts_[io_.wzp] : 0;
     const int64_t wt = static_cast<int64_t>(types_[io_.w]);
     const int64_t zt = static_cast<int64_t>(types_[io_.wzp >= 0 ? io_.wzp : io_.w]);
+    if (dw_) {
+      w_dw_ = SharedDerived<int16_t>(w, "integer depthwise conv W", {wt, zt, zp_at, zn, s_.M, K_},
+                                     [&](std::vector<int16_t> *v) {
+                                       v->assign(static_cast<size_t>(s_.M * dw_k2_), 0);
+                                       PackDw(w, wzp, v->data());
+                                     });
+      return;
+    }
     if (quad_) {
       wq_packed_ = SharedDerived<uint8_t>(w, "integer conv W bytes", {wt, zt, zp_at, zn, s_.M, K_, s_.group},
                                           [&](std::vector<uint8_t> *v) {
@@ -1119,6 +1230,7 @@ class ConvViaGemm : public Kernel {
     char *sp = static_cast<char *>(scratch_);
     char *w_scratch = sp;  // the weights packed per run when not constant
     const int16_t *wp = w_packed_ ? w_packed_->data() : reinterpret_cast<int16_t *>(w_scratch);
+    const int16_t *wdw = w_dw_ ? w_dw_->data() : reinterpret_cast<int16_t *>(w_scratch);
     const uint8_t *wq = wq_packed_ ? wq_packed_->data() : reinterpret_cast<uint8_t *>(w_scratch);
     sp += Pad(WScratchBytes());
     uint8_t *xpad = reinterpret_cast<uint8_t *>(sp);
@@ -1129,7 +1241,8 @@ class ConvViaGemm : public Kernel {
     if (s_.N == 0 || s_.M == 0 || P_ == 0) return true;
     if (WScratchBytes() > 0) {
       const void *wzp = io_.wzp >= 0 ? in[io_.wzp] : nullptr;
-      if (quad_) PackWq(in[io_.w], wzp, reinterpret_cast<uint8_t *>(w_scratch));
+      if (dw_) PackDw(in[io_.w], wzp, reinterpret_cast<int16_t *>(w_scratch));
+      else if (quad_) PackWq(in[io_.w], wzp, reinterpret_cast<uint8_t *>(w_scratch));
       else PackW(in[io_.w], wzp, reinterpret_cast<int16_t *>(w_scratch));
     }
     const bool xs8 = types_[io_.x] == ElemType::kInt8;
@@ -1144,6 +1257,11 @@ class ConvViaGemm : public Kernel {
         FillPadded(x, zbyte, xpad + kSlack);
         const int64_t y_off = (n * s_.M + g * mg_) * P_;
         int32_t *c = io_.ys < 0 ? static_cast<int32_t *>(out[0]) + y_off : acc;
+        if (dw_) {
+          DwChannel(xpad + kSlack, wdw + g * dw_k2_, xs8, xzp, c);
+          if (io_.ys >= 0) Requantize(in, acc, g * mg_, static_cast<char *>(out[0]) + y_off);
+          continue;
+        }
         for (int64_t p0 = 0; p0 < P_; p0 += chunk_) {
           const int64_t np = std::min(chunk_, P_ - p0);
           if (quad_) {
@@ -1181,13 +1299,56 @@ class ConvViaGemm : public Kernel {
           std::memset(row + hi2, zbyte, static_cast<size_t>(e_[2] - hi2));
         }
   }
+  // One depthwise channel's int32 sums into c (P_ values), row by row of the output.
+  void DwChannel(const uint8_t *xp, const int16_t *w, bool xs8, int32_t xzp, int32_t *c) const {
+    int32_t wsum = 0;
+    for (int64_t t = 0; t < K_; ++t) wsum += w[t];
+    const int32_t corr = xzp * wsum;
+    const int64_t n = s_.out[2], stride = s_.s[2], *tap = dw_tap_.data();
+#if defined(__x86_64__)
+    const bool avx2 = RequantAvx2();
+#endif
+    for (int64_t r = 0; r < s_.out[0] * s_.out[1]; ++r) {
+      const uint8_t *row = xp + pos_[static_cast<size_t>(r * n)];
+      int32_t *y = c + r * n;
+#if defined(__x86_64__)
+      if (avx2) {
+        if (xs8) DwRowAvx2<true>(row, n, stride, w, tap, dw_k2_, corr, y);
+        else DwRowAvx2<false>(row, n, stride, w, tap, dw_k2_, corr, y);
+        continue;
+      }
+#endif
+      if (xs8) DwRowScalar<true>(row, n, stride, w, tap, dw_k2_, corr, y);
+      else DwRowScalar<false>(row, n, stride, w, tap, dw_k2_, corr, y);
+    }
+  }
+  // Depthwise weights minus their zero points, one channel's taps padded to dw_k2_ (zeros).
+  void PackDw(const void *w, const void *wzp, int16_t *dst) const {
+    std::vector<int32_t> z;
+    const int64_t zn = io_.wzp >= 0 ? counts_[io_.wzp] : 0;
+    ZeroPoints(types_[io_.wzp >= 0 ? io_.wzp : io_.w], wzp, wzp ? zn : 0, &z);
+    const bool per = wzp && zn > 1, ws8 = types_[io_.w] == ElemType::kInt8;
+    for (int64_t m = 0; m < s_.M; ++m) {
+      const int32_t zp = z.empty() ? 0 : z[static_cast<size_t>(per ? m : 0)];
+      for (int64_t t = 0; t < dw_k2_; ++t) {
+        int32_t v = 0;
+        if (t < K_) {
+          const int64_t i = m * K_ + t;
+          v = (ws8 ? static_cast<int32_t>(static_cast<const int8_t *>(w)[i])
+                   : static_cast<int32_t>(static_cast<const uint8_t *>(w)[i])) - zp;
+        }
+        dst[m * dw_k2_ + t] = static_cast<int16_t>(v);
+      }
+    }
+  }
   // The byte path's scratch and layouts (intgemm::QuadPath): per group, the weight rows as one QuadPackA block.
   size_t WqBytes() const { return intgemm::QuadABytes(mg_, K_) * static_cast<size_t>(s_.group); }
   size_t WScratchBytes() const {
+    if (dw_) return w_dw_ ? 0 : static_cast<size_t>(s_.M * dw_k2_ * 2);
     if (quad_) return wq_packed_ ? 0 : WqBytes();
     return w_packed_ ? 0 : intgemm::PackedAElems(s_.M, K_) * 2;
   }
-  size_t BBytes() const { return quad_ ? intgemm::QuadBBytes(K_, chunk_) : intgemm::PackedBElems(K_, chunk_) * 2; }
+  size_t BBytes() const { return dw_ ? 0 : quad_ ? intgemm::QuadBBytes(K_, chunk_) : intgemm::PackedBElems(K_, chunk_) * 2; }
   size_t AccBytes() const { return io_.ys >= 0 ? Pad(mg_ * P_ * 4) : 0; }
   void PackWq(const void *w, const void *wzp, uint8_t *dst) const {
     std::vector<int32_t> z;
@@ -1248,7 +1409,11 @@ class ConvViaGemm : public Kernel {
   void RequantizeQdq(const int32_t *__restrict acc, int64_t m, Y *__restrict out) const {
     const double xw = qdq_.xw[static_cast<size_t>(m)], b = qdq_.bias[static_cast<size_t>(m)];
     const float ys = qdq_.ys, zp = qdq_.yzp, lo = static_cast<float>(lo_) - zp, hi = static_cast<float>(hi_) - zp;
-    for (int64_t i = 0; i < P_; ++i) {
+    int64_t i = 0;
+#if defined(__x86_64__)
+    if (RequantAvx2()) i = RequantQdqAvx2(acc, xw, b, ys, lo, hi, static_cast<int32_t>(zp), out, P_);
+#endif
+    for (; i < P_; ++i) {
       const float v = static_cast<float>(static_cast<double>(acc[i]) * xw + b);
       const float q = std::min(hi, std::max(lo, v / ys));  // maxps-style: a NaN quotient lands on lo
       out[i] = static_cast<Y>(static_cast<int32_t>(RoundEven(q) + zp));
@@ -1274,11 +1439,16 @@ class ConvViaGemm : public Kernel {
   std::vector<int64_t> tap_, pos_;  // offsets into the padded image of each tap (c, kd, kh, kw) and output pixel
   std::shared_ptr<const std::vector<int16_t>> w_packed_;  // the constant weights, packed at prepare time
   std::shared_ptr<const std::vector<uint8_t>> wq_packed_;  // the same in the byte path's layout
+  // Depthwise (one channel per group): direct sums (DwChannel), weights as int16 minus zero points.
+  bool dw_ = false;
+  int64_t dw_k2_ = 0;
+  std::vector<int64_t> dw_tap_;
+  std::shared_ptr<const std::vector<int16_t>> w_dw_;
   // AVX-512 VNNI: vpdpbusd's exact u8 x s8 quad sums (intgemm::QuadGemm), else the int16 GEMM; same int32 sums.
   bool quad_ = intgemm::QuadPath();  // and K_ >= 32 (the constructor)
 
  public:
-  bool w_packed() const { return w_packed_ != nullptr || wq_packed_ != nullptr; }
+  bool w_packed() const { return w_packed_ != nullptr || wq_packed_ != nullptr || w_dw_ != nullptr; }
 };
 
 std::unique_ptr<Kernel> PrepareConvVia(const KernelCtx &kc, ConvIO io, std::string *reason) {
@@ -1380,7 +1550,9 @@ std::unique_ptr<Kernel> PrepareQdqConv(const KernelCtx &conv, const KernelCtx &d
   const TensorDesc &wd = *dqw.in[0];
   if (wd.dims.size() < 3) return nullptr;
   const int64_t M = wd.dims[0], ns = dqw.in[1]->NumElements();
-  // Short sums (depthwise: 9 taps) stay in float: the integer path's per-group packing measured 3x slower there.
+  // Short sums (depthwise 3x3: 9 taps) stay in float. The integer GEMMs' per-group packing measured 3x slower there,
+  // and the direct depthwise kernel (DwRowAvx2), though 1.3-2.8x faster than they are on QLinearConv, still took
+  // 1.5-3x the float path's time (AVX-512 depthwise Conv plus the fused QuantizeLinear) on MobileNet's layers.
   if (wd.NumElements() / std::max<int64_t>(1, M) < 32) return nullptr;
   int64_t axis = 1, block = 0;
   std::string r;
