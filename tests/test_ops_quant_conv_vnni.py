@@ -2,8 +2,8 @@
 into int32, exactly; zero points applied afterwards from row and column sums) against onnx.reference: ConvInteger,
 QLinearConv and the fused DequantizeLinear -> Conv -> QuantizeLinear block, with K (C kh kw / group) off every
 multiple of 4 and 64 and past one 1024-value block, zero points at the ends of the range, per-channel weights,
-groups, strides, pads, dilations and batches (sums of fewer than 32 products, depthwise 3x3 among them, keep the
-int16 GEMM: checked alike). Integer outputs must be exact. The file is rerun with the vector
+groups, strides, pads, dilations and batches (sums of fewer than 32 products keep the int16 GEMM, and depthwise
+convolutions sum directly, tests/test_ops_quant_dw.py: checked alike). Integer outputs must be exact. The file is rerun with the vector
 kernels capped at AVX2 and at the baseline (GEASYNC_TWIN_SIMD), where the int16 GEMM runs instead: same checks."""
 
 from __future__ import annotations
