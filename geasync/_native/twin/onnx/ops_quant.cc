@@ -703,6 +703,23 @@ __attribute__((target("avx2"))) void RequantPlaneFloatAvx2(const int32_t *a, dou
   RequantPlaneFloat(a + i, bias, f, yzp, lo, hi, y + i, n - i);
 }
 
+// The same where every sum plus the bias is known to be within 2^24 in magnitude (the caller's bound from K and
+// the bias): int32 -> float is then exact, as the double route's, in one conversion and no double lanes.
+template <class Y>
+__attribute__((target("avx2"))) void RequantPlaneSmallAvx2(const int32_t *a, int32_t bias, float f, float yzp,
+                                                           float lo, float hi, Y *y, int64_t n) {
+  const __m256i vb = _mm256_set1_epi32(bias);
+  const __m256 vf = _mm256_set1_ps(f), vz = _mm256_set1_ps(yzp), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i v = _mm256_add_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(a + i)), vb);
+    __m256 x = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), vf), vz);
+    x = _mm256_min_ps(_mm256_max_ps(x, vlo), vhi);
+    Store8(_mm256_cvtps_epi32(x), y + i);
+  }
+  RequantPlaneFloat(a + i, static_cast<double>(bias), f, yzp, lo, hi, y + i, n - i);
+}
+
 // The fused QDQ Conv's requantisation (ConvViaGemm::RequantizeQdq), 8 a step with the scalar loop's operations in its
 // order: double multiply, then add (no FMA: this target has none), one rounding to float, the float division,
 // maxps / minps (a NaN lands on lo), cvtps2dq rounding half to even; the zero point is an integer, added exactly.
@@ -1398,7 +1415,12 @@ class ConvViaGemm : public Kernel {
     // int -> float, then branch-free (RequantPlaneFloat).
     const float lo = static_cast<float>(lo_), hi = static_cast<float>(hi_);
 #if defined(__x86_64__)
-    if (RequantAvx2()) return RequantPlaneFloatAvx2(acc, static_cast<double>(bias), f, yzp, lo, hi, out, P_);
+    if (RequantAvx2()) {
+      // |sum| <= K * 255 * 255 (both operands minus their zero points are within 255 in magnitude)
+      if (static_cast<double>(K_) * 65025.0 + std::fabs(static_cast<double>(bias)) < 16777216.0)
+        return RequantPlaneSmallAvx2(acc, static_cast<int32_t>(bias), f, yzp, lo, hi, out, P_);
+      return RequantPlaneFloatAvx2(acc, static_cast<double>(bias), f, yzp, lo, hi, out, P_);
+    }
 #endif
     RequantPlaneFloat(acc, static_cast<double>(bias), f, yzp, lo, hi, out, P_);
   }
