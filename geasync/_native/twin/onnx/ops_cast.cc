@@ -268,6 +268,29 @@ void CastFloatToWideInt(const void *in, void *out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<D>(_mm_cvttss_si64(_mm_set_ss(x[i])));
 }
 
+// The same with AVX-512DQ's vcvttps2qq, 16 floats an iteration: its 64-bit truncation gives cvttss2si's values, NaN
+// / out-of-range lanes the integer indefinite INT64_MIN; uint32 keeps the low 32 bits (vpmovqd). The scalar loop
+// measured ~2x onnxruntime on float32 -> int64.
+template <class D>
+__attribute__((target("avx512f,avx512dq"))) void CastFloatToWideIntAvx512(const void *in, void *out, int64_t n) {
+  const float *x = static_cast<const float *>(in);
+  D *y = static_cast<D *>(out);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    // masked forms with full masks: GCC 12 warns that the unmasked ones read an uninitialised operand
+    const __m512i a = _mm512_maskz_cvttps_epi64(0xFF, _mm256_loadu_ps(x + i));
+    const __m512i b = _mm512_maskz_cvttps_epi64(0xFF, _mm256_loadu_ps(x + i + 8));
+    if constexpr (sizeof(D) == 8) {
+      _mm512_storeu_si512(y + i, a);
+      _mm512_storeu_si512(y + i + 8, b);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(y + i), _mm512_maskz_cvtepi64_epi32(0xFF, a));
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(y + i + 8), _mm512_maskz_cvtepi64_epi32(0xFF, b));
+    }
+  }
+  CastFloatToWideInt<D>(x + i, y + i, n - i);
+}
+
 // float64 -> float32 as NarrowToFloat: cvtpd2ps rounds each lane as IEEE does (nearest even, overflow to +-inf,
 // NaN quieted, as the scalar cvtsd2ss).
 __attribute__((target("avx"))) void CastDoubleToFloatAvx(const void *in, void *out, int64_t n) {
@@ -310,6 +333,7 @@ CastFn PickFastPath(ElemType d) {
 #if defined(__x86_64__)
   if constexpr (std::is_same<S, float>::value) {
     if (vmath::ActiveIsa() == vmath::Isa::kAvx512 && d == ElemType::kInt32) return CastFloatToInt32Avx512;
+    if (vmath::ActiveIsa() == vmath::Isa::kAvx512 && d == ElemType::kInt64) return CastFloatToWideIntAvx512<int64_t>;
     if (vmath::ActiveIsa() != vmath::Isa::kBaseline) {
       switch (d) {
         case ElemType::kInt16: return CastFloatToNarrowIntAvx2<int16_t>;
@@ -439,9 +463,12 @@ CastFn PickAvx512Loop(ElemType d) {
 template <class S>
 CastFn PickDst(ElemType d) {
 #if defined(__x86_64__)
-  if constexpr (std::is_same<S, float>::value)  // its AVX-512 loops beat the scalar CastFloatToWideInt
-    if (d == ElemType::kUint32 || d == ElemType::kUint64)
+  if constexpr (std::is_same<S, float>::value) {  // its AVX-512 loops beat the scalar CastFloatToWideInt
+    if (d == ElemType::kUint32 && vmath::ActiveIsa() == vmath::Isa::kAvx512)
+      return CastFloatToWideIntAvx512<uint32_t>;
+    if (d == ElemType::kUint64)
       if (CastFn fast = PickAvx512Loop<S>(d)) return fast;
+  }
 #endif
   if (CastFn fast = PickFastPath<S>(d)) return fast;
 #if defined(__x86_64__)
