@@ -1151,6 +1151,52 @@ def pool_reduce7_cases(size: str):
     yield "Add float [1,M] x [N,1]", *single_op("Add", x[:1].copy(), extra=[("b", x[:, :1].copy())])
 
 
+def sweep7_cases(size: str):
+    """A seventh sweep: the rows an earlier survey listed at 1.3-2.2x onnxruntime, re-measured together: float32 ->
+    int64 / uint32 / int32 casts (special values included), AveragePool 3x3 s2 p1, ReduceMax / ReduceMin over rows of
+    3, GatherND of scalars, Einsum ij->ji, NHWC <-> NCHW transposes of 3 and 8 channels, small integer element-wise
+    ops and Attention."""
+    rows, cols = SIZES[size]
+    n = rows * cols
+    x = rand((rows, cols), -50, 50, seed=80)
+    big = (x * np.float32(1e7)).astype(np.float32)
+    for dst in (np.int64, np.uint32, np.int32):
+        t = helper.np_dtype_to_tensor_dtype(np.dtype(dst))
+        yield f"Cast (float32 -> {np.dtype(dst).name})", *single_op("Cast", x, out_type=t, to=t)
+        yield f"Cast (float32 -> {np.dtype(dst).name}, large values)", *single_op("Cast", big, out_type=t, to=t)
+    xp = rand(list(POOL[size]), seed=81)
+    yield "AveragePool 3x3 s2 p1", *single_op("AveragePool", xp, kernel_shape=[3, 3], strides=[2, 2],
+                                               pads=[1, 1, 1, 1])
+    short = rand((max(n // 3, 1), 3), seed=82)
+    last = [("a", np.array([-1], np.int64))]
+    for op in ("ReduceMax", "ReduceMin"):
+        yield f"{op} (rows of 3)", *single_op(op, short, initializers=last, keepdims=1)
+    rng = np.random.default_rng(83)
+    k = max(n // 8, 1)
+    idx2 = np.stack([rng.integers(0, rows, k), rng.integers(0, cols, k)], axis=1).astype(np.int64)
+    yield "GatherND (scalars, indices [k, 2])", *single_op("GatherND", x, initializers=[("i", idx2)])
+    yield "Einsum ij->ji", *single_op("Einsum", x, equation="ij->ji")
+    side = max(int(np.sqrt(n // 24)), 1)
+    for c in (3, 8):
+        yield f"Transpose NHWC -> NCHW, {c} channels", *single_op("Transpose", rand((1, side, side, c), seed=84),
+                                                                  perm=[0, 3, 1, 2])
+        yield f"Transpose NCHW -> NHWC, {c} channels", *single_op("Transpose", rand((1, c, side, side), seed=85),
+                                                                  perm=[0, 2, 3, 1])
+    for dt in (np.int8, np.uint8, np.int16, np.int32):
+        t = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+        a = (np.abs(x) * 2 + 1).astype(dt)
+        b = rand((rows, cols), 1, 7, seed=86).astype(dt)
+        for op in ("Add", "Mul", "Max"):
+            if op == "Max" and dt == np.int16:
+                continue  # onnxruntime has no kernel for it
+            yield f"{op} {np.dtype(dt).name}", *single_op(op, a, out_type=t, extra=[("b", b)])
+    (hd, sq, d), _ = ATTENTION[size]
+    qkv = [1, hd, sq, d]
+    att = make_model([helper.make_node("Attention", ["q", "k", "v"], ["y"])],
+                     [("q", F, qkv), ("k", F, qkv), ("v", F, qkv)], [("y", F, qkv)], opset=23)
+    yield f"Attention {hd} heads {sq}x{d}", att, [rand(qkv), rand(qkv, seed=1), rand(qkv, seed=2)]
+
+
 def single_where(cond, x, scalar, scalar_first: bool):
     """Where(cond, x, scalar) or Where(cond, scalar, x), the scalar an initializer as exporters emit it."""
     names = ["c", "s", "x"] if scalar_first else ["c", "x", "s"]
@@ -1184,6 +1230,7 @@ FAMILIES = {
     "conv sweep 4": conv_sweep4_cases,
     "conv sweep 5": conv_sweep5_cases,
     "conv sweep 6": conv_sweep6_cases,
+    "sweep 7": sweep7_cases,
 
     "quant models": quant_model_cases,
     "qdq fusion": qdq_fusion_cases,
