@@ -820,6 +820,14 @@ class GatherNDKernel : public Kernel {
     const U *x = static_cast<const U *>(in[0]);
     const int64_t *idx = static_cast<const int64_t *>(in[1]);
     U *y = static_cast<U *>(out[0]);
+    if (g_.slice == 1) {
+      switch (g_.k) {
+        case 1: return ScalarSlices<1>(x, idx, y, reason);
+        case 2: return ScalarSlices<2>(x, idx, y, reason);
+        case 3: return ScalarSlices<3>(x, idx, y, reason);
+        default: return ScalarSlices<0>(x, idx, y, reason);
+      }
+    }
     for (int64_t b = 0; b < g_.batch; ++b) {
       for (int64_t t = 0; t < g_.tuples; ++t) {
         int64_t off;
@@ -831,6 +839,36 @@ class GatherNDKernel : public Kernel {
   }
 
  private:
+  // Scalar slices: each element moved directly, its offset from a tuple of kK indices (0: g_.k's) without a call
+  // per tuple (a CopyBytes of one element each measured 1.5x onnxruntime over 131072 tuples). Offsets in unsigned
+  // arithmetic: a bad index may not overflow on the way to its error, which TupleOffset words as the general loop.
+  template <int kK>
+  bool ScalarSlices(const U *x, const int64_t *idx, U *y, std::string *reason) const {
+    const int64_t K = kK ? kK : g_.k;
+    for (int64_t b = 0; b < g_.batch; ++b) {
+      const U *xb = x + b * g_.block;
+      const int64_t *ib = idx + b * g_.tuples * K;
+      U *yb = y + b * g_.tuples;
+      for (int64_t t = 0; t < g_.tuples; ++t) {
+        uint64_t off = 0;
+        bool ok = true;
+        for (int64_t j = 0; j < K; ++j) {
+          const uint64_t n = static_cast<uint64_t>(g_.dims[j]), i = static_cast<uint64_t>(ib[t * K + j]);
+          const uint64_t v = ib[t * K + j] < 0 ? i + n : i;  // in [0, n) exactly when the index is
+          ok &= v < n;
+          off += v * static_cast<uint64_t>(g_.strides[j]);
+        }
+        if (!ok) {
+          int64_t unused;
+          TupleOffset(g_, ib + t * K, &unused, reason);
+          return false;
+        }
+        yb[t] = xb[off];
+      }
+    }
+    return true;
+  }
+
   NDGeometry g_;
 };
 
