@@ -351,6 +351,37 @@ void Interleave(const T *__restrict x, T *__restrict y, int64_t rows) {
 #pragma GCC pop_options
 #endif
 
+#if defined(__x86_64__)
+// Deinterleave<uint32_t, 3> with AVX-512 (NHWC -> NCHW of 3 channels, 4-byte elements): 16 pixels (three 16-lane
+// loads) a step, each channel by two two-source permutes (its lanes from the first two loads, then from the third);
+// the compiler's stride-3 loop measured 1.35-1.5x onnxruntime. Moved as integers: any bits, as they are.
+__attribute__((target("avx512f"))) void Deinterleave3x4Avx512(const uint32_t *__restrict x, uint32_t *__restrict y,
+                                                              int64_t cols) {
+  __m512i first[3], second[3];
+  for (int c = 0; c < 3; ++c) {
+    alignas(64) int32_t a[16], b[16];
+    for (int p = 0; p < 16; ++p) {
+      const int pos = 3 * p + c;              // its element in the 48 loaded
+      a[p] = pos < 32 ? pos : 0;              // from the first two loads (16.. is the second's lane pos - 16)
+      b[p] = pos < 32 ? p : 16 + (pos - 32);  // kept, or from the third load
+    }
+    first[c] = _mm512_load_si512(a);
+    second[c] = _mm512_load_si512(b);
+  }
+  int64_t j = 0;
+  for (; j + 16 <= cols; j += 16) {
+    const uint32_t *src = x + 3 * j;
+    const __m512i v0 = _mm512_loadu_si512(src), v1 = _mm512_loadu_si512(src + 16), v2 = _mm512_loadu_si512(src + 32);
+    for (int c = 0; c < 3; ++c) {
+      const __m512i t = _mm512_permutex2var_epi32(v0, first[c], v1);
+      _mm512_storeu_si512(y + c * cols + j, _mm512_permutex2var_epi32(t, second[c], v2));
+    }
+  }
+  for (; j < cols; ++j)
+    for (int c = 0; c < 3; ++c) y[c * cols + j] = x[j * 3 + c];
+}
+#endif
+
 template <class T>  // T only fixes the element width
 class TransposeKernel : public Kernel {
  public:
@@ -407,6 +438,13 @@ class TransposeKernel : public Kernel {
     // element-by-element edge (NCHW of a 2-channel NHWC plane measured 1.8x onnxruntime); a loop of constant stride
     // vectorises.
     if (is == rows && rows == 2) return Deinterleave<T, 2>(x, y, cols);
+#if defined(__x86_64__)
+    if constexpr (sizeof(T) == 4) {
+      static const bool avx512 = vmath::ActiveIsa() == vmath::Isa::kAvx512;
+      if (is == rows && rows == 3 && avx512)
+        return Deinterleave3x4Avx512(reinterpret_cast<const uint32_t *>(x), reinterpret_cast<uint32_t *>(y), cols);
+    }
+#endif
     if (is == rows && rows == 3) return Deinterleave<T, 3>(x, y, cols);
     if (is == rows && rows == 4) return Deinterleave<T, 4>(x, y, cols);
     if (is == rows && cols == 2) return Interleave<T, 2>(x, y, rows);
