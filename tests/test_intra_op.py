@@ -57,7 +57,7 @@ _RUN_ALL = textwrap.dedent("""
     import geasync as ga
     from onnx import TensorProto, helper, numpy_helper
     from test_models import make_cnn, make_mlp, make_transformer, model_input
-    from test_intra_op import elementwise_models
+    from test_intra_op import conv_models, elementwise_models
 
     def helpers():
         names = []
@@ -77,7 +77,7 @@ _RUN_ALL = textwrap.dedent("""
             s.add_graph(gid, ga.Graph.from_onnx(model))
             (y,) = s.run_graph(gid, [model_input(name, model, batch)])
             out[name] = y.numpy().copy()
-        for name, (model, feeds) in elementwise_models().items():
+        for name, (model, feeds) in {{**elementwise_models(), **conv_models()}}.items():
             gid += 1
             s.add_graph(gid, ga.Graph.from_onnx(model))
             ys = s.run_graph(gid, feeds)
@@ -124,6 +124,48 @@ def elementwise_models():
     }
 
 
+# Convolutions of every kernel path, each big enough to be cut into kMinChunks chunks (over images, groups, planes,
+# channel blocks or Winograd tile blocks): (N, C, H, W), (M, C / group, kh, kw), Conv attributes.
+CONV_CASES = {
+    "conv_direct_b1_blocks": ((1, 32, 32, 32), (32, 32, 3, 3), dict(pads=[1, 1, 1, 1])),
+    "conv_direct_b4_images": ((4, 16, 32, 32), (32, 16, 3, 3), dict(pads=[1, 1, 1, 1])),
+    "conv_direct_s2_b1": ((1, 32, 56, 56), (64, 32, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+    "conv_direct_s2_b3": ((3, 32, 28, 28), (64, 32, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+    "conv_flat_b1": ((1, 64, 7, 7), (512, 64, 3, 3), dict(pads=[1, 1, 1, 1])),
+    "conv_grouped": ((2, 64, 28, 28), (64, 16, 3, 3), dict(pads=[1, 1, 1, 1], group=4)),
+    "conv_dilated": ((4, 32, 28, 28), (32, 32, 3, 3), dict(pads=[2, 2, 2, 2], dilations=[2, 2])),
+    "conv_winograd": ((8, 64, 16, 16), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),
+    "conv_winograd_odd": ((5, 64, 15, 13), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),
+    "conv_1x1": ((4, 64, 28, 28), (128, 64, 1, 1), {}),
+    "conv_im2col": ((4, 16, 64, 64), (32, 16, 5, 5), dict(strides=[3, 3])),
+    "conv_depthwise": ((2, 64, 56, 56), (64, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=64)),
+    "conv_depthwise_s2": ((2, 64, 112, 112), (64, 1, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2], group=64)),
+    "conv_depthwise_small": ((16, 576, 7, 7), (576, 1, 5, 5), dict(pads=[2, 2, 2, 2], group=576)),
+    "conv_depthwise_cl": ((16, 192, 14, 14), (192, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=192)),
+}
+
+
+def conv_models():
+    """One Conv (+ bias, + Relu for half of them) per case of CONV_CASES."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(11)
+    out = {}
+    for i, (name, (xs, ws, attrs)) in enumerate(CONV_CASES.items()):
+        w = (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(np.float32)
+        b = (rng.standard_normal(ws[0]) * 0.1).astype(np.float32)
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c" if i % 2 else "y"], kernel_shape=list(ws[2:]), **attrs)]
+        if i % 2:
+            nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+        g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xs))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        out[name] = (m, [rng.standard_normal(xs).astype(np.float32)])
+    return out
+
+
 def _run_all(tmp_path, env_value):
     env = dict(os.environ)
     env.pop("GEASYNC_INTRA_OP_THREADS", None)
@@ -167,6 +209,17 @@ def test_outputs_match_onnx_reference(runs):
             assert got.dtype == ref.dtype
             np.testing.assert_allclose(got, ref, rtol=1e-6 if ref.dtype == np.float64 else 2e-6, atol=1e-6,
                                        err_msg=f"{name}/{i}")
+
+
+def test_convolutions_match_onnx_reference(runs):
+    from onnx.reference import ReferenceEvaluator
+
+    out = runs[None]
+    for name, (model, feeds) in conv_models().items():
+        (ref,) = ReferenceEvaluator(model).run(None, {"x": feeds[0]})
+        got = out[f"{name}/0"]
+        assert got.shape == ref.shape, name
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=2e-5 * float(np.abs(ref).max()), err_msg=name)
 
 
 @pytest.mark.skipif(CORES < 2, reason="the pool has no helper on one core")

@@ -19,6 +19,7 @@
 
 #include "common.h"
 #include "gemm.h"
+#include "intra_op.h"
 
 namespace twin {
 namespace onnx {
@@ -248,15 +249,15 @@ TWIN_WG_INLINE void OutputRow(const WinogradShape &s, const Blocking &b, const f
   }
 }
 
-TWIN_WG_INLINE bool Run(const WinogradShape &s, const float *x, const float *u, const float *bias, bool relu,
-                        float *y, void *scratch, bool avx2) {
-  const Blocking b = BlockingOf(s);
-  const Buffers f = Carve(s, b, scratch);
-  std::fill(f.chk, f.chk + b.tw, 0.0f);
-  // Blocks run over the tile rows of all N images in turn (g = n * th + ty), so that small images still make GEMMs
-  // wide enough for BLAS.
+// Blocks [blk0, blk1) of b.rows tile rows each: they run over the tile rows of all N images in turn (g = n * th +
+// ty), so that small images still make GEMMs wide enough for BLAS. Each block computes its outputs whole (the sum
+// over C is inside its GEMMs), so blocks are independent: the intra-op pool shares them out.
+TWIN_WG_INLINE void RunBlocks(const WinogradShape &s, const Blocking &b, const Buffers &f, const float *x,
+                              const float *u, const float *bias, bool relu, float *y, int64_t blk0, int64_t blk1,
+                              bool avx2) {
   const int64_t total = s.N * b.th, in_plane = s.H * s.W, out_plane = s.OH * s.OW;
-  for (int64_t g0 = 0; g0 < total; g0 += b.rows) {
+  for (int64_t blk = blk0; blk < blk1; ++blk) {
+    const int64_t g0 = blk * b.rows;
     const int64_t rows = std::min(b.rows, total - g0), tiles = rows * b.tw;
     for (int64_t c = 0; c < s.C; ++c)
       for (int64_t r = 0; r < rows; ++r) {
@@ -273,22 +274,63 @@ TWIN_WG_INLINE bool Run(const WinogradShape &s, const float *x, const float *u, 
                   y + (n * s.M + m) * out_plane, avx2);
       }
   }
-  float bad = 0.0f;
-  for (int64_t t = 0; t < b.tw; ++t) bad += f.chk[t];
-  return bad == 0.0f;
 }
 
-bool RunBaseline(const WinogradShape &s, const float *x, const float *u, const float *bias, bool relu, float *y,
-                 void *scratch) {
-  return Run(s, x, u, bias, relu, y, scratch, false);
+using BlocksFn = void (*)(const WinogradShape &, const Blocking &, const Buffers &, const float *, const float *,
+                          const float *, bool, float *, int64_t, int64_t);
+
+void RunBlocksBaseline(const WinogradShape &s, const Blocking &b, const Buffers &f, const float *x, const float *u,
+                       const float *bias, bool relu, float *y, int64_t blk0, int64_t blk1) {
+  RunBlocks(s, b, f, x, u, bias, relu, y, blk0, blk1, false);
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-__attribute__((target("avx2,fma"))) bool RunAvx2(const WinogradShape &s, const float *x, const float *u,
-                                                 const float *bias, bool relu, float *y, void *scratch) {
-  return Run(s, x, u, bias, relu, y, scratch, true);
+__attribute__((target("avx2,fma"))) void RunBlocksAvx2(const WinogradShape &s, const Blocking &b, const Buffers &f,
+                                                       const float *x, const float *u, const float *bias, bool relu,
+                                                       float *y, int64_t blk0, int64_t blk1) {
+  RunBlocks(s, b, f, x, u, bias, relu, y, blk0, blk1, true);
 }
 #endif
+
+// The blocks, and chunks of them (each of at least kMinChunkMacs multiply-adds) for the intra-op pool; the cut
+// depends only on the shape, so results do not depend on the thread count.
+struct WgSplit {
+  int64_t blocks, grain;
+  int slots;
+};
+
+WgSplit SplitOf(const WinogradShape &s, const Blocking &b) {
+  WgSplit p;
+  p.blocks = ChunksOf(s.N * b.th, b.rows);
+  p.grain = GrainForMacs(16 * s.M * s.C * b.tiles);
+  p.slots = ScratchSlots::SlotCount(ChunksOf(p.blocks, p.grain));
+  return p;
+}
+
+size_t SlotFloats(const WinogradShape &s, const Blocking &b) { return Align16(ScratchFloats(s, b)); }
+
+bool Run(const WinogradShape &s, const float *x, const float *u, const float *bias, bool relu, float *y,
+         void *scratch, BlocksFn blocks_fn) {
+  const Blocking b = BlockingOf(s);
+  const WgSplit p = SplitOf(s, b);
+  const size_t slot = SlotFloats(s, b);
+  float *base = static_cast<float *>(scratch);
+  for (int i = 0; i < p.slots; ++i) {
+    const Buffers f = Carve(s, b, base + i * slot);
+    std::fill(f.chk, f.chk + b.tw, 0.0f);
+  }
+  ScratchSlots slots(p.slots);
+  ParallelFor(p.blocks, p.grain, [&](int64_t lo, int64_t hi) {
+    const ScratchSlots::Hold hold(slots);
+    blocks_fn(s, b, Carve(s, b, base + hold.index() * slot), x, u, bias, relu, y, lo, hi);
+  });
+  float bad = 0.0f;
+  for (int i = 0; i < p.slots; ++i) {
+    const Buffers f = Carve(s, b, base + i * slot);
+    for (int64_t t = 0; t < b.tw; ++t) bad += f.chk[t];
+  }
+  return bad == 0.0f;
+}
 
 }  // namespace
 
@@ -317,16 +359,19 @@ void WinogradTransformFilter(const float *w, int64_t M, int64_t C, float *u) {
     }
 }
 
-size_t WinogradScratchBytes(const WinogradShape &s) { return ScratchFloats(s, BlockingOf(s)) * sizeof(float); }
+size_t WinogradScratchBytes(const WinogradShape &s) {
+  const Blocking b = BlockingOf(s);
+  return static_cast<size_t>(SplitOf(s, b).slots) * SlotFloats(s, b) * sizeof(float);
+}
 
 bool WinogradConv(const WinogradShape &s, const float *x, const float *u, const float *bias, bool relu, float *y,
                   void *scratch, bool use_avx2) {
 #if defined(__x86_64__) || defined(__i386__)
-  if (use_avx2) return RunAvx2(s, x, u, bias, relu, y, scratch);
+  if (use_avx2) return Run(s, x, u, bias, relu, y, scratch, RunBlocksAvx2);
 #else
   (void)use_avx2;
 #endif
-  return RunBaseline(s, x, u, bias, relu, y, scratch);
+  return Run(s, x, u, bias, relu, y, scratch, RunBlocksBaseline);
 }
 
 }  // namespace onnx

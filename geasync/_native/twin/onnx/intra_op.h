@@ -14,7 +14,10 @@
 // region holds the pool, and regions in a forked child run serially.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -72,6 +75,54 @@ template <class F>
 inline void ParallelForAnyCut(int64_t n, int64_t grain, F &&fn) {
   intra_op_detail::ParallelRegion(n, grain, std::forward<F>(fn), true);
 }
+
+// Private scratch for a region's chunks. At most IntraOpThreads() chunks of a region run at once (the caller and
+// the helpers; one region holds the pool at a time), so a kernel sizes SlotCount(chunks) slots in its scratch and
+// each chunk holds a free one while it runs, on whichever thread runs it (a helper may run several chunks in turn).
+class ScratchSlots {
+ public:
+  // Slots for a region of `chunks` chunks: one when it runs inline (fewer than kMinChunks chunks).
+  static int SlotCount(int64_t chunks) {
+    if (chunks < kMinChunks) return 1;
+    return static_cast<int>(std::min<int64_t>({chunks, int64_t(IntraOpThreads()), int64_t(32)}));
+  }
+  explicit ScratchSlots(int slots) : slots_(slots) {}
+  // Holds a slot for its lifetime.
+  class Hold {
+   public:
+    explicit Hold(ScratchSlots &s) : s_(s), i_(s.Claim()) {}
+    ~Hold() { s_.used_.fetch_and(~(uint32_t(1) << i_), std::memory_order_release); }
+    Hold(const Hold &) = delete;
+    Hold &operator=(const Hold &) = delete;
+    int index() const { return i_; }
+
+   private:
+    ScratchSlots &s_;
+    int i_;
+  };
+
+ private:
+  int Claim() {
+    for (;;) {  // a free slot exists (see above); the loop only retries lost races
+      uint32_t u = used_.load(std::memory_order_relaxed);
+      for (int i = 0; i < slots_; ++i) {
+        const uint32_t bit = uint32_t(1) << i;
+        if (u & bit) continue;
+        if (used_.compare_exchange_weak(u, u | bit, std::memory_order_acquire)) return i;
+        break;
+      }
+      std::this_thread::yield();
+    }
+  }
+  std::atomic<uint32_t> used_{0};
+  int slots_;
+};
+
+// Chunks of `grain` items over n items such that a chunk has at least kMinChunkMacs multiply-adds.
+inline int64_t GrainForMacs(int64_t macs_per_item) {
+  return std::max<int64_t>(1, (kMinChunkMacs + macs_per_item - 1) / std::max<int64_t>(macs_per_item, 1));
+}
+inline int64_t ChunksOf(int64_t n, int64_t grain) { return n <= 0 ? 0 : (n + grain - 1) / grain; }
 
 // Marks a run for an asynchronous submitter (RunGraphAsync): whoever submitted it may be busy meanwhile (an event
 // loop serving other requests), so the gate counts a core for it besides the run's own. On two cores an async run

@@ -24,6 +24,7 @@
 #include "elem.h"
 #include "gemm.h"
 #include "gemm_panel.h"
+#include "intra_op.h"
 #include "row_reduce.h"
 #include "shared_const.h"
 #include "vmath.h"
@@ -1658,7 +1659,7 @@ class ConvKernel : public Kernel {
   size_t scratch_bytes() const override {
     if (dw_s2_) return 0;
     if (tiny_dw_)
-      return Align64(static_cast<size_t>(DwInFloats() + DwOutFloats()) * sizeof(T)) +
+      return static_cast<size_t>(TinySlots()) * TinySlotBytes() +
              (!wt_ ? Align64(static_cast<size_t>(kk_ * C_) * sizeof(T)) : 0);
     if (!phase_groups_.empty()) return PhaseScratch().total;
     if (cl_) return ClScratch().total;
@@ -1681,15 +1682,29 @@ class ConvKernel : public Kernel {
     return cg_ * Planes() * ph_ * pw_ * (FoldImages() ? N_ : 1) + (flat_ ? kConvLanes : 0);
   }
   // The direct kernel's or im2col's scratch (also the fallback of a Winograd run).
+  // Per slot (ScratchSlots) the padded planes and the AVX2 flat outputs; the packed weights and bias shared.
   size_t DirectScratchBytes() const {
-    if (dconv_)
-      return Align64(static_cast<size_t>(PadFloats()) * sizeof(T)) +
-             (fused_ ? 0 : Align64(PackFloats() * sizeof(T)) + Align64(BiasFloats() * sizeof(T))) +
-             Align64(static_cast<size_t>(flat_out_) * sizeof(T));
+    if (dconv_) return DirectSharedBytes() + static_cast<size_t>(ItemSlots()) * DirectSlotBytes();
     if (direct_) return 0;
     const int64_t rows = col_rows_ > 0 ? col_rows_ : w_.out[0] * w_.out[1];
-    return Align64(static_cast<size_t>(cg_ * kk_ * rows * w_.out[2]) * sizeof(T));
+    return static_cast<size_t>(ItemSlots()) * Align64(static_cast<size_t>(cg_ * kk_ * rows * w_.out[2]) * sizeof(T));
   }
+  size_t DirectSharedBytes() const {
+    return fused_ ? 0 : Align64(PackFloats() * sizeof(T)) + Align64(BiasFloats() * sizeof(T));
+  }
+  size_t DirectSlotBytes() const {
+    return Align64(static_cast<size_t>(PadFloats()) * sizeof(T)) + Align64(static_cast<size_t>(flat_out_) * sizeof(T));
+  }
+  // The intra-op pool's cut of the direct kernel and of im2col + GEMM: the (image, group) pairs in chunks of at
+  // least kMinChunkMacs multiply-adds when that makes kMinChunks chunks (each chunk pads its planes or builds its
+  // columns in its own slot); else (batch 1, one group) the direct kernel's channel blocks (RunDirectBlocks). Not
+  // for im2col with OpenBLAS threads (GEASYNC_BLAS_THREADS), nor when the direct kernel folds the images.
+  int64_t ItemGrain() const { return GrainForMacs(mg_ * cg_ * kk_ * out_sp_); }
+  bool SplitItems() const {
+    if (dconv_ ? FoldImages() : BlasThreads() > 1) return false;
+    return ChunksOf(N_ * G_, ItemGrain()) >= kMinChunks;
+  }
+  int ItemSlots() const { return SplitItems() ? ScratchSlots::SlotCount(ChunksOf(N_ * G_, ItemGrain())) : 1; }
   bool Run(const void *const *in, void *const *out, std::string *) override {
     const T *X = static_cast<const T *>(in[0]);
     const T *W = fused_ ? fw_.data() : static_cast<const T *>(in[1]);
@@ -1702,11 +1717,15 @@ class ConvKernel : public Kernel {
 #ifdef TWIN_HAVE_X86
     if constexpr (std::is_same<T, float>::value) {
       if (dw_s2_) {
-        for (int64_t n = 0; n < N_; ++n)
-          for (int64_t c = 0; c < C_; ++c)
+        // planes are independent: the pool shares them out in chunks of at least kMinChunkMacs
+        ParallelForAnyCut(N_ * C_, GrainForMacs(kk_ * out_sp_), [&](int64_t lo, int64_t hi) {
+          for (int64_t i = lo; i < hi; ++i) {
+            const int64_t n = i / C_, c = i % C_;
             DepthwiseS2PlaneAvx512(X + (n * C_ + c) * in_sp_, w_.in[1], w_.in[2], w_.pb[1], w_.pb[2], W + c * kk_,
                                    w_.k[1], w_.k[2], B ? B[c] : 0.0f, relu_, Y + (n * M_ + c) * out_sp_, w_.out[1],
                                    w_.out[2]);
+          }
+        });
         return true;
       }
     }
@@ -1733,41 +1752,52 @@ class ConvKernel : public Kernel {
       }
     }
 #endif
-    T *col = static_cast<T *>(scratch_);
     const int64_t K = cg_ * kk_;
-    for (int64_t n = 0; n < N_; ++n) {
-      for (int64_t g = 0; g < G_; ++g) {
-        const T *xg = X + (n * C_ + g * cg_) * in_sp_;
-        T *yg = Y + (n * M_ + g * mg_) * out_sp_;
-        const T *b_src = xg;
-        T beta = T(0);
-        if (B) {
-          for (int64_t m = 0; m < mg_; ++m) std::fill(yg + m * out_sp_, yg + (m + 1) * out_sp_, B[g * mg_ + m]);
-          beta = T(1);
-        }
-        if (!direct_ && col_rows_ > 0) {
-          // Column blocks of col_rows_ output rows: a whole-image column matrix far past the caches was written
-          // and read back from memory (Conv3d 16->32 3x3x3 on 8x56x56: 43 MB, 1.8x onnxruntime's time).
-          const int64_t rows = w_.out[0] * w_.out[1], ow = w_.out[2];
-          for (int64_t r0 = 0; r0 < rows; r0 += col_rows_) {
-            const int64_t r1 = std::min(rows, r0 + col_rows_), np = (r1 - r0) * ow;
-            Im2Col(xg, col, r0, r1);
-            Gemm<T>(false, false, mg_, np, K, T(1), W + g * mg_ * K, K, col, np, beta, yg + r0 * ow, out_sp_);
-          }
-        } else {
-          if (!direct_) {
-            Im2Col(xg, col);
-            b_src = col;
-          }
-          Gemm<T>(false, false, mg_, out_sp_, K, T(1), W + g * mg_ * K, K, b_src, out_sp_, beta, yg, out_sp_);
-        }
-        if (relu_) {
-          T *__restrict p = yg;
-          const int64_t n = mg_ * out_sp_;
-          for (int64_t i = 0; i < n; ++i) p[i] = p[i] < T(0) ? T(0) : p[i];
-        }
+    const size_t col_bytes = direct_ ? 0 : DirectScratchBytes() / static_cast<size_t>(ItemSlots());
+    // One (image, group) pair, its columns in `col`.
+    auto pair = [&](int64_t n, int64_t g, T *col) {
+      const T *xg = X + (n * C_ + g * cg_) * in_sp_;
+      T *yg = Y + (n * M_ + g * mg_) * out_sp_;
+      const T *b_src = xg;
+      T beta = T(0);
+      if (B) {
+        for (int64_t m = 0; m < mg_; ++m) std::fill(yg + m * out_sp_, yg + (m + 1) * out_sp_, B[g * mg_ + m]);
+        beta = T(1);
       }
+      if (!direct_ && col_rows_ > 0) {
+        // Column blocks of col_rows_ output rows: a whole-image column matrix far past the caches was written
+        // and read back from memory (Conv3d 16->32 3x3x3 on 8x56x56: 43 MB, 1.8x onnxruntime's time).
+        const int64_t rows = w_.out[0] * w_.out[1], ow = w_.out[2];
+        for (int64_t r0 = 0; r0 < rows; r0 += col_rows_) {
+          const int64_t r1 = std::min(rows, r0 + col_rows_), np = (r1 - r0) * ow;
+          Im2Col(xg, col, r0, r1);
+          Gemm<T>(false, false, mg_, np, K, T(1), W + g * mg_ * K, K, col, np, beta, yg + r0 * ow, out_sp_);
+        }
+      } else {
+        if (!direct_) {
+          Im2Col(xg, col);
+          b_src = col;
+        }
+        Gemm<T>(false, false, mg_, out_sp_, K, T(1), W + g * mg_ * K, K, b_src, out_sp_, beta, yg, out_sp_);
+      }
+      if (relu_) {
+        T *__restrict p = yg;
+        const int64_t cnt = mg_ * out_sp_;
+        for (int64_t i = 0; i < cnt; ++i) p[i] = p[i] < T(0) ? T(0) : p[i];
+      }
+    };
+    if (SplitItems()) {
+      // Each pair's GEMMs are one chunk's, whoever runs it (their own cut, run inline here, does not change).
+      ScratchSlots slots(ItemSlots());
+      ParallelForAnyCut(N_ * G_, ItemGrain(), [&](int64_t lo, int64_t hi) {
+        const ScratchSlots::Hold hold(slots);
+        T *col = reinterpret_cast<T *>(static_cast<char *>(scratch_) + static_cast<size_t>(hold.index()) * col_bytes);
+        for (int64_t i = lo; i < hi; ++i) pair(i / G_, i % G_, col);
+      });
+      return true;
     }
+    for (int64_t n = 0; n < N_; ++n)
+      for (int64_t g = 0; g < G_; ++g) pair(n, g, static_cast<T *>(scratch_));
     return true;
   }
 
@@ -1936,19 +1966,31 @@ class ConvKernel : public Kernel {
   // dwcl_ also keeps the plain transposed map after the outputs (DwOutFloats).
   int64_t DwInFloats() const { return (dwcl_ ? w_.in[1] * dwcl_pw_ : in_sp_) * C_; }
   int64_t DwOutFloats() const { return (out_sp_ + (dwcl_ ? in_sp_ : 0)) * C_; }
+  // Images are independent: at batch > 1 the pool shares them out, each chunk with its own slot of transposed
+  // input and output (the weights' transpose, when not known at plan time, first and shared).
+  int64_t TinyGrain() const { return GrainForMacs(kk_ * C_ * out_sp_); }
+  int TinySlots() const { return ScratchSlots::SlotCount(ChunksOf(N_, TinyGrain())); }
+  size_t TinySlotBytes() const { return Align64(static_cast<size_t>(DwInFloats() + DwOutFloats()) * sizeof(T)); }
   void RunTinyDepthwise(const T *X, const T *W, const T *B, T *Y) {
-    T *xt = static_cast<T *>(scratch_);
-    T *yt = xt + DwInFloats();
+    char *slot0 = static_cast<char *>(scratch_);
     const T *wt = wt_ ? wt_->data() : nullptr;
     if (!wt_) {
-      T *t = reinterpret_cast<T *>(static_cast<char *>(scratch_) +
-                                   Align64(static_cast<size_t>(DwInFloats() + DwOutFloats()) * sizeof(T)));
+      T *t = static_cast<T *>(scratch_);
       for (int64_t c = 0; c < C_; ++c)
         for (int64_t k = 0; k < kk_; ++k) t[k * C_ + c] = W[c * kk_ + k];
       wt = t;
+      slot0 += Align64(static_cast<size_t>(kk_ * C_) * sizeof(T));
     }
+    ScratchSlots slots(TinySlots());
+    ParallelForAnyCut(N_, TinyGrain(), [&](int64_t lo, int64_t hi) {
+      const ScratchSlots::Hold hold(slots);
+      T *xt = reinterpret_cast<T *>(slot0 + static_cast<size_t>(hold.index()) * TinySlotBytes());
+      TinyDepthwiseImages(X, wt, B, Y, xt, xt + DwInFloats(), lo, hi);
+    });
+  }
+  void TinyDepthwiseImages(const T *X, const T *wt, const T *B, T *Y, T *xt, T *yt, int64_t n0, int64_t n1) {
     const int64_t C = C_;
-    for (int64_t n = 0; n < N_; ++n) {
+    for (int64_t n = n0; n < n1; ++n) {
       const T *xn = X + n * C * in_sp_;
       T *yn = Y + n * C * out_sp_;
       if constexpr (std::is_same<T, float>::value) {
@@ -2005,15 +2047,11 @@ class ConvKernel : public Kernel {
 
 #ifdef TWIN_HAVE_X86
   void RunDirect(const T *X, const T *W, const T *B, T *Y) {
-    T *const xp0 = static_cast<T *>(scratch_);
-    const size_t pad_bytes = Align64(static_cast<size_t>(PadFloats()) * sizeof(T));
+    char *const base = static_cast<char *>(scratch_);
     const T *wp = wp_ ? wp_->data() : nullptr, *bp = bp_.data();
-    // the AVX2 flat outputs last in the scratch (DirectScratchBytes)
-    T *yflat = reinterpret_cast<T *>(static_cast<char *>(scratch_) + DirectScratchBytes() -
-                                     Align64(static_cast<size_t>(flat_out_) * sizeof(T)));
     if (!fused_) {
-      T *w = reinterpret_cast<T *>(static_cast<char *>(scratch_) + pad_bytes);
-      T *b = reinterpret_cast<T *>(reinterpret_cast<char *>(w) + Align64(PackFloats() * sizeof(T)));
+      T *w = reinterpret_cast<T *>(base);
+      T *b = reinterpret_cast<T *>(base + Align64(PackFloats() * sizeof(T)));
       if (const_w_) {
         for (int64_t g = 0; g < G_; ++g)
           for (int64_t m = 0; m < nmb_ * kConvMB; ++m)
@@ -2025,60 +2063,102 @@ class ConvKernel : public Kernel {
       }
       bp = b;
     }
-    const int64_t H = w_.in[1], Wd = w_.in[2], pt = w_.pb[1], pl = w_.pb[2];
-    const int64_t K = cg_ * kk_;
+    char *const slot0 = base + DirectSharedBytes();
+    const size_t slot_bytes = DirectSlotBytes(), pad_bytes = Align64(static_cast<size_t>(PadFloats()) * sizeof(T));
     const bool fold = FoldImages();
     const int64_t img = cg_ * Planes() * ph_ * pw_;
+    // The kernel's arguments for group g of image n (all images from n = 0 when folded).
+    auto args = [&](int64_t g, int64_t n, const T *xp, T *yflat) {
+      DirectConvArgs a;
+      a.xp = xp;
+      a.nimg = fold ? N_ : 1;
+      a.img = img;
+      a.ynext = M_ * out_sp_;
+      a.cg = cg_;
+      a.ph = ph_;
+      a.pw = pw_;
+      a.kh = w_.k[1];
+      a.kw = w_.k[2];
+      a.dh = w_.d[1];
+      a.dw = w_.d[2];
+      a.aligned = dw_aligned_;
+      a.oh = w_.out[1];
+      a.ow = w_.out[2];
+      a.wpack = wp + g * nmb_ * kConvMB * cg_ * kk_;
+      a.bias = bp + g * nmb_ * kConvMB;
+      a.mg = mg_;
+      a.y = Y + (n * M_ + g * mg_) * out_sp_;
+      a.relu = relu_;
+      a.s2 = s2_;
+      a.flat = flat_;
+      a.keep = flat_keep_.data();
+      a.first = flat_first_.data();
+      a.yflat = yflat;
+      return a;
+    };
+    if (SplitItems()) {  // (image, group) pairs, each chunk in its own slot
+      ScratchSlots slots(ItemSlots());
+      ParallelForAnyCut(N_ * G_, ItemGrain(), [&](int64_t lo, int64_t hi) {
+        const ScratchSlots::Hold hold(slots);
+        char *slot = slot0 + static_cast<size_t>(hold.index()) * slot_bytes;
+        T *xp = reinterpret_cast<T *>(slot), *yflat = reinterpret_cast<T *>(slot + pad_bytes);
+        for (int64_t i = lo; i < hi; ++i) {
+          const int64_t n = i / G_, g = i % G_;
+          PadPlanes(X + (n * C_ + g * cg_) * in_sp_, xp);
+          RunDirectKernel(args(g, n, xp, yflat));
+        }
+      });
+      return;
+    }
+    T *const xp0 = reinterpret_cast<T *>(slot0), *const yflat = reinterpret_cast<T *>(slot0 + pad_bytes);
     for (int64_t g = 0; g < G_; ++g) {
       for (int64_t n = 0; n < N_; ++n) {
-        const T *xg = X + (n * C_ + g * cg_) * in_sp_;
         T *const xp = fold ? xp0 + n * img : xp0;
-        if (s2_ && flat_ && vmath::ActiveIsa() == vmath::Isa::kAvx512)
-          PhasePlanes4Avx512(xg, xp, cg_, w_.in[1], w_.in[2], w_.pb[1], w_.pb[2], ph_, pw_);
-        else if (s2_) PhasePlanes(xg, xp);
-        for (int64_t c = 0; c < (s2_ ? 0 : cg_); ++c) {
-          for (int64_t r = 0; r < ph_; ++r) {
-            T *dst = xp + (c * ph_ + r) * pw_;
-            const int64_t ir = r - pt;
-            if (ir < 0 || ir >= H) {
-              std::fill(dst, dst + pw_, T(0));
-              continue;
-            }
-            std::fill(dst, dst + pl, T(0));
-            CopyBytes(dst + pl, xg + (c * H + ir) * Wd, static_cast<size_t>(Wd) * sizeof(T));
-            std::fill(dst + pl + Wd, dst + pw_, T(0));
-          }
-        }
+        PadPlanes(X + (n * C_ + g * cg_) * in_sp_, xp);
         if (fold && n + 1 < N_) continue;  // the last image's planes done: all of them in one call
-        DirectConvArgs a;
-        a.xp = fold ? xp0 : xp;
-        a.nimg = fold ? N_ : 1;
-        a.img = img;
-        a.ynext = M_ * out_sp_;
-        a.cg = cg_;
-        a.ph = ph_;
-        a.pw = pw_;
-        a.kh = w_.k[1];
-        a.kw = w_.k[2];
-        a.dh = w_.d[1];
-        a.dw = w_.d[2];
-        a.aligned = dw_aligned_;
-        a.oh = w_.out[1];
-        a.ow = w_.out[2];
-        a.wpack = wp + g * nmb_ * kConvMB * K;
-        a.bias = bp + g * nmb_ * kConvMB;
-        a.mg = mg_;
-        a.y = Y + ((fold ? 0 : n) * M_ + g * mg_) * out_sp_;
-        a.relu = relu_;
-        a.s2 = s2_;
-        a.flat = flat_;
-        a.keep = flat_keep_.data();
-        a.first = flat_first_.data();
-        a.yflat = yflat;
-        if (vmath::ActiveIsa() == vmath::Isa::kAvx512) DirectConvAvx512Any(a);
-        else DirectConvAvx2(a);
+        RunDirectBlocks(args(g, fold ? 0 : n, fold ? xp0 : xp, yflat));
       }
     }
+  }
+  // One group of one image's (or the folded images') padded planes, as the kernel reads them.
+  void PadPlanes(const T *xg, T *xp) const {
+    const int64_t H = w_.in[1], Wd = w_.in[2], pt = w_.pb[1], pl = w_.pb[2];
+    if (s2_ && flat_ && vmath::ActiveIsa() == vmath::Isa::kAvx512)
+      PhasePlanes4Avx512(xg, xp, cg_, w_.in[1], w_.in[2], w_.pb[1], w_.pb[2], ph_, pw_);
+    else if (s2_) PhasePlanes(xg, xp);
+    for (int64_t c = 0; c < (s2_ ? 0 : cg_); ++c) {
+      for (int64_t r = 0; r < ph_; ++r) {
+        T *dst = xp + (c * ph_ + r) * pw_;
+        const int64_t ir = r - pt;
+        if (ir < 0 || ir >= H) {
+          std::fill(dst, dst + pw_, T(0));
+          continue;
+        }
+        std::fill(dst, dst + pl, T(0));
+        CopyBytes(dst + pl, xg + (c * H + ir) * Wd, static_cast<size_t>(Wd) * sizeof(T));
+        std::fill(dst + pl + Wd, dst + pw_, T(0));
+      }
+    }
+  }
+  static void RunDirectKernel(const DirectConvArgs &a) {
+    if (vmath::ActiveIsa() == vmath::Isa::kAvx512) DirectConvAvx512Any(a);
+    else DirectConvAvx2(a);
+  }
+  // The kernel over its channel blocks, in chunks of at least kMinChunkMacs multiply-adds on the pool: each output
+  // channel's sums are the same whichever block range computes them. Not with one input channel per group (a range
+  // of one output channel would take the depthwise kernel).
+  void RunDirectBlocks(const DirectConvArgs &a) const {
+    if (cg_ == 1) return RunDirectKernel(a);
+    const int64_t K = cg_ * kk_, ystride = ((a.oh - 1) * a.pw + a.ow + 15) / 16 * 16;
+    ParallelFor(nmb_, GrainForMacs(kConvMB * K * out_sp_ * a.nimg), [&](int64_t lo, int64_t hi) {
+      DirectConvArgs b = a;
+      b.wpack += lo * K * kConvMB;
+      b.bias += lo * kConvMB;
+      b.y += lo * kConvMB * out_sp_;
+      b.mg = std::min(mg_, hi * kConvMB) - lo * kConvMB;
+      if (flat_out_ > 0) b.yflat += lo * kConvMB * ystride;
+      RunDirectKernel(b);
+    });
   }
 #endif
 
