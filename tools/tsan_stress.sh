@@ -45,13 +45,22 @@ m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 m.ir_version = 8
 open(sys.argv[1], "wb").write(m.SerializeToString())
 PY
-# big enough for the kernels to split their work over the intra-op pool (GEMM blocks, element-wise blocks)
+# big enough for the kernels to split their work over the intra-op pool (GEMM, element-wise and convolution blocks)
 "$python" - "$build/big.onnx" <<'PY'
 import sys
 from onnx import TensorProto, helper
+import numpy as np
+from onnx import numpy_helper
 v = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [256, 256]) for n in ("a", "b", "y")]
+# and a Conv over 4 images (the direct kernel's (image, group) chunks, each in its own scratch slot)
+inits = [numpy_helper.from_array(np.array([4, 16, 32, 32], np.int64), "s4"),
+         numpy_helper.from_array(np.array([256, 256], np.int64), "s2"),
+         numpy_helper.from_array(np.full((16, 16, 3, 3), 0.01, np.float32), "w")]
 g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["m"]), helper.make_node("Tanh", ["m"], ["t"]),
-                       helper.make_node("Add", ["t", "a"], ["y"])], "big", v[:2], v[2:])
+                       helper.make_node("Reshape", ["a", "s4"], ["x4"]),
+                       helper.make_node("Conv", ["x4", "w"], ["c4"], pads=[1, 1, 1, 1]),
+                       helper.make_node("Reshape", ["c4", "s2"], ["c2"]), helper.make_node("Add", ["t", "c2"], ["u"]),
+                       helper.make_node("Add", ["u", "a"], ["y"])], "big", v[:2], v[2:], initializer=inits)
 m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 m.ir_version = 8
 open(sys.argv[1], "wb").write(m.SerializeToString())
