@@ -1697,11 +1697,13 @@ class ConvKernel : public Kernel {
   }
   // The intra-op pool's cut of the direct kernel and of im2col + GEMM: the (image, group) pairs in chunks of at
   // least kMinChunkMacs multiply-adds when that makes kMinChunks chunks (each chunk pads its planes or builds its
-  // columns in its own slot); else (batch 1, one group) the direct kernel's channel blocks (RunDirectBlocks). Not
-  // for im2col with OpenBLAS threads (GEASYNC_BLAS_THREADS), nor when the direct kernel folds the images.
+  // columns in its own slot); else (folded images, few pairs) the direct kernel's channel blocks (RunDirectBlocks).
+  // Not for im2col with OpenBLAS threads (GEASYNC_BLAS_THREADS).
   int64_t ItemGrain() const { return GrainForMacs(mg_ * cg_ * kk_ * out_sp_); }
+  // Batch 1 is not split (nor below): a CNN at batch 1 measured 8-30% slower with its convs split (each conv is
+  // tens of microseconds; a helper's wake-up is a large part of that), 20-25% faster at batch 8.
   bool SplitItems() const {
-    if (dconv_ ? FoldImages() : BlasThreads() > 1) return false;
+    if (N_ < 2 || (dconv_ ? FoldImages() : BlasThreads() > 1)) return false;
     return ChunksOf(N_ * G_, ItemGrain()) >= kMinChunks;
   }
   int ItemSlots() const { return SplitItems() ? ScratchSlots::SlotCount(ChunksOf(N_ * G_, ItemGrain())) : 1; }
@@ -1718,7 +1720,7 @@ class ConvKernel : public Kernel {
     if constexpr (std::is_same<T, float>::value) {
       if (dw_s2_) {
         // planes are independent: the pool shares them out in chunks of at least kMinChunkMacs
-        ParallelForAnyCut(N_ * C_, GrainForMacs(kk_ * out_sp_), [&](int64_t lo, int64_t hi) {
+        ParallelForAnyCut(N_ * C_, N_ > 1 ? GrainForMacs(kk_ * out_sp_) : C_, [&](int64_t lo, int64_t hi) {
           for (int64_t i = lo; i < hi; ++i) {
             const int64_t n = i / C_, c = i % C_;
             DepthwiseS2PlaneAvx512(X + (n * C_ + c) * in_sp_, w_.in[1], w_.in[2], w_.pb[1], w_.pb[2], W + c * kk_,
@@ -2146,9 +2148,9 @@ class ConvKernel : public Kernel {
   }
   // The kernel over its channel blocks, in chunks of at least kMinChunkMacs multiply-adds on the pool: each output
   // channel's sums are the same whichever block range computes them. Not with one input channel per group (a range
-  // of one output channel would take the depthwise kernel).
+  // of one output channel would take the depthwise kernel), nor at batch 1 (SplitItems).
   void RunDirectBlocks(const DirectConvArgs &a) const {
-    if (cg_ == 1) return RunDirectKernel(a);
+    if (cg_ == 1 || N_ < 2) return RunDirectKernel(a);
     const int64_t K = cg_ * kk_, ystride = ((a.oh - 1) * a.pw + a.ow + 15) / 16 * 16;
     ParallelFor(nmb_, GrainForMacs(kConvMB * K * out_sp_ * a.nimg), [&](int64_t lo, int64_t hi) {
       DirectConvArgs b = a;
