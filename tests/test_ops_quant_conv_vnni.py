@@ -3,8 +3,9 @@ into int32, exactly; zero points applied afterwards from row and column sums) ag
 QLinearConv and the fused DequantizeLinear -> Conv -> QuantizeLinear block, with K (C kh kw / group) off every
 multiple of 4 and 64 and past one 1024-value block, zero points at the ends of the range, per-channel weights,
 groups, strides, pads, dilations and batches (sums of fewer than 32 products keep the int16 GEMM, and depthwise
-convolutions sum directly, tests/test_ops_quant_dw.py: checked alike). Integer outputs must be exact. The file is rerun with the vector
-kernels capped at AVX2 and at the baseline (GEASYNC_TWIN_SIMD), where the int16 GEMM runs instead: same checks."""
+convolutions sum directly, tests/test_ops_quant_dw.py: checked alike). Integer outputs must be exact. The file is
+rerun with the vector kernels capped at AVX2 and at the baseline (GEASYNC_TWIN_SIMD), where the int16 GEMM runs
+instead: same checks."""
 
 from __future__ import annotations
 
@@ -136,12 +137,10 @@ def _qdq_block(xt, xzp, wshape, attrs, per_channel, rng):
     return nodes, inits
 
 
-@pytest.mark.parametrize("conv", [c for c in CONVS if int(np.prod(c[1][1:])) >= 32], ids=lambda c: str(c[1]))
-@pytest.mark.parametrize("xt,xzp", [(U8, 0), (U8, 255), (U8, 128), (S8, -128), (S8, 5)])
-@pytest.mark.parametrize("per_channel", [True, False], ids=["per-channel", "per-tensor"])
-def test_qdq_conv_block(session, conv, xt, xzp, per_channel):
-    xshape, wshape, attrs = conv
-    rng = np.random.default_rng(int(np.prod(wshape)) + xzp)
+def check_qdq_block(session, xt, xzp, xshape, wshape, attrs, per_channel, rng):
+    """Runs the fused DQ -> Conv -> Q block on random integers and checks it against onnx.reference: the block sums
+    exactly where the reference's float Conv rounds its partial sums, so a value within float rounding of a half-way
+    point may land one step apart (docs/operators.md), never more, and rarely. Returns (x, initializers, output)."""
     nodes, inits = _qdq_block(xt, xzp, wshape, attrs, per_channel, rng)
     m = graph_model(nodes, [value_info("x", QT[xt], list(xshape))], [value_info("y", QT[xt])], opset=21,
                     initializers=inits)
@@ -149,11 +148,19 @@ def test_qdq_conv_block(session, conv, xt, xzp, per_channel):
     want = reference(m, [x])[0]
     got = run_once(session, m, [x])[0]
     assert got.dtype == want.dtype and got.shape == want.shape
-    # The fused block sums exactly where the reference's float Conv rounds its partial sums: a value within float
-    # rounding of a half-way point may land one step apart (docs/operators.md), never more, and rarely.
     diff = np.abs(got.astype(np.int64) - want.astype(np.int64))
     assert diff.max() <= 1
     assert np.mean(diff) < 0.01
+    return x, inits, got
+
+
+@pytest.mark.parametrize("conv", [c for c in CONVS if int(np.prod(c[1][1:])) >= 32], ids=lambda c: str(c[1]))
+@pytest.mark.parametrize("xt,xzp", [(U8, 0), (U8, 255), (U8, 128), (S8, -128), (S8, 5)])
+@pytest.mark.parametrize("per_channel", [True, False], ids=["per-channel", "per-tensor"])
+def test_qdq_conv_block(session, conv, xt, xzp, per_channel):
+    xshape, wshape, attrs = conv
+    rng = np.random.default_rng(int(np.prod(wshape)) + xzp)
+    x, inits, got = check_qdq_block(session, xt, xzp, xshape, wshape, attrs, per_channel, rng)
     # Exactly the documented rule: the exact integer sum (ConvInteger's, from the reference) times x_scale *
     # w_scale[m] plus the bias in double, rounded once to float, then QuantizeLinear's float steps.
     init = {i.name: numpy_helper.to_array(i) for i in inits}

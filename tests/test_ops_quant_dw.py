@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx_cases import graph_model, reference, rerun_file_with_instruction_set, run_once, value_info
-from test_ops_quant_conv_vnni import QT, S8, U8, _ints, _model, _qdq_block
+from onnx_cases import reference, rerun_file_with_instruction_set, run_once
+from test_ops_quant_conv_vnni import QT, S8, U8, _ints, _model, check_qdq_block
 
 from onnx import TensorProto
 
@@ -97,16 +97,7 @@ def test_depthwise_qdq_conv_block(session, conv, xt, xzp, per_channel):
     wshape = _wshape(xshape, kernel)
     attrs = dict(attrs, group=xshape[1])
     rng = np.random.default_rng(xshape[-1] + abs(xzp))
-    nodes, inits = _qdq_block(xt, xzp, wshape, attrs, per_channel, rng)
-    m = graph_model(nodes, [value_info("x", QT[xt], list(xshape))], [value_info("y", QT[xt])], opset=21,
-                    initializers=inits)
-    x = _ints(rng, xt, xshape)
-    want = reference(m, [x])[0]
-    got = run_once(session, m, [x])[0]
-    assert got.dtype == want.dtype and got.shape == want.shape
-    diff = np.abs(got.astype(np.int64) - want.astype(np.int64))
-    assert diff.max() <= 1
-    assert np.mean(diff) < 0.01
+    check_qdq_block(session, xt, xzp, xshape, wshape, attrs, per_channel, rng)
 
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
