@@ -125,7 +125,8 @@ def elementwise_models():
 
 
 # Convolutions of every kernel path, each big enough to be cut into kMinChunks chunks (over images, groups, planes,
-# channel blocks or Winograd tile blocks): (N, C, H, W), (M, C / group, kh, kw), Conv attributes.
+# channel blocks or Winograd tile blocks) at batch > 1; the batch-1 cases run on one thread (a split measured slower
+# there) and check that: (N, C, H, W), (M, C / group, kh, kw), Conv attributes.
 CONV_CASES = {
     "conv_direct_b1_blocks": ((1, 32, 32, 32), (32, 32, 3, 3), dict(pads=[1, 1, 1, 1])),
     "conv_direct_b4_images": ((4, 16, 32, 32), (32, 16, 3, 3), dict(pads=[1, 1, 1, 1])),
