@@ -4,6 +4,7 @@ its own input; statistics; errors reaching the right task; timeouts; the in-flig
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -152,17 +153,26 @@ async def test_a_task_running_tiny_graphs_back_to_back_lets_the_loop_run_other_t
         s.add_graph(1, ga.Graph.from_onnx(add_model((1, 16))))
         for _ in range(100):
             await s.run_graph_async(1, [a, a])  # compiled, loaded, the model thread awake
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker.run)
-            await anyio.sleep(0.01)
-            runs, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < 1.0:
-                (c,) = await s.run_graph_async(1, [a, a])
-                runs += 1
-            ticker.stop()
+        # A full collection of a long test process's heap, or a busy machine descheduling the process, is one gap
+        # that is not the loop's: CI saw 0.24 s once while the clang++ and sanitizer suites shared its 2 cores.
+        # The collector waits; the bounds below tell "yields every few runs" from "never yields" (one 1 s gap).
+        gc.collect()
+        gc.disable()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ticker.run)
+                await anyio.sleep(0.01)
+                runs, t0 = 0, time.perf_counter()
+                while time.perf_counter() - t0 < 1.0:
+                    (c,) = await s.run_graph_async(1, [a, a])
+                    runs += 1
+                ticker.stop()
+        finally:
+            gc.enable()
         np.testing.assert_array_equal(c.numpy(), a + a)
-    assert ticker.max_gap < 0.2, f"the loop ran no other task for {ticker.max_gap:.3f} s of {runs} runs in 1 s"
-    assert ticker.ticks >= 20, (ticker.ticks, runs)
+    assert ticker.max_gap < 0.5, f"the loop ran no other task for {ticker.max_gap:.3f} s of {runs} runs in 1 s"
+    # ~500 ticks when every 2 ms tick is on time; a task that let the loop in only now and then gets a handful
+    assert ticker.ticks >= 50, (ticker.ticks, ticker.max_gap, runs)
 
 
 async def test_run_graph_in_thread_is_correct_and_does_not_block_the_loop():
