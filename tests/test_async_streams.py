@@ -292,4 +292,6 @@ async def test_async_with_stream_exited_by_cancellation_does_not_block_the_loop(
             assert stream.closed
             ticker.stop()
         del outs
-    assert ticker.max_gap < 0.1, f"the loop was blocked for {ticker.max_gap:.3f} s while the cancelled stream drained"
+    # a blocking destroy would hold the loop for the ~0.28 s of queued runs left (more on a busy machine, where the
+    # runs stretch too); 0.2 s leaves room for one scheduling hiccup of a shared core
+    assert ticker.max_gap < 0.2, f"the loop was blocked for {ticker.max_gap:.3f} s while the cancelled stream drained"
