@@ -9,9 +9,11 @@ does not hide the kernel), at "small" (16 elements), "64k" (256x256) and "1M" (1
 equivalent GEMM / Conv shapes. Both runtimes are driven from Python with one synchronous call per inference, each
 returning its outputs as numpy arrays (twin: Session.run_graph and .numpy() of every output, the same work a caller
 of onnxruntime's run gets done; --run-only times run_graph alone; onnxruntime: InferenceSession.run with 1
-intra-op and 1 inter-op thread, sequential), inputs prepared once; the twin's BLAS runs on GEASYNC_BLAS_THREADS
-threads (default 1). The two are timed interleaved (--rounds), keeping each side's best median. The ratio is
-twin / onnxruntime (lower is better; target <= 1.5).
+intra-op and 1 inter-op thread, sequential), inputs prepared once; set GEASYNC_INTRA_OP_THREADS=1 for one twin
+thread (the header states it). With --ort-defaults onnxruntime keeps its default SessionOptions (an intra-op thread
+per physical core): with GEASYNC_INTRA_OP_THREADS unset, the out-of-the-box comparison. The twin's BLAS runs on
+GEASYNC_BLAS_THREADS threads (default 1). The two are timed interleaved (--rounds), keeping each side's best median.
+The ratio is twin / onnxruntime (lower is better; target <= 1.5).
 Outputs are checked against each other before timing (the correctness tests compare with onnx.reference).
 OPENBLAS_CORETYPE is read by OpenBLAS when it loads: the header states what this run had.
 """
@@ -1301,14 +1303,25 @@ def main(argv=None) -> int:
     ap.add_argument("--run-only", action="store_true",
                     help="time Session.run_graph alone (by default every output is also read with .numpy(), as "
                          "onnxruntime's run returns numpy arrays)")
+    ap.add_argument("--ort-defaults", action="store_true",
+                    help="onnxruntime with its default SessionOptions (intra-op threads: one per physical core) "
+                         "instead of one thread; run it with GEASYNC_INTRA_OP_THREADS unset for the twin's defaults "
+                         "(its intra-op pool): what a user comparing both out of the box sees")
     args = ap.parse_args(argv)
 
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if args.ort_defaults:  # as bench_models.py --ort-defaults: what a user comparing both out of the box sees
+        threading = "onnxruntime: its default SessionOptions (intra-op threads: one per physical core)"
+    else:
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        threading = "onnxruntime: 1 intra-op thread"
+    intra = os.environ.get("GEASYNC_INTRA_OP_THREADS")
+    threading += (f"; twin: GEASYNC_INTRA_OP_THREADS={intra}" if intra else
+                  "; twin: its defaults (GEASYNC_INTRA_OP_THREADS unset: intra-op pool on every usable core)")
     sizes = [s for s in args.sizes.split(",") if s]
     only = [s for s in args.only.split(",") if s]
     fams = [s for s in args.family.split(",") if s]
@@ -1360,7 +1373,7 @@ def main(argv=None) -> int:
     reading = "run_graph alone" if args.run_only else "run_graph and .numpy() of every output"
     header = (f"Twin vs onnxruntime {ort.__version__}, per operator (median microseconds per synchronous call from "
               f"Python, over {args.rounds} interleaved rounds; the ratio is the median of the rounds' ratios; twin: "
-              f"{reading}), 1 intra-op thread / "
+              f"{reading}), {threading}; "
               f"{os.environ.get('GEASYNC_BLAS_THREADS', '1')} BLAS thread, "
               f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}; "
               f"OPENBLAS_CORETYPE {'=' + coretype if coretype else 'unset'} (OpenBLAS core: {blas_core()}), "
@@ -1380,7 +1393,8 @@ def main(argv=None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("# Operator speed: twin vs onnxruntime\n\n"
-                            f"Produced by `python benchmarks/bench_ops.py --out {args.out.as_posix()}`.\n\n"
+                            f"Produced by `python benchmarks/bench_ops.py"
+                            f"{' --ort-defaults' if args.ort_defaults else ''} --out {args.out.as_posix()}`.\n\n"
                             + text + "\n")
     return 0
 
