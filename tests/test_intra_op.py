@@ -1,7 +1,8 @@
-"""The twin's intra-op pool (GEASYNC_INTRA_OP_THREADS): kernels split big GEMMs, convolutions and element-wise ops
-over helper threads while a core is idle. Results must be bit-identical whatever the thread count (the split
-depends only on the problem size), match onnx.reference, survive concurrent runs and a fork, and the variable
-must fall back to its default on bad values. Each setting runs in a subprocess: the pool reads the variable once.
+"""The twin's intra-op pool (GEASYNC_INTRA_OP_THREADS): kernels split big GEMMs, convolutions, element-wise and
+row-wise ops (softmax, layer norm, reductions, concat / split) over helper threads while a core is idle. Results
+must be bit-identical whatever the thread count (the split depends only on the problem size), match onnx.reference,
+survive concurrent runs and a fork, and the variable must fall back to its default on bad values. Each setting runs
+in a subprocess: the pool reads the variable once.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ _RUN_ALL = textwrap.dedent("""
     import geasync as ga
     from onnx import TensorProto, helper, numpy_helper
     from test_models import make_cnn, make_mlp, make_transformer, model_input
-    from test_intra_op import conv_models, elementwise_models
+    from test_intra_op import conv_models, elementwise_models, row_models
 
     def helpers():
         names = []
@@ -77,7 +78,7 @@ _RUN_ALL = textwrap.dedent("""
             s.add_graph(gid, ga.Graph.from_onnx(model))
             (y,) = s.run_graph(gid, [model_input(name, model, batch)])
             out[name] = y.numpy().copy()
-        for name, (model, feeds) in {{**elementwise_models(), **conv_models()}}.items():
+        for name, (model, feeds) in {{**elementwise_models(), **conv_models(), **row_models()}}.items():
             gid += 1
             s.add_graph(gid, ga.Graph.from_onnx(model))
             ys = s.run_graph(gid, feeds)
@@ -122,6 +123,96 @@ def elementwise_models():
                          [vi("x", big), vi("y", big), vi("b", big[1:]), vi("s", [])],
                          [vi("a", big), vi("m", big), vi("d", big), vi("e", big)]), [x, y, bias, s]),
     }
+
+
+# Row-wise ops split over whole outer slices (rows, [n, inner] blocks, the outer index of a reduction; Concat and
+# Split cases in row_models): each big
+# enough for several chunks, with odd sizes, axes not last, negative axes, keepdims both ways, and NaN where it
+# propagates. (op, input shape, dtype, attributes, axes input or None, NaN at)
+ROW_CASES = {
+    "softmax_last": ("Softmax", (300, 1001), np.float32, dict(axis=-1), None, (7, 500)),
+    "softmax_strided": ("Softmax", (40, 37, 211), np.float32, dict(axis=1), None, (3, 5, 7)),
+    "logsoftmax_last": ("LogSoftmax", (257, 1203), np.float32, {}, None, (256, 0)),
+    "logsoftmax_strided": ("LogSoftmax", (33, 101, 97), np.float32, dict(axis=-2), None, None),
+    "softmax_f64": ("Softmax", (150, 1999), np.float64, {}, None, (1, 1)),
+    "logsoftmax_f64_strided": ("LogSoftmax", (9, 64, 555), np.float64, dict(axis=1), None, None),
+    "layernorm_last": ("LayerNormalization", (300, 1001), np.float32, dict(axis=-1, epsilon=1e-3), None, None),
+    "layernorm_2axes": ("LayerNormalization", (64, 33, 129), np.float32, dict(axis=1), None, None),
+    "layernorm_f64": ("LayerNormalization", (150, 999), np.float64, dict(axis=-1), None, None),
+    "reducesum_last": ("ReduceSum", (300, 1001), np.float32, dict(keepdims=1), [-1], None),
+    "reducemean_middle": ("ReduceMean", (40, 377, 53), np.float32, dict(keepdims=0), [1], None),
+    "reducemax_nan": ("ReduceMax", (3001, 100), np.float32, dict(keepdims=0), [-1], (1500, 3)),
+    "reducemax_short_rows": ("ReduceMax", (70001, 5), np.float32, dict(keepdims=1), [1], (69999, 4)),
+    "reducemin_rows_40": ("ReduceMin", (9001, 40), np.float32, dict(keepdims=0), [-1], (8, 9)),
+    "reducelogsumexp": ("ReduceLogSumExp", (20, 30, 701), np.float32, dict(keepdims=1), [2], (19, 29, 700)),
+    "reducesumsquare_2axes": ("ReduceSumSquare", (16, 20, 30, 41), np.float32, dict(keepdims=0), [1, -1], None),
+    "reducel2_f64": ("ReduceL2", (301, 1001), np.float64, dict(keepdims=0), [-1], None),
+    "reduceprod_int32": ("ReduceProd", (3000, 101), np.int32, dict(keepdims=1), [1], None),
+    "reducesum_int64": ("ReduceSum", (200, 1001, 3), np.int64, dict(keepdims=0), [-2], None),
+}
+
+
+def row_models():
+    """One node per case of ROW_CASES (LayerNormalization with scale, bias and, float32, its Mean / InvStdDev), then
+    Concat and Split cases."""
+    from onnx import helper, numpy_helper
+    from onnx.helper import np_dtype_to_tensor_dtype
+
+    rng = np.random.default_rng(13)
+    out = {}
+    for name, (op, shape, dtype, attrs, axes, nan_at) in ROW_CASES.items():
+        t = np_dtype_to_tensor_dtype(np.dtype(dtype))
+        if np.issubdtype(dtype, np.integer):
+            x = rng.integers(-3, 4, shape).astype(dtype) if op == "ReduceSum" else \
+                rng.choice(np.array([-1, 1, 1, 1], dtype), shape)  # products stay small
+        else:
+            x = rng.standard_normal(shape).astype(dtype)
+        if nan_at is not None:
+            x[nan_at] = np.nan
+        inits, inputs, outputs = [], ["x"], ["y"]
+        if axes is not None:
+            inits.append(numpy_helper.from_array(np.array(axes, np.int64), "axes"))
+            inputs.append("axes")
+        if op == "LayerNormalization":
+            norm = shape[attrs["axis"] % len(shape):]
+            inits += [numpy_helper.from_array(rng.standard_normal(norm).astype(dtype), "scale"),
+                      numpy_helper.from_array(rng.standard_normal(norm).astype(dtype), "bias")]
+            inputs += ["scale", "bias"]
+            if dtype == np.float32:  # (onnx.reference types float64 statistics as float64, the spec as float)
+                outputs += ["mean", "inv_std"]
+        g = helper.make_graph([helper.make_node(op, inputs, outputs, **attrs)], name,
+                              [helper.make_tensor_value_info("x", t, list(shape))],
+                              [helper.make_tensor_value_info(o, t if o == "y" else 1, None) for o in outputs],
+                              initializer=inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+        m.ir_version = 8
+        out[name] = (m, [x])
+    # Concat / Split: whole outer rows (disjoint outputs) over the pool.
+    copies = {
+        "concat_axis1": ((300, 1001), np.float32, "Concat", dict(axis=1), (300, 17), None),
+        "concat_3d_int16": ((40, 300, 101), np.int16, "Concat", dict(axis=-2), (40, 7, 101), None),
+        "split_sizes": ((300, 1001), np.float32, "Split", dict(axis=-1), None, [100, 1, 900]),
+        "split_3d_uint8": ((64, 400, 99), np.uint8, "Split", dict(axis=1, num_outputs=3), None, None),
+    }
+    for name, (shape, dtype, op, attrs, other, split) in copies.items():
+        t = np_dtype_to_tensor_dtype(np.dtype(dtype))
+        x = np.abs(rng.standard_normal(shape) * 50).astype(dtype)
+        inits = []
+        if op == "Concat":
+            inits.append(numpy_helper.from_array((rng.standard_normal(other) * 50).astype(dtype), "c"))
+            inputs, outputs = ["x", "c", "x"], ["y"]
+        else:
+            inputs, outputs = ["x"], ["y0", "y1", "y2"]
+            if split is not None:
+                inits.append(numpy_helper.from_array(np.array(split, np.int64), "split"))
+                inputs.append("split")
+        g = helper.make_graph([helper.make_node(op, inputs, outputs, **attrs)], name,
+                              [helper.make_tensor_value_info("x", t, list(shape))],
+                              [helper.make_tensor_value_info(o, t, None) for o in outputs], initializer=inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+        m.ir_version = 8
+        out[name] = (m, [x])
+    return out
 
 
 # Convolutions of every kernel path, each big enough to be cut into kMinChunks chunks (over images, groups, planes,
@@ -221,6 +312,25 @@ def test_convolutions_match_onnx_reference(runs):
         got = out[f"{name}/0"]
         assert got.shape == ref.shape, name
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=2e-5 * float(np.abs(ref).max()), err_msg=name)
+
+
+def test_row_wise_ops_match_onnx_reference(runs):
+    from onnx.reference import ReferenceEvaluator
+
+    out = runs[None]
+    for name, (model, feeds) in row_models().items():
+        refs = ReferenceEvaluator(model).run(None, {"x": feeds[0]})
+        for i, ref in enumerate(refs):
+            got = out[f"{name}/{i}"]
+            assert got.shape == ref.shape and got.dtype == ref.dtype, (name, i, got.shape, ref.shape)
+            if np.issubdtype(ref.dtype, np.integer):
+                np.testing.assert_array_equal(got, ref, err_msg=f"{name}/{i}")
+                continue
+            finite = np.isfinite(ref)
+            scale = float(np.abs(ref[finite]).max()) if finite.any() else 1.0
+            tol = 1e-12 if ref.dtype == np.float64 else 2e-5
+            np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * scale, err_msg=f"{name}/{i}")
+            assert np.array_equal(np.isnan(got), np.isnan(ref)), f"{name}/{i}: NaNs differ"
 
 
 @pytest.mark.skipif(CORES < 2, reason="the pool has no helper on one core")

@@ -17,6 +17,7 @@
 
 #include "broadcast.h"
 #include "elem.h"
+#include "intra_op.h"
 #include "row_reduce.h"
 #include "simd_double.h"
 #include "vmath.h"
@@ -610,11 +611,34 @@ class ReduceKernel : public Kernel {
   }
 
  private:
+  // Input elements worth a helper of the intra-op pool: ~25 us of one core for a sum.
+  static constexpr int64_t kReduceGrain = int64_t(1) << 16;
+
+  // Where the outermost (coalesced) dim is kept, its slices fold into disjoint outputs: the pool gets runs of
+  // whole slices, each output folded by the same code in the same order whoever runs it (a sum is never split).
   template <ReduceKind kPass, class A>
   void Pass(const S *x, A *acc) {
     std::fill(acc, acc + out_n_, Init<kPass, A>());
     if (total_ == 0) return;
+    const int64_t d0 = dims_[0], slice = total_ / d0;
+    if (dims_.size() < 2 || ostr_[0] == 0 || total_ < kReduceGrain * kMinChunks) {
+      PassRange<kPass>(x, acc, 0, d0, idx_.data());
+      return;
+    }
+    ParallelForAnyCut(d0, std::max<int64_t>(1, kReduceGrain / slice), [&](int64_t b, int64_t e) {
+      std::vector<int64_t> idx(dims_.size());
+      PassRange<kPass>(x, acc, b, e, idx.data());
+    });
+  }
+
+  // Slices [b, e) of the outermost dim into acc (at its Init); idx: scratch of dims_.size().
+  template <ReduceKind kPass, class A>
+  void PassRange(const S *x_all, A *acc_all, int64_t b, int64_t e, int64_t *idx) {
     const size_t r = dims_.size();
+    const int64_t slice = total_ / dims_[0], span = (e - b) * slice;
+    const S *x = x_all + b * slice;
+    A *acc = acc_all + b * ostr_[0];
+    const double *shift = kPass == kLogSumExp ? shift_.data() + b * ostr_[0] : nullptr;
     const int64_t inner = dims_[r - 1], is = ostr_[r - 1];
     // A reduced axis just above a kept contiguous one (ReduceMean over axis 0 of a matrix): its rows all add into
     // the same outputs, so they are taken as one block of column sums.
@@ -624,26 +648,26 @@ class ReduceKernel : public Kernel {
     // Short rows along the last axis, outputs contiguous: one loop over many rows (the per-row call and walk cost
     // more than the row's few terms; rows of 3 measured 1.6-2.6x onnxruntime).
     if (is == 0 && r == 2 && ostr_[0] == 1 && inner >= 2 && inner < kShortRow) {
-      const double *sh = kPass == kLogSumExp ? shift_.data() : nullptr;
       switch (inner) {
-        case 2: return ShortRows<kPass, A, 2>(x, dims_[0], acc, sh);
-        case 3: return ShortRows<kPass, A, 3>(x, dims_[0], acc, sh);
-        case 4: return ShortRows<kPass, A, 4>(x, dims_[0], acc, sh);
-        case 5: return ShortRows<kPass, A, 5>(x, dims_[0], acc, sh);
-        case 6: return ShortRows<kPass, A, 6>(x, dims_[0], acc, sh);
-        default: return ShortRows<kPass, A, 7>(x, dims_[0], acc, sh);
+        case 2: return ShortRows<kPass, A, 2>(x, e - b, acc, shift);
+        case 3: return ShortRows<kPass, A, 3>(x, e - b, acc, shift);
+        case 4: return ShortRows<kPass, A, 4>(x, e - b, acc, shift);
+        case 5: return ShortRows<kPass, A, 5>(x, e - b, acc, shift);
+        case 6: return ShortRows<kPass, A, 6>(x, e - b, acc, shift);
+        default: return ShortRows<kPass, A, 7>(x, e - b, acc, shift);
       }
     }
-    if (is == 0 && r == 2 && ostr_[0] == 1 && inner >= kShortRow && inner <= 64 && ManyRowsExtremum<kPass>(x, acc))
+    if (is == 0 && r == 2 && ostr_[0] == 1 && inner >= kShortRow && inner <= 64 &&
+        ManyRowsExtremum<kPass>(x, e - b, acc))
       return;
-    std::fill(idx_.begin(), idx_.end(), 0);
+    std::fill(idx, idx + r, 0);
     int64_t off = 0;
-    for (int64_t i = 0; i < total_; i += inner * rows) {
+    for (int64_t i = 0; i < span; i += inner * rows) {
       const S *px = x + i;
       A *pa = acc + off;
       if (is == 0) {
         A a = *pa;
-        const double sh = kPass == kLogSumExp ? shift_[off] : 0.0;
+        const double sh = kPass == kLogSumExp ? shift[off] : 0.0;
         if constexpr (kLanedSum<kPass, A>) {
           a += RunSum<kPass, A>(px, inner);
         } else if constexpr (kLanedProd<kPass, A>) {
@@ -654,17 +678,17 @@ class ReduceKernel : public Kernel {
         *pa = a;
       } else if constexpr (kLanedSum<kPass, A>) {
         ColumnSums<kPass, A>(px, rows, inner, pa);
-      } else if (ColumnExtremum<kPass, A>(px, rows, inner, pa, x + total_)) {
+      } else if (ColumnExtremum<kPass, A>(px, rows, inner, pa, x_all + total_)) {
       } else {
         for (int64_t row = 0; row < rows; ++row, px += inner)
           for (int64_t j = 0; j < inner; ++j)
-            pa[j] = Combine<kPass, A>(pa[j], Pre<kPass, A>(px[j], kPass == kLogSumExp ? shift_[off + j] : 0.0));
+            pa[j] = Combine<kPass, A>(pa[j], Pre<kPass, A>(px[j], kPass == kLogSumExp ? shift[off + j] : 0.0));
       }
       for (size_t d = carry_from; d-- > 0;) {
         off += ostr_[d];
-        if (++idx_[d] < dims_[d]) break;
+        if (++idx[d] < dims_[d]) break;
         off -= ostr_[d] * dims_[d];
-        idx_[d] = 0;
+        idx[d] = 0;
       }
     }
   }
@@ -674,12 +698,12 @@ class ReduceKernel : public Kernel {
   // float32 / float64 Max / Min over rows of 8 to 64 along the last axis, outputs contiguous, acc at its Init: the
   // rows' extrema by RowsExtremumAvx2, the rows it refuses by the ordered loop (as Pass's per-row loop).
   template <ReduceKind kPass, class A>
-  bool ManyRowsExtremum([[maybe_unused]] const S *x, [[maybe_unused]] A *acc) const {
+  bool ManyRowsExtremum([[maybe_unused]] const S *x, [[maybe_unused]] int64_t rows, [[maybe_unused]] A *acc) const {
 #if defined(__x86_64__)
     if constexpr ((std::is_same<S, float>::value || std::is_same<S, double>::value) && std::is_same<A, double>::value &&
                   (kPass == kMax || kPass == kMin)) {
       if (!UseSumFloatsAvx2()) return false;
-      const int64_t rows = dims_[0], n = dims_[1];
+      const int64_t n = dims_[1];
       for (int64_t i = 0; i < rows; ++i) {
         i = RowsExtremumAvx2<kPass == kMax>(x, i, rows, n, acc);
         if (i == rows) break;
