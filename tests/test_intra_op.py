@@ -136,19 +136,19 @@ ROW_CASES = {
     "logsoftmax_strided": ("LogSoftmax", (33, 101, 97), np.float32, dict(axis=-2), None, None),
     "softmax_f64": ("Softmax", (150, 1999), np.float64, {}, None, (1, 1)),
     "logsoftmax_f64_strided": ("LogSoftmax", (9, 64, 555), np.float64, dict(axis=1), None, None),
-    "layernorm_last": ("LayerNormalization", (300, 1001), np.float32, dict(axis=-1, epsilon=1e-3), None, None),
-    "layernorm_2axes": ("LayerNormalization", (64, 33, 129), np.float32, dict(axis=1), None, None),
-    "layernorm_f64": ("LayerNormalization", (150, 999), np.float64, dict(axis=-1), None, None),
-    "reducesum_last": ("ReduceSum", (300, 1001), np.float32, dict(keepdims=1), [-1], None),
-    "reducemean_middle": ("ReduceMean", (40, 377, 53), np.float32, dict(keepdims=0), [1], None),
-    "reducemax_nan": ("ReduceMax", (3001, 100), np.float32, dict(keepdims=0), [-1], (1500, 3)),
-    "reducemax_short_rows": ("ReduceMax", (70001, 5), np.float32, dict(keepdims=1), [1], (69999, 4)),
-    "reducemin_rows_40": ("ReduceMin", (9001, 40), np.float32, dict(keepdims=0), [-1], (8, 9)),
-    "reducelogsumexp": ("ReduceLogSumExp", (20, 30, 701), np.float32, dict(keepdims=1), [2], (19, 29, 700)),
-    "reducesumsquare_2axes": ("ReduceSumSquare", (16, 20, 30, 41), np.float32, dict(keepdims=0), [1, -1], None),
-    "reducel2_f64": ("ReduceL2", (301, 1001), np.float64, dict(keepdims=0), [-1], None),
-    "reduceprod_int32": ("ReduceProd", (3000, 101), np.int32, dict(keepdims=1), [1], None),
-    "reducesum_int64": ("ReduceSum", (200, 1001, 3), np.int64, dict(keepdims=0), [-2], None),
+    "layernorm_last": ("LayerNormalization", (600, 1001), np.float32, dict(axis=-1, epsilon=1e-3), None, None),
+    "layernorm_2axes": ("LayerNormalization", (128, 33, 129), np.float32, dict(axis=1), None, None),
+    "layernorm_f64": ("LayerNormalization", (600, 999), np.float64, dict(axis=-1), None, None),
+    "reducesum_last": ("ReduceSum", (1100, 1001), np.float32, dict(keepdims=1), [-1], None),
+    "reducemean_middle": ("ReduceMean", (60, 377, 53), np.float32, dict(keepdims=0), [1], None),
+    "reducemax_nan": ("ReduceMax", (12001, 100), np.float32, dict(keepdims=0), [-1], (1500, 3)),
+    "reducemax_short_rows": ("ReduceMax", (240001, 5), np.float32, dict(keepdims=1), [1], (239999, 4)),
+    "reducemin_rows_40": ("ReduceMin", (30001, 40), np.float32, dict(keepdims=0), [-1], (8, 9)),
+    "reducelogsumexp": ("ReduceLogSumExp", (60, 30, 701), np.float32, dict(keepdims=1), [2], (59, 29, 700)),
+    "reducesumsquare_2axes": ("ReduceSumSquare", (48, 20, 30, 41), np.float32, dict(keepdims=0), [1, -1], None),
+    "reducel2_f64": ("ReduceL2", (1100, 1001), np.float64, dict(keepdims=0), [-1], None),
+    "reduceprod_int32": ("ReduceProd", (11000, 101), np.int32, dict(keepdims=1), [1], None),
+    "reducesum_int64": ("ReduceSum", (400, 1001, 3), np.int64, dict(keepdims=0), [-2], None),
 }
 
 
@@ -189,10 +189,10 @@ def row_models():
         out[name] = (m, [x])
     # Concat / Split: whole outer rows (disjoint outputs) over the pool.
     copies = {
-        "concat_axis1": ((300, 1001), np.float32, "Concat", dict(axis=1), (300, 17), None),
+        "concat_axis1": ((600, 1001), np.float32, "Concat", dict(axis=1), (600, 17), None),
         "concat_3d_int16": ((40, 300, 101), np.int16, "Concat", dict(axis=-2), (40, 7, 101), None),
-        "split_sizes": ((300, 1001), np.float32, "Split", dict(axis=-1), None, [100, 1, 900]),
-        "split_3d_uint8": ((64, 400, 99), np.uint8, "Split", dict(axis=1, num_outputs=3), None, None),
+        "split_sizes": ((1100, 1001), np.float32, "Split", dict(axis=-1), None, [100, 1, 900]),
+        "split_3d_uint8": ((128, 400, 99), np.uint8, "Split", dict(axis=1, num_outputs=3), None, None),
     }
     for name, (shape, dtype, op, attrs, other, split) in copies.items():
         t = np_dtype_to_tensor_dtype(np.dtype(dtype))

@@ -63,9 +63,9 @@ bool InferConcat(InferCtx *c, std::string *reason) {
   return true;
 }
 
-// Bytes of a copy worth a helper of the intra-op pool: ~25 us of one core's memory bandwidth. Concat and Split
-// give it runs of whole outer rows (disjoint outputs).
-constexpr int64_t kCopyGrainBytes = int64_t(1) << 18;
+// Bytes of a copy worth a helper of the intra-op pool: ~25 us of one core's memory bandwidth (a 1M float32 Concat
+// measured ~0.2 ms for 8 MB moved). Concat and Split give it runs of whole outer rows (disjoint outputs).
+constexpr int64_t kCopyGrainBytes = int64_t(1) << 20;
 
 int64_t RowGrain(size_t row_bytes) {
   return std::max<int64_t>(1, kCopyGrainBytes / std::max<int64_t>(static_cast<int64_t>(row_bytes), 1));
