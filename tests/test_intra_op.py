@@ -321,7 +321,7 @@ def test_convolutions_match_onnx_reference(runs):
 def test_row_wise_ops_match_onnx_reference(runs):
     from onnx.reference import ReferenceEvaluator
 
-    out = runs[None]
+    out = runs[ALL]
     for name, (model, feeds) in row_models().items():
         refs = ReferenceEvaluator(model).run(None, {"x": feeds[0]})
         for i, ref in enumerate(refs):
