@@ -198,13 +198,19 @@ void RunPanels(const PanelGemm &g, int width) {
   const int64_t panels = (g.N + width - 1) / width;
   const int64_t per_panel = std::max<int64_t>(1, g.rows * g.K * width);
   const int64_t grain = std::max<int64_t>(kMinChunkMacs / per_panel, (panels + 7) / 8);
-  ParallelForAnyCut(panels, std::max<int64_t>(grain, 1), [&](int64_t b, int64_t e) {
+  const auto part = [&](int64_t b, int64_t e) {
     PanelGemm s = g;
     s.pack = g.pack + b * g.K * width;
     s.C = g.C + b * width;
     s.N = std::min(g.N, e * width) - b * width;
     RunPanelsSerial(s, width);
-  });
+  };
+  // Smaller products (an MLP's layers at batch 1: tens of microseconds) only with a helper already spinning.
+  if (ChunksOf(panels, std::max<int64_t>(grain, 1)) < kMinChunks) {
+    return ParallelForWhenHelperSpins(panels, std::max<int64_t>({kHotChunkMacs / per_panel, (panels + 7) / 8, 1}),
+                                      part);
+  }
+  ParallelForAnyCut(panels, std::max<int64_t>(grain, 1), part);
 }
 
 }  // namespace onnx

@@ -214,6 +214,21 @@ class Pool {
     return true;
   }
 
+  // A helper is in its spin loop (not asleep, not working); else wakes the sleeping helpers, which spin for kSpin.
+  bool SpinningOrWake() {
+    if (spinning_.load(std::memory_order_relaxed) > 0) return true;
+    StartOnce();
+    bool wake;
+    {
+      std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
+      if (!lk.owns_lock() || region_ || sleepers_ == 0) return false;
+      gen_.store(gen_.load(std::memory_order_relaxed) + 1, std::memory_order_release);  // no region: they spin
+      wake = true;
+    }
+    if (wake) cv_.notify_all();
+    return false;
+  }
+
   // After this no helper joins r; the ones that joined finish the chunks they claimed, and their writes are
   // visible to the caller when this returns (the release / acquire pair on r->active).
   void Retract(Region *r) {
@@ -257,10 +272,12 @@ class Pool {
     uint64_t seen = 0;
     for (;;) {
       const auto until = std::chrono::steady_clock::now() + kSpin;
+      spinning_.fetch_add(1, std::memory_order_relaxed);
       for (int i = 0; gen_.load(std::memory_order_acquire) == seen; ++i) {
         if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) break;
         CpuRelax();
       }
+      spinning_.fetch_sub(1, std::memory_order_relaxed);
       Region *r;
       {
         std::unique_lock<std::mutex> lk(mu_);
@@ -293,6 +310,7 @@ class Pool {
   Region *region_ = nullptr;      // guarded by mu_
   std::atomic<uint64_t> gen_{0};  // written under mu_; read without it while spinning
   int sleepers_ = 0;              // guarded by mu_
+  std::atomic<int> spinning_{0};  // helpers in their spin loop
 };
 
 // The idle-core gate. Every 50 ms a region's caller measures the CPU time the process used over the
@@ -406,6 +424,11 @@ void Run(int64_t n, int64_t grain, ChunkFn fn, void *ctx, bool any_cut) {
     Pool::Get().Retract(&r);
   }
   if (r.failed.load(std::memory_order_acquire)) std::rethrow_exception(r.error);
+}
+
+bool HelperSpinsOrWake() {
+  if (t_in_region || IntraOpThreads() < 2 || Pool::Get().helpers() == 0 || Pool::Get().pid() != getpid()) return false;
+  return Gate().Allowed(Pool::Get().helpers()) > 0 && Pool::Get().SpinningOrWake();
 }
 
 }  // namespace intra_op_detail

@@ -33,6 +33,10 @@ constexpr int64_t kMinChunkMacs = int64_t(1) << 20;
 // after the caller had claimed the last chunk (a transformer at batch 1 got 5-25% slower).
 constexpr int64_t kMinChunks = 4;
 
+// Multiply-adds from which a block is worth a helper that is spinning for work right now (it joins within a
+// microsecond): ~2 us of one core. Only for regions whose results do not depend on the cut (WhenHelperSpins).
+constexpr int64_t kHotChunkMacs = int64_t(1) << 16;
+
 // The cores this process may run on: the online CPUs, fewer if its affinity mask (taskset, a cpuset) or its
 // cgroup's CPU quota (a container's CPU limit, rounded up) says so. Fixed on first use.
 int UsableCores();
@@ -46,6 +50,10 @@ using ChunkFn = void (*)(void *ctx, int64_t begin, int64_t end);
 // Runs every chunk, on the caller and any free helper; returns when all are done (rethrows a chunk's exception).
 // any_cut: fn's results do not depend on where [0, n) is cut, so a region no helper may join runs as one call.
 void Run(int64_t n, int64_t grain, ChunkFn fn, void *ctx, bool any_cut);
+
+// Whether a helper spins for work now; if none does but the gate would allow one, wakes one so that it spins for
+// the next region (without waiting for it).
+bool HelperSpinsOrWake();
 
 template <class F>
 inline void ParallelRegion(int64_t n, int64_t grain, F &&fn, bool any_cut) {
@@ -75,6 +83,24 @@ inline void ParallelFor(int64_t n, int64_t grain, F &&fn) {
 template <class F>
 inline void ParallelForAnyCut(int64_t n, int64_t grain, F &&fn) {
   intra_op_detail::ParallelRegion(n, grain, std::forward<F>(fn), true);
+}
+
+// ParallelForAnyCut for work too small to wake a helper for (chunks of `grain` items, each of at least
+// kHotChunkMacs): shared only with a helper that is already spinning (a model's kernels follow each other within
+// microseconds, and helpers spin a while after each region), else one call, fn(0, n). A region that finds no helper
+// spinning wakes one for the next.
+template <class F>
+inline void ParallelForWhenHelperSpins(int64_t n, int64_t grain, F &&fn) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  if (n <= grain || !intra_op_detail::HelperSpinsOrWake()) {
+    fn(int64_t(0), n);
+    return;
+  }
+  using Fn = std::remove_reference_t<F>;
+  intra_op_detail::Run(
+      n, grain, [](void *ctx, int64_t b, int64_t e) { (*static_cast<Fn *>(ctx))(b, e); },
+      const_cast<void *>(static_cast<const void *>(&fn)), true);
 }
 
 // Private scratch for a region's chunks. At most IntraOpThreads() chunks of a region run at once (the caller and
