@@ -220,8 +220,8 @@ def row_models():
 
 
 # Convolutions of every kernel path, each big enough to be cut into kMinChunks chunks (over images, groups, planes,
-# channel blocks or Winograd tile blocks) at batch > 1; the batch-1 cases run on one thread (a split measured slower
-# there) and check that: (N, C, H, W), (M, C / group, kh, kw), Conv attributes.
+# channel blocks or Winograd tile blocks) at batch > 1; at batch 1 only big convs are split (chunks of ~4M
+# multiply-adds), the small batch-1 cases check the unsplit path: (N, C, H, W), (M, C / group, kh, kw), attributes.
 CONV_CASES = {
     "conv_direct_b1_blocks": ((1, 32, 32, 32), (32, 32, 3, 3), dict(pads=[1, 1, 1, 1])),
     "conv_direct_b4_images": ((4, 16, 32, 32), (32, 16, 3, 3), dict(pads=[1, 1, 1, 1])),
@@ -238,6 +238,9 @@ CONV_CASES = {
     "conv_depthwise_s2": ((2, 64, 112, 112), (64, 1, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2], group=64)),
     "conv_depthwise_small": ((16, 576, 7, 7), (576, 1, 5, 5), dict(pads=[2, 2, 2, 2], group=576)),
     "conv_depthwise_cl": ((16, 192, 14, 14), (192, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=192)),
+    # one image, big enough to split (chunks of ~4M multiply-adds): channel blocks, Winograd tile blocks
+    "conv_direct_b1_big": ((1, 16, 64, 64), (64, 16, 3, 3), dict(pads=[1, 1, 1, 1])),
+    "conv_winograd_b1": ((1, 64, 56, 56), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),
 }
 
 

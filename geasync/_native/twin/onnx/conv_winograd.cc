@@ -302,9 +302,8 @@ struct WgSplit {
 WgSplit SplitOf(const WinogradShape &s, const Blocking &b) {
   WgSplit p;
   p.blocks = ChunksOf(s.N * b.th, b.rows);
-  // One image runs on one thread: split, a batch-1 CNN got slower (each conv is tens of microseconds, a helper's
-  // wake-up a large part of that).
-  p.grain = s.N > 1 ? GrainForMacs(16 * s.M * s.C * b.tiles) : std::max<int64_t>(p.blocks, 1);
+  const int64_t per_block = 16 * s.M * s.C * b.tiles;
+  p.grain = s.N > 1 ? GrainForMacs(per_block) : ChunksOf(kOneImageChunkMacs, per_block);
   p.slots = ScratchSlots::SlotCount(ChunksOf(p.blocks, p.grain));
   return p;
 }

@@ -13,6 +13,13 @@ struct WinogradShape {
   int64_t N, C, M, H, W, OH, OW, pt, pl;
 };
 
+// Multiply-adds per chunk when ONE image's convolution is split over the intra-op pool (the direct kernel's channel
+// blocks, Winograd's tile blocks; at batch > 1 images are split in chunks of kMinChunkMacs): ~100 us of one core.
+// With ~1M, convs of 4-13M multiply-adds were split too and got slower (a CNN on 32x32 images 316 -> 376-391 us,
+// MobileNet-like 64x56 2.2 -> 2.5-2.7 ms: chunks of tens of microseconds, close to what sharing them costs); with
+// this size ResNet-like models at batch 1 went from 37 to 25 ms (64x56) and 39 to 26 ms (3x224) on two cores.
+constexpr int64_t kOneImageChunkMacs = int64_t(4) << 20;
+
 // Whether it beats the direct kernel at this shape (channels and tiles; measured on AVX2, see conv_winograd.cc).
 bool WinogradConvPays(const WinogradShape &s);
 

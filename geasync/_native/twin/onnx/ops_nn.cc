@@ -144,6 +144,7 @@ bool FloatOnly(ElemType t) { return IsFloatType(t); }
 // [block][c][kh][kw][kConvMB] (zero rows for the channels past M).
 constexpr int64_t kConvMB = 8, kConvNV = 2, kConvLanes = 16;
 
+
 struct DirectConvArgs {
   const float *xp;     // padded input [cg][ph][pw]
   int64_t cg, ph, pw, kh, kw, oh, ow;
@@ -1700,8 +1701,8 @@ class ConvKernel : public Kernel {
   // columns in its own slot); else (folded images, few pairs) the direct kernel's channel blocks (RunDirectBlocks).
   // Not for im2col with OpenBLAS threads (GEASYNC_BLAS_THREADS).
   int64_t ItemGrain() const { return GrainForMacs(mg_ * cg_ * kk_ * out_sp_); }
-  // Batch 1 is not split (nor below): a CNN at batch 1 measured 8-30% slower with its convs split (each conv is
-  // tens of microseconds; a helper's wake-up is a large part of that), 20-25% faster at batch 8.
+  // Batch 1 is not split here: its conv is split by the direct kernel's channel blocks (RunDirectBlocks) or by
+  // Winograd's tile blocks, in larger chunks (kOneImageChunkMacs).
   bool SplitItems() const {
     if (N_ < 2 || (dconv_ ? FoldImages() : BlasThreads() > 1)) return false;
     return ChunksOf(N_ * G_, ItemGrain()) >= kMinChunks;
@@ -2146,13 +2147,15 @@ class ConvKernel : public Kernel {
     if (vmath::ActiveIsa() == vmath::Isa::kAvx512) DirectConvAvx512Any(a);
     else DirectConvAvx2(a);
   }
-  // The kernel over its channel blocks, in chunks of at least kMinChunkMacs multiply-adds on the pool: each output
-  // channel's sums are the same whichever block range computes them. Not with one input channel per group (a range
-  // of one output channel would take the depthwise kernel), nor at batch 1 (SplitItems).
+  // The kernel over its channel blocks, in chunks of at least kMinChunkMacs multiply-adds on the pool (at batch 1,
+  // kOneImageChunkMacs): each output channel's sums are the same whichever block range computes them. Not with one input
+  // channel per group (a range of one output channel would take the depthwise kernel).
   void RunDirectBlocks(const DirectConvArgs &a) const {
-    if (cg_ == 1 || N_ < 2) return RunDirectKernel(a);
+    if (cg_ == 1) return RunDirectKernel(a);
     const int64_t K = cg_ * kk_, ystride = ((a.oh - 1) * a.pw + a.ow + 15) / 16 * 16;
-    ParallelFor(nmb_, GrainForMacs(kConvMB * K * out_sp_ * a.nimg), [&](int64_t lo, int64_t hi) {
+    const int64_t per_block = kConvMB * K * out_sp_ * a.nimg;
+    const int64_t grain = N_ > 1 ? GrainForMacs(per_block) : ChunksOf(kOneImageChunkMacs, per_block);
+    ParallelFor(nmb_, grain, [&](int64_t lo, int64_t hi) {
       DirectConvArgs b = a;
       b.wpack += lo * K * kConvMB;
       b.bias += lo * kConvMB;
