@@ -1,7 +1,6 @@
 // The intra-op pool (intra_op.h): helper threads, regions and the idle-core gate.
 #include "intra_op.h"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -79,62 +78,15 @@ int Cores() {
   return c;
 }
 
-// Busy time, in ns, of the CPUs this process may run on, from /proc/stat's per-CPU lines: user, nice, system, irq,
-// softirq and steal (time the hypervisor gave the virtual CPU to someone else). Niced time counts: with the
-// scheduler's autogroups (on by default) a niced process of another session still gets its session's fair share
-// of a core. -1 where /proc/stat cannot be read.
-int64_t CpuBusyNs() {
-  static const long hz = sysconf(_SC_CLK_TCK);
-  static const cpu_set_t allowed = [] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof(set), &set) != 0) CPU_ZERO(&set);
-    return set;
-  }();
-  if (hz <= 0) return -1;
-  const int fd = open("/proc/stat", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  std::string text;
-  char buf[4096];
-  for (ssize_t got; (got = read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(got));
-  close(fd);
-  const bool any = CPU_COUNT(&allowed) == 0;  // no mask known: every CPU
-  long long ticks = 0;
-  bool found = false;
-  for (size_t at = 0; at < text.size();) {
-    const size_t end = std::min(text.find('\n', at), text.size());
-    int cpu = -1;
-    unsigned long long v[8] = {};  // user nice system idle iowait irq softirq steal
-    if (text.compare(at, 3, "cpu") == 0 && at + 3 < end && text[at + 3] >= '0' && text[at + 3] <= '9' &&
-        std::sscanf(text.c_str() + at, "cpu%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1], &v[2],
-                    &v[3], &v[4], &v[5], &v[6], &v[7]) == 9 &&
-        cpu >= 0 && (any || (cpu < CPU_SETSIZE && CPU_ISSET(cpu, &allowed)))) {
-      ticks += static_cast<long long>(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]);
-      found = true;
-    }
-    at = end + 1;
-  }
-  return found ? int64_t(ticks) * (1000000000 / hz) : -1;
-}
-
-// $GEASYNC_INTRA_OP_THREADS as a positive integer, else 0 (the default).
-long IntraOpThreadsSetting() {
-  const char *env = std::getenv("GEASYNC_INTRA_OP_THREADS");
-  if (!env) return 0;
-  char *end = nullptr;
-  const long v = std::strtol(env, &end, 10);
-  return end != env && *end == '\0' && v >= 1 ? v : 0;
-}
-
 int ComputeIntraOpThreads() {
-  const long v = IntraOpThreadsSetting();
-  return v >= 1 ? static_cast<int>(std::min<long>(v, Cores())) : Cores();
-}
-
-// The user chose the thread count: the gate then leaves other processes' load to them.
-bool IntraOpThreadsChosen() {
-  static const bool chosen = IntraOpThreadsSetting() >= 1;
-  return chosen;
+  const int cores = Cores();
+  int n = cores;
+  if (const char *env = std::getenv("GEASYNC_INTRA_OP_THREADS")) {
+    char *end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 1) n = static_cast<int>(std::min<long>(v, cores));
+  }
+  return n;
 }
 
 int64_t ClockNs(clockid_t clock) {
@@ -315,9 +267,9 @@ class Pool {
 
 // The idle-core gate. Every 50 ms a region's caller measures the CPU time the process used over the
 // last window, apart from the helpers' own and from spinning for work (NoteSpin): model threads, the event loop's
-// thread, the user's threads; every 200 ms, the cores other processes kept busy (SampleOtherProcesses). The cores
-// left idle are the helpers a region may use. Counting model runs alone is not enough: a service running one graph
-// also keeps its event loop's thread busy, and a helper would take that thread's core.
+// thread, the user's threads. The cores it left idle are the helpers a region may use. Counting model runs alone
+// is not enough: a service running one graph also keeps its event loop's thread busy, and a helper would take that
+// thread's core.
 class IdleGate {
  public:
   int Allowed(int helpers) {
@@ -335,47 +287,24 @@ class IdleGate {
   // The kernel adds a running thread's CPU time to the process's clock lazily (at scheduler ticks, up to 4 ms
   // late): over 2 ms windows two threads read as 2.7 cores. Over 50 ms the lag is a few percent of a core.
   static constexpr int64_t kWindowNs = 50000000;
-  // /proc/stat counts in clock ticks (10 ms): over 200 ms on two CPUs a tick is 2.5% of a core.
-  static constexpr int64_t kCpuWindowNs = 200000000;
 
   void Sample(int64_t now, int helpers) {
     const int64_t proc = ClockNs(CLOCK_PROCESS_CPUTIME_ID);
     const int64_t help = Pool::Get().HelperCpuNs() + g_spin_ns.load(std::memory_order_relaxed);
     const int64_t wall = now - last_wall_.load(std::memory_order_relaxed);
     const double others = double((proc - last_proc_) - (help - last_help_)) / double(std::max<int64_t>(wall, 1));
-    if (now - last_cpu_wall_ >= kCpuWindowNs) SampleOtherProcesses(now, proc);
     // round the idle cores down unless a core is nearly free (0.6 of one): a half-busy core is not worth a helper
-    const int idle = static_cast<int>(double(Cores()) - others - other_processes_ + 0.4);
+    const int idle = static_cast<int>(double(Cores()) - others + 0.4);
     allowed_.store(std::max(0, std::min(idle, helpers)), std::memory_order_relaxed);
     last_proc_ = proc;
     last_help_ = help;
     last_wall_.store(now, std::memory_order_relaxed);
   }
 
-  // Cores other processes kept busy: the CPUs' busy time (CpuBusyNs) less this process's. A helper on such a core
-  // only takes turns with them, and a chunk it holds while the scheduler runs the other process for a few
-  // milliseconds stalls the whole region: on a loaded machine a pool that saw only its own process made kernels
-  // 1.0-1.25x slower than no pool. Not when the user set $GEASYNC_INTRA_OP_THREADS: that is their call.
-  void SampleOtherProcesses(int64_t now, int64_t proc) {
-    const int64_t busy = IntraOpThreadsChosen() ? -1 : CpuBusyNs();
-    if (busy >= 0 && last_busy_ >= 0) {
-      const int64_t wall = std::max<int64_t>(now - last_cpu_wall_, 1);
-      other_processes_ = std::max(0.0, double((busy - last_busy_) - (proc - last_cpu_proc_)) / double(wall));
-    } else {
-      other_processes_ = 0.0;
-    }
-    last_busy_ = busy;
-    last_cpu_proc_ = proc;
-    last_cpu_wall_ = now;
-  }
-
   std::mutex mu_;  // one sampler at a time; the others use the last answer
   std::atomic<int64_t> last_wall_{0};
   std::atomic<int> allowed_{0};
   int64_t last_proc_ = 0, last_help_ = 0;  // guarded by mu_
-  // SampleOtherProcesses' last reading and its answer in cores (guarded by mu_)
-  int64_t last_busy_ = -1, last_cpu_proc_ = 0, last_cpu_wall_ = 0;
-  double other_processes_ = 0.0;
 };
 
 IdleGate &Gate() {

@@ -7,10 +7,9 @@
 // claimed (never for a helper to wake up).
 //
 // Helpers (min(UsableCores(), $GEASYNC_INTRA_OP_THREADS) - 1, default UsableCores() - 1; 1 turns the pool off) are
-// native threads named "ge-intra-op" that never enter Python. A region may use only the cores left idle over the
-// last 50 ms by the process (its CPU time apart from the helpers': model threads, the event loop's thread, the
-// user's) and, unless $GEASYNC_INTRA_OP_THREADS is set, over the last 200 ms by other processes; and never more
-// than the cores no model run holds (RunScope counts them; a run for an async submitter holds
+// native threads named "ge-intra-op" that never enter Python. A region may use only the cores the process left idle
+// over the last 50 ms (its CPU time apart from the helpers': model threads, the event loop's thread, the
+// user's) and never more than the cores no model run holds (RunScope counts them; a run for an async submitter holds
 // one more, AsyncRunScope), so a busy service gets no helper work at all. Nested regions, regions while another
 // region holds the pool, and regions in a forked child run serially.
 #pragma once
