@@ -17,7 +17,8 @@ struct WinogradShape {
 // blocks, Winograd's tile blocks; at batch > 1 images are split in chunks of kMinChunkMacs): ~100 us of one core.
 // With ~1M, convs of 4-13M multiply-adds were split too and got slower (a CNN on 32x32 images 316 -> 376-391 us,
 // MobileNet-like 64x56 2.2 -> 2.5-2.7 ms: chunks of tens of microseconds, close to what sharing them costs); with
-// this size ResNet-like models at batch 1 went from 37 to 25 ms (64x56) and 39 to 26 ms (3x224) on two cores.
+// this size ResNet-like models at batch 1 went from 37 to 24.5-25 ms (64x56) and 39-40 to 27-30 ms (3x224) on two
+// cores.
 constexpr int64_t kOneImageChunkMacs = int64_t(4) << 20;
 
 // Whether it beats the direct kernel at this shape (channels and tiles; measured on AVX2, see conv_winograd.cc).
