@@ -144,7 +144,6 @@ bool FloatOnly(ElemType t) { return IsFloatType(t); }
 // [block][c][kh][kw][kConvMB] (zero rows for the channels past M).
 constexpr int64_t kConvMB = 8, kConvNV = 2, kConvLanes = 16;
 
-
 struct DirectConvArgs {
   const float *xp;     // padded input [cg][ph][pw]
   int64_t cg, ph, pw, kh, kw, oh, ow;
@@ -2148,8 +2147,8 @@ class ConvKernel : public Kernel {
     else DirectConvAvx2(a);
   }
   // The kernel over its channel blocks, in chunks of at least kMinChunkMacs multiply-adds on the pool (at batch 1,
-  // kOneImageChunkMacs): each output channel's sums are the same whichever block range computes them. Not with one input
-  // channel per group (a range of one output channel would take the depthwise kernel).
+  // kOneImageChunkMacs): each output channel's sums are the same whichever block range computes them. Not with one
+  // input channel per group (a range of one output channel would take the depthwise kernel).
   void RunDirectBlocks(const DirectConvArgs &a) const {
     if (cg_ == 1) return RunDirectKernel(a);
     const int64_t K = cg_ * kk_, ystride = ((a.oh - 1) * a.pw + a.ow + 15) / 16 * 16;
