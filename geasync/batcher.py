@@ -169,8 +169,8 @@ class Batcher:
         for graph_id in graph_ids:
             if graph_id not in session._specs and graph_id not in session._spec_errors and not session.closed:
                 # said here, naming the Batcher, rather than by the compile it would start
-                raise no_graph_error(graph_id, f"Batcher(graph={graph_id})")
-            session._modes.check(graph_id, RUN_GRAPH_ASYNC, f"Batcher(graph={graph_id})")
+                raise no_graph_error(graph_id, f"Batcher(graph_id={graph_id})")
+            session._modes.check(graph_id, RUN_GRAPH_ASYNC, f"Batcher(graph_id={graph_id})")
         self._graph_id = graph_ids[0]
         self._inputs, self._output_axes = _layout(session, graph_ids[0], batch_axis, self._sizes, explicit_sizes)
         for graph_id in graph_ids:
@@ -292,7 +292,7 @@ class Batcher:
         raise self._timed_out(timeout)
 
     def _timed_out(self, timeout: float) -> TimeoutError:
-        return TimeoutError(f"Batcher.run(graph={self.graph}): no result within {timeout} s (the request's timeout)")
+        return TimeoutError(f"Batcher.run(graph_id={self.graph}): no result within {timeout} s (the request's timeout)")
 
     def statistics(self) -> BatcherStatistics:
         alone, done, ones = self._alone, self._alone_done, self._alone_ones
@@ -342,7 +342,7 @@ class Batcher:
         while (self._in_flight or self._queue) and not owner.is_closed():
             if time.monotonic() >= warn_at:
                 if not owner.is_running():
-                    logger.warning("session %s: Batcher(graph=%s).aclose() has waited %.0f s for %d queued requests "
+                    logger.warning("session %s: Batcher(graph_id=%s).aclose() has waited %.0f s for %d queued requests "
                                    "and %d batches of its event loop (%s at %#x), which is stopped but not closed: "
                                    "they run when it runs again, or are given up when it is closed",
                                    self.session._id, self.graph, time.monotonic() - started, len(self._queue),
@@ -368,14 +368,14 @@ class Batcher:
             raise TypeError(f"Batcher.run: inputs must be a non-empty list of arrays or Tensors, got "
                             f"{type(inputs).__name__}")
         if self._closed:
-            raise BatcherClosedError(f"Batcher.run(graph={self.graph}): the batcher is closed")
+            raise BatcherClosedError(f"Batcher.run(graph_id={self.graph}): the batcher is closed")
         axis = self._batch_axis
         arrays = []
         rows = -1
         for i, x in enumerate(inputs):
             if isinstance(x, Tensor):
                 if x.placement != "host":
-                    raise ValueError(f"Batcher.run(graph={self.graph}): inputs[{i}] is a device Tensor; a batch is "
+                    raise ValueError(f"Batcher.run(graph_id={self.graph}): inputs[{i}] is a device Tensor; a batch is "
                                      "joined from the requests' rows in host memory: pass a host array (after "
                                      "the stream that produced it is synchronized, tensor.to_host())")
                 x = x.numpy()
@@ -388,17 +388,17 @@ class Batcher:
             if not a.dtype.isnative:  # e.g. ">f4" read from a file: rows join in the machine's byte order, as runs take
                 a = a.astype(a.dtype.newbyteorder("="))
             if a.ndim <= axis:
-                raise ValueError(f"Batcher.run(graph={self.graph}): inputs[{i}] has shape {a.shape}, no batch axis "
+                raise ValueError(f"Batcher.run(graph_id={self.graph}): inputs[{i}] has shape {a.shape}, no batch axis "
                                  f"{axis}; give every input a batch dim (e.g. x[None])")
             n = a.shape[axis]
             if rows < 0:
                 rows = n
             elif n != rows:
-                raise ValueError(f"Batcher.run(graph={self.graph}): inputs disagree on the batch dim (axis {axis}): "
+                raise ValueError(f"Batcher.run(graph_id={self.graph}): inputs disagree on the batch dim (axis {axis}): "
                                  f"{rows} rows in inputs[0], {n} in inputs[{i}]")
             arrays.append(a)
         if rows < 1:
-            raise ValueError(f"Batcher.run(graph={self.graph}): a request needs at least one row on axis {axis}")
+            raise ValueError(f"Batcher.run(graph_id={self.graph}): a request needs at least one row on axis {axis}")
         key = tuple((a.dtype, a.shape[:axis] + a.shape[axis + 1:]) for a in arrays)
         known = self._fitting.get(key)
         if known is None:
@@ -411,7 +411,7 @@ class Batcher:
         else:
             key = known
         if rows > self._max_batch_size:
-            raise ValueError(f"Batcher.run(graph={self.graph}): {rows} rows exceed {self._bound_by}; split the "
+            raise ValueError(f"Batcher.run(graph_id={self.graph}): {rows} rows exceed {self._bound_by}; split the "
                              "request or raise " + ("max_batch_size" if self._bound_by.startswith("max_batch_size")
                                                     else "the sizes of batch_sizes"))
         if len(arrays) == 1 and axis == 0:
@@ -443,11 +443,11 @@ class Batcher:
                         break
         if problem:
             name = declared[index].name if index is not None and index < len(declared) else None
-            raise error(PARAM_INVALID, problem, "Batcher.run", f"Batcher.run(graph={self.graph})",
+            raise error(PARAM_INVALID, problem, "Batcher.run", f"Batcher.run(graph_id={self.graph})",
                              graph_id=self._graph_id, input_index=index, input_name=name)
 
     def _bind(self) -> None:
-        _lib.check_process(f"Batcher.run(graph={self.graph})")  # a forked child: GE's threads stayed in the parent
+        _lib.check_process(f"Batcher.run(graph_id={self.graph})")  # a forked child: GE's threads stayed in the parent
         loop = running_loop()
         owner: Any
         if loop is not None:
@@ -467,7 +467,7 @@ class Batcher:
             else:
                 self._new_waiter = owner.create_future  # uvloop makes its futures its own way
         elif self._loop is not owner:
-            raise RuntimeError(f"Batcher(graph={self.graph}) is used from another event loop than its first; make "
+            raise RuntimeError(f"Batcher(graph_id={self.graph}) is used from another event loop than its first; make "
                                "one batcher per event loop")
 
     async def _run(self, arrays: _Arrays, rows: int, key: _Key, timeout: Optional[float] = None) -> list[Tensor]:
@@ -561,7 +561,7 @@ class Batcher:
         """The session's error for a run this batcher asked for, as one of this batcher's: its caller called
         Batcher.run, not Session.run_graph_async (a copy: one object raised in several tasks would pile up their
         tracebacks, and a compile's error is shared with the session's other requests)."""
-        where = f"Batcher.run(graph={self.graph})"
+        where = f"Batcher.run(graph_id={self.graph})"
         if exc.context.startswith("Batcher"):
             return exc
         try:
@@ -659,8 +659,8 @@ class Batcher:
                 run.close()
                 self._in_flight -= 1
                 self._batches -= 1
-                self._fail(batch, BatcherClosedError(f"Batcher(graph={self.graph}): the event loop was closed before "
-                                                     "this request's batch ran"))
+                self._fail(batch, BatcherClosedError(f"Batcher(graph_id={self.graph}): the event loop was closed "
+                                                     "before this request's batch ran"))
                 return
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -728,7 +728,7 @@ class Batcher:
             logger.exception("batch of graph %s failed unexpectedly", self.graph)
             self._fail(batch, exc)
         except BaseException:  # the loop is shutting down: fail what is left
-            self._fail(batch, BatcherClosedError(f"Batcher(graph={self.graph}): the event loop stopped while this "
+            self._fail(batch, BatcherClosedError(f"Batcher(graph_id={self.graph}): the event loop stopped while this "
                                                  "request's batch ran"))
             if not self._trio:
                 raise
@@ -835,7 +835,7 @@ class Batcher:
                 raise GeError(FAILED, f"output {k} has shape {list(a.shape)}, not the batch's {padded} rows on "
                               f"axis {axis}: it cannot be split per request (its values may mix the rows of the "
                               "batch's requests); run such a graph with session.run_graph_async",
-                              "Batcher.run", f"Batcher.run(graph={self.graph})")
+                              "Batcher.run", f"Batcher.run(graph_id={self.graph})")
             start = 0
             if axis == 0:  # rows of a C-contiguous array are C-contiguous views: wrap them without checks
                 make = Tensor._make
@@ -916,7 +916,7 @@ def _layout(session: Session, graph_id: int, axis: int, sizes: Optional[list[int
     """The graph's declared inputs and, per output, the axis its rows are split along (each None if geasync cannot
     read them). Refuses graphs whose inputs and outputs do not all carry the batch dim: joining requests there would
     hand each one results computed from the others' rows."""
-    where = f"Batcher(graph={graph_id})"
+    where = f"Batcher(graph_id={graph_id})"
     try:
         inputs = session.graph_inputs(graph_id)
         outputs = session.graph_outputs(graph_id)

@@ -232,7 +232,7 @@ async def test_batcher_reports_a_missing_batch_dim_as_a_shape_error(anyio_backen
     async with ga.Session() as s:
         s.add_graph(1, ga.samples.mlp())
         async with ga.Batcher(s, 1, max_batch_size=8) as batcher:
-            with pytest.raises(ga.InputError, match=r"Batcher\.run\(graph=1\): input 0 \('x'\) has rank 1, the "
+            with pytest.raises(ga.InputError, match=r"Batcher\.run\(graph_id=1\): input 0 \('x'\) has rank 1, the "
                                                     r"graph declares \['N', 784\]") as info:
                 batcher.run([x[0]])
             assert info.value.input_name == "x"
@@ -246,7 +246,7 @@ def test_a_batcher_over_a_graph_the_session_lacks_names_the_batcher():
     # before: "GeSession::CompileGraph failed ... in Session.compile_graph(graph_id=99)", a call the user never made
     with ga.Session() as s:
         s.add_graph(1, ga.samples.mlp())
-        with pytest.raises(ga.GeError, match=r"in Batcher\(graph=99\): graph_id=99 does not exist in this session "
+        with pytest.raises(ga.GeError, match=r"in Batcher\(graph_id=99\): graph_id=99 does not exist in this session "
                                              r"\(add it with add_graph\)"):
             ga.Batcher(s, 99)
         assert s.is_graph_need_rebuild(1)  # nothing was compiled on the way

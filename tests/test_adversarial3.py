@@ -162,7 +162,7 @@ async def test_an_expired_batcher_timeout_joins_no_batch_on_every_loop(anyio_bac
         async with ga.Batcher(s, 1, timeout=0 if where == "batcher" else None) as b:
             (y,) = await b.run([x], timeout=5)  # compiled
             np.testing.assert_array_equal(y.numpy(), x + x)
-            with pytest.raises(TimeoutError, match=r"Batcher.run\(graph=1\): no result within"):
+            with pytest.raises(TimeoutError, match=r"Batcher.run\(graph_id=1\): no result within"):
                 await (b.run([x]) if where == "batcher" else b.run([x], timeout=-0.5))
             await anyio.sleep(0.02)
             bs, ss = b.statistics(), s.statistics()

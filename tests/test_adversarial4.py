@@ -369,8 +369,8 @@ async def test_an_error_through_a_batcher_names_batcher_run(together):
                     tg.start_soon(one)
         assert len(errors) == together
         for exc in errors:
-            assert exc.context.startswith("Batcher.run(graph=7)"), exc.context
-            assert " in Batcher.run(graph=7) through Session.run_graph_async(graph_id=7)" in str(exc), str(exc)
+            assert exc.context.startswith("Batcher.run(graph_id=7)"), exc.context
+            assert " in Batcher.run(graph_id=7) through Session.run_graph_async(graph_id=7)" in str(exc), str(exc)
             assert exc.status == ga.errors.INTERNAL_ERROR
         # the session's own requests still name what they called
         ga.twin.inject_fault(s, 7, "fail_run", nth=0)

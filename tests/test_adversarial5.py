@@ -244,7 +244,7 @@ def test_batcher_aclose_on_another_loop_returns_when_the_batchers_loop_closes(lo
     out = run_isolated(code.replace("LOOP_KIND", loop), tmp_path)
     assert "ok True True {'ok': True} []" in out, out
     log = out.split("LOG ", 1)[1]
-    assert "Batcher(graph=1).aclose()" in log and "stopped but not closed" in log, log
+    assert "Batcher(graph_id=1).aclose()" in log and "stopped but not closed" in log, log
 
 
 @pytest.mark.parametrize("loop", LOOPS)

@@ -276,7 +276,7 @@ async def test_timeout_raises_and_is_counted(anyio_backend):
         s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
         b = ga.Batcher(s, 1)
         ga.twin.inject_fault(s, 1, "stall_callback", nth=1)
-        with pytest.raises(TimeoutError, match=r"Batcher.run\(graph=1\): no result within 0.1 s"):
+        with pytest.raises(TimeoutError, match=r"Batcher.run\(graph_id=1\): no result within 0.1 s"):
             await b.run([rows(1, 0)], timeout=0.1)  # the graph is idle: it runs at once, alone
         st = b.statistics()
         assert st.cancelled == 1 and st.completed == 0
@@ -518,7 +518,7 @@ async def test_a_graph_in_another_run_mode_is_refused(anyio_backend):
     async with ga.Session() as s:
         s.add_graph(1, ga.Graph.from_onnx(make_mlp()))
         s.run_graph(1, [rows(1, 0)])  # RunGraph mode, fixed by its first run
-        with pytest.raises(ga.ExecutionModeError, match=r"Batcher\(graph=1\).*RunGraph was already called"):
+        with pytest.raises(ga.ExecutionModeError, match=r"Batcher\(graph_id=1\).*RunGraph was already called"):
             ga.Batcher(s, 1)
 
 
