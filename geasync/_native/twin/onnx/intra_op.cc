@@ -166,18 +166,17 @@ class Pool {
     return true;
   }
 
-  // A helper is in its spin loop (not asleep, not working); else wakes the sleeping helpers, which spin for kSpin.
+  // A helper is in its spin loop (not asleep, not working); else wakes one sleeping helper, which spins for kSpin
+  // (the next small region needs one; the others sleep on until a region is published).
   bool SpinningOrWake() {
     if (spinning_.load(std::memory_order_relaxed) > 0) return true;
     StartOnce();
-    bool wake;
     {
       std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
       if (!lk.owns_lock() || region_ || sleepers_ == 0) return false;
-      gen_.store(gen_.load(std::memory_order_relaxed) + 1, std::memory_order_release);  // no region: they spin
-      wake = true;
+      gen_.store(gen_.load(std::memory_order_relaxed) + 1, std::memory_order_release);  // no region: it spins
     }
-    if (wake) cv_.notify_all();
+    cv_.notify_one();
     return false;
   }
 

@@ -54,6 +54,15 @@ void Run(int64_t n, int64_t grain, ChunkFn fn, void *ctx, bool any_cut);
 // the next region (without waiting for it).
 bool HelperSpinsOrWake();
 
+// Run() for a callable: n > 0, grain >= 1.
+template <class F>
+inline void RunRegion(int64_t n, int64_t grain, F &fn, bool any_cut) {
+  using Fn = std::remove_reference_t<F>;
+  Run(
+      n, grain, [](void *ctx, int64_t b, int64_t e) { (*static_cast<Fn *>(ctx))(b, e); },
+      const_cast<void *>(static_cast<const void *>(&fn)), any_cut);
+}
+
 template <class F>
 inline void ParallelRegion(int64_t n, int64_t grain, F &&fn, bool any_cut) {
   if (n <= 0) return;
@@ -62,10 +71,7 @@ inline void ParallelRegion(int64_t n, int64_t grain, F &&fn, bool any_cut) {
     fn(int64_t(0), n);
     return;
   }
-  using Fn = std::remove_reference_t<F>;
-  intra_op_detail::Run(
-      n, grain, [](void *ctx, int64_t b, int64_t e) { (*static_cast<Fn *>(ctx))(b, e); },
-      const_cast<void *>(static_cast<const void *>(&fn)), any_cut);
+  RunRegion(n, grain, fn, any_cut);
 }
 
 }  // namespace intra_op_detail
@@ -96,10 +102,7 @@ inline void ParallelForWhenHelperSpins(int64_t n, int64_t grain, F &&fn) {
     fn(int64_t(0), n);
     return;
   }
-  using Fn = std::remove_reference_t<F>;
-  intra_op_detail::Run(
-      n, grain, [](void *ctx, int64_t b, int64_t e) { (*static_cast<Fn *>(ctx))(b, e); },
-      const_cast<void *>(static_cast<const void *>(&fn)), true);
+  intra_op_detail::RunRegion(n, grain, fn, true);
 }
 
 // Private scratch for a region's chunks. At most IntraOpThreads() chunks of a region run at once (the caller and
