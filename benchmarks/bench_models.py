@@ -88,11 +88,30 @@ EXTRA_MODELS = {
 }
 
 
-def all_models():
-    """(name, model, input for a batch) for every benchmarked model."""
+def _quant_cnn(kind: str, image: int):
+    """bench_quant.py's float ResNet-like / MobileNet-like CNN (input of batch 1 only), built on demand."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_quant
+
+    return (bench_quant.make_resnet if kind == "resnet" else bench_quant.make_mobilenet)(image)
+
+
+# Only with --models (their batch is fixed at 1; onnx.reference takes minutes on them, so their error column is
+# measured against onnxruntime instead).
+BATCH1_MODELS = {
+    "mobilenet56": lambda: _quant_cnn("mobilenet", 56),
+    "mobilenet224": lambda: _quant_cnn("mobilenet", 224),
+    "resnet56": lambda: _quant_cnn("resnet", 56),
+    "resnet224": lambda: _quant_cnn("resnet", 224),
+}
+
+
+def all_models(names=None):
+    """(name, model, input for a batch) for every benchmarked model, or for those named."""
     out = []
-    for name, build in {**MODELS, **EXTRA_MODELS}.items():
-        model = build()
+    known = {**MODELS, **EXTRA_MODELS, **BATCH1_MODELS}
+    for name in names or [*MODELS, *EXTRA_MODELS]:
+        model = known[name]()
         out.append((name, model, lambda b, name=name, model=model: model_input(name, model, b)))
     return out
 
@@ -176,6 +195,9 @@ def main() -> int:
     ap.add_argument("--ort-defaults", action="store_true",
                     help="onnxruntime with its default SessionOptions (intra-op threads: one per physical core) "
                          "instead of the twin's thread count: what a user comparing both out of the box sees")
+    ap.add_argument("--models", type=lambda v: v.split(","), default=None,
+                    help=f"comma-separated model names (default: all but the batch-1-only ones) from "
+                         f"{', '.join([*MODELS, *EXTRA_MODELS, *BATCH1_MODELS])}")
     args = ap.parse_args()
 
     import onnxruntime as ort
@@ -193,7 +215,7 @@ def main() -> int:
         threading = f"{threads} BLAS / intra-op thread(s)"
 
     rows = []
-    models = all_models()
+    models = all_models(args.models)
     with ga.Session() as session:
         gid = 0
         for name, model, make_input in models:
@@ -203,10 +225,12 @@ def main() -> int:
             gid += 1
             session.add_graph(gid, ga.Graph.from_onnx(blob))
             for batch in args.batches:
+                if name in BATCH1_MODELS and batch != 1:
+                    continue
                 x = make_input(batch)
                 twin_out = session.run_graph(gid, [x])[0].numpy()
                 ort_out = ort_sess.run(None, {in_name: x})[0]
-                ref = reference(model, x)
+                ref = ort_out if name in BATCH1_MODELS else reference(model, x)
                 scale = float(np.abs(ref).max())
                 err_twin = float(np.abs(twin_out - ref).max()) / scale
                 err_ort = float(np.abs(ort_out - ref).max()) / scale
