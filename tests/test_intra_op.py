@@ -1,8 +1,8 @@
-"""The twin's intra-op pool (GEASYNC_INTRA_OP_THREADS): kernels split big GEMMs, convolutions, element-wise and
-row-wise ops (softmax, layer norm, reductions, concat / split) over helper threads while a core is idle. Results
-must be bit-identical whatever the thread count (the split depends only on the problem size), match onnx.reference,
-survive concurrent runs and a fork, and the variable must fall back to its default on bad values. Each setting runs
-in a subprocess: the pool reads the variable once.
+"""The twin's intra-op pool (GEASYNC_INTRA_OP_THREADS): kernels split big GEMMs, batched MatMuls, convolutions,
+element-wise and row-wise ops (softmax, layer norm, reductions, concat / split) over helper threads while a core is
+idle. Results must be bit-identical whatever the thread count (the split depends only on the problem size), match
+onnx.reference, survive concurrent runs and a fork, and the variable must fall back to its default on bad values.
+Each setting runs in a subprocess: the pool reads the variable once.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ _RUN_ALL = textwrap.dedent("""
     import geasync as ga
     from onnx import TensorProto, helper, numpy_helper
     from test_models import make_cnn, make_mlp, make_transformer, model_input
-    from test_intra_op import conv_models, elementwise_models, row_models
+    from test_intra_op import conv_models, elementwise_models, matmul_models, row_models
 
     def helpers():
         names = []
@@ -90,7 +90,8 @@ _RUN_ALL = textwrap.dedent("""
             gid += 1
             s.add_graph(gid, ga.Graph.from_onnx(model))
             out[name] = run(s, gid, [model_input(name, model, batch)])[0]
-        for name, (model, feeds) in {{**elementwise_models(), **conv_models(), **row_models()}}.items():
+        for name, (model, feeds) in {{**elementwise_models(), **conv_models(), **row_models(),
+                                      **matmul_models()}}.items():
             gid += 1
             s.add_graph(gid, ga.Graph.from_onnx(model))
             for i, y in enumerate(run(s, gid, feeds)):
@@ -278,6 +279,36 @@ def conv_models():
     return out
 
 
+# Batched MatMul without a constant B (attention's per-head products): one GEMM per batch, shared over the pool.
+# (A's shape, B's shape, dtype)
+MATMUL_CASES = {
+    "matmul_heads": ((1, 4, 256, 32), (1, 4, 32, 256), np.float32),
+    "matmul_heads_context": ((2, 4, 200, 200), (2, 4, 200, 32), np.float32),
+    "matmul_broadcast_b": ((3, 5, 96, 80), (1, 5, 80, 112), np.float32),
+    "matmul_broadcast_a": ((6, 1, 64, 128), (6, 7, 128, 72), np.float32),
+    "matmul_f64": ((8, 90, 70), (8, 70, 110), np.float64),
+}
+
+
+def matmul_models():
+    """One MatMul of two graph inputs per case of MATMUL_CASES."""
+    from onnx import helper
+    from onnx.helper import np_dtype_to_tensor_dtype
+
+    rng = np.random.default_rng(17)
+    out = {}
+    for name, (a_shape, b_shape, dtype) in MATMUL_CASES.items():
+        t = np_dtype_to_tensor_dtype(np.dtype(dtype))
+        g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], name,
+                              [helper.make_tensor_value_info("a", t, list(a_shape)),
+                               helper.make_tensor_value_info("b", t, list(b_shape))],
+                              [helper.make_tensor_value_info("y", t, None)])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        out[name] = (m, [rng.standard_normal(a_shape).astype(dtype), rng.standard_normal(b_shape).astype(dtype)])
+    return out
+
+
 def _run_all(tmp_path, env_value):
     env = dict(os.environ)
     env.pop("GEASYNC_INTRA_OP_THREADS", None)
@@ -352,6 +383,18 @@ def test_row_wise_ops_match_onnx_reference(runs):
             tol = 1e-12 if ref.dtype == np.float64 else 2e-5
             np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * scale, err_msg=f"{name}/{i}")
             assert np.array_equal(np.isnan(got), np.isnan(ref)), f"{name}/{i}: NaNs differ"
+
+
+def test_batched_matmuls_match_onnx_reference(runs):
+    from onnx.reference import ReferenceEvaluator
+
+    out = runs[ALL]
+    for name, (model, feeds) in matmul_models().items():
+        (ref,) = ReferenceEvaluator(model).run(None, {"a": feeds[0], "b": feeds[1]})
+        got = out[f"{name}/0"]
+        assert got.shape == ref.shape and got.dtype == ref.dtype, name
+        tol = 1e-12 if ref.dtype == np.float64 else 2e-5
+        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * float(np.abs(ref).max()), err_msg=name)
 
 
 @pytest.mark.skipif(CORES < 2, reason="the pool has no helper on one core")

@@ -9,6 +9,7 @@
 #include "broadcast.h"
 #include "gemm.h"
 #include "gemm_panel.h"
+#include "intra_op.h"
 #include "shared_const.h"
 #include "elem.h"
 
@@ -141,8 +142,12 @@ class MatMulKernel : public Kernel {
               N_);
       return true;
     }
-    for (size_t bi = 0; bi < a_off_.size(); ++bi)
-      Gemm<T>(false, false, M_, N_, K_, T(1), A + a_off_[bi], K_, B + b_off_[bi], N_, T(0), C + mn * bi, N_);
+    // One GEMM per batch (attention's per-head products): batches are independent calls, shared over the intra-op
+    // pool in runs of >= kMinChunkMacs multiply-adds; each batch's result is the same whoever computes it.
+    ParallelForAnyCut(static_cast<int64_t>(a_off_.size()), GrainForMacs(mn * K_), [&](int64_t lo, int64_t hi) {
+      for (int64_t bi = lo; bi < hi; ++bi)
+        Gemm<T>(false, false, M_, N_, K_, T(1), A + a_off_[bi], K_, B + b_off_[bi], N_, T(0), C + mn * bi, N_);
+    });
     return true;
   }
 
