@@ -290,9 +290,28 @@ MATMUL_CASES = {
 }
 
 
+# Attention (opset 23): its (batch, head) pairs shared over the pool. (Q, K, V shapes, dtype, attributes, outputs,
+# with a boolean mask)
+ATTENTION_CASES = {
+    "attention_plain": (((2, 8, 128, 64), (2, 8, 128, 64), (2, 8, 128, 64)), np.float32, {}, 1, False),
+    "attention_gqa_causal_3d": (((2, 96, 8 * 64), (2, 112, 2 * 64), (2, 112, 2 * 48)), np.float32,
+                                dict(q_num_heads=8, kv_num_heads=2, is_causal=1, qk_matmul_output_mode=2), 4, True),
+    "attention_f16": (((1, 8, 96, 64), (1, 8, 96, 64), (1, 8, 96, 64)), np.float16, {}, 1, False),
+}
+
+# Einsum's batched products (equation, operand shapes): one GEMM, GEMV or outer product per batch item.
+EINSUM_CASES = {
+    "einsum_scores": ("bhqd,bhkd->bhqk", ((2, 8, 128, 64), (2, 8, 128, 64))),
+    "einsum_transposed_a": ("bji,bjk->bik", ((12, 96, 80), (12, 96, 112))),
+    "einsum_outer": ("bi,bj->bij", ((64, 500), (64, 520))),
+    "einsum_gemv": ("bij,bj->bi", ((64, 250, 260), (64, 260))),
+}
+
+
 def matmul_models():
-    """One MatMul of two graph inputs per case of MATMUL_CASES."""
-    from onnx import helper
+    """One MatMul of two graph inputs per case of MATMUL_CASES, one Einsum per case of EINSUM_CASES, one Attention per
+    case of ATTENTION_CASES."""
+    from onnx import TensorProto, helper
     from onnx.helper import np_dtype_to_tensor_dtype
 
     rng = np.random.default_rng(17)
@@ -306,6 +325,28 @@ def matmul_models():
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
         m.ir_version = 8
         out[name] = (m, [rng.standard_normal(a_shape).astype(dtype), rng.standard_normal(b_shape).astype(dtype)])
+    for name, (equation, (a_shape, b_shape)) in EINSUM_CASES.items():
+        g = helper.make_graph([helper.make_node("Einsum", ["a", "b"], ["y"], equation=equation)], name,
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, list(a_shape)),
+                               helper.make_tensor_value_info("b", TensorProto.FLOAT, list(b_shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        out[name] = (helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                     [rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal(b_shape).astype(np.float32)])
+    for name, (shapes, dtype, attrs, n_out, masked) in ATTENTION_CASES.items():
+        t = np_dtype_to_tensor_dtype(np.dtype(dtype))
+        feeds = [rng.standard_normal(sh).astype(dtype) for sh in shapes]
+        inputs = [helper.make_tensor_value_info(n, t, list(sh)) for n, sh in zip("qkv", shapes, strict=True)]
+        names = ["q", "k", "v"]
+        if masked:
+            seq = 1 if len(shapes[0]) == 3 else 2  # the sequence axis
+            sq, skv = shapes[0][seq], shapes[1][seq]
+            feeds.append(rng.random((shapes[0][0], 1, sq, skv)) > 0.2)
+            inputs.append(helper.make_tensor_value_info("m", helper.np_dtype_to_tensor_dtype(np.dtype(bool)),
+                                                        [shapes[0][0], 1, sq, skv]))
+            names.append("m")
+        g = helper.make_graph([helper.make_node("Attention", names, [f"y{i}" for i in range(n_out)], **attrs)],
+                              name, inputs, [helper.make_tensor_value_info(f"y{i}", t, None) for i in range(n_out)])
+        out[name] = (helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)]), feeds)
     return out
 
 
@@ -385,16 +426,20 @@ def test_row_wise_ops_match_onnx_reference(runs):
             assert np.array_equal(np.isnan(got), np.isnan(ref)), f"{name}/{i}: NaNs differ"
 
 
-def test_batched_matmuls_match_onnx_reference(runs):
+def test_batched_matmuls_and_attention_match_onnx_reference(runs):
     from onnx.reference import ReferenceEvaluator
 
     out = runs[ALL]
     for name, (model, feeds) in matmul_models().items():
-        (ref,) = ReferenceEvaluator(model).run(None, {"a": feeds[0], "b": feeds[1]})
-        got = out[f"{name}/0"]
-        assert got.shape == ref.shape and got.dtype == ref.dtype, name
-        tol = 1e-12 if ref.dtype == np.float64 else 2e-5
-        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * float(np.abs(ref).max()), err_msg=name)
+        refs = ReferenceEvaluator(model).run(None, {i.name: f for i, f in zip(model.graph.input, feeds, strict=True)})
+        for i, ref in enumerate(refs):
+            got = out[f"{name}/{i}"]
+            assert got.shape == ref.shape and got.dtype == ref.dtype, (name, i)
+            tol = {np.dtype(np.float64): 1e-12, np.dtype(np.float16): 2e-3}.get(ref.dtype, 2e-5)
+            finite = np.isfinite(ref)
+            np.testing.assert_allclose(got[finite], ref[finite], rtol=tol, atol=tol * float(np.abs(ref[finite]).max()),
+                                       err_msg=f"{name}/{i}")
+            assert np.array_equal(got[~finite], ref[~finite]), f"{name}/{i}: non-finite values differ"
 
 
 @pytest.mark.skipif(CORES < 2, reason="the pool has no helper on one core")

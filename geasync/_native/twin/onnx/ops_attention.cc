@@ -14,6 +14,7 @@
 
 #include "elem.h"
 #include "gemm.h"
+#include "intra_op.h"
 #include "vmath.h"
 
 namespace twin {
@@ -227,13 +228,18 @@ class AttentionKernel : public Kernel {
         has_past_(has_past), has_nonpad_(has_nonpad), n_out_(n_out) {
     const double scale = a.has_scale ? static_cast<double>(a.scale) : 1.0 / std::sqrt(static_cast<double>(g.d));
     sqrt_scale_ = R(static_cast<T>(std::sqrt(scale)));
-    qs_.resize(g.sq * g.d);
-    ks_.resize(total_ * g.d);
-    s_.resize(g.sq * total_);
-    bias_.resize(total_);
     plain_ = mask_dims_.empty() && !has_nonpad_ && !a_.is_causal && a_.left < 0 && a_.right < 0 && a_.softcap <= 0.f;
-    if (plain_) p_.resize(g.sq * total_);
-    y_.resize(g.sq * g.dv);
+    // The (batch, head) pairs are independent: the intra-op pool shares them out, each chunk with a scratch slot.
+    grain_ = GrainForMacs(g.sq * total_ * (g.d + g.dv));
+    work_.resize(ScratchSlots::SlotCount(ChunksOf(g.b * g.hq, grain_)));
+    for (Work &w : work_) {
+      w.qs.resize(g.sq * g.d);
+      w.ks.resize(total_ * g.d);
+      w.s.resize(g.sq * total_);
+      w.bias.resize(total_);
+      if (plain_) w.p.resize(g.sq * total_);
+      w.y.resize(g.sq * g.dv);
+    }
     if (n_out < 2) pk_.resize(g.b * g.hkv * total_ * g.d);
     if (n_out < 3) pv_.resize(g.b * g.hkv * total_ * g.dv);
     // Mask strides over the [B, Hq, Sq, last] view (0 on broadcast axes).
@@ -268,33 +274,44 @@ class AttentionKernel : public Kernel {
       std::fill(y, y + g_.b * g_.hq * g_.sq * g_.dv, T(0));
       return true;
     }
-    const int64_t group = g_.hq / g_.hkv;
-    for (int64_t b = 0; b < g_.b; ++b) {
-      for (int64_t h = 0; h < g_.hq; ++h) {
-        const int64_t kvh = h / group;
-        const T *kb = pk + (b * g_.hkv + kvh) * total_ * g_.d;
-        const T *vb = pv + (b * g_.hkv + kvh) * total_ * g_.dv;
-        for (int64_t i = 0; i < total_ * g_.d; ++i) ks_[i] = R(kb[i] * sqrt_scale_);
-        for (int64_t s = 0; s < g_.sq; ++s)
-          for (int64_t j = 0; j < g_.d; ++j) qs_[s * g_.d + j] = R(q[QIndex(b, h, s) + j] * sqrt_scale_);
-        Gemm<T>(false, true, g_.sq, total_, g_.d, T(1), qs_.data(), g_.d, ks_.data(), g_.d, T(0), s_.data(), total_);
-        T *qk_bh = qk_out ? qk_out + (b * g_.hq + h) * g_.sq * total_ : nullptr;
-        const T *probs = s_.data();
-        if (!PlainSoftmax(qk_bh, &probs))
-          for (int64_t s = 0; s < g_.sq; ++s) Row(b, h, s, mask, nonpad, s_.data() + s * total_, qk_bh);
-        if (!kHalf && !g_.rank3) {  // the head's rows are contiguous in Y: no copy
-          Gemm<T>(false, false, g_.sq, g_.dv, total_, T(1), probs, total_, vb, g_.dv, T(0), y + YIndex(b, h, 0), g_.dv);
-          continue;
-        }
-        Gemm<T>(false, false, g_.sq, g_.dv, total_, T(1), probs, total_, vb, g_.dv, T(0), y_.data(), g_.dv);
-        for (int64_t s = 0; s < g_.sq; ++s)
-          for (int64_t j = 0; j < g_.dv; ++j) y[YIndex(b, h, s) + j] = R(y_[s * g_.dv + j]);
-      }
-    }
+    ScratchSlots slots(static_cast<int>(work_.size()));
+    ParallelForAnyCut(g_.b * g_.hq, grain_, [&](int64_t lo, int64_t hi) {
+      const ScratchSlots::Hold hold(slots);
+      Work &w = work_[hold.index()];
+      for (int64_t bh = lo; bh < hi; ++bh) Head(w, bh / g_.hq, bh % g_.hq, q, pk, pv, mask, nonpad, y, qk_out);
+    });
     return true;
   }
 
  private:
+  struct Work {  // one head's scratch
+    std::vector<T> qs, ks, s, bias, y;
+    std::vector<T> p;  // PlainSoftmax's probabilities
+  };
+
+  // Head h of batch b: scaled Q and K, scores, softmax, times V into Y (and qk_matmul_output's slice).
+  void Head(Work &w, int64_t b, int64_t h, const T *q, const T *pk, const T *pv, const void *mask,
+            const int64_t *nonpad, T *y, T *qk_out) {
+    const int64_t kvh = h / (g_.hq / g_.hkv);
+    const T *kb = pk + (b * g_.hkv + kvh) * total_ * g_.d;
+    const T *vb = pv + (b * g_.hkv + kvh) * total_ * g_.dv;
+    for (int64_t i = 0; i < total_ * g_.d; ++i) w.ks[i] = R(kb[i] * sqrt_scale_);
+    for (int64_t s = 0; s < g_.sq; ++s)
+      for (int64_t j = 0; j < g_.d; ++j) w.qs[s * g_.d + j] = R(q[QIndex(b, h, s) + j] * sqrt_scale_);
+    Gemm<T>(false, true, g_.sq, total_, g_.d, T(1), w.qs.data(), g_.d, w.ks.data(), g_.d, T(0), w.s.data(), total_);
+    T *qk_bh = qk_out ? qk_out + (b * g_.hq + h) * g_.sq * total_ : nullptr;
+    const T *probs = w.s.data();
+    if (!PlainSoftmax(w, qk_bh, &probs))
+      for (int64_t s = 0; s < g_.sq; ++s) Row(w, b, h, s, mask, nonpad, w.s.data() + s * total_, qk_bh);
+    if (!kHalf && !g_.rank3) {  // the head's rows are contiguous in Y: no copy
+      Gemm<T>(false, false, g_.sq, g_.dv, total_, T(1), probs, total_, vb, g_.dv, T(0), y + YIndex(b, h, 0), g_.dv);
+      return;
+    }
+    Gemm<T>(false, false, g_.sq, g_.dv, total_, T(1), probs, total_, vb, g_.dv, T(0), w.y.data(), g_.dv);
+    for (int64_t s = 0; s < g_.sq; ++s)
+      for (int64_t j = 0; j < g_.dv; ++j) y[YIndex(b, h, s) + j] = R(w.y[s * g_.dv + j]);
+  }
+
   static T R(T v) {
     if constexpr (kHalf) return HalfToFloat(FloatToHalf(v));
     else return v;
@@ -322,29 +339,29 @@ class AttentionKernel : public Kernel {
   }
 
   // float32 rows without bias (no mask, causality, window or key padding) or softcap: vmath's fused softmax of the
-  // whole [sq, total] block into p_ (*probs). Rows it turns into NaN (a NaN score, or an infinite maximum, which
-  // the per-row path guards) are redone by Softmax from the scores, which stay in s_. False: not applicable.
-  bool PlainSoftmax(T *qk_bh, const T **probs) {
+  // whole [sq, total] block into w.p (*probs). Rows it turns into NaN (a NaN score, or an infinite maximum, which
+  // the per-row path guards) are redone by Softmax from the scores, which stay in w.s. False: not applicable.
+  bool PlainSoftmax(Work &w, T *qk_bh, const T **probs) {
     if constexpr (std::is_same<T, float>::value && !kHalf) {
       if (!plain_) return false;
       const int64_t n = total_;
-      if (qk_bh && a_.mode <= 2) std::copy(s_.begin(), s_.end(), qk_bh);  // scores = scores after the (zero) bias
-      vmath::SoftmaxRows(s_.data(), p_.data(), g_.sq, n, false);
-      for (int64_t i = 0; vmath::AnyNan(p_.data(), g_.sq * n) && i < g_.sq; ++i) {
-        T *row = p_.data() + i * n;
+      if (qk_bh && a_.mode <= 2) std::copy(w.s.begin(), w.s.end(), qk_bh);  // scores = scores after the zero bias
+      vmath::SoftmaxRows(w.s.data(), w.p.data(), g_.sq, n, false);
+      for (int64_t i = 0; vmath::AnyNan(w.p.data(), g_.sq * n) && i < g_.sq; ++i) {
+        T *row = w.p.data() + i * n;
         if (!vmath::AnyNan(row, n)) continue;
-        std::copy_n(s_.data() + i * n, n, row);
-        Softmax(row, n, false);
+        std::copy_n(w.s.data() + i * n, n, row);
+        Softmax(w, row, n, false);
       }
-      if (qk_bh && a_.mode == 3) std::copy(p_.begin(), p_.end(), qk_bh);
-      *probs = p_.data();
+      if (qk_bh && a_.mode == 3) std::copy(w.p.begin(), w.p.end(), qk_bh);
+      *probs = w.p.data();
       return true;
     }
     return false;
   }
 
   // Additive bias of query row (b, h, i): mask, causal frontier, window, key padding (0 or -inf each).
-  void RowBias(int64_t b, int64_t h, int64_t i, const void *mask, const int64_t *nonpad) {
+  void RowBias(Work &w, int64_t b, int64_t h, int64_t i, const void *mask, const int64_t *nonpad) const {
     const T ninf = -std::numeric_limits<T>::infinity();
     const int64_t offset = has_past_ ? g_.past : nonpad ? nonpad[b] - g_.sq : 0;
     const int64_t mbase = b * mstride_[0] + h * mstride_[1] + i * mstride_[2];
@@ -359,15 +376,15 @@ class AttentionKernel : public Kernel {
       if (a_.is_causal && diff < 0) v = ninf;
       if ((a_.left >= 0 && diff > a_.left) || (a_.right >= 0 && -diff > a_.right)) v = ninf;
       if (nonpad && j >= nonpad[b]) v = ninf;
-      bias_[j] = v;
+      w.bias[j] = v;
     }
   }
 
   // Softcap, bias, softmax and the fully-masked guard on one row of scores, in place; fills qk_matmul_output.
-  void Row(int64_t b, int64_t h, int64_t i, const void *mask, const int64_t *nonpad, T *x, T *qk_bh) {
+  void Row(Work &w, int64_t b, int64_t h, int64_t i, const void *mask, const int64_t *nonpad, T *x, T *qk_bh) {
     // Without a mask, causality, window or key padding the bias is all zeros: skipped.
     const bool biased = mask || nonpad || a_.is_causal || a_.left >= 0 || a_.right >= 0;
-    if (biased) RowBias(b, h, i, mask, nonpad);
+    if (biased) RowBias(w, b, h, i, mask, nonpad);
     const int64_t n = total_;
     if constexpr (kHalf)
       for (int64_t j = 0; j < n; ++j) x[j] = R(x[j]);
@@ -382,18 +399,18 @@ class AttentionKernel : public Kernel {
     if (biased) {
       const T ninf = -std::numeric_limits<T>::infinity();
       for (int64_t j = 0; j < n; ++j) {
-        all_masked &= bias_[j] == ninf;
-        x[j] = R(x[j] + bias_[j]);
+        all_masked &= w.bias[j] == ninf;
+        x[j] = R(x[j] + w.bias[j]);
       }
     }
     if (qo && a_.mode == 2)
       for (int64_t j = 0; j < n; ++j) qo[j] = x[j];
-    Softmax(x, n, all_masked);
+    Softmax(w, x, n, all_masked);
     if (qo && a_.mode == 3)
       for (int64_t j = 0; j < n; ++j) qo[j] = x[j];
   }
 
-  void Softmax(T *x, int64_t n, bool all_masked) {
+  void Softmax(Work &w, T *x, int64_t n, bool all_masked) const {
     if (all_masked) {
       for (int64_t j = 0; j < n; ++j) x[j] = T(0);
       return;
@@ -409,9 +426,9 @@ class AttentionKernel : public Kernel {
     }
     if (nan) mx = std::numeric_limits<T>::quiet_NaN();
     if (std::isinf(mx) && mx < 0) mx = T(0);
-    if constexpr (std::is_same<T, float>::value && !kHalf) {  // vmath's vectorised exp; bias_ is free by now
+    if constexpr (std::is_same<T, float>::value && !kHalf) {  // vmath's vectorised exp; w.bias is free by now
       for (int64_t j = 0; j < n; ++j) x[j] -= mx;
-      float *e = bias_.data();
+      float *e = w.bias.data();
       vmath::ExpArray(x, e, n);
       double total = 0;
       for (int64_t j = 0; j < n; ++j) total += static_cast<double>(e[j]);
@@ -437,9 +454,10 @@ class AttentionKernel : public Kernel {
   size_t n_out_;
   T sqrt_scale_;
   int64_t mstride_[4] = {0, 0, 0, 0}, mlast_ = 0;
-  std::vector<T> qs_, ks_, s_, bias_, y_, pk_, pv_;
-  bool plain_ = false;  // float32 rows take PlainSoftmax
-  std::vector<T> p_;    // PlainSoftmax's probabilities
+  std::vector<T> pk_, pv_;  // present K / V when not outputs
+  bool plain_ = false;      // float32 rows take PlainSoftmax
+  int64_t grain_ = 1;       // (batch, head) pairs per chunk
+  std::vector<Work> work_;  // a scratch slot per chunk running at once
 };
 
 template <bool kHalf>

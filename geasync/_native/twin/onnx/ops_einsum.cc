@@ -16,6 +16,7 @@
 
 #include "elem.h"
 #include "gemm.h"
+#include "intra_op.h"
 #include "simd_double.h"
 #include "vmath.h"
 #if defined(__x86_64__)
@@ -961,29 +962,34 @@ class EinsumGemmKernel : public Kernel {
     T *y = static_cast<T *>(out[0]);
     T *C = p_.c.in_place ? y : scratch;
     const int64_t M = p_.M, N = p_.N, K = p_.K, lda = p_.a.trans ? M : K, ldb = p_.b.trans ? K : N;
-    for (int64_t i = 0; i < p_.batch; ++i) {
-      const T *a = A + i * M * K, *b = B + i * K * N;
-      T *c = C + i * M * N;
-      if (K == 1) {
-        // An outer product: one rounding per element, as in the GEMM, without its packing and beta pass.
-        for (int64_t r = 0; r < M; ++r) {
-          const T ar = a[r];
-          T *cr = c + r * N;
-          for (int64_t j = 0; j < N; ++j) cr[j] = ar * b[j];
-        }
-      } else if (N == 1) {
-        if (Gemv(a, b, M, K, c)) continue;
-        // A matrix-vector product as the row vector b^T a^T: BLAS is much faster with one row than one column.
-        Gemm<T>(false, !p_.a.trans, 1, M, K, T(1), b, K, a, lda, T(0), c, M);
-      } else {
-        Gemm<T>(p_.a.trans, p_.b.trans, M, N, K, T(1), a, lda, b, ldb, T(0), c, N);
-      }
-    }
+    // The batch's products are independent calls: shared over the intra-op pool in runs of >= kMinChunkMacs
+    // multiply-adds, each computed the same whoever runs it.
+    ParallelForAnyCut(p_.batch, GrainForMacs(M * N * K), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) Product(A + i * M * K, B + i * K * N, C + i * M * N, lda, ldb);
+    });
     if (!p_.c.in_place) StridedCopy(C, Strides(p_.c.ext), y, p_.c.str, p_.c.ext);
     return true;
   }
 
  private:
+  // One batch item: c = a b.
+  void Product(const T *a, const T *b, T *c, int64_t lda, int64_t ldb) const {
+    const int64_t M = p_.M, N = p_.N, K = p_.K;
+    if (K == 1) {
+      // An outer product: one rounding per element, as in the GEMM, without its packing and beta pass.
+      for (int64_t r = 0; r < M; ++r) {
+        const T ar = a[r];
+        T *cr = c + r * N;
+        for (int64_t j = 0; j < N; ++j) cr[j] = ar * b[j];
+      }
+    } else if (N == 1) {
+      if (Gemv(a, b, M, K, c)) return;
+      // A matrix-vector product as the row vector b^T a^T: BLAS is much faster with one row than one column.
+      Gemm<T>(false, !p_.a.trans, 1, M, K, T(1), b, K, a, lda, T(0), c, M);
+    } else {
+      Gemm<T>(p_.a.trans, p_.b.trans, M, N, K, T(1), a, lda, b, ldb, T(0), c, N);
+    }
+  }
   // float32 "ij,j->i" with A's rows contiguous: the twin's own loop (BLAS's one-row GEMM costs more per call at
   // these sizes); false where it does not apply.
   bool Gemv([[maybe_unused]] const T *a, [[maybe_unused]] const T *b, [[maybe_unused]] int64_t M,
