@@ -11,7 +11,7 @@ pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
-from onnx_cases import run_twin  # noqa: E402
+from onnx_cases import rerun_file_with_instruction_set, run_twin  # noqa: E402
 
 RNG = np.random.default_rng(5301)
 WIDTHS = [1, 2, 3, 5, 8, 17, 32, 33]
@@ -137,3 +137,9 @@ def test_logsumexp_large_values_stay_finite():
     m = xd.max(axis=1)
     want = np.log(np.exp(xd - m[:, None]).sum(axis=1)) + m
     np.testing.assert_allclose(got, want, rtol=2e-6)
+
+
+@pytest.mark.parametrize("isa", ["avx2", "baseline"])
+def test_fallback_instruction_sets(isa):
+    # the AVX2 kernels (also taken on AVX-512 CPUs) and the portable loops give the same answers
+    rerun_file_with_instruction_set(__file__, isa, select="float32")
