@@ -128,6 +128,18 @@ def test_rows_special_values(op, w, dtype):
         assert got[12, 0] == -np.inf and got[13, 0] == np.inf
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("w", [1, 4, 5, 16, 17, 33])
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_columns_special_values(op, w, dtype):
+    # the special rows become columns' terms: a leading axis, then a middle one (column blocks of 4 / 16 / 32)
+    x = _specials(dtype, w)
+    _check(op, x, [0])
+    _check(op, np.stack([x, x[::-1], np.abs(x)]), [1], keepdims=0)
+    clean = RNG.uniform(-8, 8, (3, 41, w)).astype(dtype)
+    _check(op, clean, [-2])
+
+
 def test_logsumexp_large_values_stay_finite():
     # exp(x) alone overflows float32 from x > 88.7: the maximum is subtracted first, so the result stays finite
     x = np.array([[100.0, 99.0, 98.0], [-200.0, -201.0, -199.5], [1e30, 0.0, -1e30]] * 5, np.float32)
