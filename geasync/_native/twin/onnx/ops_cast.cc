@@ -372,9 +372,9 @@ __attribute__((target("avx512f,avx512dq"))) void CastLoopAvx512(const void *in, 
   CastLoop<S, D>(in, out, n);
 }
 
-// float64 -> int8 / uint8 / int16 / uint16 in one pass: cvttpd2dq gives StoreFloat's 32-bit truncation (NaN and
-// out-of-range lanes give its INT32_MIN, the integer indefinite), vpmovdb / vpmovdw the wrap. Through an int32
-// buffer (two passes) the pair measured 1.5x onnxruntime.
+// float64 -> int8 / uint8 / int16 / uint16 / int32 in one pass: cvttpd2dq gives StoreFloat's 32-bit truncation (NaN
+// and out-of-range lanes give its INT32_MIN, the integer indefinite), vpmovdb / vpmovdw the wrap. Through an int32
+// buffer (two passes) the narrow pairs measured 1.5x onnxruntime, int32 by the compiled element loop 1.2-1.3x.
 template <class D>
 __attribute__((target("avx512f"))) void CastDoubleToNarrowIntAvx512(const void *in, void *out, int64_t n) {
   const double *x = static_cast<const double *>(in);
@@ -391,6 +391,10 @@ __attribute__((target("avx512f"))) void CastDoubleToNarrowIntAvx512(const void *
                                       : _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);  // dwords 0, 1 and 4, 5
   for (; i + 8 <= n; i += 8) {
     const __m256i t = _mm512_maskz_cvttpd_epi32(0xff, _mm512_loadu_pd(x + i));  // masked: GCC 12 warns on unmasked
+    if constexpr (sizeof(D) == 4) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(y + i), t);
+      continue;
+    }
     const __m256i v = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(t, pick), join);
     if constexpr (sizeof(D) == 1) _mm_storel_epi64(reinterpret_cast<__m128i *>(y + i), _mm256_castsi256_si128(v));
     else _mm_storeu_si128(reinterpret_cast<__m128i *>(y + i), _mm256_castsi256_si128(v));
@@ -422,7 +426,7 @@ CastFn PickAvx512Loop(ElemType d) {
       case ElemType::kInt16: return CastDoubleToNarrowIntAvx512<int16_t>;
       case ElemType::kUint16: return CastDoubleToNarrowIntAvx512<uint16_t>;
       case ElemType::kInt64: return CastLoopAvx512<double, int64_t>;
-      case ElemType::kInt32: return CastLoopAvx512<double, int32_t>;
+      case ElemType::kInt32: return CastDoubleToNarrowIntAvx512<int32_t>;
       case ElemType::kBool: return CastLoopAvx512<double, BoolTag>;
       case ElemType::kUint32: return CastLoopAvx512<double, uint32_t>;  // 2.1-3.3x onnxruntime one at a time
       case ElemType::kUint64: return CastLoopAvx512<double, uint64_t>;
