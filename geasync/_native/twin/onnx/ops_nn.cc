@@ -3598,30 +3598,27 @@ __attribute__((target("avx512f"))) void StridedPoolRowsAvx512(const StridedPool 
     }
   }
 }
-// One block: 8 outputs of one output row. x: the window's first input (row r0, column c0); rows: the window rows
-// inside the map (ceil mode: fewer than KH); left: the columns inside the row from c0 (at most the 32 read); n: the
-// outputs stored; div: their 8 divisors (AveragePool).
+// One MaxPool block: 8 outputs of one output row. x: the window's first input (row r0, column c0); rows: the window
+// rows inside the map (ceil mode: fewer than KH); left: the columns inside the row from c0 (at most the 32 read); n:
+// the outputs stored.
 struct StridedBlock {
   const float *x;
   float *y;
-  const double *div;
   int64_t rows, left, n;
 };
-// kB blocks at once: kB independent chains of additions / maxima (one chain is latency-bound: 3x3 s3 measured ~2x
-// slower one block at a time). A tap row past the map loads the fill only (as skipping it: +0.0 added to a sum from
-// +0.0, -inf to a maximum keep them), so every output's taps are still the general loop's, in its order.
-template <bool kMax, int kB>
-__attribute__((target("avx512f"), always_inline)) inline void StridedBlocksAvx512(const StridedPool &p,
-                                                                                 const StridedBlock *q) {
-  const __m512 fill = _mm512_set1_ps(kMax ? -std::numeric_limits<float>::infinity() : 0.0f);
-  __m512d acc[kB];
+// kB blocks at once: kB independent chains of maxima (one chain is latency-bound: 3x3 s3 measured ~2x slower one
+// block at a time). A tap row past the map loads the fill only (-inf, as skipping it keeps the maximum), so every
+// output's taps are still the general loop's, in its order.
+template <int kB>
+__attribute__((target("avx512f"), always_inline)) inline void StridedMaxBlocksAvx512(const StridedPool &p,
+                                                                                    const StridedBlock *q) {
+  const __m512 fill = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 m[kB];
   __mmask16 lo[kB], hi[kB];
   for (int k = 0; k < kB; ++k) {
     const int64_t left = q[k].left;
     lo[k] = static_cast<__mmask16>(left >= 16 ? 0xffffu : (1u << left) - 1u);
     hi[k] = static_cast<__mmask16>(left >= 32 ? 0xffffu : left <= 16 ? 0u : (1u << (left - 16)) - 1u);
-    acc[k] = _mm512_setzero_pd();
     m[k] = _mm512_setzero_ps();  // overwritten by the first tap (rows >= 1); lanes 8..15 unused
   }
   for (int64_t kh = 0; kh < p.KH; ++kh) {
@@ -3636,31 +3633,21 @@ __attribute__((target("avx512f"), always_inline)) inline void StridedBlocksAvx51
       const __m512i idx = _mm512_loadu_si512(p.idx + 16 * kw);
       for (int k = 0; k < kB; ++k) {
         const __m512 v = _mm512_permutex2var_ps(a[k], idx, b[k]);
-        if constexpr (kMax) {
-          m[k] = kh == 0 && kw == 0 ? v : _mm512_maskz_max_ps(0xFFFF, v, m[k]);
-        } else {
-          // The zero-masked forms: GCC 12 warns on the plain ones' undefined sources at -O1 (-Werror).
-          const __m256 lo8 = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 0));
-          acc[k] = _mm512_add_pd(acc[k], _mm512_maskz_cvtps_pd(0xFF, lo8));
-        }
+        m[k] = kh == 0 && kw == 0 ? v : _mm512_maskz_max_ps(0xFFFF, v, m[k]);
       }
     }
   }
   for (int k = 0; k < kB; ++k) {
     // Eight lanes stored through a 16-lane store (the 8-lane masked store is AVX-512VL).
     const __mmask16 out = static_cast<__mmask16>(q[k].n >= 8 ? 0xffu : (1u << q[k].n) - 1u);
-    if constexpr (kMax) {
-      _mm512_mask_storeu_ps(q[k].y, out, m[k]);
-    } else {
-      const __m256 r = _mm512_maskz_cvtpd_ps(0xFF, _mm512_div_pd(acc[k], _mm512_loadu_pd(q[k].div)));
-      _mm512_mask_storeu_ps(q[k].y, out, _mm512_castps256_ps512(r));
-    }
+    _mm512_mask_storeu_ps(q[k].y, out, m[k]);
   }
 }
 // MaxPool: all the planes' blocks as one sequence, four at a time (a group may span output rows and planes).
-template <bool kMax>
-__attribute__((target("avx512f"))) void StridedPoolAvx512(const StridedPool &p, const float *X, int64_t in_sp,
-                                                          int64_t out_sp, int64_t count, float *Y) {
+// (AveragePool keeps StridedPoolRowsAvx512, one block at a time: grouped, its per-tap conversions to double measured
+// 5-25% slower.)
+__attribute__((target("avx512f"))) void StridedMaxPoolAvx512(const StridedPool &p, const float *X, int64_t in_sp,
+                                                            int64_t out_sp, int64_t count, float *Y) {
   StridedBlock q[4];
   int nq = 0;
   for (int64_t nc = 0; nc < count; ++nc) {
@@ -3670,13 +3657,13 @@ __attribute__((target("avx512f"))) void StridedPoolAvx512(const StridedPool &p, 
       const int64_t r0 = oh * p.SH, rows = std::min(p.KH, p.H - r0);
       for (int64_t j = 0; j < p.OW; j += 8) {
         const int64_t c0 = j * p.SW;
-        q[nq++] = StridedBlock{x + r0 * p.W + c0, y + oh * p.OW + j, kMax ? nullptr : p.div + oh * p.OW8 + j, rows,
-                               std::min<int64_t>(p.W - c0, 32), std::min<int64_t>(p.OW - j, 8)};
-        if (nq == 4) StridedBlocksAvx512<kMax, 4>(p, q), nq = 0;
+        q[nq++] = StridedBlock{x + r0 * p.W + c0, y + oh * p.OW + j, rows, std::min<int64_t>(p.W - c0, 32),
+                               std::min<int64_t>(p.OW - j, 8)};
+        if (nq == 4) StridedMaxBlocksAvx512<4>(p, q), nq = 0;
       }
     }
   }
-  for (int i = 0; i < nq; ++i) StridedBlocksAvx512<kMax, 1>(p, q + i);
+  for (int i = 0; i < nq; ++i) StridedMaxBlocksAvx512<1>(p, q + i);
 }
 #endif
 
@@ -3769,8 +3756,8 @@ class PoolKernel : public Kernel {
       whole_ = whole_ && w_.k[i] == w_.in[i] && w_.pb[i] == 0 && w_.pe[i] == 0 && w_.d[i] == 1 && w_.out[i] == 1;
 #endif
 #ifdef TWIN_HAVE_X86
-    // StridedPoolAvx512: at column strides 2..4 without pads or dilation (ceil-mode overhang allowed), every window
-    // with its first tap inside. MaxPool from column stride 3 (its stride-2 row kernels are faster).
+    // StridedMaxPoolAvx512 / StridedPoolRowsAvx512: at column strides 2..4 without pads or dilation (ceil-mode
+    // overhang allowed), every window with its first tap inside. MaxPool from column stride 3 (its stride-2 row kernels are faster).
     if (plane2d_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && w_.s[2] >= (kMax ? 3 : 2) &&
         7 * w_.s[2] + w_.k[2] <= 32 && w_.pb[1] == 0 && w_.pb[2] == 0 && w_.out[1] > 0 && w_.out[2] > 0) {
       bool firsts = true;
@@ -3981,7 +3968,7 @@ class PoolKernel : public Kernel {
       }
       // Before the whole-plane grids (which AveragePool takes at stride 2 on rows up to 64), after the whole map.
       if (!I && strided_) {
-        if constexpr (kMax) StridedPoolAvx512<true>(str_, X, in_sp, out_sp, NC_, Y);
+        if constexpr (kMax) StridedMaxPoolAvx512(str_, X, in_sp, out_sp, NC_, Y);
         else
           for (int64_t nc = 0; nc < NC_; ++nc) StridedPoolRowsAvx512<false>(str_, X + nc * in_sp, Y + nc * out_sp);
         return true;
@@ -4381,7 +4368,7 @@ class PoolKernel : public Kernel {
   std::vector<Tap> taps_[kMaxSpatial];
   bool simple_ = false;
   bool whole_ = false;  // a window over the whole map, no pads (x86 with AVX2)
-  bool strided_ = false;  // StridedPoolAvx512
+  bool strided_ = false;  // StridedMaxPoolAvx512 / StridedPoolRowsAvx512
   std::vector<int32_t> str_idx_;
   std::vector<double> str_div_;
 #ifdef TWIN_HAVE_X86
