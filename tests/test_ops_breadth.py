@@ -539,8 +539,12 @@ def test_laned_reductions_with_edge_values(op, n, axes):
     x[1, 1] = RNG.choice(_EDGE[1:], n)  # no NaN
     x[2, 0] = RNG.choice(_EDGE, n)
     x[3, 2, :] = -0.0
-    if op == "ReduceProd":  # products are kept in double: a float32 overflow that later factors undo is left out
-        x[np.abs(x) > 1e30] = np.copysign(np.float32(1e10), x[np.abs(x) > 1e30])
+    if op == "ReduceProd":
+        # Products are kept in double, the reference's in float32: a partial product that overflows or underflows
+        # float32 only to be undone (or met by an inf) later would compare the accumulators, not the kernel.
+        x[np.abs(x) > 1e30] = np.copysign(np.float32(2.0), x[np.abs(x) > 1e30])
+        tiny = (x != 0) & (np.abs(x) < 1e-30)
+        x[tiny] = np.copysign(np.float32(0.5), x[tiny])
     inputs = [x] if axes is None else [x, np.array(axes, np.int64)]
     with np.errstate(over="ignore", invalid="ignore"):
         _check(op, inputs, keepdims=1)

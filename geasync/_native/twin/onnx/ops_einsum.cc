@@ -961,11 +961,11 @@ class EinsumGemmKernel : public Kernel {
     const T *B = Operand(static_cast<const T *>(in[1]), p_.b, &scratch);
     T *y = static_cast<T *>(out[0]);
     T *C = p_.c.in_place ? y : scratch;
-    const int64_t M = p_.M, N = p_.N, K = p_.K, lda = p_.a.trans ? M : K, ldb = p_.b.trans ? K : N;
+    const int64_t M = p_.M, N = p_.N, K = p_.K;
     // The batch's products are independent calls: shared over the intra-op pool in runs of >= kMinChunkMacs
     // multiply-adds, each computed the same whoever runs it.
     ParallelForAnyCut(p_.batch, GrainForMacs(M * N * K), [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) Product(A + i * M * K, B + i * K * N, C + i * M * N, lda, ldb);
+      for (int64_t i = lo; i < hi; ++i) Product(A + i * M * K, B + i * K * N, C + i * M * N);
     });
     if (!p_.c.in_place) StridedCopy(C, Strides(p_.c.ext), y, p_.c.str, p_.c.ext);
     return true;
@@ -973,8 +973,8 @@ class EinsumGemmKernel : public Kernel {
 
  private:
   // One batch item: c = a b.
-  void Product(const T *a, const T *b, T *c, int64_t lda, int64_t ldb) const {
-    const int64_t M = p_.M, N = p_.N, K = p_.K;
+  void Product(const T *a, const T *b, T *c) const {
+    const int64_t M = p_.M, N = p_.N, K = p_.K, lda = p_.a.trans ? M : K, ldb = p_.b.trans ? K : N;
     if (K == 1) {
       // An outer product: one rounding per element, as in the GEMM, without its packing and beta pass.
       for (int64_t r = 0; r < M; ++r) {
