@@ -5,11 +5,14 @@
 
 from __future__ import annotations
 
+import numbers
+
 from . import _lib
 from .errors import FAILED, INTERNAL_ERROR, PARAM_INVALID
 
 # The twin's fault kinds (GEASYNC_TWIN_FAULT_<KIND> in twin_control.h)
 KINDS = ("fail_run", "delay_run", "stall_callback", "drop_callback", "fail_alloc", "stall_compile", "fail_prerun")
+_MAX_DELAY = 1e9  # seconds (~31 years): far past any test, well inside the twin's int64 milliseconds
 __all__ = ["KINDS", "FAILED", "INTERNAL_ERROR", "PARAM_INVALID", "arm", "apply_option"]
 
 
@@ -18,15 +21,27 @@ def arm(session_id: int, graph_id: int, kind: str, *, nth: int = 1, status: int 
     """Arms one fault (see ``geasync.twin.inject_fault`` for the kinds)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    if not isinstance(nth, int) or isinstance(nth, bool) or nth < 0:
+    if not isinstance(graph_id, int) or isinstance(graph_id, bool) or not 0 <= graph_id <= 0xFFFFFFFF:
+        raise ValueError(f"graph_id must be an int from 0 to 4294967295 (uint32), got {graph_id!r}")
+    if not isinstance(nth, int) or isinstance(nth, bool) or not 0 <= nth < 2**64:
         raise ValueError(f"nth must be an int >= 0 (0 = every run), got {nth!r}")
+    # status: a GE status is a uint32; -1 is kept as 0xFFFFFFFF (FAILED), as GE's own signed constants are
+    if not isinstance(status, int) or isinstance(status, bool) or not -(2**31) <= status <= 0xFFFFFFFF:
+        raise ValueError(f"status must be a GE status (an int that fits in uint32), got {status!r}")
+    # delay: seconds, a finite number >= 0 of whole milliseconds' worth the twin can hold (int64 ms)
+    if not _is_delay(delay):
+        raise ValueError(f"delay must be a number of seconds from 0 to {_MAX_DELAY:g}, got {delay!r}")
     if kind in ("fail_prerun", "stall_compile") and nth > 1:
         # the twin ignores nth for these: nth=2 hit the next run, where the test meant the one after
         raise ValueError(f"{kind} takes no nth (it hits every RunGraphAsync job of the graph from now on), got "
                          f"nth={nth}: arm it once the runs that should go through have")
-    if delay < 0:
-        raise ValueError(f"delay must be >= 0 seconds, got {delay!r}")
     _lib.twin_fault_add(session_id, graph_id, kind, nth, int(status) & 0xFFFFFFFF, int(delay * 1000))
+
+
+def _is_delay(value: object) -> bool:
+    if type(value) is bool or not isinstance(value, numbers.Real):  # numpy floats are Real; str is not
+        return False
+    return 0 <= float(value) <= _MAX_DELAY  # False for nan
 
 
 def apply_option(session_id: int, spec: str) -> None:

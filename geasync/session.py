@@ -84,8 +84,10 @@ def _max_memory_bytes(options: Mapping[str, str]) -> int:
     except ValueError:
         value = -1
     if value <= 0:
-        raise ValueError(f"option geasync.max_memory_bytes must be a positive number of bytes, got {text!r}")
-    return value
+        raise ValueError(f"Session(): option geasync.max_memory_bytes must be a positive number of bytes, got {text!r} "
+                         "(pass an int as a str, e.g. {'geasync.max_memory_bytes': str(8 << 30)})")
+    # The twin keeps the limit in a uint64: a larger one limits nothing more than the largest uint64 does
+    return min(value, 2**64 - 1)
 
 
 def _check_options(options: Any, what: str) -> Dict[str, str]:
@@ -95,7 +97,8 @@ def _check_options(options: Any, what: str) -> Dict[str, str]:
         raise TypeError(f"{what} must be a dict or None, got {type(options).__name__}")
     for k, v in options.items():
         if not isinstance(k, str) or not isinstance(v, str):
-            raise TypeError(f"{what} keys and values must be str, got {k!r}: {v!r}")
+            raise TypeError(f"{what} keys and values must be str, got {k!r}: {v!r} (GE takes every option as a "
+                            "string: pass str(value))")
     return options
 
 

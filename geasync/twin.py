@@ -60,7 +60,10 @@ def inject_fault(session: Session, graph_id: int, kind: str, *, nth: int = 1, st
     queue). These two hit the graph's jobs from now on: an ``nth`` above 1 is refused (ValueError).
     """
     sid, gid = _ids(session, graph_id, "inject_fault")
-    arm(sid, gid, kind, nth=nth, status=status, delay=delay)
+    try:
+        arm(sid, gid, kind, nth=nth, status=status, delay=delay)
+    except ValueError as exc:  # name the call: the message names only the argument
+        raise ValueError(f"geasync.twin.inject_fault(graph_id={graph_id}): {exc}") from None
 
 
 def release_stalled(session: Session, graph_id: int) -> None:

@@ -1,0 +1,95 @@
+"""Adversarial tests, part 6: out-of-range option values (the session's memory limit, the twin's fault
+specifications), the ways a newcomer hands a model to ``Graph.from_onnx`` (file objects, text-mode files,
+directories, model bytes passed as str), and what each says.
+
+Every refusal is a Python exception naming the call and what to pass instead; nothing reaches cffi or the runtime
+with a value they would truncate or choke on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import geasync as ga
+
+from conftest import add_model
+
+A = np.ones((1, 16), np.float32)
+
+
+def _run_add(options=None):
+    with ga.Session(options) as s:
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        return s.run_graph(1, [A, A])[0].numpy().copy()
+
+
+# --- geasync.max_memory_bytes -----------------------------------------------------------------------------------
+
+def test_a_memory_limit_beyond_uint64_limits_nothing_instead_of_overflowing():
+    # int('9' * 23) does not fit the twin's uint64: it used to raise a bare OverflowError from cffi
+    assert _run_add({"geasync.max_memory_bytes": "9" * 23}).sum() == 32.0
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "1e3", "nan", "", "lots"])
+def test_a_bad_memory_limit_names_the_session_the_option_and_the_form(value):
+    with pytest.raises(ValueError, match=r"^Session\(\): option geasync\.max_memory_bytes must be a positive "
+                                         r"number of bytes, got .*pass an int as a str"):
+        ga.Session({"geasync.max_memory_bytes": value})
+
+
+@pytest.mark.parametrize("value", [8 << 30, -1, 1.5, None, True])
+def test_an_option_value_that_is_no_str_says_to_pass_a_str(value):
+    with pytest.raises(TypeError, match=r"^Session\(\): options keys and values must be str.*pass str\(value\)"):
+        ga.Session({"geasync.max_memory_bytes": value})
+
+
+# --- geasync.twin.faults and geasync.twin.inject_fault ---------------------------------------------------------
+
+@pytest.mark.parametrize("entry, field", [
+    ("graph_id=99999999999999999999,kind=fail_run", "graph_id"),
+    ("graph_id=-1,kind=fail_run", "graph_id"),
+    ("graph_id=1,kind=fail_run,nth=99999999999999999999", "nth"),
+    ("graph_id=1,kind=fail_run,status=99999999999999999999", "status"),
+    ("graph_id=1,kind=delay_run,delay=inf", "delay"),
+    ("graph_id=1,kind=delay_run,delay=nan", "delay"),
+    ("graph_id=1,kind=delay_run,delay=1e300", "delay"),
+])
+def test_out_of_range_fault_fields_are_refused_naming_the_entry_and_field(entry, field):
+    # these used to escape as OverflowError ("int too big to convert") or as float-to-int conversion errors,
+    # or (status) to be truncated silently to another status
+    with pytest.raises(ValueError, match=rf"^bad geasync\.twin\.faults entry '{entry}': {field} must be"):
+        ga.Session({"geasync.twin.faults": entry})
+    assert ga.live_counters()["sessions"] == 0  # the refused session was closed, not left behind
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(nth=2**70), "nth"),
+    (dict(status=2**70), "status"),
+    (dict(status="13"), "status"),
+    (dict(kind="delay_run", delay=float("nan")), "delay"),
+    (dict(kind="delay_run", delay=float("inf")), "delay"),
+    (dict(kind="delay_run", delay=1e300), "delay"),
+    (dict(kind="delay_run", delay="0.1"), "delay"),
+])
+def test_inject_fault_refuses_out_of_range_values_naming_the_call(session, kwargs, field):
+    session.add_graph(1, ga.Graph.from_onnx(add_model()))
+    kind = kwargs.pop("kind", "fail_run")
+    with pytest.raises(ValueError, match=rf"^geasync\.twin\.inject_fault\(graph_id=1\): {field} must be"):
+        ga.twin.inject_fault(session, 1, kind, **kwargs)
+    # nothing was armed: the next run goes through
+    assert session.run_graph(1, [A, A])[0].numpy().sum() == 32.0
+
+
+def test_inject_fault_refuses_a_graph_id_beyond_uint32(session):
+    with pytest.raises(ValueError, match=r"^geasync\.twin\.inject_fault\(graph_id=1099511627776\): graph_id must"):
+        ga.twin.inject_fault(session, 2**40, "fail_run")
+
+
+def test_in_range_fault_values_still_arm(session):
+    session.add_graph(1, ga.Graph.from_onnx(add_model()))
+    ga.twin.inject_fault(session, 1, "fail_run", nth=1, status=-1)  # -1: GE's FAILED as a signed constant
+    with pytest.raises(ga.GeError, match="status 4294967295"):
+        session.run_graph(1, [A, A])
+    ga.twin.inject_fault(session, 1, "delay_run", nth=1, delay=np.float64(0.001))
+    assert session.run_graph(1, [A, A])[0].numpy().sum() == 32.0
