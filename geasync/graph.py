@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from . import _lib
 from ._metadata import TensorInfo, check_opsets, read_io
@@ -42,18 +42,41 @@ class Graph:
         self._io: tuple[tuple[TensorInfo, ...], tuple[TensorInfo, ...]] | None = None
 
     @classmethod
-    def from_onnx(cls, source: str | os.PathLike[str] | bytes | bytearray | memoryview | ModelProto) -> "Graph":
-        """A graph from an ONNX file path, ModelProto bytes, or an ``onnx.ModelProto`` (needs the onnx package)."""
+    def from_onnx(
+        cls, source: str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes] | ModelProto
+    ) -> "Graph":
+        """A graph from an ONNX file path, ModelProto bytes, a binary file object (``open(path, "rb")``, whose
+        external data is read beside the file it names) or an ``onnx.ModelProto`` (needs the onnx package)."""
         if isinstance(source, (bytes, bytearray, memoryview)):
             return cls(bytes(source))
         if isinstance(source, (str, os.PathLike)):
             path = os.fspath(source)
-            with open(path, "rb") as f:
-                return cls(_with_external_data(f.read(), path), name=os.path.basename(path))
+            if not isinstance(path, str) or "\0" in path:  # open() would say only "embedded null byte"
+                shown = path if len(path) <= 60 else path[:60] + "..."
+                raise ValueError(f"Graph.from_onnx({shown!r}): not a file path (a str path has no NUL byte; pass "
+                                 "model bytes as bytes, not as str)")
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError as exc:  # keep the type (FileNotFoundError, IsADirectoryError, ...), name the call
+                raise type(exc)(exc.errno, f"Graph.from_onnx({path!r}): {exc.strerror}: pass the path of an "
+                                "ONNX file, its bytes or an onnx.ModelProto") from None
+            return cls(_with_external_data(data, path), name=os.path.basename(path))
+        read = getattr(source, "read", None)
+        if callable(read):  # a file object, as onnx.load takes: external data beside the file it names, if any
+            data = read()
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise TypeError(f"Graph.from_onnx(): the file object gave {type(data).__name__}, not bytes: open the "
+                                "model in binary mode (open(path, 'rb'))")
+            name = getattr(source, "name", None)
+            if isinstance(name, str) and os.path.isfile(name):
+                return cls(_with_external_data(bytes(data), name), name=os.path.basename(name))
+            return cls(bytes(data))
         serialize = getattr(source, "SerializeToString", None)
         if callable(serialize) and type(source).__name__ == "ModelProto":
             return cls(serialize())
-        raise TypeError(f"Graph.from_onnx() takes a path, bytes or an onnx.ModelProto, got {type(source).__name__}")
+        raise TypeError(f"Graph.from_onnx() takes a path, bytes, a binary file object or an onnx.ModelProto, got "
+                        f"{type(source).__name__}")
 
     @property
     def name(self) -> str | None:

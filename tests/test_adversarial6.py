@@ -8,6 +8,8 @@ with a value they would truncate or choke on.
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -93,3 +95,62 @@ def test_in_range_fault_values_still_arm(session):
         session.run_graph(1, [A, A])
     ga.twin.inject_fault(session, 1, "delay_run", nth=1, delay=np.float64(0.001))
     assert session.run_graph(1, [A, A])[0].numpy().sum() == 32.0
+
+
+# --- Graph.from_onnx sources --------------------------------------------------------------------------------
+
+def test_from_onnx_takes_a_binary_file_object(tmp_path):
+    path = tmp_path / "add.onnx"
+    path.write_bytes(add_model().SerializeToString())
+    with open(path, "rb") as f:
+        g = ga.Graph.from_onnx(f)
+    assert g.name == "add.onnx" and [i.name for i in g.inputs] == ["a", "b"]
+    g2 = ga.Graph.from_onnx(io.BytesIO(path.read_bytes()))  # no file behind it: no name, no external data
+    with ga.Session() as s:
+        s.add_graph(1, g)
+        s.add_graph(2, g2)
+        assert s.run_graph(1, [A, A])[0].numpy().sum() == s.run_graph(2, [A, A])[0].numpy().sum() == 32.0
+
+
+def test_from_onnx_file_object_reads_external_data_beside_its_file(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from conftest import make_model
+
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[1, 16], data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", "w.bin"), ("offset", "0"), ("length", "64")):
+        w.external_data.add(key=key, value=value)
+    model = make_model([helper.make_node("Add", ["a", "w"], ["c"])], [("a", TensorProto.FLOAT, [1, 16])],
+                       [("c", TensorProto.FLOAT, [1, 16])])
+    model.graph.initializer.append(w)
+    (tmp_path / "w.bin").write_bytes(np.full(16, 2, np.float32).tobytes())
+    onnx.save(model, tmp_path / "m.onnx")
+    with open(tmp_path / "m.onnx", "rb") as f, ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(f))
+        assert s.run_graph(1, [A])[0].numpy().tolist() == [[3.0] * 16]
+    (tmp_path / "w.bin").unlink()
+    with open(tmp_path / "m.onnx", "rb") as f, pytest.raises(ValueError, match=r"Graph\.from_onnx\(.*m\.onnx.*w\.bin"):
+        ga.Graph.from_onnx(f)
+
+
+def test_from_onnx_text_mode_file_says_to_open_it_in_binary_mode(tmp_path):
+    path = tmp_path / "add.onnx"
+    path.write_bytes(b"not read as text")
+    with open(path) as f, pytest.raises(TypeError, match=r"^Graph\.from_onnx\(\): .*binary mode \(open\(path, 'rb'"):
+        ga.Graph.from_onnx(f)
+
+
+def test_from_onnx_directory_keeps_the_os_error_type_and_names_the_call(tmp_path):
+    with pytest.raises(IsADirectoryError, match=r"Graph\.from_onnx\(.*\): Is a directory: pass the path of an ONNX"):
+        ga.Graph.from_onnx(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"Graph\.from_onnx\(.*nope\.onnx'\): No such file"):
+        ga.Graph.from_onnx(tmp_path / "nope.onnx")
+
+
+def test_from_onnx_model_bytes_passed_as_str_say_so_briefly():
+    text = add_model().SerializeToString().decode("latin-1")  # what reading a model in text mode gives
+    with pytest.raises(ValueError, match=r"^Graph\.from_onnx\(.*\.\.\.'\): not a file path .*pass model bytes as "
+                                         r"bytes") as info:
+        ga.Graph.from_onnx(text)
+    assert len(str(info.value)) < 300  # the model is not echoed whole
