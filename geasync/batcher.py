@@ -48,7 +48,7 @@ from ._modes import RUN_GRAPH_ASYNC
 from .errors import FAILED, PARAM_INVALID, GeError, InputError, InputTypeError, SessionBrokenError, SessionClosedError
 from .pool import GraphPool
 from .session import Session
-from .tensor import Tensor
+from .tensor import Tensor, _not_an_array
 
 __all__ = ["Batcher", "BatcherClosedError", "BatcherStatistics"]
 
@@ -383,8 +383,9 @@ class Batcher:
             if isinstance(a, np.ndarray) and type(a) is not np.ndarray:
                 a = np.asarray(a)  # a subclass (np.matrix, a memmap...) as its plain array, as Session runs take it
             if type(a) is not np.ndarray:
-                raise TypeError(f"Batcher.run: inputs[{i}] must be a numpy.ndarray or a geasync.Tensor, got "
-                                f"{type(x).__name__}")
+                # as Session runs say it: the graph, the input's name and the conversion to pass
+                gid = self._graph_id
+                raise _not_an_array(x, i, "inputs", self.session._specs.get(gid), "Batcher.run", gid)
             if not a.dtype.isnative:  # e.g. ">f4" read from a file: rows join in the machine's byte order, as runs take
                 a = a.astype(a.dtype.newbyteorder("="))
             if a.ndim <= axis:

@@ -154,3 +154,19 @@ def test_from_onnx_model_bytes_passed_as_str_say_so_briefly():
                                          r"bytes") as info:
         ga.Graph.from_onnx(text)
     assert len(str(info.value)) < 300  # the model is not echoed whole
+
+
+# --- Batcher.run inputs ----------------------------------------------------------------------------------------
+
+@pytest.mark.anyio
+async def test_a_batcher_input_that_is_no_array_names_the_graph_the_input_and_the_conversion():
+    async with ga.Session() as s:
+        s.add_graph(1, ga.samples.mlp())
+        async with ga.Batcher(s, 1, max_batch_size=8) as b:
+            # as Session.run_graph_async says it (it used to be "Batcher.run: inputs[0] must be ..., got list")
+            with pytest.raises(TypeError, match=r"^Batcher\.run\(graph_id=1\): inputs\[0\] \('x'\) must be a "
+                                                r"geasync\.Tensor or a numpy\.ndarray, got list \(pass "
+                                                r"np\.asarray\(value, dtype=np\.float32\)\)"):
+                await b.run([[[0.0] * 784]])
+            (y,) = await b.run([np.zeros((1, 784), np.float32)])  # the batcher still serves
+            assert y.numpy().shape == (1, 10)
