@@ -70,8 +70,9 @@ def _len_field(field: int, payload: bytes) -> bytes:
 def _read_external(name: str, entries: dict[str, str], model_dir: str) -> bytes:
     location = entries.get("location", "")
     root = os.path.realpath(model_dir)
-    path = os.path.realpath(os.path.join(root, location))
-    if not location or os.path.isabs(location) or os.path.commonpath([root, path]) != root:
+    # a NUL byte makes realpath raise a bare "embedded null byte": refuse it as any other location that is not a file
+    path = "" if "\0" in location else os.path.realpath(os.path.join(root, location))
+    if not path or not location or os.path.isabs(location) or os.path.commonpath([root, path]) != root:
         raise ValueError(f"tensor {name!r}: external data location {location!r} is not a file inside the model's "
                          f"directory {root!r}")
     try:

@@ -170,3 +170,23 @@ async def test_a_batcher_input_that_is_no_array_names_the_graph_the_input_and_th
                 await b.run([[[0.0] * 784]])
             (y,) = await b.run([np.zeros((1, 784), np.float32)])  # the batcher still serves
             assert y.numpy().shape == (1, 10)
+
+
+def test_external_data_location_with_a_nul_byte_is_refused_naming_the_tensor(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from conftest import make_model
+
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[1, 16], data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", "w.bin\0/../../etc/passwd"), ("offset", "0"), ("length", "64")):
+        w.external_data.add(key=key, value=value)
+    model = make_model([helper.make_node("Add", ["a", "w"], ["c"])], [("a", TensorProto.FLOAT, [1, 16])],
+                       [("c", TensorProto.FLOAT, [1, 16])])
+    model.graph.initializer.append(w)
+    (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    # it said only "Graph.from_onnx(...): embedded null byte"
+    with pytest.raises(ValueError, match=r"^Graph\.from_onnx\(.*m\.onnx'\): tensor 'w': external data location "
+                                         r"'w\.bin\\x00.*' is not a file inside the model's directory"):
+        ga.Graph.from_onnx(tmp_path / "m.onnx")
+    assert onnx  # the model was made with onnx's own types
