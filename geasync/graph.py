@@ -113,6 +113,11 @@ class Graph:
                 self._native = _lib.graph_parse_onnx(self._model, context)
             return self._native
 
+    def __reduce__(self) -> Any:
+        # pickle (a Graph sent to a 'spawn' worker), copy and deepcopy: a fresh Graph of the same model, not yet
+        # added anywhere (the native graph, which GE marks as added, stays with the original)
+        return (Graph, (self._model, self._name))
+
     def __repr__(self) -> str:
         return f"Graph(name={self._name!r}, {len(self._model)} bytes)"
 

@@ -182,6 +182,18 @@ class Stream:
             except Exception:
                 pass
 
+    def __copy__(self) -> "Stream":
+        # a copy would own the same ACL stream: closing (or collecting) it would destroy the stream under the original
+        raise TypeError("a Stream cannot be copied: it owns its ACL stream; share the Stream object, or create another")
+
+    def __deepcopy__(self, memo: Any) -> "Stream":
+        raise TypeError("a Stream cannot be deep-copied: it owns its ACL stream; share the Stream object, or create "
+                        "another")
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Stream cannot be pickled: its ACL stream belongs to this process; create a Stream in the "
+                        "process that uses it")
+
     def __repr__(self) -> str:
         state = f"0x{self._address:x}" if self._address else "closed"
         return f"<geasync.Stream {state}>"

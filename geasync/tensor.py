@@ -196,6 +196,21 @@ class Tensor:
     def __repr__(self) -> str:
         return f"Tensor(shape={self._shape}, dtype={self._dtype}, placement={self._placement!r})"
 
+    def __copy__(self) -> "Tensor":
+        # the same memory, kept alive by the same owner (as the array view of a host tensor would be)
+        t = Tensor._make(array=self._array, owner=self._owner, address=self._address, nbytes=self._nbytes,
+                         shape=self._shape, dtype=self._dtype, placement=self._placement)
+        t._output = self._output
+        return t
+
+    def __reduce__(self) -> Any:
+        # pickle and deepcopy: a host tensor as its values (a runtime output's memory does not cross processes); a
+        # device one has no values in host memory to give
+        if self._placement != "host":
+            raise TypeError("a device Tensor cannot be pickled or deep-copied: its memory belongs to this process's "
+                            "runtime; use tensor.to_host() first (after synchronizing the stream that wrote it)")
+        return (Tensor.from_numpy, (self.numpy(),))
+
 
 
 _GE_DTYPES = _lib._NP_TO_GE

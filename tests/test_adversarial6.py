@@ -173,7 +173,7 @@ async def test_a_batcher_input_that_is_no_array_names_the_graph_the_input_and_th
 
 
 def test_external_data_location_with_a_nul_byte_is_refused_naming_the_tensor(tmp_path):
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
     from conftest import make_model
@@ -189,4 +189,55 @@ def test_external_data_location_with_a_nul_byte_is_refused_naming_the_tensor(tmp
     with pytest.raises(ValueError, match=r"^Graph\.from_onnx\(.*m\.onnx'\): tensor 'w': external data location "
                                          r"'w\.bin\\x00.*' is not a file inside the model's directory"):
         ga.Graph.from_onnx(tmp_path / "m.onnx")
-    assert onnx  # the model was made with onnx's own types
+
+
+# --- copy and pickle ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_a_stream_is_neither_copied_nor_pickled_and_stays_usable(how):
+    import copy
+    import pickle
+
+    do = {"copy": copy.copy, "deepcopy": copy.deepcopy, "pickle": pickle.dumps}[how]
+    with ga.Session() as s, ga.Stream() as st:
+        # a copy owned the same ACL stream: collecting it destroyed the stream, and the original's close() then
+        # failed with "is not a live stream"
+        with pytest.raises(TypeError, match=r"^a Stream cannot be .*: .*ACL stream"):
+            do(st)
+        s.add_graph(1, ga.Graph.from_onnx(add_model()))
+        (y,) = s.run_graph_with_stream_async(1, st, [A, A])
+        st.synchronize()
+        assert y.to_host().numpy().sum() == 32.0
+
+
+def test_a_graph_pickles_and_copies_as_a_fresh_graph_of_the_same_model():
+    import copy
+    import pickle
+
+    g = ga.Graph.from_onnx(add_model())
+    with ga.Session() as s:
+        s.add_graph(1, g)  # parsed and marked added: it used to fail to pickle ("cannot pickle '_cffi_backend...'")
+        for i, other in enumerate([pickle.loads(pickle.dumps(g)), copy.copy(g), copy.deepcopy(g)], start=2):
+            assert other.model_bytes == g.model_bytes and other.inputs == g.inputs
+            s.add_graph(i, other)  # not marked as added, unlike the original
+            assert s.run_graph(i, [A, A])[0].numpy().sum() == 32.0
+
+
+def test_tensors_pickle_by_value_on_the_host_and_refuse_clearly_on_the_device():
+    import copy
+    import pickle
+
+    big = np.arange(64 * 1024, dtype=np.float32).reshape(1, -1)  # 256 KiB: an output left in runtime memory
+    model = add_model(shape=big.shape)
+    with ga.Session() as s:
+        s.add_graph(1, ga.Graph.from_onnx(model))
+        (y,) = s.run_graph(1, [big, big])
+        for other in (pickle.loads(pickle.dumps(y)), copy.deepcopy(y), copy.copy(y)):
+            assert other.placement == "host" and np.array_equal(other.numpy(), big * 2)
+    d = ga.Tensor.from_numpy(A).to_device()
+    for do in (pickle.dumps, copy.deepcopy):
+        with pytest.raises(TypeError, match=r"^a device Tensor cannot be pickled .*tensor\.to_host\(\) first"):
+            do(d)
+    d2 = copy.copy(d)  # the same device memory, kept alive by the same owner
+    del d
+    assert d2.to_host().numpy().sum() == 16.0
