@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import math
 import os
 import pathlib
 import platform
@@ -270,12 +271,22 @@ def _bench_inputs(info: Any, batch: int, model: str) -> list[Any]:
 
     rng = np.random.default_rng(0)
     arrays = []
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 0
     for value in info.inputs:
         if value.shape is None or value.dtype is None:
             raise UsageError(f"{model}: input {_describe(value)} declares no shape or a type numpy lacks, so "
                              "bench cannot make it up; use `run` with --input files")
         shape = tuple(batch if not isinstance(d, int) else d for d in value.shape)
         dtype = value.dtype
+        # made as float64 first: a --batch the machine cannot hold is a usage error, not a MemoryError traceback
+        need = math.prod(shape) * 8
+        if memory and need > memory:
+            raise UsageError(f"{model}: input {value.name!r} of shape {list(shape)} at --batch {batch} needs "
+                             f"{need / 2**30:.3g} GiB, more than this machine's {memory / 2**30:.3g} GiB; "
+                             "use a smaller --batch")
         if dtype.kind == "f":
             arrays.append(rng.random(shape).astype(dtype))
         elif dtype.kind == "b":
@@ -388,8 +399,8 @@ def _positive_int(text: str) -> int:
 
 def _positive_float(text: str) -> float:
     value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    if not 0 < value < math.inf:  # inf: a measurement that never ends
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value}")
     return value
 
 
