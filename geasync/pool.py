@@ -17,6 +17,7 @@ declare the same inputs and outputs pass that check, so add a pool's instances f
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Optional, Sequence
 
 from ._inputs import GRAPH_NOT_EXIST
@@ -100,7 +101,12 @@ class GraphPool:
         """``Session.run_graph_async`` on the least busy instance."""
         # the session counts the request as waiting or in flight before its task first suspends, so the next
         # request's pick sees it
-        return await self.session.run_graph_async(self.graph_ids[self._pick()], inputs, timeout=timeout)
+        graph_id = self.graph_ids[self._pick()]
+        try:
+            return await self.session.run_graph_async(graph_id, inputs, timeout=timeout)
+        except GeError as exc:  # name the call the caller made, and the instance that ran it
+            raise _named(exc, f"GraphPool.run_graph_async(graph_ids=[{_ids_text(self.graph_ids)}])").with_traceback(
+                exc.__traceback__) from exc.__cause__
 
     def remove(self) -> None:
         """Removes every instance from the session."""
@@ -112,6 +118,18 @@ class GraphPool:
 
     def __repr__(self) -> str:
         return f"GraphPool(graph_ids={list(self.graph_ids)})"
+
+
+def _named(exc: GeError, where: str) -> GeError:
+    """``exc`` as the pool's error: "<where> through <the session call>" (a copy, as Batcher's: one error object
+    can be raised in several tasks)."""
+    try:
+        named = copy.copy(exc)
+    except Exception:  # an error type that cannot be rebuilt from its args: as it is
+        return exc
+    named.context = f"{where} through {exc.context}" if exc.context else where
+    named.args = (named._format(),)
+    return named
 
 
 def _ids_text(ids: Sequence[int]) -> str:

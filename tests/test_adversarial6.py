@@ -261,3 +261,26 @@ def test_cli_bench_refuses_an_endless_measurement_and_a_batch_the_machine_cannot
     assert r.returncode == 2, r.stderr
     assert "input 'x' of shape [100000000000, 784] at --batch 100000000000 needs" in r.stderr
     assert "use a smaller --batch" in r.stderr and "Traceback" not in r.stderr
+
+
+# --- GraphPool errors name the pool ---------------------------------------------------------------------------
+
+@pytest.mark.anyio
+async def test_a_graph_pool_request_error_names_the_pool_and_the_instance():
+    async with ga.Session() as s:
+        pool = ga.GraphPool.add(s, ga.samples.mlp(), graph_ids=[1, 2])
+        # it named only Session.run_graph_async, a call the caller never made
+        with pytest.raises(ga.InputError, match=r"^GraphPool\.run_graph_async\(graph_ids=\[1, 2\]\) through "
+                                                r"Session\.run_graph_async\(graph_id=[12]\): unknown input name\(s\) "
+                                                r"'X'; missing input\(s\) 'x'") as info:
+            await pool.run_graph_async({"X": np.ones((1, 784), np.float32)})
+        assert info.value.input_name is None and info.value.graph_id in (1, 2)
+        with pytest.raises(ga.InputTypeError, match=r"^GraphPool\.run_graph_async\(graph_ids=\[1, 2\]\) through "
+                                                    r"Session\.run_graph_async\(graph_id=[12]\): input 0 \('x'\): "
+                                                    r"dtype float64"):
+            await pool.run_graph_async([np.ones((1, 784))])
+        (y,) = await pool.run_graph_async([np.ones((1, 784), np.float32)])
+        assert y.numpy().shape == (1, 10)
+    closed = r"in GraphPool\.run_graph_async\(graph_ids=\[1, 2\]\) through Session\.run_graph_async\(graph_id=[12]\): "
+    with pytest.raises(ga.SessionClosedError, match=closed + "the session is closed"):
+        await pool.run_graph_async([np.ones((1, 784), np.float32)])
