@@ -142,12 +142,12 @@ class Session:
         # geasync's own options ("geasync.*") are checked here and never reach the runtime
         ge_opts, own_opts = split_options(opts, SESSION_OPTIONS, "Session() options")
         if not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) or max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be a positive int, got {max_in_flight!r}")
+            raise ValueError(f"Session(): max_in_flight must be a positive int, got {max_in_flight!r}")
         if not isinstance(abandon_after, (int, float)) or isinstance(abandon_after, bool) or not abandon_after > 0:
-            raise ValueError(f"abandon_after must be a positive number of seconds, got {abandon_after!r}")
+            raise ValueError(f"Session(): abandon_after must be a positive number of seconds, got {abandon_after!r}")
         if slow_after is not None and (not isinstance(slow_after, (int, float)) or isinstance(slow_after, bool)
                                        or not slow_after > 0 or slow_after == math.inf):
-            raise ValueError(f"slow_after must be a positive number of seconds or None, got {slow_after!r}")
+            raise ValueError(f"Session(): slow_after must be a positive number of seconds or None, got {slow_after!r}")
         self._abandon_after = float(abandon_after)
         self._slow_after = math.inf if slow_after is None else float(slow_after)  # inf: one float compare per run
         self._graph_stats: dict[int, GraphCounters] = {}  # per graph id, every run mode

@@ -284,3 +284,12 @@ async def test_a_graph_pool_request_error_names_the_pool_and_the_instance():
     closed = r"in GraphPool\.run_graph_async\(graph_ids=\[1, 2\]\) through Session\.run_graph_async\(graph_id=[12]\): "
     with pytest.raises(ga.SessionClosedError, match=closed + "the session is closed"):
         await pool.run_graph_async([np.ones((1, 784), np.float32)])
+
+
+@pytest.mark.parametrize("kwargs", [dict(max_in_flight=0), dict(max_in_flight="8"), dict(abandon_after=float("nan")),
+                                    dict(abandon_after=-1), dict(slow_after="1"), dict(slow_after=float("inf"))])
+def test_bad_session_keywords_name_the_session(kwargs):
+    (name,) = kwargs
+    with pytest.raises(ValueError, match=rf"^Session\(\): {name} must be a positive"):
+        ga.Session(**kwargs)
+    assert ga.live_counters()["sessions"] == 0
