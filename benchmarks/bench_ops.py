@@ -461,6 +461,11 @@ def dtype_and_sweep_cases(size: str):
         yield f"{op} float16 (row broadcast)", *single_op(op, h, out_type=TensorProto.FLOAT16, extra=[("b", hb)])
     yield "ReduceSum float16 (axis -1)", *single_op("ReduceSum", h, out_type=TensorProto.FLOAT16, keepdims=1,
                                                     initializers=[("a", np.array([-1], np.int64))])
+    # the other reductions, and an outermost reduced axis (the whole input widened first)
+    yield "ReduceMax float16 (axis -1)", *single_op("ReduceMax", h, out_type=TensorProto.FLOAT16, keepdims=1,
+                                                    initializers=[("a", np.array([-1], np.int64))])
+    yield "ReduceMean float16 (axis 0)", *single_op("ReduceMean", h, out_type=TensorProto.FLOAT16, keepdims=1,
+                                                    initializers=[("a", np.array([0], np.int64))])
     yield "Softmax float16 (axis -1)", *single_op("Softmax", h, out_type=TensorProto.FLOAT16, axis=-1)
     for e in (2.0, 3.0, 0.5):
         base = rand(shape, 0.5, 2) if e == 0.5 else x
