@@ -964,6 +964,39 @@ def conv_sweep6_cases(size: str):
                dilations=[8], pads=[8, 8])
 
 
+def conv_sweep7_cases(size: str):
+    """A seventh conv sweep (1M size only): the activations a Conv absorbs after itself (SiLU as Sigmoid -> Mul,
+    Sigmoid, Tanh, HardSwish), after depthwise convs at stride 1 and 2 (EfficientNet / MobileNetV3 blocks, one and
+    two images) and a dense 3x3, and after a folded BatchNormalization."""
+    if size != "1M":
+        return
+
+    def conv(name, x, w, after, bn=False, **attrs):
+        m = w[0]
+        init = [("w", rand(w, -0.2, 0.2, 131)), ("b", rand([m], seed=132))]
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c0" if bn else "c"], **attrs)]
+        if bn:
+            init += [("sc", rand([m], 0.5, 1.5, 133)), ("sh", rand([m], seed=134)), ("mu", rand([m], seed=135)),
+                     ("var", rand([m], 0.5, 2.0, 136))]
+            nodes.append(helper.make_node("BatchNormalization", ["c0", "sc", "sh", "mu", "var"], ["c"]))
+        if after == "SiLU":
+            nodes += [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+        else:
+            nodes.append(helper.make_node(after, ["c"], ["y"]))
+        model = make_model(nodes, [("x", F, list(x.shape))], [("y", F, None)], initializers=init, opset=OPSET)
+        return f"{name} + {after} on {'x'.join(map(str, x.shape))}", model, [x]
+
+    for after in ("SiLU", "Sigmoid", "Tanh", "HardSwish"):
+        yield conv("Conv depthwise 3x3 p1 bias", rand([1, 96, 56, 56], seed=137), [96, 1, 3, 3], after,
+                   kernel_shape=[3, 3], pads=[1] * 4, group=96)
+    for shape, k, s in (((1, 240, 28, 28), 5, 2), ((2, 96, 32, 32), 3, 2), ((1, 672, 14, 14), 5, 1),
+                        ((1, 1152, 7, 7), 3, 1)):
+        yield conv(f"Conv depthwise {k}x{k} s{s} bias + BN", rand(list(shape), seed=138), [shape[1], 1, k, k], "SiLU",
+                   bn=True, kernel_shape=[k, k], strides=[s, s], pads=[k // 2] * 4, group=shape[1])
+    yield conv("Conv 3x3 p1 bias", rand([1, 32, 56, 56], seed=139), [32, 32, 3, 3], "SiLU", kernel_shape=[3, 3],
+               pads=[1] * 4)
+
+
 def quant_model_cases(size: str):
     """Quantised models: QuantizeLinear / DequantizeLinear with 16-bit activations (quantize_static's QUInt16 /
     QInt16, opset 21), per tensor and per channel, and a QDQ Conv whose weight is a DequantizeLinear of an int8
@@ -1237,6 +1270,7 @@ FAMILIES = {
     "conv sweep 4": conv_sweep4_cases,
     "conv sweep 5": conv_sweep5_cases,
     "conv sweep 6": conv_sweep6_cases,
+    "conv sweep 7": conv_sweep7_cases,
     "sweep 7": sweep7_cases,
 
     "quant models": quant_model_cases,
