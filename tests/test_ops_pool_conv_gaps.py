@@ -1,7 +1,7 @@
 """Pooling and small-conv shapes that measured well behind onnxruntime (benchmarks/bench_ops.py, "pooling gaps"):
 windows side by side along the row (kernel == column stride 3..8, e.g. 3x3 stride 3 and 4x3 stride (4, 3)), which
 the twin reads as whole registers and picks apart by permutes. Checked bit for bit against the general loop's
-arithmetic (AveragePool: float64 sums in window order from +0.0, one division; MaxPool: the first valid tap, then a
+arithmetic (AveragePool: float32 sums in window order from +0.0, one division; MaxPool: the first valid tap, then a
 later one where it is larger, and the Indices path's values), and against onnx.reference, on the CPU's best
 instruction set and on the AVX2 / baseline fallbacks."""
 import numpy as np
@@ -75,7 +75,7 @@ def test_side_by_side_reference(shape, kernel, pads, ceil):
     x = (RNG.standard_normal(shape) * 3).astype(np.float32)
     for op in ("AveragePool", "MaxPool"):
         m = _model(op, x, **_attrs(kernel, kernel, pads, ceil))
-        # onnx.reference sums in float32: its rounding, not the twin's float64 sums, sets the tolerance
+        # onnx.reference sums in float32 in its own order: that rounding sets the tolerance
         np.testing.assert_allclose(_twin(m, x)[0], _reference(m, x), rtol=1e-6, atol=1e-6)
 
 

@@ -1,5 +1,5 @@
 """Pooling on short rows (the twin's whole-plane kernels: AveragePool at any stride, MaxPool at stride 1, rows up to
-64 wide) and their fallbacks (longer rows, NaN planes, Indices): against onnx.reference, a float64 window-order
+64 wide) and their fallbacks (longer rows, NaN planes, Indices): against onnx.reference, a float32 window-order
 oracle (the general loop's arithmetic) and the general loop's bits."""
 import warnings
 
@@ -67,15 +67,15 @@ def _windows(x, out_hw, kernel, strides, pads, fill):
 
 
 def _average_oracle(x, out_hw, kernel, strides, pads, count_pad):
-    """The general loop: each window's valid taps added in float64 in window order from +0.0 (a tap outside adds
-    +0.0, which leaves the sum unchanged), then one division by the count (0 when nothing is counted: 0)."""
-    acc = np.zeros(x.shape[:2] + tuple(out_hw), np.float64)
+    """The general loop: each window's valid taps added in float32 in window order from +0.0 (a tap outside adds
+    +0.0, which leaves the sum unchanged), then one float32 division by the count (0 when nothing is counted: 0)."""
+    acc = np.zeros(x.shape[:2] + tuple(out_hw), np.float32)
     count = np.zeros(tuple(out_hw), np.int64)
     with np.errstate(all="ignore"):
         for v, inside, padded in _windows(x, out_hw, kernel, strides, pads, 0.0):
-            acc += v
+            acc += v.astype(np.float32)
             count += padded if count_pad else inside
-        return np.where(count > 0, acc / np.maximum(count, 1), 0.0).astype(np.float32)
+        return np.where(count > 0, acc / np.maximum(count, 1).astype(np.float32), np.float32(0)).astype(np.float32)
 
 
 def _max_oracle(x, out_hw, kernel, strides, pads, keep_first_nan):

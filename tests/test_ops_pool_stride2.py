@@ -1,6 +1,6 @@
 """AveragePool's AVX-512 whole-plane paths: at stride 2 the plane read in place (blocks of 8 outputs, four at a time,
-masked loads at the row ends and pads, a zero row for tap rows in the pads), otherwise 8-double blocks over the
-padded grid. Checked bit for bit against the general loop's arithmetic (float64 sums in window order from +0.0, one
+masked loads at the row ends and pads, a zero row for tap rows in the pads), otherwise 16-float blocks over the
+padded grid. Checked bit for bit against the general loop's arithmetic (float32 sums in window order from +0.0, one
 division) and against onnx.reference, on the CPU's best instruction set and on the AVX2 / baseline fallbacks."""
 import numpy as np
 import pytest
@@ -86,7 +86,7 @@ def test_averagepool_stride2_many_planes_and_batches():
                 _check(x, kernel, (2, 2), pads, ceil, 0)
 
 
-# ---- stride 1, 2x2 / 3x3 windows, one plane per grid: separable sums on planes whose sums are exact in double ----
+# ---- stride 1, 2x2 / 3x3 windows, one plane per grid: planes of narrow and wide magnitude spans ----
 
 def _span_plane(shape, span, stream):
     """Full-mantissa values of both signs whose magnitudes span `span` binades (2^-12 .. 2^(span - 12)), the
@@ -109,8 +109,7 @@ _SEP_WINDOWS = [((3, 3), (1, 1, 1, 1)), ((3, 3), (0, 0, 0, 0)), ((2, 2), (0, 0, 
 @pytest.mark.parametrize("count_pad", [0, 1])
 @pytest.mark.parametrize("span", [3, 25, 26, 40])
 def test_averagepool_stride1_separable_bits(shape, kernel, pads, count_pad, span):
-    # Spans up to 25 binades take the separable sums (exact, so the window order's bits); wider ones the window
-    # order itself: the same bits either way.
+    # Every span takes the window order's float32 sums (no separable path: in float32 it would change the bits).
     x = _span_plane(shape, span, stream=span + shape[3])
     _check(x, kernel, (1, 1), pads, 0, count_pad)
 
@@ -119,7 +118,7 @@ def test_averagepool_stride1_separable_bits(shape, kernel, pads, count_pad, span
 def test_averagepool_stride1_cancelling_planes_keep_window_order(kernel, pads):
     # +-2^31 next to values near 1: windows where the large ones cancel keep only the small ones' sum, whose bits
     # below 2^-21 depend on the order of the additions (a row sum -2^31 + s rounds s, the window order may not).
-    # These planes span ~40 binades, so they must take the window order.
+    # Every path takes the window order.
     shape = (1, 2, 40, 48)
     big = RNG.choice(np.array([2.0 ** 31, -(2.0 ** 31)]), shape)
     x = np.where(RNG.random(shape) < 0.5, big, RNG.uniform(0.5, 2.0, shape)).astype(np.float32)
@@ -129,7 +128,8 @@ def test_averagepool_stride1_cancelling_planes_keep_window_order(kernel, pads):
 
 def test_averagepool_stride1_separable_edge_planes():
     # Per plane: -0.0 only (+0.0 out: the window-order sum starts at +0.0), zeros mixed with -0.0, denormals only,
-    # denormals with values up to 2^-100, the largest magnitudes (sums of 9 still finite in double), one NaN, one
+    # denormals with values up to 2^-100, the largest magnitudes (float32 sums overflow to +-inf, NaN
+    # where both signs do, as the general loop's), one NaN, one
     # inf, +-inf, exact cancellations (x and -x side by side), a single nonzero value.
     h, w = 20, 23
     planes = [np.full((h, w), -0.0), np.where(RNG.random((h, w)) < 0.5, 0.0, -0.0),

@@ -1,7 +1,7 @@
 """Strided pools without pads (kernel == column stride 2..4, 2x2 stride 2 with ceil-mode overhang): the AVX-512
 kernel works on four blocks of 8 outputs at once, a group running across output rows and planes, and a ceil-mode
 last row reading fewer window rows than its neighbours in the group. Bit for bit against the general loop's
-arithmetic (AveragePool: float64 sums in window order from +0.0, one division; MaxPool: the first tap, then a later
+arithmetic (AveragePool: float32 sums in window order from +0.0, one division; MaxPool: the first tap, then a later
 one where it is larger) and against onnx.reference, on the benchmark's shapes and odd ones."""
 import numpy as np
 import pytest

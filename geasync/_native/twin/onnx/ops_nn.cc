@@ -2460,23 +2460,24 @@ __attribute__((always_inline)) inline void MaxRowsBody(const PoolRows &r, float 
       }
     }
 }
-// Sum in double, from 0, in the general loop's order.
-__attribute__((always_inline)) inline void SumRowsBody(const PoolRows &r, double *__restrict acc) {
-  for (int64_t j = 0; j < r.n; ++j) acc[j] = 0.0;
+// Sum in float32, from +0.0, in the general loop's order (AveragePool's one summation order: every float path
+// adds the same taps in this order, so all paths give the same bits).
+__attribute__((always_inline)) inline void SumRowsBody(const PoolRows &r, float *__restrict acc) {
+  for (int64_t j = 0; j < r.n; ++j) acc[j] = 0.0f;
   for (int64_t kh = 0; kh < r.rows; ++kh)
     for (int64_t kw = 0; kw < r.kw; ++kw) {
       const float *__restrict xc = r.x + kh * r.w + kw;
       if (r.sw == 1) {
-        for (int64_t j = 0; j < r.n; ++j) acc[j] += static_cast<double>(xc[j]);
+        for (int64_t j = 0; j < r.n; ++j) acc[j] += xc[j];
       } else if (r.sw == 2) {
-        for (int64_t j = 0; j < r.n; ++j) acc[j] += static_cast<double>(xc[2 * j]);
+        for (int64_t j = 0; j < r.n; ++j) acc[j] += xc[2 * j];
       } else {
-        for (int64_t j = 0; j < r.n; ++j) acc[j] += static_cast<double>(xc[j * r.sw]);
+        for (int64_t j = 0; j < r.n; ++j) acc[j] += xc[j * r.sw];
       }
     }
 }
 void MaxRowsBase(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
-void SumRowsBase(const PoolRows &r, double *acc) { SumRowsBody(r, acc); }
+void SumRowsBase(const PoolRows &r, float *acc) { SumRowsBody(r, acc); }
 #ifdef TWIN_HAVE_X86
 // Stride 2: tap kw of outputs j..j+7 is the even (kw even) or odd lane of the 16 floats from column 2j + (kw & ~1).
 // The two shuffles leave the outputs in the order 0 1 4 5 2 3 6 7, the same for every tap: the maxima are taken
@@ -2565,51 +2566,10 @@ __attribute__((target("avx2"))) void MaxRowsAvx2(const PoolRows &r, float *y) {
   if (r.kw == 3) return MaxRowStride2Avx2<3>(r, y);
   MaxRowStride2Avx2<0>(r, y);
 }
-// Stride 1, separable: the window rows' sums per input column (rows in order, in double), then each output the sum
-// of its kw adjacent column sums, scaled: (rows + kw) additions per output instead of rows * kw. The additions
-// are the general loop's, grouped by column: the double sums can differ in their last bits (a double has 29 bits
-// more than a float), which moves the float result by an ulp at most, and only in rare ties.
-// cs: r.n + r.kw - 1 doubles.
-__attribute__((target("avx2"))) void AvgRowsSeparableAvx2(const PoolRows &r, double scale, double *cs, float *y) {
-  const int64_t ncol = r.n + r.kw - 1;
-  int64_t c = 0;
-  for (; c + 8 <= ncol; c += 8) {
-    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
-    for (int64_t kh = 0; kh < r.rows; ++kh) {
-      const __m256 v = _mm256_loadu_ps(r.x + kh * r.w + c);
-      lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
-      hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
-    }
-    _mm256_storeu_pd(cs + c, lo);
-    _mm256_storeu_pd(cs + c + 4, hi);
-  }
-  for (; c < ncol; ++c) {
-    double sum = 0.0;
-    for (int64_t kh = 0; kh < r.rows; ++kh) sum += static_cast<double>(r.x[kh * r.w + c]);
-    cs[c] = sum;
-  }
-  const __m256d sc = _mm256_set1_pd(scale);
-  int64_t j = 0;
-  for (; j + 8 <= r.n; j += 8) {
-    __m256d lo = _mm256_loadu_pd(cs + j), hi = _mm256_loadu_pd(cs + j + 4);
-    for (int64_t kw = 1; kw < r.kw; ++kw) {
-      lo = _mm256_add_pd(lo, _mm256_loadu_pd(cs + j + kw));
-      hi = _mm256_add_pd(hi, _mm256_loadu_pd(cs + j + kw + 4));
-    }
-    const __m128 flo = _mm256_cvtpd_ps(_mm256_mul_pd(lo, sc)), fhi = _mm256_cvtpd_ps(_mm256_mul_pd(hi, sc));
-    _mm256_storeu_ps(y + j, _mm256_insertf128_ps(_mm256_castps128_ps256(flo), fhi, 1));
-  }
-  for (; j < r.n; ++j) {
-    double sum = cs[j];
-    for (int64_t kw = 1; kw < r.kw; ++kw) sum += cs[j + kw];
-    y[j] = static_cast<float>(sum * scale);
-  }
-}
-// Other strides: SumRowsBody in its AVX2 build, scaled by 1 / div (a multiply instead of the general loop's division:
-// it can change the double's last bit, far below the float result's rounding).
-__attribute__((target("avx2"))) void AvgRowsAvx2(const PoolRows &r, double scale, double *acc, float *y) {
+// SumRowsBody in its AVX2 build, then the general loop's one division (div 0, no tap counted: 0).
+__attribute__((target("avx2"))) void AvgRowsAvx2(const PoolRows &r, float div, float *acc, float *y) {
   SumRowsBody(r, acc);
-  for (int64_t j = 0; j < r.n; ++j) y[j] = static_cast<float>(acc[j] * scale);
+  for (int64_t j = 0; j < r.n; ++j) y[j] = div != 0.0f ? acc[j] / div : 0.0f;
 }
 // Column strides 3..8 with kernel == stride along the row (windows side by side, e.g. 3x3 stride 3, 4x3 stride
 // (4, 3)): outputs j..j+7 read the columns j * kSw + [0, 8 * nr) as nr whole registers, and tap kw of the eight is
@@ -2617,18 +2577,17 @@ __attribute__((target("avx2"))) void AvgRowsAvx2(const PoolRows &r, double scale
 // are unrolled, so the registers stay registers), instead of SumRowsBody's / MaxRowsBody's scalar strided loops
 // (gathers measured slower still). Blocks at the row's end load masked up to r.avail (masked loads never fault)
 // and store masked up to n.
-// Average: the general loop's sums (double, from +0.0, window order) and its one division, so its bits; div 0 (no
+// Average: the general loop's sums (float32, from +0.0, window order) and its one division, so its bits; div 0 (no
 // tap counted): 0. Max: the first tap, then max(v, m) = v > m ? v : m, as MaxRowsBody.
 using DeintRowsFn = void (*)(const PoolRows &, double, float *);
 template <int kSw, bool kMax>
 __attribute__((target("avx2"))) void DeintRowsAvx2(const PoolRows &r, double div, float *y) {
   constexpr int kNr = (7 * kSw + kSw - 1) / 8 + 1;
   const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256d d = _mm256_set1_pd(div);
+  const __m256 d = _mm256_set1_ps(static_cast<float>(div));
   for (int64_t j = 0; j < r.n; j += 8) {
     const int64_t c = j * kSw;
-    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
-    __m256 m = _mm256_setzero_ps();
+    __m256 m = _mm256_setzero_ps();  // Max: overwritten by the first tap; Average: the sums from +0.0
     for (int64_t kh = 0; kh < r.rows; ++kh) {
       const float *xr = r.x + kh * r.w + c;
       __m256 R[kNr];
@@ -2659,17 +2618,11 @@ __attribute__((target("avx2"))) void DeintRowsAvx2(const PoolRows &r, double div
         if constexpr (kMax) {
           m = kh == 0 && kw == 0 ? v : _mm256_max_ps(v, m);
         } else {
-          lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
-          hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+          m = _mm256_add_ps(m, v);
         }
       }
     }
-    if constexpr (!kMax) {
-      m = _mm256_setzero_ps();
-      if (div != 0.0)
-        m = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(_mm256_div_pd(lo, d))),
-                                 _mm256_cvtpd_ps(_mm256_div_pd(hi, d)), 1);
-    }
+    if constexpr (!kMax) m = div != 0.0 ? _mm256_div_ps(m, d) : _mm256_setzero_ps();
     if (j + 8 <= r.n) _mm256_storeu_ps(y + j, m);
     else _mm256_maskstore_ps(y + j, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(r.n - j)), iota), m);
   }
@@ -2701,7 +2654,7 @@ struct FlatGrid {
   int64_t n, OH, OW;             // grid positions of a full batch (a multiple of 8; columns >= OW are not outputs)
   const int64_t *off;            // tap offsets in window order
   int64_t taps;
-  const double *div;  // AveragePool: the divisor per grid position of a batch
+  const float *div;  // AveragePool: the divisor per grid position of a batch
 };
 // Four floats to dst, the first cnt of them (cnt < 4: masked), as T.
 template <class T>
@@ -2718,8 +2671,7 @@ __attribute__((target("avx2"), always_inline)) inline void FlatStore4(T *dst, __
     }
   }
 }
-// The plane into xp (T = double: AveragePool's sums; float: MaxPool). Returns whether a copied value is NaN (only
-// for float).
+// The plane into xp (T = float; double kept for reuse). Returns whether a copied value is NaN (only for float).
 template <class T>
 __attribute__((target("avx2"), always_inline)) inline bool FlatFillAvx2(const FlatGrid &g, const float *x, T *xp) {
   constexpr bool kNan = std::is_same<T, float>::value;
@@ -2776,22 +2728,18 @@ __attribute__((target("avx2"), always_inline)) inline void FlatCopyOut(const Fla
 }
 // Grid positions of a batch of nb planes (a multiple of 8).
 inline int64_t FlatBatchN(const FlatGrid &g, int64_t nb) { return ((nb - 1) * g.PB + g.OH * g.Wq + 7) / 8 * 8; }
-// The window averages of grid positions o .. o + 4 kV - 1: the sums (taps in window order, from +0.0) divided by
-// the table's divisors.
+// The window averages of grid positions o .. o + 8 kV - 1: the float32 sums (taps in window order, from +0.0)
+// divided by the table's divisors.
 template <int kV>
-__attribute__((target("avx2"), always_inline)) inline void FlatAvgBlock(const FlatGrid &g, const double *xp,
+__attribute__((target("avx2"), always_inline)) inline void FlatAvgBlock(const FlatGrid &g, const float *xp,
                                                                         int64_t o, float *z) {
-  __m256d a[kV];
-  for (int k = 0; k < kV; ++k) a[k] = _mm256_setzero_pd();
+  __m256 a[kV];
+  for (int k = 0; k < kV; ++k) a[k] = _mm256_setzero_ps();
   for (int64_t t = 0; t < g.taps; ++t) {
-    const double *p = xp + o + g.off[t];
-    for (int k = 0; k < kV; ++k) a[k] = _mm256_add_pd(a[k], _mm256_loadu_pd(p + 4 * k));
+    const float *p = xp + o + g.off[t];
+    for (int k = 0; k < kV; ++k) a[k] = _mm256_add_ps(a[k], _mm256_loadu_ps(p + 8 * k));
   }
-  for (int k = 0; k < kV; k += 2) {
-    const __m128 flo = _mm256_cvtpd_ps(_mm256_div_pd(a[k], _mm256_loadu_pd(g.div + o + 4 * k)));
-    const __m128 fhi = _mm256_cvtpd_ps(_mm256_div_pd(a[k + 1], _mm256_loadu_pd(g.div + o + 4 * k + 4)));
-    _mm256_storeu_ps(z + o + 4 * k, _mm256_insertf128_ps(_mm256_castps128_ps256(flo), fhi, 1));
-  }
+  for (int k = 0; k < kV; ++k) _mm256_storeu_ps(z + o + 8 * k, _mm256_div_ps(a[k], _mm256_loadu_ps(g.div + o + 8 * k)));
 }
 // The window maxima of grid positions o .. o + 8 kV - 1: the first tap, then max(v, m) = v > m ? v : m.
 template <int kV>
@@ -2805,17 +2753,17 @@ __attribute__((target("avx2"), always_inline)) inline void FlatMaxBlock(const Fl
   }
   for (int k = 0; k < kV; ++k) _mm256_storeu_ps(z + o + 8 * k, m[k]);
 }
-// AveragePool: per output the general loop's arithmetic, the taps added in double in window order (a pad adds +0.0,
+// AveragePool: per output the general loop's arithmetic, the taps added in float32 in window order (a pad adds +0.0,
 // which leaves a sum that started at +0.0 unchanged), then one division by the table's divisor.
 __attribute__((target("avx2"))) void FlatAvgAvx2(const FlatGrid &g, const float *x, int64_t in_sp, float *y,
-                                                 int64_t out_sp, int64_t count, double *xp, float *z) {
+                                                 int64_t out_sp, int64_t count, float *xp, float *z) {
   const float *y_end = y + count * out_sp;
   for (int64_t i0 = 0; i0 < count; i0 += g.B) {
     const int64_t nb = std::min(g.B, count - i0), n = FlatBatchN(g, nb);
-    for (int64_t b = 0; b < nb; ++b) FlatFillAvx2<double>(g, x + (i0 + b) * in_sp, xp + b * g.PB);
+    for (int64_t b = 0; b < nb; ++b) FlatFillAvx2<float>(g, x + (i0 + b) * in_sp, xp + b * g.PB);
     int64_t o = 0;
-    for (; o + 32 <= n; o += 32) FlatAvgBlock<8>(g, xp, o, z);  // eight independent chains: the adds' latency hidden
-    for (; o < n; o += 8) FlatAvgBlock<2>(g, xp, o, z);
+    for (; o + 32 <= n; o += 32) FlatAvgBlock<4>(g, xp, o, z);  // four independent chains: the adds' latency hidden
+    for (; o < n; o += 8) FlatAvgBlock<1>(g, xp, o, z);
     for (int64_t b = 0; b < nb; ++b) FlatCopyOut(g, z + b * g.PB, y + (i0 + b) * out_sp, y_end);
   }
 }
@@ -2835,75 +2783,36 @@ __attribute__((target("avx2"))) void FlatMaxAvx2(const FlatGrid &g, const float 
     for (int64_t b = 0; b < nb; ++b) FlatCopyOut(g, z + b * g.PB, y + (i0 + b) * out_sp, y_end);
   }
 }
-// FlatAvgAvx2 with AVX-512 blocks: the same sums and divisions, 8 doubles per register (64 outputs per block: eight
-// independent chains).
+// FlatAvgAvx2 with AVX-512 blocks: the same sums and divisions, 16 floats per register (64 outputs per block: four
+// independent chains; the last grid positions by FlatAvgBlock, the same arithmetic).
 template <int kV>
-__attribute__((target("avx512f"), always_inline)) inline void FlatAvgBlock512(const FlatGrid &g, const double *xp,
+__attribute__((target("avx512f"), always_inline)) inline void FlatAvgBlock512(const FlatGrid &g, const float *xp,
                                                                             int64_t o, float *z) {
-  __m512d a[kV];
-  for (int k = 0; k < kV; ++k) a[k] = _mm512_setzero_pd();
+  __m512 a[kV];
+  for (int k = 0; k < kV; ++k) a[k] = _mm512_setzero_ps();
   for (int64_t t = 0; t < g.taps; ++t) {
-    const double *p = xp + o + g.off[t];
-    for (int k = 0; k < kV; ++k) a[k] = _mm512_add_pd(a[k], _mm512_loadu_pd(p + 8 * k));
+    const float *p = xp + o + g.off[t];
+    for (int k = 0; k < kV; ++k) a[k] = _mm512_add_ps(a[k], _mm512_loadu_ps(p + 16 * k));
   }
-  for (int k = 0; k < kV; ++k) {
-    const __m512d q = _mm512_div_pd(a[k], _mm512_loadu_pd(g.div + o + 8 * k));
-    _mm256_storeu_ps(z + o + 8 * k, _mm512_maskz_cvtpd_ps(0xFF, q));  // (maskz: see Half512)
-  }
+  for (int k = 0; k < kV; ++k) _mm512_storeu_ps(z + o + 16 * k, _mm512_div_ps(a[k], _mm512_loadu_ps(g.div + o + 16 * k)));
 }
 __attribute__((target("avx512f"))) void FlatAvgAvx512(const FlatGrid &g, const float *x, int64_t in_sp, float *y,
-                                                      int64_t out_sp, int64_t count, double *xp, float *z) {
+                                                      int64_t out_sp, int64_t count, float *xp, float *z) {
   const float *y_end = y + count * out_sp;
   for (int64_t i0 = 0; i0 < count; i0 += g.B) {
     const int64_t nb = std::min(g.B, count - i0), n = FlatBatchN(g, nb);
-    for (int64_t b = 0; b < nb; ++b) FlatFillAvx2<double>(g, x + (i0 + b) * in_sp, xp + b * g.PB);
+    for (int64_t b = 0; b < nb; ++b) FlatFillAvx2<float>(g, x + (i0 + b) * in_sp, xp + b * g.PB);
     int64_t o = 0;
-    for (; o + 64 <= n; o += 64) FlatAvgBlock512<8>(g, xp, o, z);
-    for (; o < n; o += 8) FlatAvgBlock512<1>(g, xp, o, z);
+    for (; o + 64 <= n; o += 64) FlatAvgBlock512<4>(g, xp, o, z);
+    for (; o + 16 <= n; o += 16) FlatAvgBlock512<1>(g, xp, o, z);
+    for (; o < n; o += 8) FlatAvgBlock<1>(g, xp, o, z);
     for (int64_t b = 0; b < nb; ++b) FlatCopyOut(g, z + b * g.PB, y + (i0 + b) * out_sp, y_end);
   }
-}
-// AveragePool at stride 1, separable, on planes whose sums are exact in double (SepInAvx512): every tap sum of
-// such a plane is exact in any order, so summing each row's taps once and then the window's row sums gives the
-// bits of the window-order sums (FlatAvgAvx2). A plane qualifies when it holds no inf / NaN and its
-// nonzero magnitudes span at most kSepMaxSpan binades: every value is then an integer multiple of the smallest
-// one's quantum 2^(emin - 150) (emin its biased exponent, 1 for denormals) and every partial sum of <= 16 of them
-// is below 2^(emax - 122), which needs at most emax - emin + 28 <= 53 significant bits. The window-order sum
-// starts from +0.0, so a sum that is exactly zero is +0.0 there; adding +0.0 at the end gives that here too.
-constexpr int32_t kSepMaxSpan = 25;
-// Whether the n floats of x qualify (above).
-// (Zero-masked forms with full masks: see Half512.)
-__attribute__((target("avx512f"), always_inline)) inline void SepSpan(__m512i b, __m512i *hi, __m512i *lo) {
-  const __m512i zero = _mm512_setzero_si512(), big = _mm512_set1_epi32(0x7fffffff);
-  *hi = _mm512_maskz_max_epi32(0xFFFF, *hi, b);
-  *lo = _mm512_maskz_min_epi32(0xFFFF, *lo, _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(b, zero), b, big));
-}
-__attribute__((target("avx512f"))) bool SepExactPlane(const float *x, int64_t n, int32_t max_span = kSepMaxSpan) {
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  __m512i hi = _mm512_setzero_si512(), lo = _mm512_set1_epi32(0x7fffffff);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) SepSpan(_mm512_and_si512(_mm512_loadu_si512(x + i), abs_mask), &hi, &lo);
-  if (i < n) {  // lanes past n load 0, which the minimum skips
-    const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1);
-    SepSpan(_mm512_and_si512(_mm512_maskz_loadu_epi32(k, x + i), abs_mask), &hi, &lo);
-  }
-  alignas(64) int32_t h[16], l[16];
-  _mm512_store_si512(h, hi);
-  _mm512_store_si512(l, lo);
-  int32_t hmax = 0, lmin = 0x7fffffff;
-  for (int j = 0; j < 16; ++j) {
-    hmax = std::max(hmax, h[j]);
-    lmin = std::min(lmin, l[j]);
-  }
-  if (hmax >= 0x7f800000) return false;  // inf or NaN
-  if (hmax == 0) return true;            // zeros only
-  const int32_t emax = hmax >> 23, emin = std::max(lmin >> 23, 1);
-  return emax - emin <= max_span;
 }
 // AveragePool at stride 2 on a 2-D plane read in place (AVX-512): no copy into FlatAvgAvx2's phase buffers, which
 // took ~2/3 of its time on small planes. Per block of 8 outputs of a row, the taps in window order: a tap row outside
 // the input reads a zero row, a tap column outside it is a masked-off (zero) lane, and +0.0 added to a sum that
-// started at +0.0 leaves it unchanged, as the general loop's skipped taps; the sums in double from +0.0, then one
+// started at +0.0 leaves it unchanged, as the general loop's skipped taps; the sums in float32 from +0.0, then one
 // division by the divisor table's entry, as the general loop. One 16-float load serves the pair of taps (kw, kw + 1):
 // its even lanes are tap kw's columns, its odd lanes tap kw + 1's.
 struct AvgInPlace {
@@ -2911,12 +2820,12 @@ struct AvgInPlace {
   int64_t OWp;             // OW rounded up to 8
   const uint16_t *mask;    // per block of 8 outputs and even kw: the lanes of the load at kw inside the row
   const int64_t *rowoff;   // per output row and tap row kh: the input row's offset (-1: outside, the zero row)
-  const double *div;       // per output row, OWp divisors (1 where nothing is counted: the sum is +0.0 there)
+  const float *div;        // per output row, OWp divisors (1 where nothing is counted: the sum is +0.0 there)
   // Rows of at most 4 outputs (pairs): two output rows per register, lanes [0, OW) row 2q, [OW, 2 OW) row 2q + 1.
   bool pairs;
   uint16_t pmask;          // the lanes of a row's load at column -PW inside the row
   const int32_t *pidx;     // per pair of taps (kw, kw + 1): 16 lanes into the two rows' loads (rows 2q | 2q + 1)
-  const int64_t *pdidx;    // a pair's divisors: lanes [0, OW) of row 2q's, [OW, 2 OW) of row 2q + 1's (8 + lane)
+  const int32_t *pdidx;    // a pair's divisors: lanes [0, OW) of row 2q's, [OW, 2 OW) of row 2q + 1's (16 + lane)
 };
 // (Zero-masked forms with full masks throughout: GCC 12 warns on the plain ones' undefined sources.)
 __attribute__((target("avx512f"), always_inline)) inline __m256 Half512(__m512 v, int hi) {
@@ -2932,11 +2841,11 @@ __attribute__((target("avx512f"), always_inline)) inline void AvgInPlaceBlocks(c
   const __m512i split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   const int64_t nblk = g.OWp / 8;
   const int64_t KH = kK ? kK : g.KH, KW = kK ? kK : g.KW;
-  __m512d acc[kB];
+  __m256 acc[kB];
   int64_t oh[kB], b[kB];
   for (int k = 0; k < kB; ++k) {
     oh[k] = (j0 + k) / nblk, b[k] = (j0 + k) % nblk;
-    acc[k] = _mm512_setzero_pd();
+    acc[k] = _mm256_setzero_ps();
   }
   for (int64_t kh = 0; kh < KH; ++kh) {
     const float *xr[kB];
@@ -2950,13 +2859,12 @@ __attribute__((target("avx512f"), always_inline)) inline void AvgInPlaceBlocks(c
     for (int64_t kw = 0; kw < KW; kw += 2)
       for (int k = 0; k < kB; ++k) {
         const __m512 v = _mm512_maskz_permutexvar_ps(0xFFFF, split, _mm512_maskz_loadu_ps(mb[k][kw], xr[k] + kw));
-        acc[k] = _mm512_add_pd(acc[k], _mm512_maskz_cvtps_pd(0xFF, Half512(v, 0)));
-        if (kw + 1 < KW) acc[k] = _mm512_add_pd(acc[k], _mm512_maskz_cvtps_pd(0xFF, Half512(v, 1)));
+        acc[k] = _mm256_add_ps(acc[k], Half512(v, 0));
+        if (kw + 1 < KW) acc[k] = _mm256_add_ps(acc[k], Half512(v, 1));
       }
   }
   for (int k = 0; k < kB; ++k) {
-    const __m512d d = _mm512_loadu_pd(g.div + oh[k] * g.OWp + 8 * b[k]);
-    const __m256 r = _mm512_maskz_cvtpd_ps(0xFF, _mm512_div_pd(acc[k], d));
+    const __m256 r = _mm256_div_ps(acc[k], _mm256_loadu_ps(g.div + oh[k] * g.OWp + 8 * b[k]));
     const int64_t n = std::min<int64_t>(8, g.OW - 8 * b[k]);
     float *yo = y + oh[k] * g.OW + 8 * b[k];
     if (n == 8) _mm256_storeu_ps(yo, r);
@@ -2974,8 +2882,8 @@ __attribute__((target("avx512f"), always_inline)) inline void AvgInPlacePairs(co
                                                                              const int64_t *oh, const float *zero,
                                                                              float *y) {
   const int64_t KH = kK ? kK : g.KH, KW = kK ? kK : g.KW;
-  __m512d acc[kB];
-  for (int k = 0; k < kB; ++k) acc[k] = _mm512_setzero_pd();
+  __m256 acc[kB];
+  for (int k = 0; k < kB; ++k) acc[k] = _mm256_setzero_ps();
   for (int64_t kh = 0; kh < KH; ++kh) {
     __m512 a[kB], c[kB];
     for (int k = 0; k < kB; ++k) {
@@ -2987,16 +2895,16 @@ __attribute__((target("avx512f"), always_inline)) inline void AvgInPlacePairs(co
       const __m512i idx = _mm512_loadu_si512(g.pidx + 8 * kw);  // (kw / 2) * 16
       for (int k = 0; k < kB; ++k) {
         const __m512 v = _mm512_maskz_permutex2var_ps(0xFFFF, a[k], idx, c[k]);
-        acc[k] = _mm512_add_pd(acc[k], _mm512_maskz_cvtps_pd(0xFF, Half512(v, 0)));
-        if (kw + 1 < KW) acc[k] = _mm512_add_pd(acc[k], _mm512_maskz_cvtps_pd(0xFF, Half512(v, 1)));
+        acc[k] = _mm256_add_ps(acc[k], Half512(v, 0));
+        if (kw + 1 < KW) acc[k] = _mm256_add_ps(acc[k], Half512(v, 1));
       }
     }
   }
   const __m512i didx = _mm512_loadu_si512(g.pdidx);
   for (int k = 0; k < kB; ++k) {
-    const __m512d d = _mm512_maskz_permutex2var_pd(0xFF, _mm512_loadu_pd(g.div + oh[2 * k] * g.OWp), didx,
-                                                   _mm512_loadu_pd(g.div + oh[2 * k + 1] * g.OWp));
-    const __m256 v = _mm512_maskz_cvtpd_ps(0xFF, _mm512_div_pd(acc[k], d));
+    const __m512 d = _mm512_maskz_permutex2var_ps(0xFFFF, _mm512_maskz_loadu_ps(0xFF, g.div + oh[2 * k] * g.OWp), didx,
+                                                  _mm512_maskz_loadu_ps(0xFF, g.div + oh[2 * k + 1] * g.OWp));
+    const __m256 v = _mm256_div_ps(acc[k], Half512(d, 0));
     const int64_t n = (oh[2 * k + 1] < g.OH ? 2 : 1) * g.OW;
     _mm512_mask_storeu_ps(y + 2 * k * g.OW, static_cast<__mmask16>((1u << n) - 1u), _mm512_castps256_ps512(v));
   }
@@ -3045,262 +2953,6 @@ __attribute__((target("avx512f"))) void AvgInPlaceAvx512(const AvgInPlace &g, co
   if (g.KH == 2 && g.KW == 2) return AvgInPlaceAll<2>(g, X, in_sp, out_sp, count, zero, Y);
   if (g.KH == 3 && g.KW == 3) return AvgInPlaceAll<3>(g, X, in_sp, out_sp, count, zero, Y);
   AvgInPlaceAll<0>(g, X, in_sp, out_sp, count, zero, Y);
-}
-// AveragePool at stride 1 with a kK x kK window on one plane read in place (AVX-512), separable: per input row the
-// kK-tap row sums of 8 outputs (one masked 16-float load at the block's first input column, lanes outside the row
-// zero, two conversions to double, the taps as shifts of those), kept in registers for the next kK - 1 output rows;
-// then the kK row sums, +0.0, and one division. Only on planes SepExactPlane accepts (kK * kK <= 16 taps): every
-// sum is exact there, so these are the window order's bits. No copy into FlatAvgAvx2's padded grid, which cost as
-// much as the sums on 64-wide rows, and any row length (the row-by-row path took ~1.5x onnxruntime on 128 x 128).
-struct SepInPlace {
-  int64_t H, W, OH, OW, PT, PL;
-  const uint16_t *mask;   // per block of 8 outputs: the lanes of its load inside the row (and needed by a tap)
-  const int64_t *drow;    // per output row: the offset of its divisor row in div
-  const double *div;      // divisor rows, ceil8(OW) each (1 where nothing is counted: the sum is +0.0 there)
-};
-template <int kS>
-__attribute__((target("avx512f"), always_inline)) inline __m512d SepShift(__m512d lo, __m512d hi) {
-  return _mm512_castsi512_pd(_mm512_maskz_alignr_epi64(0xFF, _mm512_castpd_si512(hi), _mm512_castpd_si512(lo), kS));
-}
-// Lanes i of the sum: v[i] + v[i + 1] + ... + v[i + kK - 1], v the 16 doubles lo | hi.
-template <int kK>
-__attribute__((target("avx512f"), always_inline)) inline __m512d SepInRowSum(__m512d lo, __m512d hi) {
-  __m512d s = lo;
-  if constexpr (kK > 1) s = _mm512_add_pd(s, SepShift<1>(lo, hi));
-  if constexpr (kK > 2) s = _mm512_add_pd(s, SepShift<2>(lo, hi));
-  if constexpr (kK > 3) s = _mm512_add_pd(s, SepShift<3>(lo, hi));
-  if constexpr (kK > 4) s = _mm512_add_pd(s, SepShift<4>(lo, hi));
-  if constexpr (kK > 5) s = _mm512_add_pd(s, SepShift<5>(lo, hi));
-  if constexpr (kK > 6) s = _mm512_add_pd(s, SepShift<6>(lo, hi));
-  if constexpr (kK > 7) s = _mm512_add_pd(s, SepShift<7>(lo, hi));
-  if constexpr (kK > 8) s = _mm512_add_pd(s, hi);
-  return s;
-}
-// The row sums of input row ih (zero outside the plane) for blocks c0 + 8 j, j < kB.
-template <int kK, int kB>
-__attribute__((target("avx512f"), always_inline)) inline void SepInRow(const SepInPlace &g, const float *x,
-                                                                      int64_t ih, int64_t c0, __m512d *h) {
-  if (ih < 0 || ih >= g.H) {
-    for (int j = 0; j < kB; ++j) h[j] = _mm512_setzero_pd();
-    return;
-  }
-  // Column c0 + 8 j - PL of the row: masked-off lanes are never read, so the start may lie before it.
-  const float *xr = x + ih * g.W + c0 - g.PL;
-  for (int j = 0; j < kB; ++j) {
-    const __m512 v = _mm512_maskz_loadu_ps(g.mask[c0 / 8 + j], xr + 8 * j);
-    const __m512d lo = _mm512_maskz_cvtps_pd(0xFF, Half512(v, 0)), hi = _mm512_maskz_cvtps_pd(0xFF, Half512(v, 1));
-    h[j] = SepInRowSum<kK>(lo, hi);
-  }
-}
-template <int kK, int kB>
-__attribute__((target("avx512f"), always_inline)) inline void SepInColumns(const SepInPlace &g, const float *x,
-                                                                          int64_t c0, float *y) {
-  __m512d h[kK][kB];  // the row sums of the window's rows, oldest first
-  for (int k = 0; k + 1 < kK; ++k) SepInRow<kK, kB>(g, x, k - g.PT, c0, h[k]);
-  __mmask16 mask[kB];
-  for (int j = 0; j < kB; ++j) {
-    const int64_t left = g.OW - (c0 + 8 * j);
-    mask[j] = static_cast<__mmask16>(left >= 8 ? 0xFF : (left > 0 ? (1u << left) - 1 : 0));
-  }
-  const __m512d zero = _mm512_setzero_pd();
-  for (int64_t oh = 0; oh < g.OH; ++oh) {
-    SepInRow<kK, kB>(g, x, oh - g.PT + kK - 1, c0, h[kK - 1]);
-    const double *d = g.div + g.drow[oh] + c0;
-    for (int j = 0; j < kB; ++j) {
-      __m512d sum = h[0][j];
-      for (int k = 1; k < kK; ++k) sum = _mm512_add_pd(sum, h[k][j]);
-      sum = _mm512_add_pd(sum, zero);  // the window order starts from +0.0: a sum of -0.0 only is +0.0
-      const __m512d q = _mm512_div_pd(sum, _mm512_loadu_pd(d + 8 * j));
-      const __m512 f = _mm512_castps256_ps512(_mm512_maskz_cvtpd_ps(0xFF, q));
-      _mm512_mask_storeu_ps(y + oh * g.OW + c0 + 8 * j, mask[j], f);
-    }
-    for (int k = 0; k + 1 < kK; ++k)
-      for (int j = 0; j < kB; ++j) h[k][j] = h[k + 1][j];
-  }
-}
-template <int kK>
-__attribute__((target("avx512f"))) void SepInPlaneAvx512(const SepInPlace &g, const float *x, float *y) {
-  int64_t c0 = 0;
-  for (; c0 + 32 <= g.OW; c0 += 32) SepInColumns<kK, 4>(g, x, c0, y);
-  for (; c0 < g.OW; c0 += 8) SepInColumns<kK, 1>(g, x, c0, y);
-}
-// Other kh x kKW windows (kKW <= 9): one running sum down the rows, the entering row's sums added and the leaving
-// row's (kept in ring, kh rows of 8 kB doubles) subtracted. Every value it holds is a sum of at most kh * kKW taps,
-// exact on the planes SepExactPlane accepts with the span that count allows (SepRunSpan), so the same bits again.
-template <int kKW, int kB>
-__attribute__((target("avx512f"), always_inline)) inline void SepRunColumns(const SepInPlace &g, int64_t kh,
-                                                                           const float *x, int64_t c0, double *ring,
-                                                                           float *y) {
-  __m512d s[kB], r[kB];
-  for (int j = 0; j < kB; ++j) s[j] = _mm512_setzero_pd();
-  for (int64_t k = 0; k + 1 < kh; ++k) {
-    SepInRow<kKW, kB>(g, x, k - g.PT, c0, r);
-    for (int j = 0; j < kB; ++j) {
-      _mm512_storeu_pd(ring + (k * kB + j) * 8, r[j]);
-      s[j] = _mm512_add_pd(s[j], r[j]);
-    }
-  }
-  __mmask16 mask[kB];
-  for (int j = 0; j < kB; ++j) {
-    const int64_t left = g.OW - (c0 + 8 * j);
-    mask[j] = static_cast<__mmask16>(left >= 8 ? 0xFF : (left > 0 ? (1u << left) - 1 : 0));
-  }
-  const __m512d zero = _mm512_setzero_pd();
-  int64_t in = kh - 1, out = 0;  // the ring's slots of the entering and the leaving row
-  for (int64_t oh = 0; oh < g.OH; ++oh) {
-    SepInRow<kKW, kB>(g, x, oh - g.PT + kh - 1, c0, r);
-    const double *d = g.div + g.drow[oh] + c0;
-    for (int j = 0; j < kB; ++j) {
-      _mm512_storeu_pd(ring + (in * kB + j) * 8, r[j]);
-      s[j] = _mm512_add_pd(s[j], r[j]);
-      const __m512d q = _mm512_div_pd(_mm512_add_pd(s[j], zero), _mm512_loadu_pd(d + 8 * j));  // (+0.0: above)
-      _mm512_mask_storeu_ps(y + oh * g.OW + c0 + 8 * j, mask[j],
-                            _mm512_castps256_ps512(_mm512_maskz_cvtpd_ps(0xFF, q)));
-      s[j] = _mm512_sub_pd(s[j], _mm512_loadu_pd(ring + (out * kB + j) * 8));
-    }
-    in = in + 1 == kh ? 0 : in + 1;
-    out = out + 1 == kh ? 0 : out + 1;
-  }
-}
-template <int kKW>
-__attribute__((target("avx512f"))) void SepRunPlaneAvx512(const SepInPlace &g, int64_t kh, const float *x,
-                                                          double *ring, float *y) {
-  int64_t c0 = 0;
-  for (; c0 + 32 <= g.OW; c0 += 32) SepRunColumns<kKW, 4>(g, kh, x, c0, ring, y);
-  for (; c0 < g.OW; c0 += 8) SepRunColumns<kKW, 1>(g, kh, x, c0, ring, y);
-}
-// The span of binades SepExactPlane may allow for sums of `taps` values: each value a multiple of the smallest
-// one's quantum below 2^(emax - 126), a sum of n of them needs emax - emin + 24 + ceil(log2 n) <= 53 bits.
-inline int32_t SepRunSpan(int64_t taps) {
-  int32_t bits = 0;
-  while ((int64_t{1} << bits) < taps) ++bits;
-  return 29 - bits;
-}
-// One plane if SepExactPlane accepts it (returns whether it did): kh x kw windows, square 2..4 (kh == kw) by
-// SepInPlaneAvx512, others by SepRunPlaneAvx512 (ring: 32 kh doubles).
-__attribute__((target("avx512f"))) bool SepInAvx512(const SepInPlace &g, int64_t kh, int64_t kw, const float *x,
-                                                    double *ring, float *y) {
-  if (!SepExactPlane(x, g.H * g.W, kh == kw && kh <= 4 ? kSepMaxSpan : SepRunSpan(kh * kw))) return false;
-  if (kh == kw && kh >= 2 && kh <= 4) {
-    if (kh == 2) SepInPlaneAvx512<2>(g, x, y);
-    else if (kh == 3) SepInPlaneAvx512<3>(g, x, y);
-    else SepInPlaneAvx512<4>(g, x, y);
-    return true;
-  }
-  switch (kw) {
-    case 1: SepRunPlaneAvx512<1>(g, kh, x, ring, y); break;
-    case 2: SepRunPlaneAvx512<2>(g, kh, x, ring, y); break;
-    case 3: SepRunPlaneAvx512<3>(g, kh, x, ring, y); break;
-    case 4: SepRunPlaneAvx512<4>(g, kh, x, ring, y); break;
-    case 5: SepRunPlaneAvx512<5>(g, kh, x, ring, y); break;
-    case 6: SepRunPlaneAvx512<6>(g, kh, x, ring, y); break;
-    case 7: SepRunPlaneAvx512<7>(g, kh, x, ring, y); break;
-    case 8: SepRunPlaneAvx512<8>(g, kh, x, ring, y); break;
-    default: SepRunPlaneAvx512<9>(g, kh, x, ring, y); break;
-  }
-  return true;
-}
-// SepExactPlane on AVX2 (the same test: no inf / NaN, nonzero magnitudes within max_span binades).
-__attribute__((target("avx2"))) bool SepExactPlaneAvx2(const float *x, int64_t n, int32_t max_span) {
-  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), zero = _mm256_setzero_si256();
-  __m256i hi = zero, lo = abs_mask;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i b = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(x + i)), abs_mask);
-    hi = _mm256_max_epi32(hi, b);
-    lo = _mm256_min_epi32(lo, _mm256_blendv_epi8(b, abs_mask, _mm256_cmpeq_epi32(b, zero)));  // zeros skipped
-  }
-  alignas(32) int32_t h[8], l[8];
-  _mm256_store_si256(reinterpret_cast<__m256i *>(h), hi);
-  _mm256_store_si256(reinterpret_cast<__m256i *>(l), lo);
-  int32_t hmax = 0, lmin = 0x7fffffff;
-  for (int j = 0; j < 8; ++j) hmax = std::max(hmax, h[j]), lmin = std::min(lmin, l[j]);
-  for (; i < n; ++i) {
-    int32_t b;
-    std::memcpy(&b, x + i, sizeof b);
-    b &= 0x7fffffff;
-    hmax = std::max(hmax, b);
-    if (b) lmin = std::min(lmin, b);
-  }
-  if (hmax >= 0x7f800000) return false;  // inf or NaN
-  if (hmax == 0) return true;            // zeros only
-  const int32_t emax = hmax >> 23, emin = std::max(lmin >> 23, 1);
-  return emax - emin <= max_span;
-}
-// The doubles SepInAvx2 needs for a plane's output rows of `ow` with a kh x kw window.
-inline size_t SepInAvx2Doubles(int64_t kh, int64_t kw, int64_t ow) {
-  return static_cast<size_t>(kh * ow + ow + kw - 1);
-}
-// SepInAvx2's two passes, one per window size (kw, kh in 1..9) so that each is one pass over the row (GCC
-// vectorises them 4 doubles wide; a pass per tap measured store-bound, ~1.7x onnxruntime at 3x3).
-// The kKW-tap row sums of a zero-padded row.
-template <int kKW>
-__attribute__((target("avx2"))) void SepRowSums(const double *__restrict pad, double *__restrict dst, int64_t n) {
-  for (int64_t o = 0; o < n; ++o) {
-    double s = pad[o];
-    for (int k = 1; k < kKW; ++k) s += pad[o + k];
-    dst[o] = s;
-  }
-}
-// One output row: the kKH row sums (ring rows r[0..kKH)), +0.0 (as SepInColumns), divided by the divisor row d.
-template <int kKH>
-__attribute__((target("avx2"))) void SepColumnRow(const double *const *r, const double *__restrict d,
-                                                  float *__restrict y, int64_t n) {
-  const double *__restrict r0 = r[0];
-  for (int64_t o = 0; o < n; ++o) {
-    double s = r0[o];
-    for (int k = 1; k < kKH; ++k) s += r[k][o];
-    y[o] = static_cast<float>((s + 0.0) / d[o]);
-  }
-}
-using SepRowSumsFn = void (*)(const double *, double *, int64_t);
-using SepColumnRowFn = void (*)(const double *const *, const double *, float *, int64_t);
-template <int... kK>
-constexpr std::array<SepRowSumsFn, sizeof...(kK)> SepRowSumsTable(std::integer_sequence<int, kK...>) {
-  return {SepRowSums<kK + 1>...};
-}
-template <int... kK>
-constexpr std::array<SepColumnRowFn, sizeof...(kK)> SepColumnRowTable(std::integer_sequence<int, kK...>) {
-  return {SepColumnRow<kK + 1>...};
-}
-// AveragePool at stride 1 on AVX2 with SepInAvx512's plan (same planes, same geometry and divisors): per input row
-// its values in double in a zero-padded row (pad) and each output column's kw-tap row sum into a ring of kh rows,
-// then per output row the kh row sums, +0.0, and one division. Every sum is exact on the planes SepExactPlaneAvx2
-// accepts, so any order gives the window order's bits. kh, kw <= 9. buf: SepInAvx2Doubles. Returns whether it took
-// the plane.
-__attribute__((target("avx2"))) bool SepInAvx2(const SepInPlace &g, int64_t kh, int64_t kw, const float *x,
-                                               double *buf, float *y) {
-  if (kh < 1 || kh > 9 || kw < 1 || kw > 9) return false;
-  if (!SepExactPlaneAvx2(x, g.H * g.W, SepRunSpan(kh * kw))) return false;
-  static constexpr auto row_table = SepRowSumsTable(std::make_integer_sequence<int, 9>());
-  static constexpr auto col_table = SepColumnRowTable(std::make_integer_sequence<int, 9>());
-  const SepRowSumsFn row_fn = row_table[kw - 1];
-  const SepColumnRowFn col_fn = col_table[kh - 1];
-  const int64_t OW = g.OW, PW = OW + kw - 1;
-  double *ring = buf, *pad = buf + kh * OW;
-  // columns [c0, c1) of pad hold the row's columns [c0 - PL, c1 - PL); the rest are zero
-  const int64_t c0 = std::min(std::max<int64_t>(g.PL, 0), PW), c1 = std::max(c0, std::min(g.PL + g.W, PW));
-  std::fill(pad, pad + c0, 0.0);
-  std::fill(pad + c1, pad + PW, 0.0);
-  auto row_sums = [&](int64_t ih, double *dst) {
-    if (ih < 0 || ih >= g.H) {
-      std::fill(dst, dst + OW, 0.0);
-      return;
-    }
-    const float *xr = x + ih * g.W;
-    for (int64_t c = c0; c < c1; ++c) pad[c] = xr[c - g.PL];
-    row_fn(pad, dst, OW);
-  };
-  for (int64_t k = 0; k + 1 < kh; ++k) row_sums(k - g.PT, ring + k * OW);
-  const double *rows[9];
-  int64_t in = kh - 1;  // the ring's slot of the entering row
-  for (int64_t oh = 0; oh < g.OH; ++oh) {
-    row_sums(oh - g.PT + kh - 1, ring + in * OW);
-    for (int64_t k = 0; k < kh; ++k) rows[k] = ring + k * OW;  // (any order: the sums are exact)
-    col_fn(rows, g.div + g.drow[oh], y + oh * OW, OW);
-    in = in + 1 == kh ? 0 : in + 1;
-  }
-  return true;
 }
 // MaxPool at stride 1 with a kK x kK window on one plane read in place (AVX-512), separable: per input row the
 // maxima of kK adjacent columns for 16 outputs (two masked loads, lanes outside the row -inf as pads, the taps as
@@ -3384,13 +3036,12 @@ __attribute__((target("avx512f"))) void SepMaxInAvx512(const SepMaxInPlace &g, i
 }
 #else
 void MaxRowsAvx2(const PoolRows &r, float *y) { MaxRowsBody(r, y); }
-void AvgRowsAvx2(const PoolRows &, double, double *, float *) {}
+void AvgRowsAvx2(const PoolRows &, float, float *, float *) {}
 using DeintRowsFn = void (*)(const PoolRows &, double, float *);
 template <bool kMax>
 DeintRowsFn DeintRowsFor(int64_t, int64_t) {
   return nullptr;
 }
-void AvgRowsSeparableAvx2(const PoolRows &, double, double *, float *) {}
 #endif
 
 // y = the elementwise max of `count` rows of n floats, in row order, from -inf: v > m ? v : m (a max instruction), so
@@ -3555,74 +3206,39 @@ __attribute__((target("avx2"))) bool WholeMaxAvx2(const float *x, int64_t n, flo
 // Strided 2-D pools without pads whose eight outputs' windows lie in 32 columns (7 * SW + KW <= 32: kernel ==
 // stride 2x2 to 4x4, 3x3 stride 2 ...): per output row, the window rows' 32 columns in two registers and each tap's
 // eight columns picked by one permute. Taps in the general loop's order per output; columns past the row are loaded
-// as the fill (0: adding +0.0 to a sum from +0.0 changes nothing; -inf: max_ps keeps the register's value), rows
-// past the map (ceil mode) skipped. 2-2.5x faster than RunPlane2d's deinterleaving rows at 3x3 stride 3, measured.
+// as the fill (0: adding +0.0 to a sum from +0.0 changes nothing; -inf: max_ps keeps the register's value), as
+// are rows past the map (ceil mode). 2-2.5x faster than RunPlane2d's deinterleaving rows at 3x3 stride 3, measured.
 struct StridedPool {
   int64_t H, W, OH, OW, KH, KW, SH, SW;
   const int32_t *idx;  // per tap column kw: 16 lanes, lane j < 8 reading column j * SW + kw of the 32
-  const double *div;   // per output row: OW8 divisors (AveragePool)
+  const float *div;    // per output row: OW8 divisors (AveragePool)
   int64_t OW8;
 };
-// AveragePool: one block of 8 outputs at a time along each output row (the grouped blocks below measured 5-25%
-// slower for it: its conversions, not the chain of additions, bound it).
-template <bool kMax>
-__attribute__((target("avx512f"))) void StridedPoolRowsAvx512(const StridedPool &p, const float *x, float *y) {
-  const __m512 fill = _mm512_set1_ps(kMax ? -std::numeric_limits<float>::infinity() : 0.0f);
-  for (int64_t oh = 0; oh < p.OH; ++oh) {
-    const int64_t r0 = oh * p.SH, rows = std::min(p.KH, p.H - r0);
-    for (int64_t j = 0; j < p.OW; j += 8) {
-      const int64_t c0 = j * p.SW, left = std::min<int64_t>(p.W - c0, 32);
-      const __mmask16 lo = static_cast<__mmask16>(left >= 16 ? 0xffffu : (1u << left) - 1u);
-      const __mmask16 hi = static_cast<__mmask16>(left >= 32 ? 0xffffu : left <= 16 ? 0u : (1u << (left - 16)) - 1u);
-      __m512d acc = _mm512_setzero_pd();
-      __m512 m = _mm512_setzero_ps();  // overwritten by the first tap (rows >= 1); lanes 8..15 unused
-      for (int64_t kh = 0; kh < rows; ++kh) {
-        const float *xr = x + (r0 + kh) * p.W + c0;
-        const __m512 a = _mm512_mask_loadu_ps(fill, lo, xr), b = _mm512_mask_loadu_ps(fill, hi, xr + 16);
-        for (int64_t kw = 0; kw < p.KW; ++kw) {
-          const __m512 v = _mm512_permutex2var_ps(a, _mm512_loadu_si512(p.idx + 16 * kw), b);
-          if constexpr (kMax) {
-            m = kh == 0 && kw == 0 ? v : _mm512_maskz_max_ps(0xFFFF, v, m);
-          } else {
-            // The zero-masked forms: GCC 12 warns on the plain ones' undefined sources at -O1 (-Werror).
-            const __m256 lo8 = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 0));
-            acc = _mm512_add_pd(acc, _mm512_maskz_cvtps_pd(0xFF, lo8));
-          }
-        }
-      }
-      // Eight lanes stored through a 16-lane store (the 8-lane masked store is AVX-512VL).
-      const __mmask16 out = static_cast<__mmask16>(p.OW - j >= 8 ? 0xffu : (1u << (p.OW - j)) - 1u);
-      if constexpr (kMax) {
-        _mm512_mask_storeu_ps(y + oh * p.OW + j, out, m);
-      } else {
-        const __m256 r = _mm512_maskz_cvtpd_ps(0xFF, _mm512_div_pd(acc, _mm512_loadu_pd(p.div + oh * p.OW8 + j)));
-        _mm512_mask_storeu_ps(y + oh * p.OW + j, out, _mm512_castps256_ps512(r));
-      }
-    }
-  }
-}
-// One MaxPool block: 8 outputs of one output row. x: the window's first input (row r0, column c0); rows: the window
-// rows inside the map (ceil mode: fewer than KH); left: the columns inside the row from c0 (at most the 32 read); n:
-// the outputs stored.
+// One block: 8 outputs of one output row. x: the window's first input (row r0, column c0); rows: the window rows
+// inside the map (ceil mode: fewer than KH); left: the columns inside the row from c0 (at most the 32 read); n: the
+// outputs stored; div: AveragePool's 8 divisors.
 struct StridedBlock {
   const float *x;
   float *y;
   int64_t rows, left, n;
+  const float *div;
 };
-// kB blocks at once: kB independent chains of maxima (one chain is latency-bound: 3x3 s3 measured ~2x slower one
-// block at a time). A tap row past the map loads the fill only (-inf, as skipping it keeps the maximum), so every
-// output's taps are still the general loop's, in its order.
-template <int kB>
-__attribute__((target("avx512f"), always_inline)) inline void StridedMaxBlocksAvx512(const StridedPool &p,
-                                                                                    const StridedBlock *q) {
-  const __m512 fill = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+// kB blocks at once: kB independent chains (one chain is latency-bound: 3x3 s3 measured ~2x slower one block at a
+// time). A tap row past the map, or a column past the row, loads the fill only: -inf for MaxPool (skipping it keeps
+// the maximum), +0.0 for AveragePool (added to a float32 sum that started at +0.0 it changes nothing), so every
+// output's taps are still the general loop's, in its order: MaxPool the first tap, then v > m ? v : m; AveragePool
+// the float32 sum, then one division.
+template <bool kMax, int kB>
+__attribute__((target("avx512f"), always_inline)) inline void StridedBlocksAvx512(const StridedPool &p,
+                                                                                 const StridedBlock *q) {
+  const __m512 fill = _mm512_set1_ps(kMax ? -std::numeric_limits<float>::infinity() : 0.0f);
   __m512 m[kB];
   __mmask16 lo[kB], hi[kB];
   for (int k = 0; k < kB; ++k) {
     const int64_t left = q[k].left;
     lo[k] = static_cast<__mmask16>(left >= 16 ? 0xffffu : (1u << left) - 1u);
     hi[k] = static_cast<__mmask16>(left >= 32 ? 0xffffu : left <= 16 ? 0u : (1u << (left - 16)) - 1u);
-    m[k] = _mm512_setzero_ps();  // overwritten by the first tap (rows >= 1); lanes 8..15 unused
+    m[k] = _mm512_setzero_ps();  // Max: overwritten by the first tap (rows >= 1); lanes 8..15 unused
   }
   for (int64_t kh = 0; kh < p.KH; ++kh) {
     __m512 a[kB], b[kB];
@@ -3636,21 +3252,22 @@ __attribute__((target("avx512f"), always_inline)) inline void StridedMaxBlocksAv
       const __m512i idx = _mm512_loadu_si512(p.idx + 16 * kw);
       for (int k = 0; k < kB; ++k) {
         const __m512 v = _mm512_permutex2var_ps(a[k], idx, b[k]);
-        m[k] = kh == 0 && kw == 0 ? v : _mm512_maskz_max_ps(0xFFFF, v, m[k]);
+        if constexpr (kMax) m[k] = kh == 0 && kw == 0 ? v : _mm512_maskz_max_ps(0xFFFF, v, m[k]);
+        else m[k] = _mm512_maskz_add_ps(0xFF, m[k], v);
       }
     }
   }
   for (int k = 0; k < kB; ++k) {
     // Eight lanes stored through a 16-lane store (the 8-lane masked store is AVX-512VL).
     const __mmask16 out = static_cast<__mmask16>(q[k].n >= 8 ? 0xffu : (1u << q[k].n) - 1u);
-    _mm512_mask_storeu_ps(q[k].y, out, m[k]);
+    if constexpr (kMax) _mm512_mask_storeu_ps(q[k].y, out, m[k]);
+    else _mm512_mask_storeu_ps(q[k].y, out, _mm512_maskz_div_ps(0xFF, m[k], _mm512_maskz_loadu_ps(0xFF, q[k].div)));
   }
 }
-// MaxPool: all the planes' blocks as one sequence, four at a time (a group may span output rows and planes).
-// (AveragePool keeps StridedPoolRowsAvx512, one block at a time: grouped, its per-tap conversions to double measured
-// 5-25% slower.)
-__attribute__((target("avx512f"))) void StridedMaxPoolAvx512(const StridedPool &p, const float *X, int64_t in_sp,
-                                                            int64_t out_sp, int64_t count, float *Y) {
+// All the planes' blocks as one sequence, four at a time (a group may span output rows and planes).
+template <bool kMax>
+__attribute__((target("avx512f"))) void StridedPoolAvx512(const StridedPool &p, const float *X, int64_t in_sp,
+                                                         int64_t out_sp, int64_t count, float *Y) {
   StridedBlock q[4];
   int nq = 0;
   for (int64_t nc = 0; nc < count; ++nc) {
@@ -3661,12 +3278,12 @@ __attribute__((target("avx512f"))) void StridedMaxPoolAvx512(const StridedPool &
       for (int64_t j = 0; j < p.OW; j += 8) {
         const int64_t c0 = j * p.SW;
         q[nq++] = StridedBlock{x + r0 * p.W + c0, y + oh * p.OW + j, rows, std::min<int64_t>(p.W - c0, 32),
-                               std::min<int64_t>(p.OW - j, 8)};
-        if (nq == 4) StridedMaxBlocksAvx512<4>(p, q), nq = 0;
+                               std::min<int64_t>(p.OW - j, 8), kMax ? nullptr : p.div + oh * p.OW8 + j};
+        if (nq == 4) StridedBlocksAvx512<kMax, 4>(p, q), nq = 0;
       }
     }
   }
-  for (int i = 0; i < nq; ++i) StridedMaxBlocksAvx512<1>(p, q + i);
+  for (int i = 0; i < nq; ++i) StridedBlocksAvx512<kMax, 1>(p, q + i);
 }
 #endif
 
@@ -3759,7 +3376,7 @@ class PoolKernel : public Kernel {
       whole_ = whole_ && w_.k[i] == w_.in[i] && w_.pb[i] == 0 && w_.pe[i] == 0 && w_.d[i] == 1 && w_.out[i] == 1;
 #endif
 #ifdef TWIN_HAVE_X86
-    // StridedMaxPoolAvx512 / StridedPoolRowsAvx512: at column strides 2..4 without pads or dilation (ceil-mode
+    // StridedPoolAvx512: at column strides 2..4 without pads or dilation (ceil-mode
     // overhang allowed), every window with its first tap inside. MaxPool from column stride 3 (its stride-2 row kernels are faster).
     if (plane2d_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && w_.s[2] >= (kMax ? 3 : 2) &&
         7 * w_.s[2] + w_.k[2] <= 32 && w_.pb[1] == 0 && w_.pb[2] == 0 && w_.out[1] > 0 && w_.out[2] > 0) {
@@ -3772,12 +3389,12 @@ class PoolKernel : public Kernel {
         for (int64_t kw = 0; kw < w_.k[2]; ++kw)
           for (int64_t l = 0; l < 8; ++l) str_idx_[static_cast<size_t>(16 * kw + l)] = static_cast<int32_t>(l * w_.s[2] + kw);
         if constexpr (!kMax) {
-          str_div_.assign(static_cast<size_t>(w_.out[1] * OW8), 1.0);
+          str_div_.assign(static_cast<size_t>(w_.out[1] * OW8), 1.0f);
           for (int64_t oh = 0; oh < w_.out[1]; ++oh)
             for (int64_t ow = 0; ow < w_.out[2]; ++ow) {
               const Tap &t1 = taps_[1][oh], &t2 = taps_[2][ow];
               const int64_t d = count_pad_ ? t1.padded * t2.padded : (t1.hi - t1.lo) * (t2.hi - t2.lo);
-              str_div_[static_cast<size_t>(oh * OW8 + ow)] = static_cast<double>(d);
+              str_div_[static_cast<size_t>(oh * OW8 + ow)] = static_cast<float>(d);
             }
         }
         str_ = StridedPool{w_.in[1], w_.in[2], w_.out[1], w_.out[2], w_.k[1], w_.k[2], w_.s[1], w_.s[2],
@@ -3798,7 +3415,7 @@ class PoolKernel : public Kernel {
     const int64_t B = PB > 2 * OH * Wq ? 1 : std::max<int64_t>(1, std::min<int64_t>(NC_, kFlatBatchGrid / PB));
     const bool flat_max = SH == 1 && SW == 1;
     // AveragePool at column strides 3..8 keeps RunPlane2d's DeintRowsAvx2 rows: the grid's copy-in is scalar there
-    // (one double store per input value): 2.5-3.5x slower at 3x3 stride 3 on 14x14 to 57x55 planes, measured.
+    // (one store per input value): 2.5-3.5x slower at 3x3 stride 3 on 14x14 to 57x55 planes, measured.
     const bool flat_avg = !kMax && !deint_;
     if (plane2d_ && avx2_ && OH > 0 && OW > 0 && W <= kFlatMaxW && PB <= kFlatMaxGrid && (flat_avg || flat_max)) {
       flat_off_.clear();
@@ -3815,17 +3432,17 @@ class PoolKernel : public Kernel {
         flat_xpf_.assign(size, -std::numeric_limits<float>::infinity());
         flat_nan_.resize(static_cast<size_t>(NC_));
       } else {
-        flat_div_.assign(static_cast<size_t>(n), 1.0);
+        flat_div_.assign(static_cast<size_t>(n), 1.0f);
         for (int64_t oh = 0; oh < OH; ++oh)
           for (int64_t ow = 0; ow < OW; ++ow) {
             const Tap &t1 = taps_[1][oh], &t2 = taps_[2][ow];
             const int64_t d = count_pad_ ? t1.padded * t2.padded : (t1.hi - t1.lo) * (t2.hi - t2.lo);
             // A window wholly in the pads (no valid tap, not counting them) averages to 0, as the general loop's.
             for (int64_t b = 0; b < B; ++b)  // every plane of a batch
-              flat_div_[static_cast<size_t>(b * PB + oh * Wq + ow)] = d ? static_cast<double>(d) : 1.0;
+              flat_div_[static_cast<size_t>(b * PB + oh * Wq + ow)] = d ? static_cast<float>(d) : 1.0f;
           }
         flat_.div = flat_div_.data();
-        flat_xp_.assign(size, 0.0);
+        flat_xp_.assign(size, 0.0f);
       }
       // The copy out reads whole vectors: up to 7 past the last row.
       flat_z_.resize(static_cast<size_t>(n + 8));
@@ -3833,49 +3450,9 @@ class PoolKernel : public Kernel {
     }
     // AveragePool on AVX-512 where the whole-plane kernel is taken: at stride 2 the plane read in place
     // (AvgInPlaceAvx512, 1.2-2.0x faster than FlatAvgAvx2 on 7x7 to 28x28 planes, measured), otherwise the same
-    // grid with 8-double blocks (FlatAvgAvx512, ~10% faster at 3x3 stride 1 on 64x64). Same sums in the same order
-    // and the same divisions, so the same bits. (At stride 1 reading in place tap by tap measured ~1.4x slower:
-    // every tap's conversion to double is redone per window. SepInAvx512 below reads in place separably, each value
-    // converted once per row sum; FlatAvgAvx512 stays for the planes it does not take.)
+    // grid with 16-float blocks (FlatAvgAvx512). Same float32 sums in the same order and the same divisions, so the
+    // same bits. (Separable sums, rows then columns, are not the window order in float32: no such path.)
     if (!kMax && flat_on_ && vmath::ActiveIsa() == vmath::Isa::kAvx512) flat512_ = true;
-    // Stride 1, windows up to 9 columns wide on AVX-512: the plane read in place, separable where the sums are
-    // exact (SepInAvx512; its divisors per distinct row factor, ceil8(OW) each). 2.3-3x faster than the row loop
-    // on 128 x 128 planes at 3x3, 1.1-2.5x than FlatAvgAvx512 on 32 x 32 to 64 x 64 (3x3 to 7x7), measured. Other
-    // windows than square 2x2 to 4x4 (the running sums) only on rows the whole-plane grid takes: on 128 x 128 at
-    // 3x5 / 5x5 they measured ~1.2x slower than the row loop (open).
-    const bool sin_square = KH == KW && KH >= 2 && KH <= 4;
-    // (AVX2: SepInAvx2 on the same plan.)
-    if (!kMax && plane2d_ && vmath::ActiveIsa() != vmath::Isa::kBaseline && SH == 1 && SW == 1 && KW <= 9 &&
-        KH * KW >= 2 && OH > 0 && OW > 0 && (sin_square || W <= kFlatMaxW)) {
-      const int64_t OW8 = (OW + 7) / 8 * 8;
-      sin_mask_.assign(static_cast<size_t>(OW8 / 8), 0);
-      for (int64_t b = 0; b < OW8 / 8; ++b)
-        for (int64_t l = 0; l < 8 + KW - 1; ++l) {
-          const int64_t col = 8 * b - w_.pb[2] + l;
-          if (col >= 0 && col < W) sin_mask_[static_cast<size_t>(b)] |= static_cast<uint16_t>(1u << l);
-        }
-      std::vector<int64_t> factors;  // the distinct row factors, each one divisor row
-      sin_drow_.assign(static_cast<size_t>(OH), 0);
-      for (int64_t oh = 0; oh < OH; ++oh) {
-        const Tap &t1 = taps_[1][oh];
-        const int64_t f = count_pad_ ? t1.padded : t1.hi - t1.lo;
-        const auto it = std::find(factors.begin(), factors.end(), f);
-        const int64_t i = it - factors.begin();
-        if (it == factors.end()) factors.push_back(f);
-        sin_drow_[static_cast<size_t>(oh)] = i * OW8;
-      }
-      sin_div_.assign(factors.size() * static_cast<size_t>(OW8), 1.0);
-      for (size_t i = 0; i < factors.size(); ++i)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const Tap &t2 = taps_[2][ow];
-          const int64_t d = factors[i] * (count_pad_ ? t2.padded : t2.hi - t2.lo);
-          if (d) sin_div_[i * static_cast<size_t>(OW8) + static_cast<size_t>(ow)] = static_cast<double>(d);
-        }
-      sin_ = SepInPlace{w_.in[1], W, OH, OW, w_.pb[1], w_.pb[2], sin_mask_.data(), sin_drow_.data(),
-                        sin_div_.data()};
-      sin_kh_ = KH, sin_kw_ = KW;
-      sin_ring_.assign(std::max<size_t>(static_cast<size_t>(32 * KH), SepInAvx2Doubles(KH, KW, OW)), 0.0);
-    }
     // MaxPool, stride 1, square 2x2 to 5x5 windows on AVX-512: the plane read in place, separable (SepMaxInAvx512).
     if (kMax && plane2d_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && SH == 1 && SW == 1 && KH == KW &&
         KH >= 2 && KH <= 5 && OH > 0 && OW > 0) {
@@ -3889,7 +3466,8 @@ class PoolKernel : public Kernel {
       smax_ = SepMaxInPlace{w_.in[1], W, OH, OW, w_.pb[1], w_.pb[2], smax_mask_.data()};
       smax_k_ = KH;
     }
-    if (flat512_ && SW == 2) {
+    // (Any row length: with float32 sums the in-place blocks beat RunPlane2d's strided row loops on long rows too.)
+    if (!kMax && plane2d_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && SW == 2 && OH > 0 && OW > 0) {
       const int64_t OWp = (OW + 7) / 8 * 8;
       in_mask_.assign(static_cast<size_t>(OWp / 8 * KW), 0);
       for (int64_t b = 0; b < OWp / 8; ++b)
@@ -3906,12 +3484,12 @@ class PoolKernel : public Kernel {
           const int64_t ih = oh * SH - w_.pb[1] + kh;
           in_rowoff_[static_cast<size_t>(oh * KH + kh)] = ih >= 0 && ih < w_.in[1] ? ih * W : -1;
         }
-      in_div_.assign(static_cast<size_t>((OH + 1) * OWp), 1.0);  // row OH: a pair's missing second row
+      in_div_.assign(static_cast<size_t>((OH + 1) * OWp), 1.0f);  // row OH: a pair's missing second row
       for (int64_t oh = 0; oh < OH; ++oh)
         for (int64_t ow = 0; ow < OW; ++ow) {
           const Tap &t1 = taps_[1][oh], &t2 = taps_[2][ow];
           const int64_t d = count_pad_ ? t1.padded * t2.padded : (t1.hi - t1.lo) * (t2.hi - t2.lo);
-          if (d) in_div_[static_cast<size_t>(oh * OWp + ow)] = static_cast<double>(d);
+          if (d) in_div_[static_cast<size_t>(oh * OWp + ow)] = static_cast<float>(d);
         }
       in_zero_.assign(static_cast<size_t>(W), 0.0f);
       in_ = AvgInPlace{W, OH, OW, KH, KW, w_.pb[2], OWp, in_mask_.data(), in_rowoff_.data(), in_div_.data(),
@@ -3930,16 +3508,16 @@ class PoolKernel : public Kernel {
             in_pidx_[static_cast<size_t>(kw / 2 * 16 + l)] =
                 static_cast<int32_t>((lane >= OW ? 16 : 0) + 2 * (lane % OW) + std::min(tap, KW - 1));
           }
-        in_pdidx_.assign(8, 0);
+        in_pdidx_.assign(16, 0);
         for (int64_t lane = 0; lane < 2 * OW; ++lane)
-          in_pdidx_[static_cast<size_t>(lane)] = lane < OW ? lane : 8 + lane - OW;
+          in_pdidx_[static_cast<size_t>(lane)] = static_cast<int32_t>(lane < OW ? lane : 16 + lane - OW);
         in_.pidx = in_pidx_.data();
         in_.pdidx = in_pdidx_.data();
       }
       in_place_ = true;
       flat_on_ = false;
-      std::vector<double>().swap(flat_xp_);
-      std::vector<double>().swap(flat_div_);
+      std::vector<float>().swap(flat_xp_);
+      std::vector<float>().swap(flat_div_);
       std::vector<float>().swap(flat_z_);
     }
 #endif
@@ -3962,18 +3540,17 @@ class PoolKernel : public Kernel {
             if (WholeMaxAvx2(x, in_sp, &m) && m != 0.0f) Y[nc] = m;
             else MaxPlane(x, Y + nc);
           } else {
-            // GlobalAveragePool's double sum (its order may differ from the window's: the same sum unless the
-            // plane's magnitudes span more than a double holds), then the general loop's one division.
-            Y[nc] = static_cast<float>(SumFloats(x, in_sp) / static_cast<double>(in_sp));
+            // The window order's float32 sum (row by row: the plane in memory order), then the one division.
+            float sum = 0.0f;
+            for (int64_t i = 0; i < in_sp; ++i) sum += x[i];
+            Y[nc] = sum / static_cast<float>(in_sp);
           }
         }
         return true;
       }
       // Before the whole-plane grids (which AveragePool takes at stride 2 on rows up to 64), after the whole map.
       if (!I && strided_) {
-        if constexpr (kMax) StridedMaxPoolAvx512(str_, X, in_sp, out_sp, NC_, Y);
-        else
-          for (int64_t nc = 0; nc < NC_; ++nc) StridedPoolRowsAvx512<false>(str_, X + nc * in_sp, Y + nc * out_sp);
+        StridedPoolAvx512<kMax>(str_, X, in_sp, out_sp, NC_, Y);
         return true;
       }
 #endif
@@ -4020,22 +3597,6 @@ class PoolKernel : public Kernel {
 #ifdef TWIN_HAVE_X86
       if (in_place_) {
         AvgInPlaceAvx512(in_, X, in_sp, out_sp, NC_, in_zero_.data(), Y);
-        return true;
-      }
-      if (sin_kh_) {  // planes the separable sums do not take: the path below would take for them
-        for (int64_t nc = 0; nc < NC_; ++nc) {
-          const float *x = X + nc * in_sp;
-          float *y = Y + nc * out_sp;
-          if (vmath::ActiveIsa() == vmath::Isa::kAvx512) {
-            if (SepInAvx512(sin_, sin_kh_, sin_kw_, x, sin_ring_.data(), y)) continue;
-            if (flat_on_) FlatAvgAvx512(flat_, x, in_sp, y, out_sp, 1, flat_xp_.data(), flat_z_.data());
-            else RunPlane2d(x, y);
-            continue;
-          }
-          if (SepInAvx2(sin_, sin_kh_, sin_kw_, x, sin_ring_.data(), y)) continue;
-          if (flat_on_) FlatAvgAvx2(flat_, x, in_sp, y, out_sp, 1, flat_xp_.data(), flat_z_.data());
-          else RunPlane2d(x, y);
-        }
         return true;
       }
       if (flat_on_ && flat512_) {
@@ -4092,15 +3653,18 @@ class PoolKernel : public Kernel {
                 I[nc * out_sp + oi] = nc * in_sp + flat;
               }
             } else {
-              double acc = 0;
+              // float: the float32 sum in window order (every float path's arithmetic); double and the half types
+              // (which have their own loop here) in double.
+              using A = typename std::conditional<std::is_same<S, float>::value, float, double>::type;
+              A acc = 0;
               for (int64_t k0 = t0.lo; k0 < t0.hi; ++k0)
                 for (int64_t k1 = t1.lo; k1 < t1.hi; ++k1) {
                   const int64_t row = ((s0 + k0 * w_.d[0]) * w_.in[1] + s1 + k1 * w_.d[1]) * w_.in[2] + s2;
-                  for (int64_t k2 = t2.lo; k2 < t2.hi; ++k2) acc += static_cast<double>(Num<S>::Load(x[row + k2 * w_.d[2]]));
+                  for (int64_t k2 = t2.lo; k2 < t2.hi; ++k2) acc += static_cast<A>(Num<S>::Load(x[row + k2 * w_.d[2]]));
                 }
               const int64_t div = count_pad_ ? t0.padded * t1.padded * t2.padded
                                              : (t0.hi - t0.lo) * (t1.hi - t1.lo) * (t2.hi - t2.lo);
-              y[oi] = Num<S>::Store(static_cast<C>(div ? acc / static_cast<double>(div) : 0.0));
+              y[oi] = Num<S>::Store(static_cast<C>(div ? acc / static_cast<A>(div) : A(0)));
             }
             ++oi;
           }
@@ -4266,19 +3830,15 @@ class PoolKernel : public Kernel {
   // row of them is taken tap by tap with contiguous (or strided) loads; the other columns take OnePosition. Taps
   // are visited in the general loop's order (row, then column), so the results are the same bits: MaxPool keeps
   // the first tap and takes a later one only when it is larger (NaN only as the first tap), AveragePool adds in
-  // double in the same order (at stride 1 on AVX2 grouped by column: AvgRowSeparable).
+  // float32 in the same order.
   void RunPlane2d(const float *x, float *y) {
     const int64_t W = w_.in[2], OW = w_.out[2], SW = w_.s[2], KW = w_.k[2];
-    acc_.resize(static_cast<size_t>(std::max(OW + KW, W)));  // AvgRowsSeparableAvx2's column sums: n + KW - 1
+    acc_.resize(static_cast<size_t>(std::max(OW + KW, W)));
     const int64_t n = inner_hi_ - inner_lo_;
     const int64_t c0 = inner_lo_ * SW - w_.pb[2];  // input column of the first interior window
     for (int64_t oh = 0; oh < w_.out[1]; ++oh) {
       const Tap &t1 = taps_[1][oh];
       float *yr = y + oh * OW;
-      if (!kMax && avx2_ && SW == 1 && n > 0 && t1.hi > t1.lo) {
-        AvgRowSeparable(x, t1, n, c0, yr);
-        continue;
-      }
       for (int64_t ow = 0; ow < inner_lo_; ++ow) yr[ow] = OnePosition(x, t1, taps_[2][ow]);
       for (int64_t ow = inner_hi_; ow < OW; ++ow) yr[ow] = OnePosition(x, t1, taps_[2][ow]);
       if (n <= 0) continue;
@@ -4292,7 +3852,7 @@ class PoolKernel : public Kernel {
         if (deint_) deint_(r, 0.0, yo);
         else avx2_ ? MaxRowsAvx2(r, yo) : MaxRowsBase(r, yo);
       } else {
-        double *acc = acc_.data();
+        float *acc = acc_.data();
         const PoolRows r{x + (t1.start + t1.lo) * W + c0, W, t1.hi - t1.lo, KW, SW, n, W - c0};
         const int64_t div = count_pad_ ? t1.padded * taps_[2][inner_lo_].padded : (t1.hi - t1.lo) * KW;
         if (deint_) {
@@ -4300,33 +3860,14 @@ class PoolKernel : public Kernel {
           continue;
         }
         if (avx2_) {
-          AvgRowsAvx2(r, div ? 1.0 / static_cast<double>(div) : 0.0, acc, yo);
+          AvgRowsAvx2(r, static_cast<float>(div), acc, yo);
           continue;
         }
         SumRowsBase(r, acc);
-        const double d = static_cast<double>(div);
-        for (int64_t j = 0; j < n; ++j) yo[j] = static_cast<float>(div ? acc[j] / d : 0.0);
+        const float d = static_cast<float>(div);
+        for (int64_t j = 0; j < n; ++j) yo[j] = div ? acc[j] / d : 0.0f;
       }
     }
-  }
-
-  // AveragePool, stride 1, one output row: the interior by AvgRowsSeparableAvx2, whose column sums (the whole input
-  // row: the interior windows at stride 1 cover it) also give the border windows.
-  void AvgRowSeparable(const float *x, const Tap &t1, int64_t n, int64_t c0, float *yr) {
-    const int64_t W = w_.in[2], KW = w_.k[2];
-    double *cs = acc_.data();
-    const PoolRows r{x + (t1.start + t1.lo) * W + c0, W, t1.hi - t1.lo, KW, 1, n, W - c0};
-    const int64_t div = count_pad_ ? t1.padded * taps_[2][inner_lo_].padded : (t1.hi - t1.lo) * KW;
-    AvgRowsSeparableAvx2(r, div ? 1.0 / static_cast<double>(div) : 0.0, cs, yr + inner_lo_);
-    const auto border = [&](int64_t ow) {
-      const Tap &t2 = taps_[2][ow];
-      double sum = 0.0;
-      for (int64_t k = t2.lo; k < t2.hi; ++k) sum += cs[t2.start + k - c0];
-      const int64_t d = count_pad_ ? t1.padded * t2.padded : (t1.hi - t1.lo) * (t2.hi - t2.lo);
-      yr[ow] = static_cast<float>(d ? sum / static_cast<double>(d) : 0.0);
-    };
-    for (int64_t ow = 0; ow < inner_lo_; ++ow) border(ow);
-    for (int64_t ow = inner_hi_; ow < w_.out[2]; ++ow) border(ow);
   }
 
 #ifdef TWIN_HAVE_X86
@@ -4358,11 +3899,11 @@ class PoolKernel : public Kernel {
       }
       return best;
     } else {
-      double acc = 0;
+      float acc = 0.0f;
       for (int64_t kh = t1.lo; kh < t1.hi; ++kh)
-        for (int64_t kw = t2.lo; kw < t2.hi; ++kw) acc += static_cast<double>(x[(t1.start + kh) * W + t2.start + kw]);
+        for (int64_t kw = t2.lo; kw < t2.hi; ++kw) acc += x[(t1.start + kh) * W + t2.start + kw];
       const int64_t div = count_pad_ ? t1.padded * t2.padded : (t1.hi - t1.lo) * (t2.hi - t2.lo);
-      return static_cast<float>(div ? acc / static_cast<double>(div) : 0.0);
+      return div ? acc / static_cast<float>(div) : 0.0f;
     }
   }
   Window w_;
@@ -4371,45 +3912,39 @@ class PoolKernel : public Kernel {
   std::vector<Tap> taps_[kMaxSpatial];
   bool simple_ = false;
   bool whole_ = false;  // a window over the whole map, no pads (x86 with AVX2)
-  bool strided_ = false;  // StridedMaxPoolAvx512 / StridedPoolRowsAvx512
+  bool strided_ = false;  // StridedPoolAvx512
   std::vector<int32_t> str_idx_;
-  std::vector<double> str_div_;
+  std::vector<float> str_div_;
 #ifdef TWIN_HAVE_X86
   StridedPool str_{};
 #endif
   bool plane2d_ = false;
   int64_t inner_lo_ = 0, inner_hi_ = 0;  // output columns whose windows lie inside the input's width
-  std::vector<double> acc_;              // RunPlane2d's AveragePool sums of one output row
+  std::vector<float> acc_;               // RunPlane2d's AveragePool sums of one output row
 #ifdef TWIN_HAVE_X86
   FlatGrid flat_{};                // the whole-plane kernels' grid (FlatAvgAvx2 / FlatMaxAvx2)
 #endif
   bool flat_on_ = false;           // ... taken
   std::vector<int64_t> flat_off_;  // ... tap offsets
-  std::vector<double> flat_div_;   // ... AveragePool's divisor per grid position
-  std::vector<double> flat_xp_;    // ... AveragePool's plane inside its zero pads
+  std::vector<float> flat_div_;    // ... AveragePool's divisor per grid position
+  std::vector<float> flat_xp_;     // ... AveragePool's plane inside its zero pads
   std::vector<float> flat_xpf_;    // ... MaxPool's plane inside its -inf pads
   std::vector<float> flat_z_;      // ... the grid's outputs
   std::vector<char> flat_nan_;     // ... MaxPool: planes with a NaN, left to MaxPlane
 #ifdef TWIN_HAVE_X86
   AvgInPlace in_{};                // AvgInPlaceAvx512's geometry
-  SepInPlace sin_{};               // SepInAvx512's geometry
   SepMaxInPlace smax_{};           // SepMaxInAvx512's geometry
 #endif
   int64_t smax_k_ = 0;             // SepMaxInAvx512's window size (0: not taken)
   std::vector<uint32_t> smax_mask_;  // ... its load masks
-  int64_t sin_kh_ = 0, sin_kw_ = 0;  // ... its window (0: not taken)
-  std::vector<double> sin_ring_;   // ... its running sums' rows
-  std::vector<uint16_t> sin_mask_; // ... its load masks
-  std::vector<int64_t> sin_drow_;  // ... its divisor row per output row
-  std::vector<double> sin_div_;    // ... its divisor rows
   bool flat512_ = false;           // AveragePool's whole-plane kernel in its AVX-512 build (FlatAvgAvx512) ...
   bool in_place_ = false;          // ... or at stride 2 AvgInPlaceAvx512
   std::vector<uint16_t> in_mask_;  // ... its load masks
-  std::vector<double> in_div_;     // ... its divisors
+  std::vector<float> in_div_;      // ... its divisors
   std::vector<int64_t> in_rowoff_; // ... its tap rows
   std::vector<float> in_zero_;     // ... the row read for a tap row outside the input
   std::vector<int32_t> in_pidx_;   // ... pairs of rows: permute indices
-  std::vector<int64_t> in_pdidx_;  // ... pairs of rows: divisor lanes
+  std::vector<int32_t> in_pdidx_;  // ... pairs of rows: divisor lanes
   bool avx2_ = false;                    // RunPlane2d's row loops in their AVX2 build
   DeintRowsFn deint_ = nullptr;          // ... at column strides 3..8 == the window's width: DeintRowsAvx2
   bool pool2x2_ = false;       // simple_ with a 2x2 window and stride 2: MaxPool2x2Avx512
@@ -4453,8 +3988,8 @@ std::unique_ptr<Kernel> PreparePool(const KernelCtx &c, std::string *reason) {
 
 // float16 / bfloat16 MaxPool through float32: the maximum of values a half type holds is one of them, so the
 // result is the same, and the float kernels' row paths apply (the generic per-element loop took 20x onnxruntime on
-// a float16-converted ResNet's 3x3 stride-2 stem pool). AveragePool keeps its own loop: its float path sums in
-// double and rounds through float32 first, which could move a half result by an ulp.
+// a float16-converted ResNet's 3x3 stride-2 stem pool). AveragePool keeps its own loop (a double sum): through the
+// float path (a float32 sum, rounded to float32 first) a half result could move by an ulp.
 std::unique_ptr<Kernel> PrepareMaxPool(const KernelCtx &c, std::string *reason) {
   return HasHalfTypes(c) ? PrepareViaFloat(c, PreparePool<true>, reason) : PreparePool<true>(c, reason);
 }
