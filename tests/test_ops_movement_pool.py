@@ -273,24 +273,24 @@ def test_cast_f32_to_narrow_ints(to, n):
 
 
 def _average_oracle(x, kernel, pads, count_pad):
-    """AveragePool at stride 1 as the general loop computes it: each window's valid taps added in float64 in window
+    """AveragePool at stride 1 as the general loop computes it: each window's valid taps added in float32 in window
     order (an out-of-input tap adds +0.0, which leaves a sum that started at +0.0 unchanged), then one division."""
     kh, kw = kernel
     pt, pl, pb, pr = pads
     n, c, h, w = x.shape
     oh, ow = h + pt + pb - kh + 1, w + pl + pr - kw + 1
-    xp = np.zeros((n, c, h + pt + pb, w + pl + pr), np.float64)
+    xp = np.zeros((n, c, h + pt + pb, w + pl + pr), np.float32)
     xp[:, :, pt:pt + h, pl:pl + w] = x
     inside = np.zeros(xp.shape[2:], np.int64)
     inside[pt:pt + h, pl:pl + w] = 1
-    acc = np.zeros((n, c, oh, ow), np.float64)
+    acc = np.zeros((n, c, oh, ow), np.float32)
     count = np.zeros((oh, ow), np.int64)
     with np.errstate(all="ignore"):
         for i in range(kh):
             for j in range(kw):
                 acc += xp[:, :, i:i + oh, j:j + ow]
                 count += inside[i:i + oh, j:j + ow]
-        div = np.float64(kh * kw) if count_pad else count.astype(np.float64)
+        div = np.float32(kh * kw) if count_pad else count.astype(np.float32)
         return (acc / div).astype(np.float32)
 
 
@@ -303,8 +303,7 @@ def _average_oracle(x, kernel, pads, count_pad):
 def test_averagepool_stride1_whole_planes(shape, kernel, pads, count_pad):
     """Short rows at stride 1 (the whole-plane kernel, rows up to 64) and longer ones: the general loop's bits, with
     edge values (NaN, infinities, signed zeros, denormals, and on short rows large magnitudes) in a third of the
-    inputs. Longer rows add column sums first: huge values that cancel (3e38 - 3e38 next to 0.5) give another
-    order's result there, so those rows take no large finite values."""
+    inputs (float32 sums: 3e38 + 3e38 overflows to inf, as the general loop's)."""
     if shape[2] + pads[0] + pads[2] < kernel[0] or shape[3] + pads[1] + pads[3] < kernel[1]:
         pytest.skip("the window does not fit")
     x = _with_edges(RNG.standard_normal(shape).astype(np.float32) * 4, 3)

@@ -97,8 +97,11 @@ def test_averagepool_whole_map(shape, stride, count_pad):
     x = RNG.standard_normal(shape).astype(np.float32)
     attrs = dict(kernel_shape=list(shape[2:]), strides=[stride] * (len(shape) - 2), count_include_pad=count_pad)
     (got,) = _twin(_model("AveragePool", x, **attrs), x)
-    flat = x.reshape(shape[0], shape[1], -1).astype(np.float64)
-    want = (flat.sum(axis=2) / flat.shape[2]).astype(np.float32).reshape(got.shape)
+    flat = x.reshape(shape[0], shape[1], -1)
+    acc = np.zeros(flat.shape[:2], np.float32)
+    for t in flat.transpose(2, 0, 1):  # the window order's float32 sum (memory order), then one division
+        acc += t
+    want = (acc / np.float32(flat.shape[2])).reshape(got.shape)
     _same_bits(got, want)
     np.testing.assert_allclose(got, _reference(_model("AveragePool", x, **attrs), x), rtol=1e-5, atol=1e-6)
 
