@@ -2656,25 +2656,16 @@ struct FlatGrid {
   int64_t taps;
   const float *div;  // AveragePool: the divisor per grid position of a batch
 };
-// Four floats to dst, the first cnt of them (cnt < 4: masked), as T.
-template <class T>
-__attribute__((target("avx2"), always_inline)) inline void FlatStore4(T *dst, __m128 v, int64_t cnt = 4) {
-  if (cnt >= 4) {
-    if constexpr (std::is_same<T, double>::value) _mm256_storeu_pd(dst, _mm256_cvtps_pd(v));
-    else _mm_storeu_ps(dst, v);
-  } else if (cnt > 0) {
-    if constexpr (std::is_same<T, double>::value) {
-      const __m256i m = _mm256_cmpgt_epi64(_mm256_set1_epi64x(cnt), _mm256_setr_epi64x(0, 1, 2, 3));
-      _mm256_maskstore_pd(dst, m, _mm256_cvtps_pd(v));
-    } else {
-      _mm_maskstore_ps(dst, _mm_cmpgt_epi32(_mm_set1_epi32(static_cast<int>(cnt)), _mm_setr_epi32(0, 1, 2, 3)), v);
-    }
-  }
+// Four floats to dst, the first cnt of them (cnt < 4: masked).
+__attribute__((target("avx2"), always_inline)) inline void FlatStore4(float *dst, __m128 v, int64_t cnt = 4) {
+  if (cnt >= 4)
+    _mm_storeu_ps(dst, v);
+  else if (cnt > 0)
+    _mm_maskstore_ps(dst, _mm_cmpgt_epi32(_mm_set1_epi32(static_cast<int>(cnt)), _mm_setr_epi32(0, 1, 2, 3)), v);
 }
-// The plane into xp (T = float; double kept for reuse). Returns whether a copied value is NaN (only for float).
-template <class T>
-__attribute__((target("avx2"), always_inline)) inline bool FlatFillAvx2(const FlatGrid &g, const float *x, T *xp) {
-  constexpr bool kNan = std::is_same<T, float>::value;
+// The plane into xp. Returns whether a copied value is NaN.
+__attribute__((target("avx2"), always_inline)) inline bool FlatFillAvx2(const FlatGrid &g, const float *x,
+                                                                        float *xp) {
   __m256 bad = _mm256_setzero_ps();
   const int64_t wn = std::min(g.W, g.Wq * g.SW - g.PW);  // input columns some window reads
   const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
@@ -2682,7 +2673,7 @@ __attribute__((target("avx2"), always_inline)) inline bool FlatFillAvx2(const Fl
   int64_t rq = g.PH / g.SH, rp = g.PH % g.SH;  // R = h + PH as rq * SH + rp
   for (int64_t h = 0; h < g.H && rq < g.Hq; ++h) {
     const float *src = x + h * g.W;
-    T *base = xp + rp * g.SW * g.PS + rq * g.Wq;
+    float *base = xp + rp * g.SW * g.PS + rq * g.Wq;
     if (++rp == g.SH) {
       rp = 0;
       ++rq;
@@ -2690,18 +2681,18 @@ __attribute__((target("avx2"), always_inline)) inline bool FlatFillAvx2(const Fl
     if (g.SW > 2) {
       for (int64_t w = 0; w < wn; ++w) {
         const int64_t C = w + g.PW;
-        base[(C % g.SW) * g.PS + C / g.SW] = static_cast<T>(src[w]);
-        if constexpr (kNan) bad = _mm256_or_ps(bad, _mm256_set1_ps(std::isnan(src[w]) ? -1.0f : 0.0f));
+        base[(C % g.SW) * g.PS + C / g.SW] = src[w];
+        bad = _mm256_or_ps(bad, _mm256_set1_ps(std::isnan(src[w]) ? -1.0f : 0.0f));
       }
       continue;
     }
-    T *de = base + (g.SW == 1 ? g.PW : (g.PW & 1) * g.PS + g.PW / 2);
-    T *dodd = base + ((g.PW + 1) & 1) * g.PS + (g.PW + 1) / 2;
+    float *de = base + (g.SW == 1 ? g.PW : (g.PW & 1) * g.PS + g.PW / 2);
+    float *dodd = base + ((g.PW + 1) & 1) * g.PS + (g.PW + 1) / 2;
     for (int64_t w = 0; w < wn; w += 8) {  // the row's last wn % 8 columns masked (masked loads never fault)
       const int64_t r = std::min<int64_t>(8, wn - w);
       __m256 v = r == 8 ? _mm256_loadu_ps(src + w)
                         : _mm256_maskload_ps(src + w, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(r)), iota));
-      if constexpr (kNan) bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
       if (g.SW == 1) {
         FlatStore4(de + w, _mm256_castps256_ps128(v), r);
         FlatStore4(de + w + 4, _mm256_extractf128_ps(v, 1), r - 4);
@@ -2760,7 +2751,7 @@ __attribute__((target("avx2"))) void FlatAvgAvx2(const FlatGrid &g, const float 
   const float *y_end = y + count * out_sp;
   for (int64_t i0 = 0; i0 < count; i0 += g.B) {
     const int64_t nb = std::min(g.B, count - i0), n = FlatBatchN(g, nb);
-    for (int64_t b = 0; b < nb; ++b) FlatFillAvx2<float>(g, x + (i0 + b) * in_sp, xp + b * g.PB);
+    for (int64_t b = 0; b < nb; ++b) FlatFillAvx2(g, x + (i0 + b) * in_sp, xp + b * g.PB);
     int64_t o = 0;
     for (; o + 32 <= n; o += 32) FlatAvgBlock<4>(g, xp, o, z);  // four independent chains: the adds' latency hidden
     for (; o < n; o += 8) FlatAvgBlock<1>(g, xp, o, z);
@@ -2776,7 +2767,7 @@ __attribute__((target("avx2"))) void FlatMaxAvx2(const FlatGrid &g, const float 
   const float *y_end = y + count * out_sp;
   for (int64_t i0 = 0; i0 < count; i0 += g.B) {
     const int64_t nb = std::min(g.B, count - i0), n = FlatBatchN(g, nb);
-    for (int64_t b = 0; b < nb; ++b) nan[i0 + b] = FlatFillAvx2<float>(g, x + (i0 + b) * in_sp, xp + b * g.PB);
+    for (int64_t b = 0; b < nb; ++b) nan[i0 + b] = FlatFillAvx2(g, x + (i0 + b) * in_sp, xp + b * g.PB);
     int64_t o = 0;
     for (; o + 32 <= n; o += 32) FlatMaxBlock<4>(g, xp, o, z);
     for (; o < n; o += 8) FlatMaxBlock<1>(g, xp, o, z);
@@ -2801,7 +2792,7 @@ __attribute__((target("avx512f"))) void FlatAvgAvx512(const FlatGrid &g, const f
   const float *y_end = y + count * out_sp;
   for (int64_t i0 = 0; i0 < count; i0 += g.B) {
     const int64_t nb = std::min(g.B, count - i0), n = FlatBatchN(g, nb);
-    for (int64_t b = 0; b < nb; ++b) FlatFillAvx2<float>(g, x + (i0 + b) * in_sp, xp + b * g.PB);
+    for (int64_t b = 0; b < nb; ++b) FlatFillAvx2(g, x + (i0 + b) * in_sp, xp + b * g.PB);
     int64_t o = 0;
     for (; o + 64 <= n; o += 64) FlatAvgBlock512<4>(g, xp, o, z);
     for (; o + 16 <= n; o += 16) FlatAvgBlock512<1>(g, xp, o, z);
