@@ -245,19 +245,22 @@ def test_tensors_pickle_by_value_on_the_host_and_refuse_clearly_on_the_device():
 
 # --- the command line ----------------------------------------------------------------------------------------
 
-def _cli(*args):
+def _cli(*args, cwd):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "geasync", *args], capture_output=True, text=True, timeout=60)
+    # cwd away from the repository: run from its root, `-m geasync` would import the unbuilt source tree (a fresh
+    # clone installed without -e), as tests/test_cli.py's runs avoid too
+    return subprocess.run([sys.executable, "-m", "geasync", *args], capture_output=True, text=True, timeout=60,
+                          cwd=cwd)
 
 
 def test_cli_bench_refuses_an_endless_measurement_and_a_batch_the_machine_cannot_hold(tmp_path):
     path = tmp_path / "mlp.onnx"
     path.write_bytes(ga.samples.mlp().model_bytes)
-    r = _cli("bench", str(path), "--seconds", "inf")  # ran for ever
+    r = _cli("bench", str(path), "--seconds", "inf", cwd=tmp_path)  # ran for ever
     assert r.returncode == 2 and "--seconds: must be a finite number > 0, got inf" in r.stderr, r.stderr
-    r = _cli("bench", str(path), "--batch", str(10**11))  # a MemoryError traceback, exit 1
+    r = _cli("bench", str(path), "--batch", str(10**11), cwd=tmp_path)  # a MemoryError traceback, exit 1
     assert r.returncode == 2, r.stderr
     assert "input 'x' of shape [100000000000, 784] at --batch 100000000000 needs" in r.stderr
     assert "use a smaller --batch" in r.stderr and "Traceback" not in r.stderr
