@@ -3,6 +3,11 @@
 GE calls ``malloc`` for the outputs of ``run_graph_with_stream_async`` on the stream the allocator is registered
 for, on the thread that called into the runtime (never on a runtime thread), and ``free`` when the output Tensor
 is released.
+
+The runtime keeps a registered allocator alive until every block it gave is freed. An allocator that keeps a
+reference to such an output (directly, or through a stored exception whose traceback holds the frame of the run
+that called ``malloc``) makes a cycle that Python's garbage collector cannot see through the runtime: neither is
+ever freed. Keep plain data (sizes, addresses, messages) in an allocator.
 """
 
 from __future__ import annotations
