@@ -1212,9 +1212,11 @@ class ConvKernel : public Kernel {
               vmath::ActiveIsa() == vmath::Isa::kAvx512 && w_.in[0] == 1 && w_.k[0] == 1 && w_.pb[0] == 0 &&
               w_.pe[0] == 0 && w_.s[1] == w_.s[2] && (w_.s[2] == 1 || w_.s[2] == 2) && w_.d[1] == 1 &&
               w_.d[2] == 1 && (w_.k[2] == 3 || w_.k[2] == 5 || w_.k[2] == 7);
-      // 3x3 at stride 2 stays on the input planes: the transposes cost more than its nine taps (2x96x32x32:
-      // 2.56x -> 0.71x onnxruntime, 240x28x28: 1.54x -> 1.04x); 5x5 on 240x28x28 measured 1.35x here, 1.48x there.
-      if (dwcl_ && dw_s2_ && w_.k[2] == 3) dwcl_ = false;
+      // 3x3 and 5x5 at stride 2 stay on the input planes: the transposes cost more than their taps (3x3 on
+      // 2x96x32x32: 2.56x -> 0.71x onnxruntime, 240x28x28: 1.54x -> 1.04x; 5x5 on 240x28x28: 1.56x -> 0.94x, on
+      // 64x56x56: 1.91x -> 0.98x, on 96x32x32: 1.53x -> 1.21x). 7x7 is mixed (240x28x28 1.56x -> 1.34x, 32x56x56
+      // 1.52x -> 1.71x) and stays here.
+      if (dwcl_ && dw_s2_ && w_.k[2] <= 5) dwcl_ = false;
       if (dwcl_) {
         dwcl_pw_ = pw;
         tiny_dw_ = true;
