@@ -436,17 +436,19 @@ def _learn_layout(o: Any) -> tuple[np.dtype, tuple[int, ...], int] | None:
 
 
 def _wrap_outputs(infos: Any, start: int, n: int, make: OutputFactory[_T], copy: bool,
-                  release: bool = True) -> list[_T]:
+                  release: bool = True, items: Sequence[Any] | None = None) -> list[_T]:
     """The output factory's objects for the taken tensors infos[start:start + n]. With ``copy`` (the data is final:
     not a stream-mode run's), host outputs of at most OUTPUT_COPY_MAX bytes of a numpy dtype are copied into numpy
     arrays; every other output is owned by a cdata whose collection destroys it. One native call at the end frees
     the copied tensors, and, should wrapping one fail, the ones not wrapped yet: none leaks. Without ``release``,
-    the caller makes that call (CompletionQueue.drain: once for a whole drained batch)."""
+    the caller makes that call (CompletionQueue.drain: once for a whole drained batch). ``items``: infos' struct
+    cdata, made once by a caller that reuses ``infos`` (indexing the array makes a new one every time)."""
     result = []
     layouts, learn, memmove, empty, wrap = _layouts, _learn_layout, _memmove, np.empty, make.copy  # read once
+    get = infos if items is None else items
     try:
         for i in range(start, start + n):
-            o = infos[i]
+            o = get[i]
             if copy:
                 try:
                     entry = layouts[o.layout]
@@ -561,34 +563,62 @@ def compiled_graph_summary(handle: Any, graph_id: int, context: str) -> dict[str
 _sync = threading.local()  # a thread's input descriptors and out-parameters of synchronous runs: made on first use
 
 
+class _Slots:
+    """A per-thread ga_tensor_desc array, filled by ``describe``. ``items[i]`` is the struct cdata of slot i (made
+    once: indexing the array makes a new one every time), ``held[i]`` what the slot was last filled with but the data
+    pointer, (nbytes, dtype, placement, ndim, shape) as the row has them, or None (never filled, or a fill was
+    interrupted). A slot that already describes the same layout gets its data pointer alone: a service's runs repeat
+    the same inputs, and converting a whole row (its 25 dims) costs far more than one field's assignment. The data
+    pointer is not held: a slot must not keep its last run's input alive."""
+
+    __slots__ = ("array", "items", "held")
+
+    def __init__(self, n: int) -> None:
+        self.array = ffi.new("ga_tensor_desc[]", n)
+        self.items = [self.array[i] for i in range(n)]
+        self.held: list[Any] = [None] * n
+
+    def describe(self, rows: Sequence[InputRow]) -> Any:
+        """The array, describing ``rows``."""
+        items, held = self.items, self.held
+        for i, row in enumerate(rows):
+            h = held[i]
+            if h is not None and row[5] == h[4] and row[2] == h[1] and row[1] == h[0] and row[3] == h[2]:
+                items[i].data = row[0]
+            else:
+                held[i] = None  # a conversion that raises part-way leaves the slot unknown
+                self.array[i] = row
+                held[i] = row[1:]
+        return self.array
+
+
 def run_graph(handle: Any, graph_id: int, rows: Sequence[tuple[Any, int, int, int, int, tuple[int, ...]]],
               context: str, make: OutputFactory[_T]) -> list[_T]:
     """RunGraph of inputs described by ``rows`` (as PreparedInputs takes them; the caller keeps what they point to
-    alive). The descriptors go into a per-thread buffer: the runtime reads them only during the call, and filling
-    one costs less than a new array. The shim serialises synchronous runs (GE's RunGraph fails a concurrent caller),
-    waiting with the GIL released, and describes the outputs in the same call. ``context`` is formatted with
-    ``graph_id`` only if the run fails (this is the per-call path users time)."""
+    alive). The descriptors go into a per-thread buffer (see _Slots): the runtime reads them only during the call,
+    and filling one costs less than a new array. The shim serialises synchronous runs (GE's RunGraph fails a
+    concurrent caller), waiting with the GIL released, and describes the outputs in the same call. ``context`` is
+    formatted with ``graph_id`` only if the run fails (this is the per-call path users time)."""
     try:
-        descs, dcap, infos, cap, count, overflow = _sync.run
+        slots, infos, items, count, overflow = _sync.run
     except AttributeError:
-        descs, dcap, infos, cap, count, overflow = _sync.run = (
-            ffi.new("ga_tensor_desc[]", 4), 4, ffi.new("ga_output_info[]", 8), 8, ffi.new("size_t *"),
-            ffi.new("ga_outputs **"))
+        infos = ffi.new("ga_output_info[]", 8)
+        slots, infos, items, count, overflow = _sync.run = (
+            _Slots(4), infos, [infos[i] for i in range(8)], ffi.new("size_t *"), ffi.new("ga_outputs **"))
     n_in = len(rows)
-    if n_in > dcap:  # more inputs than ever before on this thread
-        descs, dcap = ffi.new("ga_tensor_desc[]", n_in), n_in
-        _sync.run = (descs, dcap, infos, cap, count, overflow)
-    for i, row in enumerate(rows):
-        descs[i] = row
-    status = _run_graph_call(handle, graph_id, descs, n_in, infos, cap, count, overflow)
+    if n_in > len(slots.held):  # more inputs than ever before on this thread
+        slots = _Slots(n_in)
+        _sync.run = (slots, infos, items, count, overflow)
+    status = _run_graph_call(handle, graph_id, slots.describe(rows), n_in, infos, len(items), count, overflow)
     if status != 0:
         _check(status, "GeSession::RunGraph", context.format(graph_id=graph_id))
     n = count[0]
-    if n > cap:  # more outputs than ever before on this thread: grow, and take them from the list
-        infos, cap = ffi.new("ga_output_info[]", n), n
-        _sync.run = (descs, dcap, infos, cap, count, overflow)
+    if n > len(items):  # more outputs than ever before on this thread: grow, and take them from the list
+        infos = ffi.new("ga_output_info[]", n)
+        items = [infos[i] for i in range(n)]
+        _sync.run = (slots, infos, items, count, overflow)
         lib.ga_outputs_take_all(overflow[0], infos, n)
-    return _wrap_outputs(infos, 0, n, make, True)
+    return _wrap_outputs(infos, 0, n, make, True, True, items)
 
 
 def run_graph_with_stream_completion(handle: Any, graph_id: int, stream: int, inputs: PreparedInputs,
@@ -818,15 +848,13 @@ def run_graph_async_submit(handle: Any, graph_id: int, rows: Sequence[InputRow],
     to alive until the completion): submits and returns at once; the completion arrives on ``queue`` under
     ``token``."""
     try:
-        descs, dcap = _sync.submit
+        slots = _sync.submit
     except AttributeError:
-        descs, dcap = _sync.submit = (ffi.new("ga_tensor_desc[]", 4), 4)
+        slots = _sync.submit = _Slots(4)
     n = len(rows)
-    if n > dcap:  # more inputs than ever before on this thread
-        descs, dcap = _sync.submit = (ffi.new("ga_tensor_desc[]", n), n)
-    for i, row in enumerate(rows):
-        descs[i] = row
-    status = lib.ga_session_run_graph_async(handle, graph_id, descs, n, queue.handle, token)
+    if n > len(slots.held):  # more inputs than ever before on this thread
+        slots = _sync.submit = _Slots(n)
+    status = lib.ga_session_run_graph_async(handle, graph_id, slots.describe(rows), n, queue.handle, token)
     _check(status, "GeSession::RunGraphAsync", context)
 
 
