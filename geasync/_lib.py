@@ -759,7 +759,7 @@ class CompletionQueue:
     ``close()`` drops the consumer's reference; the native queue lives on until the runtime holds none.
     """
 
-    __slots__ = ("_cq", "fd", "_buf", "_cap", "_infos", "_make")
+    __slots__ = ("_cq", "fd", "_buf", "_cap", "_infos", "_make", "_records", "_outputs")
 
     def __init__(self, make: Any = None, capacity: int = 256) -> None:
         """``make``: the output factory for the outputs its records carry (None for a queue of host functions)."""
@@ -771,6 +771,9 @@ class CompletionQueue:
         self._cap = capacity
         self._buf = ffi.new("ga_completion[]", capacity)
         self._infos = ffi.new("ga_output_info[]", capacity)  # the outputs of one drained batch (one per run, usually)
+        # their struct cdata, made once (indexing the arrays makes a new one every time)
+        self._records = [self._buf[i] for i in range(capacity)]
+        self._outputs = [self._infos[i] for i in range(capacity)]
 
     def drain(self) -> list[tuple[int, int, int, Any, str]]:
         """(token, status, kind, outputs, error text) records; re-arms the eventfd first, so none is missed.
@@ -779,13 +782,14 @@ class CompletionQueue:
         belongs to that record alone: the rest of the batch is unaffected)."""
         records = []
         buf, infos, cap, make = self._buf, self._infos, self._cap, self._make
+        items, outputs = self._records, self._outputs
         while True:
             n = lib.ga_cq_drain_outputs(self._cq, buf, cap, infos, cap)  # one call takes the batch's outputs too
             pos = 0
             done = False
             try:
                 for i in range(n):
-                    c = buf[i]
+                    c = items[i]
                     k = c.output_count
                     outs: Any
                     if k == -1:
@@ -793,7 +797,7 @@ class CompletionQueue:
                     else:
                         try:
                             if k >= 0:
-                                outs = _wrap_outputs(infos, pos, k, make, True, False)
+                                outs = _wrap_outputs(infos, pos, k, make, True, False, outputs)
                             else:  # more outputs than the batch buffer had room for: still a list to take
                                 handle, c.outputs = c.outputs, ffi.NULL
                                 outs = _take_outputs(handle, make, True)

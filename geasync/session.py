@@ -19,6 +19,7 @@ import time
 import warnings
 import weakref
 from _thread import get_ident
+from bisect import bisect_left
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import (Any, Callable, Coroutine, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar,
@@ -614,7 +615,10 @@ class Session:
             counters.completed += 1
             if live.pop(key, None) is not None:
                 latency = now() - start
-                counters.latency.observe(latency)
+                hist = counters.latency  # Histogram.observe, inlined (a method call is a tenth of this wrapper)
+                hist.counts[bisect_left(hist.bounds, latency)] += 1
+                hist.total += latency
+                hist.count += 1
         finally:
             stats_lock.release()
         if latency > counters.slow_after:  # logged without the lock (a handler may read statistics())

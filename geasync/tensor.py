@@ -262,7 +262,7 @@ def input_rows(inputs: Any, what: str, require_list: bool, spec: Any, api: str,
         raise TypeError(f"{run_context(api, graph_id)}: {what} must be a list, got {type(inputs).__name__}" +
                         (" (GE's contract for this API; turn a {name: array} mapping into the list with "
                          "session.input_list(graph_id, feeds))" if isinstance(inputs, Mapping) else ""))
-    if not isinstance(inputs, (list, tuple)):
+    if type(inputs) is not list and not isinstance(inputs, (list, tuple)):  # a list first: the usual case
         if type(inputs) is dict or isinstance(inputs, Mapping):  # dict first: the ABC check costs more
             if spec is None:
                 raise unknown_graph_feeds_error(graph_id, api)
