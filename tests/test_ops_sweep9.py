@@ -39,7 +39,7 @@ def _check_sums(x, eq):
     exact = np.einsum(eq, x.astype(np.float64))
     mag = np.einsum(eq, np.abs(x.astype(np.float64)))
     assert got.dtype == np.float32 and got.shape == want.shape
-    # float32 within a few ulps of the sum of magnitudes, whatever the row length (a plain float32 running sum
+    # within a few float32 ulps of the sum of magnitudes, whatever the row length (a plain float32 running sum
     # drifts with it); the reference's own float32 sum within its wider bound
     finite = np.isfinite(exact)
     np.testing.assert_array_less(np.abs(got[finite] - exact[finite]), 8 * F32_EPS * mag[finite] + 1e-30)
@@ -56,8 +56,8 @@ def test_einsum_float32_sums(eq, shape):
 @pytest.mark.parametrize("eq,shape", [("ij->i", (3, 200000)), ("ij->i", (9, 70000)), ("ij->j", (200000, 3)),
                                       ("ij->j", (70000, 9))])
 def test_einsum_float32_long_rows_track_float64(eq, shape):
-    # all positive: a running float32 sum of 200000 values near 1 is off by ~1e-4 relative; the twin's block sums
-    # stay within a few float32 ulps of the float64 sum
+    # all positive: a running float32 sum of 200000 values near 1 is off by ~1e-4 relative; the twin's stays
+    # within a few float32 ulps of the float64 sum
     x = RNG.uniform(0.5, 1.5, shape).astype(np.float32)
     got, _ = _check_sums(x, eq)
     exact = np.einsum(eq, x.astype(np.float64))
@@ -77,6 +77,25 @@ def test_einsum_float32_sums_special_values(eq, shape):
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
     np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+
+
+@pytest.mark.parametrize("eq,shape", [("ij->i", (8, 32)), ("ij->i", (9, 31)), ("ij->i", (17, 7)), ("ij->i", (16, 63)),
+                                      ("ij->i", (8, 1)), ("ij->i", (24, 12)), ("bij->bi", (3, 8, 32)),
+                                      ("bij->bi", (2, 11, 20))])
+def test_einsum_short_row_sums_stay_double(eq, shape):
+    # rows shorter than 64 take eight rows per step with 8-double accumulators: +-1e8 / +-3e8 around ones in
+    # several lanes and the ragged end cancel exactly only in double (a float32 sum, like the reference's, loses the
+    # ones)
+    x = np.ones(shape, np.float32)
+    rows = x.reshape(-1, shape[-1])
+    n = shape[-1]
+    rows[:, 0] = 1e8
+    rows[:, n // 2] = -1e8 if n > 1 else 0
+    rows[1::3, -1] = 3e8 if n > 2 else 1
+    rows[1::3, 1 % n] = -3e8 if n > 2 else 1
+    want = np.einsum(eq, x.astype(np.float64)).astype(np.float32)
+    got = run_twin(_single("Einsum", x, TensorProto.FLOAT, equation=eq), {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("shape", [(8, 0), (0, 8), (5, 0)])
