@@ -1245,6 +1245,26 @@ def single_where(cond, x, scalar, scalar_first: bool):
                       initializers=[("s", scalar)], opset=OPSET)
 
 
+def pool_stride1_cases(size: str):
+    """AveragePool at stride 1 over the window sizes and map shapes exported models use: 2x2 to 7x7 with "same"
+    pads, both count_include_pad, small and odd maps (14x14, 28x28, 57x55), a 1-D pool."""
+    shape = list(POOL[size])
+    xp = rand(shape, seed=90)
+    for k in (2, 5, 7):
+        p = k // 2
+        yield f"AveragePool {k}x{k} s1 p{p}", *single_op("AveragePool", xp, kernel_shape=[k, k],
+                                                          pads=[p, p, k - 1 - p, k - 1 - p])
+    yield "AveragePool 5x5 s1 p2 count_pad 1", *single_op("AveragePool", xp, kernel_shape=[5, 5], pads=[2] * 4,
+                                                           count_include_pad=1)
+    scale = {"small": 1, "64k": 4, "1M": 16}[size]
+    for c, h, w in ((8 * scale, 14, 14), (2 * scale, 28, 28), (scale, 57, 55)):
+        x = rand([1, c, h, w], seed=91)
+        yield f"AveragePool 3x3 s1 p1 on 1x{c}x{h}x{w}", *single_op("AveragePool", x, kernel_shape=[3, 3],
+                                                                    pads=[1] * 4)
+    x1 = rand([shape[0], shape[1], shape[2] * shape[3]], seed=92)
+    yield "AveragePool 1-D k3 s1 p1", *single_op("AveragePool", x1, kernel_shape=[3], pads=[1, 1])
+
+
 FAMILIES = {
     "element-wise": elementwise_cases,
     "normalisation / reduction": normalisation_cases,
@@ -1276,6 +1296,7 @@ FAMILIES = {
     "quant models": quant_model_cases,
     "qdq fusion": qdq_fusion_cases,
     "model patterns 3": model_patterns3_cases,
+    "pool stride 1": pool_stride1_cases,
 }
 
 
