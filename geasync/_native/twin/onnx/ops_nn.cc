@@ -3611,12 +3611,13 @@ class PoolKernel : public Kernel {
       std::vector<float>().swap(flat_z_);
     }
     // AveragePool at stride 1 on AVX-512: the plane read in place (AvgS1Avx512), no copy into the grid and out of
-    // it. Taken where at least half a row's blocks need no masks or the row is one block. Against FlatAvgAvx512,
-    // measured: on 64x128x128 3x3 1.6-1.8x, 2x2 2.3-2.9x, 5x5 ~10x, 7x7 2.3x faster; on 16x64x64 3x3 1.0-1.2x, 2x2
-    // 1.2x, 5x5 even, 7x7 ~1.05x slower; 3x3 on 14x14 1.15x faster, on 57x55 ~1.07x slower; 3x3 on 28x28 (every
-    // block masked) ~1.05x slower: left to the grid. (The same blocks with AVX2 measured 1.1-1.5x slower than
-    // FlatAvgAvx2: no such path.)
-    if (!kMax && plane2d_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && SH == 1 && SW == 1 && OH > 0 && OW > 0) {
+    // it. Taken where at least half a row's blocks need no masks or the row is one block, and for windows over 3x3
+    // only on rows over 64. Against FlatAvgAvx512, measured: on 64x128x128 3x3 1.6-1.9x, 2x2 2-2.9x, 5x5 1.5-10x,
+    // 7x7 2.3-7x faster; on 16x64x64 3x3 1.0-1.2x, 2x2 1.3x faster, 5x5 / 7x7 1.0-1.2x slower (left to the grid);
+    // 3x3 on 14x14 1.15x faster, on 57x55 1.03-1.08x slower; 3x3 on 28x28 (every block masked) ~1.05x slower (left
+    // to the grid). (The same blocks with AVX2 measured 1.1-1.5x slower than FlatAvgAvx2: no such path.)
+    if (!kMax && plane2d_ && vmath::ActiveIsa() == vmath::Isa::kAvx512 && SH == 1 && SW == 1 && OH > 0 && OW > 0 &&
+        (KH * KW <= 9 || W > kFlatMaxW)) {
       constexpr int64_t V = 16;  // outputs per block
       const int64_t nblk = (OW + V - 1) / V;
       s1_mask_.assign(static_cast<size_t>(nblk * KW), 0);
