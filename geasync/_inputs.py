@@ -15,7 +15,7 @@ from . import _dtypes, _lib
 from ._metadata import TensorInfo
 from .errors import PARAM_INVALID, GeError, InputError, InputTypeError
 
-__all__ = ["GraphSpec", "run_context"]
+__all__ = ["GraphSpec", "run_context", "declared_output_mismatches"]
 
 _MAX_REMEMBERED_SHAPES = 64  # per input: bounds the memory a stream of distinct shapes can take
 _API = "geasync input check"
@@ -42,6 +42,26 @@ def _dim_text(d: Any) -> str:
 
 def _shape_text(shape: Optional[tuple[Any, ...]]) -> str:
     return "any shape" if shape is None else "[" + ", ".join(_dim_text(d) for d in shape) + "]"
+
+
+def declared_output_mismatches(declared: Sequence[TensorInfo],
+                               computed: Sequence[tuple[tuple[int, ...], Any]]) -> list[str]:
+    """What a compiled graph's outputs (GetCompiledGraphSummary: dims, -1 unknown, [-2] unknown rank; numpy dtype or
+    None) contradict in the model's declaration, one text per output. Only definite contradictions count: a
+    symbolic or unknown dim, an output declared with no shape or no dtype, an unknown rank or dtype never does."""
+    found = []
+    for info, (dims, dtype) in zip(declared, computed):
+        what = []
+        if info.dtype is not None and dtype is not None and info.dtype != dtype:
+            what.append(f"dtype {info.dtype} but runs return {dtype}")
+        if info.shape is not None and list(dims) != [-2]:
+            if len(dims) != len(info.shape) or any(type(want) is int and got >= 0 and want != got
+                                                   for want, got in zip(info.shape, dims)):
+                computed_shape = tuple(None if d < 0 else d for d in dims)
+                what.append(f"shape {_shape_text(info.shape)} but the graph computes {_shape_text(computed_shape)}")
+        if what:
+            found.append(f"output {info.name!r} is declared with {' and '.join(what)}")
+    return found
 
 
 class GraphSpec:

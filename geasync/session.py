@@ -30,7 +30,7 @@ import numpy as np
 import anyio
 
 from . import _faults, _hub, _lib, _streams
-from ._inputs import GraphSpec, no_graph_error
+from ._inputs import GraphSpec, declared_output_mismatches, no_graph_error
 from ._metadata import ModelFormatError, TensorInfo
 from ._options import GRAPH_OPTIONS, LOAD_OPTIONS, SESSION_OPTIONS, split_options
 from ._stats import GraphCounters, SessionStatistics, logger, merged_histogram, now
@@ -176,6 +176,7 @@ class Session:
         self._unawaited = 0  # requests in flight whose awaiting task gave up (cancelled / timed out)
         self._async_failures = 0  # failed RunGraphAsync completions: GE may have stopped the async queue
         self._graph_caps: dict[int, Optional[InFlightBound]] = {}  # per-graph bound of dynamic-shape graphs
+        self._outputs_checked: set[int] = set()  # graphs whose compiled outputs were compared with the declaration
         self._specs: dict[int, GraphSpec] = {}  # per graph: declared inputs/outputs, for the input check
         self._spec_errors: dict[int, ModelFormatError] = {}  # graphs GE took whose metadata geasync cannot read
         self._modes = ModeRegistry(added=(self._specs, self._spec_errors))  # either holds every added graph
@@ -445,6 +446,7 @@ class Session:
         logger.debug("session %s, graph %d added (%s)", self._id, graph_id, graph.name or "unnamed")
         self._modes.reset(graph_id)  # a fresh graph under this id has no run mode yet
         self._graph_caps.pop(graph_id, None)
+        self._outputs_checked.discard(graph_id)
         self._set_spec(graph_id, graph)
 
     def remove_graph(self, graph_id: int) -> None:
@@ -461,6 +463,7 @@ class Session:
             self._fold_retired()
         self._modes.reset(graph_id)
         self._graph_caps.pop(graph_id, None)
+        self._outputs_checked.discard(graph_id)
         self._specs.pop(graph_id, None)
         self._spec_errors.pop(graph_id, None)
 
@@ -480,6 +483,7 @@ class Session:
             fixes_inputs = prepared is not None and spec is not None and needed
             started = now()
             _lib.compile_graph(handle, graph_id, prepared, context)
+            self._check_outputs(handle, graph_id)
         if needed:
             logger.info("session %s, graph %d compiled in %.3f s (compile_graph)", self._id, graph_id, now() - started)
         self._graph_caps.pop(graph_id, None)
@@ -499,6 +503,7 @@ class Session:
         with self._native(context) as handle, \
                 (nullcontext(0) if stream is None else stream_in_use(stream, "stream")) as address:
             _lib.load_graph(handle, graph_id, opts, address, context)
+            self._check_outputs(handle, graph_id)
 
     def is_graph_need_rebuild(self, graph_id: int) -> bool:
         _check_graph_id(graph_id, "Session.is_graph_need_rebuild()")
@@ -745,6 +750,25 @@ class Session:
         self._graph_caps[graph_id] = cap
         return cap
 
+    def _check_outputs(self, handle: Any, graph_id: int) -> None:
+        """Once per added graph, after a compile geasync asked for: warns (the geasync logger) of outputs whose
+        compiled shape (or, on CANN, whose dtype) contradicts the model's declaration. Such a model runs, as in GE
+        and onnxruntime (which warns too), but Graph.outputs and graph_outputs() report the declaration, not what
+        runs return. The twin refuses a dtype contradiction at compile, as onnxruntime does."""
+        spec = self._specs.get(graph_id)
+        if spec is None or graph_id in self._outputs_checked:
+            return
+        try:
+            summary = _lib.compiled_graph_summary(handle, graph_id, "geasync output declaration check")
+        except GeError:  # not compiled (GE compiles at the first run of some modes): checked at the next compile
+            return
+        self._outputs_checked.add(graph_id)
+        found = declared_output_mismatches(spec.outputs, summary["outputs"])
+        if found:
+            logger.warning("session %s, graph %d: %s; runs return what the graph computes, while Graph.outputs and "
+                           "graph_outputs() report the declaration: fix the model's declared outputs (graph.output)",
+                           self._id, graph_id, "; ".join(found))
+
     def _compile_declared(self, graph_id: int, context: str) -> None:
         # On a worker thread, which runs on when the request that started it is cancelled (aclose() waits for it).
         # Under the session's lock, so close() cannot destroy the handle meanwhile.
@@ -760,6 +784,7 @@ class Session:
                     _lib.compile_graph(handle, graph_id, None, context)
                     logger.info("session %s, graph %d compiled in %.3f s (first run_graph_async)", self._id,
                                 graph_id, now() - started)
+                    self._check_outputs(handle, graph_id)
         finally:
             self._compile_threads.discard(me)
 
