@@ -50,13 +50,13 @@ def declared_output_mismatches(declared: Sequence[TensorInfo],
     None) contradict in the model's declaration, one text per output. Only definite contradictions count: a
     symbolic or unknown dim, an output declared with no shape or no dtype, an unknown rank or dtype never does."""
     found = []
-    for info, (dims, dtype) in zip(declared, computed):
+    for info, (dims, dtype) in zip(declared, computed, strict=False):  # the counts agree; never raise here
         what = []
         if info.dtype is not None and dtype is not None and info.dtype != dtype:
             what.append(f"dtype {info.dtype} but runs return {dtype}")
         if info.shape is not None and list(dims) != [-2]:
             if len(dims) != len(info.shape) or any(type(want) is int and got >= 0 and want != got
-                                                   for want, got in zip(info.shape, dims)):
+                                                   for want, got in zip(info.shape, dims, strict=True)):
                 computed_shape = tuple(None if d < 0 else d for d in dims)
                 what.append(f"shape {_shape_text(info.shape)} but the graph computes {_shape_text(computed_shape)}")
         if what:

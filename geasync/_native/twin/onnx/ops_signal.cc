@@ -367,7 +367,9 @@ bool InferDft(InferCtx *c, std::string *reason) {
   } else {
     c->out[0].dims[g.axis] = g.out_len;
   }
-  c->out[0].dims.back() = g.out_comp;
+  // real output for an inverse one-sided DFT whatever the length: known from the attributes even while the
+  // length or axis waits for the run (g.out_comp is set only once the length is known)
+  c->out[0].dims.back() = g.inverse && g.onesided ? 1 : 2;
   return true;
 }
 
