@@ -612,6 +612,8 @@ class Session:
                 with stats_lock:
                     counters.finish(key, "failed")
                 raise
+            if graph_id not in self._outputs_checked:  # the first run compiled the graph: its outputs' declaration
+                self._check_outputs(handle, graph_id)
         finally:
             users.remove(me)
         latency = 0.0
@@ -751,12 +753,16 @@ class Session:
         return cap
 
     def _check_outputs(self, handle: Any, graph_id: int) -> None:
-        """Once per added graph, after a compile geasync asked for: warns (the geasync logger) of outputs whose
-        compiled shape (or, on CANN, whose dtype) contradicts the model's declaration. Such a model runs, as in GE
-        and onnxruntime (which warns too), but Graph.outputs and graph_outputs() report the declaration, not what
-        runs return. The twin refuses a dtype contradiction at compile, as onnxruntime does."""
+        """Once per added graph, after a compile geasync asked for or the first run_graph: warns (the geasync
+        logger) of outputs whose compiled dtype or shape contradicts the model's declaration. GE's ONNX parser reads
+        only the names of graph.output, so such a model runs on GE and on the twin (onnxruntime refuses a dtype
+        contradiction and warns of a shape one), but Graph.outputs and graph_outputs() report the declaration, not
+        what runs return."""
+        if graph_id in self._outputs_checked:
+            return
         spec = self._specs.get(graph_id)
-        if spec is None or graph_id in self._outputs_checked:
+        if spec is None:  # no metadata (geasync could not read the model): nothing to compare
+            self._outputs_checked.add(graph_id)
             return
         try:
             summary = _lib.compiled_graph_summary(handle, graph_id, "geasync output declaration check")

@@ -96,12 +96,6 @@ void CheckModel(const void *data, size_t size, ModelCheck *report);
 bool InferShapes(const Model &model, const std::vector<TensorDesc> &inputs, std::vector<TensorDesc> *outputs,
                  std::string *error, uint64_t max_memory_bytes = 0);
 
-// Whether each graph output's dtype in `computed` (InferShapes' outputs) is the one the model declares for it; false
-// + *error naming the output, both dtypes and the fix otherwise. An output with no declared type, or whose dtype
-// inference leaves to the run (kUndefined), never mismatches. Shapes are not compared (a declared shape that
-// disagrees runs, as in onnxruntime, which warns; geasync warns after compile).
-bool CheckDeclaredOutputTypes(const Model &model, const std::vector<TensorDesc> &computed, std::string *error);
-
 // A model compiled for fully static input descs: shapes of every value known, intermediates planned.
 // Owns its intermediate buffers, so Run is NOT re-entrant: callers serialise Run calls on one Plan
 // (GE executes one job at a time per loaded model). Different Plans may run concurrently.

@@ -351,25 +351,6 @@ bool InferShapes(const Model &model, const std::vector<TensorDesc> &inputs, std:
   return false;
 }
 
-// GE's ONNX parser reads only the names of graph.output, never their types: GE would run a model whose declared
-// output dtype disagrees and return the computed one. The twin refuses it at compile, as onnxruntime refuses it at
-// session creation, because geasync's metadata (Graph.outputs, read from the declared ValueInfo) would then
-// disagree with every run's outputs.
-bool CheckDeclaredOutputTypes(const Model &model, const std::vector<TensorDesc> &computed, std::string *error) {
-  const std::vector<ValueInfo> &declared = model.outputs();
-  for (size_t k = 0; k < declared.size() && k < computed.size(); ++k) {
-    const ElemType want = declared[k].desc.dtype, got = computed[k].dtype;
-    if (want == ElemType::kUndefined || got == ElemType::kUndefined || want == got) continue;
-    if (error)
-      *error = std::string("graph output '") + declared[k].name + "' is declared " + ElemTypeName(want) +
-               " but the graph computes " + ElemTypeName(got) +
-               " for it: fix the model's declared output type (its elem_type in graph.output) to " +
-               ElemTypeName(got);
-    return false;
-  }
-  return true;
-}
-
 void MarkInputAncestors(const ModelImpl &m, int vid, std::vector<char> *inputs) {
   std::vector<int> stack = {vid};
   std::vector<char> seen(m.values_.size(), 0);

@@ -46,8 +46,7 @@ Status CompileLocked(GraphNode &node, const char *api) {
   const twin::onnx::StopFlagScope stop(&node.stopping);  // inference runs loops with constant inputs
   std::vector<ODesc> outs;
   if (!twin::onnx::InferShapes(*node.model, node.data_descs, &outs, &error,
-                               twin::SessionMemoryLimit(node.session_id)) ||
-      !twin::onnx::CheckDeclaredOutputTypes(*node.model, outs, &error)) {
+                               twin::SessionMemoryLimit(node.session_id))) {
     twin::ReportError(std::string(api) + ": compiling graph (graph_id=" + std::to_string(node.id) +
                       ") failed: " + error);
     return FAILED;
