@@ -161,6 +161,8 @@ ROW_CASES = {
     "reducel2_f64": ("ReduceL2", (1100, 1001), np.float64, dict(keepdims=0), [-1], None),
     "reduceprod_int32": ("ReduceProd", (11000, 101), np.int32, dict(keepdims=1), [1], None),
     "reducesum_int64": ("ReduceSum", (400, 1001, 3), np.int64, dict(keepdims=0), [-2], None),
+    "reducemin_middle_of_4": ("ReduceMin", (4099, 4, 64), np.float32, dict(keepdims=1), [1], (4000, 2, 5)),
+    "reducemean_f64_middle": ("ReduceMean", (3001, 3, 50), np.float64, dict(keepdims=0), [1], None),
 }
 
 

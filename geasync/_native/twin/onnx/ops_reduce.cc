@@ -819,6 +819,9 @@ class ReduceKernel : public Kernel {
       } else {
         Pass<kKind>(x, acc_.data());
       }
+    } else if (dims_.size() >= 2 && ostr_[0] != 0 && out_n_ > kAccBlock * 8) {
+      PassBlocked(x, y);
+      return true;
     } else {
       Pass<kKind>(x, acc_.data());
     }
@@ -885,6 +888,32 @@ class ReduceKernel : public Kernel {
     });
   }
 
+  // Outputs this many at a time from Init through Finish where the outermost dim is kept and there are many of
+  // them: each block's accumulators stay in cache. Whole, the (double) accumulator array went out to memory and
+  // back three times (Init, fold, Finish): ReduceMin over a middle axis of 4 of 1M float32 measured 2x
+  // onnxruntime. Each output folds the same terms in the same order as in Pass.
+  static constexpr int64_t kAccBlock = 4096;
+
+  void PassBlocked(const S *x, S *y) {
+    const int64_t d0 = dims_[0], slice = total_ / d0, per = ostr_[0];
+    const int64_t step = std::max<int64_t>(1, kAccBlock / per);
+    // slices [b, e), in blocks of `step` slices through acc (room for step * per accumulators)
+    auto range = [&](int64_t b, int64_t e, int64_t *idx, Acc *acc) {
+      for (int64_t i = b; i < e; i += step) {
+        const int64_t j = std::min(e, i + step), n = (j - i) * per, o0 = i * per;
+        std::fill(acc, acc + n, Init<kKind, Acc>());
+        PassRange<kKind>(x + i * slice, x + total_, acc, i, j, idx, i);
+        for (int64_t o = 0; o < n; ++o) y[o0 + o] = Num<S>::Store(static_cast<C>(Finish(acc[o], o0 + o)));
+      }
+    };
+    if (total_ < kReduceGrain * kMinChunks) return range(0, d0, idx_.data(), acc_.data());
+    ParallelForAnyCut(d0, std::max<int64_t>(1, kReduceGrain / slice), [&](int64_t b, int64_t e) {
+      std::vector<int64_t> idx(dims_.size());
+      std::vector<Acc> acc(static_cast<size_t>(std::min(step, e - b) * per));
+      range(b, e, idx.data(), acc.data());
+    });
+  }
+
   // Half input (hx_): slices [b, e) of the outermost dim, a few at a time widened into *wide, then PassRange.
   template <ReduceKind kPass, class A>
   void HalfRange(A *acc, int64_t b, int64_t e, int64_t *idx, std::vector<float> *wide) {
@@ -906,12 +935,12 @@ class ReduceKernel : public Kernel {
   static constexpr int64_t kHalfBlock = 4096;
 
   // Slices [b, e) of the outermost dim into acc (at its Init); x: slice b's first element, end: the end of the
-  // readable input; idx: scratch of dims_.size().
+  // readable input; idx: scratch of dims_.size(); acc_all holds the outputs from slice `origin` on.
   template <ReduceKind kPass, class A>
-  void PassRange(const S *x, const S *end, A *acc_all, int64_t b, int64_t e, int64_t *idx) {
+  void PassRange(const S *x, const S *end, A *acc_all, int64_t b, int64_t e, int64_t *idx, int64_t origin = 0) {
     const size_t r = dims_.size();
     const int64_t slice = total_ / dims_[0], span = (e - b) * slice;
-    A *acc = acc_all + b * ostr_[0];
+    A *acc = acc_all + (b - origin) * ostr_[0];
     const double *shift = kPass == kLogSumExp ? shift_.data() + b * ostr_[0] : nullptr;
     const int64_t inner = dims_[r - 1], is = ostr_[r - 1];
     // A reduced axis just above a kept contiguous one (ReduceMean over axis 0 of a matrix): its rows all add into
