@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <list>
 #include <mutex>
 #include <new>
@@ -639,9 +640,21 @@ bool PlanImpl::Run(const std::vector<const void *> &inputs, const std::vector<vo
             std::to_string(outputs.size());
     } else {
       bool ok = arena_storage_ || AllocateArena(&err);
+      // A host input need not be aligned to its element size (numpy.frombuffer at an odd offset, a packed record
+      // field): GE copies host inputs to the device, so any address works there. Kernels read elements in place,
+      // so such an input is read from an aligned copy made for this run.
+      std::vector<std::unique_ptr<uint8_t[]>> realigned;
       for (size_t i = 0; ok && i < inputs.size(); ++i) {
         void *unused = nullptr;  // bound inputs keep pointing at the plan's copy
-        ok = BindIo(inputs[i], input_descs_[i], "input", i, input_bound_[i] ? &unused : &ptr_[input_slot_[i]], &err);
+        const void *p = inputs[i];
+        const size_t bytes = input_descs_[i].Bytes();
+        const size_t elem = ElemSize(input_descs_[i].dtype);
+        if (p && bytes && elem > 1 && reinterpret_cast<uintptr_t>(p) % elem != 0) {
+          realigned.emplace_back(new uint8_t[bytes]);  // operator new[]: aligned for any element type
+          std::memcpy(realigned.back().get(), p, bytes);
+          p = realigned.back().get();
+        }
+        ok = BindIo(p, input_descs_[i], "input", i, input_bound_[i] ? &unused : &ptr_[input_slot_[i]], &err);
       }
       for (size_t j = 0; ok && j < outputs.size(); ++j) {
         void *p = nullptr;
