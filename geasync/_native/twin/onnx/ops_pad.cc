@@ -373,7 +373,13 @@ bool InferTile(InferCtx *c, std::string *reason) {
       *reason = "repeats must be >= 0";
       return false;
     }
-    if (d[i] >= 0) c->out[0].dims[i] = d[i] * reps[i];
+    if (d[i] < 0) continue;
+    // Refused before the product is formed: it wrapped in int64 (repeats of 2^62 on a dim of 4 gave an empty output).
+    if (reps[i] > 0 && d[i] > kMaxElements / reps[i]) {
+      *reason = "repeats make dim " + std::to_string(i) + " of " + DescStr(*c->in[0]) + " more than 2^40 long";
+      return false;
+    }
+    c->out[0].dims[i] = d[i] * reps[i];
   }
   return true;
 }

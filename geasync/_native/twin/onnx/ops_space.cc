@@ -39,20 +39,31 @@ bool InferSpace(InferCtx *c, std::string *reason) {
   c->out[0].dtype = c->in[0]->dtype;
   auto &o = c->out[0].dims;
   o = d;
+  // A dim grown by the block stays within 2^40: a zero-size input may carry any dim, and the int64 product wrapped
+  // (2^30 channels of an empty SpaceToDepth input times 2^40 came out as 0).
+  const auto grown = [&](size_t i, int64_t factor) {
+    if (d[i] < 0) return true;
+    if (d[i] > kMaxElements / factor) {
+      *reason = "blocksize " + std::to_string(b) + " makes dim " + std::to_string(i) + " of " + DescStr(*c->in[0]) +
+                " more than 2^40 long";
+      return false;
+    }
+    o[i] = d[i] * factor;
+    return true;
+  };
   if (kToSpace) {
     if (d[1] >= 0 && d[1] % (b * b) != 0) {
       *reason = "channels must be a multiple of blocksize^2";
       return false;
     }
     o[1] = d[1] < 0 ? -1 : d[1] / (b * b);
-    o[2] = d[2] < 0 ? -1 : d[2] * b;
-    o[3] = d[3] < 0 ? -1 : d[3] * b;
+    if (!grown(2, b) || !grown(3, b)) return false;
   } else {
     if ((d[2] >= 0 && d[2] % b) || (d[3] >= 0 && d[3] % b)) {
       *reason = "height and width must be multiples of blocksize";
       return false;
     }
-    o[1] = d[1] < 0 ? -1 : d[1] * b * b;
+    if (!grown(1, b * b)) return false;
     o[2] = d[2] < 0 ? -1 : d[2] / b;
     o[3] = d[3] < 0 ? -1 : d[3] / b;
   }
