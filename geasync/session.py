@@ -643,7 +643,11 @@ class Session:
         allocator.
         """
         _check_graph_id(graph_id, "Session.run_graph_with_stream_async()")
-        stream_address(stream, f"Session.run_graph_with_stream_async(graph_id={graph_id}): stream")  # before inputs
+        if not stream_address(stream, f"Session.run_graph_with_stream_async(graph_id={graph_id}): stream"):
+            # (checked before the inputs.) A null stream would first meet the default allocator's registration and
+            # fail as a RegisterExternalAllocator error the caller never made, after fixing the graph's run mode.
+            raise ValueError(f"Session.run_graph_with_stream_async(graph_id={graph_id}): stream is null (0); pass a "
+                             "geasync.Stream, or the address of a stream created by aclrtCreateStream")
         prepared = prepare_inputs(inputs, require_list=True, spec=self._specs.get(graph_id),
                                   api="run_graph_with_stream_async", graph_id=graph_id)
         context = f"Session.run_graph_with_stream_async(graph_id={graph_id})"
