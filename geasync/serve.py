@@ -210,7 +210,7 @@ class _GeasyncModel:
         try:
             doc = json.loads(body)
             items = doc["inputs"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # (a body of nested "[[[..." past the stack)
             raise _BadRequest('the body must be JSON {"inputs": {name: nested lists}} or {"inputs": [...]}') from None
         if isinstance(items, Mapping):
             declared = {i.name: i.dtype for i in self._inputs}

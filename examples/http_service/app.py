@@ -160,7 +160,7 @@ async def read_json(request: Request, features: int, max_rows: int) -> np.ndarra
     body = await read_body(request, body_limit(max_rows, features, 32))  # a JSON number: at most ~25 characters
     try:
         body = json.loads(body)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: a body of nested "[[[..." past the stack
         raise BadInput(f"{expected}: {exc}") from None
     inputs = body.get("inputs") if isinstance(body, dict) else None
     if not isinstance(inputs, list) or not inputs:
