@@ -51,6 +51,18 @@ class GeasyncCollector(Collector):
             raise ValueError(f"GeasyncCollector(labels=...): {reserved} are labels the collector sets itself "
                              "('graph': the graph id, 'batcher': the batcher's name, 'le': histogram buckets); "
                              "give yours another name, such as 'model'")
+        # checked here: prometheus_client takes any object and fails only in the exposition, so every scrape would
+        # fail with an AttributeError far from the cause
+        for key, value in self.labels.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise TypeError(f"GeasyncCollector(labels=...): label names and values must be str, got {key!r}: "
+                                f"{value!r} (pass str(value))")
+        for name in self.batchers:
+            if not isinstance(name, str):
+                raise TypeError(f"GeasyncCollector(batchers=...): batcher names are the 'batcher' label's values "
+                                f"and must be str, got {name!r} (pass str(name))")
+        if not isinstance(prefix, str):
+            raise TypeError(f"GeasyncCollector(prefix=...): prefix must be a str, got {prefix!r}")
         self.prefix = prefix
 
     def collect(self) -> Iterator[Any]:
