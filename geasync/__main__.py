@@ -197,6 +197,8 @@ def _load_inputs(specs: Sequence[str], info: Any, model: str) -> list[Any]:
         if name not in declared:
             raise UsageError(f"--input {spec!r}: {model} has no input {name!r}; its inputs: "
                              + ", ".join(_describe(i) for i in info.inputs))
+        if name in given:  # the later one used to win silently
+            raise UsageError(f"--input {spec!r}: input {name!r} is given twice; give each input once")
         try:
             loaded = np.load(file, allow_pickle=False)
         except (OSError, ValueError) as exc:
@@ -215,6 +217,17 @@ def _load_inputs(specs: Sequence[str], info: Any, model: str) -> list[Any]:
     return [given[name] for name in declared]
 
 
+def _save_path(path: str) -> str:
+    """Where np.savez writes ``--save path`` (it adds ".npz" to a name without it), checked to be writable there."""
+    target = path if path.endswith(".npz") else path + ".npz"
+    parent = os.path.dirname(os.path.abspath(target))
+    if os.path.isdir(target):
+        raise UsageError(f"--save {path!r}: {target} is a directory; name an .npz file (e.g. {target}/out.npz)")
+    if not os.path.isdir(parent):
+        raise UsageError(f"--save {path!r}: the directory {parent} does not exist")
+    return target
+
+
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -222,6 +235,7 @@ def run(args: argparse.Namespace) -> int:
 
     data, info = _read_model(args.model)
     inputs = _load_inputs(args.input, info, args.model)
+    save = _save_path(args.save) if args.save else None  # before the run: a path that cannot be written wastes it
     try:
         with ga.Session() as s:
             s.add_graph(1, ga.Graph.from_onnx(data))
@@ -230,9 +244,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     names = [o.name for o in info.outputs] or [f"output_{i}" for i in range(len(outputs))]
-    if args.save:
-        np.savez(args.save, **dict(zip(names, outputs, strict=True)))
-        print(f"saved {len(outputs)} output(s) to {args.save}: {', '.join(names)}")
+    if save:
+        try:
+            np.savez(save, **dict(zip(names, outputs, strict=True)))
+        except OSError as exc:
+            print(f"error: cannot save the outputs to {save}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_FAILED
+        print(f"saved {len(outputs)} output(s) to {save}: {', '.join(names)}")
         return EXIT_OK
     with np.printoptions(precision=args.precision, suppress=True, threshold=args.threshold):
         for name, value in zip(names, outputs, strict=True):
@@ -397,6 +415,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if not 0 < value < math.inf:  # inf: a measurement that never ends
@@ -431,7 +456,7 @@ def make_parser() -> argparse.ArgumentParser:
                    help="an input of the model from a .npy file (repeat for each input; NAME may be left out when "
                    "the model has one input)")
     p.add_argument("--save", "-o", metavar="OUT.npz", help="save the outputs to this .npz file instead of printing")
-    p.add_argument("--precision", type=int, default=4, help="digits printed (default: 4)")
+    p.add_argument("--precision", type=_non_negative_int, default=4, help="digits printed (default: 4)")
     p.add_argument("--threshold", type=int, default=200, help="print arrays larger than this summarised (default: 200)")
     p = sub.add_parser("bench", help="measure a model's sync and async throughput and latency",
                        description="Runs MODEL on random inputs (symbolic dims set to --batch) for --seconds "
