@@ -667,6 +667,9 @@ def _ga_py_alloc_malloc(user: Any, size: int) -> Any:
     address = allocator.malloc(int(size))
     if not isinstance(address, int) or isinstance(address, bool):
         raise TypeError(f"{type(allocator).__name__}.malloc() must return an int address, got {type(address).__name__}")
+    if not 0 <= address < 2**64:  # the cast would take it modulo 2^64: another address
+        raise ValueError(f"{type(allocator).__name__}.malloc() must return an address (0 <= int < 2**64), got "
+                         f"{address}")
     return ffi.cast("void *", address)
 
 

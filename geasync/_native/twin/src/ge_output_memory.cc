@@ -3,10 +3,12 @@
 // registered for the stream (a process-wide map, as GE's) or the graph's built-in per-stream allocator.
 #include <algorithm>
 #include <mutex>
+#include <sstream>
 #include <utility>
 #include <vector>
 
 #include "acl/acl_rt.h"
+#include "acl_internal.h"
 #include "ge_session_internal.h"
 
 namespace ge {
@@ -218,6 +220,17 @@ Status AllocateDeviceOutputs(Allocator &alloc, const std::vector<ODesc> &descs, 
     made.emplace_back(StorageShapeOf(d.dims), gert::StorageFormat(FORMAT_ND, FORMAT_ND, {}), gert::kOnDeviceHbm,
                       static_cast<DataType>(d.dtype), block, MemBlockManager);
     made.back().SetSize(d.Bytes());
+    // The twin's device memory is host memory: a user allocator's address outside every aclrtMalloc block (a
+    // number, a numpy buffer) would be written by the run and crash the process, where the device reports a fault.
+    size_t remaining = 0;
+    if (d.Bytes() > 0 && (!twin::acl::LookupDeviceMemory(block->GetAddr(), &remaining) || remaining < d.Bytes())) {
+      std::ostringstream addr;
+      addr << block->GetAddr();
+      twin::ReportError(std::string(api) + ": the allocator of the stream returned " + addr.str() + " for a " +
+                        std::to_string(d.Bytes()) + "-byte output, which is not inside a live aclrtMalloc block " +
+                        "large enough (an allocator must hand out device memory)");
+      return MEMALLOC_FAILED;  // `made` frees the blocks allocated so far, this one too
+    }
     ptrs->push_back(d.Bytes() == 0 ? nullptr : block->GetAddr());
   }
   *outputs = std::move(made);
