@@ -727,6 +727,111 @@ __attribute__((target("avx512f"))) void DepthwiseS2PlaneAvx512(const float *x, i
     }
 }
 
+// Depthwise at stride 2 on maps whose phase rows fit one register (ow + (kw - 1) / 2 <= 16: EfficientNet's 5x5 on
+// 14x14 to 7x7): the four phase planes of DirectConvArgs::flat, their rows kept s apart so that a 16-lane chunk
+// holds about two output rows, built per channel from two masked loads and two permutes per input row with masks
+// fixed per conv (the generic builder worked them out per row and chunk: ~75 ns of ~190 ns per channel on 672x14x14),
+// and two channels per kernel call, so that eight accumulators hide the FMA latency (four chains of 25 dependent
+// FMAs waited on each other). Each output: its bias, then one FMA per tap in (kh, kw) order, a padded tap adding 0 * w.
+struct DwFlatS2Geom {
+  int64_t H, Wd, pt, pl, kh, kw;
+  int64_t s;       // a phase row's floats: ow + (kw - 1) / 2
+  int64_t rows;    // a phase plane's rows: oh + (kh - 1) / 2
+  int64_t plane;   // a phase plane's floats (past every chunk's last tap)
+  int64_t chunks;  // 16-lane chunks over (oh - 1) s + ow flat positions
+  __mmask16 m0, m1, st;  // input columns -pl .. 31 - pl inside the row; the s floats of a phase row
+  const uint16_t *keep;  // per chunk: its lanes on outputs
+  const int64_t *first;  // per chunk: its first output's offset in the map
+};
+// One channel's phase planes (xp: 4 planes; padded rows outside X are left as they are: zeros from the caller).
+__attribute__((target("avx512f"), always_inline)) inline void DwFlatS2Planes(const DwFlatS2Geom &g, const float *x,
+                                                                           float *xp) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const int64_t end = std::min(g.H, 2 * g.rows - g.pt);  // padded rows past 2 rows are read by no output
+  for (int64_t ir = 0; ir < end; ++ir) {
+    const int64_t R = ir + g.pt;
+    const float *src = x + ir * g.Wd - g.pl;
+    const __m512 v0 = _mm512_maskz_loadu_ps(g.m0, src), v1 = _mm512_maskz_loadu_ps(g.m1, src + 16);
+    float *d = xp + 2 * (R & 1) * g.plane + (R >> 1) * g.s;
+    _mm512_mask_storeu_ps(d, g.st, _mm512_permutex2var_ps(v0, even, v1));
+    _mm512_mask_storeu_ps(d + g.plane, g.st, _mm512_permutex2var_ps(v0, odd, v1));
+  }
+}
+// kNV chunks from p0 of kCh channels (xp[c]: its 4 planes, w[c]: its kh x kw weights, y[c]: its map).
+template <int kNV, int kCh>
+__attribute__((target("avx512f"), always_inline)) inline void DwFlatS2Chunks(const DwFlatS2Geom &g,
+                                                                           const float *const *xp,
+                                                                           const float *const *w, const float *bias,
+                                                                           bool relu, float *const *y, int64_t p0) {
+  __m512 acc[kCh][kNV];
+#pragma GCC unroll 2
+  for (int c = 0; c < kCh; ++c) {
+    const __m512 b = _mm512_set1_ps(bias[c]);
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) acc[c][v] = b;
+  }
+  for (int64_t i = 0; i < g.kh; ++i)
+    for (int64_t j = 0; j < g.kw; ++j) {
+      const int64_t off = (2 * (i & 1) + (j & 1)) * g.plane + (i >> 1) * g.s + (j >> 1) + p0 * 16, t = i * g.kw + j;
+#pragma GCC unroll 2
+      for (int c = 0; c < kCh; ++c) {
+        const __m512 wt = _mm512_set1_ps(w[c][t]);
+#pragma GCC unroll 4
+        for (int v = 0; v < kNV; ++v) acc[c][v] = _mm512_fmadd_ps(wt, _mm512_loadu_ps(xp[c] + off + v * 16), acc[c][v]);
+      }
+    }
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int c = 0; c < kCh; ++c)
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) {
+      __m512 r = acc[c][v];
+      if (relu) r = _mm512_mask_max_ps(r, static_cast<__mmask16>(0xFFFF), zero, r);  // as DirectConvAvx512
+      const unsigned keep = g.keep[p0 + v], n = static_cast<unsigned>(__builtin_popcount(keep));
+      _mm512_mask_storeu_ps(y[c] + g.first[p0 + v], static_cast<__mmask16>((1u << n) - 1u),
+                            _mm512_maskz_compress_ps(static_cast<__mmask16>(keep), r));
+    }
+}
+template <int kCh>
+__attribute__((target("avx512f"))) void DwFlatS2Channels(const DwFlatS2Geom &g, const float *const *xp,
+                                                         const float *const *w, const float *bias, bool relu,
+                                                         float *const *y) {
+  int64_t p0 = 0;
+  for (; p0 + 4 <= g.chunks; p0 += 4) DwFlatS2Chunks<4, kCh>(g, xp, w, bias, relu, y, p0);
+  switch (g.chunks - p0) {
+    case 3: DwFlatS2Chunks<3, kCh>(g, xp, w, bias, relu, y, p0); break;
+    case 2: DwFlatS2Chunks<2, kCh>(g, xp, w, bias, relu, y, p0); break;
+    case 1: DwFlatS2Chunks<1, kCh>(g, xp, w, bias, relu, y, p0); break;
+    default: break;
+  }
+}
+// Maps i in [lo, hi) of X (n C + c: channel c of image n) into Y, in pairs; buf: 4 channels' planes, zeroed here
+// (two pairs: the next pair's planes are built before the current pair's taps read theirs, so that the loads do not
+// wait on the stores just made).
+__attribute__((target("avx512f"))) void DwFlatS2Avx512(const DwFlatS2Geom &g, const float *X, int64_t in_sp,
+                                                       const float *W, const float *B, bool relu, int64_t C,
+                                                       float *Y, int64_t out_sp, int64_t lo, int64_t hi,
+                                                       float *buf) {
+  const int64_t kk = g.kh * g.kw, ch_floats = 4 * g.plane;
+  std::fill(buf, buf + 4 * ch_floats, 0.0f);
+  auto build = [&](int64_t i, int64_t k) {
+    for (int64_t c = 0; c < 2 && i + c < hi; ++c)
+      DwFlatS2Planes(g, X + (i + c) * in_sp, buf + ((k & 1) * 2 + c) * ch_floats);
+  };
+  build(lo, 0);
+  for (int64_t i = lo, k = 0; i < hi; i += 2, ++k) {
+    if (i + 2 < hi) build(i + 2, k + 1);
+    const float *xp[2] = {buf + (k & 1) * 2 * ch_floats, buf + ((k & 1) * 2 + 1) * ch_floats};
+    const int64_t c0 = i % C, c1 = (i + 1) % C;
+    const float *w[2] = {W + c0 * kk, W + c1 * kk};
+    const float bias[2] = {B ? B[c0] : 0.0f, B ? B[c1] : 0.0f};
+    float *y[2] = {Y + i * out_sp, Y + (i + 1) * out_sp};
+    if (i + 1 < hi) DwFlatS2Channels<2>(g, xp, w, bias, relu, y);
+    else DwFlatS2Channels<1>(g, xp, w, bias, relu, y);
+  }
+}
+
 void DirectConvAvx512Any(const DirectConvArgs &a) {
   if (a.flat && a.s2 && a.cg == 1 && a.mg == 1) return DepthwiseConvFlatS2Avx512(a);
   if (a.flat) return a.s2 ? DirectConvFlatAvx512<true>(a) : DirectConvFlatAvx512<false>(a);
@@ -1224,6 +1329,9 @@ class ConvKernel : public Kernel {
       }
     }
 #endif
+#ifdef TWIN_HAVE_X86
+    if constexpr (std::is_same<T, float>::value) InitDwFlatS2();
+#endif
     if (tiny_dw_) {
       dconv_ = s2_ = flat_ = wino_ = false;
       dw_taps_ = ListDwTaps(w_);
@@ -1253,6 +1361,49 @@ class ConvKernel : public Kernel {
     if constexpr (std::is_same<T, float>::value) InitPhases();
     if constexpr (std::is_same<T, float>::value) InitChannelsLast();
   }
+#ifdef TWIN_HAVE_X86
+  // Depthwise at stride 2 under 12 output columns with AVX-512 (DwFlatS2Avx512): ahead of the channels-last path,
+  // whose two transposes cost more than its taps there, and of the flat kernel's per-channel planes.
+  void InitDwFlatS2() {
+    const int64_t ow = w_.out[2], oh = w_.out[1], kh = w_.k[1], kw = w_.k[2], s = ow + (kw - 1) / 2;
+    bool ok = vmath::ActiveIsa() == vmath::Isa::kAvx512 && cg_ == 1 && mg_ == 1 && kk_ > 1 && out_sp_ > 0 &&
+              !dw_s2_ && w_.in[0] == 1 && w_.k[0] == 1 && w_.pb[0] == 0 && w_.pe[0] == 0 && w_.s[0] == 1 &&
+              w_.s[1] == 2 && w_.s[2] == 2 && w_.pb[1] >= 0 && w_.pb[2] >= 0 && s <= kConvLanes;
+    for (size_t i = 0; i < kMaxSpatial; ++i) ok = ok && w_.d[i] == 1;
+    if (!ok) return;
+    dwf2_ = true;
+    tiny_dw_ = dwcl_ = dconv_ = s2_ = flat_ = wino_ = false;
+    DwFlatS2Geom &g = dwf2g_;
+    g.H = w_.in[1], g.Wd = w_.in[2], g.pt = w_.pb[1], g.pl = w_.pb[2], g.kh = kh, g.kw = kw, g.s = s;
+    g.rows = oh + (kh - 1) / 2;
+    const int64_t q_end = (oh - 1) * s + ow;
+    g.chunks = (q_end + kConvLanes - 1) / kConvLanes;
+    const int64_t reach = g.chunks * kConvLanes + (kh - 1) / 2 * s + (kw - 1) / 2;
+    g.plane = (std::max(g.rows * s, reach) + kConvLanes - 1) / kConvLanes * kConvLanes;
+    uint32_t in = 0;  // lanes l of the 32 columns from -pl: input column l - pl
+    for (int64_t l = 0; l < 32; ++l)
+      if (l - g.pl >= 0 && l - g.pl < g.Wd) in |= uint32_t(1) << l;
+    g.m0 = static_cast<__mmask16>(in & 0xFFFF), g.m1 = static_cast<__mmask16>(in >> 16);
+    g.st = static_cast<__mmask16>((uint32_t(1) << s) - 1u);
+    flat_keep_.assign(static_cast<size_t>(g.chunks), 0);
+    flat_first_.assign(static_cast<size_t>(g.chunks), 0);
+    for (int64_t p = 0; p < g.chunks; ++p) {
+      bool any = false;
+      for (int64_t l = 0; l < kConvLanes; ++l) {
+        const int64_t q = p * kConvLanes + l, r = q / s, c = q % s;
+        if (q >= q_end || c >= ow) continue;
+        flat_keep_[p] = static_cast<uint16_t>(flat_keep_[p] | (1u << l));
+        if (!any) flat_first_[p] = r * ow + c;
+        any = true;
+      }
+    }
+    g.keep = flat_keep_.data();
+    g.first = flat_first_.data();
+  }
+  int64_t DwFlatS2Grain() const { return N_ > 1 ? GrainForMacs(kk_ * out_sp_) : N_ * C_; }
+  size_t DwFlatS2SlotBytes() const { return Align64(static_cast<size_t>(16 * dwf2g_.plane) * sizeof(float)); }
+  int DwFlatS2Slots() const { return ScratchSlots::SlotCount(ChunksOf(N_ * C_, DwFlatS2Grain())); }
+#endif
   // Dilated convs on small maps that the phases leave to im2col (phase maps under 8 columns: 3x3 dilation 2 / 4 on
   // 7x7, 8x8, 14x14, FCN's dilated layer4 on 512x8x8): im2col + GEMM there has N = the map's positions (49-64),
   // the direct kernel's dilated taps mostly idle lanes (2.0-3.0x onnxruntime on 64x7x7, 2.0-2.5x on 512x8x8 at
@@ -1663,6 +1814,9 @@ class ConvKernel : public Kernel {
   }
   size_t scratch_bytes() const override {
     if (dw_s2_) return 0;
+#ifdef TWIN_HAVE_X86
+    if (dwf2_) return static_cast<size_t>(DwFlatS2Slots()) * DwFlatS2SlotBytes();
+#endif
     if (tiny_dw_)
       return static_cast<size_t>(TinySlots()) * TinySlotBytes() +
              (!wt_ ? Align64(static_cast<size_t>(kk_ * C_) * sizeof(T)) : 0);
@@ -1723,6 +1877,16 @@ class ConvKernel : public Kernel {
     }
 #ifdef TWIN_HAVE_X86
     if constexpr (std::is_same<T, float>::value) {
+      if (dwf2_) {
+        ScratchSlots slots(DwFlatS2Slots());
+        ParallelForAnyCut(N_ * C_, DwFlatS2Grain(), [&](int64_t lo, int64_t hi) {
+          const ScratchSlots::Hold hold(slots);
+          float *buf = reinterpret_cast<float *>(static_cast<char *>(scratch_) +
+                                                 static_cast<size_t>(hold.index()) * DwFlatS2SlotBytes());
+          DwFlatS2Avx512(dwf2g_, X, in_sp_, W, B, relu_, C_, Y, out_sp_, lo, hi, buf);
+        });
+        return true;
+      }
       if (dw_s2_) {
         // planes are independent: the pool shares them out in chunks of at least kMinChunkMacs
         ParallelForAnyCut(N_ * C_, N_ > 1 ? GrainForMacs(kk_ * out_sp_) : C_, [&](int64_t lo, int64_t hi) {
@@ -2215,6 +2379,10 @@ class ConvKernel : public Kernel {
   std::vector<T> bp_;                  // its packed bias (fused form)
   bool const_w_ = false;               // wp_ packed from constant weights (not fused: the bias is packed per run)
   bool wino_ = false;                  // Winograd F(2x2, 3x3) (float), falling back to the paths above
+#ifdef TWIN_HAVE_X86
+  bool dwf2_ = false;                  // depthwise at stride 2 on small maps, AVX-512, flat phase planes (DwFlatS2Avx512)
+  DwFlatS2Geom dwf2g_{};               // its geometry
+#endif
   bool dw_s2_ = false;                 // depthwise at stride 2, AVX-512, from the input planes (DepthwiseS2PlaneAvx512)
   bool tiny_dw_ = false;               // depthwise on a small map, channels last (RunTinyDepthwise)
   bool dwcl_ = false;                  // its AVX-512 row-blocked kernel (DwClImageAvx512)
