@@ -1362,15 +1362,20 @@ class ConvKernel : public Kernel {
     if constexpr (std::is_same<T, float>::value) InitChannelsLast();
   }
 #ifdef TWIN_HAVE_X86
-  // Depthwise at stride 2 under 12 output columns with AVX-512 (DwFlatS2Avx512): ahead of the channels-last path,
-  // whose two transposes cost more than its taps there, and of the flat kernel's per-channel planes.
+  // Depthwise at stride 2 under 12 output columns with AVX-512 (DwFlatS2Avx512), from 5 output columns on (4x4
+  // outputs fill half its lanes: 480x7x7 3x3 went 1.0x -> 1.4x the channels-last path's time): ahead of the flat
+  // kernel's per-channel planes and of the AVX2 channels-last kernel; of the AVX-512 channels-last one (DwClImage)
+  // at 3 taps per row from 7 output columns on, or once its padded input passes ~400 KB, as measured (672x14x14
+  // 5x5, 640 KB: 145 -> 85 us, 480x20x20 5x5: ~600 -> ~300 us; 96x14x14 5x5, 91 KB, went 47 -> 52 us, 480x10x10
+  // 5x5, 250 KB, 90 -> 130 us, 96x20x20 7x7 95 -> 115 us, so those stay).
   void InitDwFlatS2() {
     const int64_t ow = w_.out[2], oh = w_.out[1], kh = w_.k[1], kw = w_.k[2], s = ow + (kw - 1) / 2;
     bool ok = vmath::ActiveIsa() == vmath::Isa::kAvx512 && cg_ == 1 && mg_ == 1 && kk_ > 1 && out_sp_ > 0 &&
               !dw_s2_ && w_.in[0] == 1 && w_.k[0] == 1 && w_.pb[0] == 0 && w_.pe[0] == 0 && w_.s[0] == 1 &&
               w_.s[1] == 2 && w_.s[2] == 2 && w_.pb[1] >= 0 && w_.pb[2] >= 0 && s <= kConvLanes;
     for (size_t i = 0; i < kMaxSpatial; ++i) ok = ok && w_.d[i] == 1;
-    if (!ok) return;
+    const int64_t cl_bytes = dwcl_ ? w_.in[1] * dwcl_pw_ * C_ * static_cast<int64_t>(sizeof(float)) : 0;
+    if (!ok || ow < 5 || (dwcl_ && !(kw <= 3 && ow >= 7) && cl_bytes < (int64_t(400) << 10))) return;
     dwf2_ = true;
     tiny_dw_ = dwcl_ = dconv_ = s2_ = flat_ = wino_ = false;
     DwFlatS2Geom &g = dwf2g_;
