@@ -105,3 +105,16 @@ def test_grouped_conv2d(xs, ws, attrs, bias, relu, w_input):
         assert (got >= 0).all() and (got > 0).any()
     else:
         assert (got < 0).any() and (got > 0).any()
+
+
+@pytest.mark.parametrize("xs,ws,attrs", [((1, 16, 4, 10, 10), (16, 16, 3, 3, 3), {"pads": [1] * 6}),
+                                         ((2, 64, 12, 12), (64, 32, 3, 3), {"pads": [1] * 4, "group": 2})])
+def test_non_finite_inputs(xs, ws, attrs):
+    """An inf / NaN in the input: Winograd's transforms would turn inf into NaN where the direct sum keeps inf (its
+    callers recompute such runs directly); the outputs match the reference's, non-finite values included."""
+    x, w, _ = _conv(xs, ws, False)
+    x.reshape(-1)[[5, x.size // 2]] = np.inf
+    x.reshape(-1)[x.size - 7] = np.nan
+    model, feeds = conv_model("Conv", x, w, kernel_shape=list(ws[2:]), **attrs)
+    got = check_twin(model, feeds)[0]
+    assert np.isinf(got).any() and np.isnan(got).any() and np.isfinite(got).any()

@@ -1438,7 +1438,8 @@ class ConvKernel : public Kernel {
   // im2col, unmeasured here), and only where the 2-D conv takes a fast path. The gathered input is bounded
   // (kSliceBytes): past it the 2-D conv runs per block of output depths (a divisor of their count).
   void InitSlices() {
-    if (direct_ || out_sp_ <= 0 || (w_.out[0] <= 1 && w_.k[0] <= 1) || (cg_ == 1 && mg_ == 1)) return;
+    // (dilated 3-D on small maps stays on the channels-last path measured for it, InitChannelsLast)
+    if (direct_ || cl_ || out_sp_ <= 0 || (w_.out[0] <= 1 && w_.k[0] <= 1) || (cg_ == 1 && mg_ == 1)) return;
     Window sw = w_;
     sw.nsp = 2;
     sw.in[0] = sw.out[0] = sw.k[0] = sw.s[0] = sw.d[0] = 1;
