@@ -762,7 +762,7 @@ struct DwFlatS2Geom {
   const int64_t *first;  // per chunk: its first output's offset in the map
 };
 // One channel's phase planes (xp: 4 planes; padded rows outside X are left as they are: zeros from the caller).
-__attribute__((target("avx512f"), always_inline)) inline void DwFlatS2Planes(const DwFlatS2Geom &g, const float *x,
+__attribute__((target("avx512f"))) void DwFlatS2Planes(const DwFlatS2Geom &g, const float *x,
                                                                            float *xp) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
