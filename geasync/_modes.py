@@ -4,7 +4,7 @@ runtime is called, so the error can name both modes, the Python calls behind the
 from __future__ import annotations
 
 import threading
-from typing import Container, Sequence
+from typing import Container, NoReturn, Sequence
 
 from .errors import FAILED, ExecutionModeError
 
@@ -29,14 +29,25 @@ class ModeRegistry:
         self._lock = threading.Lock()
         self._added = added  # a graph id in any of these is added to the session (empty: every id counts as added)
 
-    def claim(self, graph_id: int, mode: str, context: str) -> None:
+    def claim(self, graph_id: int, mode: str, context: str) -> bool:
+        """Fixes ``graph_id``'s mode to ``mode`` or raises ExecutionModeError; True if this call fixed it (for
+        ``release``), False if the graph already ran in ``mode``."""
+        fresh = graph_id not in self.established
         established = self.established.setdefault(graph_id, mode)  # atomic: the first caller's mode wins
-        if established != mode:
-            if not self._exists(graph_id):
-                with self._lock:
-                    self.established[graph_id] = mode
-                return
-            self._conflict(graph_id, mode, established, context)
+        if established == mode:
+            return fresh
+        if not self._exists(graph_id):
+            with self._lock:
+                self.established[graph_id] = mode
+            return True
+        self._conflict(graph_id, mode, established, context)
+
+    def release(self, graph_id: int, mode: str) -> None:
+        """Undoes a ``claim`` that fixed ``mode`` when the runtime did not: GE's RunGraph and
+        RunGraphWithStreamAsync set the mode only after their implicit compile and load succeeded."""
+        with self._lock:
+            if self.established.get(graph_id) == mode:
+                del self.established[graph_id]
 
     def check(self, graph_id: int, mode: str, context: str) -> None:
         """Raises as ``claim`` would, without fixing the mode (for what will run in ``mode`` later)."""
@@ -49,7 +60,7 @@ class ModeRegistry:
         # fails as such, and the mode an earlier call on it claimed is no conflict
         return not self._added or any(graph_id in ids for ids in self._added)
 
-    def _conflict(self, graph_id: int, mode: str, established: str, context: str) -> None:
+    def _conflict(self, graph_id: int, mode: str, established: str, context: str) -> NoReturn:
         ge_text = (f"E10062: Failed to call {mode}. Reason: {established} was already called for the graph "
                    f"(graph_id={graph_id}). {mode} and {established} are mutually exclusive and cannot be used "
                    "together.")

@@ -233,6 +233,17 @@ class Session:
         finally:
             users.remove(me)
 
+    def _unclaim_if_unbuilt(self, handle: Any, graph_id: int, mode: str) -> None:
+        """After the first run in ``mode`` failed: GE's RunGraph and RunGraphWithStreamAsync compile and load an
+        unloaded graph before they set its run mode, so a graph still unbuilt after the failure has no mode, and
+        another mode may run it (geasync fixed the mode before the call, to name both modes in a conflict)."""
+        try:
+            unbuilt = _lib.is_graph_need_rebuild(handle, graph_id)
+        except Exception:  # noqa: BLE001 - closed meanwhile: nothing more can run the graph
+            return
+        if unbuilt:
+            self._modes.release(graph_id, mode)
+
     def _wait_for_native_calls(self) -> bool:
         """close(): until the native calls other threads make on the handle have returned. False if some still run
         while the interpreter exits (a daemon thread's call, whose thread never takes the GIL back to say so)."""
@@ -594,8 +605,9 @@ class Session:
             handle = self._handle
             if handle is None or self._closing or self._generation != _lib.generation or _lib.forked:
                 handle = self._live(context.format(graph_id=graph_id))
+            claimed = False
             if self._modes.established.get(graph_id) != RUN_GRAPH:
-                self._modes.claim(graph_id, RUN_GRAPH, context.format(graph_id=graph_id))
+                claimed = self._modes.claim(graph_id, RUN_GRAPH, context.format(graph_id=graph_id))
             counters = self._graph_stats.get(graph_id) or self._counters(graph_id)
             live = counters.live
             key = object()
@@ -611,6 +623,8 @@ class Session:
             except BaseException:
                 with stats_lock:
                     counters.finish(key, "failed")
+                if claimed:
+                    self._unclaim_if_unbuilt(handle, graph_id, RUN_GRAPH)
                 raise
             if graph_id not in self._outputs_checked:  # the first run compiled the graph: its outputs' declaration
                 self._check_outputs(handle, graph_id)
@@ -652,14 +666,19 @@ class Session:
                                   api="run_graph_with_stream_async", graph_id=graph_id)
         context = f"Session.run_graph_with_stream_async(graph_id={graph_id})"
         self._live(context)
-        self._modes.claim(graph_id, RUN_GRAPH_WITH_STREAM_ASYNC, context)
+        claimed = self._modes.claim(graph_id, RUN_GRAPH_WITH_STREAM_ASYNC, context)
         _streams.reap()
         # The stream no longer uses the inputs, nor the outputs' memory, once it has passed the run: output memory
         # dropped by the caller before then is freed only at that point, on a Python thread.
         owners: list[Any] = []
         with self._native(context) as handle, stream_in_use(stream, "stream") as address:
             if not has_allocator(address):
-                _lib.register_default_allocator(handle, address, context)
+                try:
+                    _lib.register_default_allocator(handle, address, context)
+                except BaseException:
+                    if claimed:  # no run was made: the graph has no mode
+                        self._modes.release(graph_id, RUN_GRAPH_WITH_STREAM_ASYNC)
+                    raise
                 self._default_allocators.add(address)
                 mark_allocator(address, _allocator_release(self, address))
             pins = self._pin(prepared)
@@ -675,6 +694,8 @@ class Session:
             except BaseException:
                 pins.unpin()
                 self._count_finish(graph_id, key, "failed")
+                if claimed:
+                    self._unclaim_if_unbuilt(handle, graph_id, RUN_GRAPH_WITH_STREAM_ASYNC)
                 raise
         owners.extend(t._owner for t in outs)
         return outs
