@@ -17,6 +17,8 @@ Latency is the median over repeated calls after warm-up; the ratio column is twi
 the target is <= 1.5). Throughput: the model is added to the twin once per core (each graph has its own model
 thread) and requests go round-robin; onnxruntime gets a thread pool with one worker per core, one shared session
 (1 intra-op thread each); the ratio there is twin / onnxruntime time per request (lower is better).
+With --models, batch-1 networks can be added: bench_quant's float ResNet- / MobileNet-like CNNs and the onnx
+package's model-zoo networks (light_resnet50, light_vgg19, ...: see LIGHT).
 """
 
 from __future__ import annotations
@@ -96,6 +98,18 @@ def _quant_cnn(kind: str, image: int):
     return (bench_quant.make_resnet if kind == "resnet" else bench_quant.make_mobilenet)(image)
 
 
+def _light(name: str):
+    """A network of the ONNX model zoo as the onnx package ships it for its backend tests (onnx/backend/test/data/
+    light): the real topology, its weights made at run time by ConstantOfShape so that the file stays small."""
+    import onnx
+
+    return onnx.load(str(pathlib.Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" /
+                         f"light_{name}.onnx"))
+
+
+LIGHT = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet",
+         "vgg19", "zfnet512"]
+
 # Only with --models (their batch is fixed at 1; onnx.reference takes minutes on them, so their error column is
 # measured against onnxruntime instead).
 BATCH1_MODELS = {
@@ -103,7 +117,17 @@ BATCH1_MODELS = {
     "mobilenet224": lambda: _quant_cnn("mobilenet", 224),
     "resnet56": lambda: _quant_cnn("resnet", 56),
     "resnet224": lambda: _quant_cnn("resnet", 224),
+    **{f"light_{n}": (lambda n=n: _light(n)) for n in LIGHT},
 }
+
+
+def _input(name: str, model, batch: int) -> np.ndarray:
+    """A random input for the model's one data input (older models also list their initializers as inputs)."""
+    inits = {t.name for t in model.graph.initializer}
+    data = next(i for i in model.graph.input if i.name not in inits)
+    dims = [d.dim_value or 1 for d in data.type.tensor_type.shape.dim]
+    dims[0] = batch
+    return np.random.default_rng(1).standard_normal(dims).astype(np.float32)
 
 
 def all_models(names=None):
@@ -112,7 +136,8 @@ def all_models(names=None):
     known = {**MODELS, **EXTRA_MODELS, **BATCH1_MODELS}
     for name in names or [*MODELS, *EXTRA_MODELS]:
         model = known[name]()
-        out.append((name, model, lambda b, name=name, model=model: model_input(name, model, b)))
+        make = model_input if name in MODELS or name in EXTRA_MODELS else _input
+        out.append((name, model, lambda b, name=name, model=model, make=make: make(name, model, b)))
     return out
 
 
