@@ -474,14 +474,10 @@ def _wrap_runtime_memory(o: Any, make: OutputFactory[_T]) -> _T:
     itself: one native object per output, not a second one to keep the first alive."""
     handle, o.handle = o.handle, ffi.NULL  # first: an interruption between the two steps leaks, never frees twice
     if o.placement == PLACEMENT_HOST:  # noqa: F821 (bound with the backend, _bind_abi_constants)
-        owner = ffi.gc(ffi.cast("char *", o.address), functools.partial(_destroy_tensor, handle))
+        owner = ffi.gc(ffi.cast("char *", o.address), functools.partial(lib.ga_tensor_destroy_with_data, handle))
     else:
         owner = ffi.gc(handle, lib.ga_tensor_destroy)
     return make.view(owner, o.address, o.size, o.dtype, o.placement, tuple(_unpack(o.dims, o.ndim)))
-
-
-def _destroy_tensor(handle: Any, _data: Any) -> None:
-    lib.ga_tensor_destroy(handle)
 
 
 # --- sessions and graphs -------------------------------------------------------------------------------------

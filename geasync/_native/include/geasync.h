@@ -195,6 +195,9 @@ ga_status ga_session_unregister_external_allocator(ga_session *session, void *st
 size_t ga_outputs_take_all(ga_outputs *outputs, ga_output_info *infos, size_t capacity);
 void ga_outputs_destroy(ga_outputs *outputs);
 void ga_tensor_destroy(ga_tensor *tensor);
+/* ga_tensor_destroy(tensor); `data` is ignored. The owner of a host output's numpy view is a pointer to the data,
+ * collected with functools.partial(ga_tensor_destroy_with_data, tensor): a call into C with no Python frame. */
+void ga_tensor_destroy_with_data(ga_tensor *tensor, void *data);
 /* Destroys infos[i].handle for each i < count whose handle is not NULL (and sets it NULL): the outputs the caller
  * copied out, or did not get to, in one call. */
 void ga_output_infos_release(ga_output_info *infos, size_t count);

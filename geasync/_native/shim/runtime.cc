@@ -277,6 +277,8 @@ void ga_tensor_destroy(ga_tensor *tensor) {
   shim::Live().tensors.fetch_sub(1);
 }
 
+void ga_tensor_destroy_with_data(ga_tensor *tensor, void * /*data*/) { ga_tensor_destroy(tensor); }
+
 void ga_output_infos_release(ga_output_info *infos, size_t count) {
   if (infos == nullptr) return;
   for (size_t i = 0; i < count; ++i) {
