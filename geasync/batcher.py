@@ -137,6 +137,8 @@ class Batcher:
             raise TypeError(f"Batcher: graph must be a graph id (int) or a geasync.GraphPool, got "
                             f"{type(graph).__name__}")
         self.graph = graph
+        # a closed (or broken) session is said here, naming the Batcher, rather than by the compile check below
+        session._live(f"Batcher(graph_id={graph})")
         instances = len(graph_ids)
         if type(max_batch_size) is not int or max_batch_size < 1:
             raise ValueError(f"Batcher: max_batch_size must be a positive int, got {max_batch_size!r}")

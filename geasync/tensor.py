@@ -164,6 +164,9 @@ class Tensor:
     def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> NDArray[Any]:
         arr = self.numpy()
         if dtype is not None and np.dtype(dtype) != arr.dtype:
+            if copy is False:  # numpy 2's protocol: copy=False must never copy, so a conversion is an error
+                raise ValueError(f"Tensor.__array__: cannot view this {arr.dtype} Tensor as {np.dtype(dtype)} "
+                                 "without a copy (copy=False); pass copy=None to allow one")
             return arr.astype(dtype)
         return arr.copy() if copy else arr
 

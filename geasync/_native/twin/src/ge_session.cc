@@ -2,6 +2,8 @@
 // This file: sessions, the graph registry and the compile/load/summary entry points; the run modes and output
 // memory are in the files ge_session_internal.h lists.
 #include <algorithm>
+#include <cctype>
+#include <cstdint>
 #include <cstdlib>
 
 #include "acl/acl_rt.h"
@@ -39,6 +41,63 @@ std::map<std::string, std::string> ToStd(const std::map<AscendString, AscendStri
   std::map<std::string, std::string> out;
   for (const auto &kv : m) out[kv.first.GetString()] = kv.second.GetString();
   return out;
+}
+
+// GE's parse of "ge.exec.frozenInputIndexes" (GraphNode::ParseFrozenInputIndex, run by LoadGraph): entries split
+// by ';', each an input index or "index,address,length", digits (and spaces) only, the index an int32, address and
+// length non-zero uint64s. Empty when the value is valid, else why not (GE fails the load on it).
+std::string FrozenInputProblem(const std::string &value) {
+  if (value.empty()) return "";
+  auto split = [](const std::string &s, char delim) {  // GE's StringUtils::Split: a trailing delim adds ""
+    std::vector<std::string> parts;
+    size_t start = 0;
+    for (size_t k = 0; k <= s.size(); ++k) {
+      if (k == s.size() || s[k] == delim) {
+        parts.push_back(s.substr(start, k - start));
+        start = k + 1;
+      }
+    }
+    return parts;
+  };
+  for (const auto &entry : split(value, ';')) {
+    const auto fields = split(entry, ',');
+    if (fields.size() != 1 && fields.size() != 3) {
+      return "entry '" + entry + "' has " + std::to_string(fields.size()) +
+             " field(s): each entry is an input index or 'index,address,length'";
+    }
+    for (const auto &f : fields) {
+      for (const char ch : f) {
+        if (ch != ' ' && !std::isdigit(static_cast<unsigned char>(ch))) {
+          return "E10001: value '" + f + "' is not valid: the frozen input index is not a digit";
+        }
+      }
+    }
+    // what std::stoi / std::stoull accept: leading spaces, then digits; an index may not end in spaces
+    const std::string &index = fields[0];
+    const size_t first = index.find_first_not_of(' ');
+    const std::string digits = first == std::string::npos ? "" : index.substr(first);
+    const std::string trimmed = digits.substr(std::min(digits.find_first_not_of('0'), digits.size()));
+    if (digits.empty() || digits.find(' ') != std::string::npos || trimmed.size() > 10 ||
+        (!trimmed.empty() && std::stoll(trimmed) > INT32_MAX)) {
+      return "input index '" + index + "' is not an int32";
+    }
+    for (size_t k = 1; k < fields.size(); ++k) {
+      const std::string &f = fields[k];
+      const size_t start = f.find_first_not_of(' ');
+      if (start == std::string::npos) return "entry '" + entry + "' has an empty address or length";
+      size_t end = f.find(' ', start);
+      const std::string digits = f.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      const std::string trimmed = digits.substr(std::min(digits.find_first_not_of('0'), digits.size()));
+      if (trimmed.size() > 20 || (trimmed.size() == 20 && trimmed > "18446744073709551615")) {
+        return "entry '" + entry + "': '" + digits + "' is out of the uint64 range";
+      }
+      if (trimmed.empty()) {
+        return std::string("entry '") + entry + "': the frozen input " + (k == 1 ? "address" : "length") +
+               " cannot be zero";
+      }
+    }
+  }
+  return "";
 }
 
 // The graph's parsed model, or null after reporting that it has none (GE refuses an empty graph the same way).
@@ -284,6 +343,24 @@ Status GeSession::LoadGraph(uint32_t graph_id, const std::map<AscendString, Asce
       // GE_GRAPH_REPEAT_OPERATION, returned as FAILED
       twin::ReportError("LoadGraph: graph (graph_id=" + std::to_string(graph_id) +
                         ") is already loaded (GE_GRAPH_REPEAT_OPERATION)");
+      return FAILED;
+    }
+  }
+  {
+    // GE reads the option from the graph's options, then LoadGraph's, then the session's, and fails the load on a
+    // malformed value (which would otherwise be accepted here and refused on the NPU)
+    std::string frozen;
+    auto from = [&frozen](const std::map<std::string, std::string> &opts) {
+      auto it = opts.find("ge.exec.frozenInputIndexes");
+      if (frozen.empty() && it != opts.end()) frozen = it->second;
+    };
+    from(node->options);
+    from(ToStd(options));
+    from(impl_->options);
+    const std::string problem = FrozenInputProblem(frozen);
+    if (!problem.empty()) {
+      twin::ReportError("LoadGraph: graph (graph_id=" + std::to_string(graph_id) +
+                        "): option ge.exec.frozenInputIndexes='" + frozen + "' is invalid: " + problem);
       return FAILED;
     }
   }

@@ -1,0 +1,88 @@
+"""Adversarial tests, session 57: the public surfaces around runs (options, Tensor interop, the Batcher).
+
+- ``ge.exec.frozenInputIndexes`` given to ``load_graph`` (or ``add_graph``, or the session): GE parses it when the
+  graph is loaded and fails the load on a malformed value (GraphNode::ParseFrozenInputIndex); the twin accepted any
+  value, so a typo passed every test on the twin and failed on the NPU.
+- ``np.asarray(tensor, dtype=other, copy=False)``: numpy 2's ``__array__`` protocol says copy=False never copies;
+  Tensor.__array__ converted (a copy) silently.
+- ``Batcher(closed_session, 1)`` failed naming ``Session.is_graph_need_rebuild()``, a call its user never made.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import geasync as ga
+
+FROZEN = "ge.exec.frozenInputIndexes"
+
+
+def _mlp_session() -> ga.Session:
+    s = ga.Session()
+    s.add_graph(1, ga.samples.mlp())
+    return s
+
+
+@pytest.mark.parametrize("value, why", [
+    ("2a", "not a digit"),
+    ("0,b,8", "not a digit"),
+    ("-1", "not a digit"),
+    ("0,1", "2 field"),
+    ("0;", "not an int32"),
+    ("1 2", "not an int32"),
+    ("99999999999", "not an int32"),
+    ("0,99999999999999999999999999,8", "uint64"),
+    ("0,0,4", "address cannot be zero"),
+    ("0,64,0", "length cannot be zero"),
+])
+def test_a_malformed_frozen_input_option_fails_the_load(value, why):
+    with _mlp_session() as s:
+        with pytest.raises(ga.GeError, match=why) as info:
+            s.load_graph(1, {FROZEN: value})
+        message = str(info.value)
+        assert "Session.load_graph(graph_id=1)" in message and FROZEN in message and repr(value) in message
+        # nothing was loaded: the graph still runs (loaded on demand), as after any failed load
+        (y,) = s.run_graph(1, [np.ones((2, 784), np.float32)])
+        assert y.shape == (2, 10)
+
+
+@pytest.mark.parametrize("value", ["", "0", "0;1", " 1", "1000", "0,1111,10;1,64,4", "0001"])
+def test_well_formed_frozen_input_values_load(value):
+    with _mlp_session() as s:
+        s.load_graph(1, {FROZEN: value})
+        x = np.random.default_rng(0).random((3, 784), dtype=np.float32)
+        (y,) = s.run_graph(1, [x])
+        assert y.shape == (3, 10) and np.isfinite(y.numpy()).all()
+
+
+def test_a_malformed_frozen_input_option_of_the_graph_fails_its_load():
+    # GE reads the option from the graph's options too (LoadGraph merges its own under them)
+    with ga.Session() as s:
+        s.add_graph(1, ga.samples.mlp(), {FROZEN: "x"})
+        with pytest.raises(ga.GeError, match="not a digit"):
+            s.load_graph(1)
+
+
+def test_array_protocol_copy_false_refuses_a_dtype_conversion():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = ga.Tensor.from_numpy(x)
+    with pytest.raises(ValueError, match="copy=False"):
+        np.asarray(t, dtype=np.float64, copy=False)
+    with pytest.raises(ValueError, match="copy=False"):
+        t.__array__(np.float64, copy=False)
+    # what needs no copy is still a view; a conversion that may copy still converts
+    assert np.shares_memory(np.asarray(t, copy=False), x)
+    assert np.shares_memory(np.asarray(t, dtype=np.float32, copy=False), x)
+    converted = np.asarray(t, dtype=np.float64)
+    assert converted.dtype == np.float64 and np.array_equal(converted, x)
+    copied = np.array(t, copy=True)
+    assert not np.shares_memory(copied, x) and np.array_equal(copied, x)
+
+
+def test_a_batcher_on_a_closed_session_names_the_batcher():
+    s = _mlp_session()
+    s.close()
+    with pytest.raises(ga.SessionClosedError, match=r"Batcher\(graph_id=1\)") as info:
+        ga.Batcher(s, 1)
+    assert "is_graph_need_rebuild" not in str(info.value)
