@@ -228,6 +228,10 @@ def stream_in_use(stream: Any, what: str) -> Iterator[int]:
 def stream_address(stream: Any, what: str) -> int:
     """The address of a stream given as an int (as GE's Python package takes it) or a Stream; TypeError otherwise."""
     if isinstance(stream, Stream):
+        if not stream._address:  # closed: said naming the call it was passed to, not as "Stream"
+            context = what.rsplit(": ", 1)[0]
+            _lib.check_process(context)
+            raise SessionClosedError(FAILED, "the stream is closed; create a new Stream", "geasync", context)
         return stream.address
     if isinstance(stream, int) and not isinstance(stream, bool):
         if not 0 <= stream < 2**64:  # the native side would take it modulo 2^64: another address, or a null stream

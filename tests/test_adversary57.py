@@ -86,3 +86,22 @@ def test_a_batcher_on_a_closed_session_names_the_batcher():
     with pytest.raises(ga.SessionClosedError, match=r"Batcher\(graph_id=1\)") as info:
         ga.Batcher(s, 1)
     assert "is_graph_need_rebuild" not in str(info.value)
+
+
+def test_a_closed_stream_passed_to_a_session_call_names_that_call():
+    x = np.ones((1, 784), np.float32)
+    with _mlp_session() as s:
+        st = ga.Stream()
+        st.close()
+        calls = [
+            ("Session.run_graph_with_stream_async(graph_id=1)", lambda: s.run_graph_with_stream_async(1, st, [x])),
+            ("Session.load_graph(graph_id=1)", lambda: s.load_graph(1, stream=st)),
+            ("Session.register_external_allocator()", lambda: s.register_external_allocator(st, object())),
+        ]
+        for context, call in calls:
+            with pytest.raises(ga.SessionClosedError, match="the stream is closed") as info:
+                call()
+            assert context in str(info.value), str(info.value)
+        # refused before GE saw it: the graph's run mode is still free
+        (y,) = s.run_graph(1, [x])
+        assert y.shape == (1, 10)
