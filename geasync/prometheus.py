@@ -41,6 +41,10 @@ class GeasyncCollector(Collector):
 
     def __init__(self, session: Session, *, batchers: Optional[Mapping[str, Batcher]] = None,
                  labels: Optional[Mapping[str, str]] = None, prefix: str = "geasync") -> None:
+        # checked here, like the labels below: otherwise registering it, and every scrape, fails with an
+        # AttributeError from inside collect()
+        if not isinstance(session, Session):
+            raise TypeError(f"GeasyncCollector: session must be a geasync.Session, got {type(session).__name__}")
         self.session = session
         self.batchers = dict(batchers or {})
         self.labels = dict(labels or {})
@@ -57,10 +61,13 @@ class GeasyncCollector(Collector):
             if not isinstance(key, str) or not isinstance(value, str):
                 raise TypeError(f"GeasyncCollector(labels=...): label names and values must be str, got {key!r}: "
                                 f"{value!r} (pass str(value))")
-        for name in self.batchers:
+        for name, batcher in self.batchers.items():
             if not isinstance(name, str):
                 raise TypeError(f"GeasyncCollector(batchers=...): batcher names are the 'batcher' label's values "
                                 f"and must be str, got {name!r} (pass str(name))")
+            if not isinstance(batcher, Batcher):
+                raise TypeError(f"GeasyncCollector(batchers=...): {name!r} must map to a geasync.Batcher, got "
+                                f"{type(batcher).__name__}")
         if not isinstance(prefix, str):
             raise TypeError(f"GeasyncCollector(prefix=...): prefix must be a str, got {prefix!r}")
         self.prefix = prefix

@@ -105,3 +105,16 @@ def test_a_closed_stream_passed_to_a_session_call_names_that_call():
         # refused before GE saw it: the graph's run mode is still free
         (y,) = s.run_graph(1, [x])
         assert y.shape == (1, 10)
+
+
+def test_prometheus_collector_refuses_a_session_or_batcher_of_another_type():
+    # they were taken, then registering the collector and every scrape failed with "'...' object has no attribute
+    # 'statistics'" from inside collect()
+    pytest.importorskip("prometheus_client")
+    from geasync.prometheus import GeasyncCollector
+
+    with _mlp_session() as s:
+        with pytest.raises(TypeError, match=r"^GeasyncCollector: session must be a geasync.Session, got Batcher"):
+            GeasyncCollector(ga.Batcher(s, 1))  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"batchers=\.\.\.\): 'mlp' must map to a geasync.Batcher, got int"):
+            GeasyncCollector(s, batchers={"mlp": 1})  # type: ignore[dict-item]
