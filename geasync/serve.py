@@ -217,11 +217,11 @@ class _GeasyncModel:
             unknown = sorted(set(items) - set(declared))
             if unknown:
                 raise _BadRequest(f"unknown input names {unknown}; the graph's inputs are {list(declared)}")
-            return {name: np.asarray(value, dtype=declared[name]) for name, value in items.items()}
+            return {name: _as_array(value, declared[name], name) for name, value in items.items()}
         if isinstance(items, Sequence) and not isinstance(items, (str, bytes)):
             if len(items) != len(self._inputs):
                 raise _BadRequest(f"the graph takes {len(self._inputs)} inputs, got {len(items)}")
-            return [np.asarray(value, dtype=i.dtype) for value, i in zip(items, self._inputs, strict=True)]
+            return [_as_array(value, i.dtype, i.name) for value, i in zip(items, self._inputs, strict=True)]
         raise _BadRequest('"inputs" must be an object (by name) or a list (in graph input order)')
 
     def _raw_input(self, body: bytes, headers: Mapping[str, str]) -> list[np.ndarray]:
@@ -260,6 +260,13 @@ class _GeasyncModel:
 # The deployment, made by a call rather than as a class decorator: type checkers then see a serve.Deployment
 # (GeasyncModel.options(...).bind(...) type-checks in users' code), which is what the decorator makes at run time.
 GeasyncModel: serve.Deployment = serve.deployment(name="GeasyncModel", max_ongoing_requests=1024)(_GeasyncModel)
+
+
+def _as_array(value: Any, dtype: Any, name: str) -> np.ndarray:
+    try:
+        return np.asarray(value, dtype=dtype)
+    except OverflowError as exc:  # a JSON number past the input's dtype (10**400 for float32, 2**40 for int32)
+        raise _BadRequest(f"input '{name}' holds a number out of the range of {np.dtype(dtype)}: {exc}") from None
 
 
 def _cancel(task: "asyncio.Task[Any]") -> None:

@@ -5,10 +5,14 @@
   value, so a typo passed every test on the twin and failed on the NPU.
 - ``np.asarray(tensor, dtype=other, copy=False)``: numpy 2's ``__array__`` protocol says copy=False never copies;
   Tensor.__array__ converted (a copy) silently.
+- geasync.serve's HTTP entry: a JSON number past the input's dtype (an integer of 400 digits for float32) raised
+  OverflowError out of the handler (a 500 with a traceback) instead of answering 400.
 - ``Batcher(closed_session, 1)`` failed naming ``Session.is_graph_need_rebuild()``, a call its user never made.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 import numpy as np
 import pytest
@@ -118,3 +122,40 @@ def test_prometheus_collector_refuses_a_session_or_batcher_of_another_type():
             GeasyncCollector(ga.Batcher(s, 1))  # type: ignore[arg-type]
         with pytest.raises(TypeError, match=r"batchers=\.\.\.\): 'mlp' must map to a geasync.Batcher, got int"):
             GeasyncCollector(s, batchers={"mlp": 1})  # type: ignore[dict-item]
+
+
+def test_a_json_number_past_the_dtype_is_400_in_the_serve_deployment():
+    pytest.importorskip("ray.serve")
+    from starlette.requests import Request
+
+    from conftest import MLP_PATH
+    from geasync.serve import _GeasyncModel
+
+    class InProcess(_GeasyncModel):
+        def __del__(self) -> None:  # Serve awaits the async one; close() below does its work
+            pass
+
+    def request(body: bytes) -> Request:
+        async def receive() -> dict:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return Request({"type": "http", "method": "POST", "path": "/", "query_string": b"",
+                        "headers": [(b"content-type", b"application/json")]}, receive)
+
+    huge = b"1" + b"0" * 400
+    row = b"[" + b",".join([huge] + [b"0.5"] * 783) + b"]"
+
+    async def main() -> list:
+        model = InProcess(str(MLP_PATH), backend="twin")
+        try:
+            return [await model(request(b'{"inputs": {"x": [' + row + b"]}}")),
+                    await model(request(b'{"inputs": [[' + row + b"]]}")),
+                    await model(request(b'{"inputs": {"x": [' + row.replace(huge, b"0.5") + b"]}}"))]
+        finally:
+            await model.close()
+
+    by_name, by_position, good = asyncio.run(main())
+    for r in (by_name, by_position):
+        assert r.status_code == 400, r.body[:300]
+        assert b"input 'x' holds a number out of the range of float32" in r.body
+    assert good.status_code == 200, good.body[:300]
