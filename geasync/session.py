@@ -100,7 +100,21 @@ def _check_options(options: Any, what: str) -> Dict[str, str]:
         if not isinstance(k, str) or not isinstance(v, str):
             raise TypeError(f"{what} keys and values must be str, got {k!r}: {v!r} (GE takes every option as a "
                             "string: pass str(value))")
+        for text in (k, v):
+            # GE takes C strings: a NUL would cut the key or value short there (another option, silently), and
+            # a lone surrogate has no UTF-8 form (a UnicodeEncodeError from deep inside the call)
+            if "\0" in text or not text.isascii() and not _utf8_encodable(text):
+                raise ValueError(f"{what}: option {k!r}: {v!r} holds a NUL character or a lone surrogate, which GE's "
+                                 "C strings cannot carry; remove it")
     return options
+
+
+def _utf8_encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # Seconds aclose() waits for requests of event loops that are not running (stopped, not closed) before it logs a

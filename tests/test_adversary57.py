@@ -159,3 +159,17 @@ def test_a_json_number_past_the_dtype_is_400_in_the_serve_deployment():
         assert r.status_code == 400, r.body[:300]
         assert b"input 'x' holds a number out of the range of float32" in r.body
     assert good.status_code == 200, good.body[:300]
+
+
+@pytest.mark.parametrize("options", [{"ge.exec.deviceId\0junk": "0"}, {"ge.graphRunMode": "1\0"},
+                                     {"ge.x": "\ud800"}, {"\udcff": "1"}])
+def test_an_option_with_a_nul_or_a_lone_surrogate_is_refused_naming_the_call(options):
+    # a NUL cut the key or value short in GE's C strings (another option, silently); a lone surrogate raised
+    # UnicodeEncodeError from inside the native call
+    with pytest.raises(ValueError, match=r"^Session\(\): options: option .* NUL character or a lone surrogate"):
+        ga.Session(options)
+    with _mlp_session() as s:
+        with pytest.raises(ValueError, match=r"^Session.add_graph\(\): options: option .* NUL"):
+            s.add_graph(2, ga.samples.mlp(), options)
+        with pytest.raises(ValueError, match=r"^Session.load_graph\(\): options: option .* NUL"):
+            s.load_graph(1, options)
