@@ -23,6 +23,18 @@ __all__ = ["Tensor"]
 DEVICE_ALIGNMENT = 32  # GE checks device input addresses against this
 
 
+def _dims(shape: Any) -> tuple[int, ...]:
+    """``shape`` as a tuple of ints; TypeError for anything else. int() took 1.5 as 1 and iterated "12" as (1, 2):
+    a device tensor of another size than its memory, silently."""
+    bad = isinstance(shape, (str, bytes)) or not isinstance(shape, (Sequence, np.ndarray))
+    if not bad:
+        dims = tuple(shape)
+        bad = not all(isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) for d in dims)
+    if bad:
+        raise TypeError(f"Tensor.from_device: shape must be a sequence of ints (e.g. (2, 784)), got {shape!r}")
+    return tuple(int(d) for d in dims)
+
+
 class Tensor:
     """A tensor for GE runs. Build with :meth:`from_numpy` (or pass numpy arrays directly to runs)."""
 
@@ -88,7 +100,7 @@ class Tensor:
             raise ValueError(f"device address 0x{address:x} is not {DEVICE_ALIGNMENT}-byte aligned: GE requires "
                              f"device inputs to be {DEVICE_ALIGNMENT}-byte aligned (aclrtMalloc and "
                              "Tensor.to_device() return aligned memory)")
-        shape = tuple(int(d) for d in shape)
+        shape = _dims(shape)
         if any(d < 0 for d in shape) or len(shape) > _lib.MAX_DIMS:
             raise ValueError(f"shape must have at most {_lib.MAX_DIMS} non-negative dims, got {shape}")
         dt = np.dtype(dtype)

@@ -173,3 +173,15 @@ def test_an_option_with_a_nul_or_a_lone_surrogate_is_refused_naming_the_call(opt
             s.add_graph(2, ga.samples.mlp(), options)
         with pytest.raises(ValueError, match=r"^Session.load_graph\(\): options: option .* NUL"):
             s.load_graph(1, options)
+
+
+@pytest.mark.parametrize("shape", [[1.5], "12", None, [True, 2], [np.float32(2)], 3])
+def test_from_device_refuses_a_shape_that_is_not_ints(shape):
+    # int() took 1.5 as 1 and "12" as (1, 2): a device Tensor of another size than the caller's memory, silently
+    with ga.Session():
+        owner = ga.Tensor.from_numpy(np.zeros(4, np.float32)).to_device()
+        with pytest.raises(TypeError, match=r"^Tensor.from_device: shape must be a sequence of ints"):
+            ga.Tensor.from_device(owner.address, shape, np.float32, owner=owner)
+        for good in ([4], (2, 2), np.array([4]), [np.int64(4)], ()):
+            t = ga.Tensor.from_device(owner.address, good, np.float32, owner=owner)
+            assert t.placement == "device" and t.shape == tuple(int(d) for d in good)
