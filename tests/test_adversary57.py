@@ -7,12 +7,17 @@
   Tensor.__array__ converted (a copy) silently.
 - geasync.serve's HTTP entry: a JSON number past the input's dtype (an integer of 400 digits for float32) raised
   OverflowError out of the handler (a 500 with a traceback) instead of answering 400.
+- the example HTTP service: a JSON number past float32 (1e39) raised numpy's overflow RuntimeWarning in the handler
+  (an exception out of it under ``-W error``, as in this test suite; a log line per request otherwise) before
+  the finite check answered 400.
 - ``Batcher(closed_session, 1)`` failed naming ``Session.is_graph_need_rebuild()``, a call its user never made.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -185,3 +190,27 @@ def test_from_device_refuses_a_shape_that_is_not_ints(shape):
         for good in ([4], (2, 2), np.array([4]), [np.int64(4)], ()):
             t = ga.Tensor.from_device(owner.address, good, np.float32, owner=owner)
             assert t.placement == "device" and t.shape == tuple(int(d) for d in good)
+
+
+def test_a_json_number_past_float32_is_400_in_the_example_http_service_without_a_warning():
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("starlette")
+    from conftest import ROOT, make_mlp
+
+    sys.path.insert(0, str(ROOT / "examples" / "http_service"))
+    from app import create_app
+
+    async def main() -> list:
+        app = create_app(make_mlp().SerializeToString())
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://svc") as client:
+                big = await client.post("/predict", json={"inputs": [[1e39] + [0.5] * 783]})
+                good = await client.post("/predict", json={"inputs": [[0.5] * 784]})
+                return [big, good]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as under python -W error (and this suite's filterwarnings)
+        big, good = asyncio.run(main())
+    assert big.status_code == 400, big.text[:300]
+    assert big.json()["error"] == "inputs must be finite numbers"
+    assert good.status_code == 200, good.text[:300]

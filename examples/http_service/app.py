@@ -179,7 +179,9 @@ async def read_json(request: Request, features: int, max_rows: int) -> np.ndarra
             raise BadInput(f"{expected}: row {k} holds {json.dumps(bad)[:40]}, which is not a JSON number "
                            "(strings and booleans are not converted)")
     try:
-        x = np.array(rows, dtype=np.float32)
+        # a number past float32 (1e39) becomes inf, refused below: no overflow warning (an error under -W error)
+        with np.errstate(over="ignore"):
+            x = np.array(rows, dtype=np.float32)
     except OverflowError:  # an integer beyond any float
         raise BadInput("inputs must be finite numbers") from None
     return check_rows(x, features)
