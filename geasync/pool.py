@@ -139,6 +139,7 @@ def _ids_text(ids: Sequence[int]) -> str:
 def _check_ids(session: Any, graph_ids: Any, api: str) -> list[int]:
     if not isinstance(session, Session):
         raise TypeError(f"{api}: session must be a geasync.Session, got {type(session).__name__}")
+    session._live(api)  # a closed (or broken) session, said naming the pool rather than the calls it makes
     if isinstance(graph_ids, (str, bytes)):
         raise TypeError(f"{api}: graph_ids must be a sequence of graph ids (ints), got {type(graph_ids).__name__}")
     try:

@@ -214,3 +214,13 @@ def test_a_json_number_past_float32_is_400_in_the_example_http_service_without_a
     assert big.status_code == 400, big.text[:300]
     assert big.json()["error"] == "inputs must be finite numbers"
     assert good.status_code == 200, good.text[:300]
+
+
+def test_a_graph_pool_on_a_closed_session_names_the_pool():
+    s = ga.Session()
+    s.add_graph(1, ga.samples.mlp())
+    s.close()
+    with pytest.raises(ga.SessionClosedError, match=r"in GraphPool.add: the session is closed"):
+        ga.GraphPool.add(s, ga.samples.mlp(), graph_ids=[3])  # named Session.add_graph_clone(graph_id=3)
+    with pytest.raises(ga.SessionClosedError, match=r"in GraphPool: the session is closed"):
+        ga.GraphPool(s, [1])  # was made, to fail every request
