@@ -202,7 +202,11 @@ def _load_inputs(specs: Sequence[str], info: Any, model: str) -> list[Any]:
         try:
             loaded = np.load(file, allow_pickle=False)
         except (OSError, ValueError) as exc:
-            raise UsageError(f"--input {spec!r}: cannot load {file!r} as a .npy array: {exc}") from None
+            reason = str(exc)
+            if "pickled" in reason and not _starts_with(file, b"\x93NUMPY"):
+                # numpy takes any file that is neither .npy nor .npz for a pickle, and says it holds pickled data
+                reason = "it is not a .npy file (write one with np.save(FILE.npy, array))"
+            raise UsageError(f"--input {spec!r}: cannot load {file!r} as a .npy array: {reason}") from None
         if not isinstance(loaded, np.ndarray):  # np.load opens a .npz archive (several arrays) as an NpzFile
             names = ", ".join(getattr(loaded, "files", []))
             close = getattr(loaded, "close", None)
@@ -215,6 +219,14 @@ def _load_inputs(specs: Sequence[str], info: Any, model: str) -> list[Any]:
     if missing:
         raise UsageError(f"{model} needs these inputs too: {', '.join(missing)} (--input NAME=FILE.npy)")
     return [given[name] for name in declared]
+
+
+def _starts_with(path: str, magic: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(magic)) == magic
+    except OSError:
+        return False
 
 
 def _save_path(path: str) -> str:

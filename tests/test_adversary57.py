@@ -224,3 +224,19 @@ def test_a_graph_pool_on_a_closed_session_names_the_pool():
         ga.GraphPool.add(s, ga.samples.mlp(), graph_ids=[3])  # named Session.add_graph_clone(graph_id=3)
     with pytest.raises(ga.SessionClosedError, match=r"in GraphPool: the session is closed"):
         ga.GraphPool(s, [1])  # was made, to fail every request
+
+
+def test_cli_run_says_an_input_file_is_not_npy_rather_than_pickled(tmp_path):
+    # numpy takes any file that is neither .npy nor .npz for a pickle: "This file contains pickled (object) data"
+    import os
+    import subprocess
+
+    (tmp_path / "mlp.onnx").write_bytes(ga.samples.mlp_bytes())
+    (tmp_path / "x.csv").write_text("0.5,0.5\n")
+    env = dict(os.environ)
+    env.pop("PYTHONWARNINGS", None)
+    r = subprocess.run([sys.executable, "-m", "geasync", "run", "mlp.onnx", "--input", "x=x.csv"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2, r.stderr
+    assert "cannot load 'x.csv' as a .npy array: it is not a .npy file (write one with np.save" in r.stderr
+    assert "pickled" not in r.stderr
