@@ -142,7 +142,7 @@ class Batcher:
         instances = len(graph_ids)
         if type(max_batch_size) is not int or max_batch_size < 1:
             raise ValueError(f"Batcher: max_batch_size must be a positive int, got {max_batch_size!r}")
-        if not isinstance(max_delay, (int, float)) or not 0 <= max_delay < math.inf:
+        if not isinstance(max_delay, (int, float)) or isinstance(max_delay, bool) or not 0 <= max_delay < math.inf:
             raise ValueError(f"Batcher: max_delay must be a number of seconds >= 0, got {max_delay!r}")
         if max_concurrent_batches is None:
             max_concurrent_batches = instances

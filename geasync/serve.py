@@ -92,6 +92,10 @@ class _GeasyncModel:
         if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes <= 0:
             raise ValueError(f"GeasyncModel: max_body_bytes must be a positive int, got {max_body_bytes!r}")
         self._max_body_bytes = max_body_bytes
+        if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
+            # 0 or -1 turned batching off silently, and "8" failed on a str/int comparison
+            raise ValueError(f"GeasyncModel: max_batch_size must be a positive int (1: no batching), got "
+                             f"{max_batch_size!r}")
         self._shutdown_report = shutdown_report
         self._session = Session(replica_device_options(options), backend=backend)
         self._graph_id = 1

@@ -240,3 +240,20 @@ def test_cli_run_says_an_input_file_is_not_npy_rather_than_pickled(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "cannot load 'x.csv' as a .npy array: it is not a .npy file (write one with np.save" in r.stderr
     assert "pickled" not in r.stderr
+
+
+def test_wrong_typed_batching_arguments_are_refused():
+    with _mlp_session() as s:
+        with pytest.raises(ValueError, match=r"^Batcher: max_delay must be a number of seconds >= 0, got True"):
+            ga.Batcher(s, 1, max_delay=True)  # was taken as 1 s
+    pytest.importorskip("ray.serve")
+    from conftest import MLP_PATH
+    from geasync.serve import _GeasyncModel
+
+    class InProcess(_GeasyncModel):
+        def __del__(self) -> None:  # Serve's async one, never awaited here
+            pass
+
+    for bad in (0, -1, "8", 2.0, True):
+        with pytest.raises(ValueError, match=r"^GeasyncModel: max_batch_size must be a positive int"):
+            InProcess(str(MLP_PATH), backend="twin", max_batch_size=bad)
