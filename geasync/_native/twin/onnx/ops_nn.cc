@@ -1642,6 +1642,28 @@ class ConvKernel : public Kernel {
       skip = skip || runs.size() != 1 || runs[0].k_begin != 0 || runs[0].k_end != K;
     }
     cl_skip_ = skip;
+    // Weights past half an L2 (3x3 512->512: 9.4 MB) stream from L3 once per region, and regions of a few positions
+    // wait on them (3x3 dilation 2 on 512x8x8: 9 regions of 4-16 positions read 49 taps' weights, 2.5-6.9 ms as the
+    // machine's load varied; onnxruntime 2.2 ms). Then one region per tap instead (per axis: the outputs that read
+    // the tap inside the input, adjacent taps with the same outputs as one run): every tap's weights once, over all
+    // the positions that use it; the regions overlap, so their products are added to the outputs (bias first).
+    cl_taps_ = skip && C_ * kk_ * M_ * static_cast<int64_t>(sizeof(float)) > (int64_t(1) << 20);
+    if (!cl_taps_) return;
+    for (size_t a = 0; a < kMaxSpatial; ++a) {
+      std::vector<ClRun> &runs = cl_runs_[a];
+      runs.clear();
+      for (int64_t k = 0; k < w_.k[a]; ++k) {
+        int64_t ob = w_.out[a], oe = 0;  // outputs o whose input o s - pb + k d is inside (contiguous in o)
+        for (int64_t o = 0; o < w_.out[a]; ++o) {
+          const int64_t i = o * w_.s[a] - w_.pb[a] + k * w_.d[a];
+          if (i >= 0 && i < w_.in[a]) ob = std::min(ob, o), oe = o + 1;
+        }
+        if (oe <= ob) continue;
+        if (!runs.empty() && runs.back().k_end == k && runs.back().o_begin == ob && runs.back().o_end == oe)
+          runs.back().k_end = k + 1;
+        else runs.push_back({ob, oe, k, k + 1});
+      }
+    }
   }
   // W [M][C][taps] -> [taps * C][M] (perm), then each chunk of cl_kc_ rows of it into panels, chunk after chunk.
   void PackChannelsLast(const float *W, float *perm, float *pack) const {
@@ -1684,6 +1706,12 @@ class ConvKernel : public Kernel {
     for (int64_t n = 0; n < N_; ++n) {
       TransposeFloats(X + n * C * in_sp_, xt, in_sp_, C, in_sp_);  // xt [position][C]
       if (cl_skip_) {
+        if (cl_taps_)
+          for (int64_t p = 0; p < out_sp_; ++p) {
+            float *y = yt + p * M;
+            if (B) std::copy_n(B, M, y);
+            else std::fill(y, y + M, 0.0f);
+          }
         RunClRegions(xt, pack, B, col, reinterpret_cast<float *>(base + l.yr), yt);
         float *yn = Y + n * M * out_sp_;
         TransposeFloats(yt, yn, M, out_sp_, M);
@@ -1777,7 +1805,7 @@ class ConvKernel : public Kernel {
             }
             for (int64_t q = 0; q < rows; ++q) {
               float *y = yr + q * M;
-              if (B) std::copy_n(B, M, y);
+              if (B && !cl_taps_) std::copy_n(B, M, y);
               else std::fill(y, y + M, 0.0f);
             }
             // The region's K slices: per (k0, k1), taps k2 in [r2.k_begin, r2.k_end) are n2 C contiguous rows of
@@ -1828,7 +1856,11 @@ class ConvKernel : public Kernel {
             }
             for (int64_t q = q0; q < q0 + rows; ++q) {
               const int64_t o0 = r0.o_begin + q / (l1 * l2), o1 = r1.o_begin + q / l2 % l1, o2 = r2.o_begin + q % l2;
-              std::copy_n(yr + (q - q0) * M, M, yt + ((o0 * w_.out[1] + o1) * w_.out[2] + o2) * M);
+              float *__restrict dst = yt + ((o0 * w_.out[1] + o1) * w_.out[2] + o2) * M;
+              const float *__restrict src = yr + (q - q0) * M;
+              if (cl_taps_)
+                for (int64_t m = 0; m < M; ++m) dst[m] += src[m];
+              else std::copy_n(src, M, dst);
             }
           }
         }
@@ -2574,6 +2606,7 @@ class ConvKernel : public Kernel {
     int64_t o_begin, o_end, k_begin, k_end;
   };
   std::vector<ClRun> cl_runs_[kMaxSpatial];
+  bool cl_taps_ = false;               // cl_skip_ with one region per tap, their products added (InitClRuns)
   bool cl_skip_ = false;               // some run leaves taps out: RunChannelsLast goes region by region
   int cl_width_ = 0;                   // its panel width (PanelWidth)
   int64_t cl_rows_ = 0;                // its positions per column block
