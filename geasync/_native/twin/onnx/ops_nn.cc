@@ -1340,6 +1340,12 @@ class ConvKernel : public Kernel {
       // 64x56x56: 1.91x -> 0.98x, on 96x32x32: 1.53x -> 1.21x). 7x7 is mixed (240x28x28 1.56x -> 1.34x, 32x56x56
       // 1.52x -> 1.71x) and stays here.
       if (dwcl_ && dw_s2_ && w_.k[2] <= 5) dwcl_ = false;
+      // 3x3 at stride 1 stays on the per-channel rows kernel where its 16-lane row chunks are at least 3/4 outputs
+      // (14, 26, 28 columns): the transposes there cost more than the taps (128x28x28: 179 -> 93 us, 576x14x14 210 ->
+      // 150, 1024x14x14 475 -> 268, float16 128x28x28 2.0x -> 1.1x onnxruntime; 96x20x20 and 64x17x17, 62% and 53%
+      // of the lanes, went 47 -> 55 and 31 -> 38 us that way, so stay here).
+      const int64_t ow16 = (w_.out[2] + kConvLanes - 1) / kConvLanes * kConvLanes;
+      if (dwcl_ && !tiny_dw_ && w_.s[2] == 1 && w_.k[2] == 3 && 4 * w_.out[2] >= 3 * ow16) dwcl_ = false;
       if (dwcl_) {
         dwcl_pw_ = pw;
         tiny_dw_ = true;
