@@ -2,11 +2,15 @@
 added to the outputs): 3x3 at dilations 2 / 3 / 4 / 6 on small maps (DeepLab's ASPP, FCN's dilated layer4) with
 odd sizes, asymmetric pads, strides, unequal dilations per axis, 3x2 and 5x5 kernels, a dilated Conv1d, one and
 several images, with and without bias, a fused Relu, run-time weights, NaN / inf inputs; each against
-onnx.reference. The last test reruns the file with the fallback instruction sets (GEASYNC_TWIN_SIMD)."""
+onnx.reference. Depthwise 3x3 convs at stride 1 on maps whose rows fill 3/4 of 16-lane chunks or less (the per-channel
+rows kernel and the channels-last kernel on AVX-512), float32 and float16, pads, bias, a fused Relu, several images,
+NaN / inf inputs. The last test reruns the file with the fallback instruction sets (GEASYNC_TWIN_SIMD)."""
 import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
+from conftest import make_model  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 from onnx_cases import check_twin, conv_model, reference, rerun_file_with_instruction_set, run_twin  # noqa: E402
 
 RNG = np.random.default_rng(5757)
@@ -74,6 +78,58 @@ def test_nan_and_inf_inputs():
     x0 = np.where(np.isfinite(x), x, np.float32(0))
     ref = reference(model, [x0])[0]
     np.testing.assert_allclose(got[finite], ref[finite], rtol=1e-4, atol=1e-4)
+
+
+# (x shape, pads) of depthwise 3x3 stride 1 convs: 28 / 26 / 14 / 13 columns (the rows kernel), 20 / 17 (channels
+# last), N > 1, pads 0 and asymmetric
+_DEPTHWISE = [
+    ((1, 40, 28, 28), [1] * 4),
+    ((2, 24, 14, 14), [1] * 4),
+    ((1, 33, 26, 26), [0] * 4),
+    ((3, 20, 15, 13), [1, 0, 0, 1]),
+    ((1, 48, 20, 20), [1] * 4),
+    ((2, 17, 17, 17), [1] * 4),
+    ((1, 19, 12, 28), [1, 1, 0, 1]),
+]
+
+
+@pytest.mark.parametrize("xs,pads", _DEPTHWISE)
+@pytest.mark.parametrize("bias,relu", [(False, False), (True, True)])
+def test_depthwise_3x3(xs, pads, bias, relu):
+    c = xs[1]
+    x = RNG.standard_normal(xs).astype(np.float32)
+    w = _weights((c, 1, 3, 3))
+    b = RNG.standard_normal(c).astype(np.float32) if bias else None
+    got = check_twin(*conv_model("Conv", x, w, b, relu=relu, kernel_shape=[3, 3], pads=pads, group=c))[0]
+    assert (got >= 0).all() if relu else (got < 0).any()
+    assert (got > 0).any()
+
+
+@pytest.mark.parametrize("xs,pads", _DEPTHWISE[:4])
+def test_depthwise_3x3_float16(xs, pads):
+    c = xs[1]
+    x = RNG.standard_normal(xs).astype(np.float16)
+    w = _weights((c, 1, 3, 3)).astype(np.float16)
+    b = RNG.standard_normal(c).astype(np.float16)
+    h = TensorProto.FLOAT16
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[3, 3], pads=pads, group=c)
+    model = make_model([node], [("x", h, list(xs))], [("y", h, None)], initializers=[("w", w), ("b", b)], opset=19)
+    got = run_twin(model, {"x": x})[0]
+    want = reference(model, [x])[0]
+    assert got.dtype == np.float16
+    # float16 results: within a couple of float16 steps of onnx.reference's (its sums may round otherwise)
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=4e-3, atol=4e-3)
+
+
+def test_depthwise_3x3_nan_and_inf():
+    x = RNG.standard_normal((1, 40, 28, 28)).astype(np.float32)
+    x[0, 1, 5, 6] = np.nan
+    x[0, 2, 27, 27] = np.inf
+    x[0, 3, 0, 14] = -np.inf
+    w = _weights((40, 1, 3, 3))
+    got = check_twin(*conv_model("Conv", x, w, kernel_shape=[3, 3], pads=[1] * 4, group=40))[0]
+    assert np.isnan(got[0, 1, 4:7, 5:8]).all() and np.isfinite(got[0, 1, 8:]).all()
+    assert np.isinf(got[0, 2, 27, 27]) and np.isinf(got[0, 3, 0, 14])
 
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
