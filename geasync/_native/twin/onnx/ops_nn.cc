@@ -3679,6 +3679,9 @@ struct StridedPool {
   const int32_t *idx;  // per tap column kw: 16 lanes, lane j < 8 reading column j * SW + kw of the 32
   const float *div;    // per output row: OW8 divisors (AveragePool)
   int64_t OW8;
+  // Per tap column kw, for two half blocks in one register (StridedPairsAvx512): lane j < 8 reads column
+  // j * SW + kw of the first block's 16, lane 8 + j the same column of the second block's 16.
+  const int32_t *idx2;
 };
 // One block: 8 outputs of one output row. x: the window's first input (row r0, column c0); rows: the window rows
 // inside the map (ceil mode: fewer than KH); left: the columns inside the row from c0 (at most the 32 read); n: the
@@ -3730,26 +3733,83 @@ __attribute__((target("avx512f"), always_inline)) inline void StridedBlocksAvx51
     else _mm512_mask_storeu_ps(q[k].y, out, _mm512_maskz_div_ps(0xFF, m[k], _mm512_maskz_loadu_ps(0xFF, q[k].div)));
   }
 }
-// All the planes' blocks as one sequence, four at a time (a group may span output rows and planes).
+// Half blocks (outputs whose windows lie in 16 columns: (n - 1) * SW + KW <= 16, as a row's last few outputs, or
+// every block of 2x2 stride 2) two to a register: lanes 0..7 one block's outputs, lanes 8..15 the other's, each
+// read from its own 16 columns (one load per block and tap row, one permute over both). The same taps in the same
+// order per output as StridedBlocksAvx512, so the same results; half the permutes and maxima / adds. (A row of 9
+// outputs at stride 3 spent a whole block on its ninth output: ~1.4x the work of its outputs.)
+template <bool kMax, int kB>
+__attribute__((target("avx512f"), always_inline)) inline void StridedPairsAvx512(const StridedPool &p,
+                                                                                const StridedBlock *q) {
+  const __m512 fill = _mm512_set1_ps(kMax ? -std::numeric_limits<float>::infinity() : 0.0f);
+  __m512 m[kB];
+  __mmask16 ld[2 * kB];
+  for (int k = 0; k < 2 * kB; ++k) {
+    const int64_t left = q[k].left;
+    ld[k] = static_cast<__mmask16>(left >= 16 ? 0xffffu : (1u << left) - 1u);
+  }
+  for (int k = 0; k < kB; ++k) m[k] = _mm512_setzero_ps();  // Max: overwritten by the first tap (rows >= 1)
+  for (int64_t kh = 0; kh < p.KH; ++kh) {
+    __m512 a[kB], b[kB];
+    for (int k = 0; k < kB; ++k) {
+      const StridedBlock &u = q[2 * k], &v = q[2 * k + 1];
+      const bool iu = kh < u.rows, iv = kh < v.rows;
+      a[k] = _mm512_mask_loadu_ps(fill, iu ? ld[2 * k] : 0, iu ? u.x + kh * p.W : u.x);
+      b[k] = _mm512_mask_loadu_ps(fill, iv ? ld[2 * k + 1] : 0, iv ? v.x + kh * p.W : v.x);
+    }
+    for (int64_t kw = 0; kw < p.KW; ++kw) {
+      const __m512i idx = _mm512_loadu_si512(p.idx2 + 16 * kw);
+      for (int k = 0; k < kB; ++k) {
+        const __m512 t = _mm512_permutex2var_ps(a[k], idx, b[k]);
+        if constexpr (kMax) m[k] = kh == 0 && kw == 0 ? t : _mm512_maskz_max_ps(0xFFFF, t, m[k]);
+        else m[k] = _mm512_add_ps(m[k], t);
+      }
+    }
+  }
+  for (int k = 0; k < kB; ++k) {
+    const StridedBlock &u = q[2 * k], &v = q[2 * k + 1];
+    const __mmask16 mu = static_cast<__mmask16>((1u << u.n) - 1u), mv = static_cast<__mmask16>((1u << v.n) - 1u);
+    __m512 r = m[k];
+    if constexpr (!kMax) {  // u's eight divisors in lanes 0..7, v's in lanes 8..15
+      const __m512 du = _mm512_maskz_loadu_ps(0xFF, u.div), dv = _mm512_maskz_loadu_ps(0xFF, v.div);
+      const __m512 d = _mm512_maskz_shuffle_f32x4(0xFFFF, du, dv, _MM_SHUFFLE(1, 0, 1, 0));
+      r = _mm512_maskz_div_ps(static_cast<__mmask16>(mu | (mv << 8)), r, d);
+    }
+    _mm512_mask_storeu_ps(u.y, mu, r);
+    // v's lanes 8.. down to 0.. (the maskz form: the plain shuffle's undefined source trips GCC's warning)
+    _mm512_mask_storeu_ps(v.y, mv, _mm512_maskz_shuffle_f32x4(0xFF, r, r, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+}
+// All the planes' blocks as one sequence, four at a time (a group may span output rows and planes); half blocks
+// paired (StridedPairsAvx512), eight at a time.
 template <bool kMax>
 __attribute__((target("avx512f"))) void StridedPoolAvx512(const StridedPool &p, const float *X, int64_t in_sp,
                                                          int64_t out_sp, int64_t count, float *Y) {
-  StridedBlock q[4];
-  int nq = 0;
+  StridedBlock q[4], h[8];
+  int nq = 0, nh = 0;
   for (int64_t nc = 0; nc < count; ++nc) {
     const float *x = X + nc * in_sp;
     float *y = Y + nc * out_sp;
     for (int64_t oh = 0; oh < p.OH; ++oh) {
       const int64_t r0 = oh * p.SH, rows = std::min(p.KH, p.H - r0);
       for (int64_t j = 0; j < p.OW; j += 8) {
-        const int64_t c0 = j * p.SW;
-        q[nq++] = StridedBlock{x + r0 * p.W + c0, y + oh * p.OW + j, rows, std::min<int64_t>(p.W - c0, 32),
-                               std::min<int64_t>(p.OW - j, 8), kMax ? nullptr : p.div + oh * p.OW8 + j};
+        const int64_t c0 = j * p.SW, n = std::min<int64_t>(p.OW - j, 8);
+        const StridedBlock blk{x + r0 * p.W + c0, y + oh * p.OW + j, rows, std::min<int64_t>(p.W - c0, 32), n,
+                               kMax ? nullptr : p.div + oh * p.OW8 + j};
+        if ((n - 1) * p.SW + p.KW <= 16) {
+          h[nh++] = blk;
+          if (nh == 8) StridedPairsAvx512<kMax, 4>(p, h), nh = 0;
+          continue;
+        }
+        q[nq++] = blk;
         if (nq == 4) StridedBlocksAvx512<kMax, 4>(p, q), nq = 0;
       }
     }
   }
   for (int i = 0; i < nq; ++i) StridedBlocksAvx512<kMax, 1>(p, q + i);
+  int i = 0;
+  for (; i + 1 < nh; i += 2) StridedPairsAvx512<kMax, 1>(p, h + i);
+  if (i < nh) StridedBlocksAvx512<kMax, 1>(p, h + i);
 }
 #endif
 
@@ -3863,8 +3923,13 @@ class PoolKernel : public Kernel {
               str_div_[static_cast<size_t>(oh * OW8 + ow)] = static_cast<float>(d);
             }
         }
+        str_idx2_.assign(static_cast<size_t>(16 * w_.k[2]), 0);
+        for (int64_t kw = 0; kw < w_.k[2]; ++kw)
+          for (int64_t l = 0; l < 16; ++l)  // lanes past a half block's outputs read any column (not stored)
+            str_idx2_[static_cast<size_t>(16 * kw + l)] =
+                static_cast<int32_t>((l / 8 * 16 + l % 8 * w_.s[2] + kw) & 31);
         str_ = StridedPool{w_.in[1], w_.in[2], w_.out[1], w_.out[2], w_.k[1], w_.k[2], w_.s[1], w_.s[2],
-                           str_idx_.data(), str_div_.data(), OW8};
+                           str_idx_.data(), str_div_.data(), OW8, str_idx2_.data()};
         strided_ = true;
       }
     }
@@ -4440,7 +4505,7 @@ class PoolKernel : public Kernel {
   bool simple_ = false;
   bool whole_ = false;  // a window over the whole map, no pads (x86 with AVX2)
   bool strided_ = false;  // StridedPoolAvx512
-  std::vector<int32_t> str_idx_;
+  std::vector<int32_t> str_idx_, str_idx2_;
   std::vector<float> str_div_;
 #ifdef TWIN_HAVE_X86
   StridedPool str_{};
