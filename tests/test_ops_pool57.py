@@ -112,3 +112,28 @@ def test_instance_norm_bits_on_every_instruction_set():
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
 def test_fallback_instruction_sets_pass_the_same_checks(isa):
     rerun_file_with_instruction_set(__file__, isa, select="not bits_on_every")
+
+
+# Dilated MaxPool at column stride 1 (AVX-512): separable without NaN (each input row's maxima over the tap columns,
+# then the tap rows' in order), NaN planes by the window loop; the bits of the general loop (the Indices form).
+_DILATED = [dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2]),
+            dict(kernel_shape=[3, 3], dilations=[2, 2]),
+            dict(kernel_shape=[4, 3], dilations=[3, 2], pads=[2, 1, 3, 2], strides=[2, 1], ceil_mode=1),
+            dict(kernel_shape=[2, 5], dilations=[5, 1], pads=[0, 2, 4, 2]),
+            dict(kernel_shape=[5, 2], dilations=[1, 3], strides=[3, 1], pads=[4, 0, 0, 3])]
+
+
+@pytest.mark.parametrize("attrs", _DILATED, ids=lambda a: str(sorted(a.items())))
+@pytest.mark.parametrize("shape", [(2, 3, 9, 17), (1, 2, 14, 40), (1, 1, 5, 5)])
+def test_dilated_maxpool_separable_rows(attrs, shape):
+    x = np.round(RNG.standard_normal(shape) * 3).astype(np.float32)  # ties, +-0
+    x.reshape(-1)[::5] *= -1.0
+    x.reshape(-1)[::13] = -np.inf
+    x = _edges(x, 30, EDGE[1:])
+    xn = _edges(x, 40, EDGE[:1])  # planes with NaN: the window loop
+    for xx in (x, xn):
+        (fast,) = _twin(_model("MaxPool", xx, **attrs), xx)
+        general = _twin(_model("MaxPool", xx, n_out=2, **attrs), xx)[0]  # Indices: the general loop
+        np.testing.assert_array_equal(fast.view(np.int32), general.view(np.int32))
+    want = _reference(_model("MaxPool", x, **attrs), x)
+    np.testing.assert_array_equal(_twin(_model("MaxPool", x, **attrs), x)[0], want)
