@@ -137,3 +137,18 @@ def test_dilated_maxpool_separable_rows(attrs, shape):
         np.testing.assert_array_equal(fast.view(np.int32), general.view(np.int32))
     want = _reference(_model("MaxPool", x, **attrs), x)
     np.testing.assert_array_equal(_twin(_model("MaxPool", x, **attrs), x)[0], want)
+
+
+# AveragePool at stride 1 (AVX-512, in place): rows whose blocks are all masked (17..48 wide with pads), square
+# windows: the masked blocks four output rows at a time under one set of masks, a row count not a multiple of 4.
+@pytest.mark.parametrize("shape,k,pads", [((1, 5, 28, 28), 3, (1, 1, 1, 1)), ((2, 3, 14, 30), 3, (1, 0, 1, 2)),
+                                          ((1, 2, 7, 45), 2, (0, 1, 1, 0)), ((1, 2, 19, 33), 5, (2, 2, 2, 2)),
+                                          ((1, 1, 6, 18), 7, (3, 3, 3, 3))])
+@pytest.mark.parametrize("count_pad", [0, 1])
+def test_averagepool_stride1_masked_rows(shape, k, pads, count_pad):
+    x = _edges(RNG.standard_normal(shape).astype(np.float32) * 4, 40, EDGE)
+    m = _model("AveragePool", x, **_attrs((k, k), (1, 1), pads, count_include_pad=count_pad))
+    (got,) = _twin(m, x)
+    _same_bits(got, _average_oracle(x, got.shape[2:], (k, k), (1, 1), pads, count_pad))
+    xf = RNG.standard_normal(shape).astype(np.float32)
+    np.testing.assert_allclose(_twin(m, xf)[0], _reference(m, xf), rtol=1e-6, atol=1e-6)
