@@ -177,11 +177,40 @@ bool InputsKnown(const Node &n, const Analysis &a) {
 
 enum class Fold { kNo, kYes, kIfRoom };  // kIfRoom: only while the plan's memory limit allows (else left to run time)
 
-bool IsGraphOutput(const ModelImpl &m, int vid) {
-  for (int out : m.output_values_)
-    if (vid == out) return true;
-  return false;
-}
+// Who reads each value (node, operand slot) and which values the graph outputs: built once per Analyze, at the
+// first big fold candidate, so that FeedsOnlyWeights costs the value's uses, not a scan of every node.
+class Uses {
+ public:
+  explicit Uses(const ModelImpl &m) : m_(m) {}
+  const std::vector<std::pair<int, int>> &Of(int vid) {
+    Build();
+    return by_value_[static_cast<size_t>(vid)];
+  }
+  bool IsGraphOutput(int vid) {
+    Build();
+    return graph_output_[static_cast<size_t>(vid)] != 0;
+  }
+
+ private:
+  void Build() {
+    if (built_) return;
+    built_ = true;
+    by_value_.resize(m_.values_.size());
+    graph_output_.assign(m_.values_.size(), 0);
+    for (size_t k = 0; k < m_.nodes_.size(); ++k) {
+      const Node &c = m_.nodes_[k];
+      for (size_t slot = 0; slot < c.inputs.size(); ++slot)
+        if (c.inputs[slot] >= 0)
+          by_value_[static_cast<size_t>(c.inputs[slot])].emplace_back(static_cast<int>(k), static_cast<int>(slot));
+    }
+    for (int out : m_.output_values_)
+      if (out >= 0) graph_output_[static_cast<size_t>(out)] = 1;
+  }
+  const ModelImpl &m_;
+  bool built_ = false;
+  std::vector<std::vector<std::pair<int, int>>> by_value_;
+  std::vector<char> graph_output_;
+};
 
 // Operand `slot` of `op` is one the op prepares from its contents when they are known at compile time (packed
 // weights, folded normalisation parameters).
@@ -200,31 +229,25 @@ bool IsWeightPath(const std::string &op) {
 }
 
 // Every use of value `vid` is a weight operand, directly or through IsWeightPath ops (depth-limited).
-bool FeedsOnlyWeights(const ModelImpl &m, int vid, int depth) {
-  if (depth > 4 || IsGraphOutput(m, vid)) return false;
-  bool used = false;
-  for (const Node &c : m.nodes_) {
-    if (!c.domain.empty() && c.domain != "ai.onnx") {
-      for (int in : c.inputs)
-        if (in == vid) return false;
-      continue;
-    }
-    for (size_t slot = 0; slot < c.inputs.size(); ++slot) {
-      if (c.inputs[slot] != vid) continue;
-      used = true;
-      if (slot >= c.inputs.size() - c.implicit_inputs) return false;  // read by a subgraph
-      if (IsWeightOperand(c.op_type, slot)) continue;
-      if (!IsWeightPath(c.op_type) || slot != 0 || c.outputs.empty() || c.outputs[0] < 0) return false;
-      if (!FeedsOnlyWeights(m, c.outputs[0], depth + 1)) return false;
-    }
+bool FeedsOnlyWeights(const ModelImpl &m, Uses *uses, int vid, int depth) {
+  if (depth > 4 || uses->IsGraphOutput(vid)) return false;
+  const std::vector<std::pair<int, int>> &readers = uses->Of(vid);
+  for (const auto &use : readers) {
+    const Node &c = m.nodes_[static_cast<size_t>(use.first)];
+    const size_t slot = static_cast<size_t>(use.second);
+    if (!c.domain.empty() && c.domain != "ai.onnx") return false;
+    if (slot >= c.inputs.size() - c.implicit_inputs) return false;  // read by a subgraph
+    if (IsWeightOperand(c.op_type, slot)) continue;
+    if (!IsWeightPath(c.op_type) || slot != 0 || c.outputs.empty() || c.outputs[0] < 0) return false;
+    if (!FeedsOnlyWeights(m, uses, c.outputs[0], depth + 1)) return false;
   }
-  return used;
+  return !readers.empty();
 }
 
 // Folded: a foldable op whose inputs are all known (a shape-only op reads descs only), with static outputs, small
 // enough to infer cheaply or to keep with the plan.
 Fold WorthFolding(const ModelImpl &m, const Node &n, const InferCtx &ctx, const Analysis &a, bool compile,
-                  int64_t total) {
+                  int64_t total, Uses *uses) {
   const OpDef &op = *n.op;
   if (!op.foldable || n.nondeterministic || !(op.shape_only || InputsKnown(n, a))) return Fold::kNo;
   if (total < 0 || (!compile && total > kInferFoldLimit)) return Fold::kNo;
@@ -239,7 +262,7 @@ Fold WorthFolding(const ModelImpl &m, const Node &n, const InferCtx &ctx, const 
     if (d) in_bytes += d->Bytes();
   if (out_bytes <= kCompileFoldBytes || (compile && out_bytes <= kFoldGrowth * in_bytes)) return Fold::kYes;
   if (compile && out_bytes <= kInternalFoldBytes && n.outputs.size() == 1 && n.outputs[0] >= 0 &&
-      FeedsOnlyWeights(m, n.outputs[0], 0))
+      FeedsOnlyWeights(m, uses, n.outputs[0], 0))
     return Fold::kIfRoom;
   return Fold::kNo;
 }
@@ -340,7 +363,8 @@ bool FoldNode(const ModelImpl &m, const Node &n, const InferCtx &ctx, bool if_ro
   return true;
 }
 
-bool AnalyzeNode(const ModelImpl &m, size_t k, bool compile, InferCtx &ctx, Analysis *a, std::string *err) {
+bool AnalyzeNode(const ModelImpl &m, size_t k, bool compile, InferCtx &ctx, Analysis *a, Uses *uses,
+                 std::string *err) {
   const Node &n = m.nodes_[k];
   if (!InferNode(m, n, compile, &ctx, a, err)) return false;
   int64_t total;
@@ -352,7 +376,7 @@ bool AnalyzeNode(const ModelImpl &m, size_t k, bool compile, InferCtx &ctx, Anal
     a->node_folded[k] = 1;
     return true;
   }
-  const Fold fold = WorthFolding(m, n, ctx, *a, compile, total);
+  const Fold fold = WorthFolding(m, n, ctx, *a, compile, total, uses);
   if (fold == Fold::kNo) return true;
   bool folded;
   if (!FoldNode(m, n, ctx, fold == Fold::kIfRoom, a, &folded, err)) return false;
@@ -366,8 +390,9 @@ bool Analyze(const ModelImpl &m, const std::vector<TensorDesc> &inputs, bool com
   if (!CheckInputDescs(m, inputs, compile, err)) return false;
   SeedKnownValues(m, inputs, bound, a);
   InferCtx ctx;
+  Uses uses(m);
   for (size_t k = 0; k < m.nodes_.size(); ++k)
-    if (!AnalyzeNode(m, k, compile, ctx, a, err)) return false;
+    if (!AnalyzeNode(m, k, compile, ctx, a, &uses, err)) return false;
   return true;
 }
 
