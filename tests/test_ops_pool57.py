@@ -11,6 +11,7 @@ pytest.importorskip("onnx")
 from onnx_cases import rerun_file_with_instruction_set, script_output_per_instruction_set  # noqa: E402
 from test_ops_pool_small import (  # noqa: E402
     EDGE, _attrs, _average_oracle, _max_oracle, _model, _reference, _same_bits, _twin)
+from test_ops_pool_strided_blocks import _edges  # noqa: E402
 from test_vmath import _channel_norm64, _channel_norm_model, _run_model  # noqa: E402
 
 RNG = np.random.default_rng(5757)
@@ -23,13 +24,6 @@ _CASES = [((2, 5, 28, 28), (3, 3), (3, 3), 0), ((1, 3, 28, 29), (4, 3), (4, 3), 
           ((1, 1, 10, 14), (3, 3), (3, 3), 1), ((2, 3, 13, 31), (2, 2), (2, 2), 1),
           ((1, 2, 7, 16), (2, 2), (2, 2), 0), ((1, 3, 11, 40), (4, 4), (4, 4), 1),
           ((2, 2, 8, 29), (2, 3), (2, 3), 1), ((1, 1, 4, 4), (2, 2), (2, 2), 0), ((1, 1, 3, 5), (3, 4), (3, 4), 1)]
-
-
-def _edges(x, frac, edge):
-    x = x.copy()
-    k = max(1, x.size // frac)
-    x.flat[RNG.choice(x.size, k, replace=False)] = RNG.choice(edge, k)
-    return x
 
 
 @pytest.mark.parametrize("shape,kernel,strides,ceil", _CASES)
