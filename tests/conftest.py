@@ -57,6 +57,36 @@ def add_model(shape=(1, 16)) -> "onnx.ModelProto":
     )
 
 
+def serve_post_json(bodies: list) -> list:
+    """Posts each JSON body to geasync.serve's GeasyncModel on the example MLP, called in process (no Ray cluster),
+    and returns the responses. Needs ray[serve] (callers importorskip it)."""
+    import asyncio
+
+    from starlette.requests import Request
+
+    from geasync.serve import _GeasyncModel
+
+    class InProcess(_GeasyncModel):
+        def __del__(self) -> None:  # Serve awaits the async one; close() below does its work
+            pass
+
+    def request(body: bytes) -> Request:
+        async def receive() -> dict:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return Request({"type": "http", "method": "POST", "path": "/", "query_string": b"",
+                        "headers": [(b"content-type", b"application/json")]}, receive)
+
+    async def main() -> list:
+        model = InProcess(str(MLP_PATH), backend="twin")
+        try:
+            return [await model(request(body)) for body in bodies]
+        finally:
+            await model.close()
+
+    return asyncio.run(main())
+
+
 def gc_collect_harder() -> None:
     for _ in range(4):
         gc.collect()

@@ -177,31 +177,10 @@ _DEEP = b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"  # ~200 KB: json
 def test_a_deeply_nested_json_body_is_400_in_the_serve_deployment():
     """geasync.serve's HTTP entry, called in process (no cluster): the RecursionError escaped as a 500."""
     pytest.importorskip("ray.serve")
-    from starlette.requests import Request
+    from conftest import serve_post_json
 
-    from conftest import MLP_PATH
-    from geasync.serve import _GeasyncModel
-
-    class InProcess(_GeasyncModel):
-        def __del__(self) -> None:  # Serve awaits the async one; close() below does its work
-            pass
-
-    def request(body: bytes) -> Request:
-        async def receive() -> dict:
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        return Request({"type": "http", "method": "POST", "path": "/", "query_string": b"",
-                        "headers": [(b"content-type", b"application/json")]}, receive)
-
-    async def main() -> list:
-        model = InProcess(str(MLP_PATH), backend="twin")
-        try:
-            good = b'{"inputs": {"x": [[' + b",".join([b"0.5"] * 784) + b"]]}}"
-            return [await model(request(_DEEP)), await model(request(good))]
-        finally:
-            await model.close()
-
-    deep, good = asyncio.run(main())
+    good = b'{"inputs": {"x": [[' + b",".join([b"0.5"] * 784) + b"]]}}"
+    deep, good = serve_post_json([_DEEP, good])
     assert deep.status_code == 400, deep.body[:300]
     assert b"the body must be JSON" in deep.body
     assert good.status_code == 200, good.body[:300]

@@ -131,35 +131,12 @@ def test_prometheus_collector_refuses_a_session_or_batcher_of_another_type():
 
 def test_a_json_number_past_the_dtype_is_400_in_the_serve_deployment():
     pytest.importorskip("ray.serve")
-    from starlette.requests import Request
-
-    from conftest import MLP_PATH
-    from geasync.serve import _GeasyncModel
-
-    class InProcess(_GeasyncModel):
-        def __del__(self) -> None:  # Serve awaits the async one; close() below does its work
-            pass
-
-    def request(body: bytes) -> Request:
-        async def receive() -> dict:
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        return Request({"type": "http", "method": "POST", "path": "/", "query_string": b"",
-                        "headers": [(b"content-type", b"application/json")]}, receive)
+    from conftest import serve_post_json
 
     huge = b"1" + b"0" * 400
     row = b"[" + b",".join([huge] + [b"0.5"] * 783) + b"]"
-
-    async def main() -> list:
-        model = InProcess(str(MLP_PATH), backend="twin")
-        try:
-            return [await model(request(b'{"inputs": {"x": [' + row + b"]}}")),
-                    await model(request(b'{"inputs": [[' + row + b"]]}")),
-                    await model(request(b'{"inputs": {"x": [' + row.replace(huge, b"0.5") + b"]}}"))]
-        finally:
-            await model.close()
-
-    by_name, by_position, good = asyncio.run(main())
+    by_name, by_position, good = serve_post_json([b'{"inputs": {"x": [' + row + b"]}}", b'{"inputs": [[' + row + b"]]}",
+                                                  b'{"inputs": {"x": [' + row.replace(huge, b"0.5") + b"]}}"])
     for r in (by_name, by_position):
         assert r.status_code == 400, r.body[:300]
         assert b"input 'x' holds a number out of the range of float32" in r.body
